@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need on a fresh Debian machine:
+# the Rust toolchain components and a Python venv with scapy (the independent
+# RoCE implementation the wire crate is checked against). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null; then
+  echo "setup-deps: cargo not found; install Rust (rustup) first" >&2
+  exit 1
+fi
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv 2>/dev/null || {
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+    python3 -m venv .venv
+  }
+fi
+.venv/bin/python -c 'import scapy' 2>/dev/null || .venv/bin/pip install -q 'scapy==2.6.1'
