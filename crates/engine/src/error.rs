@@ -1,0 +1,104 @@
+//! Errors returned by verbs, each carrying the errno a real provider returns
+//! and a short reason so that a failing call can be explained (the provider
+//! shim logs the reason; rxe only says EINVAL).
+
+use std::fmt;
+
+/// The errno classes verbs return. Values are Linux's, which is the only
+/// platform rdma-core runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// EINVAL: an argument, attribute or mask is not acceptable.
+    InvalidArgument,
+    /// EBUSY: the object is still used by another object.
+    Busy,
+    /// ENOMEM: a queue or a device-wide object limit is full.
+    NoMemory,
+    /// EOPNOTSUPP: the device does not implement this.
+    NotSupported,
+}
+
+impl ErrorKind {
+    /// The errno value for this kind (Linux numbering).
+    pub const fn errno(self) -> i32 {
+        match self {
+            ErrorKind::InvalidArgument => 22,
+            ErrorKind::Busy => 16,
+            ErrorKind::NoMemory => 12,
+            ErrorKind::NotSupported => 95,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorKind::InvalidArgument => "EINVAL",
+            ErrorKind::Busy => "EBUSY",
+            ErrorKind::NoMemory => "ENOMEM",
+            ErrorKind::NotSupported => "EOPNOTSUPP",
+        };
+        f.write_str(s)
+    }
+}
+
+/// A failed verb: the errno class and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {reason}")]
+pub struct VerbsError {
+    /// Which errno the verb returns.
+    pub kind: ErrorKind,
+    /// A human-readable explanation, for logs.
+    pub reason: &'static str,
+}
+
+impl VerbsError {
+    /// The errno value a C caller sees.
+    pub const fn errno(&self) -> i32 {
+        self.kind.errno()
+    }
+}
+
+/// Result of a verb.
+pub type VerbsResult<T> = Result<T, VerbsError>;
+
+/// EINVAL with a reason.
+pub(crate) const fn einval(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::InvalidArgument,
+        reason,
+    }
+}
+
+/// EBUSY with a reason.
+pub(crate) const fn ebusy(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::Busy,
+        reason,
+    }
+}
+
+/// ENOMEM with a reason.
+pub(crate) const fn enomem(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::NoMemory,
+        reason,
+    }
+}
+
+/// EOPNOTSUPP with a reason.
+pub(crate) const fn eopnotsupp(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::NotSupported,
+        reason,
+    }
+}
+
+/// Returns `Err(err)` unless `cond` holds; keeps validation code flat.
+pub(crate) fn ensure(cond: bool, err: VerbsError) -> VerbsResult<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}

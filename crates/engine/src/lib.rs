@@ -1,0 +1,64 @@
+//! The softverbs engine: a sans-IO implementation of the verbs object model
+//! and the QP and SRQ state machines of the verbs manual pages and the
+//! InfiniBand Architecture Specification.
+//!
+//! An [`Engine`] is one open device context. Verbs are plain method calls
+//! returning [`VerbsResult`], whose error carries the errno a real provider
+//! returns. The engine has no I/O, threads or clock inside: completions and
+//! async events are queued for the embedder (the provider shim, a
+//! simulator, a test) to collect.
+//!
+//! See docs/architecture.md for how the crates fit together and
+//! docs/conformance.md for every rule with its source.
+
+mod access;
+mod ah_attr;
+mod attr_mask;
+mod device;
+mod engine;
+mod error;
+mod event;
+mod gid;
+mod handles;
+mod keys;
+mod mtu;
+mod objects;
+mod post;
+mod qp;
+mod qp_attr;
+mod qp_modify;
+mod qp_state;
+mod srq;
+mod srq_limit;
+mod transition;
+mod verbs_qp;
+mod verbs_resources;
+mod verbs_srq;
+mod wc;
+mod wr;
+
+pub use access::AccessFlags;
+pub use ah_attr::{AhAttr, GlobalRoute};
+pub use attr_mask::{QpAttrMask, SrqAttrMask};
+pub use device::{
+    cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,
+    LINK_LAYER_ETHERNET, PHYS_STATE_LINK_UP, PORT_ACTIVE,
+};
+pub use engine::Engine;
+pub use error::{ErrorKind, VerbsError, VerbsResult};
+pub use event::AsyncEvent;
+pub use gid::Gid;
+pub use handles::{AhId, CqId, MrId, PdId, QpId, SrqId};
+pub use mtu::Mtu;
+pub use objects::Mr;
+pub use qp_attr::{QpAttr, QpCap, QpInitAttr, MIG_MIGRATED};
+pub use qp_state::{QpState, QpType};
+pub use srq::SrqAttr;
+pub use srq_limit::SrqLimit;
+pub use transition::{mask_allowed, transition_rule, TransitionRule};
+pub use verbs_qp::QpCreated;
+pub use wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{
+    opcode_allowed, send_flags, send_opcode, AtomicTarget, RdmaTarget, RecvWr, SendWr, Sge,
+    UdTarget,
+};

@@ -1,0 +1,200 @@
+//! PD, MR, AH and CQ verbs.
+
+use crate::access::AccessFlags;
+use crate::ah_attr::AhAttr;
+use crate::engine::Engine;
+use crate::error::{ebusy, einval, enomem, ensure, eopnotsupp, VerbsResult};
+use crate::handles::{AhId, CqId, MrId, PdId};
+use crate::objects::{Ah, Cq, Mr, Pd};
+use crate::wc::WorkCompletion;
+
+/// Fails with ENOMEM when `count` objects already exist.
+fn below_limit(count: usize, max: u32, reason: &'static str) -> VerbsResult<()> {
+    ensure(count < max as usize, enomem(reason))
+}
+
+impl Engine {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> VerbsResult<PdId> {
+        below_limit(self.pds.len(), self.config.limits.max_pd, "max_pd reached")?;
+        Ok(self.pds.insert(Pd::default()))
+    }
+
+    /// `ibv_dealloc_pd`: EBUSY while an MR, AH, SRQ or QP uses the PD.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> VerbsResult<()> {
+        let p = self.pds.get(pd).ok_or(einval("unknown PD"))?;
+        ensure(
+            !p.users.in_use(),
+            ebusy("PD still has MRs, AHs, SRQs or QPs"),
+        )?;
+        self.pds.remove(pd);
+        Ok(())
+    }
+
+    pub(crate) fn pd_mut(&mut self, pd: PdId) -> VerbsResult<&mut Pd> {
+        self.pds.get_mut(pd).ok_or(einval("unknown PD"))
+    }
+
+    /// `ibv_reg_mr`: registers `[addr, addr+length)`, addressed remotely
+    /// from `iova`. Access checks follow the kernel's `ib_check_mr_access`:
+    /// unknown bits EINVAL (bits in IBV_ACCESS_OPTIONAL_RANGE are hints and
+    /// ignored), ON_DEMAND without ODP EOPNOTSUPP, REMOTE_WRITE or
+    /// REMOTE_ATOMIC without LOCAL_WRITE EINVAL (ibv_reg_mr(3)).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> VerbsResult<&Mr> {
+        let access = check_mr_access(access)?;
+        ensure(
+            addr.checked_add(length).is_some() && iova.checked_add(length).is_some(),
+            einval("MR range wraps around the address space"),
+        )?;
+        ensure(
+            length <= self.config.limits.max_mr_size,
+            einval("MR length above max_mr_size"),
+        )?;
+        below_limit(self.mrs.len(), self.config.limits.max_mr, "max_mr reached")?;
+        self.pd_mut(pd)?.users.get();
+        let by_key = &self.mr_by_key;
+        let key = self.keys.next(|k| by_key.contains_key(&k));
+        let id = self.mrs.insert(Mr {
+            pd,
+            addr,
+            length,
+            iova,
+            access,
+            key,
+        });
+        self.mr_by_key.insert(key, id);
+        Ok(&self.mrs[id])
+    }
+
+    /// The MR with lkey/rkey `key`.
+    pub fn mr_by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
+        let id = *self.mr_by_key.get(&key)?;
+        Some((id, &self.mrs[id]))
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, mr: MrId) -> VerbsResult<()> {
+        let m = self.mrs.remove(mr).ok_or(einval("unknown MR"))?;
+        self.mr_by_key.remove(&m.key);
+        self.pds[m.pd].users.put();
+        Ok(())
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, pd: PdId, attr: &AhAttr) -> VerbsResult<AhId> {
+        ensure(self.pds.contains_key(pd), einval("unknown PD"))?;
+        attr.validate(&self.config)?;
+        below_limit(self.ahs.len(), self.config.limits.max_ah, "max_ah reached")?;
+        self.pd_mut(pd)?.users.get();
+        Ok(self.ahs.insert(Ah { pd, attr: *attr }))
+    }
+
+    /// The attributes an AH was created with.
+    pub fn ah_attr(&self, ah: AhId) -> VerbsResult<AhAttr> {
+        self.ahs.get(ah).map(|a| a.attr).ok_or(einval("unknown AH"))
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, ah: AhId) -> VerbsResult<()> {
+        let a = self.ahs.remove(ah).ok_or(einval("unknown AH"))?;
+        self.pds[a.pd].users.put();
+        Ok(())
+    }
+
+    /// `ibv_create_cq`: 1 <= cqe <= max_cqe and comp_vector below
+    /// num_comp_vectors, else EINVAL (the pyverbs suite checks both).
+    /// Returns the CQ and its actual size (as requested).
+    pub fn create_cq(&mut self, cqe: u32, comp_vector: u32) -> VerbsResult<(CqId, u32)> {
+        self.check_cqe(cqe)?;
+        ensure(
+            comp_vector < self.config.limits.num_comp_vectors,
+            einval("comp_vector not below num_comp_vectors"),
+        )?;
+        below_limit(self.cqs.len(), self.config.limits.max_cq, "max_cq reached")?;
+        Ok((self.cqs.insert(Cq::new(cqe, comp_vector)), cqe))
+    }
+
+    fn check_cqe(&self, cqe: u32) -> VerbsResult<()> {
+        ensure(cqe >= 1, einval("cqe is 0"))?;
+        ensure(
+            cqe <= self.config.limits.max_cqe,
+            einval("cqe above device max_cqe"),
+        )
+    }
+
+    /// `ibv_resize_cq`: the new size must be valid and hold the
+    /// completions not yet polled. Returns the actual size.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> VerbsResult<u32> {
+        self.check_cqe(cqe)?;
+        let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
+        ensure(
+            cqe as usize >= c.entries.len(),
+            einval("cqe below the number of completions in the CQ"),
+        )?;
+        c.cqe = cqe;
+        Ok(cqe)
+    }
+
+    /// The actual size and completion vector of a CQ.
+    pub fn query_cq(&self, cq: CqId) -> VerbsResult<(u32, u32)> {
+        let c = self.cqs.get(cq).ok_or(einval("unknown CQ"))?;
+        Ok((c.cqe, c.comp_vector))
+    }
+
+    /// `ibv_destroy_cq`: EBUSY while a QP uses the CQ.
+    pub fn destroy_cq(&mut self, cq: CqId) -> VerbsResult<()> {
+        let c = self.cqs.get(cq).ok_or(einval("unknown CQ"))?;
+        ensure(!c.users.in_use(), ebusy("CQ still used by a QP"))?;
+        self.cqs.remove(cq);
+        Ok(())
+    }
+
+    /// `ibv_poll_cq`: moves up to `max` completions, oldest first, into
+    /// `out`; returns how many.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqId,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> VerbsResult<usize> {
+        let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
+        let n = max.min(c.entries.len());
+        out.extend(c.entries.drain(..n));
+        Ok(n)
+    }
+
+    /// Queues a completion; on overrun raises IBV_EVENT_CQ_ERR once.
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion) {
+        let Some(c) = self.cqs.get_mut(cq) else {
+            return;
+        };
+        let was_overrun = c.overrun;
+        if !c.push(wc) && !was_overrun {
+            self.events.push_back(crate::event::AsyncEvent::CqErr(cq));
+        }
+    }
+}
+
+/// MR access rules; returns the flags to store (hints dropped).
+fn check_mr_access(raw: u32) -> VerbsResult<AccessFlags> {
+    let known = AccessFlags::all().bits() | AccessFlags::OPTIONAL_RANGE;
+    ensure(raw & !known == 0, einval("unknown access flag bits"))?;
+    let access = AccessFlags::from_bits_truncate(raw);
+    ensure(
+        !access.contains(AccessFlags::ON_DEMAND),
+        eopnotsupp("on-demand paging is not supported"),
+    )?;
+    ensure(
+        !access.intersects(AccessFlags::NEED_LOCAL_WRITE)
+            || access.contains(AccessFlags::LOCAL_WRITE),
+        einval("REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"),
+    )?;
+    Ok(access)
+}

@@ -1,0 +1,73 @@
+//! Device and port attributes (issue: engine core, "Device and port").
+
+mod common;
+use common::*;
+use softverbs_engine::*;
+
+#[test]
+fn device_advertises_documented_limits_and_caps() {
+    let e = engine();
+    let d = e.query_device();
+    assert_ne!(d.node_guid, 0);
+    assert_ne!(d.sys_image_guid, 0);
+    assert_ne!(d.vendor_id, 0);
+    assert_eq!(d.phys_port_cnt, 1);
+    assert_eq!(d.max_qp_rd_atom, 128);
+    assert_eq!(d.max_qp_init_rd_atom, 128);
+    assert_eq!(d.atomic_cap, AtomicCap::Hca);
+    assert_ne!(d.device_cap_flags & cap_flags::SRQ_RESIZE, 0);
+    assert_eq!(d.device_cap_flags & cap_flags::RESIZE_MAX_WR, 0);
+    assert_eq!(d.device_cap_flags & cap_flags::AUTO_PATH_MIG, 0);
+    for v in [
+        d.max_qp,
+        d.max_qp_wr,
+        d.max_sge,
+        d.max_cq,
+        d.max_cqe,
+        d.max_mr,
+        d.max_pd,
+    ] {
+        assert!(v > 0);
+    }
+    assert!(d.max_srq > 0 && d.max_srq_wr > 0 && d.max_srq_sge > 0);
+    assert_eq!(d.max_pkeys, 1);
+}
+
+#[test]
+fn port_is_active_roce_with_v2_gid() {
+    let e = engine();
+    let p = e.query_port(1).unwrap();
+    assert_eq!(p.state, PORT_ACTIVE);
+    assert_eq!(p.link_layer, LINK_LAYER_ETHERNET);
+    assert_eq!(p.max_mtu, Mtu::Mtu4096);
+    assert_eq!(p.active_mtu, Mtu::Mtu4096);
+    assert!(p.max_msg_sz > 0x1000);
+    assert_eq!(p.pkey_tbl_len, 1);
+    assert_eq!(p.lid, 0);
+    let gid = e.query_gid(1, 0).unwrap();
+    assert_eq!(gid.to_string(), "0000:0000:0000:0000:0000:ffff:7f00:0001");
+    assert!(
+        e.query_gid(1, 1).unwrap().is_zero(),
+        "unused slots read zero"
+    );
+    assert_eq!(e.query_pkey(1, 0).unwrap(), 0xffff);
+}
+
+#[test]
+fn bad_port_gid_and_pkey_indexes_are_einval() {
+    let e = engine();
+    assert_eq!(errno(e.query_port(0)), EINVAL);
+    assert_eq!(errno(e.query_port(2)), EINVAL);
+    assert_eq!(errno(e.query_gid(1, 16)), EINVAL);
+    assert_eq!(errno(e.query_gid(2, 0)), EINVAL);
+    assert_eq!(errno(e.query_pkey(1, 1)), EINVAL);
+    assert_eq!(errno(e.query_pkey(0, 0)), EINVAL);
+}
+
+#[test]
+fn active_mtu_follows_link_mtu() {
+    assert_eq!(Mtu::largest_fitting(1500), Some(Mtu::Mtu1024));
+    assert_eq!(Mtu::largest_fitting(9000), Some(Mtu::Mtu4096));
+    assert_eq!(Mtu::largest_fitting(65536), Some(Mtu::Mtu4096));
+    assert_eq!(Mtu::largest_fitting(300), None);
+}
