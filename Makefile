@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy unit crosscheck
+test: deps fmt-check clippy crosscheck unit
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
