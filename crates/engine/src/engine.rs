@@ -6,14 +6,18 @@
 //! queued for the embedder to collect. The verbs are split by object over
 //! the `verbs_*` modules.
 
+use crate::ctx::Ctx;
+use crate::datapath::DatapathStats;
 use crate::device::{DeviceAttr, DeviceConfig, PortAttr};
 use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::gid::Gid;
-use crate::handles::{AhId, CqId, MrId, PdId, QpId, SrqId};
+use crate::handles::{AhId, CqId, PdId, QpId, SrqId};
 use crate::keys::{KeyAllocator, QpnAllocator};
-use crate::objects::{Ah, Cq, Mr, Pd};
+use crate::mr_table::MrTable;
+use crate::objects::{Ah, Cq, Pd};
 use crate::qp::Qp;
+use crate::schedule::Schedule;
 use crate::srq::Srq;
 use slotmap::SlotMap;
 use std::collections::{HashMap, VecDeque};
@@ -24,8 +28,7 @@ pub struct Engine {
     pub(crate) config: DeviceConfig,
     pub(crate) device_attr: DeviceAttr,
     pub(crate) pds: SlotMap<PdId, Pd>,
-    pub(crate) mrs: SlotMap<MrId, Mr>,
-    pub(crate) mr_by_key: HashMap<u32, MrId>,
+    pub(crate) mrs: MrTable,
     pub(crate) ahs: SlotMap<AhId, Ah>,
     pub(crate) cqs: SlotMap<CqId, Cq>,
     pub(crate) srqs: SlotMap<SrqId, Srq>,
@@ -34,6 +37,11 @@ pub struct Engine {
     pub(crate) keys: KeyAllocator,
     pub(crate) qpns: QpnAllocator,
     pub(crate) events: VecDeque<AsyncEvent>,
+    pub(crate) comp_events: VecDeque<CqId>,
+    pub(crate) schedule: Schedule,
+    pub(crate) stats: DatapathStats,
+    /// Reused buffer for packet payloads.
+    pub(crate) scratch: Vec<u8>,
 }
 
 impl Engine {
@@ -45,15 +53,58 @@ impl Engine {
             qpns: QpnAllocator::new(config.qpn_base),
             config,
             pds: SlotMap::with_key(),
-            mrs: SlotMap::with_key(),
-            mr_by_key: HashMap::new(),
+            mrs: MrTable::default(),
             ahs: SlotMap::with_key(),
             cqs: SlotMap::with_key(),
             srqs: SlotMap::with_key(),
             qps: SlotMap::with_key(),
             qp_by_num: HashMap::new(),
             events: VecDeque::new(),
+            comp_events: VecDeque::new(),
+            schedule: Schedule::default(),
+            stats: DatapathStats::default(),
+            scratch: Vec::new(),
         }
+    }
+
+    /// A view of everything but the QPs, for completing WRs and raising
+    /// events outside the data path.
+    pub(crate) fn ctx(&mut self) -> Ctx<'_> {
+        Ctx {
+            config: &self.config,
+            mrs: &mut self.mrs,
+            ahs: &self.ahs,
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            events: &mut self.events,
+            comp_events: &mut self.comp_events,
+        }
+    }
+
+    /// One QP, mutably, beside a view of everything else it may touch.
+    pub(crate) fn qp_ctx(&mut self, id: QpId) -> Option<(&mut Qp, Ctx<'_>)> {
+        let Engine {
+            config,
+            mrs,
+            ahs,
+            cqs,
+            srqs,
+            qps,
+            events,
+            comp_events,
+            ..
+        } = self;
+        let qp = qps.get_mut(id)?;
+        let ctx = Ctx {
+            config,
+            mrs,
+            ahs,
+            cqs,
+            srqs,
+            events,
+            comp_events,
+        };
+        Some((qp, ctx))
     }
 
     /// The device configuration.

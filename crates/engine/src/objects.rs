@@ -78,6 +78,8 @@ pub(crate) struct Cq {
     pub(crate) entries: VecDeque<WorkCompletion>,
     /// Set once the CQ overran; IBV_EVENT_CQ_ERR was raised.
     pub(crate) overrun: bool,
+    /// Armed by `ibv_req_notify_cq`: `Some(solicited_only)`.
+    pub(crate) notify: Option<bool>,
     pub(crate) users: UseCount,
 }
 
@@ -88,6 +90,7 @@ impl Cq {
             comp_vector,
             entries: VecDeque::new(),
             overrun: false,
+            notify: None,
             users: UseCount::default(),
         }
     }

@@ -15,9 +15,11 @@ use crate::access::AccessFlags;
 use crate::engine::Engine;
 use crate::error::{einval, enomem, ensure, VerbsResult};
 use crate::handles::{PdId, QpId, SrqId};
+use crate::mr_table::sge_total;
 use crate::qp_state::{QpState, QpType};
+use crate::requester::ReqOp;
 use crate::wc::{WcOpcode, WorkCompletion};
-use crate::wr::{opcode_allowed, send_flags, send_opcode, RecvWqe, RecvWr, SendWqe, SendWr, Sge};
+use crate::wr::{opcode_allowed, send_flags, RecvWqe, RecvWr, SendWqe, SendWr, Sge};
 
 impl Engine {
     /// `ibv_post_recv` for one WR.
@@ -43,7 +45,7 @@ impl Engine {
                 qp.recv_cq,
                 WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp.qp_num),
             );
-            self.complete(cq, wc);
+            self.ctx().complete(cq, wc, false);
         } else {
             qp.rq.push_back(RecvWqe::new(wr));
         }
@@ -87,46 +89,65 @@ impl Engine {
         }
         let qp = &mut self.qps[id];
         ensure(
-            qp.sq.len() < qp.cap.max_send_wr as usize,
+            qp.send_queue_len() < qp.cap.max_send_wr as usize,
             enomem("send queue full"),
         )?;
         let wqe = send_wqe(wr, qp.sq_sig_all);
         if matches!(qp.state, QpState::Sqe | QpState::Err) {
             let wc = WorkCompletion::flushed(wqe.wr_id, WcOpcode::of_send(wqe.opcode), qp.qp_num);
             let cq = qp.send_cq;
-            self.complete(cq, wc);
+            self.ctx().complete(cq, wc, false);
         } else {
             qp.sq.push_back(wqe);
+            self.schedule.wake(id);
         }
         Ok(())
     }
 
-    /// Inline size or SGE count and keys, by opcode: READ and atomics
-    /// write the local buffer, so they need LOCAL_WRITE.
+    /// Inline size or SGE count and keys, and the message length, by
+    /// opcode: READ and atomics write the local buffer, so they need
+    /// LOCAL_WRITE; atomics move exactly 8 bytes; inline data exists only
+    /// for SEND and WRITE; a UD message fits one MTU (rxe `validate_send_wr`).
     fn check_send_data(&self, id: QpId, wr: &SendWr<'_>) -> VerbsResult<()> {
         let qp = &self.qps[id];
-        if wr.send_flags & send_flags::INLINE != 0 {
-            return ensure(
+        let op = ReqOp::of(wr.opcode);
+        let inline = wr.send_flags & send_flags::INLINE != 0;
+        let len = if inline {
+            ensure(
+                matches!(op, ReqOp::Send(_) | ReqOp::Write(_)),
+                einval("IBV_SEND_INLINE is only for SEND and RDMA WRITE"),
+            )?;
+            ensure(
                 wr.inline_data.len() <= qp.cap.max_inline_data as usize,
                 einval("inline data above max_inline_data"),
-            );
-        }
-        ensure(
-            wr.sg_list.len() <= qp.cap.max_send_sge as usize,
-            einval("more SGEs than max_send_sge"),
-        )?;
-        let writes_local = matches!(
-            wr.opcode,
-            send_opcode::RDMA_READ
-                | send_opcode::ATOMIC_CMP_AND_SWP
-                | send_opcode::ATOMIC_FETCH_AND_ADD
-        );
-        let need = if writes_local {
-            AccessFlags::LOCAL_WRITE
+            )?;
+            wr.inline_data.len() as u64
         } else {
-            AccessFlags::empty()
+            ensure(
+                wr.sg_list.len() <= qp.cap.max_send_sge as usize,
+                einval("more SGEs than max_send_sge"),
+            )?;
+            let need = if op.is_rd_atomic() {
+                AccessFlags::LOCAL_WRITE
+            } else {
+                AccessFlags::empty()
+            };
+            self.check_sges(qp.pd, wr.sg_list, need)?;
+            sge_total(wr.sg_list)
         };
-        self.check_sges(qp.pd, wr.sg_list, need)
+        let atomic = matches!(op, ReqOp::CmpSwap | ReqOp::FetchAdd);
+        ensure(
+            !atomic || len == 8,
+            einval("atomic operations move exactly 8 bytes"),
+        )?;
+        ensure(
+            len <= u64::from(self.config.limits.max_msg_sz),
+            einval("message longer than max_msg_sz"),
+        )?;
+        ensure(
+            qp.qp_type != QpType::Ud || len <= u64::from(qp.mtu()),
+            einval("UD message longer than the MTU"),
+        )
     }
 
     /// Every SGE with data must lie inside an MR of `pd` whose access

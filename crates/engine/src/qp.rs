@@ -2,17 +2,23 @@
 //! attributes `ibv_query_qp` returns (seed 003) and the send and receive
 //! queues.
 
+use crate::ctx::Ctx;
 use crate::device::DeviceLimits;
 use crate::error::{einval, ensure, VerbsResult};
-use crate::handles::{CqId, PdId, SrqId};
+use crate::event::AsyncEvent;
+use crate::handles::{CqId, PdId, QpId, SrqId};
 use crate::qp_attr::{QpAttr, QpCap, QpInitAttr};
 use crate::qp_state::{QpState, QpType};
+use crate::requester::Requester;
+use crate::responder::Responder;
+use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::{RecvWqe, SendWqe};
 use std::collections::VecDeque;
 
 /// A queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
+    pub(crate) id: QpId,
     pub(crate) qp_num: u32,
     pub(crate) qp_type: QpType,
     pub(crate) pd: PdId,
@@ -25,14 +31,28 @@ pub(crate) struct Qp {
     /// Every attribute as last set by `ibv_modify_qp`; the state fields
     /// are kept in `state`.
     pub(crate) attr: QpAttr,
+    /// Posted send WRs not yet started by the requester.
     pub(crate) sq: VecDeque<SendWqe>,
     pub(crate) rq: VecDeque<RecvWqe>,
+    /// Bytes per packet of the port (the UD path MTU).
+    pub(crate) port_mtu: u32,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
 }
 
 impl Qp {
     /// A new QP in RESET with the given actual caps.
-    pub(crate) fn new(pd: PdId, qp_num: u32, qp_type: QpType, init: &QpInitAttr, cap: QpCap) -> Qp {
+    pub(crate) fn new(
+        id: QpId,
+        pd: PdId,
+        qp_num: u32,
+        qp_type: QpType,
+        init: &QpInitAttr,
+        cap: QpCap,
+        port_mtu: u32,
+    ) -> Qp {
         Qp {
+            id,
             qp_num,
             qp_type,
             pd,
@@ -45,7 +65,63 @@ impl Qp {
             attr: QpAttr::default(),
             sq: VecDeque::new(),
             rq: VecDeque::new(),
+            port_mtu,
+            req: Requester::default(),
+            resp: Responder::default(),
         }
+    }
+
+    /// Send WRs posted and not yet completed.
+    pub(crate) fn send_queue_len(&self) -> usize {
+        self.sq.len() + self.req.inflight.len()
+    }
+
+    /// Enters the error state: every WR still queued or in flight completes
+    /// with IBV_WC_WR_FLUSH_ERR, send queue first, each in posting order;
+    /// an SRQ-attached QP raises IBV_EVENT_QP_LAST_WQE_REACHED (no more
+    /// WQEs will be taken from the SRQ).
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        let flushed_sends = self
+            .req
+            .inflight
+            .drain(..)
+            .map(|e| e.wqe)
+            .chain(self.sq.drain(..));
+        let sends: Vec<_> = flushed_sends
+            .map(|w| WorkCompletion::flushed(w.wr_id, WcOpcode::of_send(w.opcode), self.qp_num))
+            .collect();
+        for wc in sends {
+            ctx.complete(self.send_cq, wc, false);
+        }
+        for wqe in self.rq.drain(..) {
+            ctx.complete(
+                self.recv_cq,
+                WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, self.qp_num),
+                false,
+            );
+        }
+        self.req = Requester::default();
+        // Responses already queued (the NAK that reports the error to the
+        // requester) are still sent.
+        let out = std::mem::take(&mut self.resp.out);
+        self.resp = Responder::default();
+        self.resp.out = out;
+        if self.srq.is_some() {
+            ctx.event(AsyncEvent::QpLastWqeReached(self.id));
+        }
+    }
+
+    /// Back to RESET: queues emptied without completions, transport state
+    /// forgotten.
+    pub(crate) fn reset(&mut self) {
+        self.sq.clear();
+        self.rq.clear();
+        self.req = Requester::default();
+        self.resp = Responder::default();
     }
 
     /// What `ibv_query_qp` returns: every attribute, the current state and
@@ -55,9 +131,7 @@ impl Qp {
             qp_state: self.state as u32,
             cur_qp_state: self.state as u32,
             cap: self.cap,
-            // The engine has no send WR in progress when it enters SQD
-            // (the SQ is drained at once), so the QP is never draining.
-            sq_draining: 0,
+            sq_draining: u8::from(self.state == QpState::Sqd && self.req.busy()),
             ..self.attr
         }
     }

@@ -4,13 +4,11 @@
 use crate::attr_mask::QpAttrMask;
 use crate::engine::Engine;
 use crate::error::{einval, enomem, ensure, eopnotsupp, VerbsResult};
-use crate::event::AsyncEvent;
 use crate::handles::{PdId, QpId};
 use crate::qp::{actual_caps, Qp};
 use crate::qp_attr::{QpAttr, QpCap, QpInitAttr};
 use crate::qp_modify;
 use crate::qp_state::{QpState, QpType};
-use crate::wc::{WcOpcode, WorkCompletion};
 
 /// What `ibv_create_qp` returns besides the handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +53,14 @@ impl Engine {
             .qpns
             .next(|n| by_num.contains_key(&n))
             .ok_or(enomem("QP numbers exhausted"))?;
-        let id = self.qps.insert(Qp::new(pd, qp_num, qp_type, init, cap));
+        let port_mtu = self
+            .config
+            .ports
+            .first()
+            .map_or(4096, |p| p.active_mtu.bytes());
+        let id = self
+            .qps
+            .insert_with_key(|id| Qp::new(id, pd, qp_num, qp_type, init, cap, port_mtu));
         self.qp_by_num.insert(qp_num, id);
         self.take_qp_references(id);
         Ok(QpCreated { id, qp_num, cap })
@@ -76,6 +81,7 @@ impl Engine {
     pub fn destroy_qp(&mut self, id: QpId) -> VerbsResult<()> {
         let qp = self.qps.remove(id).ok_or(einval("unknown QP"))?;
         self.qp_by_num.remove(&qp.qp_num);
+        self.schedule.forget(id);
         self.pds[qp.pd].users.put();
         self.cqs[qp.send_cq].users.put();
         self.cqs[qp.recv_cq].users.put();
@@ -110,56 +116,48 @@ impl Engine {
     pub fn modify_qp(&mut self, id: QpId, attr: &QpAttr, mask: QpAttrMask) -> VerbsResult<()> {
         let qp = self.qps.get(id).ok_or(einval("unknown QP"))?;
         let next = qp_modify::validate(&self.config, qp, attr, mask)?;
+        let port_mtu = self
+            .config
+            .port(attr.port_num)
+            .map(|p| p.active_mtu.bytes());
         let qp = &mut self.qps[id];
         qp_modify::store(&mut qp.attr, attr, mask);
-        let prev = qp.state;
-        qp.state = next;
-        if mask.contains(QpAttrMask::STATE) {
-            self.enter_state(id, prev, next);
+        if let (true, Some(mtu)) = (mask.contains(QpAttrMask::PORT), port_mtu) {
+            qp.port_mtu = mtu;
         }
+        if mask.contains(QpAttrMask::STATE) {
+            self.enter_state(id, next);
+        }
+        self.schedule.wake(id);
+        self.sync_timer(id);
         Ok(())
     }
 
-    /// Side effects of entering a state.
-    fn enter_state(&mut self, id: QpId, prev: QpState, next: QpState) {
+    /// Side effects of entering a state: RTR starts the responder at
+    /// rq_psn, RTS (from RTR) the requester at sq_psn; SQD stops starting
+    /// WRs and reports SQ_DRAINED when nothing is left in flight; ERR
+    /// flushes; RESET forgets everything queued.
+    fn enter_state(&mut self, id: QpId, next: QpState) {
+        let Some((qp, mut ctx)) = self.qp_ctx(id) else {
+            return;
+        };
+        let prev = qp.state;
         match next {
-            QpState::Reset => {
-                let qp = &mut self.qps[id];
-                qp.sq.clear();
-                qp.rq.clear();
+            QpState::Err => return qp.enter_error(&mut ctx),
+            QpState::Reset => qp.reset(),
+            QpState::Rtr if prev == QpState::Init => qp.resp.start(qp.attr.rq_psn),
+            QpState::Rts if prev == QpState::Rtr => {
+                let a = qp.attr;
+                qp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
             }
-            QpState::Err if prev != QpState::Err => self.flush_qp(id),
-            // No send WR is ever in progress when SQD is entered (the data
-            // path starts WRs only in RTS and completes them before it
-            // returns control), so the SQ is drained at once.
-            QpState::Sqd if prev == QpState::Rts && self.qps[id].attr.en_sqd_async_notify != 0 => {
-                self.events.push_back(AsyncEvent::SqDrained(id));
+            QpState::Sqd if prev == QpState::Rts => {
+                qp.req.drain_notify = qp.attr.en_sqd_async_notify != 0;
             }
             _ => {}
         }
-    }
-
-    /// Completes every queued WR with IBV_WC_WR_FLUSH_ERR, send queue then
-    /// receive queue, each in posting order; an SRQ-attached QP also raises
-    /// IBV_EVENT_QP_LAST_WQE_REACHED (IBTA vol. 1 chapter 11, async events: no
-    /// more WQEs will be taken from the SRQ).
-    pub(crate) fn flush_qp(&mut self, id: QpId) {
-        let qp = &mut self.qps[id];
-        let (qp_num, send_cq, recv_cq, srq) = (qp.qp_num, qp.send_cq, qp.recv_cq, qp.srq);
-        let sq: Vec<_> = qp.sq.drain(..).collect();
-        let rq: Vec<_> = qp.rq.drain(..).collect();
-        for wqe in sq {
-            let wc = WorkCompletion::flushed(wqe.wr_id, WcOpcode::of_send(wqe.opcode), qp_num);
-            self.complete(send_cq, wc);
-        }
-        for wqe in rq {
-            self.complete(
-                recv_cq,
-                WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp_num),
-            );
-        }
-        if srq.is_some() {
-            self.events.push_back(AsyncEvent::QpLastWqeReached(id));
+        qp.state = next;
+        if next == QpState::Sqd {
+            qp.retire(&mut ctx);
         }
     }
 }

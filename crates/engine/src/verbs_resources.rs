@@ -59,8 +59,8 @@ impl Engine {
         )?;
         below_limit(self.mrs.len(), self.config.limits.max_mr, "max_mr reached")?;
         self.pd_mut(pd)?.users.get();
-        let by_key = &self.mr_by_key;
-        let key = self.keys.next(|k| by_key.contains_key(&k));
+        let mrs = &self.mrs;
+        let key = self.keys.next(|k| mrs.key_in_use(k));
         let id = self.mrs.insert(Mr {
             pd,
             addr,
@@ -69,20 +69,17 @@ impl Engine {
             access,
             key,
         });
-        self.mr_by_key.insert(key, id);
-        Ok(&self.mrs[id])
+        Ok(self.mrs.get(id).expect("just inserted"))
     }
 
     /// The MR with lkey/rkey `key`.
     pub fn mr_by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
-        let id = *self.mr_by_key.get(&key)?;
-        Some((id, &self.mrs[id]))
+        self.mrs.by_key(key)
     }
 
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, mr: MrId) -> VerbsResult<()> {
         let m = self.mrs.remove(mr).ok_or(einval("unknown MR"))?;
-        self.mr_by_key.remove(&m.key);
         self.pds[m.pd].users.put();
         Ok(())
     }
@@ -168,17 +165,6 @@ impl Engine {
         let n = max.min(c.entries.len());
         out.extend(c.entries.drain(..n));
         Ok(n)
-    }
-
-    /// Queues a completion; on overrun raises IBV_EVENT_CQ_ERR once.
-    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion) {
-        let Some(c) = self.cqs.get_mut(cq) else {
-            return;
-        };
-        let was_overrun = c.overrun;
-        if !c.push(wc) && !was_overrun {
-            self.events.push_back(crate::event::AsyncEvent::CqErr(cq));
-        }
     }
 }
 

@@ -28,6 +28,8 @@ pub enum WcStatus {
     RetryExcErr = 12,
     /// IBV_WC_RNR_RETRY_EXC_ERR
     RnrRetryExcErr = 13,
+    /// IBV_WC_REM_INV_RD_REQ_ERR
+    RemInvRdReqErr = 15,
     /// IBV_WC_FATAL_ERR
     FatalErr = 19,
     /// IBV_WC_GENERAL_ERR

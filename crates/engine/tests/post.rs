@@ -317,3 +317,80 @@ fn ud_send_needs_an_ah_of_the_same_pd() {
     };
     assert_eq!(errno(f.e.post_send(qp, &wr)), EINVAL, "UD sends only");
 }
+
+#[test]
+fn data_path_limits_are_checked_at_post_time() {
+    let mut f = fixture();
+    let rc = f.qp(QpType::Rc);
+    f.bring_to(rc, QpType::Rc, QpState::Rts);
+    let (addr, lkey) = f.mr(8192, AccessFlags::LOCAL_WRITE);
+    let four = [Sge {
+        addr,
+        length: 4,
+        lkey,
+    }];
+    let atomic = SendWr {
+        opcode: send_opcode::ATOMIC_FETCH_AND_ADD,
+        ..send_wr(&four)
+    };
+    assert_eq!(
+        errno(f.e.post_send(rc, &atomic)),
+        EINVAL,
+        "atomics move 8 bytes"
+    );
+    let eight = [Sge {
+        addr,
+        length: 8,
+        lkey,
+    }];
+    let atomic = SendWr {
+        sg_list: &eight,
+        ..atomic
+    };
+    assert_eq!(errno(f.e.post_send(rc, &atomic)), 0);
+    let inline_read = SendWr {
+        opcode: send_opcode::RDMA_READ,
+        send_flags: send_flags::INLINE,
+        inline_data: b"x",
+        ..send_wr(&[])
+    };
+    assert_eq!(
+        errno(f.e.post_send(rc, &inline_read)),
+        EINVAL,
+        "no inline READ"
+    );
+
+    let ud = f.qp(QpType::Ud);
+    f.bring_to(ud, QpType::Ud, QpState::Rts);
+    let ah = f.e.create_ah(f.pd, &av()).unwrap();
+    let mtu = f.e.query_port(1).unwrap().active_mtu.bytes();
+    let big = [Sge {
+        addr,
+        length: mtu + 1,
+        lkey,
+    }];
+    let target = Some(UdTarget {
+        ah,
+        remote_qpn: 2,
+        remote_qkey: 1,
+    });
+    let wr = SendWr {
+        ud: target,
+        ..send_wr(&big)
+    };
+    assert_eq!(
+        errno(f.e.post_send(ud, &wr)),
+        EINVAL,
+        "UD message above the MTU"
+    );
+    let fits = [Sge {
+        addr,
+        length: mtu,
+        lkey,
+    }];
+    let wr = SendWr {
+        ud: target,
+        ..send_wr(&fits)
+    };
+    assert_eq!(errno(f.e.post_send(ud, &wr)), 0);
+}

@@ -3,6 +3,8 @@
 //! recommended values).
 #![allow(dead_code)]
 
+pub mod pair;
+
 use softverbs_engine::*;
 use std::net::Ipv4Addr;
 

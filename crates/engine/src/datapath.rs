@@ -1,0 +1,174 @@
+//! The engine's packet and timer interface: what the transport (UDP
+//! sockets, or the simulator) calls.
+//!
+//! The engine builds RoCE packets from the BTH on, with the 4-byte ICRC
+//! field left zero: the ICRC covers the IP and UDP headers, which only the
+//! transport knows, so the transport seals it (`softverbs_wire::Flow::seal`)
+//! and verifies it on receipt before calling [`Engine::handle_packet`].
+
+use crate::engine::Engine;
+use crate::error::{einval, VerbsResult};
+use crate::gid::Gid;
+use crate::handles::{CqId, QpId};
+use crate::memory::HostMemory;
+use crate::qp_state::QpState;
+use crate::requester::{response_gids, transport_of};
+use crate::time::Nanos;
+use softverbs_wire::PacketView;
+
+/// The largest packet the engine builds: headers, a 4096-byte payload,
+/// pad and ICRC. Buffers passed to [`Engine::poll_transmit`] need this.
+pub const MAX_PACKET_LEN: usize =
+    softverbs_wire::MAX_HEADER_LEN + 4 + 4096 + 3 + softverbs_wire::ICRC_LEN;
+
+/// A packet `poll_transmit` wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written, ICRC field included (zero until sealed).
+    pub len: usize,
+    /// The local GID it leaves from (its source IP).
+    pub src_gid: Gid,
+    /// The GID it goes to (its destination IP).
+    pub dst_gid: Gid,
+}
+
+impl Engine {
+    /// The next packet to send, if any, written into `buf` (at least
+    /// [`MAX_PACKET_LEN`] bytes). QPs take turns, responses first within a
+    /// QP.
+    pub fn poll_transmit(
+        &mut self,
+        now: Nanos,
+        mem: &dyn HostMemory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        while let Some(id) = self.schedule.next_ready() {
+            let sent = self.transmit_one(id, now, mem, buf);
+            self.sync_timer(id);
+            if sent.is_some() {
+                self.schedule.wake(id);
+                return sent;
+            }
+        }
+        None
+    }
+
+    fn transmit_one(
+        &mut self,
+        id: QpId,
+        now: Nanos,
+        mem: &dyn HostMemory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let sent = self.qp_ctx(id).and_then(|(qp, mut ctx)| {
+            if qp.responder_pending() {
+                let gids = response_gids(qp, &ctx);
+                let len = qp.responder_transmit(mem, buf, &mut scratch);
+                return len.zip(gids).map(|(len, (src_gid, dst_gid))| Transmit {
+                    len,
+                    src_gid,
+                    dst_gid,
+                });
+            }
+            let (len, src_gid, dst_gid) =
+                qp.requester_transmit(&mut ctx, now, mem, buf, &mut scratch)?;
+            Some(Transmit {
+                len,
+                src_gid,
+                dst_gid,
+            })
+        });
+        self.scratch = scratch;
+        sent
+    }
+
+    /// A packet arrived from `src_gid` for `dst_gid`: the RoCE bytes from
+    /// the BTH to the ICRC, whose ICRC the transport has verified.
+    /// Malformed packets and packets for no QP are dropped, as on a NIC.
+    pub fn handle_packet(
+        &mut self,
+        now: Nanos,
+        src_gid: Gid,
+        dst_gid: Gid,
+        packet: &[u8],
+        mem: &mut dyn HostMemory,
+    ) {
+        let Ok(pkt) = PacketView::parse(packet) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Some(id) = self.qp_by_num(pkt.dest_qp().get()) else {
+            self.stats.rx_unknown_qp += 1;
+            return;
+        };
+        let Some((qp, mut ctx)) = self.qp_ctx(id) else {
+            return;
+        };
+        if transport_of(qp.qp_type) != pkt.opcode().transport() {
+            self.stats.rx_wrong_transport += 1;
+            return;
+        }
+        if pkt.opcode().is_response() {
+            qp.requester_receive(&mut ctx, now, &pkt, mem);
+        } else {
+            qp.responder_receive(&mut ctx, &pkt, src_gid, dst_gid, mem);
+        }
+        self.schedule.wake(id);
+        self.sync_timer(id);
+    }
+
+    /// Runs the timers due at `now` (local ACK timeout, end of RNR waits).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(id) = self.schedule.pop_expired(now) {
+            if let Some((qp, mut ctx)) = self.qp_ctx(id) {
+                qp.requester_timeout(&mut ctx, now);
+            }
+            self.schedule.wake(id);
+            self.sync_timer(id);
+        }
+    }
+
+    /// When [`Engine::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.schedule.next_deadline()
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (with `solicited_only`, the
+    /// next solicited or failed one) queues a completion event.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbsResult<()> {
+        let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
+        c.notify = Some(solicited_only);
+        Ok(())
+    }
+
+    /// The next completion event (`ibv_get_cq_event`).
+    pub fn poll_comp_event(&mut self) -> Option<CqId> {
+        self.comp_events.pop_front()
+    }
+
+    /// Packet counters, for diagnostics.
+    pub fn stats(&self) -> &DatapathStats {
+        &self.stats
+    }
+
+    pub(crate) fn sync_timer(&mut self, id: QpId) {
+        let deadline = self
+            .qps
+            .get(id)
+            .filter(|qp| qp.state != QpState::Err)
+            .and_then(|qp| qp.req.deadline());
+        self.schedule.set_timer(id, deadline);
+    }
+}
+
+/// Packets the engine dropped on receipt, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DatapathStats {
+    /// Could not be parsed (truncated, unknown opcode, bad pad).
+    pub rx_malformed: u64,
+    /// Addressed to a QP number that does not exist.
+    pub rx_unknown_qp: u64,
+    /// An opcode of another transport than the QP's.
+    pub rx_wrong_transport: u64,
+}

@@ -1,0 +1,219 @@
+//! Checked access to registered memory: rkey checks for remote requests,
+//! and scatter/gather over SGE lists. Every byte the engine reads or writes
+//! goes through here, after the MR's key, PD, bounds and access rights were
+//! checked, so nothing reaches memory outside a registered region whatever
+//! arrives from the network.
+
+use crate::access::AccessFlags;
+use crate::handles::{MrId, PdId};
+use crate::memory::HostMemory;
+use crate::objects::{range_inside, Mr};
+use crate::wr::Sge;
+use slotmap::SlotMap;
+use std::collections::HashMap;
+
+/// The registered MRs, found by handle or by key.
+#[derive(Debug, Default)]
+pub(crate) struct MrTable {
+    mrs: SlotMap<MrId, Mr>,
+    by_key: HashMap<u32, MrId>,
+}
+
+/// Why a remote access was refused; each maps to a NAK code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RemoteAccessError {
+    /// Unknown rkey, other PD, outside the MR, or rights missing.
+    Access,
+}
+
+/// Why a local SGE list could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocalAccessError {
+    /// An lkey no longer names a usable MR (IBV_WC_LOC_PROT_ERR).
+    Protection,
+    /// The data does not fit in the SGEs (IBV_WC_LOC_LEN_ERR).
+    Length,
+}
+
+impl MrTable {
+    pub(crate) fn len(&self) -> usize {
+        self.mrs.len()
+    }
+
+    pub(crate) fn key_in_use(&self, key: u32) -> bool {
+        self.by_key.contains_key(&key)
+    }
+
+    pub(crate) fn insert(&mut self, mr: Mr) -> MrId {
+        let key = mr.key;
+        let id = self.mrs.insert(mr);
+        self.by_key.insert(key, id);
+        id
+    }
+
+    pub(crate) fn remove(&mut self, id: MrId) -> Option<Mr> {
+        let mr = self.mrs.remove(id)?;
+        self.by_key.remove(&mr.key);
+        Some(mr)
+    }
+
+    pub(crate) fn get(&self, id: MrId) -> Option<&Mr> {
+        self.mrs.get(id)
+    }
+
+    /// The MR whose lkey/rkey is `key`.
+    pub(crate) fn by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
+        let id = *self.by_key.get(&key)?;
+        Some((id, &self.mrs[id]))
+    }
+
+    /// Invalidates `key` (SEND_WITH_INV, LOCAL_INV): the MR stays
+    /// registered but its key no longer grants any access.
+    pub(crate) fn invalidate(&mut self, key: u32) -> bool {
+        self.by_key.remove(&key).is_some()
+    }
+
+    /// Translates a remote `[va, va+len)` under `rkey` into a local address,
+    /// checking the MR's PD, bounds (in its iova space) and `need` rights.
+    pub(crate) fn remote_addr(
+        &self,
+        pd: PdId,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<u64, RemoteAccessError> {
+        let (_, mr) = self.by_key(rkey).ok_or(RemoteAccessError::Access)?;
+        let ok =
+            mr.pd == pd && mr.access.contains(need) && range_inside(va, len, mr.iova, mr.length);
+        if !ok {
+            return Err(RemoteAccessError::Access);
+        }
+        Ok(mr.addr + (va - mr.iova))
+    }
+
+    /// Checks that `sge` is inside a live MR of `pd` with `need` rights.
+    fn local_sge_ok(&self, pd: PdId, sge: &Sge, need: AccessFlags) -> bool {
+        sge.length == 0
+            || self.by_key(sge.lkey).is_some_and(|(_, mr)| {
+                mr.pd == pd
+                    && mr.access.contains(need)
+                    && mr.contains_local(sge.addr, u64::from(sge.length))
+            })
+    }
+
+    /// Copies `out.len()` bytes starting `offset` bytes into the data the
+    /// SGE list describes.
+    pub(crate) fn gather(
+        &self,
+        mem: &dyn HostMemory,
+        pd: PdId,
+        sges: &[Sge],
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), LocalAccessError> {
+        let mut done = 0;
+        for (sge, addr, take) in sge_pieces(sges, offset, out.len()) {
+            if !self.local_sge_ok(pd, sge, AccessFlags::empty()) {
+                return Err(LocalAccessError::Protection);
+            }
+            mem.read(addr, &mut out[done..done + take]);
+            done += take;
+        }
+        if done == out.len() {
+            Ok(())
+        } else {
+            Err(LocalAccessError::Length)
+        }
+    }
+
+    /// Writes `data` starting `offset` bytes into the buffer the SGE list
+    /// describes; the SGEs need LOCAL_WRITE.
+    pub(crate) fn scatter(
+        &self,
+        mem: &mut dyn HostMemory,
+        pd: PdId,
+        sges: &[Sge],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), LocalAccessError> {
+        let covered: usize = sge_pieces(sges, offset, data.len()).map(|p| p.2).sum();
+        if covered != data.len() {
+            return Err(LocalAccessError::Length);
+        }
+        let writable = sge_pieces(sges, offset, data.len())
+            .all(|(sge, _, _)| self.local_sge_ok(pd, sge, AccessFlags::LOCAL_WRITE));
+        if !writable {
+            return Err(LocalAccessError::Protection);
+        }
+        let mut done = 0;
+        for (_, addr, take) in sge_pieces(sges, offset, data.len()) {
+            mem.write(addr, &data[done..done + take]);
+            done += take;
+        }
+        Ok(())
+    }
+}
+
+/// Total bytes an SGE list describes.
+pub(crate) fn sge_total(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
+
+/// The (SGE, address, length) pieces covering `len` bytes from `offset`
+/// into an SGE list; shorter than `len` in total if the list is too short.
+fn sge_pieces(
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+) -> impl Iterator<Item = (&Sge, u64, usize)> + '_ {
+    let mut skip = offset;
+    let mut left = len as u64;
+    sges.iter().filter_map(move |sge| {
+        let sge_len = u64::from(sge.length);
+        if skip >= sge_len {
+            skip -= sge_len;
+            return None;
+        }
+        if left == 0 {
+            return None;
+        }
+        let take = (sge_len - skip).min(left);
+        let addr = sge.addr + skip;
+        skip = 0;
+        left -= take;
+        Some((sge, addr, take as usize))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_skip_offset_and_span_sges() {
+        let sges = [
+            Sge {
+                addr: 100,
+                length: 4,
+                lkey: 1,
+            },
+            Sge {
+                addr: 200,
+                length: 0,
+                lkey: 1,
+            },
+            Sge {
+                addr: 300,
+                length: 8,
+                lkey: 1,
+            },
+        ];
+        let p: Vec<_> = sge_pieces(&sges, 2, 6).map(|p| (p.1, p.2)).collect();
+        assert_eq!(p, [(102, 2), (300, 4)]);
+        let p: Vec<_> = sge_pieces(&sges, 5, 100).map(|p| (p.1, p.2)).collect();
+        assert_eq!(p, [(301, 7)]);
+        assert_eq!(sge_pieces(&sges, 12, 1).count(), 0);
+        assert_eq!(sge_total(&sges), 12);
+    }
+}

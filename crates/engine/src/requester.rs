@@ -1,0 +1,842 @@
+//! The requester: turns send WRs into request packets and completes them.
+//!
+//! Started WRs move from the QP's send queue into `inflight`, where each
+//! owns a fixed PSN range. Transmission walks `inflight` from `send_idx`;
+//! a go-back-N resend only moves `send_idx` and the packet cursors back.
+//! RC WRs complete when acknowledged (SEND, WRITE) or answered (READ,
+//! atomics); UC and UD WRs complete once their last packet is out. WRs
+//! always complete in posting order.
+
+use crate::ctx::Ctx;
+use crate::gid::Gid;
+use crate::memory::HostMemory;
+use crate::mr_table::{sge_total, LocalAccessError};
+use crate::qp::Qp;
+use crate::qp_state::{QpState, QpType};
+use crate::time::{ack_timeout, rnr_delay, Nanos};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{send_flags, send_opcode, SendWqe};
+use softverbs_wire::{
+    AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt, NakCode, OpKind, Opcode, PacketBuilder,
+    PacketView, Position, Psn, Qpn, Reth, Suffix, Syndrome, Transport,
+};
+use std::collections::VecDeque;
+
+/// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
+const MAX_UNACKED_PSNS: i32 = 1024;
+/// A request packet asks for an ACK at least this often.
+const ACK_REQ_INTERVAL: u32 = 16;
+
+/// What a send WR does, as the requester sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReqOp {
+    Send(Suffix),
+    Write(Suffix),
+    Read,
+    CmpSwap,
+    FetchAdd,
+    LocalInv,
+}
+
+impl ReqOp {
+    pub(crate) fn of(opcode: u32) -> ReqOp {
+        match opcode {
+            send_opcode::SEND_WITH_IMM => ReqOp::Send(Suffix::Imm),
+            send_opcode::SEND_WITH_INV => ReqOp::Send(Suffix::Inv),
+            send_opcode::RDMA_WRITE => ReqOp::Write(Suffix::None),
+            send_opcode::RDMA_WRITE_WITH_IMM => ReqOp::Write(Suffix::Imm),
+            send_opcode::RDMA_READ => ReqOp::Read,
+            send_opcode::ATOMIC_CMP_AND_SWP => ReqOp::CmpSwap,
+            send_opcode::ATOMIC_FETCH_AND_ADD => ReqOp::FetchAdd,
+            send_opcode::LOCAL_INV => ReqOp::LocalInv,
+            _ => ReqOp::Send(Suffix::None),
+        }
+    }
+
+    /// READ and atomics need responder resources and are answered with data.
+    pub(crate) fn is_rd_atomic(self) -> bool {
+        matches!(self, ReqOp::Read | ReqOp::CmpSwap | ReqOp::FetchAdd)
+    }
+}
+
+/// A started send WR.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) wqe: SendWqe,
+    op: ReqOp,
+    first_psn: Psn,
+    /// PSNs the WR uses (0 for local operations).
+    npkts: u32,
+    len: u32,
+    /// Next packet to (re)transmit; a READ or atomic request is one packet
+    /// covering the PSNs from `resp_pkts` on.
+    next_pkt: u32,
+    /// READ response packets received, in order.
+    resp_pkts: u32,
+    /// Some packet of the WR was transmitted (so an ACK may cover it).
+    sent_once: bool,
+    done: bool,
+    status: WcStatus,
+}
+
+impl InFlight {
+    fn last_psn(&self) -> Psn {
+        self.first_psn.wrapping_add(self.npkts.saturating_sub(1))
+    }
+
+    fn contains(&self, psn: Psn) -> bool {
+        let d = self.first_psn.distance(psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+
+    fn all_sent(&self) -> bool {
+        self.next_pkt >= self.npkts
+    }
+}
+
+/// Requester state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub(crate) inflight: VecDeque<InFlight>,
+    next_psn: Psn,
+    send_idx: usize,
+    retry_left: u8,
+    rnr_left: u8,
+    retransmit_at: Option<Nanos>,
+    rnr_resume: Option<(Nanos, Psn)>,
+    rd_atomic: u32,
+    since_ack_req: u32,
+    /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
+    pub(crate) drain_notify: bool,
+}
+
+impl Requester {
+    /// Starts sending from `sq_psn` with full retry budgets (RTR->RTS).
+    pub(crate) fn start(&mut self, sq_psn: u32, retry_cnt: u8, rnr_retry: u8) {
+        *self = Requester {
+            next_psn: Psn::new_masked(sq_psn),
+            retry_left: retry_cnt,
+            rnr_left: rnr_retry,
+            ..Requester::default()
+        };
+    }
+
+    /// The earliest timer of the requester.
+    pub(crate) fn deadline(&self) -> Option<Nanos> {
+        let rnr = self.rnr_resume.map(|(at, _)| at);
+        match (self.retransmit_at, rnr) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether a send WR is still in progress (`sq_draining`).
+    pub(crate) fn busy(&self) -> bool {
+        !self.inflight.is_empty()
+    }
+
+    /// Moves transmission back so that `psn` is sent next (go-back-N).
+    fn go_back(&mut self, psn: Psn) {
+        let Some(idx) = self
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.contains(psn))
+        else {
+            return;
+        };
+        self.send_idx = self.send_idx.min(idx);
+        for (i, e) in self.inflight.iter_mut().enumerate().skip(idx) {
+            if e.done {
+                continue;
+            }
+            e.next_pkt = match e.op {
+                _ if e.op.is_rd_atomic() => 0,
+                _ if i == idx => e.first_psn.distance(psn) as u32,
+                _ => 0,
+            };
+        }
+    }
+
+    /// The oldest PSN sent and not acknowledged.
+    fn oldest_unacked(&self) -> Option<Psn> {
+        self.inflight
+            .iter()
+            .find(|e| !e.done && e.npkts > 0)
+            .map(|e| e.first_psn.wrapping_add(e.resp_pkts))
+    }
+}
+
+/// One request packet ready to be written.
+struct Request<'a> {
+    bth: Bth,
+    ext: ExtHeaders,
+    payload: &'a [u8],
+}
+
+impl Qp {
+    /// Writes the next request packet into `buf`; `None` if the requester
+    /// has nothing to send now.
+    pub(crate) fn requester_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        now: Nanos,
+        mem: &dyn HostMemory,
+        buf: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<(usize, Gid, Gid)> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
+            return None;
+        }
+        loop {
+            if self.req.send_idx >= self.req.inflight.len() {
+                if !self.start_next(ctx) {
+                    return None;
+                }
+                continue;
+            }
+            let idx = self.req.send_idx;
+            let entry = &self.req.inflight[idx];
+            if entry.done || entry.all_sent() {
+                self.req.send_idx += 1;
+                continue;
+            }
+            let Some((sgid, dgid)) = request_gids(self, ctx, idx) else {
+                self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
+                return None;
+            };
+            match self.build_request(ctx, idx, mem, buf, scratch) {
+                Ok(len) => {
+                    self.after_transmit(ctx, idx, now);
+                    return Some((len, sgid, dgid));
+                }
+                Err(status) => {
+                    self.fail_requester(ctx, idx, status);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Starts the next posted WR if the rules allow: only in RTS, within
+    /// the PSN window, after a fence, and within max_rd_atomic.
+    fn start_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.state != QpState::Rts {
+            return false;
+        }
+        let Some(wqe) = self.sq.front() else {
+            return false;
+        };
+        let op = ReqOp::of(wqe.opcode);
+        let req = &self.req;
+        if let Some(oldest) = req.oldest_unacked() {
+            if oldest.distance(req.next_psn) >= MAX_UNACKED_PSNS {
+                return false;
+            }
+        }
+        if wqe.send_flags & send_flags::FENCE != 0 && req.rd_atomic > 0 {
+            return false;
+        }
+        if op.is_rd_atomic() && req.rd_atomic >= u32::from(self.attr.max_rd_atomic).max(1) {
+            return false;
+        }
+        let wqe = self.sq.pop_front().expect("front checked");
+        let entry = self.new_inflight(wqe, op);
+        if op == ReqOp::LocalInv {
+            self.local_invalidate(ctx, entry);
+            return true;
+        }
+        self.req.next_psn = self.req.next_psn.wrapping_add(entry.npkts);
+        if op.is_rd_atomic() {
+            self.req.rd_atomic += 1;
+        }
+        self.req.inflight.push_back(entry);
+        true
+    }
+
+    fn new_inflight(&self, wqe: SendWqe, op: ReqOp) -> InFlight {
+        let len = if wqe.send_flags & send_flags::INLINE != 0 {
+            wqe.inline_data.len() as u32
+        } else {
+            sge_total(&wqe.sg_list) as u32
+        };
+        let mtu = self.mtu();
+        let npkts = match op {
+            ReqOp::LocalInv => 0,
+            ReqOp::CmpSwap | ReqOp::FetchAdd => 1,
+            _ => len.div_ceil(mtu).max(1),
+        };
+        InFlight {
+            wqe,
+            op,
+            first_psn: self.req.next_psn,
+            npkts,
+            len,
+            next_pkt: 0,
+            resp_pkts: 0,
+            sent_once: false,
+            done: false,
+            status: WcStatus::Success,
+        }
+    }
+
+    /// LOCAL_INV runs when it is reached, in order, and completes at once.
+    fn local_invalidate(&mut self, ctx: &mut Ctx<'_>, mut entry: InFlight) {
+        let key = entry.wqe.imm_data_or_inv_rkey;
+        let ours = ctx.mrs.by_key(key).is_some_and(|(_, mr)| mr.pd == self.pd);
+        entry.done = true;
+        if ours {
+            ctx.mrs.invalidate(key);
+        } else {
+            entry.status = WcStatus::LocProtErr;
+        }
+        let failed = entry.status != WcStatus::Success;
+        self.req.inflight.push_back(entry);
+        if failed {
+            let idx = self.req.inflight.len() - 1;
+            self.fail_requester(ctx, idx, WcStatus::LocProtErr);
+        } else {
+            self.retire(ctx);
+        }
+    }
+
+    /// Path MTU in bytes: the QP's for RC/UC, the port's for UD.
+    pub(crate) fn mtu(&self) -> u32 {
+        match self.qp_type {
+            QpType::Ud => self.port_mtu,
+            _ => crate::mtu::Mtu::from_raw(self.attr.path_mtu).map_or(self.port_mtu, |m| m.bytes()),
+        }
+    }
+
+    /// Bookkeeping after a packet of entry `idx` went out.
+    fn after_transmit(&mut self, ctx: &mut Ctx<'_>, idx: usize, now: Nanos) {
+        let reliable = self.qp_type == QpType::Rc;
+        let entry = &mut self.req.inflight[idx];
+        entry.sent_once = true;
+        entry.next_pkt = if entry.op.is_rd_atomic() {
+            entry.npkts
+        } else {
+            entry.next_pkt + 1
+        };
+        if !reliable && entry.all_sent() {
+            entry.done = true;
+            self.retire(ctx);
+            return;
+        }
+        if reliable && self.req.retransmit_at.is_none() {
+            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
+        }
+    }
+
+    /// Builds the packet `next_pkt` of entry `idx`.
+    fn build_request(
+        &mut self,
+        ctx: &Ctx<'_>,
+        idx: usize,
+        mem: &dyn HostMemory,
+        buf: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Result<usize, WcStatus> {
+        let request = self.plan_request(ctx, idx, mem, scratch)?;
+        let builder = PacketBuilder {
+            bth: request.bth,
+            ext: request.ext,
+            payload: request.payload,
+        };
+        builder
+            .build_unsealed(buf)
+            .map_err(|_| WcStatus::GeneralErr)
+    }
+
+    fn plan_request<'s>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        idx: usize,
+        mem: &dyn HostMemory,
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<Request<'s>, WcStatus> {
+        let mtu = self.mtu();
+        let transport = transport_of(self.qp_type);
+        let e = &self.req.inflight[idx];
+        let k = e.next_pkt;
+        let (kind, suffix) = match e.op {
+            ReqOp::Send(s) => (OpKind::Send, s),
+            ReqOp::Write(s) => (OpKind::Write, s),
+            ReqOp::Read => (OpKind::ReadRequest, Suffix::None),
+            ReqOp::CmpSwap => (OpKind::CompareSwap, Suffix::None),
+            ReqOp::FetchAdd => (OpKind::FetchAdd, Suffix::None),
+            ReqOp::LocalInv => return Err(WcStatus::GeneralErr),
+        };
+        let position = position_of(k, e.npkts, e.op.is_rd_atomic());
+        let last = matches!(position, Position::Last | Position::Only);
+        let suffix = if last { suffix } else { Suffix::None };
+        let opcode =
+            Opcode::compose(transport, kind, position, suffix).ok_or(WcStatus::LocQpOpErr)?;
+        let psn = e
+            .first_psn
+            .wrapping_add(if e.op.is_rd_atomic() { e.resp_pkts } else { k });
+        let mut ext = ExtHeaders::default();
+        let mut payload_len = 0;
+        match e.op {
+            ReqOp::Send(_) | ReqOp::Write(_) => {
+                let offset = k * mtu;
+                payload_len = (e.len - offset).min(mtu) as usize;
+                if matches!(e.op, ReqOp::Write(_))
+                    && matches!(position, Position::First | Position::Only)
+                {
+                    ext.reth = Some(Reth {
+                        va: e.wqe.rdma.remote_addr,
+                        rkey: e.wqe.rdma.rkey,
+                        dma_len: e.len,
+                    });
+                }
+                gather_payload(
+                    ctx,
+                    self.pd,
+                    e,
+                    u64::from(offset),
+                    payload_len,
+                    mem,
+                    scratch,
+                )?;
+            }
+            ReqOp::Read => {
+                let offset = e.resp_pkts * mtu;
+                ext.reth = Some(Reth {
+                    va: e.wqe.rdma.remote_addr.wrapping_add(u64::from(offset)),
+                    rkey: e.wqe.rdma.rkey,
+                    dma_len: e.len - offset.min(e.len),
+                });
+            }
+            ReqOp::CmpSwap | ReqOp::FetchAdd => {
+                let a = e.wqe.atomic;
+                let (swap_add, compare) = if e.op == ReqOp::CmpSwap {
+                    (a.swap, a.compare_add)
+                } else {
+                    (a.compare_add, 0)
+                };
+                ext.atomic_eth = Some(AtomicEth {
+                    va: a.remote_addr,
+                    rkey: a.rkey,
+                    swap_add,
+                    compare,
+                });
+            }
+            ReqOp::LocalInv => {}
+        }
+        if last && suffix == Suffix::Imm {
+            ext.imm_dt = Some(ImmDt {
+                imm: e.wqe.imm_data_or_inv_rkey,
+            });
+        }
+        if last && suffix == Suffix::Inv {
+            ext.ieth = Some(Ieth {
+                rkey: e.wqe.imm_data_or_inv_rkey,
+            });
+        }
+        let dest_qp = self.dest_qpn_of(e);
+        if self.qp_type == QpType::Ud {
+            ext.deth = Some(self.deth_of(e));
+        }
+        let solicited = last && e.wqe.send_flags & send_flags::SOLICITED != 0;
+        let ack_req =
+            self.qp_type == QpType::Rc && (last || self.req.since_ack_req + 1 >= ACK_REQ_INTERVAL);
+        self.req.since_ack_req = if ack_req {
+            0
+        } else {
+            self.req.since_ack_req + 1
+        };
+        let mut bth = Bth::new(opcode, Qpn::new_masked(dest_qp), psn);
+        bth.solicited = solicited;
+        bth.ack_req = ack_req;
+        Ok(Request {
+            bth,
+            ext,
+            payload: &scratch[..payload_len],
+        })
+    }
+
+    fn dest_qpn_of(&self, e: &InFlight) -> u32 {
+        match (self.qp_type, e.wqe.ud) {
+            (QpType::Ud, Some(ud)) => ud.remote_qpn,
+            _ => self.attr.dest_qp_num,
+        }
+    }
+
+    /// DETH of a UD send: a Q_Key with the high bit set means "use the
+    /// QP's own Q_Key" (ibv_post_send(3)).
+    fn deth_of(&self, e: &InFlight) -> Deth {
+        let wr_qkey = e.wqe.ud.map_or(0, |ud| ud.remote_qkey);
+        let qkey = if wr_qkey & 0x8000_0000 != 0 {
+            self.attr.qkey
+        } else {
+            wr_qkey
+        };
+        Deth {
+            qkey,
+            src_qp: Qpn::new_masked(self.qp_num),
+        }
+    }
+
+    /// Handles a response (ACK, NAK, READ response, atomic ACK) of an RC QP.
+    pub(crate) fn requester_receive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        now: Nanos,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) {
+        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let progress = match pkt.opcode().kind() {
+            OpKind::Ack => self.on_ack(ctx, now, pkt),
+            OpKind::ReadResponse => self.on_read_response(ctx, pkt, mem),
+            OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
+            _ => false,
+        };
+        if progress && self.state != QpState::Err {
+            self.req.retry_left = self.attr.retry_cnt;
+            self.req.rnr_left = self.attr.rnr_retry;
+            self.req.retransmit_at = None;
+        }
+        self.retire(ctx);
+        if self.state != QpState::Err && self.req.retransmit_at.is_none() && self.has_unacked() {
+            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
+        }
+    }
+
+    fn has_unacked(&self) -> bool {
+        self.req.inflight.iter().any(|e| !e.done && e.sent_once)
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, now: Nanos, pkt: &PacketView<'_>) -> bool {
+        let Some(aeth) = pkt.aeth() else {
+            return false;
+        };
+        let psn = pkt.psn();
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => self.ack_through(psn),
+            Syndrome::RnrNak { timer } => {
+                let progress = self.ack_through(psn.wrapping_sub(1));
+                self.on_rnr_nak(ctx, now, psn, timer);
+                progress
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                let progress = self.ack_through(psn.wrapping_sub(1));
+                if !progress && !self.consume_retry(ctx) {
+                    return false;
+                }
+                self.req.go_back(psn);
+                progress
+            }
+            Syndrome::Nak(code) => {
+                self.ack_through(psn.wrapping_sub(1));
+                if let Some(idx) = self
+                    .req
+                    .inflight
+                    .iter()
+                    .position(|e| !e.done && e.contains(psn))
+                {
+                    self.fail_requester(ctx, idx, nak_status(code));
+                }
+                false
+            }
+        }
+    }
+
+    /// Acknowledges every SEND and WRITE whose PSNs are all at or before
+    /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
+    /// its response: it is requested again. Returns whether a WR finished.
+    fn ack_through(&mut self, psn: Psn) -> bool {
+        if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
+            return false; // acknowledges PSNs never sent: ignore
+        }
+        let mut progress = false;
+        let mut lost = None;
+        for e in self
+            .req
+            .inflight
+            .iter_mut()
+            .filter(|e| !e.done && e.npkts > 0)
+        {
+            if !e.sent_once || e.last_psn().distance(psn) < 0 {
+                break;
+            }
+            if e.op.is_rd_atomic() {
+                lost = Some(e.first_psn.wrapping_add(e.resp_pkts));
+                break;
+            }
+            e.done = true;
+            progress = true;
+        }
+        if let Some(p) = lost {
+            self.req.go_back(p);
+        }
+        progress
+    }
+
+    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
+        if self.attr.rnr_retry != 7 {
+            if self.req.rnr_left == 0 {
+                if let Some(idx) = self
+                    .req
+                    .inflight
+                    .iter()
+                    .position(|e| !e.done && e.contains(psn))
+                {
+                    self.fail_requester(ctx, idx, WcStatus::RnrRetryExcErr);
+                }
+                return;
+            }
+            self.req.rnr_left -= 1;
+        }
+        self.req.go_back(psn);
+        self.req.retransmit_at = None;
+        self.req.rnr_resume = Some((now + rnr_delay(timer), psn));
+    }
+
+    /// Uses one transport retry; on exhaustion fails the oldest unacked WR
+    /// with RETRY_EXC_ERR and returns false.
+    fn consume_retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.req.retry_left > 0 {
+            self.req.retry_left -= 1;
+            return true;
+        }
+        if let Some(idx) = self
+            .req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.npkts > 0)
+        {
+            self.fail_requester(ctx, idx, WcStatus::RetryExcErr);
+        }
+        false
+    }
+
+    fn on_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> bool {
+        let Some(idx) = self
+            .req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.op.is_rd_atomic())
+        else {
+            return false;
+        };
+        let e = &self.req.inflight[idx];
+        let expected = e.first_psn.wrapping_add(e.resp_pkts);
+        if e.op != ReqOp::Read || pkt.psn() != expected {
+            return false; // duplicate or out of order: the timer recovers
+        }
+        self.ack_through(e.first_psn.wrapping_sub(1));
+        let mtu = self.mtu();
+        let e = &self.req.inflight[idx];
+        let offset = e.resp_pkts * mtu;
+        let want = (e.len - offset.min(e.len)).min(mtu) as usize;
+        // A re-requested READ restarts with READ_RESP_FIRST at the PSN it
+        // asked for, so only "is this the last packet" is checked.
+        let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.npkts);
+        if !last_ok || pkt.payload().len() != want {
+            self.fail_requester(ctx, idx, WcStatus::BadRespErr);
+            return false;
+        }
+        let written = ctx.mrs.scatter(
+            mem,
+            self.pd,
+            &e.wqe.sg_list,
+            u64::from(offset),
+            pkt.payload(),
+        );
+        if let Err(err) = written {
+            self.fail_requester(ctx, idx, local_status(err));
+            return false;
+        }
+        let e = &mut self.req.inflight[idx];
+        e.resp_pkts += 1;
+        if e.resp_pkts == e.npkts {
+            e.done = true;
+            self.req.rd_atomic -= 1;
+        }
+        true
+    }
+
+    fn on_atomic_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> bool {
+        let Some(idx) = self
+            .req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.op.is_rd_atomic())
+        else {
+            return false;
+        };
+        let e = &self.req.inflight[idx];
+        let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
+        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == e.first_psn)
+        else {
+            return false;
+        };
+        self.ack_through(e.first_psn.wrapping_sub(1));
+        let e = &self.req.inflight[idx];
+        let orig = ack.orig_data.to_ne_bytes();
+        if let Err(err) = ctx.mrs.scatter(mem, self.pd, &e.wqe.sg_list, 0, &orig) {
+            self.fail_requester(ctx, idx, local_status(err));
+            return false;
+        }
+        self.req.inflight[idx].done = true;
+        self.req.rd_atomic -= 1;
+        true
+    }
+
+    /// Timer expiry: the end of an RNR wait, or the local ACK timeout.
+    pub(crate) fn requester_timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
+        if let Some((at, psn)) = self.req.rnr_resume {
+            if at <= now {
+                self.req.rnr_resume = None;
+                self.req.go_back(psn);
+            }
+        }
+        if self.req.retransmit_at.is_some_and(|at| at <= now) {
+            self.req.retransmit_at = None;
+            if self.consume_retry(ctx) {
+                if let Some(psn) = self.req.oldest_unacked() {
+                    self.req.go_back(psn);
+                }
+            }
+        }
+    }
+
+    /// Completes finished WRs at the head of `inflight`, in order.
+    pub(crate) fn retire(&mut self, ctx: &mut Ctx<'_>) {
+        while self.req.inflight.front().is_some_and(|e| e.done) {
+            let e = self.req.inflight.pop_front().expect("front checked");
+            self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            if e.wqe.signaled || e.status != WcStatus::Success {
+                let wc = self.send_completion(&e);
+                ctx.complete(self.send_cq, wc, false);
+            }
+        }
+        if self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {
+            self.req.drain_notify = false;
+            ctx.event(crate::event::AsyncEvent::SqDrained(self.id));
+        }
+    }
+
+    fn send_completion(&self, e: &InFlight) -> WorkCompletion {
+        let byte_len = match e.op {
+            ReqOp::Read => e.len,
+            ReqOp::CmpSwap | ReqOp::FetchAdd => 8,
+            _ => 0,
+        };
+        WorkCompletion {
+            byte_len,
+            status: e.status,
+            ..WorkCompletion::flushed(e.wqe.wr_id, WcOpcode::of_send(e.wqe.opcode), self.qp_num)
+        }
+    }
+
+    /// A WR failed: it completes with `status`, earlier unfinished WRs and
+    /// every later one are flushed, and the QP enters the error state.
+    pub(crate) fn fail_requester(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
+        for (i, e) in self.req.inflight.iter_mut().enumerate() {
+            if i == idx {
+                e.status = status;
+            } else if !e.done {
+                e.status = WcStatus::WrFlushErr;
+            }
+            e.done = true;
+        }
+        self.retire(ctx);
+        self.enter_error(ctx);
+    }
+}
+
+pub(crate) fn transport_of(ty: QpType) -> Transport {
+    match ty {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+/// Position of packet `k` of `npkts`; READ and atomic requests are Only.
+fn position_of(k: u32, npkts: u32, single: bool) -> Position {
+    match (single || npkts <= 1, k == 0, k + 1 >= npkts) {
+        (true, _, _) => Position::Only,
+        (false, true, _) => Position::First,
+        (false, false, true) => Position::Last,
+        _ => Position::Middle,
+    }
+}
+
+/// Copies the payload of one packet into `scratch`.
+fn gather_payload(
+    ctx: &Ctx<'_>,
+    pd: crate::handles::PdId,
+    e: &InFlight,
+    offset: u64,
+    len: usize,
+    mem: &dyn HostMemory,
+    scratch: &mut Vec<u8>,
+) -> Result<(), WcStatus> {
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    let out = &mut scratch[..len];
+    if e.wqe.send_flags & send_flags::INLINE != 0 {
+        let start = offset as usize;
+        out.copy_from_slice(&e.wqe.inline_data[start..start + len]);
+        return Ok(());
+    }
+    ctx.mrs
+        .gather(mem, pd, &e.wqe.sg_list, offset, out)
+        .map_err(local_status)
+}
+
+pub(crate) fn local_status(err: LocalAccessError) -> WcStatus {
+    match err {
+        LocalAccessError::Protection => WcStatus::LocProtErr,
+        LocalAccessError::Length => WcStatus::LocLenErr,
+    }
+}
+
+/// The requester's completion status for a NAK (IBTA; ibv_poll_cq(3)).
+fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::InvalidRequest | NakCode::PsnSequenceError => WcStatus::RemInvReqErr,
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+    }
+}
+
+/// Source and destination GIDs of a request: the QP's path, or for UD the
+/// WR's address handle (which must still exist).
+fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
+    let av = match qp.qp_type {
+        QpType::Ud => ctx.ahs.get(qp.req.inflight.get(idx)?.wqe.ud?.ah)?.attr,
+        _ => qp.attr.ah_attr,
+    };
+    let port = if qp.qp_type == QpType::Ud {
+        qp.attr.port_num
+    } else {
+        av.port_num
+    };
+    let sgid = ctx.config.gid(port, u32::from(av.grh.sgid_index))?;
+    Some((sgid, av.grh.dgid))
+}
+
+/// Source and destination GIDs of a response: back along the QP's path.
+pub(crate) fn response_gids(qp: &Qp, ctx: &Ctx<'_>) -> Option<(Gid, Gid)> {
+    let av = qp.attr.ah_attr;
+    let sgid = ctx.config.gid(av.port_num, u32::from(av.grh.sgid_index))?;
+    Some((sgid, av.grh.dgid))
+}

@@ -1,0 +1,752 @@
+//! The responder: executes incoming requests and produces ACKs, NAKs, READ
+//! responses and atomic ACKs.
+//!
+//! RC checks PSNs strictly: the expected PSN is executed, an older one is a
+//! duplicate (re-acknowledged; a READ re-executed; an atomic answered from
+//! the saved result, never applied twice), a newer one means packets were
+//! lost (one PSN sequence error NAK until the gap closes). UC accepts the
+//! next PSN and drops the rest of a message after a gap. UD checks the
+//! Q_Key and delivers whole datagrams with a GRH.
+
+use crate::access::AccessFlags;
+use crate::ctx::Ctx;
+use crate::event::AsyncEvent;
+use crate::memory::HostMemory;
+use crate::qp::Qp;
+use crate::qp_state::{QpState, QpType};
+use crate::requester::local_status;
+use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::RecvWqe;
+use softverbs_wire::{
+    Aeth, AtomicAckEth, Bth, ExtHeaders, Msn, NakCode, OpKind, Opcode, PacketView, Position, Psn,
+    Qpn, Syndrome, Transport,
+};
+use std::collections::VecDeque;
+
+/// Bytes of GRH at the start of every UD receive buffer.
+pub const GRH_LEN: usize = 40;
+
+/// A message being received across several packets.
+#[derive(Debug)]
+enum InProgress {
+    Send {
+        wqe: RecvWqe,
+        offset: u32,
+    },
+    Write {
+        addr: u64,
+        remaining: u32,
+        total: u32,
+    },
+}
+
+/// A response waiting to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Response {
+    /// ACK or NAK for `psn`.
+    Ack { psn: Psn, syndrome: Syndrome },
+    /// READ response packets from `psn`, reading `remaining` bytes at the
+    /// local address `addr` (`first` marks the first packet's position).
+    Read {
+        psn: Psn,
+        addr: u64,
+        remaining: u32,
+        first: bool,
+        rkey: u32,
+    },
+    /// The atomic ACK for `psn`.
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    epsn: Psn,
+    msn: u32,
+    msg: Option<InProgress>,
+    nak_sent: bool,
+    /// UC: dropping the rest of a message after a PSN gap.
+    uc_dropping: bool,
+    pub(crate) out: VecDeque<Response>,
+    /// Results of executed atomics, for duplicate requests.
+    atomics: VecDeque<(Psn, u64)>,
+    comm_est: bool,
+}
+
+impl Responder {
+    /// Starts receiving at `rq_psn` (INIT->RTR).
+    pub(crate) fn start(&mut self, rq_psn: u32) {
+        *self = Responder {
+            epsn: Psn::new_masked(rq_psn),
+            ..Responder::default()
+        };
+    }
+
+    fn msn(&self) -> Msn {
+        Msn::new_masked(self.msn)
+    }
+
+    /// Queues an ACK, replacing a queued ACK it supersedes (coalescing).
+    fn ack(&mut self, psn: Psn) {
+        let syndrome = Syndrome::Ack {
+            credits: Syndrome::NO_CREDIT_COUNT,
+        };
+        if let Some(Response::Ack {
+            syndrome: Syndrome::Ack { .. },
+            ..
+        }) = self.out.back()
+        {
+            self.out.pop_back();
+        }
+        self.out.push_back(Response::Ack { psn, syndrome });
+    }
+
+    fn nak(&mut self, psn: Psn, syndrome: Syndrome) {
+        self.out.push_back(Response::Ack { psn, syndrome });
+    }
+}
+
+/// Why an in-order request failed at the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// NAK Invalid Request; IBV_EVENT_QP_REQ_ERR.
+    Invalid,
+    /// NAK Remote Access Error; IBV_EVENT_QP_ACCESS_ERR.
+    Access,
+    /// A receive WR could not take the data: NAK Invalid Request (length)
+    /// or Remote Operational Error (protection); the WR completes with the
+    /// local status.
+    Receive(WcStatus),
+    /// No receive WR posted: RNR NAK.
+    NotReady,
+}
+
+impl Qp {
+    /// Handles a request packet addressed to this QP.
+    pub(crate) fn responder_receive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        src_gid: crate::gid::Gid,
+        dst_gid: crate::gid::Gid,
+        mem: &mut dyn HostMemory,
+    ) {
+        if !matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            return;
+        }
+        if pkt.bth().pkey != Bth::DEFAULT_PKEY {
+            return; // IBTA: a P_Key mismatch is silently dropped
+        }
+        if self.state == QpState::Rtr && !self.resp.comm_est {
+            self.resp.comm_est = true;
+            ctx.event(AsyncEvent::CommEst(self.id));
+        }
+        match self.qp_type {
+            QpType::Rc => self.rc_receive(ctx, pkt, mem),
+            QpType::Uc => self.uc_receive(ctx, pkt, mem),
+            QpType::Ud => self.ud_receive(ctx, pkt, src_gid, dst_gid, mem),
+        }
+    }
+
+    fn rc_receive(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>, mem: &mut dyn HostMemory) {
+        let psn = pkt.psn();
+        let d = self.resp.epsn.distance(psn);
+        if d < 0 {
+            return self.rc_duplicate(ctx, pkt);
+        }
+        if d > 0 {
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                let epsn = self.resp.epsn;
+                self.resp
+                    .nak(epsn, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        match self.execute(ctx, pkt, mem) {
+            Ok(()) => {
+                self.resp.nak_sent = false;
+                if pkt.bth().ack_req && matches!(pkt.opcode().kind(), OpKind::Send | OpKind::Write)
+                {
+                    self.resp.ack(psn);
+                }
+            }
+            Err(Fault::NotReady) => {
+                let timer = self.attr.min_rnr_timer;
+                self.resp.nak(psn, Syndrome::RnrNak { timer });
+            }
+            Err(fault) => self.rc_fault(ctx, psn, fault),
+        }
+    }
+
+    /// A fatal request error: NAK it, raise the event, enter ERR.
+    fn rc_fault(&mut self, ctx: &mut Ctx<'_>, psn: Psn, fault: Fault) {
+        let (code, event) = match fault {
+            Fault::Access => (
+                NakCode::RemoteAccessError,
+                Some(AsyncEvent::QpAccessErr(self.id)),
+            ),
+            Fault::Receive(WcStatus::LocLenErr) | Fault::Invalid => {
+                (NakCode::InvalidRequest, Some(AsyncEvent::QpReqErr(self.id)))
+            }
+            _ => (NakCode::RemoteOperationalError, None),
+        };
+        self.resp.nak(psn, Syndrome::Nak(code));
+        if let Some(event) = event {
+            ctx.event(event);
+        }
+        self.enter_error(ctx);
+    }
+
+    fn rc_duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) {
+        let psn = pkt.psn();
+        match pkt.opcode().kind() {
+            OpKind::ReadRequest => {
+                let already = self
+                    .resp
+                    .out
+                    .iter()
+                    .any(|r| matches!(r, Response::Read { psn: p, .. } if *p == psn));
+                if !already {
+                    // A re-executed READ reads memory again; its rkey is
+                    // checked again, and a failure now is ignored since
+                    // the original was answered.
+                    let _ = self.queue_read(ctx, pkt);
+                }
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                if let Some(&(_, orig)) = self.resp.atomics.iter().find(|(p, _)| *p == psn) {
+                    self.resp.out.push_back(Response::Atomic { psn, orig });
+                }
+            }
+            _ => {
+                let last = self.resp.epsn.wrapping_sub(1);
+                self.resp.ack(last);
+            }
+        }
+    }
+
+    /// Executes the expected request; on success the expected PSN moves on.
+    fn execute(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> Result<(), Fault> {
+        let opcode = pkt.opcode();
+        self.check_sequence(opcode)?;
+        let advance = match opcode.kind() {
+            OpKind::Send => self.receive_send(ctx, pkt, mem, 0)?,
+            OpKind::Write => self.receive_write(ctx, pkt, mem)?,
+            OpKind::ReadRequest => self.receive_read(ctx, pkt)?,
+            OpKind::CompareSwap | OpKind::FetchAdd => self.receive_atomic(ctx, pkt, mem)?,
+            _ => return Err(Fault::Invalid),
+        };
+        self.resp.epsn = self.resp.epsn.wrapping_add(advance);
+        if opcode.is_last() {
+            self.resp.msn = (self.resp.msn + 1) & 0xFF_FFFF;
+        }
+        Ok(())
+    }
+
+    /// FIRST/MIDDLE/LAST must follow each other within one message.
+    fn check_sequence(&self, opcode: Opcode) -> Result<(), Fault> {
+        let continuing = matches!(opcode.position(), Position::Middle | Position::Last);
+        let ok = match (&self.resp.msg, continuing) {
+            (None, false) => true,
+            (Some(InProgress::Send { .. }), true) => opcode.kind() == OpKind::Send,
+            (Some(InProgress::Write { .. }), true) => opcode.kind() == OpKind::Write,
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Fault::Invalid)
+        }
+    }
+
+    /// The remote-access rights the QP grants (`qp_access_flags`).
+    fn grants(&self, need: AccessFlags) -> Result<(), Fault> {
+        if AccessFlags::from_bits_truncate(self.attr.qp_access_flags).contains(need) {
+            Ok(())
+        } else {
+            Err(Fault::Invalid)
+        }
+    }
+
+    /// A SEND packet (or UD datagram, whose data starts after `lead` bytes
+    /// of GRH already written).
+    fn receive_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+        lead: u32,
+    ) -> Result<u32, Fault> {
+        let opcode = pkt.opcode();
+        self.check_payload_size(opcode, pkt.payload().len())?;
+        let (wqe, offset) = match self.resp.msg.take() {
+            Some(InProgress::Send { wqe, offset }) => (wqe, offset),
+            _ => (self.take_recv_wqe(ctx).ok_or(Fault::NotReady)?, lead),
+        };
+        let written = ctx
+            .mrs
+            .scatter(mem, self.pd, &wqe.sg_list, u64::from(offset), pkt.payload());
+        if let Err(err) = written {
+            self.fail_receive(ctx, &wqe, local_status(err));
+            return Err(Fault::Receive(local_status(err)));
+        }
+        let offset = offset + pkt.payload().len() as u32;
+        if !opcode.is_last() {
+            self.resp.msg = Some(InProgress::Send { wqe, offset });
+            return Ok(1);
+        }
+        let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, offset);
+        if let Some(imm) = pkt.imm() {
+            wc.imm_data_or_inv_rkey = imm;
+            wc.wc_flags |= wc_flags::WITH_IMM;
+        }
+        if let Some(ieth) = pkt.ieth() {
+            self.invalidate_for_send(ctx, &wqe, ieth.rkey)?;
+            wc.imm_data_or_inv_rkey = ieth.rkey;
+            wc.wc_flags |= wc_flags::WITH_INV;
+        }
+        ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
+        Ok(1)
+    }
+
+    /// SEND_WITH_INV invalidates an rkey of this QP's PD.
+    fn invalidate_for_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wqe: &RecvWqe,
+        rkey: u32,
+    ) -> Result<(), Fault> {
+        let ours = ctx.mrs.by_key(rkey).is_some_and(|(_, mr)| mr.pd == self.pd);
+        if !ours {
+            self.fail_receive(ctx, wqe, WcStatus::RemInvReqErr);
+            return Err(Fault::Invalid);
+        }
+        ctx.mrs.invalidate(rkey);
+        Ok(())
+    }
+
+    /// FIRST and MIDDLE packets carry exactly one MTU; LAST and ONLY at
+    /// most one (IBTA ch. 9, packet length checks).
+    fn check_payload_size(&self, opcode: Opcode, len: usize) -> Result<(), Fault> {
+        let mtu = self.mtu() as usize;
+        let ok = match opcode.position() {
+            Position::First | Position::Middle => len == mtu,
+            Position::Last => len >= 1 && len <= mtu,
+            Position::Only => len <= mtu,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Fault::Invalid)
+        }
+    }
+
+    fn receive_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> Result<u32, Fault> {
+        let opcode = pkt.opcode();
+        self.check_payload_size(opcode, pkt.payload().len())?;
+        let (addr, remaining, total) = match self.resp.msg.take() {
+            Some(InProgress::Write {
+                addr,
+                remaining,
+                total,
+            }) => (addr, remaining, total),
+            _ => self.start_write(ctx, pkt)?,
+        };
+        let len = pkt.payload().len() as u32;
+        let too_long = len > remaining || (opcode.is_last() && len != remaining);
+        if too_long {
+            return Err(Fault::Invalid);
+        }
+        if opcode.has_imm() && opcode.is_last() && self.recv_wqe_available(ctx).is_none() {
+            // Keep the message open: the retried packet continues it.
+            self.resp.msg = Some(InProgress::Write {
+                addr,
+                remaining,
+                total,
+            });
+            return Err(Fault::NotReady);
+        }
+        if len > 0 {
+            mem.write(addr, pkt.payload());
+        }
+        let (addr, remaining) = (addr + u64::from(len), remaining - len);
+        if !opcode.is_last() {
+            self.resp.msg = Some(InProgress::Write {
+                addr,
+                remaining,
+                total,
+            });
+            return Ok(1);
+        }
+        if let Some(imm) = pkt.imm() {
+            let wqe = self.take_recv_wqe(ctx).ok_or(Fault::NotReady)?;
+            let mut wc = self.recv_completion(&wqe, WcOpcode::RecvRdmaWithImm, total);
+            wc.imm_data_or_inv_rkey = imm;
+            wc.wc_flags |= wc_flags::WITH_IMM;
+            ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
+        }
+        Ok(1)
+    }
+
+    /// Checks a WRITE's RETH and returns (local address, length, length).
+    fn start_write(
+        &mut self,
+        ctx: &Ctx<'_>,
+        pkt: &PacketView<'_>,
+    ) -> Result<(u64, u32, u32), Fault> {
+        self.grants(AccessFlags::REMOTE_WRITE)?;
+        let reth = pkt.reth().ok_or(Fault::Invalid)?;
+        let addr = if reth.dma_len == 0 {
+            0
+        } else {
+            ctx.mrs
+                .remote_addr(
+                    self.pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_WRITE,
+                )
+                .map_err(|_| Fault::Access)?
+        };
+        Ok((addr, reth.dma_len, reth.dma_len))
+    }
+
+    fn receive_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> Result<u32, Fault> {
+        self.grants(AccessFlags::REMOTE_READ)?;
+        let pending = self
+            .resp
+            .out
+            .iter()
+            .filter(|r| matches!(r, Response::Read { .. }))
+            .count();
+        if pending >= usize::from(self.attr.max_dest_rd_atomic) {
+            return Err(Fault::Invalid); // more READs than responder resources
+        }
+        let len = self.queue_read(ctx, pkt)?;
+        Ok(len.div_ceil(self.mtu()).max(1))
+    }
+
+    /// Validates a READ request and queues its responses; returns its length.
+    fn queue_read(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>) -> Result<u32, Fault> {
+        let reth = pkt.reth().ok_or(Fault::Invalid)?;
+        if reth.dma_len > ctx.config.limits.max_msg_sz {
+            return Err(Fault::Invalid);
+        }
+        let addr = if reth.dma_len == 0 {
+            0
+        } else {
+            ctx.mrs
+                .remote_addr(
+                    self.pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                )
+                .map_err(|_| Fault::Access)?
+        };
+        self.resp.out.push_back(Response::Read {
+            psn: pkt.psn(),
+            addr,
+            remaining: reth.dma_len,
+            first: true,
+            rkey: reth.rkey,
+        });
+        Ok(reth.dma_len)
+    }
+
+    fn receive_atomic(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> Result<u32, Fault> {
+        self.grants(AccessFlags::REMOTE_ATOMIC)?;
+        let a = pkt.atomic_eth().ok_or(Fault::Invalid)?;
+        if a.va % 8 != 0 {
+            return Err(Fault::Invalid); // IBTA: misaligned atomics are invalid requests
+        }
+        let addr = ctx
+            .mrs
+            .remote_addr(self.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+            .map_err(|_| Fault::Access)?;
+        let orig = if pkt.opcode().kind() == OpKind::CompareSwap {
+            mem.compare_swap(addr, a.compare, a.swap_add)
+        } else {
+            mem.fetch_add(addr, a.swap_add)
+        };
+        let psn = pkt.psn();
+        let slots = usize::from(self.attr.max_dest_rd_atomic).max(1);
+        if self.resp.atomics.len() >= slots {
+            self.resp.atomics.pop_front();
+        }
+        self.resp.atomics.push_back((psn, orig));
+        self.resp.out.push_back(Response::Atomic { psn, orig });
+        Ok(1)
+    }
+
+    fn uc_receive(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>, mem: &mut dyn HostMemory) {
+        let psn = pkt.psn();
+        let d = self.resp.epsn.distance(psn);
+        if d < 0 {
+            return; // duplicate: UC has no retransmission to answer
+        }
+        let opcode = pkt.opcode();
+        if d > 0 || self.resp.uc_dropping {
+            // A gap: whatever message was open is lost; only a new
+            // message's first packet resynchronises.
+            self.uc_abandon(ctx);
+            self.resp.uc_dropping = !matches!(opcode.position(), Position::First | Position::Only);
+            self.resp.epsn = psn.wrapping_add(1);
+            if self.resp.uc_dropping {
+                return;
+            }
+        } else {
+            self.resp.epsn = psn.wrapping_add(1);
+        }
+        if self.check_sequence(opcode).is_err() {
+            self.uc_abandon(ctx);
+            self.resp.uc_dropping = !matches!(opcode.position(), Position::First | Position::Only);
+            return;
+        }
+        let result = match opcode.kind() {
+            OpKind::Send => self.receive_send(ctx, pkt, mem, 0),
+            OpKind::Write => self.receive_write(ctx, pkt, mem),
+            _ => Err(Fault::Invalid),
+        };
+        if let Err(fault) = result {
+            self.uc_fault(ctx, fault);
+        }
+    }
+
+    /// UC: a message lost part-way gives its receive WR back, to take the
+    /// next message (the WR never completes for a message it did not get).
+    fn uc_abandon(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(InProgress::Send { wqe, .. }) = self.resp.msg.take() else {
+            return;
+        };
+        match self.srq.and_then(|srq| ctx.srqs.get_mut(srq)) {
+            Some(srq) => srq.queue.push_front(wqe),
+            None => self.rq.push_front(wqe),
+        }
+    }
+
+    /// UC: no receive WR or a malformed message drops the message; a
+    /// receive WR that cannot take the data fails the QP.
+    fn uc_fault(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
+        self.uc_abandon(ctx);
+        match fault {
+            Fault::Receive(_) => self.enter_error(ctx),
+            Fault::Access => {
+                ctx.event(AsyncEvent::QpAccessErr(self.id));
+                self.enter_error(ctx);
+            }
+            _ => self.resp.uc_dropping = true,
+        }
+    }
+
+    fn ud_receive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        src_gid: crate::gid::Gid,
+        dst_gid: crate::gid::Gid,
+        mem: &mut dyn HostMemory,
+    ) {
+        let Some(deth) = pkt.deth() else {
+            return;
+        };
+        if deth.qkey != self.attr.qkey || pkt.payload().len() > self.mtu() as usize {
+            return; // Q_Key violation or oversized datagram: dropped
+        }
+        let Some(wqe) = self.take_recv_wqe(ctx) else {
+            return; // UD has no RNR: the datagram is lost
+        };
+        let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());
+        let mut data = Vec::with_capacity(GRH_LEN + pkt.payload().len());
+        data.extend_from_slice(&grh);
+        data.extend_from_slice(pkt.payload());
+        if let Err(err) = ctx.mrs.scatter(mem, self.pd, &wqe.sg_list, 0, &data) {
+            self.fail_receive(ctx, &wqe, local_status(err));
+            self.enter_error(ctx);
+            return;
+        }
+        let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, data.len() as u32);
+        wc.src_qp = deth.src_qp.get();
+        wc.wc_flags |= wc_flags::GRH;
+        if let Some(imm) = pkt.imm() {
+            wc.imm_data_or_inv_rkey = imm;
+            wc.wc_flags |= wc_flags::WITH_IMM;
+        }
+        ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
+    }
+
+    /// Whether a receive WR could be taken now.
+    fn recv_wqe_available(&self, ctx: &Ctx<'_>) -> Option<()> {
+        match self.srq {
+            Some(srq) => (!ctx.srqs.get(srq)?.queue.is_empty()).then_some(()),
+            None => (!self.rq.is_empty()).then_some(()),
+        }
+    }
+
+    /// Takes the next receive WR from the RQ or the SRQ; an SRQ that drops
+    /// below its armed limit raises IBV_EVENT_SRQ_LIMIT_REACHED once.
+    fn take_recv_wqe(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
+        let Some(srq_id) = self.srq else {
+            return self.rq.pop_front();
+        };
+        let srq = ctx.srqs.get_mut(srq_id)?;
+        let wqe = srq.queue.pop_front()?;
+        if srq.limit.on_consumed(srq.queue.len()) {
+            ctx.event(AsyncEvent::SrqLimitReached(srq_id));
+        }
+        Some(wqe)
+    }
+
+    fn recv_completion(&self, wqe: &RecvWqe, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
+        WorkCompletion {
+            status: WcStatus::Success,
+            byte_len,
+            ..WorkCompletion::flushed(wqe.wr_id, opcode, self.qp_num)
+        }
+    }
+
+    /// A receive WR that could not take its data completes in error.
+    fn fail_receive(&mut self, ctx: &mut Ctx<'_>, wqe: &RecvWqe, status: WcStatus) {
+        let wc = WorkCompletion {
+            status,
+            ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, self.qp_num)
+        };
+        ctx.complete(self.recv_cq, wc, false);
+    }
+
+    /// Writes the next response packet into `buf`.
+    pub(crate) fn responder_transmit(
+        &mut self,
+        mem: &dyn HostMemory,
+        buf: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let response = self.resp.out.pop_front()?;
+        let dest_qp = Qpn::new_masked(self.attr.dest_qp_num);
+        let msn = self.resp.msn();
+        let ack = |syndrome| Aeth { syndrome, msn };
+        let ok = ack(Syndrome::Ack {
+            credits: Syndrome::NO_CREDIT_COUNT,
+        });
+        let (opcode, psn, ext, payload_len) = match response {
+            Response::Ack { psn, syndrome } => {
+                let ext = ExtHeaders {
+                    aeth: Some(ack(syndrome)),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RcAck, psn, ext, 0)
+            }
+            Response::Atomic { psn, orig } => {
+                let ext = ExtHeaders {
+                    aeth: Some(ok),
+                    atomic_ack_eth: Some(AtomicAckEth { orig_data: orig }),
+                    ..ExtHeaders::default()
+                };
+                (Opcode::RcAtomicAck, psn, ext, 0)
+            }
+            Response::Read {
+                psn,
+                addr,
+                remaining,
+                first,
+                rkey,
+            } => {
+                let mtu = self.mtu();
+                let len = remaining.min(mtu);
+                let last = remaining <= mtu;
+                let position = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                let opcode = Opcode::compose(
+                    Transport::Rc,
+                    OpKind::ReadResponse,
+                    position,
+                    softverbs_wire::Suffix::None,
+                )?;
+                let ext = ExtHeaders {
+                    aeth: (position != Position::Middle).then_some(ok),
+                    ..ExtHeaders::default()
+                };
+                if scratch.len() < len as usize {
+                    scratch.resize(len as usize, 0);
+                }
+                if len > 0 {
+                    mem.read(addr, &mut scratch[..len as usize]);
+                }
+                if !last {
+                    let next = Response::Read {
+                        psn: psn.wrapping_add(1),
+                        addr: addr + u64::from(len),
+                        remaining: remaining - len,
+                        first: false,
+                        rkey,
+                    };
+                    self.resp.out.push_front(next);
+                }
+                (opcode, psn, ext, len as usize)
+            }
+        };
+        let builder = softverbs_wire::PacketBuilder {
+            bth: Bth::new(opcode, dest_qp, psn),
+            ext,
+            payload: &scratch[..payload_len],
+        };
+        builder.build_unsealed(buf).ok()
+    }
+
+    /// Whether the responder has responses queued.
+    pub(crate) fn responder_pending(&self) -> bool {
+        !self.resp.out.is_empty()
+    }
+}
+
+/// The 40 bytes a RoCEv2 UD receive places before the data: the IPv6
+/// header, or for IPv4 20 zero bytes then the IPv4 header (as rxe and
+/// mlx5 do).
+fn grh_bytes(src: crate::gid::Gid, dst: crate::gid::Gid, payload_len: usize) -> [u8; GRH_LEN] {
+    use std::net::IpAddr;
+    let mut grh = [0u8; GRH_LEN];
+    let roce_len = softverbs_wire::packet_len(Opcode::UdSendOnly, payload_len);
+    let flow = match (src.to_ip(), dst.to_ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            softverbs_wire::Flow::v4(s, d, 0, softverbs_wire::ROCE_V2_UDP_PORT)
+        }
+        (s, d) => softverbs_wire::Flow::v6(ipv6(s), ipv6(d), 0, softverbs_wire::ROCE_V2_UDP_PORT),
+    };
+    if let Ok(headers) = flow.headers(roce_len) {
+        let ip = headers.ip();
+        grh[GRH_LEN - ip.len()..].copy_from_slice(ip);
+    }
+    grh
+}
+
+fn ipv6(ip: std::net::IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        std::net::IpAddr::V6(v6) => v6,
+    }
+}

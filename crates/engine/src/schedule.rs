@@ -1,0 +1,71 @@
+//! Which QPs have packets to send and when QP timers expire.
+//!
+//! `poll_transmit` serves QPs round-robin from a ready queue instead of
+//! scanning every QP, and timer deadlines sit in an ordered set, so the cost
+//! of a packet or a timer does not grow with the number of idle QPs.
+
+use crate::handles::QpId;
+use crate::time::Nanos;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+/// The engine's transmit and timer schedule.
+#[derive(Debug, Default)]
+pub(crate) struct Schedule {
+    ready: VecDeque<QpId>,
+    queued: HashSet<QpId>,
+    timers: BTreeSet<(Nanos, QpId)>,
+    deadline: HashMap<QpId, Nanos>,
+}
+
+impl Schedule {
+    /// Marks a QP as possibly having something to send.
+    pub(crate) fn wake(&mut self, qp: QpId) {
+        if self.queued.insert(qp) {
+            self.ready.push_back(qp);
+        }
+    }
+
+    /// The next QP to ask for a packet; it leaves the queue until woken.
+    pub(crate) fn next_ready(&mut self) -> Option<QpId> {
+        let qp = self.ready.pop_front()?;
+        self.queued.remove(&qp);
+        Some(qp)
+    }
+
+    /// Sets (or with `None` clears) the QP's timer deadline.
+    pub(crate) fn set_timer(&mut self, qp: QpId, at: Option<Nanos>) {
+        if self.deadline.get(&qp).copied() == at {
+            return;
+        }
+        if let Some(old) = self.deadline.remove(&qp) {
+            self.timers.remove(&(old, qp));
+        }
+        if let Some(at) = at {
+            self.deadline.insert(qp, at);
+            self.timers.insert((at, qp));
+        }
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// A QP whose deadline is at or before `now`; its timer is cleared.
+    pub(crate) fn pop_expired(&mut self, now: Nanos) -> Option<QpId> {
+        let &(at, qp) = self.timers.first()?;
+        if at > now {
+            return None;
+        }
+        self.set_timer(qp, None);
+        Some(qp)
+    }
+
+    /// Drops everything about a destroyed QP.
+    pub(crate) fn forget(&mut self, qp: QpId) {
+        self.set_timer(qp, None);
+        if self.queued.remove(&qp) {
+            self.ready.retain(|q| *q != qp);
+        }
+    }
+}

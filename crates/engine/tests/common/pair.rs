@@ -1,0 +1,268 @@
+//! Two engines joined by a perfect in-memory wire, for data-path tests. A
+//! test may drop or duplicate chosen packets with a filter; time advances
+//! to the next timer whenever the wire is idle.
+
+use super::*;
+use softverbs_wire::PacketView;
+use std::net::Ipv4Addr;
+
+pub const MEM_BASE: u64 = 0x1000_0000;
+pub const MEM_LEN: usize = 1 << 20;
+
+pub struct Node {
+    pub e: Engine,
+    pub mem: FlatMemory,
+    pub gid: Gid,
+    pub pd: PdId,
+    pub cq: CqId,
+    pub key: u32,
+}
+
+impl Node {
+    fn new(host: u8, qpn_base: u32) -> Node {
+        let mut cfg = DeviceConfig::loopback(u64::from(host));
+        cfg.ports[0].gids = vec![Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host))];
+        cfg.qpn_base = qpn_base;
+        let mut e = Engine::new(cfg);
+        let pd = e.alloc_pd().unwrap();
+        let (cq, _) = e.create_cq(4096, 0).unwrap();
+        let all = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let key = e
+            .reg_mr(pd, MEM_BASE, MEM_LEN as u64, MEM_BASE, all.bits())
+            .unwrap()
+            .key;
+        Node {
+            e,
+            mem: FlatMemory::new(MEM_BASE, MEM_LEN),
+            gid: Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host)),
+            pd,
+            cq,
+            key,
+        }
+    }
+
+    pub fn sge(&self, offset: u64, length: u32) -> Sge {
+        Sge {
+            addr: MEM_BASE + offset,
+            length,
+            lkey: self.key,
+        }
+    }
+
+    pub fn poll(&mut self) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        self.e.poll_cq(self.cq, 4096, &mut out).unwrap();
+        out
+    }
+
+    pub fn events(&mut self) -> Vec<AsyncEvent> {
+        std::iter::from_fn(|| self.e.poll_event()).collect()
+    }
+}
+
+/// What a filter decides for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Deliver,
+    Drop,
+    Duplicate,
+}
+
+pub type Filter = Box<dyn FnMut(bool, &PacketView<'_>) -> Fate>;
+
+pub struct Pair {
+    pub a: Node,
+    pub b: Node,
+    pub now: Nanos,
+    pub filter: Filter,
+}
+
+/// Per-QP settings of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub mtu: Mtu,
+    pub psn_a: u32,
+    pub psn_b: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub rd_atomic: u8,
+    pub access: AccessFlags,
+}
+
+impl Default for Link {
+    fn default() -> Link {
+        Link {
+            mtu: Mtu::Mtu1024,
+            psn_a: 100,
+            psn_b: 200,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            rd_atomic: 4,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+}
+
+impl Pair {
+    pub fn new() -> Pair {
+        Pair {
+            a: Node::new(1, 0x100),
+            b: Node::new(2, 0x200),
+            now: 0,
+            filter: Box::new(|_, _| Fate::Deliver),
+        }
+    }
+
+    /// Creates a QP of `ty` on each node and brings both to RTS, connected
+    /// to each other (UD QPs get Q_Key 0x11111111).
+    pub fn connect(&mut self, ty: QpType, link: Link) -> (QpId, QpId) {
+        let qa = create(&mut self.a, ty, None);
+        let qb = create(&mut self.b, ty, None);
+        self.bring_up(ty, qa, qb, link);
+        (qa, qb)
+    }
+
+    pub fn bring_up(&mut self, ty: QpType, qa: QpId, qb: QpId, link: Link) {
+        let na = self.a.e.qp_num(qa).unwrap();
+        let nb = self.b.e.qp_num(qb).unwrap();
+        let (ga, gb) = (self.a.gid, self.b.gid);
+        up(&mut self.a.e, qa, ty, nb, gb, link.psn_b, link.psn_a, link);
+        up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
+    }
+
+    /// Moves packets and time until both sides are idle, or `budget`
+    /// packets have moved. Returns the packets moved.
+    pub fn run(&mut self, budget: usize) -> usize {
+        let mut moved = 0;
+        let mut buf = vec![0u8; MAX_PACKET_LEN];
+        while moved < budget {
+            let mut any = false;
+            for from_a in [true, false] {
+                let (src, dst) = if from_a {
+                    (&mut self.a, &mut self.b)
+                } else {
+                    (&mut self.b, &mut self.a)
+                };
+                while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut buf) {
+                    any = true;
+                    moved += 1;
+                    let pkt = &buf[..t.len];
+                    let fate =
+                        PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
+                    let copies = match fate {
+                        Fate::Deliver => 1,
+                        Fate::Drop => 0,
+                        Fate::Duplicate => 2,
+                    };
+                    for _ in 0..copies {
+                        dst.e
+                            .handle_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
+                    }
+                    self.now += 1_000;
+                }
+            }
+            if !any && !self.advance_to_timer() {
+                break;
+            }
+        }
+        moved
+    }
+
+    fn advance_to_timer(&mut self) -> bool {
+        let next = [self.a.e.poll_timeout(), self.b.e.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(at) = next else {
+            return false;
+        };
+        self.now = self.now.max(at);
+        self.a.e.handle_timeout(self.now);
+        self.b.e.handle_timeout(self.now);
+        true
+    }
+}
+
+pub fn create(n: &mut Node, ty: QpType, srq: Option<SrqId>) -> QpId {
+    let init = QpInitAttr {
+        send_cq: n.cq,
+        recv_cq: n.cq,
+        srq,
+        cap: QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+        },
+        qp_type: ty as u32,
+        sq_sig_all: false,
+    };
+    n.e.create_qp(n.pd, &init).unwrap().id
+}
+
+#[allow(clippy::too_many_arguments)]
+fn up(
+    e: &mut Engine,
+    qp: QpId,
+    ty: QpType,
+    remote: u32,
+    dgid: Gid,
+    rq_psn: u32,
+    sq_psn: u32,
+    link: Link,
+) {
+    let (a, m) = init_step(ty);
+    let a = QpAttr {
+        qp_access_flags: link.access.bits(),
+        ..a
+    };
+    e.modify_qp(qp, &a, m).unwrap();
+    let (a, m) = rtr_step(ty);
+    let mut av = a.ah_attr;
+    av.grh.dgid = dgid;
+    let a = QpAttr {
+        path_mtu: link.mtu as u32,
+        dest_qp_num: remote,
+        rq_psn,
+        max_dest_rd_atomic: link.rd_atomic,
+        min_rnr_timer: link.min_rnr_timer,
+        ah_attr: av,
+        ..a
+    };
+    e.modify_qp(qp, &a, m).unwrap();
+    let (a, m) = rts_step(ty);
+    let a = QpAttr {
+        sq_psn,
+        timeout: link.timeout,
+        retry_cnt: link.retry_cnt,
+        rnr_retry: link.rnr_retry,
+        max_rd_atomic: link.rd_atomic,
+        ..a
+    };
+    e.modify_qp(qp, &a, m).unwrap();
+}
+
+/// A send WR with the usual defaults.
+pub fn wr(wr_id: u64, opcode: u32, sges: &[Sge]) -> SendWr<'_> {
+    SendWr {
+        wr_id,
+        opcode,
+        send_flags: send_flags::SIGNALED,
+        sg_list: sges,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: None,
+    }
+}

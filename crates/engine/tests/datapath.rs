@@ -1,0 +1,1029 @@
+//! The data path between two engines: every opcode, segmentation, and the
+//! reliability rules (ACK/NAK, retransmit, RNR, PSN wrap, duplicates).
+
+mod common;
+use common::pair::*;
+use common::*;
+use softverbs_engine::*;
+
+/// Compares memory without printing kilobytes when it differs.
+fn same(got: &[u8], want: &[u8]) -> bool {
+    got == want
+}
+
+fn fill(n: &mut Node, offset: u64, len: usize, seed: u8) -> Vec<u8> {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    n.mem.write(MEM_BASE + offset, &data);
+    data
+}
+
+#[test]
+fn rc_send_spans_several_mtus_and_arrives_whole() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.a, 0, 5000, 1);
+    p.b.e
+        .post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 9,
+                sg_list: &[p.b.sge(0x8000, 8192)],
+            },
+        )
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 5000)]))
+        .unwrap();
+    p.run(1000);
+    let rx = p.b.poll();
+    assert_eq!(rx.len(), 1);
+    assert_eq!(
+        (rx[0].wr_id, rx[0].status, rx[0].opcode, rx[0].byte_len),
+        (9, WcStatus::Success, WcOpcode::Recv, 5000)
+    );
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x8000, 5000), &data));
+    let tx = p.a.poll();
+    assert_eq!(tx.len(), 1);
+    assert_eq!(
+        (tx[0].wr_id, tx[0].status, tx[0].opcode),
+        (1, WcStatus::Success, WcOpcode::Send)
+    );
+}
+
+fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
+    let sge = [n.sge(offset, len)];
+    n.e.post_recv(
+        qp,
+        &RecvWr {
+            wr_id,
+            sg_list: &sge,
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn rc_write_and_write_with_imm() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.a, 0, 3000, 2);
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &[]);
+    let sge = [p.a.sge(0, 3000)];
+    w.sg_list = &sge;
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x4000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    post_recv(&mut p.b, qb, 7, 0, 0);
+    let imm = SendWr {
+        wr_id: 2,
+        opcode: send_opcode::RDMA_WRITE_WITH_IMM,
+        imm_data_or_inv_rkey: 0xabcd,
+        rdma: RdmaTarget {
+            remote_addr: MEM_BASE + 0x9000,
+            rkey: p.b.key,
+        },
+        ..w
+    };
+    p.a.e.post_send(qa, &imm).unwrap();
+    p.run(1000);
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x4000, 3000), &data));
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x9000, 3000), &data));
+    let rx = p.b.poll();
+    assert_eq!(rx.len(), 1, "a plain WRITE consumes no receive WR");
+    assert_eq!(
+        (
+            rx[0].wr_id,
+            rx[0].opcode,
+            rx[0].byte_len,
+            rx[0].imm_data_or_inv_rkey
+        ),
+        (7, WcOpcode::RecvRdmaWithImm, 3000, 0xabcd)
+    );
+    assert_ne!(rx[0].wc_flags & wc_flags::WITH_IMM, 0);
+    let tx: Vec<_> =
+        p.a.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect();
+    assert_eq!(
+        tx,
+        [
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::RdmaWrite)
+        ]
+    );
+}
+
+#[test]
+fn rc_read_of_several_mtus_and_of_zero_bytes() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.b, 0x2000, 4500, 3);
+    let sge = [p.a.sge(0x6000, 4500)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let zero = SendWr {
+        wr_id: 2,
+        sg_list: &[],
+        ..r
+    };
+    p.a.e.post_send(qa, &zero).unwrap();
+    p.run(1000);
+    assert!(same(p.a.mem.slice(MEM_BASE + 0x6000, 4500), &data));
+    let tx: Vec<_> =
+        p.a.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+            .collect();
+    assert_eq!(
+        tx,
+        [
+            (1, WcStatus::Success, WcOpcode::RdmaRead, 4500),
+            (2, WcStatus::Success, WcOpcode::RdmaRead, 0)
+        ]
+    );
+}
+
+#[test]
+fn rc_atomics_return_the_original_value() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes());
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 0x100,
+        compare_add: 2,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    p.run(100);
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x800, 8), &40u64.to_ne_bytes());
+    let sge2 = [p.a.sge(0x808, 8)];
+    let cas = SendWr {
+        wr_id: 2,
+        opcode: send_opcode::ATOMIC_CMP_AND_SWP,
+        sg_list: &sge2,
+        atomic: AtomicTarget {
+            compare_add: 42,
+            swap: 7,
+            ..add.atomic
+        },
+        ..add
+    };
+    p.a.e.post_send(qa, &cas).unwrap();
+    let miss = SendWr {
+        wr_id: 3,
+        atomic: AtomicTarget {
+            compare_add: 42,
+            swap: 9,
+            ..add.atomic
+        },
+        ..cas
+    };
+    p.a.e.post_send(qa, &miss).unwrap();
+    p.run(100);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x100, 8), &7u64.to_ne_bytes());
+    assert_eq!(
+        p.a.mem.slice(MEM_BASE + 0x808, 8),
+        &7u64.to_ne_bytes(),
+        "second CAS saw 7"
+    );
+    let tx: Vec<_> =
+        p.a.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect();
+    assert_eq!(
+        tx,
+        [
+            (1, WcStatus::Success, WcOpcode::FetchAdd),
+            (2, WcStatus::Success, WcOpcode::CompSwap),
+            (3, WcStatus::Success, WcOpcode::CompSwap)
+        ]
+    );
+}
+
+#[test]
+fn uc_send_and_write_complete_without_acks() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Uc, Link::default());
+    let data = fill(&mut p.a, 0, 2500, 4);
+    post_recv(&mut p.b, qb, 5, 0x3000, 4096);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 2500)]))
+        .unwrap();
+    let sge = [p.a.sge(0, 2500)];
+    let mut w = wr(2, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let mut acks = 0;
+    p.filter = Box::new(move |from_a, _| {
+        if !from_a {
+            acks += 1;
+            assert_eq!(acks, 0, "UC sends no ACKs");
+        }
+        Fate::Deliver
+    });
+    p.run(100);
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x3000, 2500), &data));
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x8000, 2500), &data));
+    assert_eq!(p.b.poll().len(), 1);
+    assert_eq!(p.a.poll().len(), 2);
+}
+
+#[test]
+fn ud_send_fills_the_grh_and_reports_the_source() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    let data = fill(&mut p.a, 0, 1000, 5);
+    post_recv(&mut p.b, qb, 8, 0x3000, 2000);
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: p.b.gid,
+            ..av().grh
+        },
+        ..av()
+    };
+    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
+    let qpn_b = p.b.e.qp_num(qb).unwrap();
+    let sge = [p.a.sge(0, 1000)];
+    let mut s = wr(1, send_opcode::SEND_WITH_IMM, &sge);
+    s.imm_data_or_inv_rkey = 77;
+    s.ud = Some(UdTarget {
+        ah,
+        remote_qpn: qpn_b,
+        remote_qkey: 0x8000_0000,
+    });
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    let rx = p.b.poll();
+    assert_eq!(rx.len(), 1);
+    let wc = rx[0];
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.src_qp, wc.imm_data_or_inv_rkey),
+        (WcStatus::Success, 1040, p.a.e.qp_num(qa).unwrap(), 77)
+    );
+    assert_eq!(
+        wc.wc_flags & (wc_flags::GRH | wc_flags::WITH_IMM),
+        wc_flags::GRH | wc_flags::WITH_IMM
+    );
+    let grh = p.b.mem.slice(MEM_BASE + 0x3000, 40);
+    assert_eq!(
+        &grh[..20],
+        &[0; 20],
+        "IPv4: 20 zero bytes, then the IPv4 header"
+    );
+    assert_eq!(grh[20] >> 4, 4);
+    assert_eq!(&grh[32..36], &[10, 0, 0, 1], "source address");
+    assert_eq!(&grh[36..40], &[10, 0, 0, 2], "destination address");
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x3000 + 40, 1000), &data));
+}
+
+#[test]
+fn ud_wrong_qkey_is_dropped() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    post_recv(&mut p.b, qb, 8, 0x3000, 2000);
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: p.b.gid,
+            ..av().grh
+        },
+        ..av()
+    };
+    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
+    let qpn_b = p.b.e.qp_num(qb).unwrap();
+    let mut s = wr(1, send_opcode::SEND, &[]);
+    s.ud = Some(UdTarget {
+        ah,
+        remote_qpn: qpn_b,
+        remote_qkey: 0x1234,
+    });
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll().len(), 1, "the sender completes");
+    assert!(p.b.poll().is_empty(), "the receiver drops it");
+}
+
+#[test]
+fn psns_wrap_around_2_pow_24() {
+    let mut p = Pair::new();
+    let link = Link {
+        psn_a: 0xFF_FFFE,
+        psn_b: 0xFF_FFFD,
+        mtu: Mtu::Mtu256,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let data = fill(&mut p.a, 0, 2000, 6);
+    for i in 0..3 {
+        post_recv(&mut p.b, qb, i, 0x4000 * (i + 1), 4096);
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 2000)]))
+            .unwrap();
+    }
+    p.run(1000);
+    assert_eq!(p.b.poll().len(), 3);
+    assert_eq!(p.a.poll().len(), 3);
+    for i in 0..3 {
+        assert!(same(
+            p.b.mem.slice(MEM_BASE + 0x4000 * (i + 1), 2000),
+            &data
+        ));
+    }
+}
+
+use softverbs_wire::{OpKind, Syndrome};
+
+/// Whether a packet is a data-carrying request from A.
+fn is_request(from_a: bool, v: &softverbs_wire::PacketView<'_>) -> bool {
+    from_a && v.opcode().is_request()
+}
+
+#[test]
+fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.a, 0, 4096, 7);
+    post_recv(&mut p.b, qb, 1, 0x4000, 4096);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 4096)]))
+        .unwrap();
+    let (mut n, mut naks) = (0, 0);
+    p.filter = Box::new(move |from_a, v| {
+        if let Some(a) = v.aeth() {
+            if matches!(
+                a.syndrome,
+                Syndrome::Nak(softverbs_wire::NakCode::PsnSequenceError)
+            ) {
+                naks += 1;
+                assert_eq!(naks, 1, "one NAK per gap");
+            }
+        }
+        n += 1;
+        if is_request(from_a, v) && n == 2 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.run(100);
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x4000, 4096), &data));
+    assert_eq!(p.b.poll().len(), 1);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    post_recv(&mut p.b, qb, 2, 0x5000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::Ack && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let before = p.now;
+    p.run(100);
+    assert!(
+        p.now - before >= ack_timeout(10).unwrap(),
+        "waited for the local ACK timeout"
+    );
+    assert_eq!(p.b.poll().len(), 1, "the retransmitted SEND is a duplicate");
+    assert_eq!(p.a.poll().len(), 1);
+}
+
+#[test]
+fn retry_exhaustion_fails_with_retry_exc_err_then_flushes_in_order() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 2,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    for i in 1..=3 {
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 10)]))
+            .unwrap();
+    }
+    p.filter = Box::new(|_, _| Fate::Drop);
+    p.run(1000);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        tx,
+        [
+            (1, WcStatus::RetryExcErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.a.e.query_qp(qa).unwrap().0.qp_state, QpState::Err as u32);
+}
+
+#[test]
+fn rnr_nak_is_retried_after_the_timer_until_a_receive_is_posted() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let rnr = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = rnr.clone();
+    p.filter = Box::new(move |_, v| {
+        if v.aeth()
+            .is_some_and(|a| matches!(a.syndrome, Syndrome::RnrNak { timer: 1 }))
+        {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    });
+    p.run(8);
+    assert!(
+        rnr.get() >= 2,
+        "RNR NAKs carry min_rnr_timer and are retried"
+    );
+    assert!(p.a.poll().is_empty(), "still waiting for a receive WR");
+    post_recv(&mut p.b, qb, 4, 0x4000, 100);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.b.poll()[0].wr_id, 4);
+}
+
+#[test]
+fn rnr_retry_exhaustion_fails_with_rnr_retry_exc_err() {
+    let mut p = Pair::new();
+    let link = Link {
+        rnr_retry: 1,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RnrRetryExcErr);
+}
+
+#[test]
+fn bad_rkey_naks_remote_access_error_and_both_qps_enter_error() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    let sge = [p.a.sge(0, 16)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key ^ 0x55,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &sge))
+        .unwrap();
+    p.run(100);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(tx, [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]);
+    assert_eq!(p.b.events(), [AsyncEvent::QpAccessErr(qb)]);
+    assert_eq!(p.b.e.query_qp(qb).unwrap().0.qp_state, QpState::Err as u32);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(rx, [(5, WcStatus::WrFlushErr)]);
+}
+
+#[test]
+fn write_outside_the_region_or_without_rights_is_refused() {
+    for (offset, len, access) in [
+        (MEM_LEN as u64 - 8, 16, AccessFlags::REMOTE_WRITE),
+        (0, 16, AccessFlags::REMOTE_READ),
+    ] {
+        let mut p = Pair::new();
+        let link = Link {
+            access,
+            ..Link::default()
+        };
+        let (qa, _) = p.connect(QpType::Rc, link);
+        let before = p.b.mem.clone();
+        let sge = [p.a.sge(0, len)];
+        let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + offset,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+        p.run(100);
+        let status = p.a.poll()[0].status;
+        assert!(
+            matches!(status, WcStatus::RemAccessErr | WcStatus::RemInvReqErr),
+            "{status:?}"
+        );
+        assert!(p.b.mem == before, "nothing written");
+    }
+}
+
+#[test]
+fn read_on_a_qp_without_remote_read_is_an_invalid_request() {
+    let mut p = Pair::new();
+    let link = Link {
+        access: AccessFlags::REMOTE_WRITE,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let sge = [p.a.sge(0, 16)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemInvReqErr);
+    assert!(p.b.events().contains(&AsyncEvent::QpReqErr(qb)));
+}
+
+#[test]
+fn misaligned_atomic_is_an_invalid_request() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(0, 8)];
+    let mut a = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    a.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 4,
+        compare_add: 1,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &a).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemInvReqErr);
+}
+
+#[test]
+fn receive_buffer_too_small_is_loc_len_err_there_and_rem_inv_req_err_here() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 200)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(p.b.poll()[0].status, WcStatus::LocLenErr);
+}
+
+#[test]
+fn receive_into_a_deregistered_region_is_a_remote_operational_error() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let key =
+        p.b.e
+            .reg_mr(
+                p.b.pd,
+                MEM_BASE,
+                4096,
+                MEM_BASE,
+                AccessFlags::LOCAL_WRITE.bits(),
+            )
+            .unwrap()
+            .key;
+    let sge = [Sge {
+        addr: MEM_BASE,
+        length: 100,
+        lkey: key,
+    }];
+    p.b.e
+        .post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 5,
+                sg_list: &sge,
+            },
+        )
+        .unwrap();
+    let (mr, _) = p.b.e.mr_by_key(key).unwrap();
+    p.b.e.dereg_mr(mr).unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemOpErr);
+    assert_eq!(p.b.poll()[0].status, WcStatus::LocProtErr);
+}
+
+#[test]
+fn duplicated_atomic_request_is_applied_once() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 0x100,
+        compare_add: 5,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    p.filter = Box::new(|from_a, v| {
+        if from_a && v.atomic_eth().is_some() {
+            Fate::Duplicate
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.run(100);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x100, 8), &5u64.to_ne_bytes());
+    assert_eq!(p.a.poll().len(), 1);
+}
+
+#[test]
+fn lost_atomic_ack_is_answered_from_the_saved_result() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    p.b.mem.write(MEM_BASE + 0x100, &10u64.to_ne_bytes());
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 0x100,
+        compare_add: 5,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.atomic_ack_eth().is_some() && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    p.run(100);
+    assert_eq!(
+        p.b.mem.slice(MEM_BASE + 0x100, 8),
+        &15u64.to_ne_bytes(),
+        "added once"
+    );
+    assert_eq!(
+        p.a.mem.slice(MEM_BASE + 0x800, 8),
+        &10u64.to_ne_bytes(),
+        "the original value"
+    );
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn lost_read_response_is_re_requested() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.b, 0x2000, 3000, 8);
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let mut n = 0;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::ReadResponse {
+            n += 1;
+            if n == 2 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    p.run(100);
+    assert!(same(p.a.mem.slice(MEM_BASE + 0x6000, 3000), &data));
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn first_packet_in_rtr_raises_comm_est() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    // Bring B up again and leave it in RTR.
+    p.b.e
+        .modify_qp(qb, &attr(QpState::Reset), QpAttrMask::STATE)
+        .unwrap();
+    let (a, m) = init_step(QpType::Rc);
+    p.b.e.modify_qp(qb, &a, m).unwrap();
+    let (a, m) = rtr_step(QpType::Rc);
+    let mut av = a.ah_attr;
+    av.grh.dgid = p.a.gid;
+    let dest_qp_num = p.a.e.qp_num(qa).unwrap();
+    let a = QpAttr {
+        dest_qp_num,
+        rq_psn: Link::default().psn_a,
+        ah_attr: av,
+        ..a
+    };
+    p.b.e.modify_qp(qb, &a, m).unwrap();
+    assert!(p.b.events().is_empty());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.b.events(), [AsyncEvent::CommEst(qb)]);
+    assert_eq!(
+        p.a.poll()[0].status,
+        WcStatus::Success,
+        "a QP in RTR acknowledges"
+    );
+}
+
+#[test]
+fn sqd_drains_in_flight_wrs_then_raises_sq_drained() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    // Send the first WR only, then ask for SQD.
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    let t = p.a.e.poll_transmit(0, &p.a.mem, &mut buf).unwrap();
+    let a = QpAttr {
+        en_sqd_async_notify: 1,
+        ..attr(QpState::Sqd)
+    };
+    p.a.e
+        .modify_qp(qa, &a, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+        .unwrap();
+    assert_eq!(p.a.e.query_qp(qa).unwrap().0.sq_draining, 1);
+    assert!(p.a.events().is_empty());
+    p.b.e
+        .handle_packet(0, t.src_gid, t.dst_gid, &buf[..t.len], &mut p.b.mem);
+    p.run(100);
+    assert_eq!(p.a.events(), [AsyncEvent::SqDrained(qa)]);
+    assert_eq!(p.a.e.query_qp(qa).unwrap().0.sq_draining, 0);
+    let ids: Vec<_> = p.a.poll().iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1], "the second WR was not started in SQD");
+    p.a.e
+        .modify_qp(qa, &attr(QpState::Rts), QpAttrMask::STATE)
+        .unwrap();
+    post_recv(&mut p.b, qb, 2, 0x5000, 100);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].wr_id, 2);
+}
+
+#[test]
+fn unsignaled_wrs_complete_silently_and_sq_sig_all_signals_all() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    for i in 0..4 {
+        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        let mut w = wr(i, send_opcode::SEND, &[]);
+        w.send_flags = if i == 3 { send_flags::SIGNALED } else { 0 };
+        p.a.e.post_send(qa, &w).unwrap();
+    }
+    p.run(100);
+    let ids: Vec<_> = p.a.poll().iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [3]);
+    assert_eq!(p.b.poll().len(), 4);
+}
+
+#[test]
+fn completion_events_follow_req_notify_cq() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let cq = p.b.cq;
+    p.b.e.req_notify_cq(cq, true).unwrap();
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
+    p.run(100);
+    assert_eq!(
+        p.b.e.poll_comp_event(),
+        None,
+        "solicited-only ignores an unsolicited SEND"
+    );
+    let mut s = wr(2, send_opcode::SEND, &[]);
+    s.send_flags |= send_flags::SOLICITED;
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.b.e.poll_comp_event(), Some(cq));
+    assert_eq!(p.b.e.poll_comp_event(), None, "disarmed after one event");
+}
+
+#[test]
+fn fence_waits_for_earlier_reads() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let mut s = wr(2, send_opcode::SEND, &[]);
+    s.send_flags |= send_flags::FENCE;
+    p.a.e.post_send(qa, &s).unwrap();
+    let mut responses = 0;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::ReadResponse {
+            responses += 1;
+        }
+        if from_a && v.opcode().kind() == OpKind::Send {
+            assert_eq!(
+                responses, 3,
+                "the fenced SEND left after the READ completed"
+            );
+        }
+        Fate::Deliver
+    });
+    p.run(100);
+    assert_eq!(p.a.poll().len(), 2);
+}
+
+#[test]
+fn send_with_invalidate_and_local_invalidate_revoke_rkeys() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let rw = (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).bits();
+    let victim =
+        p.b.e
+            .reg_mr(p.b.pd, MEM_BASE, 64, MEM_BASE, rw)
+            .unwrap()
+            .key;
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    let mut s = wr(1, send_opcode::SEND_WITH_INV, &[]);
+    s.imm_data_or_inv_rkey = victim;
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    let rx = p.b.poll();
+    assert_eq!(
+        (
+            rx[0].imm_data_or_inv_rkey,
+            rx[0].wc_flags & wc_flags::WITH_INV
+        ),
+        (victim, wc_flags::WITH_INV)
+    );
+    assert!(p.b.e.mr_by_key(victim).is_none(), "rkey no longer valid");
+    let local = p.a.e.reg_mr(p.a.pd, MEM_BASE, 64, MEM_BASE, 0).unwrap().key;
+    let mut inv = wr(2, send_opcode::LOCAL_INV, &[]);
+    inv.imm_data_or_inv_rkey = local;
+    p.a.e.post_send(qa, &inv).unwrap();
+    p.run(100);
+    let tx: Vec<_> =
+        p.a.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect();
+    assert_eq!(
+        tx,
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::LocalInv)
+        ]
+    );
+    assert!(p.a.e.mr_by_key(local).is_none());
+}
+
+#[test]
+fn srq_limit_event_fires_once_when_the_srq_drains_below_it() {
+    let mut p = Pair::new();
+    let (srq, _) =
+        p.b.e
+            .create_srq(
+                p.b.pd,
+                &SrqAttr {
+                    max_wr: 8,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            )
+            .unwrap();
+    let qa = create(&mut p.a, QpType::Rc, None);
+    let qb = create(&mut p.b, QpType::Rc, Some(srq));
+    p.bring_up(QpType::Rc, qa, qb, Link::default());
+    for i in 0..4 {
+        let sge = [p.b.sge(0x4000, 100)];
+        p.b.e
+            .post_srq_recv(
+                srq,
+                &RecvWr {
+                    wr_id: i,
+                    sg_list: &sge,
+                },
+            )
+            .unwrap();
+    }
+    p.b.e
+        .modify_srq(
+            srq,
+            &SrqAttr {
+                srq_limit: 3,
+                ..SrqAttr::default()
+            },
+            SrqAttrMask::LIMIT,
+        )
+        .unwrap();
+    for i in 0..3 {
+        p.a.e.post_send(qa, &wr(i, send_opcode::SEND, &[])).unwrap();
+    }
+    p.run(100);
+    assert_eq!(p.b.events(), [AsyncEvent::SrqLimitReached(srq)]);
+    assert_eq!(p.b.e.query_srq(srq).unwrap().srq_limit, 0);
+    assert_eq!(p.b.poll().len(), 3);
+}
+
+#[test]
+fn uc_gap_drops_the_rest_of_the_message_only() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Uc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 8192);
+    post_recv(&mut p.b, qb, 2, 0x8000, 8192);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 3000)]))
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 3000)]))
+        .unwrap();
+    let mut n = 0;
+    p.filter = Box::new(move |_, _| {
+        n += 1;
+        if n == 2 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.run(100);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.byte_len)).collect();
+    assert_eq!(
+        rx,
+        [(1, 3000)],
+        "message 1 lost; its receive WR took message 2"
+    );
+    assert_eq!(p.a.poll().len(), 2);
+}
+
+#[test]
+fn inline_send_carries_the_bytes_given_at_post_time() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    let mut s = wr(1, send_opcode::SEND, &[]);
+    s.send_flags |= send_flags::INLINE;
+    s.inline_data = b"inline hello";
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x4000, 12), b"inline hello");
+}
+
+#[test]
+fn max_rd_atomic_limits_reads_in_flight() {
+    let mut p = Pair::new();
+    let link = Link {
+        rd_atomic: 1,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    for i in 0..3 {
+        let sge = [p.a.sge(0x6000 + i * 64, 64)];
+        let mut r = wr(i, send_opcode::RDMA_READ, &sge);
+        r.rdma = RdmaTarget {
+            remote_addr: MEM_BASE,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &r).unwrap();
+    }
+    let (mut requests, mut responses) = (0, 0);
+    p.filter = Box::new(move |from_a, v| {
+        match v.opcode().kind() {
+            OpKind::ReadRequest if from_a => {
+                requests += 1;
+                assert_eq!(requests, responses + 1, "one READ outstanding at a time");
+            }
+            OpKind::ReadResponse => responses += 1,
+            _ => {}
+        }
+        Fate::Deliver
+    });
+    p.run(100);
+    assert_eq!(p.a.poll().len(), 3);
+}
