@@ -8,6 +8,7 @@
 
 use crate::engine::Engine;
 use crate::error::{einval, VerbsResult};
+use crate::event::AsyncEvent;
 use crate::gid::Gid;
 use crate::handles::{CqId, QpId};
 use crate::memory::HostMemory;
@@ -44,7 +45,7 @@ impl Engine {
     ) -> Option<Transmit> {
         while let Some(id) = self.schedule.next_ready() {
             let sent = self.transmit_one(id, now, mem, buf);
-            self.sync_timer(id);
+            self.after_qp_work(id);
             if sent.is_some() {
                 self.schedule.wake(id);
                 return sent;
@@ -115,7 +116,7 @@ impl Engine {
             qp.responder_receive(&mut ctx, &pkt, src_gid, dst_gid, mem);
         }
         self.schedule.wake(id);
-        self.sync_timer(id);
+        self.after_qp_work(id);
     }
 
     /// Runs the timers due at `now` (local ACK timeout, end of RNR waits).
@@ -125,7 +126,7 @@ impl Engine {
                 qp.requester_timeout(&mut ctx, now);
             }
             self.schedule.wake(id);
-            self.sync_timer(id);
+            self.after_qp_work(id);
         }
     }
 
@@ -150,6 +151,22 @@ impl Engine {
     /// Packet counters, for diagnostics.
     pub fn stats(&self) -> &DatapathStats {
         &self.stats
+    }
+
+    /// After work on QP `id`: a completion lost to a CQ overrun leaves the
+    /// QP unable to report its work, so it enters the error state with
+    /// IBV_EVENT_QP_FATAL; then its timer is brought up to date.
+    pub(crate) fn after_qp_work(&mut self, id: QpId) {
+        if std::mem::take(&mut self.lost_completion) {
+            if let Some((qp, mut ctx)) = self.qp_ctx(id) {
+                if qp.state != QpState::Err {
+                    ctx.event(AsyncEvent::QpFatal(id));
+                    qp.enter_error(&mut ctx);
+                }
+            }
+            self.lost_completion = false;
+        }
+        self.sync_timer(id);
     }
 
     pub(crate) fn sync_timer(&mut self, id: QpId) {

@@ -38,6 +38,8 @@ pub struct Engine {
     pub(crate) qpns: QpnAllocator,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) comp_events: VecDeque<CqId>,
+    /// A QP-level operation lost a completion to a CQ overrun.
+    pub(crate) lost_completion: bool,
     pub(crate) schedule: Schedule,
     pub(crate) stats: DatapathStats,
     /// Reused buffer for packet payloads.
@@ -61,6 +63,7 @@ impl Engine {
             qp_by_num: HashMap::new(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
+            lost_completion: false,
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             scratch: Vec::new(),
@@ -78,6 +81,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.events,
             comp_events: &mut self.comp_events,
+            lost_completion: &mut self.lost_completion,
         }
     }
 
@@ -92,6 +96,7 @@ impl Engine {
             qps,
             events,
             comp_events,
+            lost_completion,
             ..
         } = self;
         let qp = qps.get_mut(id)?;
@@ -103,6 +108,7 @@ impl Engine {
             srqs,
             events,
             comp_events,
+            lost_completion,
         };
         Some((qp, ctx))
     }

@@ -1027,3 +1027,39 @@ fn max_rd_atomic_limits_reads_in_flight() {
     p.run(100);
     assert_eq!(p.a.poll().len(), 3);
 }
+
+#[test]
+fn a_completion_lost_to_cq_overrun_fails_the_qp_with_qp_fatal() {
+    let mut p = Pair::new();
+    let (small, _) = p.b.e.create_cq(1, 0).unwrap();
+    let qa = create(&mut p.a, QpType::Rc, None);
+    let init = QpInitAttr {
+        recv_cq: small,
+        ..QpInitAttr {
+            send_cq: p.b.cq,
+            recv_cq: p.b.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Rc as u32,
+            sq_sig_all: false,
+        }
+    };
+    let qb = p.b.e.create_qp(p.b.pd, &init).unwrap().id;
+    p.bring_up(QpType::Rc, qa, qb, Link::default());
+    for i in 0..2 {
+        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        p.a.e.post_send(qa, &wr(i, send_opcode::SEND, &[])).unwrap();
+    }
+    p.run(100);
+    assert_eq!(
+        p.b.events(),
+        [AsyncEvent::CqErr(small), AsyncEvent::QpFatal(qb)]
+    );
+    assert_eq!(p.b.e.query_qp(qb).unwrap().0.qp_state, QpState::Err as u32);
+}
