@@ -58,6 +58,24 @@ pub(crate) enum Response {
     Atomic { psn: Psn, orig: u64 },
 }
 
+impl Response {
+    /// Whether this is a READ response stream whose remaining PSNs
+    /// include `psn`.
+    fn read_covers(&self, psn: Psn, mtu: u32) -> bool {
+        match *self {
+            Response::Read {
+                psn: first,
+                remaining,
+                ..
+            } => {
+                let d = first.distance(psn);
+                d >= 0 && (d as u32) < remaining.div_ceil(mtu).max(1)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Responder state of a QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
@@ -205,17 +223,13 @@ impl Qp {
         let psn = pkt.psn();
         match pkt.opcode().kind() {
             OpKind::ReadRequest => {
-                let already = self
-                    .resp
-                    .out
-                    .iter()
-                    .any(|r| matches!(r, Response::Read { psn: p, .. } if *p == psn));
-                if !already {
-                    // A re-executed READ reads memory again; its rkey is
-                    // checked again, and a failure now is ignored since
-                    // the original was answered.
-                    let _ = self.queue_read(ctx, pkt);
-                }
+                // The requester asks again from `psn`: a response stream
+                // still queued for the same READ is superseded. The READ
+                // is re-executed (its rkey checked again; a failure now is
+                // ignored since the original was answered).
+                let mtu = self.mtu();
+                self.resp.out.retain(|r| !r.read_covers(psn, mtu));
+                let _ = self.queue_read(ctx, pkt);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 if let Some(&(_, orig)) = self.resp.atomics.iter().find(|(p, _)| *p == psn) {
@@ -372,12 +386,15 @@ impl Qp {
             return Err(Fault::Invalid);
         }
         if opcode.has_imm() && opcode.is_last() && self.recv_wqe_available(ctx).is_none() {
-            // Keep the message open: the retried packet continues it.
-            self.resp.msg = Some(InProgress::Write {
-                addr,
-                remaining,
-                total,
-            });
+            // A LAST packet keeps the message open, for its retry to
+            // continue; a retried ONLY starts again from its RETH.
+            if opcode.position() == Position::Last {
+                self.resp.msg = Some(InProgress::Write {
+                    addr,
+                    remaining,
+                    total,
+                });
+            }
             return Err(Fault::NotReady);
         }
         if len > 0 {
