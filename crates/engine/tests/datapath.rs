@@ -1063,3 +1063,56 @@ fn a_completion_lost_to_cq_overrun_fails_the_qp_with_qp_fatal() {
     );
     assert_eq!(p.b.e.query_qp(qb).unwrap().0.qp_state, QpState::Err as u32);
 }
+
+#[test]
+fn write_only_with_imm_after_rnr_is_retried_whole() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let data = fill(&mut p.a, 0, 100, 9);
+    let sge = [p.a.sge(0, 100)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE_WITH_IMM, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x4000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    p.run(6);
+    assert!(p.a.poll().is_empty(), "RNR: no receive WR yet");
+    post_recv(&mut p.b, qb, 3, 0, 0);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let rx = p.b.poll();
+    assert_eq!(
+        (rx[0].wr_id, rx[0].opcode, rx[0].byte_len),
+        (3, WcOpcode::RecvRdmaWithImm, 100)
+    );
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x4000, 100), &data));
+    assert!(p.b.events().is_empty(), "no invalid-request error");
+}
+
+#[test]
+fn a_duplicate_read_request_replaces_the_queued_response_stream() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    fill(&mut p.b, 0x2000, 3000, 10);
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let responses = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = responses.clone();
+    p.filter = Box::new(move |from_a, v| match v.opcode().kind() {
+        OpKind::ReadRequest if from_a => Fate::Duplicate,
+        OpKind::ReadResponse => {
+            seen.set(seen.get() + 1);
+            Fate::Deliver
+        }
+        _ => Fate::Deliver,
+    });
+    p.run(100);
+    assert_eq!(responses.get(), 3, "one stream of 3 packets, not two");
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
