@@ -63,14 +63,18 @@ impl Engine {
     ) -> Option<Transmit> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let sent = self.qp_ctx(id).and_then(|(qp, mut ctx)| {
-            if qp.responder_pending() {
+            // Responses first; a READ stream whose MR went away yields
+            // nothing and is dropped, so keep asking.
+            while qp.responder_pending() {
                 let gids = response_gids(qp, &ctx);
-                let len = qp.responder_transmit(mem, buf, &mut scratch);
-                return len.zip(gids).map(|(len, (src_gid, dst_gid))| Transmit {
-                    len,
-                    src_gid,
-                    dst_gid,
-                });
+                if let Some(len) = qp.responder_transmit(&ctx, mem, buf, &mut scratch) {
+                    let (src_gid, dst_gid) = gids?;
+                    return Some(Transmit {
+                        len,
+                        src_gid,
+                        dst_gid,
+                    });
+                }
             }
             let (len, src_gid, dst_gid) =
                 qp.requester_transmit(&mut ctx, now, mem, buf, &mut scratch)?;

@@ -92,6 +92,17 @@ impl MrTable {
         Ok(mr.addr + (va - mr.iova))
     }
 
+    /// Whether `[addr, addr+len)` (local addresses) is still inside the
+    /// live MR `rkey` of `pd` with REMOTE_READ; a zero length always is.
+    pub(crate) fn still_readable(&self, pd: PdId, rkey: u32, addr: u64, len: u64) -> bool {
+        len == 0
+            || self.by_key(rkey).is_some_and(|(_, mr)| {
+                mr.pd == pd
+                    && mr.access.contains(AccessFlags::REMOTE_READ)
+                    && mr.contains_local(addr, len)
+            })
+    }
+
     /// Checks that `sge` is inside a live MR of `pd` with `need` rights.
     fn local_sge_ok(&self, pd: PdId, sge: &Sge, need: AccessFlags) -> bool {
         sge.length == 0

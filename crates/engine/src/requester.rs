@@ -106,6 +106,12 @@ pub(crate) struct Requester {
     rnr_resume: Option<(Nanos, Psn)>,
     rd_atomic: u32,
     since_ack_req: u32,
+    /// The last PSN the responder is known to have received.
+    acked: Psn,
+    /// A go-back started by a PSN sequence NAK is under way: further NAKs
+    /// are ignored until the requester makes progress (as rxe does), so a
+    /// burst of NAKs for one loss costs one retry.
+    retrying: bool,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
 }
@@ -115,6 +121,7 @@ impl Requester {
     pub(crate) fn start(&mut self, sq_psn: u32, retry_cnt: u8, rnr_retry: u8) {
         *self = Requester {
             next_psn: Psn::new_masked(sq_psn),
+            acked: Psn::new_masked(sq_psn).wrapping_sub(1),
             retry_left: retry_cnt,
             rnr_left: rnr_retry,
             ..Requester::default()
@@ -157,12 +164,16 @@ impl Requester {
         }
     }
 
-    /// The oldest PSN sent and not acknowledged.
+    /// The oldest PSN sent and not known to have arrived: within a
+    /// message, PSNs up to `acked` did (a NAK or ACK said so), so a
+    /// timeout resends only the rest.
     fn oldest_unacked(&self) -> Option<Psn> {
-        self.inflight
-            .iter()
-            .find(|e| !e.done && e.npkts > 0)
-            .map(|e| e.first_psn.wrapping_add(e.resp_pkts))
+        let e = self.inflight.iter().find(|e| !e.done && e.npkts > 0)?;
+        if e.op.is_rd_atomic() {
+            return Some(e.first_psn.wrapping_add(e.resp_pkts));
+        }
+        let next = self.acked.wrapping_add(1);
+        Some(if e.contains(next) { next } else { e.first_psn })
     }
 }
 
@@ -495,6 +506,10 @@ impl Qp {
             _ => false,
         };
         if progress && self.state != QpState::Err {
+            self.req.retrying = matches!(
+                pkt.aeth().map(|a| a.syndrome),
+                Some(Syndrome::Nak(NakCode::PsnSequenceError))
+            );
             self.req.retry_left = self.attr.retry_cnt;
             self.req.rnr_left = self.attr.rnr_retry;
             self.req.retransmit_at = None;
@@ -523,10 +538,18 @@ impl Qp {
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 let progress = self.ack_through(psn.wrapping_sub(1));
+                let stale = self
+                    .req
+                    .oldest_unacked()
+                    .is_none_or(|o| o.distance(psn) < 0);
+                if stale || (self.req.retrying && !progress) {
+                    return progress;
+                }
                 if !progress && !self.consume_retry(ctx) {
                     return false;
                 }
                 self.req.go_back(psn);
+                self.req.retrying = true;
                 progress
             }
             Syndrome::Nak(code) => {
@@ -546,12 +569,18 @@ impl Qp {
 
     /// Acknowledges every SEND and WRITE whose PSNs are all at or before
     /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
-    /// its response: it is requested again. Returns whether a WR finished.
+    /// its response: it is requested again. Returns whether the requester
+    /// made progress (newly acknowledged PSNs).
     fn ack_through(&mut self, psn: Psn) -> bool {
         if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
             return false; // acknowledges PSNs never sent: ignore
         }
-        let mut progress = false;
+        // PSNs the responder newly confirms are progress even when no WR
+        // finishes (the middle of a long message).
+        let mut progress = self.req.acked.distance(psn) > 0;
+        if progress {
+            self.req.acked = psn;
+        }
         let mut lost = None;
         for e in self
             .req
@@ -706,6 +735,7 @@ impl Qp {
         }
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
             self.req.retransmit_at = None;
+            self.req.retrying = false;
             if self.consume_retry(ctx) {
                 if let Some(psn) = self.req.oldest_unacked() {
                     self.req.go_back(psn);

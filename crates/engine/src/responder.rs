@@ -46,13 +46,16 @@ pub(crate) enum Response {
     /// ACK or NAK for `psn`.
     Ack { psn: Psn, syndrome: Syndrome },
     /// READ response packets from `psn`, reading `remaining` bytes at the
-    /// local address `addr` (`first` marks the first packet's position).
+    /// local address `addr` of the MR named by `rkey` (`first` marks the
+    /// first packet's position; `replay` a re-executed duplicate, which
+    /// holds no responder resource).
     Read {
         psn: Psn,
         addr: u64,
         remaining: u32,
         first: bool,
         rkey: u32,
+        replay: bool,
     },
     /// The atomic ACK for `psn`.
     Atomic { psn: Psn, orig: u64 },
@@ -229,7 +232,7 @@ impl Qp {
                 // ignored since the original was answered).
                 let mtu = self.mtu();
                 self.resp.out.retain(|r| !r.read_covers(psn, mtu));
-                let _ = self.queue_read(ctx, pkt);
+                let _ = self.queue_read(ctx, pkt, true);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 if let Some(&(_, orig)) = self.resp.atomics.iter().find(|(p, _)| *p == psn) {
@@ -449,17 +452,22 @@ impl Qp {
             .resp
             .out
             .iter()
-            .filter(|r| matches!(r, Response::Read { .. }))
+            .filter(|r| matches!(r, Response::Read { replay: false, .. }))
             .count();
         if pending >= usize::from(self.attr.max_dest_rd_atomic) {
             return Err(Fault::Invalid); // more READs than responder resources
         }
-        let len = self.queue_read(ctx, pkt)?;
+        let len = self.queue_read(ctx, pkt, false)?;
         Ok(len.div_ceil(self.mtu()).max(1))
     }
 
     /// Validates a READ request and queues its responses; returns its length.
-    fn queue_read(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>) -> Result<u32, Fault> {
+    fn queue_read(
+        &mut self,
+        ctx: &Ctx<'_>,
+        pkt: &PacketView<'_>,
+        replay: bool,
+    ) -> Result<u32, Fault> {
         let reth = pkt.reth().ok_or(Fault::Invalid)?;
         if reth.dma_len > ctx.config.limits.max_msg_sz {
             return Err(Fault::Invalid);
@@ -483,6 +491,7 @@ impl Qp {
             remaining: reth.dma_len,
             first: true,
             rkey: reth.rkey,
+            replay,
         });
         Ok(reth.dma_len)
     }
@@ -655,6 +664,7 @@ impl Qp {
     /// Writes the next response packet into `buf`.
     pub(crate) fn responder_transmit(
         &mut self,
+        ctx: &Ctx<'_>,
         mem: &dyn HostMemory,
         buf: &mut [u8],
         scratch: &mut Vec<u8>,
@@ -688,9 +698,16 @@ impl Qp {
                 remaining,
                 first,
                 rkey,
+                replay,
             } => {
                 let mtu = self.mtu();
                 let len = remaining.min(mtu);
+                // The MR may have been deregistered since the READ was
+                // accepted: then the stream stops (the requester times out
+                // and asks again, and is refused).
+                if !ctx.mrs.still_readable(self.pd, rkey, addr, u64::from(len)) {
+                    return None;
+                }
                 let last = remaining <= mtu;
                 let position = match (first, last) {
                     (true, true) => Position::Only,
@@ -721,6 +738,7 @@ impl Qp {
                         remaining: remaining - len,
                         first: false,
                         rkey,
+                        replay,
                     };
                     self.resp.out.push_front(next);
                 }

@@ -1116,3 +1116,51 @@ fn a_duplicate_read_request_replaces_the_queued_response_stream() {
     assert_eq!(responses.get(), 3, "one stream of 3 packets, not two");
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
+
+#[test]
+fn duplicated_sequence_naks_cost_no_retry_and_resend_only_what_is_missing() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let data = fill(&mut p.a, 0, 4096, 11);
+    post_recv(&mut p.b, qb, 1, 0x4000, 4096);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 4096)]))
+        .unwrap();
+    let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = log.clone();
+    p.filter = Box::new(move |from_a, v| {
+        if from_a {
+            seen.borrow_mut().push(v.psn().get());
+            // Lose the third packet once.
+            return if seen.borrow().len() == 3 {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            };
+        }
+        // Every NAK arrives twice.
+        if v.aeth().is_some_and(|a| a.syndrome.is_nak()) {
+            Fate::Duplicate
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.run(100);
+    assert_eq!(
+        p.a.poll()[0].status,
+        WcStatus::Success,
+        "retry_cnt 0 was enough"
+    );
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x4000, 4096), &data));
+    let first = Link::default().psn_a;
+    let sent: Vec<u32> = log.borrow().iter().map(|psn| psn - first).collect();
+    assert_eq!(
+        sent,
+        [0, 1, 2, 3, 2, 3],
+        "go back to the lost packet, not the message start"
+    );
+}
