@@ -38,6 +38,13 @@ pub(crate) fn validate(
         qp.state
     };
     mask_allowed(qp.state, next, qp.qp_type, mask).map_err(einval)?;
+    // While SQD is still draining, the only way out is ERR (rxe
+    // `__qp_chk_state`; IBTA: SQD attributes change once drained).
+    let draining = qp.state == QpState::Sqd && qp.req.busy();
+    ensure(
+        !(mask.contains(M::STATE) && draining && next != QpState::Err),
+        einval("the send queue is still draining"),
+    )?;
     check_values(dev, qp, attr, mask)?;
     Ok(next)
 }
