@@ -515,7 +515,19 @@ impl Qp {
             self.req.retransmit_at = None;
         }
         self.retire(ctx);
-        if self.state != QpState::Err && self.req.retransmit_at.is_none() && self.has_unacked() {
+        self.keep_retransmit_timer(now);
+    }
+
+    /// While anything sent is unacknowledged a local ACK timeout runs,
+    /// except during an RNR wait: waiting for the responder's receive WRs
+    /// must not use up transport retries.
+    fn keep_retransmit_timer(&mut self, now: Nanos) {
+        let waiting = self.req.rnr_resume.is_some();
+        if self.state != QpState::Err
+            && self.req.retransmit_at.is_none()
+            && !waiting
+            && self.has_unacked()
+        {
             self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
         }
     }
@@ -533,7 +545,10 @@ impl Qp {
             Syndrome::Ack { .. } => self.ack_through(psn),
             Syndrome::RnrNak { timer } => {
                 let progress = self.ack_through(psn.wrapping_sub(1));
-                self.on_rnr_nak(ctx, now, psn, timer);
+                // A late RNR NAK for a PSN already acknowledged is stale.
+                if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
+                    self.on_rnr_nak(ctx, now, psn, timer);
+                }
                 progress
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -542,7 +557,9 @@ impl Qp {
                     .req
                     .oldest_unacked()
                     .is_none_or(|o| o.distance(psn) < 0);
-                if stale || (self.req.retrying && !progress) {
+                // During an RNR wait the resend is already scheduled.
+                let waiting = self.req.rnr_resume.is_some();
+                if stale || waiting || (self.req.retrying && !progress) {
                     return progress;
                 }
                 if !progress && !self.consume_retry(ctx) {
@@ -742,6 +759,7 @@ impl Qp {
                 }
             }
         }
+        self.keep_retransmit_timer(now);
     }
 
     /// Completes finished WRs at the head of `inflight`, in order.

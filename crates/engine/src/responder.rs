@@ -196,6 +196,9 @@ impl Qp {
                 }
             }
             Err(Fault::NotReady) => {
+                // The packets behind this one are not a new loss: no PSN
+                // sequence NAK for them until `psn` comes back.
+                self.resp.nak_sent = true;
                 let timer = self.attr.min_rnr_timer;
                 self.resp.nak(psn, Syndrome::RnrNak { timer });
             }

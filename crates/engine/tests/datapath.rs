@@ -1173,3 +1173,102 @@ fn duplicated_sequence_naks_cost_no_retry_and_resend_only_what_is_missing() {
         "go back to the lost packet, not the message start"
     );
 }
+
+#[test]
+fn a_long_rnr_wait_uses_no_transport_retries() {
+    let mut p = Pair::new();
+    // ACK timeout 8 us x 2^1 is far shorter than the RNR delay (code 14,
+    // 1.28 ms), and no transport retry is allowed.
+    let link = Link {
+        timeout: 1,
+        retry_cnt: 0,
+        min_rnr_timer: 14,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(6);
+    post_recv(&mut p.b, qb, 4, 0x4000, 100);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn packets_behind_an_rnr_nak_cost_no_transport_retry() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    for i in 0..3 {
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 10)]))
+            .unwrap();
+    }
+    p.run(10);
+    for i in 0..3 {
+        post_recv(&mut p.b, qb, i, 0x4000, 100);
+    }
+    p.run(100);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        tx,
+        [
+            (0, WcStatus::Success),
+            (1, WcStatus::Success),
+            (2, WcStatus::Success)
+        ]
+    );
+}
+
+/// Takes every packet `from` has to send.
+fn drain(from: &mut Node, now: Nanos) -> Vec<(Transmit, Vec<u8>)> {
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    std::iter::from_fn(|| {
+        from.e
+            .poll_transmit(now, &from.mem, &mut buf)
+            .map(|t| (t, buf[..t.len].to_vec()))
+    })
+    .collect()
+}
+
+fn deliver(to: &mut Node, now: Nanos, (t, bytes): &(Transmit, Vec<u8>)) {
+    to.e.handle_packet(now, t.src_gid, t.dst_gid, bytes, &mut to.mem);
+}
+
+#[test]
+fn a_late_rnr_nak_for_an_acknowledged_psn_does_not_stop_the_retransmit_timer() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    for i in 0..2 {
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 10)]))
+            .unwrap();
+    }
+    let sends = drain(&mut p.a, 0);
+    assert_eq!(sends.len(), 2);
+    deliver(&mut p.b, 0, &sends[0]); // no receive WR: RNR NAK, held back
+    let rnr_nak = drain(&mut p.b, 0);
+    // The second SEND is lost; a network duplicate of the first arrives
+    // once receive WRs are posted and is acknowledged.
+    for i in 0..2 {
+        post_recv(&mut p.b, qb, i, 0x4000, 100);
+    }
+    deliver(&mut p.b, 1, &sends[0]);
+    for ack in drain(&mut p.b, 1) {
+        deliver(&mut p.a, 2, &ack);
+    }
+    assert_eq!(p.a.poll()[0].wr_id, 0);
+    deliver(&mut p.a, 3, &rnr_nak[0]); // stale
+    p.now = 3;
+    p.run(100);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        tx,
+        [(1, WcStatus::Success)],
+        "the lost SEND was resent on timeout"
+    );
+}

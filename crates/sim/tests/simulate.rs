@@ -99,8 +99,10 @@ fn a_run_out_of_budget_is_reported_as_stalled() {
 /// request counted against max_dest_rd_atomic (the next new READ was NAKed
 /// Invalid Request), and PSN sequence NAKs that advanced nothing each
 /// consuming a transport retry (bursts ended in RETRY_EXC_ERR without a
-/// timeout); plus seed 82618, where timeouts resent whole messages after a
-/// NAK had shown their start had arrived.
+/// timeout); seed 82618, where timeouts resent whole messages after a NAK
+/// had shown their start had arrived; seeds 105, 2792, 4975 and 9160,
+/// where a late RNR NAK for an acknowledged PSN cancelled the retransmit
+/// timer and the run stalled.
 #[test]
 fn seeds_that_found_engine_bugs() {
     let lossy = Faults {
@@ -120,7 +122,7 @@ fn seeds_that_found_engine_bugs() {
     let cases = [
         (lossy, vec![354, 836, 1215, 1232, 2760]),
         (reordering, vec![21, 490, 1425]),
-        (corrupting, vec![82618]),
+        (corrupting, vec![82618, 105, 2792, 4975, 9160]),
     ];
     for (faults, seeds) in cases {
         let results = seeds
