@@ -270,8 +270,11 @@ pub struct DeviceConfig {
     /// Seed for keys and QP numbers. Production seeds from the OS; tests
     /// fix it so that runs replay exactly.
     pub seed: u64,
-    /// First QP number handed out (never 0 or 1, which are special).
+    /// QP numbers `qpn_base..qpn_limit` are handed out (never 0 or 1,
+    /// which are special); [`crate::Engine::add_qpn_range`] adds more.
     pub qpn_base: u32,
+    /// End (exclusive) of the first QP number range.
+    pub qpn_limit: u32,
 }
 
 impl DeviceConfig {
@@ -287,6 +290,7 @@ impl DeviceConfig {
             }],
             seed,
             qpn_base: 0x11,
+            qpn_limit: 1 << 24,
         }
     }
 

@@ -52,7 +52,7 @@ impl Engine {
         Engine {
             device_attr: config.device_attr(),
             keys: KeyAllocator::new(config.seed),
-            qpns: QpnAllocator::new(config.qpn_base),
+            qpns: QpnAllocator::new(config.qpn_base..config.qpn_limit),
             config,
             pds: SlotMap::with_key(),
             mrs: MrTable::default(),
@@ -140,6 +140,12 @@ impl Engine {
         self.config
             .pkey(port, index)
             .ok_or(einval("P_Key index beyond the table"))
+    }
+
+    /// Makes QP numbers `range` available to `create_qp` (a transport
+    /// gives a process sharing the device the numbers it owns).
+    pub fn add_qpn_range(&mut self, range: std::ops::Range<u32>) {
+        self.qpns.add(range);
     }
 
     /// The next pending async event (`ibv_get_async_event`).

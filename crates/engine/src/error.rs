@@ -59,6 +59,10 @@ impl VerbsError {
     }
 }
 
+/// The reason of the ENOMEM `create_qp` returns when every QP number the
+/// engine was given is in use: a transport can add a range and retry.
+pub const QPN_EXHAUSTED: &str = "QP numbers exhausted";
+
 /// Result of a verb.
 pub type VerbsResult<T> = Result<T, VerbsError>;
 

@@ -54,7 +54,7 @@ pub use device::{
     LINK_LAYER_ETHERNET, PHYS_STATE_LINK_UP, PORT_ACTIVE,
 };
 pub use engine::Engine;
-pub use error::{ErrorKind, VerbsError, VerbsResult};
+pub use error::{ErrorKind, VerbsError, VerbsResult, QPN_EXHAUSTED};
 pub use event::AsyncEvent;
 pub use gid::Gid;
 pub use handles::{AhId, CqId, MrId, PdId, QpId, SrqId};

@@ -52,7 +52,7 @@ impl Engine {
         let qp_num = self
             .qpns
             .next(|n| by_num.contains_key(&n))
-            .ok_or(enomem("QP numbers exhausted"))?;
+            .ok_or(enomem(crate::error::QPN_EXHAUSTED))?;
         let port_mtu = self
             .config
             .ports

@@ -1,0 +1,104 @@
+//! One UDP socket serving one slot.
+
+use crate::slots::{qpns_of, SlotPorts, MAX_SLOT};
+use mio::net::UdpSocket;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+
+/// Socket buffer size asked for: a burst of a few hundred MTU-sized
+/// packets fits, so a busy loopback rarely drops.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// A bound UDP socket and the slot (QP numbers) it serves.
+#[derive(Debug)]
+pub struct Endpoint {
+    slot: u16,
+    local: SocketAddr,
+    socket: UdpSocket,
+}
+
+impl Endpoint {
+    /// Claims the first free slot at `ip`, trying slots from `first` on
+    /// (wrapping). A slot is free when its port can be bound; the socket
+    /// has no SO_REUSEADDR/SO_REUSEPORT, so a slot has one owner.
+    pub fn claim(ip: IpAddr, ports: SlotPorts, first: u16) -> io::Result<Endpoint> {
+        let first = first.clamp(1, MAX_SLOT);
+        let mut last_err = None;
+        for n in 0..MAX_SLOT {
+            let slot = (first - 1 + n) % MAX_SLOT + 1;
+            match bind(SocketAddr::new(ip, ports.port(slot))) {
+                Ok(socket) => return Endpoint::new(slot, socket),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+    }
+
+    fn new(slot: u16, socket: std::net::UdpSocket) -> io::Result<Endpoint> {
+        let local = socket.local_addr()?;
+        Ok(Endpoint {
+            slot,
+            local,
+            socket: UdpSocket::from_std(socket),
+        })
+    }
+
+    /// The slot served.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The QP numbers this endpoint receives for.
+    pub fn qpns(&self) -> Range<u32> {
+        qpns_of(self.slot)
+    }
+
+    /// The bound address.
+    pub fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The socket, for polling and I/O.
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// The socket, to register with a poller.
+    pub fn socket_mut(&mut self) -> &mut UdpSocket {
+        &mut self.socket
+    }
+}
+
+fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    // Bigger buffers are a wish, not a requirement (rmem_max may cap them).
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn a_claimed_slot_is_not_claimed_twice() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let ports = SlotPorts::default();
+        let first = 1000 + fastrand::u16(0..2000);
+        let a = Endpoint::claim(ip, ports, first).unwrap();
+        let b = Endpoint::claim(ip, ports, a.slot()).unwrap();
+        assert_ne!(a.slot(), b.slot());
+        assert_eq!(a.local().port(), ports.port(a.slot()));
+        assert_eq!(ports.slot_of_port(b.local().port()), Some(b.slot()));
+    }
+}

@@ -1,0 +1,93 @@
+//! One step of progress: every datagram waiting on the sockets goes into
+//! the engine (after its ICRC is checked), due timers run, and every packet
+//! the engine has to send goes out, sealed with its ICRC.
+
+use crate::endpoint::Endpoint;
+use crate::slots::SlotPorts;
+use softverbs_engine::{Engine, Gid, HostMemory, Nanos, MAX_PACKET_LEN};
+use softverbs_wire::Flow;
+use std::io;
+use std::net::SocketAddr;
+
+/// Counters of what the socket layer did, for diagnostics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Datagrams received.
+    pub rx: u64,
+    /// Datagrams dropped because their ICRC was wrong.
+    pub rx_bad_icrc: u64,
+    /// Datagrams sent.
+    pub tx: u64,
+    /// Packets dropped because a socket would not take them (the
+    /// reliable transport resends).
+    pub tx_dropped: u64,
+}
+
+/// The sockets, buffer and counters a step works with.
+#[derive(Debug)]
+pub(crate) struct Io {
+    pub(crate) endpoints: Vec<Endpoint>,
+    pub(crate) ports: SlotPorts,
+    pub(crate) stats: IoStats,
+    buf: Vec<u8>,
+}
+
+impl Io {
+    pub(crate) fn new(first: Endpoint, ports: SlotPorts) -> Io {
+        Io {
+            endpoints: vec![first],
+            ports,
+            stats: IoStats::default(),
+            // Datagrams larger than any packet are truncated and then
+            // fail their ICRC check.
+            buf: vec![0; MAX_PACKET_LEN + 64],
+        }
+    }
+
+    /// Receives everything waiting, then sends everything due.
+    pub(crate) fn step(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+        for i in 0..self.endpoints.len() {
+            self.receive_all(i, engine, mem, now);
+        }
+        if engine.poll_timeout().is_some_and(|at| at <= now) {
+            engine.handle_timeout(now);
+        }
+        self.send_all(engine, mem, now);
+    }
+
+    fn receive_all(&mut self, i: usize, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+        let local = self.endpoints[i].local();
+        loop {
+            let (n, from) = match self.endpoints[i].socket().recv_from(&mut self.buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => continue,
+            };
+            self.stats.rx += 1;
+            let packet = &self.buf[..n];
+            let valid =
+                Flow::from_sockets(from, local).is_ok_and(|flow| flow.verify(packet).is_ok());
+            if !valid {
+                self.stats.rx_bad_icrc += 1;
+                continue;
+            }
+            let (src, dst) = (Gid::from_ip(from.ip()), Gid::from_ip(local.ip()));
+            engine.handle_packet(now, src, dst, packet, mem);
+        }
+    }
+
+    fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos) {
+        while let Some(t) = engine.poll_transmit(now, mem, &mut self.buf) {
+            let packet = &mut self.buf[..t.len];
+            let dest_qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
+            let dst = SocketAddr::new(t.dst_gid.to_ip(), self.ports.port_of_qpn(dest_qpn));
+            let ep = &self.endpoints[0];
+            let sealed =
+                Flow::from_sockets(ep.local(), dst).is_ok_and(|flow| flow.seal(packet).is_ok());
+            match sealed.then(|| ep.socket().send_to(packet, dst)) {
+                Some(Ok(_)) => self.stats.tx += 1,
+                _ => self.stats.tx_dropped += 1,
+            }
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Two drivers on 127.0.0.1 exchange RC and UD traffic over real UDP
+//! sockets, as two processes sharing softverbs0 would: each claims its own
+//! slot, and packets find the right one from the destination QP number.
+
+use softverbs_engine::*;
+use softverbs_transport::*;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BASE: u64 = 0x7000_0000;
+const LEN: usize = 4 << 20;
+
+/// Forwards completion events to a channel.
+struct Events(parking_lot::Mutex<mpsc::Sender<CqId>>);
+
+impl Notify for Events {
+    fn completion_event(&self, cq: CqId) {
+        let _ = self.0.lock().send(cq);
+    }
+    fn async_event(&self, _: AsyncEvent) {}
+}
+
+struct Side {
+    d: Driver<FlatMemory>,
+    events: mpsc::Receiver<CqId>,
+    pd: PdId,
+    cq: CqId,
+    key: u32,
+}
+
+fn side() -> Side {
+    let (tx, events) = mpsc::channel();
+    let cfg = DriverConfig {
+        device: DeviceConfig::loopback(fastrand::u64(..)),
+        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        ports: SlotPorts::default(),
+    };
+    let notify = Arc::new(Events(parking_lot::Mutex::new(tx)));
+    let d = Driver::start(cfg, FlatMemory::new(BASE, LEN), notify).unwrap();
+    let (pd, cq, key) = d.with(|e, _| {
+        let pd = e.alloc_pd().unwrap();
+        let (cq, _) = e.create_cq(1024, 0).unwrap();
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let key = e
+            .reg_mr(pd, BASE, LEN as u64, BASE, all.bits())
+            .unwrap()
+            .key;
+        (pd, cq, key)
+    });
+    Side {
+        d,
+        events,
+        pd,
+        cq,
+        key,
+    }
+}
+
+fn create_qp(s: &Side, ty: QpType) -> (QpId, u32) {
+    s.d.with(|e, _| {
+        let init = QpInitAttr {
+            send_cq: s.cq,
+            recv_cq: s.cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+            qp_type: ty as u32,
+            sq_sig_all: true,
+        };
+        let c = e.create_qp(s.pd, &init).unwrap();
+        (c.id, c.qp_num)
+    })
+}
+
+fn connect(s: &Side, qp: QpId, ty: QpType, remote: u32) {
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ipv4(Ipv4Addr::LOCALHOST),
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let steps: [(QpAttr, QpAttrMask); 3] = [
+        (
+            QpAttr {
+                qp_state: QpState::Init as u32,
+                port_num: 1,
+                qkey: 0x11,
+                qp_access_flags: 0xe,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | if ty == QpType::Ud {
+                    QpAttrMask::QKEY
+                } else {
+                    QpAttrMask::ACCESS_FLAGS
+                },
+        ),
+        (
+            QpAttr {
+                qp_state: QpState::Rtr as u32,
+                path_mtu: Mtu::Mtu4096 as u32,
+                dest_qp_num: remote,
+                rq_psn: 7,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+                ah_attr: av,
+                ..QpAttr::default()
+            },
+            if ty == QpType::Ud {
+                QpAttrMask::STATE
+            } else {
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+                    | QpAttrMask::MAX_DEST_RD_ATOMIC
+                    | QpAttrMask::MIN_RNR_TIMER
+            },
+        ),
+        (
+            QpAttr {
+                qp_state: QpState::Rts as u32,
+                sq_psn: 7,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 4,
+                ..QpAttr::default()
+            },
+            if ty == QpType::Ud {
+                QpAttrMask::STATE | QpAttrMask::SQ_PSN
+            } else {
+                QpAttrMask::STATE
+                    | QpAttrMask::SQ_PSN
+                    | QpAttrMask::TIMEOUT
+                    | QpAttrMask::RETRY_CNT
+                    | QpAttrMask::RNR_RETRY
+                    | QpAttrMask::MAX_QP_RD_ATOMIC
+            },
+        ),
+    ];
+    for (a, m) in steps {
+        s.d.with(|e, _| e.modify_qp(qp, &a, m)).unwrap();
+    }
+}
+
+/// Waits for `n` completions, blocking on completion events only: the
+/// progress thread must do all the work.
+fn wait_completions(s: &Side, n: usize) -> Vec<WorkCompletion> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < n {
+        s.d.with(|e, _| e.req_notify_cq(s.cq, false)).unwrap();
+        let mut batch = Vec::new();
+        s.d.with(|e, _| e.poll_cq(s.cq, 64, &mut batch)).unwrap();
+        got.extend(batch);
+        if got.len() >= n {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            s.events.recv_timeout(left).is_ok(),
+            "timed out with {} of {n} completions",
+            got.len()
+        );
+    }
+    got
+}
+
+#[test]
+fn rc_send_write_and_read_between_two_drivers() {
+    let (a, b) = (side(), side());
+    assert_ne!(a.d.slots(), b.d.slots(), "each context claims its own slot");
+    let (qa, na) = create_qp(&a, QpType::Rc);
+    let (qb, nb) = create_qp(&b, QpType::Rc);
+    connect(&a, qa, QpType::Rc, nb);
+    connect(&b, qb, QpType::Rc, na);
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + 3) as u8).collect();
+    a.d.with(|_, m| m.write(BASE, &data));
+    let sge = |s: &Side, off: u64, len: u32| Sge {
+        addr: BASE + off,
+        length: len,
+        lkey: s.key,
+    };
+    let recv = [sge(&b, 0, data.len() as u32)];
+    b.d.with(|e, _| {
+        e.post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 1,
+                sg_list: &recv,
+            },
+        )
+    })
+    .unwrap();
+    let send = [sge(&a, 0, data.len() as u32)];
+    let wr = |id, opcode, sg: &'static [Sge]| SendWr {
+        wr_id: id,
+        opcode,
+        send_flags: 0,
+        sg_list: sg,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget {
+            remote_addr: BASE + (2 << 20),
+            rkey: b.key,
+        },
+        atomic: AtomicTarget::default(),
+        ud: None,
+    };
+    let send: &'static [Sge] = Box::leak(Box::new(send));
+    a.d.with(|e, _| e.post_send(qa, &wr(10, send_opcode::SEND, send)))
+        .unwrap();
+    a.d.with(|e, _| e.post_send(qa, &wr(11, send_opcode::RDMA_WRITE, send)))
+        .unwrap();
+    let back: &'static [Sge] = Box::leak(Box::new([sge(&a, 3 << 20, 1000)]));
+    a.d.with(|e, _| e.post_send(qa, &wr(12, send_opcode::RDMA_READ, back)))
+        .unwrap();
+    let rx = wait_completions(&b, 1);
+    assert_eq!(
+        (rx[0].status, rx[0].byte_len),
+        (WcStatus::Success, data.len() as u32)
+    );
+    let tx = wait_completions(&a, 3);
+    let ids: Vec<_> = tx.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        ids,
+        [
+            (10, WcStatus::Success),
+            (11, WcStatus::Success),
+            (12, WcStatus::Success)
+        ]
+    );
+    b.d.with(|_, m| {
+        assert!(m.slice(BASE, data.len()) == &data[..]);
+        assert!(m.slice(BASE + (2 << 20), data.len()) == &data[..]);
+    });
+    a.d.with(|_, m| assert!(m.slice(BASE + (3 << 20), 1000) == &data[..1000]));
+    assert_eq!(a.d.io_stats().rx_bad_icrc + b.d.io_stats().rx_bad_icrc, 0);
+}
+
+#[test]
+fn ud_datagrams_reach_the_qp_of_another_slot() {
+    let (a, b) = (side(), side());
+    let (qa, _) = create_qp(&a, QpType::Ud);
+    let (qb, nb) = create_qp(&b, QpType::Ud);
+    connect(&a, qa, QpType::Ud, 0);
+    connect(&b, qb, QpType::Ud, 0);
+    let recv = [Sge {
+        addr: BASE,
+        length: 2000,
+        lkey: b.key,
+    }];
+    b.d.with(|e, _| {
+        e.post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 5,
+                sg_list: &recv,
+            },
+        )
+    })
+    .unwrap();
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ipv4(Ipv4Addr::LOCALHOST),
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = a.d.with(|e, _| e.create_ah(a.pd, &av)).unwrap();
+    let s = SendWr {
+        wr_id: 1,
+        opcode: send_opcode::SEND,
+        send_flags: send_flags::INLINE,
+        sg_list: &[],
+        inline_data: b"datagram",
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: Some(UdTarget {
+            ah,
+            remote_qpn: nb,
+            remote_qkey: 0x11,
+        }),
+    };
+    a.d.with(|e, _| e.post_send(qa, &s)).unwrap();
+    let rx = wait_completions(&b, 1);
+    assert_eq!(
+        (rx[0].byte_len, rx[0].wc_flags & wc_flags::GRH),
+        (48, wc_flags::GRH)
+    );
+    b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 8), b"datagram"));
+}
+
+#[test]
+fn more_qps_than_one_slot_holds_claim_another_slot() {
+    let s = side();
+    let before = s.d.slots().len();
+    let mut made = 0;
+    for _ in 0..4200 {
+        let init = QpInitAttr {
+            send_cq: s.cq,
+            recv_cq: s.cq,
+            srq: None,
+            cap: QpCap::default(),
+            qp_type: QpType::Rc as u32,
+            sq_sig_all: false,
+        };
+        let r = s.d.with(|e, _| e.create_qp(s.pd, &init));
+        match r {
+            Ok(_) => made += 1,
+            Err(err) if err.reason == QPN_EXHAUSTED => s.d.add_slot().unwrap(),
+            Err(err) => panic!("{err}"),
+        }
+    }
+    assert!(made >= 4096);
+    assert_eq!(s.d.slots().len(), before + 1);
+}
