@@ -4,7 +4,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim clean
+.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs clean
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit
+test: deps fmt-check clippy crosscheck sim unit programs
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -44,6 +44,26 @@ SIM := $(CARGO) run --release -q -p softverbs-sim --
 sim:
 	$(SIM) --seeds 2000 --loss 0.1 --dup 0.05 --reorder 0.1
 	$(SIM) --seeds 1000 --loss 0.1 --dup 0.05 --reorder 0.1 --corrupt 0.02 --seed-base 1000000
+
+# The rdma-core provider: the Rust staticlib linked into a shared object
+# whose exported symbols carry libibverbs' symbol versions (rustc's cdylib
+# brings its own version script, hence the separate link step).
+TARGET ?= target
+SHIM_SO := $(TARGET)/release/libsoftverbs-rdmav34.so
+shim: $(SHIM_SO)
+$(SHIM_SO): FORCE
+	$(CARGO) build --release -p softverbs-shim
+	cc -shared -o $@ -Wl,-soname,libsoftverbs-rdmav34.so \
+	  -Wl,--version-script=provider-shim/softverbs.map \
+	  -Wl,--whole-archive $(TARGET)/release/libsoftverbs_shim.a -Wl,--no-whole-archive \
+	  -libverbs -lpthread -ldl -lm -lgcc_s -lc
+.PHONY: FORCE
+FORCE:
+
+# Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
+# in preload mode, two processes on loopback.
+programs: shim
+	tests/programs/run.sh $(SHIM_SO)
 
 clean:
 	$(CARGO) clean

@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a fresh Debian machine:
-# the Rust toolchain components and a Python venv with scapy (the independent
-# RoCE implementation the wire crate is checked against). Idempotent.
+# rdma-core's libraries and programs (the provider links libibverbs; the
+# tests run ibverbs-utils and perftest), the Rust toolchain components and
+# a Python venv with scapy (the independent RoCE implementation the wire
+# crate is checked against). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+packages="libibverbs-dev ibverbs-utils perftest rdma-core iproute2"
+missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup-deps: please install: $missing (e.g. sudo apt-get install $missing)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
 
 if ! command -v cargo >/dev/null; then
   echo "setup-deps: cargo not found; install Rust (rustup) first" >&2

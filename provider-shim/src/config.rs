@@ -1,0 +1,288 @@
+//! Which soft devices a process sees.
+//!
+//! By default there is one device, `softverbs0`, on 127.0.0.1. Otherwise,
+//! in order of precedence:
+//!
+//! 1. `SOFTVERBS_DEVICES="name=addr[/mtu] ..."` (space- or comma-separated),
+//!    e.g. `SOFTVERBS_DEVICES="softverbs0=10.0.0.1 softverbs1=::1/1500"`;
+//! 2. the file named by `SOFTVERBS_CONFIG`, else
+//!    `$XDG_CONFIG_HOME/softverbs/devices.conf` (or `~/.config/...`), else
+//!    `/etc/softverbs/devices.conf`, with lines
+//!    `device NAME ADDRESS [mtu LINK_MTU]` and `port_base N`, `#` comments.
+//!
+//! `mtu` is the link MTU (IP packet size); the port's active MTU is the
+//! largest RoCE MTU whose packets fit in it. Without it, the MTU of the
+//! interface that holds the address is used (65536 on loopback).
+
+use softverbs_engine::{DeviceConfig, Gid, Mtu, PortConfig};
+use softverbs_transport::SlotPorts;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+/// One configured soft device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoftDevice {
+    /// Device name, as `ibv_get_device_name` returns it.
+    pub name: String,
+    /// The address its endpoints bind and its GID 0 stands for.
+    pub ip: IpAddr,
+    /// The link MTU, if configured.
+    pub link_mtu: Option<u32>,
+}
+
+/// Every device and the network-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Devices, in the order programs see them.
+    pub devices: Vec<SoftDevice>,
+    /// UDP port of slot 0 (see `softverbs_transport::slots`).
+    pub port_base: u16,
+    /// Where the configuration came from, for `softverbs devices`.
+    pub source: String,
+}
+
+/// A configuration that cannot be used, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            devices: vec![SoftDevice {
+                name: "softverbs0".into(),
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                link_mtu: None,
+            }],
+            port_base: softverbs_transport::slots::DEFAULT_PORT_BASE,
+            source: "built-in default".into(),
+        }
+    }
+}
+
+impl Config {
+    /// The configuration this process uses (see the module docs).
+    pub fn load() -> Result<Config, ConfigError> {
+        if let Ok(inline) = std::env::var("SOFTVERBS_DEVICES") {
+            let devices = parse_inline(&inline)?;
+            return Ok(Config {
+                devices,
+                source: "SOFTVERBS_DEVICES".into(),
+                ..Config::default()
+            });
+        }
+        for path in config_paths() {
+            match std::fs::read_to_string(&path) {
+                Ok(text) => return parse_file(&text, &path.display().to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(ConfigError(format!("{}: {e}", path.display()))),
+            }
+        }
+        Ok(Config::default())
+    }
+
+    /// The slot-to-port mapping.
+    pub fn ports(&self) -> SlotPorts {
+        SlotPorts::new(self.port_base).unwrap_or_default()
+    }
+}
+
+impl SoftDevice {
+    /// The engine configuration of this device.
+    pub fn device_config(&self, seed: u64) -> DeviceConfig {
+        let mut cfg = DeviceConfig::loopback(seed);
+        cfg.name.clone_from(&self.name);
+        cfg.node_guid = self.guid();
+        let link_mtu = self
+            .link_mtu
+            .or_else(|| crate::netif::mtu_of(self.ip))
+            .unwrap_or(1500);
+        cfg.ports = vec![PortConfig {
+            gids: vec![Gid::from_ip(self.ip)],
+            active_mtu: Mtu::largest_fitting(link_mtu).unwrap_or(Mtu::Mtu256),
+        }];
+        cfg
+    }
+
+    /// A stable node GUID: our vendor prefix and a hash of name and address.
+    pub fn guid(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.name.bytes().chain(Gid::from_ip(self.ip).0) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        (u64::from(DeviceConfig::VENDOR_ID) << 48) | (h & 0xFFFF_FFFF_FFFF)
+    }
+}
+
+fn config_paths() -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Ok(p) = std::env::var("SOFTVERBS_CONFIG") {
+        paths.push(PathBuf::from(p));
+        return paths;
+    }
+    if let Ok(xdg) = std::env::var("XDG_CONFIG_HOME") {
+        paths.push(PathBuf::from(xdg).join("softverbs/devices.conf"));
+    } else if let Ok(home) = std::env::var("HOME") {
+        paths.push(PathBuf::from(home).join(".config/softverbs/devices.conf"));
+    }
+    paths.push(PathBuf::from("/etc/softverbs/devices.conf"));
+    paths
+}
+
+/// Parses `name=addr[/mtu]` entries.
+pub fn parse_inline(text: &str) -> Result<Vec<SoftDevice>, ConfigError> {
+    let entries = text.split([' ', ',', '\n', '\t']).filter(|e| !e.is_empty());
+    let devices = entries
+        .map(|entry| {
+            let bad = || {
+                ConfigError(format!(
+                    "SOFTVERBS_DEVICES: `{entry}` is not name=address[/mtu]"
+                ))
+            };
+            let (name, rest) = entry.split_once('=').ok_or_else(bad)?;
+            let (addr, mtu) = match rest.split_once('/') {
+                Some((a, m)) => (a, Some(m.parse().map_err(|_| bad())?)),
+                None => (rest, None),
+            };
+            device(name, addr, mtu).map_err(|e| ConfigError(format!("SOFTVERBS_DEVICES: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    check(devices)
+}
+
+/// Parses a configuration file.
+pub fn parse_file(text: &str, source: &str) -> Result<Config, ConfigError> {
+    let mut config = Config {
+        devices: Vec::new(),
+        source: source.into(),
+        ..Config::default()
+    };
+    for (n, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line
+            .split('#')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let at = |e: String| ConfigError(format!("{source}:{}: {e}", n + 1));
+        match words.as_slice() {
+            [] => {}
+            ["port_base", base] => {
+                let base: u16 = base
+                    .parse()
+                    .map_err(|_| at(format!("bad port_base `{base}`")))?;
+                SlotPorts::new(base)
+                    .ok_or_else(|| at(format!("port_base {base} leaves no room for 4095 slots")))?;
+                config.port_base = base;
+            }
+            ["device", name, addr] => config.devices.push(device(name, addr, None).map_err(at)?),
+            ["device", name, addr, "mtu", mtu] => {
+                let mtu = mtu.parse().map_err(|_| at(format!("bad mtu `{mtu}`")))?;
+                config
+                    .devices
+                    .push(device(name, addr, Some(mtu)).map_err(at)?);
+            }
+            _ => return Err(at(format!("cannot read `{}`", line.trim()))),
+        }
+    }
+    config.devices = check(config.devices)?;
+    Ok(config)
+}
+
+fn device(name: &str, addr: &str, link_mtu: Option<u32>) -> Result<SoftDevice, String> {
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("`{addr}` is not an IP address"))?;
+    if name.is_empty()
+        || name.len() > 63
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "`{name}` is not a device name (1-63 letters, digits, - or _)"
+        ));
+    }
+    if link_mtu.is_some_and(|m| Mtu::largest_fitting(m).is_none()) {
+        return Err(format!(
+            "link MTU {} is too small for RoCE",
+            link_mtu.unwrap_or(0)
+        ));
+    }
+    Ok(SoftDevice {
+        name: name.into(),
+        ip,
+        link_mtu,
+    })
+}
+
+fn check(devices: Vec<SoftDevice>) -> Result<Vec<SoftDevice>, ConfigError> {
+    if devices.is_empty() {
+        return Err(ConfigError("no device configured".into()));
+    }
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].iter().any(|o| o.name == d.name) {
+            return Err(ConfigError(format!("device name `{}` used twice", d.name)));
+        }
+    }
+    Ok(devices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_devices_parse_with_optional_mtu() {
+        let d = parse_inline("softverbs0=10.0.0.1, softverbs1=::1/1500").unwrap();
+        assert_eq!(d[0].ip, "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            (d[1].name.as_str(), d[1].link_mtu),
+            ("softverbs1", Some(1500))
+        );
+        assert!(parse_inline("x").is_err());
+        assert!(
+            parse_inline("a=1.2.3.4 a=1.2.3.5").is_err(),
+            "duplicate name"
+        );
+        assert!(parse_inline("a=1.2.3.4/100").is_err(), "MTU too small");
+    }
+
+    #[test]
+    fn files_parse_and_errors_name_the_line() {
+        let c = parse_file(
+            "# devices\nport_base 50000\ndevice sv0 10.1.0.1 mtu 9000\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.port_base, 50000);
+        assert_eq!(c.devices[0].link_mtu, Some(9000));
+        let e = parse_file("device sv0 nonsense\n", "f").unwrap_err();
+        assert!(e.0.starts_with("f:1:"), "{e}");
+        assert!(parse_file("port_base 65000\ndevice a ::1\n", "f").is_err());
+    }
+
+    #[test]
+    fn device_config_derives_mtu_and_guid() {
+        let d = SoftDevice {
+            name: "sv".into(),
+            ip: "10.0.0.1".parse().unwrap(),
+            link_mtu: Some(1500),
+        };
+        let cfg = d.device_config(1);
+        assert_eq!(cfg.ports[0].active_mtu, Mtu::Mtu1024);
+        assert_eq!(cfg.node_guid >> 48, u64::from(DeviceConfig::VENDOR_ID));
+        assert_eq!(
+            cfg.ports[0].gids[0].to_string(),
+            "0000:0000:0000:0000:0000:ffff:0a00:0001"
+        );
+    }
+}

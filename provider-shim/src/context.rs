@@ -1,0 +1,171 @@
+//! A device context (`ibv_open_device`): the `verbs_context` libibverbs
+//! allocates for us, an engine driven over UDP, and the event channels.
+
+use crate::device::{soft, SoftVerbsDevice};
+use crate::events::{EventPipe, EventSink};
+use crate::ffi::*;
+use crate::guard::guard;
+use crate::libibverbs::{_verbs_init_and_alloc_context, verbs_set_ops, verbs_uninit_context};
+use crate::process_memory::ProcessMemory;
+use parking_lot::Mutex;
+use softverbs_transport::{Driver, DriverConfig};
+use std::collections::HashMap;
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+/// The memory libibverbs callocs for a context: its `verbs_context`, then
+/// our state (boxed, since calloc'ed memory holds no Rust values).
+#[repr(C)]
+#[derive(Debug)]
+pub struct SoftContext {
+    /// Must be first; `ibv_context` sits inside it.
+    pub vctx: verbs_context,
+    state: *mut ContextState,
+}
+
+/// What a context owns besides its C structs.
+#[derive(Debug)]
+pub struct ContextState {
+    /// The device it was opened on.
+    pub device: &'static SoftVerbsDevice,
+    /// The engine at work.
+    pub driver: Driver<ProcessMemory>,
+    /// Where events go.
+    pub events: Arc<EventSink>,
+    /// Completion channels: `ibv_comp_channel *` -> write end.
+    pub channels: Mutex<HashMap<usize, OwnedFd>>,
+}
+
+/// RDMA_DRIVER_UNKNOWN: softverbs has no kernel driver id.
+const DRIVER_ID: u32 = 0;
+
+/// `verbs_device_ops.alloc_context`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn alloc_context(
+    device: *mut ibv_device,
+    cmd_fd: c_int,
+    _private_data: *mut c_void,
+) -> *mut verbs_context {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: libibverbs passes one of our devices (our ops table).
+        let Some(dev) = soft(device) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: libibverbs callocs `size_of::<SoftContext>()` bytes and
+        // initialises the verbs_context at offset 0 (`context_offset` is
+        // an offset in pointer form, as its C macro passes it).
+        let raw = unsafe {
+            _verbs_init_and_alloc_context(
+                device,
+                cmd_fd,
+                std::mem::size_of::<SoftContext>(),
+                std::ptr::null_mut(),
+                DRIVER_ID,
+            )
+        } as *mut SoftContext;
+        if raw.is_null() {
+            return std::ptr::null_mut();
+        }
+        match ContextState::open(dev) {
+            Ok((state, async_reader)) => {
+                // SAFETY: `raw` is the zeroed, initialised allocation above.
+                unsafe {
+                    (*raw).vctx.context.async_fd = async_reader;
+                    (*raw).vctx.context.num_comp_vectors = 1;
+                    (*raw).state = Box::into_raw(Box::new(state));
+                    verbs_set_ops(&mut (*raw).vctx, &crate::ops::CONTEXT_OPS.0);
+                }
+                // SAFETY: a valid pointer to the verbs_context at offset 0.
+                unsafe { &mut (*raw).vctx }
+            }
+            Err(e) => {
+                eprintln!("softverbs: cannot open {}: {e}", dev.config.name);
+                // SAFETY: undo libibverbs' allocation as its contract says.
+                unsafe {
+                    verbs_uninit_context(&mut (*raw).vctx);
+                    libc::free(raw.cast());
+                }
+                crate::guard::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+impl ContextState {
+    fn open(dev: &'static SoftVerbsDevice) -> std::io::Result<(ContextState, c_int)> {
+        let pipe = EventPipe::new()?;
+        let reader = pipe.reader.map(IntoRawFd::into_raw_fd).unwrap_or(-1);
+        let events = Arc::new(EventSink::new(pipe.writer));
+        let cfg = DriverConfig {
+            device: dev.config.device_config(fastrand::u64(..)),
+            ip: dev.config.ip,
+            ports: softverbs_transport::SlotPorts::new(dev.port_base).unwrap_or_default(),
+        };
+        let driver = Driver::start(cfg, ProcessMemory, events.clone()).inspect_err(|_| {
+            // SAFETY: `reader` was just created and not handed out.
+            unsafe { libc::close(reader) };
+        })?;
+        Ok((
+            ContextState {
+                device: dev,
+                driver,
+                events,
+                channels: Mutex::new(HashMap::new()),
+            },
+            reader,
+        ))
+    }
+}
+
+/// `verbs_context_ops.free_context` (`ibv_close_device`).
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
+    guard((), || {
+        let raw = soft_context_ptr(context);
+        // SAFETY: `context` came from alloc_context, so `raw` is our
+        // allocation; the state box is dropped once (stopping the progress
+        // thread) before libibverbs releases the rest and we free it.
+        unsafe {
+            drop(Box::from_raw((*raw).state));
+            verbs_uninit_context(&mut (*raw).vctx);
+            libc::free(raw.cast());
+        }
+    })
+}
+
+fn soft_context_ptr(context: *mut ibv_context) -> *mut SoftContext {
+    let offset = std::mem::offset_of!(verbs_context, context);
+    (context as *mut u8).wrapping_sub(offset) as *mut SoftContext
+}
+
+/// The state of a context created by softverbs.
+///
+/// # Safety
+/// `context` must be a live context of one of our devices.
+pub unsafe fn state<'a>(context: *mut ibv_context) -> &'a ContextState {
+    // SAFETY: per the caller's contract the SoftContext is live and its
+    // state was set in alloc_context before the context was returned.
+    unsafe { &*(*soft_context_ptr(context)).state }
+}
+
+/// The state of `context` if it is one of ours.
+///
+/// # Safety
+/// `context` is NULL or a live context from libibverbs (any provider's).
+pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextState> {
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null context from libibverbs has a valid `device`.
+    let device = unsafe { (*context).device };
+    // SAFETY: a context of one of our devices was made by alloc_context.
+    soft(device).map(|_| unsafe { state(context) })
+}

@@ -1,0 +1,157 @@
+//! Conversions between the C structs of verbs.h and the engine's types.
+//! Enum-like fields pass through as numbers: both sides use the verbs.h
+//! numbering, and the engine validates them.
+
+use crate::ffi::*;
+use softverbs_engine::{AhAttr, Gid, GlobalRoute, QpAttr, QpCap, WorkCompletion};
+
+/// `ibv_gid` -> engine GID.
+pub fn gid_from_c(g: &ibv_gid) -> Gid {
+    // SAFETY: every bit pattern of the union is a valid byte array.
+    Gid(unsafe { g.raw })
+}
+
+/// Engine GID -> `ibv_gid`.
+pub fn gid_to_c(g: Gid) -> ibv_gid {
+    ibv_gid { raw: g.0 }
+}
+
+/// `ibv_ah_attr` -> engine.
+pub fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: gid_from_c(&a.grh.dgid),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global != 0,
+        port_num: a.port_num,
+    }
+}
+
+/// Engine -> `ibv_ah_attr`.
+pub fn ah_to_c(a: &AhAttr) -> ibv_ah_attr {
+    let mut c = ibv_ah_attr::ZEROED;
+    c.grh.dgid = gid_to_c(a.grh.dgid);
+    c.grh.flow_label = a.grh.flow_label;
+    c.grh.sgid_index = a.grh.sgid_index;
+    c.grh.hop_limit = a.grh.hop_limit;
+    c.grh.traffic_class = a.grh.traffic_class;
+    c.dlid = a.dlid;
+    c.sl = a.sl;
+    c.src_path_bits = a.src_path_bits;
+    c.static_rate = a.static_rate;
+    c.is_global = u8::from(a.is_global);
+    c.port_num = a.port_num;
+    c
+}
+
+/// `ibv_qp_cap` -> engine.
+pub fn cap_from_c(c: &ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// Engine -> `ibv_qp_cap`.
+pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `ibv_qp_attr` -> engine.
+pub fn qp_attr_from_c(a: &ibv_qp_attr) -> QpAttr {
+    QpAttr {
+        qp_state: a.qp_state,
+        cur_qp_state: a.cur_qp_state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        cap: cap_from_c(&a.cap),
+        ah_attr: ah_from_c(&a.ah_attr),
+        alt_ah_attr: ah_from_c(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        sq_draining: a.sq_draining,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+/// Engine -> `ibv_qp_attr`.
+pub fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
+    let mut c = ibv_qp_attr::ZEROED;
+    c.qp_state = a.qp_state;
+    c.cur_qp_state = a.cur_qp_state;
+    c.path_mtu = a.path_mtu;
+    c.path_mig_state = a.path_mig_state;
+    c.qkey = a.qkey;
+    c.rq_psn = a.rq_psn;
+    c.sq_psn = a.sq_psn;
+    c.dest_qp_num = a.dest_qp_num;
+    c.qp_access_flags = a.qp_access_flags;
+    c.cap = cap_to_c(&a.cap);
+    c.ah_attr = ah_to_c(&a.ah_attr);
+    c.alt_ah_attr = ah_to_c(&a.alt_ah_attr);
+    c.pkey_index = a.pkey_index;
+    c.alt_pkey_index = a.alt_pkey_index;
+    c.en_sqd_async_notify = a.en_sqd_async_notify;
+    c.sq_draining = a.sq_draining;
+    c.max_rd_atomic = a.max_rd_atomic;
+    c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    c.min_rnr_timer = a.min_rnr_timer;
+    c.port_num = a.port_num;
+    c.timeout = a.timeout;
+    c.retry_cnt = a.retry_cnt;
+    c.rnr_retry = a.rnr_retry;
+    c.alt_port_num = a.alt_port_num;
+    c.alt_timeout = a.alt_timeout;
+    c.rate_limit = a.rate_limit;
+    c
+}
+
+/// Engine completion -> `ibv_wc`.
+pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+    let mut c = ibv_wc::ZEROED;
+    c.wr_id = w.wr_id;
+    c.status = w.status as u32;
+    c.opcode = w.opcode as u32;
+    c.vendor_err = w.vendor_err;
+    c.byte_len = w.byte_len;
+    c.u = ibv_wc_u {
+        imm_data: w.imm_data_or_inv_rkey,
+    };
+    c.qp_num = w.qp_num;
+    c.src_qp = w.src_qp;
+    c.wc_flags = w.wc_flags;
+    c.pkey_index = w.pkey_index;
+    c
+}

@@ -1,0 +1,32 @@
+//! softverbs rdma-core provider shim: the C ABI of `libsoftverbs-rdmav34.so`.
+//!
+//! Unsafe code lives here and only here: it is what the C ABI needs
+//! (raw pointers from libibverbs and applications, libc calls), and every
+//! block says why it is sound.
+//!
+//! * [`device`]: the soft devices as `verbs_device`s; [`config`] and
+//!   [`netif`] decide which exist;
+//! * [`preload`]: the exported functions that make `LD_PRELOAD` work;
+//! * [`context`]: `ibv_open_device`/`ibv_close_device`, one engine driver
+//!   per context; [`events`]: async and completion event descriptors;
+//! * [`ops`], [`verbs_basic`], [`verbs_qp`]: the verbs;
+//! * [`convert`]: C structs to engine types; [`process_memory`]: the
+//!   engine's view of application memory; [`guard`]: no panic crosses C;
+//! * [`ffi`]: the C declarations; [`libibverbs`]: its private entry points.
+
+#![allow(unsafe_code)]
+
+pub mod config;
+pub mod context;
+pub mod convert;
+pub mod device;
+pub mod events;
+pub mod ffi;
+pub mod guard;
+pub mod libibverbs;
+pub mod netif;
+pub mod ops;
+pub mod preload;
+pub mod process_memory;
+pub mod verbs_basic;
+pub mod verbs_qp;

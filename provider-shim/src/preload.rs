@@ -1,0 +1,454 @@
+//! Preload mode (`LD_PRELOAD=libsoftverbs-rdmav34.so`): no root, no
+//! kernel RDMA stack, no sysfs. These exported functions replace
+//! libibverbs' own (the version script gives them libibverbs' symbol
+//! versions, so the dynamic linker picks ours first, for the program and
+//! for libibverbs' own internal calls, which go through its PLT). Each
+//! serves softverbs devices and contexts and passes everything else to the
+//! real function (`dlvsym(RTLD_NEXT, ...)`), so real devices keep working.
+
+use crate::context::{soft_state, ContextState};
+use crate::device::{self, soft};
+use crate::events::EventPipe;
+use crate::ffi::*;
+use crate::guard::{guard, set_errno};
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::raw::c_int;
+use std::sync::OnceLock;
+
+/// The soft state of a context passed to an entry point, if it is ours.
+fn ours<'a>(context: *mut ibv_context) -> Option<&'a ContextState> {
+    // SAFETY: the entry points receive NULL or live contexts from their
+    // callers (the verbs API contract).
+    unsafe { soft_state(context) }
+}
+
+/// Looks up the real (next) definition of a versioned libibverbs symbol.
+fn real(cache: &OnceLock<usize>, name: &CStr, version: &CStr) -> Option<usize> {
+    let addr = *cache.get_or_init(|| {
+        // SAFETY: both strings are NUL-terminated; dlvsym only reads them.
+        unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) as usize }
+    });
+    (addr != 0).then_some(addr)
+}
+
+macro_rules! real_fn {
+    ($name:literal, $version:literal, $ty:ty) => {{
+        static CACHE: OnceLock<usize> = OnceLock::new();
+        // SAFETY: the symbol of that name and version has this C type.
+        real(&CACHE, $name, $version).map(|a| unsafe { std::mem::transmute::<usize, $ty>(a) })
+    }};
+}
+
+type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
+
+/// `ibv_get_device_list`: the real devices followed by the soft ones.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    guard(std::ptr::null_mut(), || {
+        let real_list = real_fn!(c"ibv_get_device_list", c"IBVERBS_1.1", GetDeviceList)
+            // SAFETY: calling the real function with our caller's argument
+            // contract; a NULL `num` is allowed by it.
+            .map_or(std::ptr::null_mut(), |f| unsafe { f(std::ptr::null_mut()) });
+        let mut all: Vec<*mut ibv_device> = Vec::new();
+        let mut p = real_list;
+        // SAFETY: the real list is NULL or NULL-terminated.
+        while !p.is_null() && !unsafe { *p }.is_null() {
+            all.push(unsafe { *p });
+            p = unsafe { p.add(1) };
+        }
+        if !real_list.is_null() {
+            // SAFETY: the array (not the references it took) is ours to free.
+            unsafe { libc::free(real_list.cast()) };
+        }
+        if let Some(e) = device::config_error() {
+            eprintln!("softverbs: {e}");
+        }
+        for d in device::all() {
+            device::hold(d);
+            all.push(d);
+        }
+        list_to_c(&all, num)
+    })
+}
+
+fn list_to_c(devices: &[*mut ibv_device], num: *mut c_int) -> *mut *mut ibv_device {
+    // SAFETY: calloc of n+1 pointers; libibverbs frees it with free().
+    let arr = unsafe { libc::calloc(devices.len() + 1, std::mem::size_of::<*mut ibv_device>()) }
+        as *mut *mut ibv_device;
+    if arr.is_null() {
+        set_errno(libc::ENOMEM);
+        return arr;
+    }
+    for (i, d) in devices.iter().enumerate() {
+        // SAFETY: within the n+1 slots just allocated.
+        unsafe { *arr.add(i) = *d };
+    }
+    if !num.is_null() {
+        // SAFETY: caller-provided out pointer.
+        unsafe { *num = devices.len() as c_int };
+    }
+    arr
+}
+
+/// `ibv_get_device_guid`: big-endian node GUID.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    guard(0, || match soft(device) {
+        Some(d) => d.config.guid().to_be(),
+        None => real_fn!(
+            c"ibv_get_device_guid",
+            c"IBVERBS_1.1",
+            unsafe extern "C" fn(*mut ibv_device) -> u64
+        )
+        // SAFETY: forwarding the caller's argument.
+        .map_or(0, |f| unsafe { f(device) }),
+    })
+}
+
+/// `ibv_query_gid`: 0 or -1 (errno set).
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard(-1, || match ours(context) {
+        Some(st) => match st.driver.with(|e, _| e.query_gid(port, index as u32)) {
+            Ok(g) => {
+                // SAFETY: caller-provided output.
+                unsafe { *gid = crate::convert::gid_to_c(g) };
+                0
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                -1
+            }
+        },
+        None => real_fn!(
+            c"ibv_query_gid",
+            c"IBVERBS_1.1",
+            unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(-1, |f| unsafe { f(context, port, index, gid) }),
+    })
+}
+
+/// The GID table entry `index` of a soft context, or the errno.
+fn gid_entry(st: &ContextState, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+    let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
+    let gid = st
+        .driver
+        .with(|e, _| e.query_gid(port, index))
+        .map_err(|e| e.errno())?;
+    if gid.is_zero() {
+        return Err(libc::ENODATA);
+    }
+    Ok(ibv_gid_entry {
+        gid: crate::convert::gid_to_c(gid),
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: crate::netif::ifindex_of(st.device.config.ip).unwrap_or(0),
+    })
+}
+
+/// `_ibv_query_gid_ex` (`ibv_query_gid_ex`): 0 or an errno.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard(libc::EIO, || match ours(context) {
+        Some(st) => {
+            if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+                return libc::EINVAL;
+            }
+            match gid_entry(st, port, index) {
+                Ok(e) => {
+                    // SAFETY: caller-provided output of at least this size.
+                    unsafe { *entry = e };
+                    0
+                }
+                Err(errno) => errno,
+            }
+        }
+        None => real_fn!(
+            c"_ibv_query_gid_ex",
+            c"IBVERBS_1.11",
+            unsafe extern "C" fn(
+                *mut ibv_context,
+                u32,
+                u32,
+                *mut ibv_gid_entry,
+                u32,
+                usize,
+            ) -> c_int
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(libc::EOPNOTSUPP, |f| unsafe {
+            f(context, port, index, entry, flags, entry_size)
+        }),
+    })
+}
+
+/// `_ibv_query_gid_table`: the number of entries, or a negative errno.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(libc::EIO as isize), || match ours(context) {
+        Some(st) => {
+            if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+                return -(libc::EINVAL as isize);
+            }
+            let len = st
+                .driver
+                .with(|e, _| e.query_port(1).map(|p| p.gid_tbl_len))
+                .unwrap_or(0);
+            let valid: Vec<ibv_gid_entry> =
+                (0..len).filter_map(|i| gid_entry(st, 1, i).ok()).collect();
+            if valid.len() > max_entries {
+                return -(libc::EINVAL as isize);
+            }
+            for (i, e) in valid.iter().enumerate() {
+                // SAFETY: the caller provides `max_entries` entries of
+                // `entry_size` bytes each.
+                unsafe { *((entries as *mut u8).add(i * entry_size) as *mut ibv_gid_entry) = *e };
+            }
+            valid.len() as isize
+        }
+        None => real_fn!(
+            c"_ibv_query_gid_table",
+            c"IBVERBS_1.11",
+            unsafe extern "C" fn(*mut ibv_context, *mut ibv_gid_entry, usize, u32, usize) -> isize
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(-(libc::EOPNOTSUPP as isize), |f| unsafe {
+            f(context, entries, max_entries, flags, entry_size)
+        }),
+    })
+}
+
+/// `ibv_query_gid_type`: every populated soft GID is RoCE v2.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port: u8,
+    index: u32,
+    kind: *mut u32,
+) -> c_int {
+    guard(-1, || match ours(context) {
+        Some(st) => match st.driver.with(|e, _| e.query_gid(port, index)) {
+            Ok(_) => {
+                // SAFETY: caller-provided output.
+                unsafe { *kind = IBV_GID_TYPE_SYSFS_ROCE_V2 };
+                0
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                -1
+            }
+        },
+        None => real_fn!(
+            c"ibv_query_gid_type",
+            c"IBVERBS_PRIVATE_34",
+            unsafe extern "C" fn(*mut ibv_context, u8, u32, *mut u32) -> c_int
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(-1, |f| unsafe { f(context, port, index, kind) }),
+    })
+}
+
+/// `ibv_query_pkey`: big-endian P_Key, or -1.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard(-1, || match ours(context) {
+        Some(st) => {
+            match u16::try_from(index).map(|i| st.driver.with(|e, _| e.query_pkey(port, i))) {
+                Ok(Ok(k)) => {
+                    // SAFETY: caller-provided output.
+                    unsafe { *pkey = k.to_be() };
+                    0
+                }
+                _ => {
+                    set_errno(libc::EINVAL);
+                    -1
+                }
+            }
+        }
+        None => real_fn!(
+            c"ibv_query_pkey",
+            c"IBVERBS_1.1",
+            unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut u16) -> c_int
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(-1, |f| unsafe { f(context, port, index, pkey) }),
+    })
+}
+
+/// `ibv_get_pkey_index`: the index of a big-endian P_Key, or -1.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    guard(-1, || match ours(context) {
+        Some(st) => match st.driver.with(|e, _| e.query_pkey(port, 0)) {
+            Ok(k) if k.to_be() == pkey => 0,
+            _ => {
+                set_errno(libc::EINVAL);
+                -1
+            }
+        },
+        None => real_fn!(
+            c"ibv_get_pkey_index",
+            c"IBVERBS_1.5",
+            unsafe extern "C" fn(*mut ibv_context, u8, u16) -> c_int
+        )
+        // SAFETY: forwarding the caller's arguments.
+        .map_or(-1, |f| unsafe { f(context, port, pkey) }),
+    })
+}
+
+/// `ibv_create_comp_channel`: a record channel instead of a kernel fd.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard(std::ptr::null_mut(), || match ours(context) {
+        Some(st) => {
+            let pipe = match EventPipe::new() {
+                Ok(p) => p,
+                Err(e) => {
+                    set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+                    return std::ptr::null_mut();
+                }
+            };
+            // SAFETY: malloc'ed like libibverbs does, so either side frees it.
+            let ch = unsafe { libc::malloc(std::mem::size_of::<ibv_comp_channel>()) }
+                as *mut ibv_comp_channel;
+            if ch.is_null() {
+                set_errno(libc::ENOMEM);
+                return ch;
+            }
+            let reader = pipe.reader.map(IntoRawFd::into_raw_fd).unwrap_or(-1);
+            // SAFETY: `ch` is a fresh allocation of the right size.
+            unsafe {
+                ch.write(ibv_comp_channel {
+                    context,
+                    fd: reader,
+                    refcnt: 0,
+                })
+            };
+            st.channels.lock().insert(ch as usize, pipe.writer);
+            ch
+        }
+        None => real_fn!(
+            c"ibv_create_comp_channel",
+            c"IBVERBS_1.0",
+            unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel
+        )
+        // SAFETY: forwarding the caller's argument.
+        .map_or(std::ptr::null_mut(), |f| unsafe { f(context) }),
+    })
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while a CQ still uses it.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a channel from ibv_create_comp_channel.
+        let context = unsafe { (*channel).context };
+        match ours(context) {
+            Some(st) => {
+                // SAFETY: as above; the channel's fields are plain data.
+                let (refcnt, fd) = unsafe { ((*channel).refcnt, (*channel).fd) };
+                if refcnt != 0 {
+                    return libc::EBUSY;
+                }
+                st.channels.lock().remove(&(channel as usize));
+                // SAFETY: the reader fd and the allocation are ours to release.
+                unsafe {
+                    libc::close(fd);
+                    libc::free(channel.cast());
+                }
+                0
+            }
+            None => real_fn!(
+                c"ibv_destroy_comp_channel",
+                c"IBVERBS_1.0",
+                unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int
+            )
+            // SAFETY: forwarding the caller's argument.
+            .map_or(libc::EOPNOTSUPP, |f| unsafe { f(channel) }),
+        }
+    })
+}
+
+/// The write end of a soft completion channel, for a CQ bound to it.
+pub fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) -> Option<RawFd> {
+    if channel.is_null() {
+        return None;
+    }
+    st.channels
+        .lock()
+        .get(&(channel as usize))
+        .map(|w| w.as_raw_fd())
+}

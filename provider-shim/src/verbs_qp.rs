@@ -1,0 +1,467 @@
+//! QP and SRQ verbs and posting work requests.
+
+use crate::context::state;
+use crate::convert::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c};
+use crate::ffi::*;
+use crate::guard::guard;
+use crate::verbs_basic::{cq_id, err, null, pd_id, SoftAh};
+use softverbs_engine::{
+    send_flags, AtomicTarget, QpAttrMask, QpId, QpInitAttr, RdmaTarget, RecvWr, SendWr, Sge,
+    SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsResult, QPN_EXHAUSTED,
+};
+use std::os::raw::c_int;
+
+/// A QP.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SoftQp {
+    /// Must be first.
+    pub vqp: verbs_qp,
+    /// Engine handle.
+    pub id: QpId,
+}
+
+/// An SRQ.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SoftSrq {
+    /// Must be first.
+    pub vsrq: verbs_srq,
+    /// Engine handle.
+    pub id: SrqId,
+}
+
+/// # Safety
+/// `qp` is a live QP of one of our contexts.
+unsafe fn qp_id(qp: *mut ibv_qp) -> QpId {
+    // SAFETY: our QPs are SoftQp, whose first field holds the ibv_qp.
+    unsafe { (*(qp as *mut SoftQp)).id }
+}
+
+/// # Safety
+/// `srq` is a live SRQ of one of our contexts.
+unsafe fn srq_id(srq: *mut ibv_srq) -> SrqId {
+    // SAFETY: our SRQs are SoftSrq, whose first field holds the ibv_srq.
+    unsafe { (*(srq as *mut SoftSrq)).id }
+}
+
+/// `create_qp`: libibverbs initialises nothing, so every public field of
+/// the `ibv_qp` is set here; the actual caps are written back.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: our PD and a caller-provided attr.
+        let (context, pd_handle, a) = unsafe { ((*pd).context, pd_id(pd), &mut *attr) };
+        // SAFETY: our context.
+        let st = unsafe { state(context) };
+        if a.send_cq.is_null() || a.recv_cq.is_null() {
+            return null(libc::EINVAL);
+        }
+        // SAFETY: CQs and SRQ given to our create_qp are ours.
+        let init = unsafe {
+            QpInitAttr {
+                send_cq: cq_id(a.send_cq),
+                recv_cq: cq_id(a.recv_cq),
+                srq: (!a.srq.is_null()).then(|| srq_id(a.srq)),
+                cap: cap_from_c(&a.cap),
+                qp_type: a.qp_type,
+                sq_sig_all: a.sq_sig_all != 0,
+            }
+        };
+        let created = match create_with_slots(st, pd_handle, &init) {
+            Ok(c) => c,
+            Err(e) => return null(err(e)),
+        };
+        a.cap = cap_to_c(&created.cap);
+        let mut vqp = verbs_qp::ZEROED;
+        // SAFETY: writing the ibv_qp member of the union.
+        let q = unsafe { &mut vqp.u.qp };
+        q.context = context;
+        q.qp_context = a.qp_context;
+        q.pd = pd;
+        q.send_cq = a.send_cq;
+        q.recv_cq = a.recv_cq;
+        q.srq = a.srq;
+        q.qp_num = created.qp_num;
+        q.state = IBV_QPS_RESET;
+        q.qp_type = a.qp_type;
+        let ptr = Box::into_raw(Box::new(SoftQp {
+            vqp,
+            id: created.id,
+        }));
+        st.events.add_qp(created.id, ptr as usize);
+        ptr as *mut ibv_qp
+    })
+}
+
+/// Creates a QP, claiming another slot of QP numbers when this context's
+/// are all in use.
+fn create_with_slots(
+    st: &crate::context::ContextState,
+    pd: softverbs_engine::PdId,
+    init: &QpInitAttr,
+) -> VerbsResult<softverbs_engine::QpCreated> {
+    match st.driver.with(|e, _| e.create_qp(pd, init)) {
+        Err(e) if e.reason == QPN_EXHAUSTED && st.driver.add_slot().is_ok() => {
+            st.driver.with(|e, _| e.create_qp(pd, init))
+        }
+        other => other,
+    }
+}
+
+/// `modify_qp`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our QP and a caller-provided attr.
+        let (st, id, a) = unsafe { (state((*qp).context), qp_id(qp), qp_attr_from_c(&*attr)) };
+        let mask = QpAttrMask::from_bits_retain(mask as u32);
+        st.driver
+            .with(|e, _| e.modify_qp(id, &a, mask))
+            .map_or_else(err, |()| 0)
+    })
+}
+
+/// `query_qp`: every attribute, whatever the mask asks.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our QP.
+        let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
+        let (a, init) = match st.driver.with(|e, _| e.query_qp(id)) {
+            Ok(r) => r,
+            Err(e) => return err(e),
+        };
+        // SAFETY: caller-provided outputs; the QP's public fields are ours.
+        unsafe {
+            *attr = qp_attr_to_c(&a);
+            let i = &mut *init_attr;
+            i.qp_context = (*qp).qp_context;
+            i.send_cq = (*qp).send_cq;
+            i.recv_cq = (*qp).recv_cq;
+            i.srq = (*qp).srq;
+            i.cap = cap_to_c(&init.cap);
+            i.qp_type = init.qp_type;
+            i.sq_sig_all = c_int::from(init.sq_sig_all);
+        }
+        0
+    })
+}
+
+/// `destroy_qp`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our QP.
+        let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
+        match st.driver.with(|e, _| e.destroy_qp(id)) {
+            Ok(()) => {
+                st.events.remove_qp(id);
+                // SAFETY: allocated by create_qp, freed once.
+                drop(unsafe { Box::from_raw(qp as *mut SoftQp) });
+                0
+            }
+            Err(e) => err(e),
+        }
+    })
+}
+
+/// The SGEs of a WR.
+///
+/// # Safety
+/// `sg_list` points to `num_sge` SGEs (or `num_sge` <= 0).
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Vec<Sge> {
+    if sg_list.is_null() || num_sge <= 0 {
+        return Vec::new();
+    }
+    // SAFETY: per the caller's contract.
+    let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    list.iter()
+        .map(|s| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect()
+}
+
+/// The bytes of an inline WR, copied out of the application's buffers at
+/// post time as IBV_SEND_INLINE promises (their keys are not checked).
+fn inline_bytes(sges: &[Sge]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(sges.iter().map(|s| s.length as usize).sum());
+    for s in sges {
+        // SAFETY: an inline WR's SGEs name application memory readable now
+        // (the verbs contract for IBV_SEND_INLINE).
+        data.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+        });
+    }
+    data
+}
+
+/// `post_send`: WRs are posted in order; the first refused one is
+/// returned in `bad_wr` with its errno, the earlier ones stay posted.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our QP.
+        let (st, id, is_ud) =
+            unsafe { (state((*qp).context), qp_id(qp), (*qp).qp_type == IBV_QPT_UD) };
+        st.driver.with(|e, _| {
+            let mut cur = wr;
+            while !cur.is_null() {
+                // SAFETY: a caller-provided WR list.
+                let w = unsafe { &*cur };
+                // SAFETY: its SGE array.
+                let list = unsafe { sges(w.sg_list, w.num_sge) };
+                let inline = if w.send_flags & send_flags::INLINE != 0 {
+                    inline_bytes(&list)
+                } else {
+                    Vec::new()
+                };
+                // SAFETY: the WR's unions are read as the QP type means them.
+                let r = unsafe { send_wr(w, &list, &inline, is_ud) }
+                    .and_then(|sw| e.post_send(id, &sw));
+                if let Err(error) = r {
+                    // SAFETY: caller-provided out pointer.
+                    unsafe { *bad_wr = cur };
+                    return err(error);
+                }
+                cur = w.next;
+            }
+            0
+        })
+    })
+}
+
+/// # Safety
+/// On a UD QP (`is_ud`), `wr.ud.ah` must be NULL or one of our AHs; on
+/// other QPs the `wr.ud` member is never read, since the union then holds
+/// an RDMA or atomic target whose address is no pointer of ours.
+unsafe fn send_wr<'a>(
+    w: &ibv_send_wr,
+    list: &'a [Sge],
+    inline: &'a [u8],
+    is_ud: bool,
+) -> VerbsResult<SendWr<'a>> {
+    // SAFETY: plain-data unions; any bit pattern is a valid reading.
+    let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.u.imm_data) };
+    let ud_target = if is_ud {
+        // SAFETY: a UD WR's union member is `ud`; its AH is ours or NULL.
+        let ud = unsafe { w.wr.ud };
+        (!ud.ah.is_null()).then(|| UdTarget {
+            ah: unsafe { (*(ud.ah as *mut SoftAh)).id },
+            remote_qpn: ud.remote_qpn,
+            remote_qkey: ud.remote_qkey,
+        })
+    } else {
+        None
+    };
+    Ok(SendWr {
+        wr_id: w.wr_id,
+        opcode: w.opcode,
+        send_flags: w.send_flags,
+        sg_list: list,
+        inline_data: inline,
+        imm_data_or_inv_rkey: imm,
+        rdma: RdmaTarget {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        atomic: AtomicTarget {
+            remote_addr: atomic.remote_addr,
+            compare_add: atomic.compare_add,
+            swap: atomic.swap,
+            rkey: atomic.rkey,
+        },
+        ud: ud_target,
+    })
+}
+
+/// `post_recv`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our QP.
+        let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
+        st.driver
+            .with(|e, _| post_recv_list(wr, bad_wr, |rw| e.post_recv(id, rw)))
+    })
+}
+
+/// Posts a receive WR list through `post`, reporting the first failure.
+fn post_recv_list(
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(&RecvWr<'_>) -> VerbsResult<()>,
+) -> c_int {
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: a caller-provided WR list and its SGE arrays.
+        let w = unsafe { &*cur };
+        let list = unsafe { sges(w.sg_list, w.num_sge) };
+        if let Err(error) = post(&RecvWr {
+            wr_id: w.wr_id,
+            sg_list: &list,
+        }) {
+            // SAFETY: caller-provided out pointer.
+            unsafe { *bad_wr = cur };
+            return err(error);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// `create_srq`: writes the actual attributes back.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: our PD and a caller-provided attr.
+        let (st, pd_handle, a) = unsafe { (state((*pd).context), pd_id(pd), &mut *attr) };
+        let req = SrqAttr {
+            max_wr: a.attr.max_wr,
+            max_sge: a.attr.max_sge,
+            srq_limit: a.attr.srq_limit,
+        };
+        let (id, actual) = match st.driver.with(|e, _| e.create_srq(pd_handle, &req)) {
+            Ok(r) => r,
+            Err(e) => return null(err(e)),
+        };
+        a.attr = ibv_srq_attr {
+            max_wr: actual.max_wr,
+            max_sge: actual.max_sge,
+            srq_limit: actual.srq_limit,
+        };
+        let ptr = Box::into_raw(Box::new(SoftSrq {
+            vsrq: verbs_srq::ZEROED,
+            id,
+        }));
+        st.events.add_srq(id, ptr as usize);
+        ptr as *mut ibv_srq
+    })
+}
+
+/// `modify_srq`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our SRQ and a caller-provided attr.
+        let (st, id, a) = unsafe { (state((*srq).context), srq_id(srq), *attr) };
+        let req = SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
+        let mask = SrqAttrMask::from_bits_retain(mask as u32);
+        st.driver
+            .with(|e, _| e.modify_srq(id, &req, mask))
+            .map_or_else(err, |()| 0)
+    })
+}
+
+/// `query_srq`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our SRQ.
+        let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
+        match st.driver.with(|e, _| e.query_srq(id)) {
+            Ok(a) => {
+                // SAFETY: caller-provided output.
+                unsafe {
+                    *attr = ibv_srq_attr {
+                        max_wr: a.max_wr,
+                        max_sge: a.max_sge,
+                        srq_limit: a.srq_limit,
+                    }
+                };
+                0
+            }
+            Err(e) => err(e),
+        }
+    })
+}
+
+/// `destroy_srq`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our SRQ.
+        let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
+        match st.driver.with(|e, _| e.destroy_srq(id)) {
+            Ok(()) => {
+                st.events.remove_srq(id);
+                // SAFETY: allocated by create_srq, freed once.
+                drop(unsafe { Box::from_raw(srq as *mut SoftSrq) });
+                0
+            }
+            Err(e) => err(e),
+        }
+    })
+}
+
+/// `post_srq_recv`.
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: our SRQ.
+        let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
+        st.driver
+            .with(|e, _| post_recv_list(wr, bad_wr, |rw| e.post_srq_recv(id, rw)))
+    })
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs unmodified rdma-core programs (ibverbs-utils, perftest) over
+# softverbs in preload mode, server and client as two processes on
+# loopback, and checks each on its own output. Prints "N passed, M failed"
+# last and exits non-zero on any failure. Usage: run.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+export LD_PRELOAD=$SO
+PORT_BASE=$((20000 + RANDOM % 20000))
+pass=0; fail=0; n=0
+log=$(mktemp -d)
+trap 'rm -rf "$log"; kill $(jobs -p) 2>/dev/null' EXIT
+
+ok()   { pass=$((pass + 1)); echo "ok   $1"; }
+bad()  { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 15; }
+
+# one NAME EXPECT CMD...: runs CMD alone; passes if it exits 0 and its
+# output matches the extended regex EXPECT.
+one() {
+  local name=$1 expect=$2; shift 2
+  timeout 30 "$@" > "$log/out" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
+}
+
+# pair NAME EXPECT CMD...: runs CMD as a server and CMD 127.0.0.1 as a
+# client on a fresh TCP port; both must exit 0 and the client's output
+# match EXPECT.
+pair() {
+  local name=$1 expect=$2; shift 2
+  n=$((n + 1)); local port=$((PORT_BASE + n))
+  local cmd=("$@")
+  local flag=-p
+  timeout 60 "${cmd[@]}" $flag $port > "$log/srv" 2>&1 &
+  local srv=$!
+  sleep 0.3
+  timeout 60 "${cmd[@]}" $flag $port 127.0.0.1 > "$log/cli" 2>&1
+  local crc=$?
+  wait $srv; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+    ok "$name"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name" "$log/both"
+  fi
+}
+
+one "ibv_devices" "softverbs0" ibv_devices
+one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
+one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
+
+iters="[0-9]+ iters in"
+pair "ibv_rc_pingpong" "$iters" ibv_rc_pingpong -d softverbs0 -g 0
+pair "ibv_rc_pingpong -e" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -e
+pair "ibv_rc_pingpong 1 byte" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 1 -n 2000
+pair "ibv_rc_pingpong 5000 bytes (above MTU)" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 5000 -n 500
+pair "ibv_rc_pingpong 1 MiB" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 1048576 -n 20
+pair "ibv_uc_pingpong" "$iters" ibv_uc_pingpong -d softverbs0 -g 0
+pair "ibv_ud_pingpong" "$iters" ibv_ud_pingpong -d softverbs0 -g 0
+pair "ibv_srq_pingpong" "$iters" ibv_srq_pingpong -d softverbs0 -g 0
+
+row="^ +[0-9]+ +[0-9]+ +[0-9.]+"
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+  pair "$t" "$row" $t -d softverbs0 -x 0
+done
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
