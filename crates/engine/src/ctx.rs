@@ -23,8 +23,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) srqs: &'a mut SlotMap<SrqId, Srq>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) comp_events: &'a mut VecDeque<CqId>,
-    /// Set when a completion was lost to a CQ overrun.
-    pub(crate) lost_completion: &'a mut bool,
+    /// Set when a completion was lost to a CQ overrun. A `Ctx` serves
+    /// one piece of work on one QP, so the loss is that QP's.
+    pub(crate) lost_completion: bool,
 }
 
 impl Ctx<'_> {
@@ -39,7 +40,7 @@ impl Ctx<'_> {
         };
         let was_overrun = c.overrun;
         if !c.push(wc) {
-            *self.lost_completion = true;
+            self.lost_completion = true;
             if !was_overrun {
                 self.events.push_back(AsyncEvent::CqErr(cq));
             }

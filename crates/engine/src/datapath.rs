@@ -6,13 +6,14 @@
 //! transport knows, so the transport seals it (`softverbs_wire::Flow::seal`)
 //! and verifies it on receipt before calling [`Engine::handle_packet`].
 
+use crate::ctx::Ctx;
 use crate::engine::Engine;
 use crate::error::{einval, VerbsResult};
-use crate::event::AsyncEvent;
 use crate::gid::Gid;
 use crate::handles::{CqId, QpId};
 use crate::memory::HostMemory;
-use crate::qp_state::QpState;
+use crate::qp::Qp;
+use crate::qp_state::{QpState, QpType};
 use crate::requester::{response_gids, transport_of};
 use crate::time::Nanos;
 use softverbs_wire::PacketView;
@@ -45,7 +46,7 @@ impl Engine {
     ) -> Option<Transmit> {
         while let Some(id) = self.schedule.next_ready() {
             let sent = self.transmit_one(id, now, mem, buf);
-            self.after_qp_work(id);
+            self.sync_timer(id);
             if sent.is_some() {
                 self.schedule.wake(id);
                 return sent;
@@ -62,12 +63,12 @@ impl Engine {
         buf: &mut [u8],
     ) -> Option<Transmit> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let sent = self.qp_ctx(id).and_then(|(qp, mut ctx)| {
-            // Responses first; a READ stream whose MR went away yields
-            // nothing and is dropped, so keep asking.
+        let sent = self.with_qp(id, |qp, ctx| {
+            // Responses first; a READ stream whose MR went away turns into
+            // a NAK queued in its place, so keep asking.
             while qp.responder_pending() {
-                let gids = response_gids(qp, &ctx);
-                if let Some(len) = qp.responder_transmit(&ctx, mem, buf, &mut scratch) {
+                let gids = response_gids(qp, ctx);
+                if let Some(len) = qp.responder_transmit(ctx, mem, buf, &mut scratch) {
                     let (src_gid, dst_gid) = gids?;
                     return Some(Transmit {
                         len,
@@ -77,7 +78,7 @@ impl Engine {
                 }
             }
             let (len, src_gid, dst_gid) =
-                qp.requester_transmit(&mut ctx, now, mem, buf, &mut scratch)?;
+                qp.requester_transmit(ctx, now, mem, buf, &mut scratch)?;
             Some(Transmit {
                 len,
                 src_gid,
@@ -85,12 +86,13 @@ impl Engine {
             })
         });
         self.scratch = scratch;
-        sent
+        sent.flatten()
     }
 
     /// A packet arrived from `src_gid` for `dst_gid`: the RoCE bytes from
     /// the BTH to the ICRC, whose ICRC the transport has verified.
-    /// Malformed packets and packets for no QP are dropped, as on a NIC.
+    /// Malformed packets, packets for no QP and packets from outside a
+    /// connection are dropped, as on a NIC.
     pub fn handle_packet(
         &mut self,
         now: Nanos,
@@ -107,30 +109,37 @@ impl Engine {
             self.stats.rx_unknown_qp += 1;
             return;
         };
-        let Some((qp, mut ctx)) = self.qp_ctx(id) else {
-            return;
-        };
-        if transport_of(qp.qp_type) != pkt.opcode().transport() {
-            self.stats.rx_wrong_transport += 1;
-            return;
+        let verdict = self.with_qp(id, |qp, ctx| {
+            if transport_of(qp.qp_type) != pkt.opcode().transport() {
+                return Err(Rejected::WrongTransport);
+            }
+            if !from_the_peer(qp, ctx, src_gid, dst_gid) {
+                return Err(Rejected::WrongAddress);
+            }
+            if pkt.opcode().is_response() {
+                qp.requester_receive(ctx, now, &pkt, mem);
+            } else {
+                qp.responder_receive(ctx, &pkt, src_gid, dst_gid, mem);
+            }
+            Ok(())
+        });
+        match verdict {
+            Some(Err(Rejected::WrongTransport)) => self.stats.rx_wrong_transport += 1,
+            Some(Err(Rejected::WrongAddress)) => self.stats.rx_wrong_address += 1,
+            Some(Ok(())) => {
+                self.schedule.wake(id);
+                self.sync_timer(id);
+            }
+            None => {}
         }
-        if pkt.opcode().is_response() {
-            qp.requester_receive(&mut ctx, now, &pkt, mem);
-        } else {
-            qp.responder_receive(&mut ctx, &pkt, src_gid, dst_gid, mem);
-        }
-        self.schedule.wake(id);
-        self.after_qp_work(id);
     }
 
     /// Runs the timers due at `now` (local ACK timeout, end of RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
         while let Some(id) = self.schedule.pop_expired(now) {
-            if let Some((qp, mut ctx)) = self.qp_ctx(id) {
-                qp.requester_timeout(&mut ctx, now);
-            }
+            self.with_qp(id, |qp, ctx| qp.requester_timeout(ctx, now));
             self.schedule.wake(id);
-            self.after_qp_work(id);
+            self.sync_timer(id);
         }
     }
 
@@ -157,22 +166,7 @@ impl Engine {
         &self.stats
     }
 
-    /// After work on QP `id`: a completion lost to a CQ overrun leaves the
-    /// QP unable to report its work, so it enters the error state with
-    /// IBV_EVENT_QP_FATAL; then its timer is brought up to date.
-    pub(crate) fn after_qp_work(&mut self, id: QpId) {
-        if std::mem::take(&mut self.lost_completion) {
-            if let Some((qp, mut ctx)) = self.qp_ctx(id) {
-                if qp.state != QpState::Err {
-                    ctx.event(AsyncEvent::QpFatal(id));
-                    qp.enter_error(&mut ctx);
-                }
-            }
-            self.lost_completion = false;
-        }
-        self.sync_timer(id);
-    }
-
+    /// Brings the timer of QP `id` up to date after work on it.
     pub(crate) fn sync_timer(&mut self, id: QpId) {
         let deadline = self
             .qps
@@ -192,4 +186,21 @@ pub struct DatapathStats {
     pub rx_unknown_qp: u64,
     /// An opcode of another transport than the QP's.
     pub rx_wrong_transport: u64,
+    /// An RC/UC packet whose addresses are not those of the QP's
+    /// connection.
+    pub rx_wrong_address: u64,
+}
+
+/// Why `handle_packet` dropped a packet addressed to an existing QP.
+enum Rejected {
+    WrongTransport,
+    WrongAddress,
+}
+
+/// A connected (RC/UC) QP takes packets only from the remote end of its
+/// path and to its own source GID (IBTA 9.6.1; rxe `check_addr`), so a
+/// host that learns a QP number cannot inject into the connection. UD
+/// takes datagrams from anyone.
+fn from_the_peer(qp: &Qp, ctx: &Ctx<'_>, src_gid: Gid, dst_gid: Gid) -> bool {
+    qp.qp_type == QpType::Ud || response_gids(qp, ctx) == Some((dst_gid, src_gid))
 }

@@ -17,6 +17,7 @@ use crate::keys::{KeyAllocator, QpnAllocator};
 use crate::mr_table::MrTable;
 use crate::objects::{Ah, Cq, Pd};
 use crate::qp::Qp;
+use crate::qp_state::QpState;
 use crate::schedule::Schedule;
 use crate::srq::Srq;
 use slotmap::SlotMap;
@@ -38,8 +39,6 @@ pub struct Engine {
     pub(crate) qpns: QpnAllocator,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) comp_events: VecDeque<CqId>,
-    /// A QP-level operation lost a completion to a CQ overrun.
-    pub(crate) lost_completion: bool,
     pub(crate) schedule: Schedule,
     pub(crate) stats: DatapathStats,
     /// Reused buffer for packet payloads.
@@ -63,30 +62,34 @@ impl Engine {
             qp_by_num: HashMap::new(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
-            lost_completion: false,
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             scratch: Vec::new(),
         }
     }
 
-    /// A view of everything but the QPs, for completing WRs and raising
-    /// events outside the data path.
-    pub(crate) fn ctx(&mut self) -> Ctx<'_> {
-        Ctx {
-            config: &self.config,
-            mrs: &mut self.mrs,
-            ahs: &self.ahs,
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            events: &mut self.events,
-            comp_events: &mut self.comp_events,
-            lost_completion: &mut self.lost_completion,
+    /// Runs `work` on QP `id` beside a view of everything else it may
+    /// touch. A completion the work lost to a CQ overrun leaves this QP
+    /// unable to report its work, so it enters the error state with
+    /// IBV_EVENT_QP_FATAL (a QP already in ERR has nothing left to lose).
+    /// The loss is noted in this call's `Ctx`, so it is charged to this QP
+    /// and never to whichever QP runs next.
+    pub(crate) fn with_qp<R>(
+        &mut self,
+        id: QpId,
+        work: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let (qp, mut ctx) = self.qp_ctx(id)?;
+        let out = work(qp, &mut ctx);
+        if ctx.lost_completion && qp.state != QpState::Err {
+            ctx.event(AsyncEvent::QpFatal(id));
+            qp.enter_error(&mut ctx);
         }
+        Some(out)
     }
 
     /// One QP, mutably, beside a view of everything else it may touch.
-    pub(crate) fn qp_ctx(&mut self, id: QpId) -> Option<(&mut Qp, Ctx<'_>)> {
+    fn qp_ctx(&mut self, id: QpId) -> Option<(&mut Qp, Ctx<'_>)> {
         let Engine {
             config,
             mrs,
@@ -96,7 +99,6 @@ impl Engine {
             qps,
             events,
             comp_events,
-            lost_completion,
             ..
         } = self;
         let qp = qps.get_mut(id)?;
@@ -108,7 +110,7 @@ impl Engine {
             srqs,
             events,
             comp_events,
-            lost_completion,
+            lost_completion: false,
         };
         Some((qp, ctx))
     }

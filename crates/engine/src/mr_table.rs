@@ -10,13 +10,16 @@ use crate::memory::HostMemory;
 use crate::objects::{range_inside, Mr};
 use crate::wr::Sge;
 use slotmap::SlotMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The registered MRs, found by handle or by key.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
     mrs: SlotMap<MrId, Mr>,
+    /// The key of every registered MR, invalidated or not.
     by_key: HashMap<u32, MrId>,
+    /// Keys invalidated (SEND_WITH_INV, LOCAL_INV) whose MR still exists.
+    invalidated: HashSet<u32>,
 }
 
 /// Why a remote access was refused; each maps to a NAK code.
@@ -40,6 +43,9 @@ impl MrTable {
         self.mrs.len()
     }
 
+    /// Whether `key` belongs to a registered MR. An invalidated key does:
+    /// reissuing it would let a peer holding the old rkey reach the new
+    /// MR, and deregistering the old MR would take the key from the new.
     pub(crate) fn key_in_use(&self, key: u32) -> bool {
         self.by_key.contains_key(&key)
     }
@@ -54,6 +60,7 @@ impl MrTable {
     pub(crate) fn remove(&mut self, id: MrId) -> Option<Mr> {
         let mr = self.mrs.remove(id)?;
         self.by_key.remove(&mr.key);
+        self.invalidated.remove(&mr.key);
         Some(mr)
     }
 
@@ -61,8 +68,11 @@ impl MrTable {
         self.mrs.get(id)
     }
 
-    /// The MR whose lkey/rkey is `key`.
+    /// The MR whose lkey/rkey is `key`, unless the key was invalidated.
     pub(crate) fn by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
+        if self.invalidated.contains(&key) {
+            return None;
+        }
         let id = *self.by_key.get(&key)?;
         Some((id, &self.mrs[id]))
     }
@@ -70,7 +80,7 @@ impl MrTable {
     /// Invalidates `key` (SEND_WITH_INV, LOCAL_INV): the MR stays
     /// registered but its key no longer grants any access.
     pub(crate) fn invalidate(&mut self, key: u32) -> bool {
-        self.by_key.remove(&key).is_some()
+        self.by_key.contains_key(&key) && self.invalidated.insert(key)
     }
 
     /// Translates a remote `[va, va+len)` under `rkey` into a local address,
@@ -226,5 +236,25 @@ mod tests {
         assert_eq!(p, [(301, 7)]);
         assert_eq!(sge_pieces(&sges, 12, 1).count(), 0);
         assert_eq!(sge_total(&sges), 12);
+    }
+
+    #[test]
+    fn an_invalidated_key_stays_taken_until_its_mr_is_deregistered() {
+        let mut t = MrTable::default();
+        let id = t.insert(Mr {
+            pd: PdId::default(),
+            addr: 0,
+            length: 8,
+            iova: 0,
+            access: AccessFlags::LOCAL_WRITE,
+            key: 7,
+        });
+        assert!(t.invalidate(7));
+        assert!(!t.invalidate(7), "already invalid");
+        assert!(t.by_key(7).is_none(), "an invalidated key grants nothing");
+        assert!(t.key_in_use(7), "and is not reissued while its MR exists");
+        assert!(t.remove(id).is_some());
+        assert!(!t.key_in_use(7));
+        assert!(!t.invalidate(7));
     }
 }

@@ -41,11 +41,10 @@ impl Engine {
             enomem("receive queue full"),
         )?;
         if qp.state == QpState::Err {
-            let (cq, wc) = (
-                qp.recv_cq,
-                WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp.qp_num),
-            );
-            self.ctx().complete(cq, wc, false);
+            self.with_qp(id, |qp, ctx| {
+                let wc = WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp.qp_num);
+                ctx.complete(qp.recv_cq, wc, false);
+            });
         } else {
             qp.rq.push_back(RecvWqe::new(wr));
         }
@@ -94,9 +93,13 @@ impl Engine {
         )?;
         let wqe = send_wqe(wr, qp.sq_sig_all);
         if matches!(qp.state, QpState::Sqe | QpState::Err) {
-            let wc = WorkCompletion::flushed(wqe.wr_id, WcOpcode::of_send(wqe.opcode), qp.qp_num);
-            let cq = qp.send_cq;
-            self.ctx().complete(cq, wc, false);
+            // A flush lost to a CQ overrun fails this QP (from SQE) or
+            // nothing (ERR), never another QP.
+            self.with_qp(id, |qp, ctx| {
+                let wc =
+                    WorkCompletion::flushed(wqe.wr_id, WcOpcode::of_send(wqe.opcode), qp.qp_num);
+                ctx.complete(qp.send_cq, wc, false);
+            });
         } else {
             qp.sq.push_back(wqe);
             self.schedule.wake(id);

@@ -77,27 +77,18 @@ impl Qp {
     }
 
     /// Enters the error state: every WR still queued or in flight completes
-    /// with IBV_WC_WR_FLUSH_ERR, send queue first, each in posting order;
-    /// an SRQ-attached QP raises IBV_EVENT_QP_LAST_WQE_REACHED (no more
-    /// WQEs will be taken from the SRQ).
+    /// with IBV_WC_WR_FLUSH_ERR, send queue first, each in posting order
+    /// (a receive WR a message was being received into is the oldest); an
+    /// SRQ-attached QP raises IBV_EVENT_QP_LAST_WQE_REACHED (no more WQEs
+    /// will be taken from the SRQ).
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         if self.state == QpState::Err {
             return;
         }
         self.state = QpState::Err;
-        let flushed_sends = self
-            .req
-            .inflight
-            .drain(..)
-            .map(|e| e.wqe)
-            .chain(self.sq.drain(..));
-        let sends: Vec<_> = flushed_sends
-            .map(|w| WorkCompletion::flushed(w.wr_id, WcOpcode::of_send(w.opcode), self.qp_num))
-            .collect();
-        for wc in sends {
-            ctx.complete(self.send_cq, wc, false);
-        }
-        for wqe in self.rq.drain(..) {
+        self.flush_send_queue(ctx);
+        let receiving = self.resp.take_receive_wqe();
+        for wqe in receiving.into_iter().chain(self.rq.drain(..)) {
             ctx.complete(
                 self.recv_cq,
                 WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, self.qp_num),
@@ -105,13 +96,34 @@ impl Qp {
             );
         }
         self.req = Requester::default();
-        // Responses already queued (the NAK that reports the error to the
-        // requester) are still sent.
-        let out = std::mem::take(&mut self.resp.out);
-        self.resp = Responder::default();
-        self.resp.out = out;
+        self.resp.stop();
         if self.srq.is_some() {
             ctx.event(AsyncEvent::QpLastWqeReached(self.id));
+        }
+    }
+
+    /// A UC or UD send WR failed (IBTA 10.3.1, Send Queue Error): the send
+    /// queue is flushed and stops, the receive queue goes on working, and
+    /// SQE -> RTS resumes sending from the next PSN.
+    pub(crate) fn enter_send_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = QpState::Sqe;
+        self.flush_send_queue(ctx);
+        self.req.restart_after_send_error();
+    }
+
+    /// Completes every started and queued send WR with WR_FLUSH_ERR, in
+    /// posting order.
+    fn flush_send_queue(&mut self, ctx: &mut Ctx<'_>) {
+        let flushed: Vec<_> = self
+            .req
+            .inflight
+            .drain(..)
+            .map(|e| e.wqe)
+            .chain(self.sq.drain(..))
+            .map(|w| WorkCompletion::flushed(w.wr_id, WcOpcode::of_send(w.opcode), self.qp_num))
+            .collect();
+        for wc in flushed {
+            ctx.complete(self.send_cq, wc, false);
         }
     }
 

@@ -128,6 +128,16 @@ impl Requester {
         };
     }
 
+    /// After a UC/UD send error flushed every WR: nothing is in flight,
+    /// and sending resumes (SQE -> RTS) from the next PSN.
+    pub(crate) fn restart_after_send_error(&mut self) {
+        *self = Requester {
+            next_psn: self.next_psn,
+            acked: self.next_psn.wrapping_sub(1),
+            ..Requester::default()
+        };
+    }
+
     /// The earliest timer of the requester.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
         let rnr = self.rnr_resume.map(|(at, _)| at);
@@ -506,16 +516,22 @@ impl Qp {
             _ => false,
         };
         if progress && self.state != QpState::Err {
-            self.req.retrying = matches!(
+            let seq_nak = matches!(
                 pkt.aeth().map(|a| a.syndrome),
                 Some(Syndrome::Nak(NakCode::PsnSequenceError))
             );
-            self.req.retry_left = self.attr.retry_cnt;
-            self.req.rnr_left = self.attr.rnr_retry;
-            self.req.retransmit_at = None;
+            self.on_progress(seq_nak);
         }
         self.retire(ctx);
         self.keep_retransmit_timer(now);
+    }
+
+    /// The responder confirmed new PSNs: the retry budgets start again.
+    fn on_progress(&mut self, seq_nak: bool) {
+        self.req.retrying = seq_nak;
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        self.req.retransmit_at = None;
     }
 
     /// While anything sent is unacknowledged a local ACK timeout runs,
@@ -544,12 +560,17 @@ impl Qp {
         match aeth.syndrome {
             Syndrome::Ack { .. } => self.ack_through(psn),
             Syndrome::RnrNak { timer } => {
-                let progress = self.ack_through(psn.wrapping_sub(1));
+                // The PSNs it acknowledges reset the budgets first, so
+                // that this RNR NAK is counted against the new budget
+                // instead of being undone by the reset.
+                if self.ack_through(psn.wrapping_sub(1)) {
+                    self.on_progress(false);
+                }
                 // A late RNR NAK for a PSN already acknowledged is stale.
                 if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
                     self.on_rnr_nak(ctx, now, psn, timer);
                 }
-                progress
+                false
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 let progress = self.ack_through(psn.wrapping_sub(1));
@@ -792,7 +813,10 @@ impl Qp {
     }
 
     /// A WR failed: it completes with `status`, earlier unfinished WRs and
-    /// every later one are flushed, and the QP enters the error state.
+    /// every later one are flushed, and the QP enters the error state (RC)
+    /// or the send queue error state (UC, UD: IBTA 10.3.1, SQEr). A send
+    /// queue that stops in error has not drained: no SQ_DRAINED (IBTA
+    /// 11.6.3; rxe raises it only on success).
     pub(crate) fn fail_requester(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
         for (i, e) in self.req.inflight.iter_mut().enumerate() {
             if i == idx {
@@ -802,8 +826,13 @@ impl Qp {
             }
             e.done = true;
         }
+        self.req.drain_notify = false;
         self.retire(ctx);
-        self.enter_error(ctx);
+        if self.qp_type == QpType::Rc {
+            self.enter_error(ctx);
+        } else {
+            self.enter_send_error(ctx);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use crate::access::AccessFlags;
 use crate::ctx::Ctx;
 use crate::event::AsyncEvent;
 use crate::memory::HostMemory;
+use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::local_status;
@@ -29,15 +30,20 @@ pub const GRH_LEN: usize = 40;
 /// A message being received across several packets.
 #[derive(Debug)]
 enum InProgress {
-    Send {
-        wqe: RecvWqe,
-        offset: u32,
-    },
-    Write {
-        addr: u64,
-        remaining: u32,
-        total: u32,
-    },
+    Send { wqe: RecvWqe, offset: u32 },
+    Write(WriteCursor),
+}
+
+/// Where the next packet of a WRITE goes. It keeps the rkey and remote
+/// address, not a local one: the MR is looked up again for every packet
+/// (rxe `check_rkey`), so a packet arriving after `ibv_dereg_mr` or an
+/// invalidation writes nothing.
+#[derive(Debug, Clone, Copy)]
+struct WriteCursor {
+    rkey: u32,
+    va: u64,
+    remaining: u32,
+    total: u32,
 }
 
 /// A response waiting to be sent.
@@ -103,6 +109,27 @@ impl Responder {
         };
     }
 
+    /// The receive WR a message was being received into, if any.
+    pub(crate) fn take_receive_wqe(&mut self) -> Option<RecvWqe> {
+        match self.msg.take() {
+            Some(InProgress::Send { wqe, .. }) => Some(wqe),
+            other => {
+                self.msg = other;
+                None
+            }
+        }
+    }
+
+    /// The QP entered ERR and executes nothing more. Queued ACKs, NAKs and
+    /// atomic ACKs answer requests already executed (or report the error
+    /// that stopped the QP) and still go out; READ responses are produced
+    /// from memory as they are sent, which a QP in ERR no longer does
+    /// (IBTA 10.3.1; rxe drops its READ replies in ERR).
+    pub(crate) fn stop(&mut self) {
+        self.msg = None;
+        self.out.retain(|r| !matches!(r, Response::Read { .. }));
+    }
+
     fn msn(&self) -> Msn {
         Msn::new_masked(self.msn)
     }
@@ -161,7 +188,9 @@ impl Qp {
         if pkt.bth().pkey != Bth::DEFAULT_PKEY {
             return; // IBTA: a P_Key mismatch is silently dropped
         }
-        if self.state == QpState::Rtr && !self.resp.comm_est {
+        // COMM_EST is an event of connection establishment: RC and UC only
+        // (IBTA o11-5.1.1).
+        if self.state == QpState::Rtr && self.qp_type != QpType::Ud && !self.resp.comm_est {
             self.resp.comm_est = true;
             ctx.event(AsyncEvent::CommEst(self.id));
         }
@@ -231,11 +260,14 @@ impl Qp {
             OpKind::ReadRequest => {
                 // The requester asks again from `psn`: a response stream
                 // still queued for the same READ is superseded. The READ
-                // is re-executed (its rkey checked again; a failure now is
-                // ignored since the original was answered).
+                // is re-executed with its rkey checked again; an MR gone
+                // since is a remote access error as for a new READ (rxe
+                // `read_reply` rechecks the MR of a replay).
                 let mtu = self.mtu();
                 self.resp.out.retain(|r| !r.read_covers(psn, mtu));
-                let _ = self.queue_read(ctx, pkt, true);
+                if let Err(fault) = self.queue_read(ctx, pkt, true) {
+                    self.rc_fault(ctx, psn, fault);
+                }
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 if let Some(&(_, orig)) = self.resp.atomics.iter().find(|(p, _)| *p == psn) {
@@ -278,7 +310,7 @@ impl Qp {
         let ok = match (&self.resp.msg, continuing) {
             (None, false) => true,
             (Some(InProgress::Send { .. }), true) => opcode.kind() == OpKind::Send,
-            (Some(InProgress::Write { .. }), true) => opcode.kind() == OpKind::Write,
+            (Some(InProgress::Write(_)), true) => opcode.kind() == OpKind::Write,
             _ => false,
         };
         if ok {
@@ -316,8 +348,7 @@ impl Qp {
             .mrs
             .scatter(mem, self.pd, &wqe.sg_list, u64::from(offset), pkt.payload());
         if let Err(err) = written {
-            self.fail_receive(ctx, &wqe, local_status(err));
-            return Err(Fault::Receive(local_status(err)));
+            return Err(self.receive_failed(ctx, wqe, offset, err));
         }
         let offset = offset + pkt.payload().len() as u32;
         if !opcode.is_last() {
@@ -336,6 +367,25 @@ impl Qp {
         }
         ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
         Ok(1)
+    }
+
+    /// A receive WR could not take a SEND's data. On UC a message too long
+    /// for the WR is dropped and the WR kept for the next message (class
+    /// D: rxe RESPST_ERR_LENGTH); otherwise the WR completes in error.
+    fn receive_failed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wqe: RecvWqe,
+        offset: u32,
+        err: LocalAccessError,
+    ) -> Fault {
+        if self.qp_type == QpType::Uc && err == LocalAccessError::Length {
+            self.resp.msg = Some(InProgress::Send { wqe, offset });
+            return Fault::Invalid;
+        }
+        let status = local_status(err);
+        self.fail_receive(ctx, &wqe, status);
+        Fault::Receive(status)
     }
 
     /// SEND_WITH_INV invalidates an rkey of this QP's PD.
@@ -378,16 +428,12 @@ impl Qp {
     ) -> Result<u32, Fault> {
         let opcode = pkt.opcode();
         self.check_payload_size(opcode, pkt.payload().len())?;
-        let (addr, remaining, total) = match self.resp.msg.take() {
-            Some(InProgress::Write {
-                addr,
-                remaining,
-                total,
-            }) => (addr, remaining, total),
+        let w = match self.resp.msg.take() {
+            Some(InProgress::Write(w)) => w,
             _ => self.start_write(ctx, pkt)?,
         };
         let len = pkt.payload().len() as u32;
-        let too_long = len > remaining || (opcode.is_last() && len != remaining);
+        let too_long = len > w.remaining || (opcode.is_last() && len != w.remaining);
         if too_long {
             return Err(Fault::Invalid);
         }
@@ -395,29 +441,34 @@ impl Qp {
             // A LAST packet keeps the message open, for its retry to
             // continue; a retried ONLY starts again from its RETH.
             if opcode.position() == Position::Last {
-                self.resp.msg = Some(InProgress::Write {
-                    addr,
-                    remaining,
-                    total,
-                });
+                self.resp.msg = Some(InProgress::Write(w));
             }
             return Err(Fault::NotReady);
         }
         if len > 0 {
+            let addr = ctx
+                .mrs
+                .remote_addr(
+                    self.pd,
+                    w.rkey,
+                    w.va,
+                    u64::from(len),
+                    AccessFlags::REMOTE_WRITE,
+                )
+                .map_err(|_| Fault::Access)?;
             mem.write(addr, pkt.payload());
         }
-        let (addr, remaining) = (addr + u64::from(len), remaining - len);
         if !opcode.is_last() {
-            self.resp.msg = Some(InProgress::Write {
-                addr,
-                remaining,
-                total,
-            });
+            self.resp.msg = Some(InProgress::Write(WriteCursor {
+                va: w.va + u64::from(len),
+                remaining: w.remaining - len,
+                ..w
+            }));
             return Ok(1);
         }
         if let Some(imm) = pkt.imm() {
             let wqe = self.take_recv_wqe(ctx).ok_or(Fault::NotReady)?;
-            let mut wc = self.recv_completion(&wqe, WcOpcode::RecvRdmaWithImm, total);
+            let mut wc = self.recv_completion(&wqe, WcOpcode::RecvRdmaWithImm, w.total);
             wc.imm_data_or_inv_rkey = imm;
             wc.wc_flags |= wc_flags::WITH_IMM;
             ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
@@ -425,17 +476,11 @@ impl Qp {
         Ok(1)
     }
 
-    /// Checks a WRITE's RETH and returns (local address, length, length).
-    fn start_write(
-        &mut self,
-        ctx: &Ctx<'_>,
-        pkt: &PacketView<'_>,
-    ) -> Result<(u64, u32, u32), Fault> {
+    /// Checks a WRITE's RETH against the MR for the whole message.
+    fn start_write(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>) -> Result<WriteCursor, Fault> {
         self.grants(AccessFlags::REMOTE_WRITE)?;
         let reth = pkt.reth().ok_or(Fault::Invalid)?;
-        let addr = if reth.dma_len == 0 {
-            0
-        } else {
+        if reth.dma_len > 0 {
             ctx.mrs
                 .remote_addr(
                     self.pd,
@@ -444,9 +489,14 @@ impl Qp {
                     u64::from(reth.dma_len),
                     AccessFlags::REMOTE_WRITE,
                 )
-                .map_err(|_| Fault::Access)?
-        };
-        Ok((addr, reth.dma_len, reth.dma_len))
+                .map_err(|_| Fault::Access)?;
+        }
+        Ok(WriteCursor {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: reth.dma_len,
+            total: reth.dma_len,
+        })
     }
 
     fn receive_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> Result<u32, Fault> {
@@ -506,6 +556,9 @@ impl Qp {
         mem: &mut dyn HostMemory,
     ) -> Result<u32, Fault> {
         self.grants(AccessFlags::REMOTE_ATOMIC)?;
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Err(Fault::Invalid); // no responder resource (IBTA 9.4.4; rxe)
+        }
         let a = pkt.atomic_eth().ok_or(Fault::Invalid)?;
         if a.va % 8 != 0 {
             return Err(Fault::Invalid); // IBTA: misaligned atomics are invalid requests
@@ -514,6 +567,12 @@ impl Qp {
             .mrs
             .remote_addr(self.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
             .map_err(|_| Fault::Access)?;
+        if addr % 8 != 0 {
+            // The host word must be aligned too (HostMemory's atomics need
+            // it; rxe checks the translated address): an MR whose address
+            // and iova differ mod 8 cannot serve atomics.
+            return Err(Fault::Invalid);
+        }
         let orig = if pkt.opcode().kind() == OpKind::CompareSwap {
             mem.compare_swap(addr, a.compare, a.swap_add)
         } else {
@@ -575,16 +634,14 @@ impl Qp {
         }
     }
 
-    /// UC: no receive WR or a malformed message drops the message; a
-    /// receive WR that cannot take the data fails the QP.
+    /// UC has no NAKs: no receive WR, a malformed message, a message too
+    /// long for its receive WR or an rkey violation drops the message and
+    /// the QP goes on (IBTA 9.9.3 classes D and E; rxe "UC/non-SRQ Class
+    /// E"); only a receive WR whose memory is unusable fails the QP.
     fn uc_fault(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
         self.uc_abandon(ctx);
         match fault {
             Fault::Receive(_) => self.enter_error(ctx),
-            Fault::Access => {
-                ctx.event(AsyncEvent::QpAccessErr(self.id));
-                self.enter_error(ctx);
-            }
             _ => self.resp.uc_dropping = true,
         }
     }
@@ -603,8 +660,18 @@ impl Qp {
         if deth.qkey != self.attr.qkey || pkt.payload().len() > self.mtu() as usize {
             return; // Q_Key violation or oversized datagram: dropped
         }
+        // No receive WR: UD has no RNR, the datagram is lost. A WR too
+        // short for it: the datagram is dropped and the WR stays for the
+        // next one (class D: rxe RESPST_ERR_LENGTH "UC/UD - class D").
+        let needed = (GRH_LEN + pkt.payload().len()) as u64;
+        let fits = self
+            .next_recv_wqe(ctx)
+            .is_some_and(|w| sge_total(&w.sg_list) >= needed);
+        if !fits {
+            return;
+        }
         let Some(wqe) = self.take_recv_wqe(ctx) else {
-            return; // UD has no RNR: the datagram is lost
+            return;
         };
         let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());
         let mut data = Vec::with_capacity(GRH_LEN + pkt.payload().len());
@@ -625,12 +692,17 @@ impl Qp {
         ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
     }
 
+    /// The receive WR `take_recv_wqe` would take now.
+    fn next_recv_wqe<'q>(&'q self, ctx: &'q Ctx<'_>) -> Option<&'q RecvWqe> {
+        match self.srq {
+            Some(srq) => ctx.srqs.get(srq)?.queue.front(),
+            None => self.rq.front(),
+        }
+    }
+
     /// Whether a receive WR could be taken now.
     fn recv_wqe_available(&self, ctx: &Ctx<'_>) -> Option<()> {
-        match self.srq {
-            Some(srq) => (!ctx.srqs.get(srq)?.queue.is_empty()).then_some(()),
-            None => (!self.rq.is_empty()).then_some(()),
-        }
+        self.next_recv_wqe(ctx).map(|_| ())
     }
 
     /// Takes the next receive WR from the RQ or the SRQ; an SRQ that drops
@@ -667,7 +739,7 @@ impl Qp {
     /// Writes the next response packet into `buf`.
     pub(crate) fn responder_transmit(
         &mut self,
-        ctx: &Ctx<'_>,
+        ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
         buf: &mut [u8],
         scratch: &mut Vec<u8>,
@@ -705,10 +777,8 @@ impl Qp {
             } => {
                 let mtu = self.mtu();
                 let len = remaining.min(mtu);
-                // The MR may have been deregistered since the READ was
-                // accepted: then the stream stops (the requester times out
-                // and asks again, and is refused).
                 if !ctx.mrs.still_readable(self.pd, rkey, addr, u64::from(len)) {
+                    self.read_access_lost(ctx, psn);
                     return None;
                 }
                 let last = remaining <= mtu;
@@ -754,6 +824,16 @@ impl Qp {
             payload: &scratch[..payload_len],
         };
         builder.build_unsealed(buf).ok()
+    }
+
+    /// The MR of a READ being answered was deregistered or invalidated
+    /// since the READ was accepted: a class C error as for a bad rkey (rxe
+    /// `read_reply` -> `rxe_recheck_mr`): NAK remote access error for the
+    /// PSN that cannot be sent, IBV_EVENT_QP_ACCESS_ERR, ERR. Nothing
+    /// queued behind it goes out: the QP stopped at that PSN.
+    fn read_access_lost(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        self.resp.out.clear();
+        self.rc_fault(ctx, psn, Fault::Access);
     }
 
     /// Whether the responder has responses queued.

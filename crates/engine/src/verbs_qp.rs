@@ -138,27 +138,26 @@ impl Engine {
     /// WRs and reports SQ_DRAINED when nothing is left in flight; ERR
     /// flushes; RESET forgets everything queued.
     fn enter_state(&mut self, id: QpId, next: QpState) {
-        let Some((qp, mut ctx)) = self.qp_ctx(id) else {
-            return;
-        };
-        let prev = qp.state;
-        match next {
-            QpState::Err => return qp.enter_error(&mut ctx),
-            QpState::Reset => qp.reset(),
-            QpState::Rtr if prev == QpState::Init => qp.resp.start(qp.attr.rq_psn),
-            QpState::Rts if prev == QpState::Rtr => {
-                let a = qp.attr;
-                qp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
+        self.with_qp(id, |qp, ctx| {
+            let prev = qp.state;
+            match next {
+                QpState::Err => return qp.enter_error(ctx),
+                QpState::Reset => qp.reset(),
+                QpState::Rtr if prev == QpState::Init => qp.resp.start(qp.attr.rq_psn),
+                QpState::Rts if prev == QpState::Rtr => {
+                    let a = qp.attr;
+                    qp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
+                }
+                QpState::Sqd if prev == QpState::Rts => {
+                    qp.req.drain_notify = qp.attr.en_sqd_async_notify != 0;
+                }
+                _ => {}
             }
-            QpState::Sqd if prev == QpState::Rts => {
-                qp.req.drain_notify = qp.attr.en_sqd_async_notify != 0;
+            qp.state = next;
+            if next == QpState::Sqd {
+                qp.retire(ctx);
             }
-            _ => {}
-        }
-        qp.state = next;
-        if next == QpState::Sqd {
-            qp.retire(&mut ctx);
-        }
+        });
     }
 }
 
@@ -168,6 +167,7 @@ mod tests {
     //! puts a QP there), so its rules are tested by placing a QP in SQE.
     use super::*;
     use crate::device::DeviceConfig;
+    use crate::event::AsyncEvent;
 
     fn qp_in_sqe(ty: QpType) -> (Engine, QpId) {
         let mut e = Engine::new(DeviceConfig::loopback(1));
@@ -261,5 +261,29 @@ mod tests {
         e.poll_cq(e.qps[qp].send_cq, 4, &mut wcs).unwrap();
         assert_eq!(wcs.len(), 1, "unsignaled WRs complete when they fail");
         assert_eq!(wcs[0].status, crate::wc::WcStatus::WrFlushErr);
+    }
+
+    #[test]
+    fn a_flush_lost_in_sqe_fails_that_qp_with_qp_fatal() {
+        let (mut e, qp) = qp_in_sqe(QpType::Uc);
+        let cq = e.qps[qp].send_cq;
+        e.resize_cq(cq, 1).unwrap();
+        for wr_id in 0..2 {
+            let wr = crate::wr::SendWr {
+                wr_id,
+                opcode: crate::wr::send_opcode::SEND,
+                send_flags: 0,
+                sg_list: &[],
+                inline_data: &[],
+                imm_data_or_inv_rkey: 0,
+                rdma: Default::default(),
+                atomic: Default::default(),
+                ud: None,
+            };
+            e.post_send(qp, &wr).unwrap();
+        }
+        let events: Vec<_> = std::iter::from_fn(|| e.poll_event()).collect();
+        assert_eq!(events, [AsyncEvent::CqErr(cq), AsyncEvent::QpFatal(qp)]);
+        assert_eq!(e.qps[qp].state, QpState::Err);
     }
 }

@@ -1272,3 +1272,38 @@ fn a_late_rnr_nak_for_an_acknowledged_psn_does_not_stop_the_retransmit_timer() {
         "the lost SEND was resent on timeout"
     );
 }
+
+/// Rule: progress resets the RNR retry budget, and an RNR NAK that also
+/// acknowledges earlier PSNs still uses one retry of the new budget: with
+/// rnr_retry 1 the WR fails at the second RNR NAK (IBTA ch. 9, the RNR
+/// retry counter; ibv_modify_qp(3) `rnr_retry`).
+#[test]
+fn an_rnr_nak_that_acknowledges_earlier_psns_still_counts() {
+    let mut p = Pair::new();
+    let link = Link {
+        rnr_retry: 1,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    for i in 1..=2 {
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 10)]))
+            .unwrap();
+    }
+    let rnr = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = rnr.clone();
+    // Plain ACKs are lost, so the first RNR NAK is what acknowledges WR 1.
+    p.filter = Box::new(move |_, v| match v.aeth().map(|a| a.syndrome) {
+        Some(Syndrome::Ack { .. }) if v.opcode().kind() == OpKind::Ack => Fate::Drop,
+        Some(Syndrome::RnrNak { .. }) => {
+            seen.set(seen.get() + 1);
+            Fate::Deliver
+        }
+        _ => Fate::Deliver,
+    });
+    p.run(100);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(tx, [(1, WcStatus::Success), (2, WcStatus::RnrRetryExcErr)]);
+    assert_eq!(rnr.get(), 2, "one RNR retry, then failure");
+}

@@ -1,0 +1,696 @@
+//! Errors and hostile conditions in the data path: what a QP does with a
+//! request it cannot honour, a region that goes away mid-message, a peer
+//! that is not its peer, and how it enters and leaves the error states.
+//! Every test names its rule and the source of the rule in its doc
+//! comment.
+
+mod common;
+use common::pair::*;
+use common::*;
+use softverbs_engine::*;
+use softverbs_wire::{OpKind, PacketView};
+
+/// Takes every packet `from` has to send now.
+fn drain(from: &mut Node, now: Nanos) -> Vec<(Transmit, Vec<u8>)> {
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    std::iter::from_fn(|| {
+        from.e
+            .poll_transmit(now, &from.mem, &mut buf)
+            .map(|t| (t, buf[..t.len].to_vec()))
+    })
+    .collect()
+}
+
+fn deliver(to: &mut Node, now: Nanos, (t, bytes): &(Transmit, Vec<u8>)) {
+    to.e.handle_packet(now, t.src_gid, t.dst_gid, bytes, &mut to.mem);
+}
+
+fn kind(bytes: &[u8]) -> OpKind {
+    PacketView::parse(bytes).unwrap().opcode().kind()
+}
+
+fn fill(n: &mut Node, offset: u64, len: usize, seed: u8) -> Vec<u8> {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    n.mem.write(MEM_BASE + offset, &data);
+    data
+}
+
+fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
+    let sge = [n.sge(offset, len)];
+    n.e.post_recv(
+        qp,
+        &RecvWr {
+            wr_id,
+            sg_list: &sge,
+        },
+    )
+    .unwrap();
+}
+
+fn state(n: &Node, qp: QpId) -> QpState {
+    QpState::from_raw(n.e.query_qp(qp).unwrap().0.qp_state).unwrap()
+}
+
+fn to_state(n: &mut Node, qp: QpId, s: QpState) {
+    n.e.modify_qp(qp, &attr(s), QpAttrMask::STATE).unwrap();
+}
+
+/// Registers `[MEM_BASE + offset, +len)` on `n` with `access` and drops
+/// the node's whole-memory MR, so that the new MR is the only registered
+/// memory of the node. Returns the new key.
+fn only_window(n: &mut Node, offset: u64, len: u64, access: AccessFlags) -> u32 {
+    let base = MEM_BASE + offset;
+    let key =
+        n.e.reg_mr(n.pd, base, len, base, access.bits())
+            .unwrap()
+            .key;
+    let (full, _) = n.e.mr_by_key(n.key).unwrap();
+    n.e.dereg_mr(full).unwrap();
+    key
+}
+
+fn dereg(n: &mut Node, key: u32) {
+    let (mr, _) = n.e.mr_by_key(key).unwrap();
+    n.e.dereg_mr(mr).unwrap();
+}
+
+fn ud_target(p: &mut Pair, qb: QpId) -> UdTarget {
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: p.b.gid,
+            ..av().grh
+        },
+        ..av()
+    };
+    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
+    UdTarget {
+        ah,
+        remote_qpn: p.b.e.qp_num(qb).unwrap(),
+        remote_qkey: 0x8000_0000,
+    }
+}
+
+/// Rule: a QP entering the error state completes every receive WR it
+/// holds with IBV_WC_WR_FLUSH_ERR, including the one a multi-packet SEND
+/// was being received into (ibv_modify_qp(3), IBTA vol. 1 10.3.1 "Error";
+/// rxe `check_resource` flushes `qp->resp.wqe` first).
+#[test]
+fn a_receive_wr_filled_part_way_is_flushed_when_the_qp_enters_error() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 7, 0x4000, 4096);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 3000)]))
+        .unwrap();
+    let sends = drain(&mut p.a, 0);
+    assert_eq!(sends.len(), 3);
+    deliver(&mut p.b, 0, &sends[0]); // SEND_FIRST only
+    to_state(&mut p.b, qb, QpState::Err);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(rx, [(7, WcStatus::WrFlushErr)], "the receive WR vanished");
+}
+
+/// Rule: the same with an SRQ: a WQE the QP already took from the SRQ for
+/// a message in progress is completed (flushed) when the QP enters ERR; it
+/// is neither lost nor left in the SRQ (IBTA vol. 1 10.3.1, 11.6.3 Last
+/// WQE Reached; rxe `check_resource`).
+#[test]
+fn an_srq_wqe_in_progress_is_flushed_when_the_qp_enters_error() {
+    let mut p = Pair::new();
+    let attr_srq = SrqAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (srq, _) = p.b.e.create_srq(p.b.pd, &attr_srq).unwrap();
+    let qa = create(&mut p.a, QpType::Rc, None);
+    let qb = create(&mut p.b, QpType::Rc, Some(srq));
+    p.bring_up(QpType::Rc, qa, qb, Link::default());
+    let sge = [p.b.sge(0x4000, 4096)];
+    p.b.e
+        .post_srq_recv(
+            srq,
+            &RecvWr {
+                wr_id: 7,
+                sg_list: &sge,
+            },
+        )
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 3000)]))
+        .unwrap();
+    let sends = drain(&mut p.a, 0);
+    deliver(&mut p.b, 0, &sends[0]);
+    to_state(&mut p.b, qb, QpState::Err);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(rx, [(7, WcStatus::WrFlushErr)], "the SRQ WQE vanished");
+}
+
+/// Rule: a completion lost to a CQ overrun puts *the QP that lost it*
+/// into ERR with IBV_EVENT_QP_FATAL (docs/conformance.md "Async events";
+/// IBTA vol. 1 11.6.3: affiliated events name the affected QP). A
+/// completion lost while flushing WRs posted to a QP already in ERR must
+/// not fail another, healthy QP of the device later.
+#[test]
+fn a_completion_lost_on_one_qp_does_not_fail_another_qp() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let (small, _) = p.a.e.create_cq(1, 0).unwrap();
+    let init = QpInitAttr {
+        send_cq: small,
+        recv_cq: small,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: QpType::Rc as u32,
+        sq_sig_all: false,
+    };
+    let qx = p.a.e.create_qp(p.a.pd, &init).unwrap().id;
+    to_state(&mut p.a, qx, QpState::Err);
+    // Receive WRs posted in ERR are flushed at once; the second overruns.
+    post_recv(&mut p.a, qx, 1, 0, 8);
+    post_recv(&mut p.a, qx, 2, 0, 8);
+    assert_eq!(p.a.events(), [AsyncEvent::CqErr(small)]);
+    // Ordinary traffic on the healthy QP.
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.events(), [], "no event for the healthy QP");
+    assert_eq!(state(&p.a, qa), QpState::Rts);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+/// Rule: every byte the engine writes lies in a live registered region
+/// checked for the access (architecture.md, "The engine calls it only for
+/// ranges it checked against an MR"; rxe `check_rkey` looks the rkey up
+/// again for every WRITE packet, so a MIDDLE/LAST packet after
+/// `ibv_dereg_mr` is a remote access error). Here the MR is deregistered
+/// between the FIRST and the later packets of a WRITE, and it was the only
+/// registered memory of the node.
+#[test]
+fn write_packets_after_the_mr_is_deregistered_touch_no_memory() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let win = 0x2_0000;
+    let rkey = only_window(&mut p.b, win, 0x4000, rw);
+    fill(&mut p.a, 0, 3000, 1);
+    let sge = [p.a.sge(0, 3000)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + win,
+        rkey,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let pkts = drain(&mut p.a, 0);
+    assert_eq!(pkts.len(), 3);
+    deliver(&mut p.b, 0, &pkts[0]);
+    dereg(&mut p.b, rkey);
+    deliver(&mut p.b, 1, &pkts[1]);
+    deliver(&mut p.b, 1, &pkts[2]);
+    let after = p.b.mem.slice(MEM_BASE + win + 1024, 3000 - 1024);
+    assert!(
+        after.iter().all(|&b| b == 0),
+        "MIDDLE/LAST were written into memory that is no longer registered"
+    );
+}
+
+/// Rule: a READ whose MR is deregistered after the request was accepted
+/// fails with IBV_WC_REM_ACCESS_ERR (the responder NAKs remote access
+/// error: rxe `read_reply` -> `rxe_recheck_mr` -> RESPST_ERR_RKEY_VIOLATION,
+/// class C; IBTA vol. 1 9.7.5.2.4 / ibv_poll_cq(3) REM_ACCESS_ERR). The
+/// engine drops the stream silently and ignores the failure of the
+/// re-requested READ, so the requester only ever times out.
+#[test]
+fn read_from_a_region_deregistered_mid_request_fails_with_remote_access_error() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 2,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let r = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let win = MEM_BASE + 0x2_0000;
+    let rkey =
+        p.b.e
+            .reg_mr(p.b.pd, win, 0x4000, win, r.bits())
+            .unwrap()
+            .key;
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut rd = wr(1, send_opcode::RDMA_READ, &sge);
+    rd.rdma = RdmaTarget {
+        remote_addr: win,
+        rkey,
+    };
+    p.a.e.post_send(qa, &rd).unwrap();
+    let req = drain(&mut p.a, 0);
+    deliver(&mut p.b, 0, &req[0]);
+    dereg(&mut p.b, rkey);
+    p.run(1000);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(tx, [(1, WcStatus::RemAccessErr)]);
+}
+
+/// Rule: UC has no NAKs; a WRITE with an invalid rkey on a UC QP without
+/// an SRQ is silently dropped (class E) and the QP stays usable (IBTA
+/// vol. 1 9.9.3 responder error classes for UC; rxe
+/// RESPST_ERR_RKEY_VIOLATION "UC/non-SRQ Class E" -> drop_msg). The engine
+/// raises IBV_EVENT_QP_ACCESS_ERR and puts the UC QP into ERR, so any
+/// stray packet can kill a UC connection.
+#[test]
+fn uc_write_with_a_bad_rkey_is_dropped_and_the_qp_keeps_working() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Uc, Link::default());
+    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    let sge = [p.a.sge(0, 16)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key ^ 0x55,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &sge))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.b.events(), [], "no async error for a UC access violation");
+    assert_eq!(state(&p.b, qb), QpState::Rts);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(rx, [(5, WcStatus::Success)], "the following SEND arrives");
+}
+
+/// Rule: a UD datagram that does not fit the receive buffer is a class D
+/// error for a QP without an SRQ: the datagram is dropped and the QP keeps
+/// receiving (rxe RESPST_ERR_LENGTH "UC/UD - class D" -> drop_msg; IBTA
+/// vol. 1 9.9.3). The engine puts the UD QP into ERR, so one oversized
+/// datagram from any sender kills a UD QP and flushes its receive queue.
+#[test]
+fn an_oversized_ud_datagram_does_not_kill_the_receiving_qp() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x3000, 100); // GRH + 60 bytes
+    post_recv(&mut p.b, qb, 2, 0x5000, 2000);
+    let target = ud_target(&mut p, qb);
+    let big = [p.a.sge(0, 500)];
+    let small = [p.a.sge(0, 10)];
+    for (id, sge) in [(1, &big[..]), (2, &small[..])] {
+        let mut s = wr(id, send_opcode::SEND, sge);
+        s.ud = Some(target);
+        p.a.e.post_send(qa, &s).unwrap();
+    }
+    p.run(100);
+    assert_eq!(state(&p.b, qb), QpState::Rts);
+    let rx = p.b.poll();
+    assert!(
+        rx.iter()
+            .any(|w| w.status == WcStatus::Success && w.byte_len == 50),
+        "the 10-byte datagram is still received: {rx:?}"
+    );
+}
+
+/// Rule: with max_dest_rd_atomic 0 the responder has no resources for
+/// READ or atomic requests; both are NAKed invalid request (rxe
+/// `check_resource`: RXE_READ_OR_ATOMIC_MASK with max_dest_rd_atomic 0 ->
+/// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, class C; IBTA vol. 1 9.4.4 responder
+/// resources). The engine refuses the READ but executes the atomic.
+#[test]
+fn an_atomic_without_responder_resources_is_an_invalid_request() {
+    let mut p = Pair::new();
+    let link = Link {
+        rd_atomic: 0,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes());
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 0x100,
+        compare_add: 2,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(
+        p.b.mem.slice(MEM_BASE + 0x100, 8),
+        &40u64.to_ne_bytes(),
+        "not executed"
+    );
+}
+
+/// Rule: a QP the application moves to ERR stops processing: it sends no
+/// further READ response data (rxe: once `resp.state` is ERROR, `get_req`
+/// drops every request and `read_reply` is never reached again; IBTA vol.
+/// 1 10.3.1, Error state). The engine keeps the queued READ stream and
+/// goes on reading memory for, and transmitting, a QP in ERR.
+#[test]
+fn a_qp_moved_to_error_sends_no_more_read_responses() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    fill(&mut p.b, 0x2000, 3000, 3);
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let req = drain(&mut p.a, 0);
+    deliver(&mut p.b, 0, &req[0]);
+    to_state(&mut p.b, qb, QpState::Err);
+    let out: Vec<_> = drain(&mut p.b, 1)
+        .iter()
+        .map(|(_, bytes)| kind(bytes))
+        .collect();
+    assert!(
+        !out.contains(&OpKind::ReadResponse),
+        "READ responses sent by a QP in ERR: {out:?}"
+    );
+}
+
+/// Rule: a send WR completing in error on a UD (or UC) QP moves the QP to
+/// the Send Queue Error state, not to ERR: the receive queue keeps working
+/// and SQE -> RTS recovers (IBTA vol. 1 10.3.1 "SQEr", 11.2.4.2; the
+/// SQE -> RTS rows of docs/conformance.md; verbs_qp.rs: "only a UC/UD send
+/// error puts a QP there"; IPoIB relies on hardware doing so). The engine
+/// never enters SQE.
+#[test]
+fn a_ud_send_error_moves_the_qp_to_sqe_not_err() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    let lkey = p.a.e.reg_mr(p.a.pd, MEM_BASE, 64, MEM_BASE, 0).unwrap().key;
+    let sge = [Sge {
+        addr: MEM_BASE,
+        length: 16,
+        lkey,
+    }];
+    let mut s = wr(1, send_opcode::SEND, &sge);
+    s.ud = Some(ud_target(&mut p, qb));
+    p.a.e.post_send(qa, &s).unwrap();
+    dereg(&mut p.a, lkey);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::LocProtErr);
+    assert_eq!(state(&p.a, qa), QpState::Sqe);
+}
+
+/// Rule: IBV_EVENT_SQ_DRAINED reports that a QP in SQD has drained its
+/// send queue; a QP whose in-flight WR fails while draining goes to ERR
+/// and is not "drained" (IBTA vol. 1 11.6.3 Send Queue Drained; rxe raises
+/// it only from `complete_ack`, on a successful completion). The engine
+/// raises SQ_DRAINED while failing the WR, just before entering ERR.
+#[test]
+fn sq_drained_is_not_raised_when_draining_ends_in_an_error() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let lost = drain(&mut p.a, 0);
+    assert_eq!(lost.len(), 1);
+    let a = QpAttr {
+        en_sqd_async_notify: 1,
+        ..attr(QpState::Sqd)
+    };
+    p.a.e
+        .modify_qp(qa, &a, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+        .unwrap();
+    p.filter = Box::new(|_, _| Fate::Drop);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RetryExcErr);
+    assert_eq!(state(&p.a, qa), QpState::Err);
+    assert!(
+        !p.a.events().contains(&AsyncEvent::SqDrained(qa)),
+        "SQ_DRAINED raised for a QP that failed into ERR"
+    );
+}
+
+/// Rule: an atomic is executed only on a naturally aligned 8-byte word of
+/// host memory; `HostMemory::compare_swap`/`fetch_add` require an 8-byte
+/// aligned address (memory.rs), and rxe checks the *translated* address
+/// (`atomic_reply`: `(uintptr_t)vaddr & 7` -> RESPST_ERR_MISALIGNED_ATOMIC,
+/// NAK invalid request). The engine checks only the wire VA, so an MR whose
+/// iova is aligned but whose address is not gets a misaligned host atomic.
+#[test]
+fn an_atomic_on_a_misaligned_host_address_is_refused() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let host = MEM_BASE + 0x104; // 4 bytes off an 8-byte boundary
+    let iova = 0x10_0000; // aligned
+    let rkey =
+        p.b.e
+            .reg_mr(p.b.pd, host, 64, iova, access.bits())
+            .unwrap()
+            .key;
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: iova,
+        compare_add: 1,
+        swap: 0,
+        rkey,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    p.run(100);
+    assert_eq!(p.b.mem.slice(host, 8), &[0; 8], "misaligned word changed");
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemInvReqErr);
+}
+
+/// Rule: a connected (RC/UC) QP accepts packets only from the remote end
+/// of its connection: for RoCE the packet's source IP must be the QP's
+/// destination GID and its destination IP the QP's source GID (IBTA vol.
+/// 1 9.6.1 packet header validation; rxe `check_addr` drops the packet
+/// when `saddr`/`daddr` do not match the QP's path). The engine ignores
+/// the source address of RC/UC packets, so any host that learns a QP
+/// number and PSN can inject messages into the connection.
+#[test]
+fn an_rc_request_from_a_stranger_address_is_dropped() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let pkts = drain(&mut p.a, 0);
+    let (t, bytes) = &pkts[0];
+    let stranger = Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 99));
+    p.b.e
+        .handle_packet(0, stranger, t.dst_gid, bytes, &mut p.b.mem);
+    assert!(
+        p.b.poll().is_empty(),
+        "a SEND from 10.0.0.99 was delivered on a QP connected to 10.0.0.1"
+    );
+}
+
+/// Rule: IBV_EVENT_COMM_EST is for connected QPs; it is not generated for
+/// UD QPs (IBTA vol. 1 o11-5.1.1, as quoted by drivers that suppress it
+/// for UD; docs/conformance.md lists it for "first packet received while
+/// in RTR" of the connected transports' bring-up).
+#[test]
+fn a_ud_qp_in_rtr_raises_no_comm_est() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    to_state(&mut p.b, qb, QpState::Reset);
+    for (a, m) in [init_step(QpType::Ud), rtr_step(QpType::Ud)] {
+        p.b.e.modify_qp(qb, &a, m).unwrap();
+    }
+    post_recv(&mut p.b, qb, 1, 0x3000, 200);
+    let sge = [p.a.sge(0, 10)];
+    let mut s = wr(1, send_opcode::SEND, &sge);
+    s.ud = Some(ud_target(&mut p, qb));
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.b.poll().len(), 1, "a UD QP in RTR receives");
+    assert_eq!(p.b.events(), [], "no COMM_EST for UD");
+}
+
+/// Rule: in SQE the receive queue goes on working, sends posted are
+/// flushed, and SQE -> RTS resumes sending (IBTA vol. 1 10.3.1 "SQEr",
+/// 11.2.4.2).
+#[test]
+fn a_ud_qp_in_sqe_receives_and_sends_again_after_sqe_to_rts() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    let lkey = p.a.e.reg_mr(p.a.pd, MEM_BASE, 64, MEM_BASE, 0).unwrap().key;
+    let bad = [Sge {
+        addr: MEM_BASE,
+        length: 16,
+        lkey,
+    }];
+    let to_b = ud_target(&mut p, qb);
+    let mut s = wr(1, send_opcode::SEND, &bad);
+    s.ud = Some(to_b);
+    p.a.e.post_send(qa, &s).unwrap();
+    dereg(&mut p.a, lkey);
+    p.run(100);
+    assert_eq!(state(&p.a, qa), QpState::Sqe);
+    // B -> A still arrives.
+    post_recv(&mut p.a, qa, 9, 0x3000, 200);
+    let to_a = {
+        let av = AhAttr {
+            grh: GlobalRoute {
+                dgid: p.a.gid,
+                ..av().grh
+            },
+            ..av()
+        };
+        UdTarget {
+            ah: p.b.e.create_ah(p.b.pd, &av).unwrap(),
+            remote_qpn: p.a.e.qp_num(qa).unwrap(),
+            remote_qkey: 0x8000_0000,
+        }
+    };
+    let mut back = wr(1, send_opcode::SEND, &[]);
+    back.ud = Some(to_a);
+    p.b.e.post_send(qb, &back).unwrap();
+    p.run(100);
+    let sge = [p.a.sge(0, 10)];
+    let mut s = wr(2, send_opcode::SEND, &sge);
+    s.ud = Some(to_b);
+    p.a.e.post_send(qa, &s).unwrap();
+    let a: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        a,
+        [
+            (1, WcStatus::LocProtErr),
+            (9, WcStatus::Success),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+    let rts = QpAttr {
+        cur_qp_state: QpState::Sqe as u32,
+        ..attr(QpState::Rts)
+    };
+    p.a.e
+        .modify_qp(qa, &rts, QpAttrMask::STATE | QpAttrMask::CUR_STATE)
+        .unwrap();
+    post_recv(&mut p.b, qb, 7, 0x3000, 200);
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert!(p.b.poll().iter().any(|w| w.wr_id == 7 && w.byte_len == 50));
+}
+
+/// Rule: a UC SEND too long for its receive WR is dropped (class D) and
+/// the WR takes the next message; the QP keeps working (rxe
+/// RESPST_ERR_LENGTH "UC/UD - class D"; IBTA vol. 1 9.9.3).
+#[test]
+fn a_uc_send_too_long_for_its_receive_wr_is_dropped_and_the_wr_kept() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Uc, Link::default());
+    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    for (id, len) in [(1, 2000), (2, 10)] {
+        p.a.e
+            .post_send(qa, &wr(id, send_opcode::SEND, &[p.a.sge(0, len)]))
+            .unwrap();
+    }
+    p.run(100);
+    assert_eq!(state(&p.b, qb), QpState::Rts);
+    assert_eq!(p.b.events(), []);
+    let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.byte_len)).collect();
+    assert_eq!(rx, [(5, 10)]);
+}
+
+/// Rule: a READ re-requested after its responses were lost is executed
+/// again with its rkey checked again; an MR deregistered since makes it a
+/// remote access error (rxe `read_reply` rechecks the MR of a replay;
+/// IBTA vol. 1 9.7.5.2.4).
+#[test]
+fn a_re_requested_read_whose_region_is_gone_fails_with_remote_access_error() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 2,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let r = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let win = MEM_BASE + 0x2_0000;
+    let rkey =
+        p.b.e
+            .reg_mr(p.b.pd, win, 0x4000, win, r.bits())
+            .unwrap()
+            .key;
+    let sge = [p.a.sge(0x6000, 3000)];
+    let mut rd = wr(1, send_opcode::RDMA_READ, &sge);
+    rd.rdma = RdmaTarget {
+        remote_addr: win,
+        rkey,
+    };
+    p.a.e.post_send(qa, &rd).unwrap();
+    let req = drain(&mut p.a, 0);
+    deliver(&mut p.b, 0, &req[0]);
+    let lost = drain(&mut p.b, 0);
+    assert_eq!(lost.len(), 3, "every response is lost");
+    dereg(&mut p.b, rkey);
+    p.run(1000);
+    let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(tx, [(1, WcStatus::RemAccessErr)]);
+    assert_eq!(p.b.events(), [AsyncEvent::QpAccessErr(qb)]);
+}
+
+/// Rule: a QP the application moves to ERR still sends the ACKs it owes
+/// for requests it already executed (the responder of rxe has sent them by
+/// then); only READ responses, which read memory, stop (IBTA vol. 1
+/// 10.3.1).
+#[test]
+fn a_qp_moved_to_error_still_acknowledges_what_it_executed() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let req = drain(&mut p.a, 0);
+    deliver(&mut p.b, 0, &req[0]);
+    to_state(&mut p.b, qb, QpState::Err);
+    for ack in drain(&mut p.b, 1) {
+        deliver(&mut p.a, 1, &ack);
+    }
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.b.poll()[0].status, WcStatus::Success);
+}
+
+/// Rule: the address check of a connected QP covers responses too, and
+/// the destination: an ACK from a stranger completes nothing, and a
+/// request addressed to another GID of ours is dropped (IBTA vol. 1 9.6.1;
+/// rxe `check_addr` checks source and destination of every RC/UC packet).
+#[test]
+fn packets_of_a_connection_from_or_to_other_addresses_are_dropped() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let stranger = Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 99));
+    let (t, req) = &drain(&mut p.a, 0)[0];
+    p.b.e
+        .handle_packet(0, t.src_gid, stranger, req, &mut p.b.mem);
+    assert!(p.b.poll().is_empty(), "addressed to another GID");
+    assert_eq!(p.b.e.stats().rx_wrong_address, 1);
+    p.b.e
+        .handle_packet(0, t.src_gid, t.dst_gid, req, &mut p.b.mem);
+    assert_eq!(p.b.poll().len(), 1);
+    let (t, ack) = &drain(&mut p.b, 0)[0];
+    p.a.e
+        .handle_packet(0, stranger, t.dst_gid, ack, &mut p.a.mem);
+    assert!(p.a.poll().is_empty(), "an ACK from 10.0.0.99");
+    p.a.e
+        .handle_packet(0, t.src_gid, t.dst_gid, ack, &mut p.a.mem);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
