@@ -4,7 +4,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs clean
+.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs demo clean
 
 all: build
 
@@ -53,12 +53,22 @@ SHIM_SO := $(TARGET)/release/libsoftverbs-rdmav34.so
 shim: $(SHIM_SO)
 $(SHIM_SO): FORCE
 	$(CARGO) build --release -p softverbs-shim
+	$(CARGO) build --release -p softverbs
 	cc -shared -o $@ -Wl,-soname,libsoftverbs-rdmav34.so \
 	  -Wl,--version-script=provider-shim/softverbs.map \
 	  -Wl,--whole-archive $(TARGET)/release/libsoftverbs_shim.a -Wl,--no-whole-archive \
 	  -libverbs -lpthread -ldl -lm -lgcc_s -lc
 .PHONY: FORCE
 FORCE:
+
+# The main job: rdma-core's ibv_rc_pingpong, server and client as two
+# processes, over softverbs0 on 127.0.0.1 (no root, no kernel module).
+SOFTVERBS := $(TARGET)/release/softverbs
+demo: deps shim
+	@$(SOFTVERBS) devices
+	@echo "== ibv_rc_pingpong server and client over softverbs0"
+	@($(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 | sed 's/^/server: /') & \
+	  sleep 0.5; $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 127.0.0.1 | sed 's/^/client: /'; wait
 
 # Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
 # in preload mode, two processes on loopback.

@@ -2,8 +2,8 @@
 //! configured device, built once per process, never freed (the process
 //! keeps a reference to each, as mlx5 does for its VFIO devices).
 
-use crate::config::{Config, SoftDevice};
 use crate::ffi::*;
+use softverbs_config::{Config, SoftDevice};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -4,8 +4,8 @@
 //! (raw pointers from libibverbs and applications, libc calls), and every
 //! block says why it is sound.
 //!
-//! * [`device`]: the soft devices as `verbs_device`s; [`config`] and
-//!   [`netif`] decide which exist;
+//! * [`device`]: the soft devices as `verbs_device`s (the
+//!   `softverbs-config` crate decides which exist);
 //! * [`preload`]: the exported functions that make `LD_PRELOAD` work;
 //! * [`context`]: `ibv_open_device`/`ibv_close_device`, one engine driver
 //!   per context; [`events`]: async and completion event descriptors;
@@ -16,7 +16,6 @@
 
 #![allow(unsafe_code)]
 
-pub mod config;
 pub mod context;
 pub mod convert;
 pub mod device;
@@ -24,7 +23,6 @@ pub mod events;
 pub mod ffi;
 pub mod guard;
 pub mod libibverbs;
-pub mod netif;
 pub mod ops;
 pub mod preload;
 pub mod process_memory;

@@ -163,7 +163,7 @@ fn gid_entry(st: &ContextState, port: u32, index: u32) -> Result<ibv_gid_entry, 
         gid_index: index,
         port_num: u32::from(port),
         gid_type: IBV_GID_TYPE_ROCE_V2,
-        ndev_ifindex: crate::netif::ifindex_of(st.device.config.ip).unwrap_or(0),
+        ndev_ifindex: softverbs_config::netif::ifindex_of(st.device.config.ip).unwrap_or(0),
     })
 }
 

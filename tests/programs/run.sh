@@ -45,6 +45,17 @@ pair() {
   fi
 }
 
+# The softverbs command, from the same build.
+CLI=$(dirname "$SO")/softverbs
+one "softverbs devices" "softverbs0 +127\.0\.0\.1" env -u LD_PRELOAD "$CLI" devices
+one "softverbs run -- ibv_devices" "softverbs0" env -u LD_PRELOAD "$CLI" run -- ibv_devices
+one "softverbs run: missing program is a clear error" "cannot run /no/such/program" \
+  sh -c "env -u LD_PRELOAD '$CLI' run -- /no/such/program 2>&1; test \$? -ne 0"
+one "a bad SOFTVERBS_DEVICES is a clear error" "SOFTVERBS_DEVICES: .nonsense. is not" \
+  sh -c "SOFTVERBS_DEVICES=nonsense env -u LD_PRELOAD '$CLI' devices 2>&1; test \$? -ne 0"
+one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
+  env SOFTVERBS_DEVICES="sv-test0=127.0.0.1" ibv_devices
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0

@@ -1,0 +1,92 @@
+//! `softverbs`: run any verbs program on the soft RDMA device, and list
+//! the devices programs see.
+//!
+//! `softverbs run -- PROGRAM ARGS` starts PROGRAM with the provider
+//! preloaded (no root, no kernel module); `softverbs devices` prints the
+//! configured devices.
+
+mod library;
+
+use clap::{Parser, Subcommand};
+use softverbs_config::Config;
+use softverbs_engine::Gid;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+
+/// Run RDMA verbs programs on softverbs, a software RoCE device.
+#[derive(Debug, Parser)]
+#[command(name = "softverbs", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run PROGRAM with the softverbs provider preloaded.
+    Run {
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        program: Vec<String>,
+    },
+    /// List the soft devices a program would see, and where they come from.
+    Devices,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run { program } => run(&program),
+        Cmd::Devices => devices(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("softverbs: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Replaces this process with `program`, the provider preloaded.
+fn run(program: &[String]) -> Result<(), String> {
+    library::check_rdma_core()?;
+    let lib = library::provider()?;
+    Config::load().map_err(|e| format!("bad configuration: {e}"))?;
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(existing) if !existing.is_empty() => format!("{} {existing}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let err = Command::new(&program[0])
+        .args(&program[1..])
+        .env("LD_PRELOAD", preload)
+        .exec();
+    Err(format!("cannot run {}: {err}", program[0]))
+}
+
+/// Prints the configured devices.
+fn devices() -> Result<(), String> {
+    let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
+    println!("configuration: {}", config.source);
+    println!(
+        "{:<16} {:<40} {:<12} GID[0]",
+        "device", "address", "active MTU"
+    );
+    for d in &config.devices {
+        let cfg = d.device_config(0);
+        let mtu = cfg.ports[0].active_mtu.bytes();
+        println!(
+            "{:<16} {:<40} {:<12} {}",
+            d.name,
+            d.ip,
+            mtu,
+            Gid::from_ip(d.ip)
+        );
+    }
+    println!(
+        "UDP ports: {}..{} (slot ports)",
+        config.port_base + 1,
+        u32::from(config.port_base) + 4095
+    );
+    Ok(())
+}

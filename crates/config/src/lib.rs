@@ -1,0 +1,7 @@
+//! The configuration of softverbs devices, shared by the provider and the
+//! `softverbs` command (see [`config`] for the format).
+
+mod config;
+pub mod netif;
+
+pub use config::{parse_file, parse_inline, Config, ConfigError, SoftDevice};
