@@ -71,9 +71,11 @@ demo: deps shim
 	  sleep 0.5; $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 127.0.0.1 | sed 's/^/client: /'; wait
 
 # Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
-# in preload mode, two processes on loopback.
+# in preload mode: two processes on loopback, then two hosts (network
+# namespaces joined by a veth pair; skipped where they cannot be made).
 programs: shim
 	tests/programs/run.sh $(SHIM_SO)
+	tests/programs/netns.sh $(SHIM_SO)
 
 clean:
 	$(CARGO) clean

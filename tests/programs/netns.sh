@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# softverbs between hosts: two network namespaces joined by a veth pair,
+# each with its own address and its own softverbs device configuration,
+# run ibv_rc_pingpong and ib_write_bw across the link. Needs root (to
+# create namespaces); skips with a clear message where that is impossible.
+# Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+tag="sv$$"
+a="${tag}a"; b="${tag}b"
+ip_a=10.231.0.1; ip_b=10.231.0.2
+log=$(mktemp -d)
+
+cleanup() {
+  kill $(jobs -p) 2>/dev/null
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+  rm -rf "$log"
+}
+trap cleanup EXIT
+
+if ! ip netns add "$a" 2>"$log/err"; then
+  echo "skipped: cannot create network namespaces ($(cat "$log/err")); run as root to test between hosts"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+ip netns add "$b"
+ip link add "${tag}x" type veth peer name "${tag}y"
+ip link set "${tag}x" netns "$a"
+ip link set "${tag}y" netns "$b"
+ip -n "$a" addr add "$ip_a/24" dev "${tag}x"
+ip -n "$b" addr add "$ip_b/24" dev "${tag}y"
+for ns in "$a" "$b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$a" link set "${tag}x" up
+ip -n "$b" link set "${tag}y" up
+
+pass=0; fail=0
+# across NAME EXPECT CMD...: server in A (its device on ip_a), client in B
+# (its device on ip_b) connecting to ip_a.
+across() {
+  local name=$1 expect=$2; shift 2
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+    timeout 60 "$@" > "$log/srv" 2>&1 &
+  local srv=$!
+  sleep 0.4
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+    timeout 60 "$@" "$ip_a" > "$log/cli" 2>&1
+  local crc=$?
+  wait $srv; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (client $crc, server $src)"
+    sed 's/^/    client: /' "$log/cli" | tail -n 8; sed 's/^/    server: /' "$log/srv" | tail -n 8
+  fi
+}
+
+across "ibv_rc_pingpong between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 0
+across "ibv_rc_pingpong 1 MiB between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 0 -s 1048576 -n 20
+across "ib_write_bw between namespaces" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 0
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
