@@ -32,6 +32,7 @@ pub static CONTEXT_OPS: ContextOps = ContextOps(verbs_context_ops {
     create_ah: Some(create_ah),
     destroy_ah: Some(destroy_ah),
     create_qp: Some(create_qp),
+    create_qp_ex: Some(crate::qp_ex::create_qp_ex),
     modify_qp: Some(modify_qp),
     query_qp: Some(query_qp),
     destroy_qp: Some(destroy_qp),

@@ -19,6 +19,8 @@ pub struct SoftQp {
     pub vqp: verbs_qp,
     /// Engine handle.
     pub id: QpId,
+    /// WRs built with the `ibv_wr_*` API, posted by `ibv_wr_complete`.
+    pub builder: crate::qp_ex::WrBuilder,
 }
 
 /// An SRQ.
@@ -33,7 +35,7 @@ pub struct SoftSrq {
 
 /// # Safety
 /// `qp` is a live QP of one of our contexts.
-unsafe fn qp_id(qp: *mut ibv_qp) -> QpId {
+pub unsafe fn qp_id(qp: *mut ibv_qp) -> QpId {
     // SAFETY: our QPs are SoftQp, whose first field holds the ibv_qp.
     unsafe { (*(qp as *mut SoftQp)).id }
 }
@@ -91,6 +93,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         let ptr = Box::into_raw(Box::new(SoftQp {
             vqp,
             id: created.id,
+            builder: Default::default(),
         }));
         st.events.add_qp(created.id, ptr as usize);
         ptr as *mut ibv_qp
@@ -262,7 +265,7 @@ pub unsafe extern "C" fn post_send(
 /// On a UD QP (`is_ud`), `wr.ud.ah` must be NULL or one of our AHs; on
 /// other QPs the `wr.ud` member is never read, since the union then holds
 /// an RDMA or atomic target whose address is no pointer of ours.
-unsafe fn send_wr<'a>(
+pub unsafe fn send_wr<'a>(
     w: &ibv_send_wr,
     list: &'a [Sge],
     inline: &'a [u8],

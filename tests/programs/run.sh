@@ -63,6 +63,7 @@ one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
 iters="[0-9]+ iters in"
 pair "ibv_rc_pingpong" "$iters" ibv_rc_pingpong -d softverbs0 -g 0
 pair "ibv_rc_pingpong -e" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -e
+pair "ibv_rc_pingpong -N (ibv_create_qp_ex, ibv_wr_*)" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -N
 pair "ibv_rc_pingpong 1 byte" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 1 -n 2000
 pair "ibv_rc_pingpong 5000 bytes (above MTU)" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 5000 -n 500
 pair "ibv_rc_pingpong 1 MiB" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 1048576 -n 20
