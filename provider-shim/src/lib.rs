@@ -9,7 +9,7 @@
 //! * [`preload`]: the exported functions that make `LD_PRELOAD` work;
 //! * [`context`]: `ibv_open_device`/`ibv_close_device`, one engine driver
 //!   per context; [`events`]: async and completion event descriptors;
-//! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`]: the verbs;
+//! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`guard`]: no panic crosses C;
 //! * [`ffi`]: the C declarations; [`libibverbs`]: its private entry points.
@@ -18,6 +18,7 @@
 
 pub mod context;
 pub mod convert;
+pub mod cq_ex;
 pub mod device;
 pub mod events;
 pub mod ffi;

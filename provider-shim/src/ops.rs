@@ -25,6 +25,7 @@ pub static CONTEXT_OPS: ContextOps = ContextOps(verbs_context_ops {
     reg_mr: Some(reg_mr),
     dereg_mr: Some(dereg_mr),
     create_cq: Some(create_cq),
+    create_cq_ex: Some(crate::cq_ex::create_cq_ex),
     destroy_cq: Some(destroy_cq),
     resize_cq: Some(resize_cq),
     poll_cq: Some(poll_cq),

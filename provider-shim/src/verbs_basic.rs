@@ -51,6 +51,9 @@ pub struct SoftCq {
     pub vcq: verbs_cq,
     /// Engine handle.
     pub id: CqId,
+    /// Completions taken from the engine by the `ibv_cq_ex` polling API
+    /// and not yet consumed (`ibv_poll_cq` returns them first).
+    pub polled: std::collections::VecDeque<softverbs_engine::WorkCompletion>,
 }
 
 /// An AH.
@@ -304,7 +307,11 @@ pub unsafe extern "C" fn create_cq(
         };
         let mut vcq = verbs_cq::ZEROED;
         vcq.u.cq.cqe = actual as c_int;
-        let ptr = Box::into_raw(Box::new(SoftCq { vcq, id }));
+        let ptr = Box::into_raw(Box::new(SoftCq {
+            vcq,
+            id,
+            polled: Default::default(),
+        }));
         let writer = crate::preload::channel_writer(st, channel);
         st.events.add_cq(id, ptr as usize, writer);
         ptr as *mut ibv_cq
@@ -363,10 +370,16 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
         // SAFETY: one of our CQs.
-        let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
+        let (st, id, soft) =
+            unsafe { (state((*cq).context), cq_id(cq), &mut *(cq as *mut SoftCq)) };
         let max = num_entries.max(0) as usize;
-        let mut got = Vec::with_capacity(max.min(64));
-        if st.driver.with(|e, _| e.poll_cq(id, max, &mut got)).is_err() {
+        let mut got: Vec<_> = soft.polled.drain(..max.min(soft.polled.len())).collect();
+        let more = max - got.len();
+        if st
+            .driver
+            .with(|e, _| e.poll_cq(id, more, &mut got))
+            .is_err()
+        {
             return -1;
         }
         for (i, w) in got.iter().enumerate() {

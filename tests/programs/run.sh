@@ -56,6 +56,16 @@ one "a bad SOFTVERBS_DEVICES is a clear error" "SOFTVERBS_DEVICES: .nonsense. is
 one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
   env SOFTVERBS_DEVICES="sv-test0=127.0.0.1" ibv_devices
 
+# Our own C check of ibv_create_cq_ex and its polling API (no rdma-core
+# utility uses it without completion timestamps, which softverbs does not
+# offer).
+here=$(dirname "$(readlink -f "$0")")
+if cc -O1 -o "$log/cq_ex" "$here/cq_ex.c" -libverbs 2> "$log/cc"; then
+  one "ibv_create_cq_ex polling API" "cq_ex ok" "$log/cq_ex"
+else
+  bad "ibv_create_cq_ex polling API (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0

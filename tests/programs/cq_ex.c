@@ -1,0 +1,115 @@
+/* Checks ibv_create_cq_ex and its polling API on softverbs, in one
+ * process: an RC QP connected to itself sends to itself; the send and
+ * receive completions are read with ibv_start_poll / ibv_next_poll /
+ * ibv_wc_read_*. Also checks that unsupported completion fields
+ * (timestamps) are refused with EOPNOTSUPP. Prints "cq_ex ok" on success. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+
+static struct ibv_context *open_softverbs(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list, "no device list");
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
+			struct ibv_context *ctx = ibv_open_device(list[i]);
+			ibv_free_device_list(list);
+			return ctx;
+		}
+	CHECK(0, "softverbs0 not listed");
+	return NULL;
+}
+
+static void connect_to_self(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(qp->context, 1, 0, &gid), "query_gid");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = qp->qp_num;
+	a.rq_psn = 1; a.max_dest_rd_atomic = 1; a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 64;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 1; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+int main(void)
+{
+	struct ibv_context *ctx = open_softverbs();
+	CHECK(ctx, "open");
+
+	struct ibv_cq_init_attr_ex bad = { .cqe = 8, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	CHECK(!ibv_create_cq_ex(ctx, &bad) && errno == EOPNOTSUPP, "timestamps must be EOPNOTSUPP");
+
+	struct ibv_cq_init_attr_ex ca = { .cqe = 16,
+		.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_IMM };
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &ca);
+	CHECK(cq, "create_cq_ex: %s", strerror(errno));
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[8192];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(pd && mr, "pd/mr");
+	struct ibv_qp_init_attr qa = { .send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq),
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	connect_to_self(qp);
+
+	strcpy(buf, "hello cq_ex");
+	struct ibv_sge rs = { (uintptr_t)buf + 4096, 4096, mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = &rs, .num_sge = 1 }, *bad_r;
+	CHECK(!ibv_post_recv(qp, &rwr, &bad_r), "post_recv");
+	struct ibv_sge ss = { (uintptr_t)buf, 12, mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 9, .sg_list = &ss, .num_sge = 1,
+		.opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htobe32(0x1234) }, *bad_s;
+	CHECK(!ibv_post_send(qp, &swr, &bad_s), "post_send");
+
+	int seen_send = 0, seen_recv = 0;
+	for (int spins = 0; spins < 2000000 && !(seen_send && seen_recv); spins++) {
+		struct ibv_poll_cq_attr pa = {};
+		int ret = ibv_start_poll(cq, &pa);
+		if (ret == ENOENT)
+			continue;
+		CHECK(!ret, "start_poll: %d", ret);
+		do {
+			CHECK(cq->status == IBV_WC_SUCCESS, "status %d", cq->status);
+			CHECK(ibv_wc_read_qp_num(cq) == qp->qp_num, "qp_num");
+			if (cq->wr_id == 9) {
+				CHECK(ibv_wc_read_opcode(cq) == IBV_WC_SEND, "send opcode");
+				seen_send = 1;
+			} else {
+				CHECK(cq->wr_id == 7, "wr_id %llu", (unsigned long long)cq->wr_id);
+				CHECK(ibv_wc_read_opcode(cq) == IBV_WC_RECV, "recv opcode");
+				CHECK(ibv_wc_read_byte_len(cq) == 12, "byte_len %u", ibv_wc_read_byte_len(cq));
+				CHECK(ibv_wc_read_wc_flags(cq) & IBV_WC_WITH_IMM, "WITH_IMM");
+				CHECK(be32toh(ibv_wc_read_imm_data(cq)) == 0x1234, "imm");
+				CHECK(!strcmp(buf + 4096, "hello cq_ex"), "data");
+				seen_recv = 1;
+			}
+		} while (!(ret = ibv_next_poll(cq)));
+		CHECK(ret == ENOENT, "next_poll: %d", ret);
+		ibv_end_poll(cq);
+	}
+	CHECK(seen_send && seen_recv, "completions missing (send %d recv %d)", seen_send, seen_recv);
+	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr) && !ibv_dealloc_pd(pd), "teardown");
+	CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), "destroy_cq");
+	CHECK(!ibv_close_device(ctx), "close");
+	puts("cq_ex ok");
+	return 0;
+}
