@@ -174,6 +174,14 @@ impl Requester {
         }
     }
 
+    /// The oldest READ or atomic still waiting for its response: responses
+    /// come back in request order, so only it can be answered next.
+    fn oldest_rd_atomic(&self) -> Option<usize> {
+        self.inflight
+            .iter()
+            .position(|e| !e.done && e.op.is_rd_atomic())
+    }
+
     /// The oldest PSN sent and not known to have arrived: within a
     /// message, PSNs up to `acked` did (a NAK or ACK said so), so a
     /// timeout resends only the rest.
@@ -686,12 +694,7 @@ impl Qp {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some(idx) = self
-            .req
-            .inflight
-            .iter()
-            .position(|e| !e.done && e.op.is_rd_atomic())
-        else {
+        let Some(idx) = self.req.oldest_rd_atomic() else {
             return false;
         };
         let e = &self.req.inflight[idx];
@@ -737,12 +740,7 @@ impl Qp {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some(idx) = self
-            .req
-            .inflight
-            .iter()
-            .position(|e| !e.done && e.op.is_rd_atomic())
-        else {
+        let Some(idx) = self.req.oldest_rd_atomic() else {
             return false;
         };
         let e = &self.req.inflight[idx];
