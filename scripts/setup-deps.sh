@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="libibverbs-dev ibverbs-utils perftest rdma-core iproute2"
+packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then
