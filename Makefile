@@ -4,7 +4,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs demo clean
+.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs pyverbs demo clean
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit programs
+test: deps fmt-check clippy crosscheck sim unit pyverbs programs
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -69,6 +69,10 @@ demo: deps shim
 	@echo "== ibv_rc_pingpong server and client over softverbs0"
 	@($(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 | sed 's/^/server: /') & \
 	  sleep 0.5; $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 127.0.0.1 | sed 's/^/client: /'; wait
+
+# The generic modules of rdma-core's pyverbs test suite against softverbs0.
+pyverbs: shim
+	tests/pyverbs/run.sh $(SHIM_SO)
 
 # Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
 # in preload mode: two processes on loopback, then two hosts (network
