@@ -24,6 +24,7 @@ pub static CONTEXT_OPS: ContextOps = ContextOps(verbs_context_ops {
     dealloc_pd: Some(dealloc_pd),
     reg_mr: Some(reg_mr),
     dereg_mr: Some(dereg_mr),
+    rereg_mr: Some(rereg_mr),
     create_cq: Some(create_cq),
     create_cq_ex: Some(crate::cq_ex::create_cq_ex),
     destroy_cq: Some(destroy_cq),

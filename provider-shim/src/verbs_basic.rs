@@ -9,7 +9,7 @@ use crate::convert::{ah_from_c, wc_to_c};
 use crate::device::copy_name;
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
-use softverbs_engine::{AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, VerbsError};
+use softverbs_engine::{AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError};
 use std::os::raw::{c_int, c_void};
 
 /// `errno` of a failed verb.
@@ -277,6 +277,47 @@ pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> c_int {
                 0
             }
             Err(e) => err(e),
+        }
+    })
+}
+
+/// `rereg_mr`: libibverbs has checked the flags and updates the public
+/// `ibv_mr` fields itself on success; returns 0 or an errno (also set).
+///
+/// # Safety
+/// Called through libibverbs with the pointers its C contract promises
+/// (live objects of this provider, caller-owned buffers of the right size).
+pub unsafe extern "C" fn rereg_mr(
+    vmr: *mut verbs_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: `vmr` is one of our MRs; a new PD, if any, is ours too.
+        let (st, id) = unsafe { (state((*vmr).ibv_mr.context), (*(vmr as *mut SoftMr)).id) };
+        let flags = flags as u32;
+        let change = ReregMr {
+            // SAFETY: with CHANGE_PD, `pd` is a PD of ours.
+            pd: (flags & IBV_REREG_MR_CHANGE_PD != 0).then(|| unsafe { pd_id(pd) }),
+            range: (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0)
+                .then_some((addr as u64, length as u64)),
+            access: (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(access as u32),
+        };
+        match st.driver.with(|e, _| e.rereg_mr(id, &change)) {
+            Ok(()) => {
+                if let Some(a) = change.access {
+                    // SAFETY: our MR.
+                    unsafe { (*vmr).access = a as c_int };
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                e.errno()
+            }
         }
     })
 }

@@ -55,6 +55,13 @@ impl Ctx<'_> {
         true
     }
 
+    /// Removes the completions of QP `qp_num` from `cq` (QP reset).
+    pub(crate) fn forget_completions(&mut self, cq: CqId, qp_num: u32) {
+        if let Some(c) = self.cqs.get_mut(cq) {
+            c.forget_qp(qp_num);
+        }
+    }
+
     /// Raises an async event.
     pub(crate) fn event(&mut self, event: AsyncEvent) {
         self.events.push_back(event);

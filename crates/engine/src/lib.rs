@@ -69,6 +69,7 @@ pub use srq_limit::SrqLimit;
 pub use time::{ack_timeout, rnr_delay, Nanos};
 pub use transition::{mask_allowed, transition_rule, TransitionRule};
 pub use verbs_qp::QpCreated;
+pub use verbs_resources::ReregMr;
 pub use wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{
     opcode_allowed, send_flags, send_opcode, AtomicTarget, RdmaTarget, RecvWr, SendWr, Sge,

@@ -68,6 +68,10 @@ impl MrTable {
         self.mrs.get(id)
     }
 
+    pub(crate) fn get_mut(&mut self, id: MrId) -> Option<&mut Mr> {
+        self.mrs.get_mut(id)
+    }
+
     /// The MR whose lkey/rkey is `key`, unless the key was invalidated.
     pub(crate) fn by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
         if self.invalidated.contains(&key) {

@@ -95,6 +95,14 @@ impl Cq {
         }
     }
 
+    /// Removes the completions of QP `qp_num`: when a QP is reset or
+    /// destroyed its completions leave its CQs, as on mlx5 (pyverbs relies
+    /// on it), since they would describe work of a QP that starts over or
+    /// is gone.
+    pub(crate) fn forget_qp(&mut self, qp_num: u32) {
+        self.entries.retain(|wc| wc.qp_num != qp_num);
+    }
+
     /// Adds a completion; returns false when the CQ is full (overrun).
     pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
         if self.entries.len() >= self.cqe as usize {

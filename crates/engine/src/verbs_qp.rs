@@ -66,6 +66,15 @@ impl Engine {
         Ok(QpCreated { id, qp_num, cap })
     }
 
+    /// A destroyed QP's completions leave its CQs (`Cq::forget_qp`).
+    fn forget_completions(&mut self, qp: &Qp) {
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq) {
+                c.forget_qp(qp.qp_num);
+            }
+        }
+    }
+
     fn take_qp_references(&mut self, id: QpId) {
         let qp = &self.qps[id];
         self.pds[qp.pd].users.get();
@@ -81,6 +90,7 @@ impl Engine {
     pub fn destroy_qp(&mut self, id: QpId) -> VerbsResult<()> {
         let qp = self.qps.remove(id).ok_or(einval("unknown QP"))?;
         self.qp_by_num.remove(&qp.qp_num);
+        self.forget_completions(&qp);
         self.schedule.forget(id);
         self.pds[qp.pd].users.put();
         self.cqs[qp.send_cq].users.put();
@@ -142,7 +152,13 @@ impl Engine {
             let prev = qp.state;
             match next {
                 QpState::Err => return qp.enter_error(ctx),
-                QpState::Reset => qp.reset(),
+                QpState::Reset => {
+                    qp.reset();
+                    let qp_num = qp.qp_num;
+                    for cq in [qp.send_cq, qp.recv_cq] {
+                        ctx.forget_completions(cq, qp_num);
+                    }
+                }
                 QpState::Rtr if prev == QpState::Init => qp.resp.start(qp.attr.rq_psn),
                 QpState::Rts if prev == QpState::Rtr => {
                     let a = qp.attr;

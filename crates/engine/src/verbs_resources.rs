@@ -8,6 +8,18 @@ use crate::handles::{AhId, CqId, MrId, PdId};
 use crate::objects::{Ah, Cq, Mr, Pd};
 use crate::wc::WorkCompletion;
 
+/// What `ibv_rereg_mr` changes (`None`: keep).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReregMr {
+    /// IBV_REREG_MR_CHANGE_PD.
+    pub pd: Option<PdId>,
+    /// IBV_REREG_MR_CHANGE_TRANSLATION: new address and length (the
+    /// remote address of the first byte becomes the new address).
+    pub range: Option<(u64, u64)>,
+    /// IBV_REREG_MR_CHANGE_ACCESS: raw access flags.
+    pub access: Option<u32>,
+}
+
 /// Fails with ENOMEM when `count` objects already exist.
 fn below_limit(count: usize, max: u32, reason: &'static str) -> VerbsResult<()> {
     ensure(count < max as usize, enomem(reason))
@@ -70,6 +82,37 @@ impl Engine {
             key,
         });
         Ok(self.mrs.get(id).expect("just inserted"))
+    }
+
+    /// `ibv_rereg_mr`: moves an MR to another PD, range or access, all or
+    /// nothing, with the checks of `reg_mr`; its key stays the same
+    /// (ibv_rereg_mr(3) allows either).
+    pub fn rereg_mr(&mut self, mr: MrId, change: &ReregMr) -> VerbsResult<()> {
+        let old = self.mrs.get(mr).ok_or(einval("unknown MR"))?.clone();
+        let access = match change.access {
+            Some(raw) => check_mr_access(raw)?,
+            None => old.access,
+        };
+        let (addr, length, iova) = change
+            .range
+            .map_or((old.addr, old.length, old.iova), |(a, l)| (a, l, a));
+        ensure(
+            addr.checked_add(length).is_some(),
+            einval("MR range wraps around the address space"),
+        )?;
+        ensure(
+            length <= self.config.limits.max_mr_size,
+            einval("MR length above max_mr_size"),
+        )?;
+        let pd = change.pd.unwrap_or(old.pd);
+        ensure(self.pds.contains_key(pd), einval("unknown PD"))?;
+        if pd != old.pd {
+            self.pds[old.pd].users.put();
+            self.pds[pd].users.get();
+        }
+        let m = self.mrs.get_mut(mr).expect("checked above");
+        (m.pd, m.addr, m.length, m.iova, m.access) = (pd, addr, length, iova, access);
+        Ok(())
     }
 
     /// The MR with lkey/rkey `key`.

@@ -1307,3 +1307,44 @@ fn an_rnr_nak_that_acknowledges_earlier_psns_still_counts() {
     assert_eq!(tx, [(1, WcStatus::Success), (2, WcStatus::RnrRetryExcErr)]);
     assert_eq!(rnr.get(), 2, "one RNR retry, then failure");
 }
+
+#[test]
+fn a_bad_lkey_fails_when_the_wr_executes() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    // Receive side: the WR is accepted, and the SEND that needs it fails:
+    // LOC_PROT_ERR there, REM_OP_ERR at the sender.
+    let bad = [Sge {
+        addr: MEM_BASE,
+        length: 64,
+        lkey: p.b.key ^ 1,
+    }];
+    p.b.e
+        .post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 3,
+                sg_list: &bad,
+            },
+        )
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 8)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.b.poll()[0].status, WcStatus::LocProtErr);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemOpErr);
+    // Send side: a gather from a bad lkey completes with LOC_PROT_ERR.
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let bad = [Sge {
+        addr: MEM_BASE,
+        length: 8,
+        lkey: p.a.key ^ 1,
+    }];
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &bad))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::LocProtErr);
+}

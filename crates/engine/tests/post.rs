@@ -105,76 +105,28 @@ fn send_wrs_posted_in_err_are_flushed_with_their_opcode() {
 }
 
 #[test]
-fn receive_wr_validation() {
+fn receive_wr_validation_follows_rxe_and_leaves_keys_to_execution() {
     let mut f = fixture();
     let qp = f.qp(QpType::Rc);
     f.bring_to(qp, QpType::Rc, QpState::Init);
     let (addr, lkey) = f.mr(64, AccessFlags::LOCAL_WRITE);
-    let (ro_addr, ro_key) = {
-        let key = f.e.reg_mr(f.pd, 0x9000, 64, 0x9000, 0).unwrap().key;
-        (0x9000, key)
-    };
+    let one = |length, lkey| [Sge { addr, length, lkey }];
     let five = [Sge {
         addr,
         length: 1,
         lkey,
     }; 5];
     assert_eq!(recv(&mut f, qp, &five), EINVAL, "above max_recv_sge");
-    assert_eq!(
-        recv(
-            &mut f,
-            qp,
-            &[Sge {
-                addr,
-                length: 65,
-                lkey
-            }]
-        ),
-        EINVAL
-    );
-    assert_eq!(
-        recv(
-            &mut f,
-            qp,
-            &[Sge {
-                addr: addr - 1,
-                length: 1,
-                lkey
-            }]
-        ),
-        EINVAL
-    );
-    assert_eq!(
-        recv(
-            &mut f,
-            qp,
-            &[Sge {
-                addr,
-                length: 1,
-                lkey: 0
-            }]
-        ),
-        EINVAL
-    );
-    let ro = [Sge {
-        addr: ro_addr,
-        length: 1,
-        lkey: ro_key,
-    }];
-    assert_eq!(recv(&mut f, qp, &ro), EINVAL, "receive needs LOCAL_WRITE");
-    assert_eq!(
-        recv(
-            &mut f,
-            qp,
-            &[Sge {
-                addr: 0,
-                length: 0,
-                lkey: 0
-            }]
-        ),
-        0,
-        "empty SGE"
-    );
+    let huge = [Sge {
+        addr,
+        length: 1 << 30,
+        lkey,
+    }; 2];
+    assert_eq!(recv(&mut f, qp, &huge), EINVAL, "2^31 bytes or more");
+    // Keys, bounds and rights are checked when data arrives (rxe, mlx5):
+    // these are accepted and fail then (see the datapath tests).
+    assert_eq!(recv(&mut f, qp, &one(65, lkey)), 0, "beyond the MR");
+    assert_eq!(recv(&mut f, qp, &one(1, lkey ^ 1)), 0, "unknown lkey");
     assert_eq!(recv(&mut f, qp, &[]), 0, "no SGE");
 }
 
@@ -263,7 +215,7 @@ fn send_wr_validation() {
 }
 
 #[test]
-fn rc_read_needs_a_writable_local_buffer_and_send_queue_fills() {
+fn send_queue_fills_with_enomem_and_keys_are_left_to_execution() {
     let mut f = fixture();
     let qp = f.qp(QpType::Rc);
     f.bring_to(qp, QpType::Rc, QpState::Rts);
@@ -273,12 +225,14 @@ fn rc_read_needs_a_writable_local_buffer_and_send_queue_fills() {
         length: 8,
         lkey,
     }];
+    // A READ into an MR without LOCAL_WRITE is accepted; it fails with
+    // IBV_WC_LOC_PROT_ERR when its data comes back.
     let read = SendWr {
         opcode: send_opcode::RDMA_READ,
         ..send_wr(&sge)
     };
-    assert_eq!(errno(f.e.post_send(qp, &read)), EINVAL);
-    for _ in 0..caps().max_send_wr {
+    assert_eq!(errno(f.e.post_send(qp, &read)), 0);
+    for _ in 1..caps().max_send_wr {
         assert_eq!(errno(f.e.post_send(qp, &send_wr(&sge))), 0);
     }
     assert_eq!(errno(f.e.post_send(qp, &send_wr(&sge))), ENOMEM);

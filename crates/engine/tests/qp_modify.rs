@@ -481,3 +481,47 @@ fn stale_qp_handle_is_einval() {
     );
     assert_eq!(errno(f.e.destroy_qp(qp)), EINVAL);
 }
+
+#[test]
+fn reset_and_destroy_remove_the_qps_completions_from_its_cqs() {
+    let mut f = fixture();
+    let (a, b) = (f.qp(QpType::Ud), f.qp(QpType::Ud));
+    for qp in [a, b] {
+        f.bring_to(qp, QpType::Ud, QpState::Init);
+        f.e.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: 1,
+                sg_list: &[],
+            },
+        )
+        .unwrap();
+        f.e.modify_qp(qp, &attr(QpState::Err), QpAttrMask::STATE)
+            .unwrap();
+    }
+    f.e.modify_qp(a, &attr(QpState::Reset), QpAttrMask::STATE)
+        .unwrap();
+    let mut wcs = Vec::new();
+    f.e.poll_cq(f.cq, 10, &mut wcs).unwrap();
+    let b_num = f.e.qp_num(b).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| w.qp_num).collect::<Vec<_>>(),
+        [b_num],
+        "only B's flush is left"
+    );
+    f.e.post_recv(
+        b,
+        &RecvWr {
+            wr_id: 2,
+            sg_list: &[],
+        },
+    )
+    .unwrap();
+    f.e.destroy_qp(b).unwrap();
+    wcs.clear();
+    assert_eq!(
+        f.e.poll_cq(f.cq, 10, &mut wcs).unwrap(),
+        0,
+        "destroy removed B's"
+    );
+}

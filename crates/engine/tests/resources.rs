@@ -220,3 +220,47 @@ fn ah_requires_grh_valid_port_and_sgid() {
         assert_eq!(errno(f.e.create_ah(f.pd, &bad)), EINVAL, "{bad:?}");
     }
 }
+
+#[test]
+fn rereg_mr_changes_pd_range_and_access_all_or_nothing() {
+    let mut f = fixture();
+    let key = f.e.reg_mr(f.pd, 0x1000, 64, 0x1000, 0).unwrap().key;
+    let (mr, _) = f.e.mr_by_key(key).unwrap();
+    let pd2 = f.e.alloc_pd().unwrap();
+    let rw = (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).bits();
+    let change = ReregMr {
+        pd: Some(pd2),
+        range: Some((0x8000, 256)),
+        access: Some(rw),
+    };
+    f.e.rereg_mr(mr, &change).unwrap();
+    let m = f.e.mr_by_key(key).unwrap().1.clone();
+    assert_eq!(
+        (m.pd, m.addr, m.length, m.iova, m.access.bits()),
+        (pd2, 0x8000, 256, 0x8000, rw)
+    );
+    assert_eq!(errno(f.e.dealloc_pd(pd2)), EBUSY, "the MR moved to pd2");
+    assert_eq!(errno(f.e.dealloc_pd(f.pd)), 0, "and left the first PD");
+    // Refused changes leave the MR as it was.
+    let bad_access = ReregMr {
+        access: Some(AccessFlags::REMOTE_WRITE.bits()),
+        ..ReregMr::default()
+    };
+    assert_eq!(errno(f.e.rereg_mr(mr, &bad_access)), EINVAL);
+    let wrap = ReregMr {
+        range: Some((u64::MAX - 1, 8)),
+        ..ReregMr::default()
+    };
+    assert_eq!(errno(f.e.rereg_mr(mr, &wrap)), EINVAL);
+    let gone = ReregMr {
+        pd: Some(f.pd),
+        ..ReregMr::default()
+    };
+    assert_eq!(errno(f.e.rereg_mr(mr, &gone)), EINVAL, "deallocated PD");
+    assert_eq!(f.e.mr_by_key(key).unwrap().1.addr, 0x8000);
+    let odp = ReregMr {
+        access: Some(AccessFlags::ON_DEMAND.bits()),
+        ..ReregMr::default()
+    };
+    assert_eq!(errno(f.e.rereg_mr(mr, &odp)), EOPNOTSUPP);
+}

@@ -120,7 +120,18 @@ impl Model {
 
     /// `ibv_destroy_qp`: waiting WRs vanish without completions.
     pub fn destroy_qp(&mut self, id: QpId) -> Outcome {
-        self.qps.remove(&id).map(drop).ok_or(EINVAL)
+        let qp = self.qps.remove(&id).ok_or(EINVAL)?;
+        self.forget_completions(qp.send_cq, qp.qp_num);
+        self.forget_completions(qp.recv_cq, qp.qp_num);
+        Ok(())
+    }
+
+    /// RESET and destroy remove a QP's completions from its CQs (as mlx5
+    /// does; pyverbs relies on it).
+    fn forget_completions(&mut self, cq: CqId, qp_num: u32) {
+        if let Some(entries) = self.cqs.get_mut(&cq) {
+            entries.retain(|wc| wc.qp_num != qp_num);
+        }
     }
 
     /// The QP, if it exists.
@@ -176,7 +187,12 @@ impl Model {
     fn enter_state(&mut self, id: QpId, prev: QpState, next: QpState) {
         let qp = self.qps.get_mut(&id).expect("modified QP exists");
         match next {
-            QpState::Reset => qp.rq.clear(),
+            QpState::Reset => {
+                qp.rq.clear();
+                let (scq, rcq, qp_num) = (qp.send_cq, qp.recv_cq, qp.qp_num);
+                self.forget_completions(scq, qp_num);
+                self.forget_completions(rcq, qp_num);
+            }
             QpState::Err if prev != QpState::Err => self.flush(id),
             QpState::Sqd if prev == QpState::Rts && qp.stored.en_sqd_async_notify() != 0 => {
                 // Nothing is ever in flight on the send queue, so it is
