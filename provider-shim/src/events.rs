@@ -147,3 +147,29 @@ impl Notify for EventSink {
         send_record(self.async_writer.as_raw_fd(), &record);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ffi::*;
+    use softverbs_engine::{AsyncEvent, CqId, QpId, SrqId};
+
+    /// The engine's event numbers are verbs.h's (the ffi constants are
+    /// checked against the header by tests/layout.rs).
+    #[test]
+    fn engine_event_numbers_match_verbs_h() {
+        let (qp, cq, srq) = (QpId::default(), CqId::default(), SrqId::default());
+        let pairs = [
+            (AsyncEvent::CqErr(cq), IBV_EVENT_CQ_ERR),
+            (AsyncEvent::QpFatal(qp), IBV_EVENT_QP_FATAL),
+            (AsyncEvent::QpReqErr(qp), IBV_EVENT_QP_REQ_ERR),
+            (AsyncEvent::QpAccessErr(qp), IBV_EVENT_QP_ACCESS_ERR),
+            (AsyncEvent::CommEst(qp), IBV_EVENT_COMM_EST),
+            (AsyncEvent::SqDrained(qp), IBV_EVENT_SQ_DRAINED),
+            (AsyncEvent::QpLastWqeReached(qp), IBV_EVENT_QP_LAST_WQE_REACHED),
+            (AsyncEvent::SrqLimitReached(srq), IBV_EVENT_SRQ_LIMIT_REACHED),
+        ];
+        for (event, c) in pairs {
+            assert_eq!(event.event_type(), c, "{event:?}");
+        }
+    }
+}

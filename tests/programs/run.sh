@@ -66,6 +66,14 @@ else
   bad "ibv_create_cq_ex polling API (compile)" "$log/cc"
 fi
 
+# Our own C check of ibv_get_async_event: SRQ limit and last-WQE events
+# arrive through the context's async fd with verbs.h's event numbers.
+if cc -O1 -o "$log/async_events" "$here/async_events.c" -libverbs 2> "$log/cc"; then
+  one "ibv_get_async_event (SRQ limit, last WQE)" "async events ok" "$log/async_events"
+else
+  bad "ibv_get_async_event (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0

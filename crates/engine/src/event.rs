@@ -19,7 +19,7 @@ pub enum AsyncEvent {
     SqDrained(QpId),
     /// IBV_EVENT_QP_LAST_WQE_REACHED (16).
     QpLastWqeReached(QpId),
-    /// IBV_EVENT_SRQ_LIMIT_REACHED (18).
+    /// IBV_EVENT_SRQ_LIMIT_REACHED (15).
     SrqLimitReached(SrqId),
 }
 
@@ -34,7 +34,7 @@ impl AsyncEvent {
             AsyncEvent::CommEst(_) => 4,
             AsyncEvent::SqDrained(_) => 5,
             AsyncEvent::QpLastWqeReached(_) => 16,
-            AsyncEvent::SrqLimitReached(_) => 18,
+            AsyncEvent::SrqLimitReached(_) => 15,
         }
     }
 }

@@ -1,0 +1,98 @@
+/* Checks async events on softverbs: a QP attached to an SRQ that enters
+ * the error state raises IBV_EVENT_QP_LAST_WQE_REACHED, read with
+ * ibv_get_async_event (blocking, from the context's async fd) and acked;
+ * an SRQ armed with a limit raises IBV_EVENT_SRQ_LIMIT_REACHED once a WR
+ * taken from it leaves fewer than the limit. Prints "async events ok". */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+
+static struct ibv_context *open_softverbs(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list, "no device list");
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
+			struct ibv_context *ctx = ibv_open_device(list[i]);
+			ibv_free_device_list(list);
+			return ctx;
+		}
+	CHECK(0, "softverbs0 not listed");
+	return NULL;
+}
+
+static void to_rts(struct ibv_qp *qp)
+{
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(qp->context, 1, 0, &gid), "query_gid");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = qp->qp_num;
+	a.rq_psn = 5; a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+static void expect_event(struct ibv_context *ctx, enum ibv_event_type type, void *element)
+{
+	struct ibv_async_event ev;
+	CHECK(!ibv_get_async_event(ctx, &ev), "get_async_event: %s", strerror(errno));
+	CHECK(ev.event_type == type, "event %d, expected %d", ev.event_type, type);
+	CHECK(ev.element.qp == element, "event for the wrong object");
+	ibv_ack_async_event(&ev);
+}
+
+int main(void)
+{
+	struct ibv_context *ctx = open_softverbs();
+	CHECK(ctx, "open");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	CHECK(pd && cq && mr && srq, "resources");
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .srq = srq,
+		.cap = { .max_send_wr = 4, .max_send_sge = 1 }, .qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	to_rts(qp);
+
+	/* SRQ limit: 3 WRs posted, limit 3, one SEND to self takes one. */
+	for (int i = 0; i < 3; i++) {
+		struct ibv_sge s = { (uintptr_t)buf + 1024 * i, 64, mr->lkey };
+		struct ibv_recv_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1 }, *bad;
+		CHECK(!ibv_post_srq_recv(srq, &w, &bad), "post_srq_recv");
+	}
+	struct ibv_srq_attr lim = { .srq_limit = 3 };
+	CHECK(!ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), "arm");
+	struct ibv_sge ss = { (uintptr_t)buf + 3072, 8, mr->lkey };
+	struct ibv_send_wr sw = { .wr_id = 9, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED }, *bad_s;
+	CHECK(!ibv_post_send(qp, &sw, &bad_s), "post_send");
+	expect_event(ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq);
+	CHECK(!ibv_query_srq(srq, &lim) && lim.srq_limit == 0, "limit reads 0 after firing");
+
+	/* LAST_WQE_REACHED when the SRQ-attached QP enters ERR. */
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	CHECK(!ibv_modify_qp(qp, &err, IBV_QP_STATE), "to ERR");
+	expect_event(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+
+	CHECK(!ibv_destroy_qp(qp) && !ibv_destroy_srq(srq), "destroy");
+	CHECK(!ibv_dereg_mr(mr) && !ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd), "teardown");
+	CHECK(!ibv_close_device(ctx), "close");
+	puts("async events ok");
+	return 0;
+}
