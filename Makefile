@@ -4,7 +4,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs pyverbs demo clean
+.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs pyverbs demo install uninstall clean
 
 all: build
 
@@ -80,6 +80,23 @@ pyverbs: shim
 programs: shim
 	tests/programs/run.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
+	tests/programs/plugin.sh $(SHIM_SO)
+
+# Plugin mode (root): the provider where rdma-core looks for providers,
+# the driver file that names it, and the softverbs command. Then
+# `softverbs setup` creates the device entries (docs/architecture.md).
+PROVIDER_DIR ?= /usr/lib/x86_64-linux-gnu/libibverbs
+DRIVER_DIR ?= /etc/libibverbs.d
+BIN_DIR ?= /usr/local/bin
+install: shim
+	install -D -m 0644 $(SHIM_SO) $(DESTDIR)$(PROVIDER_DIR)/libsoftverbs-rdmav34.so
+	install -d $(DESTDIR)$(DRIVER_DIR)
+	echo "driver softverbs" > $(DESTDIR)$(DRIVER_DIR)/softverbs.driver
+	install -D -m 0755 $(SOFTVERBS) $(DESTDIR)$(BIN_DIR)/softverbs
+
+uninstall:
+	rm -f $(DESTDIR)$(PROVIDER_DIR)/libsoftverbs-rdmav34.so \
+	  $(DESTDIR)$(DRIVER_DIR)/softverbs.driver $(DESTDIR)$(BIN_DIR)/softverbs
 
 clean:
 	$(CARGO) clean

@@ -10,7 +10,7 @@ use crate::process_memory::ProcessMemory;
 use parking_lot::Mutex;
 use softverbs_transport::{Driver, DriverConfig};
 use std::collections::HashMap;
-use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
@@ -33,8 +33,10 @@ pub struct ContextState {
     pub driver: Driver<ProcessMemory>,
     /// Where events go.
     pub events: Arc<EventSink>,
-    /// Completion channels: `ibv_comp_channel *` -> write end.
-    pub channels: Mutex<HashMap<usize, OwnedFd>>,
+    /// Completion channels: the fd the application reads -> write end.
+    /// (Keyed by fd because in plugin mode libibverbs allocates the
+    /// `ibv_comp_channel` and only tells us the fd.)
+    pub channels: Mutex<HashMap<RawFd, OwnedFd>>,
 }
 
 /// RDMA_DRIVER_UNKNOWN: softverbs has no kernel driver id.
@@ -166,6 +168,11 @@ pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextSta
     }
     // SAFETY: a non-null context from libibverbs has a valid `device`.
     let device = unsafe { (*context).device };
-    // SAFETY: a context of one of our devices was made by alloc_context.
-    soft(device).map(|_| unsafe { state(context) })
+    soft(device)?;
+    // SAFETY: a context of one of our devices was allocated by
+    // alloc_context; its state is NULL only while alloc_context runs
+    // (plugin mode's ioctl probe comes then).
+    let raw = unsafe { (*soft_context_ptr(context)).state };
+    // SAFETY: a non-NULL state is the live box set by alloc_context.
+    (!raw.is_null()).then(|| unsafe { &*raw })
 }

@@ -19,6 +19,9 @@ pub struct SoftVerbsDevice {
     pub config: SoftDevice,
     /// The network-wide settings it was built with.
     pub port_base: u16,
+    /// Plugin mode: libibverbs found it in sysfs and frees it (through
+    /// `uninit_device`) when its last reference goes.
+    pub owned_by_libibverbs: bool,
 }
 
 /// The provider's `verbs_device_ops`, also how a device is recognised as
@@ -38,18 +41,27 @@ pub static DEVICE_OPS: DeviceOps = DeviceOps(verbs_device_ops {
     name: PROVIDER_NAME.as_ptr() as *const c_char,
     match_min_abi_version: 0,
     match_max_abi_version: u32::MAX,
-    match_table: std::ptr::null(),
+    match_table: crate::plugin::MATCH_TABLE.0.as_ptr(),
     static_providers: std::ptr::null_mut(),
-    match_device: None,
+    match_device: Some(crate::plugin::match_device),
     alloc_context: Some(crate::context::alloc_context),
     import_context: None,
-    alloc_device: None,
+    alloc_device: Some(crate::plugin::alloc_device),
     uninit_device: Some(uninit_device),
 });
 
-/// Devices are never freed (this process holds a reference), so this runs
-/// only if libibverbs is asked to drop more references than it took.
-unsafe extern "C" fn uninit_device(_device: *mut verbs_device) {}
+/// Frees a plugin-mode device. Preload-mode devices are never freed (this
+/// process holds a reference), so for them this runs only if libibverbs is
+/// asked to drop more references than it took, and does nothing.
+unsafe extern "C" fn uninit_device(device: *mut verbs_device) {
+    if let Some(d) = soft(device as *mut ibv_device) {
+        if d.owned_by_libibverbs {
+            // SAFETY: a plugin-mode device is a Box made by
+            // `build_owned_by_libibverbs`, and this was its last reference.
+            drop(unsafe { Box::from_raw(device as *mut SoftVerbsDevice) });
+        }
+    }
+}
 
 struct Devices {
     list: Vec<usize>,
@@ -111,6 +123,14 @@ pub fn soft(device: *mut ibv_device) -> Option<&'static SoftVerbsDevice> {
     }
 }
 
+/// A plugin-mode device (see [`SoftVerbsDevice::owned_by_libibverbs`]).
+pub fn build_owned_by_libibverbs(config: &SoftDevice, port_base: u16) -> *mut verbs_device {
+    let dev = build(config, port_base) as *mut SoftVerbsDevice;
+    // SAFETY: `build` just made this box and nobody else has it yet.
+    unsafe { (*dev).owned_by_libibverbs = true };
+    dev.cast()
+}
+
 fn build(config: &SoftDevice, port_base: u16) -> usize {
     let mut vdev = verbs_device::ZEROED;
     vdev.device.node_type = IBV_NODE_CA as c_int;
@@ -135,6 +155,7 @@ fn build(config: &SoftDevice, port_base: u16) -> usize {
         vdev,
         config: config.clone(),
         port_base,
+        owned_by_libibverbs: false,
     });
     Box::into_raw(dev) as usize
 }

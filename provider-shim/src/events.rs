@@ -165,8 +165,14 @@ mod tests {
             (AsyncEvent::QpAccessErr(qp), IBV_EVENT_QP_ACCESS_ERR),
             (AsyncEvent::CommEst(qp), IBV_EVENT_COMM_EST),
             (AsyncEvent::SqDrained(qp), IBV_EVENT_SQ_DRAINED),
-            (AsyncEvent::QpLastWqeReached(qp), IBV_EVENT_QP_LAST_WQE_REACHED),
-            (AsyncEvent::SrqLimitReached(srq), IBV_EVENT_SRQ_LIMIT_REACHED),
+            (
+                AsyncEvent::QpLastWqeReached(qp),
+                IBV_EVENT_QP_LAST_WQE_REACHED,
+            ),
+            (
+                AsyncEvent::SrqLimitReached(srq),
+                IBV_EVENT_SRQ_LIMIT_REACHED,
+            ),
         ];
         for (event, c) in pairs {
             assert_eq!(event.event_type(), c, "{event:?}");

@@ -7,6 +7,9 @@
 //! * [`device`]: the soft devices as `verbs_device`s (the
 //!   `softverbs-config` crate decides which exist);
 //! * [`preload`]: the exported functions that make `LD_PRELOAD` work;
+//! * [`plugin`]: registration with libibverbs when it loads us as a
+//!   provider, with [`ioctl`] answering the kernel commands libibverbs
+//!   sends itself (through the GOT slot [`got`] redirects);
 //! * [`context`]: `ibv_open_device`/`ibv_close_device`, one engine driver
 //!   per context; [`events`]: async and completion event descriptors;
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
@@ -22,9 +25,12 @@ pub mod cq_ex;
 pub mod device;
 pub mod events;
 pub mod ffi;
+pub mod got;
 pub mod guard;
+pub mod ioctl;
 pub mod libibverbs;
 pub mod ops;
+pub mod plugin;
 pub mod preload;
 pub mod process_memory;
 pub mod qp_ex;

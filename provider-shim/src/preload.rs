@@ -149,7 +149,7 @@ pub unsafe extern "C" fn ibv_query_gid(
 }
 
 /// The GID table entry `index` of a soft context, or the errno.
-fn gid_entry(st: &ContextState, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
+pub(crate) fn gid_entry(st: &ContextState, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     let port = u8::try_from(port).map_err(|_| libc::EINVAL)?;
     let gid = st
         .driver
@@ -232,12 +232,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
                 return -(libc::EINVAL as isize);
             }
-            let len = st
-                .driver
-                .with(|e, _| e.query_port(1).map(|p| p.gid_tbl_len))
-                .unwrap_or(0);
-            let valid: Vec<ibv_gid_entry> =
-                (0..len).filter_map(|i| gid_entry(st, 1, i).ok()).collect();
+            let valid = gid_table(st);
             if valid.len() > max_entries {
                 return -(libc::EINVAL as isize);
             }
@@ -258,6 +253,15 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             f(context, entries, max_entries, flags, entry_size)
         }),
     })
+}
+
+/// The populated GID table entries of a soft context.
+pub(crate) fn gid_table(st: &ContextState) -> Vec<ibv_gid_entry> {
+    let len = st
+        .driver
+        .with(|e, _| e.query_port(1).map(|p| p.gid_tbl_len))
+        .unwrap_or(0);
+    (0..len).filter_map(|i| gid_entry(st, 1, i).ok()).collect()
 }
 
 /// `ibv_query_gid_type`: every populated soft GID is RoCE v2.
@@ -393,7 +397,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
                     refcnt: 0,
                 })
             };
-            st.channels.lock().insert(ch as usize, pipe.writer);
+            st.channels.lock().insert(reader, pipe.writer);
             ch
         }
         None => real_fn!(
@@ -423,7 +427,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
                 if refcnt != 0 {
                     return libc::EBUSY;
                 }
-                st.channels.lock().remove(&(channel as usize));
+                st.channels.lock().remove(&fd);
                 // SAFETY: the reader fd and the allocation are ours to release.
                 unsafe {
                     libc::close(fd);
@@ -443,12 +447,11 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
 }
 
 /// The write end of a soft completion channel, for a CQ bound to it.
-pub fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) -> Option<RawFd> {
+pub(crate) fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) -> Option<RawFd> {
     if channel.is_null() {
         return None;
     }
-    st.channels
-        .lock()
-        .get(&(channel as usize))
-        .map(|w| w.as_raw_fd())
+    // SAFETY: a live channel the application passes to create_cq.
+    let fd = unsafe { (*channel).fd };
+    st.channels.lock().get(&fd).map(|w| w.as_raw_fd())
 }

@@ -3,9 +3,11 @@
 //!
 //! `softverbs run -- PROGRAM ARGS` starts PROGRAM with the provider
 //! preloaded (no root, no kernel module); `softverbs devices` prints the
-//! configured devices.
+//! configured devices; `softverbs setup` / `teardown` (root) create and
+//! remove the device entries plugin mode needs (see [`plugin`]).
 
 mod library;
+mod plugin;
 
 use clap::{Parser, Subcommand};
 use softverbs_config::Config;
@@ -31,6 +33,11 @@ enum Cmd {
     },
     /// List the soft devices a program would see, and where they come from.
     Devices,
+    /// Plugin mode (root): create the sysfs tree and /dev/infiniband entries
+    /// through which libibverbs finds the configured devices.
+    Setup,
+    /// Plugin mode (root): remove what `setup` created.
+    Teardown,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +45,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run { program } => run(&program),
         Cmd::Devices => devices(),
+        Cmd::Setup => plugin::setup(),
+        Cmd::Teardown => plugin::teardown(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

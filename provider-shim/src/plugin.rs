@@ -1,0 +1,163 @@
+//! Plugin mode: libibverbs dlopens this library (it is named in
+//! `/etc/libibverbs.d/softverbs.driver`) after finding softverbs devices in
+//! the sysfs tree `softverbs setup` writes; an ELF constructor registers the
+//! provider, whose match table claims those devices and whose
+//! `alloc_device` builds them from the softverbs configuration.
+//!
+//! The same library is also used in preload mode, where it must not
+//! register: the preload device list already holds the soft devices, and a
+//! second, sysfs-found copy of each would be listed twice.
+
+use crate::device::{self, DEVICE_OPS};
+use crate::ffi::*;
+use crate::guard::guard;
+use softverbs_config::{Config, SoftDevice};
+use std::ffi::CStr;
+use std::os::raw::c_void;
+
+/// The match table: devices whose name starts with "softverbs", and any
+/// device whose `device/modalias` (written by `softverbs setup`) starts
+/// with "softverbs:". [`match_device`] then checks the configuration.
+#[derive(Debug)]
+pub struct MatchTable(pub [verbs_match_ent; 3]);
+
+// SAFETY: written once by a static initialiser, then only read; it holds
+// pointers to static strings.
+unsafe impl Sync for MatchTable {}
+
+const fn modalias(pattern: &'static CStr) -> verbs_match_ent {
+    verbs_match_ent {
+        u: verbs_match_ent_u {
+            modalias: pattern.as_ptr(),
+        },
+        kind: VERBS_MATCH_MODALIAS,
+        ..<verbs_match_ent as Zeroed>::ZEROED
+    }
+}
+
+/// See [`MatchTable`].
+pub static MATCH_TABLE: MatchTable = MatchTable([
+    modalias(c"rdma_device:*Nsoftverbs*"),
+    modalias(c"softverbs:*"),
+    <verbs_match_ent as Zeroed>::ZEROED,
+]);
+
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+/// Runs when the library is loaded, in either mode.
+extern "C" fn constructor() {
+    guard((), || {
+        if !loaded_as_plugin() {
+            return;
+        }
+        match crate::ioctl::install() {
+            // SAFETY: DEVICE_OPS is a static table that outlives libibverbs'
+            // use of it.
+            Ok(()) => unsafe { crate::libibverbs::verbs_register_driver_34(&DEVICE_OPS.0) },
+            Err(e) => eprintln!("softverbs: plugin mode unavailable: {e}"),
+        }
+    })
+}
+
+/// True when libibverbs loaded this library as a provider, and no
+/// softverbs library serves the process in preload mode. A preloaded
+/// softverbs replaces `ibv_get_device_list` process-wide, so plugin mode
+/// is on exactly when the global definition of that symbol is
+/// libibverbs' own, or there is none (libibverbs loaded RTLD_LOCAL, as by
+/// Python's pyverbs). A provider dlopened with RTLD_LOCAL is not in the
+/// global scope; a program that links the Rust crate statically is not a
+/// `-rdmav34.so` at all.
+fn loaded_as_plugin() -> bool {
+    let ours = object_of(constructor as *const c_void);
+    let is_provider = ours
+        .as_deref()
+        .is_some_and(|p| p.to_bytes().ends_with(b"-rdmav34.so"));
+    // The handle of the main program searches the global scope only (not
+    // this library's own, which RTLD_DEFAULT would include).
+    // SAFETY: dlopen(NULL) returns the (never unloaded) main program;
+    // dlvsym reads two NUL-terminated strings.
+    let listing = unsafe {
+        let global = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+        libc::dlvsym(
+            global,
+            c"ibv_get_device_list".as_ptr(),
+            c"IBVERBS_1.1".as_ptr(),
+        )
+    };
+    let libibverbs = object_of(crate::libibverbs::verbs_register_driver_34 as *const c_void);
+    let not_replaced = match object_of(listing) {
+        None => true,
+        found => found == libibverbs,
+    };
+    is_provider && libibverbs.is_some() && not_replaced
+}
+
+/// The file of the loaded object that contains `addr`.
+pub(crate) fn object_of(addr: *const c_void) -> Option<std::ffi::CString> {
+    if addr.is_null() {
+        return None;
+    }
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only writes `info`; dli_fname, when set, is a
+    // NUL-terminated string owned by the dynamic linker.
+    unsafe {
+        if libc::dladdr(addr, &mut info) == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        Some(CStr::from_ptr(info.dli_fname).to_owned())
+    }
+}
+
+/// The configured soft device named like this sysfs device, if any.
+fn configured(sysfs_dev: *mut verbs_sysfs_dev) -> Option<(SoftDevice, u16)> {
+    // SAFETY: libibverbs passes a live sysfs device whose ibdev_name is a
+    // NUL-terminated string within its array.
+    let name = unsafe { CStr::from_ptr((*sysfs_dev).ibdev_name.as_ptr()) };
+    let name = name.to_string_lossy();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("softverbs: {e}");
+            return None;
+        }
+    };
+    let found = config.devices.iter().find(|d| d.name == name).cloned();
+    if found.is_none() {
+        eprintln!(
+            "softverbs: {name} is in sysfs but not in the configuration ({}); run `softverbs setup` again",
+            config.source
+        );
+    }
+    found.map(|d| (d, config.port_base))
+}
+
+/// `verbs_device_ops.match_device`: the table matched and the device is
+/// configured.
+///
+/// # Safety
+/// Called by libibverbs with a live sysfs device.
+pub unsafe extern "C" fn match_device(sysfs_dev: *mut verbs_sysfs_dev) -> bool {
+    // SAFETY: per the contract.
+    guard(false, || {
+        !unsafe { (*sysfs_dev).match_ }.is_null() && configured(sysfs_dev).is_some()
+    })
+}
+
+/// `verbs_device_ops.alloc_device`: a soft device for a matched sysfs
+/// device; libibverbs fills in its names and owns the reference.
+///
+/// # Safety
+/// Called by libibverbs with a live sysfs device.
+pub unsafe extern "C" fn alloc_device(sysfs_dev: *mut verbs_sysfs_dev) -> *mut verbs_device {
+    guard(std::ptr::null_mut(), || match configured(sysfs_dev) {
+        Some((config, port_base)) => device::build_owned_by_libibverbs(&config, port_base),
+        None => std::ptr::null_mut(),
+    })
+}

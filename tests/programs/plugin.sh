@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Plugin mode: softverbs as a genuine rdma-core provider, no LD_PRELOAD.
+# Installs it (`make install`), creates the device entries (`softverbs
+# setup`), runs ibv_devices, ibv_rc_pingpong (also -e: completion
+# channels), ib_write_bw and an async event check on loopback, then tears
+# down and uninstalls, putting back whatever softverbs installation or
+# setup was there before.
+# Needs root; skips with a clear message otherwise. Prints
+# "N passed, M failed" last. Usage: plugin.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+root=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
+target=$(dirname "$(dirname "$SO")")
+installed=(/usr/lib/x86_64-linux-gnu/libibverbs/libsoftverbs-rdmav34.so
+           /etc/libibverbs.d/softverbs.driver /usr/local/bin/softverbs)
+tree=/run/softverbs/sysfs
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "skipped: plugin mode installs into /usr and /etc and writes /dev/infiniband; run as root to test it"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+log=$(mktemp -d)
+mkdir "$log/saved"
+for f in "${installed[@]}"; do
+  [ -e "$f" ] && cp -a "$f" "$log/saved/$(basename "$f")"
+done
+was_set_up=no; [ -d "$tree" ] && was_set_up=yes
+
+# Back to how the machine was: our entries and files gone, anything that
+# was installed before restored (and set up again if it was).
+cleanup() {
+  kill $(jobs -p) 2>/dev/null
+  [ -x /usr/local/bin/softverbs ] && /usr/local/bin/softverbs teardown > /dev/null 2>&1
+  make -s -C "$root" TARGET="$target" uninstall > /dev/null 2>&1
+  for f in "${installed[@]}"; do
+    saved="$log/saved/$(basename "$f")"
+    [ -e "$saved" ] && cp -a "$saved" "$f"
+  done
+  if [ $was_set_up = yes ] && [ -x /usr/local/bin/softverbs ]; then
+    /usr/local/bin/softverbs setup > /dev/null 2>&1
+  fi
+  rm -rf "$log"
+}
+trap cleanup EXIT
+
+pass=0; fail=0; n=0
+PORT_BASE=$((20000 + RANDOM % 20000))
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 15; }
+
+# one NAME EXPECT CMD...: passes if CMD exits 0 and its output matches EXPECT.
+one() {
+  local name=$1 expect=$2; shift 2
+  timeout 60 "$@" > "$log/out" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
+}
+
+# pair NAME EXPECT CMD...: CMD as server and CMD 127.0.0.1 as client.
+pair() {
+  local name=$1 expect=$2; shift 2
+  n=$((n + 1)); local port=$((PORT_BASE + n))
+  timeout 60 "$@" -p $port > "$log/srv" 2>&1 &
+  local srv=$!
+  sleep 0.3
+  timeout 60 "$@" -p $port 127.0.0.1 > "$log/cli" 2>&1
+  local crc=$?
+  wait $srv; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+    ok "$name"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name" "$log/both"
+  fi
+}
+
+# The devices setup creates come from this configuration, and so do the
+# ones the programs open.
+export SOFTVERBS_CONFIG=$log/devices.conf
+echo "device softverbs0 127.0.0.1" > "$SOFTVERBS_CONFIG"
+unset LD_PRELOAD SOFTVERBS_DEVICES
+
+one "make install" "^installed$" sh -c "make -s -C '$root' TARGET='$target' install && echo installed"
+one "installed where rdma-core looks" "driver softverbs" \
+  sh -c "test -f ${installed[0]} && test -x ${installed[2]} && cat ${installed[1]}"
+one "softverbs setup as non-root is a clear error" "must run as root" \
+  sh -c "setpriv --reuid=65534 --regid=65534 --clear-groups /usr/local/bin/softverbs setup 2>&1; test \$? -ne 0"
+one "softverbs setup" "^export SYSFS_PATH=$tree\$" /usr/local/bin/softverbs setup
+one "softverbs setup again (idempotent)" "^export SYSFS_PATH=$tree\$" /usr/local/bin/softverbs setup
+one "/dev/infiniband/uverbs0" "/dev/full" readlink /dev/infiniband/uverbs0
+
+export SYSFS_PATH=$tree
+one "ibv_devices" "softverbs0" ibv_devices
+one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
+iters="[0-9]+ iters in"
+pair "ibv_rc_pingpong" "$iters" ibv_rc_pingpong -d softverbs0 -g 0
+pair "ibv_rc_pingpong -e (completion channels)" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -e
+pair "ib_write_bw" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 0
+# Async events reach ibv_get_async_event in this mode too.
+if cc -O1 -o "$log/async_events" "$root/tests/programs/async_events.c" -libverbs 2> "$log/cc"; then
+  one "ibv_get_async_event (SRQ limit, last WQE)" "async events ok" "$log/async_events"
+else
+  bad "ibv_get_async_event (compile)" "$log/cc"
+fi
+unset SYSFS_PATH
+
+one "softverbs teardown" "removed" /usr/local/bin/softverbs teardown
+one "softverbs teardown again (idempotent)" "removed" /usr/local/bin/softverbs teardown
+one "teardown leaves no entries" "^gone$" \
+  sh -c "test ! -e $tree && test ! -e /dev/infiniband/uverbs0 && echo gone"
+one "make uninstall" "^gone$" \
+  sh -c "make -s -C '$root' TARGET='$target' uninstall && test ! -e ${installed[0]} && test ! -e ${installed[1]} && echo gone"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
