@@ -700,7 +700,7 @@ impl Qp {
         let e = &self.req.inflight[idx];
         let expected = e.first_psn.wrapping_add(e.resp_pkts);
         if e.op != ReqOp::Read || pkt.psn() != expected {
-            return false; // duplicate or out of order: the timer recovers
+            return self.implied_nak(ctx, expected, pkt.psn());
         }
         self.ack_through(e.first_psn.wrapping_sub(1));
         let mtu = self.mtu();
@@ -745,9 +745,10 @@ impl Qp {
         };
         let e = &self.req.inflight[idx];
         let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
-        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == e.first_psn)
+        let expected = e.first_psn.wrapping_add(e.resp_pkts);
+        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
         else {
-            return false;
+            return self.implied_nak(ctx, expected, pkt.psn());
         };
         self.ack_through(e.first_psn.wrapping_sub(1));
         let e = &self.req.inflight[idx];
@@ -759,6 +760,27 @@ impl Qp {
         self.req.inflight[idx].done = true;
         self.req.rd_atomic -= 1;
         true
+    }
+
+    /// A response for a PSN after `expected`, the one the oldest READ or
+    /// atomic waits for: responses come in order, so the ones between were
+    /// lost. As for a PSN sequence error NAK (rxe: `check_psn` in rxe_comp.c),
+    /// the requester asks again from `expected` at once instead of waiting
+    /// for the local ACK timeout; a burst of such responses for one loss
+    /// costs one retry. Older (duplicate) PSNs and PSNs never sent are
+    /// ignored. Never progress, so always false.
+    fn implied_nak(&mut self, ctx: &mut Ctx<'_>, expected: Psn, psn: Psn) -> bool {
+        let ahead = expected.distance(psn) > 0;
+        let sent = self.req.next_psn.wrapping_sub(1).distance(psn) <= 0;
+        let waiting = self.req.rnr_resume.is_some();
+        if !ahead || !sent || waiting || self.req.retrying {
+            return false;
+        }
+        if self.consume_retry(ctx) {
+            self.req.go_back(expected);
+            self.req.retrying = true;
+        }
+        false
     }
 
     /// Timer expiry: the end of an RNR wait, or the local ACK timeout.

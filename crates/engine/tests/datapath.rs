@@ -716,6 +716,46 @@ fn lost_read_response_is_re_requested() {
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
 
+/// A READ response after a lost one is an implied sequence NAK: the
+/// requester asks again at once, long before its local ACK timeout.
+#[test]
+fn read_response_gap_is_re_requested_without_waiting_for_the_timeout() {
+    let mut p = Pair::new();
+    // timeout 20: 4.096 us x 2^20, about 4.3 s.
+    let link = Link {
+        timeout: 20,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data = fill(&mut p.b, 0x2000, 5000, 8);
+    let sge = [p.a.sge(0x6000, 5000)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let mut n = 0;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::ReadResponse {
+            n += 1;
+            if n == 2 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    let start = p.now;
+    p.run(100);
+    assert!(same(p.a.mem.slice(MEM_BASE + 0x6000, 5000), &data));
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert!(
+        p.now - start < 1_000_000_000,
+        "recovered in {} ns, not by the 4.3 s timeout",
+        p.now - start
+    );
+}
+
 #[test]
 fn first_packet_in_rtr_raises_comm_est() {
     let mut p = Pair::new();
