@@ -100,3 +100,19 @@ uninstall:
 
 clean:
 	$(CARGO) clean
+
+# Benchmarks (issue 5): not part of `make test`, whose checks must not
+# depend on timing. `make bench` builds in release mode, runs perftest over
+# softverbs beside raw loopback baselines (iperf3 TCP, a UDP ping-pong,
+# memcpy), the scale and engine-alone benchmarks, prints the table and
+# writes docs/perf.md and docs/perf-bandwidth.png. See bench/README.md.
+.PHONY: bench bench-deps bench-build
+bench-deps:
+	@bash bench/setup-deps.sh
+
+bench-build: shim
+	$(CARGO) build --release -p softverbs-baselines
+	$(CARGO) bench -p softverbs-engine --bench engine --no-run
+
+bench: bench-deps bench-build
+	bench/run.sh

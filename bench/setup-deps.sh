@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what `make bench` needs beyond `make deps` (scripts/setup-deps.sh,
+# which it runs first for rdma-core, perftest and the Rust components):
+# iperf3 for the loopback TCP baseline, GNU time for the CPU seconds of each
+# process, python3-matplotlib (Debian's, used through /usr/bin/python3) for
+# the plot, and a C compiler for the scale benchmarks. Kept apart from
+# `make test`'s dependencies on purpose: CI does not run benchmarks.
+# Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup-deps.sh
+
+packages="iperf3 time python3-matplotlib gcc libc6-dev"
+missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "bench/setup-deps: please install: $missing (e.g. sudo apt-get install $missing)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  # iperf3's package asks whether to start a daemon; noninteractive answers
+  # no, which is what we want (the benchmark starts its own server).
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
