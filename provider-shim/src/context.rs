@@ -85,7 +85,11 @@ pub unsafe extern "C" fn alloc_context(
                 unsafe { &mut (*raw).vctx }
             }
             Err(e) => {
-                eprintln!("softverbs: cannot open {}: {e}", dev.config.name);
+                eprintln!(
+                    "softverbs: cannot open {}: {}",
+                    dev.config.name,
+                    why(dev, &e)
+                );
                 // SAFETY: undo libibverbs' allocation as its contract says.
                 unsafe {
                     verbs_uninit_context(&mut (*raw).vctx);
@@ -175,4 +179,21 @@ pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextSta
     let raw = unsafe { (*soft_context_ptr(context)).state };
     // SAFETY: a non-NULL state is the live box set by alloc_context.
     (!raw.is_null()).then(|| unsafe { &*raw })
+}
+
+/// What an application's user needs to know when a device cannot open:
+/// the two common causes, in the configuration's terms.
+fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
+    let ip = dev.config.ip;
+    match e.kind() {
+        std::io::ErrorKind::AddrNotAvailable => format!(
+            "its address {ip} is on no interface of this host ({e}); see `softverbs devices`"
+        ),
+        std::io::ErrorKind::AddrInUse => format!(
+            "every UDP slot port {}..{} on {ip} is in use ({e})",
+            u32::from(dev.port_base) + 1,
+            u32::from(dev.port_base) + 4095
+        ),
+        _ => e.to_string(),
+    }
 }
