@@ -566,8 +566,10 @@ def main():
             f"(both processes), of which the engine's own work, sender plus receiver, is "
             f"{fmt(eng)} ns ({100 * eng / e2e:.1f}%) by the engine-alone benchmark below. The rest "
             "is outside the engine: system calls (a datagram per packet, each way), thread "
-            "wakeups, locking and the provider. This report measures only: no profile (perf, "
-            "callgrind) is taken by `make bench`."
+            "wakeups, locking and the provider. `make bench` measures only; what a profile "
+            "(perf) shows is in [perf-profile.md](perf-profile.md): one system call per "
+            "packet, a wake-up of the peer's progress thread per datagram, and lock hand-offs "
+            "between the application and progress threads."
         )
 
     doc = f"""# softverbs performance
