@@ -3,7 +3,9 @@
 //! the engine has to send goes out, sealed with its ICRC.
 
 use crate::endpoint::Endpoint;
+use crate::send_batch::{SendBatch, Sent};
 use crate::slots::SlotPorts;
+use socket2::SockRef;
 use softverbs_engine::{Engine, Gid, HostMemory, Nanos, MAX_PACKET_LEN};
 use softverbs_wire::Flow;
 use std::io;
@@ -30,6 +32,7 @@ pub(crate) struct Io {
     pub(crate) ports: SlotPorts,
     pub(crate) stats: IoStats,
     buf: Vec<u8>,
+    batch: SendBatch,
 }
 
 impl Io {
@@ -38,6 +41,7 @@ impl Io {
             endpoints: vec![first],
             ports,
             stats: IoStats::default(),
+            batch: SendBatch::new(),
             // Datagrams larger than any packet are truncated and then
             // fail their ICRC check.
             buf: vec![0; MAX_PACKET_LEN + 64],
@@ -77,17 +81,34 @@ impl Io {
     }
 
     fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos) {
-        while let Some(t) = engine.poll_transmit(now, mem, &mut self.buf) {
-            let packet = &mut self.buf[..t.len];
+        let Io {
+            endpoints,
+            ports,
+            stats,
+            buf,
+            batch,
+        } = self;
+        let ep = &endpoints[0];
+        let socket = SockRef::from(ep.socket());
+        while let Some(t) = engine.poll_transmit(now, mem, buf) {
+            let packet = &mut buf[..t.len];
             let dest_qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
-            let dst = SocketAddr::new(t.dst_gid.to_ip(), self.ports.port_of_qpn(dest_qpn));
-            let ep = &self.endpoints[0];
+            let dst = SocketAddr::new(t.dst_gid.to_ip(), ports.port_of_qpn(dest_qpn));
             let sealed =
                 Flow::from_sockets(ep.local(), dst).is_ok_and(|flow| flow.seal(packet).is_ok());
-            match sealed.then(|| ep.socket().send_to(packet, dst)) {
-                Some(Ok(_)) => self.stats.tx += 1,
-                _ => self.stats.tx_dropped += 1,
+            if !sealed {
+                stats.tx_dropped += 1;
+                continue;
             }
+            stats.count(batch.push(&socket, packet, dst));
         }
+        stats.count(batch.flush(&socket));
+    }
+}
+
+impl IoStats {
+    fn count(&mut self, sent: Sent) {
+        self.tx += sent.packets;
+        self.tx_dropped += sent.dropped;
     }
 }

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod driver;
 pub mod endpoint;
 mod io_step;
+mod send_batch;
 pub mod slots;
 
 pub use driver::{Driver, DriverConfig, Notify};
