@@ -2,10 +2,13 @@
 
 use crate::slots::{qpns_of, SlotPorts, MAX_SLOT};
 use mio::net::UdpSocket;
+use nix::sys::socket::sockopt::UdpGroSegment;
+use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 
 /// Socket buffer size asked for: a burst of a few hundred MTU-sized
 /// packets fits, so a busy loopback rarely drops.
@@ -66,10 +69,43 @@ impl Endpoint {
         &self.socket
     }
 
+    /// Receives one datagram into `buf`: its length, its sender, and, when
+    /// the kernel coalesced several packets of one flow into it (UDP GRO,
+    /// which [`bind`] turns on), the size of each but the last.
+    pub fn recv_segments(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<usize>)> {
+        let mut cmsg = nix::cmsg_space!(i32);
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = recvmsg::<SockaddrStorage>(
+            self.socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let from = msg
+            .address
+            .and_then(|a| socket_addr(&a))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
+        let segment = msg.cmsgs().ok().and_then(|mut c| {
+            c.find_map(|m| match m {
+                ControlMessageOwned::UdpGroSegments(s) if s > 0 => Some(s as usize),
+                _ => None,
+            })
+        });
+        Ok((msg.bytes, from, segment))
+    }
+
     /// The socket, to register with a poller.
     pub fn socket_mut(&mut self) -> &mut UdpSocket {
         &mut self.socket
     }
+}
+
+fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
 }
 
 fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
@@ -81,6 +117,10 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     socket.set_nonblocking(true)?;
+    // Packets of one message, sent as one GSO batch, then arrive as one
+    // datagram (see recv_segments); a kernel without UDP GRO delivers them
+    // one by one, which works too.
+    let _ = setsockopt(&socket, UdpGroSegment, &true);
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }
@@ -100,5 +140,37 @@ mod tests {
         assert_ne!(a.slot(), b.slot());
         assert_eq!(a.local().port(), ports.port(a.slot()));
         assert_eq!(ports.slot_of_port(b.local().port()), Some(b.slot()));
+    }
+
+    /// A GSO batch comes back as the same packets, whether the kernel
+    /// coalesced them (GRO) or delivered them one by one.
+    #[test]
+    fn packets_sent_as_one_batch_are_received_intact() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let rx = Endpoint::claim(ip, SlotPorts::default(), 2000 + fastrand::u16(0..2000)).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..6u8)
+            .map(|i| vec![i; 1200])
+            .chain([vec![9; 100]])
+            .collect();
+        let mut batch = crate::send_batch::SendBatch::new();
+        let sock = socket2::SockRef::from(&tx);
+        for p in &sent {
+            batch.push(&sock, p, rx.local());
+        }
+        batch.flush(&sock);
+        let mut got = Vec::new();
+        let mut buf = vec![0; 1 << 16];
+        while got.len() < sent.len() {
+            match rx.recv_segments(&mut buf) {
+                Ok((n, from, segment)) => {
+                    assert_eq!(from, tx.local_addr().unwrap());
+                    got.extend(buf[..n].chunks(segment.unwrap_or(n)).map(<[u8]>::to_vec));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, sent);
     }
 }

@@ -42,9 +42,9 @@ impl Io {
             ports,
             stats: IoStats::default(),
             batch: SendBatch::new(),
-            // Datagrams larger than any packet are truncated and then
-            // fail their ICRC check.
-            buf: vec![0; MAX_PACKET_LEN + 64],
+            // Room for a GRO datagram (up to 64 KiB of packets); larger
+            // datagrams are truncated and then fail their ICRC check.
+            buf: vec![0; (MAX_PACKET_LEN + 64).max(1 << 16)],
         }
     }
 
@@ -62,21 +62,24 @@ impl Io {
     fn receive_all(&mut self, i: usize, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
         let local = self.endpoints[i].local();
         loop {
-            let (n, from) = match self.endpoints[i].socket().recv_from(&mut self.buf) {
+            let (n, from, segment) = match self.endpoints[i].recv_segments(&mut self.buf) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => continue,
             };
-            self.stats.rx += 1;
-            let packet = &self.buf[..n];
-            let valid =
-                Flow::from_sockets(from, local).is_ok_and(|flow| flow.verify(packet).is_ok());
-            if !valid {
+            let Ok(flow) = Flow::from_sockets(from, local) else {
                 self.stats.rx_bad_icrc += 1;
                 continue;
-            }
+            };
             let (src, dst) = (Gid::from_ip(from.ip()), Gid::from_ip(local.ip()));
-            engine.handle_packet(now, src, dst, packet, mem);
+            for packet in self.buf[..n].chunks(segment.unwrap_or(n).max(1)) {
+                self.stats.rx += 1;
+                if flow.verify(packet).is_err() {
+                    self.stats.rx_bad_icrc += 1;
+                    continue;
+                }
+                engine.handle_packet(now, src, dst, packet, mem);
+            }
         }
     }
 

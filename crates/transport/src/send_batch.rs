@@ -5,9 +5,11 @@
 //! (docs/perf-profile.md). Where the kernel refuses GSO, packets go one by
 //! one, as before.
 
-use socket2::{MsgHdr, SockAddr, SockRef};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
+use socket2::{SockAddr, SockRef};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 
 /// The kernel's limit on segments in one GSO send (UDP_MAX_SEGMENTS).
 const MAX_SEGMENTS: usize = 64;
@@ -128,49 +130,22 @@ fn send_segmented(
     segment: usize,
     dst: SocketAddr,
 ) -> io::Result<usize> {
-    let control = udp_segment_cmsg(segment as u16);
-    let addr = SockAddr::from(dst);
-    let bufs = [IoSlice::new(buf)];
-    let msg = MsgHdr::new()
-        .with_addr(&addr)
-        .with_buffers(&bufs)
-        .with_control(&control);
-    socket.sendmsg(&msg, 0)
+    let gso = segment as u16;
+    let addr = SockaddrStorage::from(dst);
+    sendmsg(
+        socket.as_raw_fd(),
+        &[IoSlice::new(buf)],
+        &[ControlMessage::UdpGsoSegments(&gso)],
+        MsgFlags::empty(),
+        Some(&addr),
+    )
+    .map_err(io::Error::from)
 }
-
-/// The control message `SOL_UDP / UDP_SEGMENT = segment`, laid out as the
-/// kernel reads it: a `cmsghdr` (length, level, type) then the u16, padded
-/// to the alignment of `cmsghdr`. The kernel copies the buffer, so it needs
-/// no particular alignment here.
-fn udp_segment_cmsg(segment: u16) -> [u8; CMSG_SPACE] {
-    let mut out = [0u8; CMSG_SPACE];
-    let len = CMSG_HDR + std::mem::size_of::<u16>();
-    out[..8].copy_from_slice(&(len as u64).to_ne_bytes());
-    out[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
-    out[12..16].copy_from_slice(&libc::UDP_SEGMENT.to_ne_bytes());
-    out[16..18].copy_from_slice(&segment.to_ne_bytes());
-    out
-}
-
-/// `sizeof(struct cmsghdr)` on 64-bit Linux: size_t, int, int.
-const CMSG_HDR: usize = 16;
-/// `CMSG_SPACE(sizeof(u16))`: header plus data rounded up to 8 bytes.
-const CMSG_SPACE: usize = CMSG_HDR + 8;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::UdpSocket;
-
-    #[test]
-    fn cmsg_header_matches_libc() {
-        assert_eq!(CMSG_HDR, std::mem::size_of::<libc::cmsghdr>());
-        let align = std::mem::align_of::<libc::cmsghdr>();
-        assert_eq!(CMSG_SPACE, CMSG_HDR + 2usize.next_multiple_of(align));
-        let cmsg = udp_segment_cmsg(1000);
-        assert_eq!(u64::from_ne_bytes(cmsg[..8].try_into().unwrap()), 18);
-        assert_eq!(u16::from_ne_bytes([cmsg[16], cmsg[17]]), 1000);
-    }
 
     /// Packets of one size, then a shorter last one, arrive as separate
     /// datagrams with their bytes intact, in order; a packet for another
