@@ -567,9 +567,9 @@ def main():
             f"{fmt(eng)} ns ({100 * eng / e2e:.1f}%) by the engine-alone benchmark below. The rest "
             "is outside the engine: system calls (a datagram per packet, each way), thread "
             "wakeups, locking and the provider. `make bench` measures only; what a profile "
-            "(perf) shows is in [perf-profile.md](perf-profile.md): one system call per "
-            "packet, a wake-up of the peer's progress thread per datagram, and lock hand-offs "
-            "between the application and progress threads."
+            "(perf) shows is in [perf-profile.md](perf-profile.md): with GSO and GRO in place, "
+            "the kernel's copies and loopback delivery, waking the peer's progress thread, "
+            "lock hand-offs between the application and progress threads, and the ICRC."
         )
 
     doc = f"""# softverbs performance
