@@ -71,14 +71,19 @@ impl Endpoint {
 
     /// Receives one datagram into `buf`: its length, its sender, and, when
     /// the kernel coalesced several packets of one flow into it (UDP GRO,
-    /// which [`bind`] turns on), the size of each but the last.
-    pub fn recv_segments(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<usize>)> {
-        let mut cmsg = nix::cmsg_space!(i32);
+    /// which [`bind`] turns on), the size of each but the last. `cmsg` is
+    /// room for that control message ([`cmsg_buffer`]), kept by the caller
+    /// so that a CQ polled in a loop allocates nothing per call.
+    pub fn recv_segments(
+        &self,
+        buf: &mut [u8],
+        cmsg: &mut [u8],
+    ) -> io::Result<(usize, SocketAddr, Option<usize>)> {
         let mut iov = [IoSliceMut::new(buf)];
         let msg = recvmsg::<SockaddrStorage>(
             self.socket.as_raw_fd(),
             &mut iov,
-            Some(&mut cmsg),
+            Some(cmsg),
             MsgFlags::empty(),
         )
         .map_err(io::Error::from)?;
@@ -99,6 +104,11 @@ impl Endpoint {
     pub fn socket_mut(&mut self) -> &mut UdpSocket {
         &mut self.socket
     }
+}
+
+/// Room for the UDP GRO control message [`Endpoint::recv_segments`] reads.
+pub fn cmsg_buffer() -> Vec<u8> {
+    nix::cmsg_space!(i32)
 }
 
 fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -161,8 +171,9 @@ mod tests {
         batch.flush(&sock);
         let mut got = Vec::new();
         let mut buf = vec![0; 1 << 16];
+        let mut cmsg = cmsg_buffer();
         while got.len() < sent.len() {
-            match rx.recv_segments(&mut buf) {
+            match rx.recv_segments(&mut buf, &mut cmsg) {
                 Ok((n, from, segment)) => {
                     assert_eq!(from, tx.local_addr().unwrap());
                     got.extend(buf[..n].chunks(segment.unwrap_or(n)).map(<[u8]>::to_vec));

@@ -11,6 +11,9 @@ use softverbs_wire::Flow;
 use std::io;
 use std::net::SocketAddr;
 
+/// Consecutive failed receives after which a step stops reading a socket.
+const MAX_RECV_ERRORS: u32 = 64;
+
 /// Counters of what the socket layer did, for diagnostics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoStats {
@@ -32,6 +35,7 @@ pub(crate) struct Io {
     pub(crate) ports: SlotPorts,
     pub(crate) stats: IoStats,
     buf: Vec<u8>,
+    cmsg: Vec<u8>,
     batch: SendBatch,
 }
 
@@ -42,6 +46,7 @@ impl Io {
             ports,
             stats: IoStats::default(),
             batch: SendBatch::new(),
+            cmsg: crate::endpoint::cmsg_buffer(),
             // Room for a GRO datagram (up to 64 KiB of packets); larger
             // datagrams are truncated and then fail their ICRC check.
             buf: vec![0; (MAX_PACKET_LEN + 64).max(1 << 16)],
@@ -61,11 +66,20 @@ impl Io {
 
     fn receive_all(&mut self, i: usize, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
         let local = self.endpoints[i].local();
+        let mut errors = 0;
         loop {
-            let (n, from, segment) = match self.endpoints[i].recv_segments(&mut self.buf) {
+            let got = self.endpoints[i].recv_segments(&mut self.buf, &mut self.cmsg);
+            let (n, from, segment) = match got {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => continue,
+                // A failed receive has usually consumed its datagram (or
+                // was interrupted): go on, but never spin on a socket
+                // that keeps failing while holding the driver lock.
+                Err(_) if errors < MAX_RECV_ERRORS => {
+                    errors += 1;
+                    continue;
+                }
+                Err(_) => return,
             };
             let Ok(flow) = Flow::from_sockets(from, local) else {
                 self.stats.rx_bad_icrc += 1;
@@ -90,6 +104,7 @@ impl Io {
             stats,
             buf,
             batch,
+            ..
         } = self;
         let ep = &endpoints[0];
         let socket = SockRef::from(ep.socket());
