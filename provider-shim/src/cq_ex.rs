@@ -88,7 +88,9 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
     if s.polled.is_empty() {
         // SAFETY: our CQ; its context is ours.
         let st = unsafe { state((*cq).context) };
-        let mut got = Vec::with_capacity(BATCH);
+        // Allocates only when there are completions: a CQ spun on while
+        // empty costs no allocation.
+        let mut got = Vec::new();
         if st
             .driver
             .with(|e, _| e.poll_cq(s.id, BATCH, &mut got))
