@@ -104,6 +104,13 @@ if cc -O1 -o "$log/async_events" "$root/tests/programs/async_events.c" -libverbs
 else
   bad "ibv_get_async_event (compile)" "$log/cc"
 fi
+# The error paths too: here libibverbs' own ibv_query_gid and
+# ibv_destroy_comp_channel run, not the preload replacements.
+if cc -O1 -o "$log/verb_errors" "$root/tests/programs/verb_errors.c" -libverbs 2> "$log/cc"; then
+  one "verb error paths (bad_wr, EBUSY channel, GID index)" "verb errors ok" "$log/verb_errors"
+else
+  bad "verb error paths (compile)" "$log/cc"
+fi
 unset SYSFS_PATH
 
 one "softverbs teardown" "removed" /usr/local/bin/softverbs teardown

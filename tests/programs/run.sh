@@ -77,6 +77,15 @@ else
   bad "ibv_get_async_event (compile)" "$log/cc"
 fi
 
+# Our own C check of error paths through the provider: a partly accepted
+# post list (EINVAL, bad_wr), a completion channel in use (EBUSY), a GID
+# index past the table.
+if cc -O1 -o "$log/verb_errors" "$here/verb_errors.c" -libverbs 2> "$log/cc"; then
+  one "verb error paths (bad_wr, EBUSY channel, GID index)" "verb errors ok" "$log/verb_errors"
+else
+  bad "verb error paths (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0

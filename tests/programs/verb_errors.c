@@ -1,0 +1,103 @@
+/* Checks verb error paths through the provider, as a program sees them:
+ * a post list whose second WR is invalid returns EINVAL with bad_wr at
+ * that WR while the first one is executed; a completion channel still
+ * used by a CQ cannot be destroyed (EBUSY); a GID index past the table
+ * makes ibv_query_gid fail. Prints "verb errors ok". */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+
+static struct ibv_context *open_softverbs(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list, "no device list");
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
+			struct ibv_context *ctx = ibv_open_device(list[i]);
+			ibv_free_device_list(list);
+			return ctx;
+		}
+	CHECK(0, "softverbs0 not listed");
+	return NULL;
+}
+
+static void to_rts(struct ibv_qp *qp)
+{
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(qp->context, 1, 0, &gid), "query_gid");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = qp->qp_num;
+	a.rq_psn = 5; a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+int main(void)
+{
+	struct ibv_context *ctx = open_softverbs();
+	CHECK(ctx, "open");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK(pd && ch, "pd, channel");
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(cq && mr, "cq, mr");
+
+	/* A channel in use by a CQ. */
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroy_comp_channel in use: not EBUSY");
+
+	/* A GID index past the table. */
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(ctx, 1, 100000, &gid) == -1, "query_gid past the table succeeded");
+
+	/* A post list: the first WR is good, the second has too many SGEs. */
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	to_rts(qp);
+	struct ibv_sge rs = { (uintptr_t)buf + 2048, 64, mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(!ibv_post_recv(qp, &rw, &rbad), "post_recv");
+	struct ibv_sge ss[2] = { { (uintptr_t)buf, 16, mr->lkey }, { (uintptr_t)buf + 16, 16, mr->lkey } };
+	struct ibv_send_wr w[2] = {
+		{ .wr_id = 1, .sg_list = ss, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+		{ .wr_id = 2, .sg_list = ss, .num_sge = 2, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED },
+	}, *bad = NULL;
+	w[0].next = &w[1];
+	CHECK(ibv_post_send(qp, w, &bad) == EINVAL, "post_send list: not EINVAL");
+	CHECK(bad == &w[1], "bad_wr is not the second WR");
+	/* The first WR went out: its send and the matching receive complete. */
+	int seen = 0;
+	for (int spins = 0; seen < 2 && spins < 10000000; spins++) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "poll_cq");
+		if (n) {
+			CHECK(wc.status == IBV_WC_SUCCESS, "wc status %d", wc.status);
+			CHECK(wc.wr_id == 1 || wc.wr_id == 7, "unexpected wr_id %llu", (unsigned long long)wc.wr_id);
+			seen++;
+		}
+	}
+	CHECK(seen == 2, "the first WR did not complete");
+
+	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr) && !ibv_destroy_cq(cq), "destroy");
+	CHECK(!ibv_destroy_comp_channel(ch), "destroy_comp_channel once unused");
+	CHECK(!ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
+	puts("verb errors ok");
+	return 0;
+}
