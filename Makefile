@@ -67,8 +67,9 @@ SOFTVERBS := $(TARGET)/release/softverbs
 demo: deps shim
 	@$(SOFTVERBS) devices
 	@echo "== ibv_rc_pingpong server and client over softverbs0"
-	@($(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 | sed 's/^/server: /') & \
-	  sleep 0.5; $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 127.0.0.1 | sed 's/^/client: /'; wait
+	@(timeout 60 $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 | sed 's/^/server: /') & \
+	  srv=$$!; tests/programs/lib.sh wait_listen 18515 "" $$srv || { kill $$srv; exit 1; }; \
+	  $(SOFTVERBS) run -- ibv_rc_pingpong -d softverbs0 -g 0 -p 18515 127.0.0.1 | sed 's/^/client: /'; wait $$srv
 
 # The generic modules of rdma-core's pyverbs test suite against softverbs0.
 pyverbs: shim

@@ -2,7 +2,8 @@
 # softverbs between hosts: two network namespaces joined by a veth pair,
 # each with its own address and its own softverbs device configuration,
 # run ibv_rc_pingpong and ib_write_bw across the link. Needs root (to
-# create namespaces); skips with a clear message where that is impossible.
+# create namespaces); where that is impossible it fails under CI=true and
+# otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
@@ -10,6 +11,7 @@ tag="sv$$"
 a="${tag}a"; b="${tag}b"
 ip_a=10.231.0.1; ip_b=10.231.0.2
 log=$(mktemp -d)
+. "$(dirname "$(readlink -f "$0")")/lib.sh"
 
 cleanup() {
   kill $(jobs -p) 2>/dev/null
@@ -20,9 +22,8 @@ cleanup() {
 trap cleanup EXIT
 
 if ! ip netns add "$a" 2>"$log/err"; then
-  echo "skipped: cannot create network namespaces ($(cat "$log/err")); run as root to test between hosts"
-  echo "0 passed, 0 failed"
-  exit 0
+  cannot_run "softverbs between network namespaces (tests/programs/netns.sh)" \
+    "cannot create a network namespace ($(cat "$log/err")); it needs root"
 fi
 ip netns add "$b"
 ip link add "${tag}x" type veth peer name "${tag}y"
@@ -36,20 +37,26 @@ done
 ip -n "$a" link set "${tag}x" up
 ip -n "$b" link set "${tag}y" up
 
-pass=0; fail=0
-# across NAME EXPECT CMD...: server in A (its device on ip_a), client in B
-# (its device on ip_b) connecting to ip_a.
+pass=0; fail=0; n=0
+# across NAME EXPECT CMD...: server in A (its device on ip_a), then, once
+# it listens, client in B (its device on ip_b) connecting to ip_a, on a
+# TCP port of their own (the namespaces are ours, so any port is free).
 across() {
   local name=$1 expect=$2; shift 2
+  n=$((n + 1)); local port=$((18515 + n))
   ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
-    timeout 60 "$@" > "$log/srv" 2>&1 &
+    timeout 60 "$@" -p "$port" > "$log/srv" 2>&1 &
   local srv=$!
-  sleep 0.4
-  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
-    timeout 60 "$@" "$ip_a" > "$log/cli" 2>&1
-  local crc=$?
+  local crc
+  if wait_listen "$port" "$a" $srv 2> "$log/cli"; then
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+      timeout 60 "$@" -p "$port" "$ip_a" > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2>/dev/null
+  fi
   wait $srv; local src=$?
-  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
     pass=$((pass + 1)); echo "ok   $name"
   else
     fail=$((fail + 1)); echo "FAIL $name (client $crc, server $src)"

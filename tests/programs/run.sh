@@ -10,6 +10,8 @@ PORT_BASE=$((20000 + RANDOM % 20000))
 pass=0; fail=0; n=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"; kill $(jobs -p) 2>/dev/null' EXIT
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
 
 ok()   { pass=$((pass + 1)); echo "ok   $1"; }
 bad()  { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 15; }
@@ -23,9 +25,9 @@ one() {
   if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
 }
 
-# pair NAME EXPECT CMD...: runs CMD as a server and CMD 127.0.0.1 as a
-# client on a fresh TCP port; both must exit 0 and the client's output
-# match EXPECT.
+# pair NAME EXPECT CMD...: runs CMD as a server and, once it listens,
+# CMD 127.0.0.1 as a client on a fresh TCP port; both must exit 0 and the
+# client's output match EXPECT.
 pair() {
   local name=$1 expect=$2; shift 2
   n=$((n + 1)); local port=$((PORT_BASE + n))
@@ -33,11 +35,15 @@ pair() {
   local flag=-p
   timeout 60 "${cmd[@]}" $flag $port > "$log/srv" 2>&1 &
   local srv=$!
-  sleep 0.3
-  timeout 60 "${cmd[@]}" $flag $port 127.0.0.1 > "$log/cli" 2>&1
-  local crc=$?
+  local crc
+  if wait_listen $port "" $srv 2> "$log/cli"; then
+    timeout 60 "${cmd[@]}" $flag $port 127.0.0.1 > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2>/dev/null
+  fi
   wait $srv; local src=$?
-  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
     ok "$name"
   else
     { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
@@ -62,7 +68,6 @@ one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
 # Our own C check of ibv_create_cq_ex and its polling API (no rdma-core
 # utility uses it without completion timestamps, which softverbs does not
 # offer).
-here=$(dirname "$(readlink -f "$0")")
 if cc -O1 -o "$log/cq_ex" "$here/cq_ex.c" -libverbs 2> "$log/cc"; then
   one "ibv_create_cq_ex polling API" "cq_ex ok" "$log/cq_ex"
 else
