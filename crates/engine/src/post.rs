@@ -2,6 +2,7 @@
 //! `ibv_post_send`. A WR is either queued whole or refused with nothing
 //! queued; the provider shim walks a WR list and reports the first refused
 //! WR as `bad_wr`, with the earlier ones posted, as every provider does.
+//! `post_send_batch` (`ibv_wr_complete`) is all or nothing for a batch.
 //!
 //! Which states accept posts (seed 004 and the IBTA, vol. 1 chapter 10):
 //! receive WRs from INIT on (EINVAL in RESET), send WRs from RTS on (EINVAL
@@ -72,7 +73,30 @@ impl Engine {
 
     /// `ibv_post_send` for one WR.
     pub fn post_send(&mut self, id: QpId, wr: &SendWr<'_>) -> VerbsResult<()> {
-        let qp = self.qps.get(id).ok_or(einval("unknown QP"))?;
+        self.post_send_batch(id, std::slice::from_ref(wr))
+    }
+
+    /// `ibv_wr_complete`: all or nothing. Every WR is checked as
+    /// `post_send` checks one, and the send queue must have room for them
+    /// all, before any is posted; the first refusal is returned and
+    /// nothing is queued. (Posting a WR never changes what the checks of
+    /// the next one see: the QP state stays put, or moves SQE -> ERR,
+    /// which accepts the same WRs.)
+    pub fn post_send_batch(&mut self, id: QpId, wrs: &[SendWr<'_>]) -> VerbsResult<()> {
+        self.qps.get(id).ok_or(einval("unknown QP"))?;
+        for wr in wrs {
+            self.check_send(id, wr)?;
+        }
+        self.check_send_room(id, wrs.len())?;
+        for wr in wrs {
+            self.enqueue_send(id, wr);
+        }
+        Ok(())
+    }
+
+    /// The checks of one send WR that do not depend on queue space.
+    fn check_send(&self, id: QpId, wr: &SendWr<'_>) -> VerbsResult<()> {
+        let qp = &self.qps[id];
         ensure(
             qp.state >= QpState::Rts,
             einval("send WRs cannot be posted before RTS"),
@@ -91,11 +115,26 @@ impl Engine {
             let ah_pd = self.ahs.get(ah).map(|a| a.pd);
             ensure(ah_pd == Some(qp.pd), einval("AH unknown or of another PD"))?;
         }
-        let qp = &mut self.qps[id];
+        Ok(())
+    }
+
+    /// Room in the send queue for `n` more WRs. In SQE and ERR a WR is
+    /// completed at once and takes no room, but a full queue still
+    /// refuses it, as it refuses a single post.
+    fn check_send_room(&self, id: QpId, n: usize) -> VerbsResult<()> {
+        let qp = &self.qps[id];
+        let flushing = matches!(qp.state, QpState::Sqe | QpState::Err);
+        let needed = if flushing { n.min(1) } else { n };
         ensure(
-            qp.send_queue_len() < qp.cap.max_send_wr as usize,
+            qp.send_queue_len() + needed <= qp.cap.max_send_wr as usize,
             enomem("send queue full"),
-        )?;
+        )
+    }
+
+    /// Queues a checked WR, or completes it with WR_FLUSH_ERR in SQE and
+    /// ERR.
+    fn enqueue_send(&mut self, id: QpId, wr: &SendWr<'_>) {
+        let qp = &mut self.qps[id];
         let wqe = send_wqe(wr, qp.sq_sig_all);
         if matches!(qp.state, QpState::Sqe | QpState::Err) {
             // A flush lost to a CQ overrun fails this QP (from SQE) or
@@ -109,7 +148,6 @@ impl Engine {
             qp.sq.push_back(wqe);
             self.schedule.wake(id);
         }
-        Ok(())
     }
 
     /// Inline size or SGE count, and the message length, by opcode:

@@ -348,3 +348,48 @@ fn data_path_limits_are_checked_at_post_time() {
     };
     assert_eq!(errno(f.e.post_send(ud, &wr)), 0);
 }
+
+/// How many send WRs a QP holds: moving it to ERR flushes each one.
+fn flushed_sends(f: &mut Fixture, qp: QpId) -> usize {
+    f.e.modify_qp(qp, &attr(QpState::Err), QpAttrMask::STATE)
+        .unwrap();
+    let mut wcs = Vec::new();
+    f.e.poll_cq(f.cq, 64, &mut wcs).unwrap();
+    wcs.len()
+}
+
+#[test]
+fn a_send_batch_with_one_bad_wr_posts_nothing() {
+    let mut f = fixture();
+    let qp = f.qp(QpType::Rc);
+    f.bring_to(qp, QpType::Rc, QpState::Rts);
+    let (addr, lkey) = f.mr(64, AccessFlags::LOCAL_WRITE);
+    let sge = [Sge {
+        addr,
+        length: 8,
+        lkey,
+    }];
+    let mut bad = send_wr(&sge);
+    bad.send_flags |= 1 << 30;
+    let batch = [send_wr(&sge), send_wr(&sge), bad, send_wr(&sge)];
+    assert_eq!(errno(f.e.post_send_batch(qp, &batch)), EINVAL);
+    assert_eq!(flushed_sends(&mut f, qp), 0, "nothing of the batch was posted");
+}
+
+#[test]
+fn a_send_batch_needs_room_for_all_its_wrs() {
+    let mut f = fixture();
+    let qp = f.qp(QpType::Rc);
+    f.bring_to(qp, QpType::Rc, QpState::Rts);
+    let (addr, lkey) = f.mr(64, AccessFlags::LOCAL_WRITE);
+    let sge = [Sge {
+        addr,
+        length: 8,
+        lkey,
+    }];
+    let max = caps().max_send_wr as usize;
+    let batch = vec![send_wr(&sge); max + 1];
+    assert_eq!(errno(f.e.post_send_batch(qp, &batch)), ENOMEM);
+    assert_eq!(errno(f.e.post_send_batch(qp, &batch[..max])), 0);
+    assert_eq!(flushed_sends(&mut f, qp), max);
+}
