@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Helpers shared by the test scripts. Sourced (`. lib.sh`) it defines the
+# functions below; run as a command (`lib.sh FUNCTION ARGS...`) it calls
+# one of them, so a Makefile recipe can use them too.
+
+# wait_listen PORT [NETNS [PID]]: returns once a TCP socket listens on PORT
+# (in the named network namespace NETNS if not empty). The clients of
+# ibv_*_pingpong and perftest do not retry a refused connection, so they
+# must start only after their server listens. Fails with a message naming
+# the port if PID (the server) exits first or nothing listens within
+# WAIT_LISTEN_SECONDS (10 by default).
+wait_listen() {
+  local port=$1 ns=${2:-} pid=${3:-}
+  local limit=${WAIT_LISTEN_SECONDS:-10}
+  local deadline=$((SECONDS + limit))
+  local ss=(ss -Hltn)
+  [ -n "$ns" ] && ss=(ss -N "$ns" -Hltn)
+  until "${ss[@]}" "sport = :$port" | grep -q .; do
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      echo "wait_listen: the server exited before listening on TCP port $port${ns:+ in $ns}" >&2
+      return 1
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      echo "wait_listen: nothing listens on TCP port $port${ns:+ in $ns} after ${limit} s" >&2
+      return 1
+    fi
+    # The poll interval, not a synchronization: the loop ends on the condition.
+    sleep 0.02
+  done
+}
+
+# cannot_run NAME REASON: for a test script that cannot run here (no root,
+# a missing tool). Under CI=true that is a failure with its reason, so
+# a CI run never passes on tests it did not run; elsewhere the script is
+# skipped, said loudly on stderr. Exits the calling script either way,
+# after its "N passed, M failed" line.
+cannot_run() {
+  local name=$1 reason=$2
+  if [ "${CI:-}" = true ]; then
+    echo "FAIL $name: cannot run under CI=true: $reason"
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+  {
+    echo "########################################################################"
+    echo "SKIPPED $name: $reason"
+    echo "(under CI=true this is a failure)"
+    echo "########################################################################"
+  } >&2
+  echo "0 passed, 0 failed (SKIPPED: $reason)"
+  exit 0
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  case "${1:-}" in
+    wait_listen | cannot_run) "$@" ;;
+    *) echo "usage: $0 wait_listen PORT [NETNS [PID]] | cannot_run NAME REASON" >&2; exit 2 ;;
+  esac
+fi
