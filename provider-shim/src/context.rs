@@ -2,7 +2,7 @@
 //! allocates for us, an engine driven over UDP, and the event channels.
 
 use crate::device::{soft, SoftVerbsDevice};
-use crate::events::{EventPipe, EventSink};
+use crate::events::{Channels, EventPipe, EventSink};
 use crate::ffi::*;
 use crate::guard::guard;
 use crate::libibverbs::{_verbs_init_and_alloc_context, verbs_set_ops, verbs_uninit_context};
@@ -33,10 +33,9 @@ pub struct ContextState {
     pub driver: Driver<ProcessMemory>,
     /// Where events go.
     pub events: Arc<EventSink>,
-    /// Completion channels: the fd the application reads -> write end.
-    /// (Keyed by fd because in plugin mode libibverbs allocates the
-    /// `ibv_comp_channel` and only tells us the fd.)
-    pub channels: Mutex<HashMap<RawFd, OwnedFd>>,
+    /// Completion channels (shared with `events`, which shuts them down
+    /// when the device fails).
+    pub channels: Channels,
 }
 
 /// RDMA_DRIVER_UNKNOWN: softverbs has no kernel driver id.
@@ -106,22 +105,24 @@ impl ContextState {
     fn open(dev: &'static SoftVerbsDevice) -> std::io::Result<(ContextState, c_int)> {
         let pipe = EventPipe::new()?;
         let reader = pipe.reader.map(IntoRawFd::into_raw_fd).unwrap_or(-1);
-        let events = Arc::new(EventSink::new(pipe.writer));
+        let channels = Channels::default();
+        let events = Arc::new(EventSink::new(pipe.writer, channels.clone()));
         let cfg = DriverConfig {
             device: dev.config.device_config(fastrand::u64(..)),
             ip: dev.config.ip,
             ports: softverbs_transport::SlotPorts::new(dev.port_base).unwrap_or_default(),
         };
-        let driver = Driver::start(cfg, ProcessMemory, events.clone()).inspect_err(|_| {
-            // SAFETY: `reader` was just created and not handed out.
-            unsafe { libc::close(reader) };
-        })?;
+        let driver =
+            Driver::start(cfg, ProcessMemory::new(), events.clone()).inspect_err(|_| {
+                // SAFETY: `reader` was just created and not handed out.
+                unsafe { libc::close(reader) };
+            })?;
         Ok((
             ContextState {
                 device: dev,
                 driver,
                 events,
-                channels: Mutex::new(HashMap::new()),
+                channels,
             },
             reader,
         ))

@@ -58,7 +58,7 @@ pub use error::{ErrorKind, VerbsError, VerbsResult, QPN_EXHAUSTED};
 pub use event::AsyncEvent;
 pub use gid::Gid;
 pub use handles::{AhId, CqId, MrId, PdId, QpId, SrqId};
-pub use memory::{FlatMemory, HostMemory};
+pub use memory::{FlatMemory, HostMemory, MemResult, MemoryFault};
 pub use mtu::Mtu;
 pub use objects::Mr;
 pub use qp_attr::{QpAttr, QpCap, QpInitAttr, MIG_MIGRATED};

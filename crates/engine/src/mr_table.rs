@@ -142,7 +142,8 @@ impl MrTable {
             if !self.local_sge_ok(pd, sge, AccessFlags::empty()) {
                 return Err(LocalAccessError::Protection);
             }
-            mem.read(addr, &mut out[done..done + take]);
+            mem.read(addr, &mut out[done..done + take])
+                .map_err(|_| LocalAccessError::Protection)?;
             done += take;
         }
         if done == out.len() {
@@ -173,7 +174,10 @@ impl MrTable {
         }
         let mut done = 0;
         for (_, addr, take) in sge_pieces(sges, offset, data.len()) {
-            mem.write(addr, &data[done..done + take]);
+            // A fault part-way leaves the earlier pieces written, as a NIC's
+            // DMA does before it meets a translation fault.
+            mem.write(addr, &data[done..done + take])
+                .map_err(|_| LocalAccessError::Protection)?;
             done += take;
         }
         Ok(())

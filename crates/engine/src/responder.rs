@@ -185,9 +185,6 @@ impl Qp {
         ) {
             return;
         }
-        if pkt.bth().pkey != Bth::DEFAULT_PKEY {
-            return; // IBTA: a P_Key mismatch is silently dropped
-        }
         // COMM_EST is an event of connection establishment: RC and UC only
         // (IBTA o11-5.1.1).
         if self.state == QpState::Rtr && self.qp_type != QpType::Ud && !self.resp.comm_est {
@@ -456,7 +453,9 @@ impl Qp {
                     AccessFlags::REMOTE_WRITE,
                 )
                 .map_err(|_| Fault::Access)?;
-            mem.write(addr, pkt.payload());
+            // Memory the application unmapped under its MR: a NIC's
+            // translation fault, answered as a remote access error.
+            mem.write(addr, pkt.payload()).map_err(|_| Fault::Access)?;
         }
         if !opcode.is_last() {
             self.resp.msg = Some(InProgress::Write(WriteCursor {
@@ -577,7 +576,8 @@ impl Qp {
             mem.compare_swap(addr, a.compare, a.swap_add)
         } else {
             mem.fetch_add(addr, a.swap_add)
-        };
+        }
+        .map_err(|_| Fault::Access)?;
         let psn = pkt.psn();
         let slots = usize::from(self.attr.max_dest_rd_atomic).max(1);
         if self.resp.atomics.len() >= slots {
@@ -801,8 +801,9 @@ impl Qp {
                 if scratch.len() < len as usize {
                     scratch.resize(len as usize, 0);
                 }
-                if len > 0 {
-                    mem.read(addr, &mut scratch[..len as usize]);
+                if len > 0 && mem.read(addr, &mut scratch[..len as usize]).is_err() {
+                    self.read_access_lost(ctx, psn);
+                    return None;
                 }
                 if !last {
                     let next = Response::Read {

@@ -88,7 +88,7 @@ mod tests {
         let mut arena = Arena::new(0x1000_0000);
         let buf = arena.alloc(100, 8, true);
         let mut node = Node::new(0, 1, &arena, 16);
-        node.mem.write(buf, &[7; 100]);
+        node.mem.write(buf, &[7; 100]).unwrap();
         assert_eq!(node.mem.slice(buf, 100), &[7; 100]);
         let (_, mr) = node.engine.mr_by_key(node.key).expect("registered");
         assert_eq!(mr.addr, arena.base());

@@ -8,8 +8,8 @@ use crate::payload::{self, Kind};
 use crate::plan::{Plan, QueuePlan};
 use crate::workload::{EndSpec, PairSpec, Workload, MAX_INLINE, MAX_RECV_SGE, MAX_SEND_SGE, NODES};
 use softverbs_engine::{
-    AccessFlags, AhAttr, AhId, FlatMemory, GlobalRoute, HostMemory, QpAttr, QpAttrMask, QpCap,
-    QpId, QpInitAttr, QpState, QpType, SrqAttr, SrqId, VerbsResult,
+    AccessFlags, AhAttr, AhId, FlatMemory, GlobalRoute, QpAttr, QpAttrMask, QpCap, QpId,
+    QpInitAttr, QpState, QpType, SrqAttr, SrqId, VerbsResult,
 };
 
 /// Where a receive queue's WRs are posted.
@@ -111,12 +111,16 @@ fn fill(w: &Workload, plan: &Plan, nodes: &mut [Node]) {
                 scatter(&mut nodes[s.from].mem, &at.local, &data);
             } else if o.is_read() {
                 let data = payload::bytes(w.seed, i, n, Kind::ReadSource, len);
-                nodes[s.to()].mem.write(at.remote, &data);
+                nodes[s.to()]
+                    .mem
+                    .slice_mut(at.remote, len)
+                    .copy_from_slice(&data);
             }
         }
         nodes[s.to()]
             .mem
-            .write(place.atomic_word, &s.atomic_init.to_ne_bytes());
+            .slice_mut(place.atomic_word, 8)
+            .copy_from_slice(&s.atomic_init.to_ne_bytes());
     }
 }
 
@@ -125,7 +129,7 @@ fn scatter(mem: &mut FlatMemory, pieces: &[crate::plan::Piece], data: &[u8]) {
     let mut rest = data;
     for p in pieces {
         let (head, tail) = rest.split_at((p.len as usize).min(rest.len()));
-        mem.write(p.addr, head);
+        mem.slice_mut(p.addr, head.len()).copy_from_slice(head);
         rest = tail;
     }
 }
@@ -343,9 +347,8 @@ mod tests {
                 assert_eq!(world.stream_into(&w, s.to(), to.qpn), Some(i));
                 assert_ne!(from.qpn, to.qpn);
                 let word = world.plan.streams[i].atomic_word;
-                let mut got = [0; 8];
-                world.nodes[s.to()].mem.read(word, &mut got);
-                assert_eq!(u64::from_ne_bytes(got), s.atomic_init);
+                let got = world.nodes[s.to()].mem.slice(word, 8);
+                assert_eq!(u64::from_ne_bytes(got.try_into().unwrap()), s.atomic_init);
             }
         }
     }
