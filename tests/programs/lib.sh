@@ -13,9 +13,18 @@ wait_listen() {
   local port=$1 ns=${2:-} pid=${3:-}
   local limit=${WAIT_LISTEN_SECONDS:-10}
   local deadline=$((SECONDS + limit))
+  case "$port" in
+    '' | *[!0-9]*) echo "wait_listen: '$port' is not a port number" >&2; return 2 ;;
+  esac
   local ss=(ss -Hltn)
   [ -n "$ns" ] && ss=(ss -N "$ns" -Hltn)
-  until "${ss[@]}" "sport = :$port" | grep -q .; do
+  local out
+  while :; do
+    if ! out=$("${ss[@]}" "sport = :$port" 2>&1); then
+      echo "wait_listen: ss failed: $out" >&2
+      return 1
+    fi
+    [ -n "$out" ] && return 0
     if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
       echo "wait_listen: the server exited before listening on TCP port $port${ns:+ in $ns}" >&2
       return 1
