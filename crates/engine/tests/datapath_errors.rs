@@ -228,8 +228,9 @@ fn write_packets_after_the_mr_is_deregistered_touch_no_memory() {
 /// fails with IBV_WC_REM_ACCESS_ERR (the responder NAKs remote access
 /// error: rxe `read_reply` -> `rxe_recheck_mr` -> RESPST_ERR_RKEY_VIOLATION,
 /// class C; IBTA vol. 1 9.7.5.2.4 / ibv_poll_cq(3) REM_ACCESS_ERR). The
-/// engine drops the stream silently and ignores the failure of the
-/// re-requested READ, so the requester only ever times out.
+/// responder looks the rkey up again as it builds the responses, finds it
+/// gone and NAKs; the test asserts that the READ completes with
+/// REM_ACCESS_ERR rather than a retry timeout.
 #[test]
 fn read_from_a_region_deregistered_mid_request_fails_with_remote_access_error() {
     let mut p = Pair::new();
@@ -263,9 +264,9 @@ fn read_from_a_region_deregistered_mid_request_fails_with_remote_access_error() 
 /// Rule: UC has no NAKs; a WRITE with an invalid rkey on a UC QP without
 /// an SRQ is silently dropped (class E) and the QP stays usable (IBTA
 /// vol. 1 9.9.3 responder error classes for UC; rxe
-/// RESPST_ERR_RKEY_VIOLATION "UC/non-SRQ Class E" -> drop_msg). The engine
-/// raises IBV_EVENT_QP_ACCESS_ERR and puts the UC QP into ERR, so any
-/// stray packet can kill a UC connection.
+/// RESPST_ERR_RKEY_VIOLATION "UC/non-SRQ Class E" -> drop_msg). The test
+/// asserts no async event, the QP still in RTS and the SEND that follows
+/// received.
 #[test]
 fn uc_write_with_a_bad_rkey_is_dropped_and_the_qp_keeps_working() {
     let mut p = Pair::new();
@@ -291,8 +292,8 @@ fn uc_write_with_a_bad_rkey_is_dropped_and_the_qp_keeps_working() {
 /// Rule: a UD datagram that does not fit the receive buffer is a class D
 /// error for a QP without an SRQ: the datagram is dropped and the QP keeps
 /// receiving (rxe RESPST_ERR_LENGTH "UC/UD - class D" -> drop_msg; IBTA
-/// vol. 1 9.9.3). The engine puts the UD QP into ERR, so one oversized
-/// datagram from any sender kills a UD QP and flushes its receive queue.
+/// vol. 1 9.9.3). The test asserts the QP still in RTS and the following
+/// 10-byte datagram received into the next WR.
 #[test]
 fn an_oversized_ud_datagram_does_not_kill_the_receiving_qp() {
     let mut p = Pair::new();
@@ -321,7 +322,8 @@ fn an_oversized_ud_datagram_does_not_kill_the_receiving_qp() {
 /// READ or atomic requests; both are NAKed invalid request (rxe
 /// `check_resource`: RXE_READ_OR_ATOMIC_MASK with max_dest_rd_atomic 0 ->
 /// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, class C; IBTA vol. 1 9.4.4 responder
-/// resources). The engine refuses the READ but executes the atomic.
+/// resources). The test asserts the atomic NAKed (REM_INV_REQ_ERR at the
+/// requester) and the target word unchanged.
 #[test]
 fn an_atomic_without_responder_resources_is_an_invalid_request() {
     let mut p = Pair::new();
@@ -352,8 +354,9 @@ fn an_atomic_without_responder_resources_is_an_invalid_request() {
 /// Rule: a QP the application moves to ERR stops processing: it sends no
 /// further READ response data (rxe: once `resp.state` is ERROR, `get_req`
 /// drops every request and `read_reply` is never reached again; IBTA vol.
-/// 1 10.3.1, Error state). The engine keeps the queued READ stream and
-/// goes on reading memory for, and transmitting, a QP in ERR.
+/// 1 10.3.1, Error state). The test asserts that once the responder's QP
+/// is moved to ERR between the request and the responses, none of the
+/// READ response packets leave.
 #[test]
 fn a_qp_moved_to_error_sends_no_more_read_responses() {
     let mut p = Pair::new();
@@ -383,8 +386,8 @@ fn a_qp_moved_to_error_sends_no_more_read_responses() {
 /// the Send Queue Error state, not to ERR: the receive queue keeps working
 /// and SQE -> RTS recovers (IBTA vol. 1 10.3.1 "SQEr", 11.2.4.2; the
 /// SQE -> RTS rows of docs/conformance.md; verbs_qp.rs: "only a UC/UD send
-/// error puts a QP there"; IPoIB relies on hardware doing so). The engine
-/// never enters SQE.
+/// error puts a QP there"; IPoIB relies on hardware doing so). The test
+/// asserts LOC_PROT_ERR for the WR and the QP in SQE.
 #[test]
 fn a_ud_send_error_moves_the_qp_to_sqe_not_err() {
     let mut p = Pair::new();
@@ -407,8 +410,8 @@ fn a_ud_send_error_moves_the_qp_to_sqe_not_err() {
 /// Rule: IBV_EVENT_SQ_DRAINED reports that a QP in SQD has drained its
 /// send queue; a QP whose in-flight WR fails while draining goes to ERR
 /// and is not "drained" (IBTA vol. 1 11.6.3 Send Queue Drained; rxe raises
-/// it only from `complete_ack`, on a successful completion). The engine
-/// raises SQ_DRAINED while failing the WR, just before entering ERR.
+/// it only from `complete_ack`, on a successful completion). The test
+/// asserts RETRY_EXC_ERR, the QP in ERR and no SQ_DRAINED event.
 #[test]
 fn sq_drained_is_not_raised_when_draining_ends_in_an_error() {
     let mut p = Pair::new();
@@ -443,8 +446,9 @@ fn sq_drained_is_not_raised_when_draining_ends_in_an_error() {
 /// host memory; `HostMemory::compare_swap`/`fetch_add` require an 8-byte
 /// aligned address (memory.rs), and rxe checks the *translated* address
 /// (`atomic_reply`: `(uintptr_t)vaddr & 7` -> RESPST_ERR_MISALIGNED_ATOMIC,
-/// NAK invalid request). The engine checks only the wire VA, so an MR whose
-/// iova is aligned but whose address is not gets a misaligned host atomic.
+/// NAK invalid request). Here the MR's iova is aligned but its host
+/// address is not: the test asserts the atomic NAKed (REM_INV_REQ_ERR)
+/// and the host memory unchanged.
 #[test]
 fn an_atomic_on_a_misaligned_host_address_is_refused() {
     let mut p = Pair::new();
@@ -475,9 +479,9 @@ fn an_atomic_on_a_misaligned_host_address_is_refused() {
 /// of its connection: for RoCE the packet's source IP must be the QP's
 /// destination GID and its destination IP the QP's source GID (IBTA vol.
 /// 1 9.6.1 packet header validation; rxe `check_addr` drops the packet
-/// when `saddr`/`daddr` do not match the QP's path). The engine ignores
-/// the source address of RC/UC packets, so any host that learns a QP
-/// number and PSN can inject messages into the connection.
+/// when `saddr`/`daddr` do not match the QP's path), so a host that
+/// learns a QP number and PSN cannot inject messages into the connection.
+/// The test asserts that a SEND from another address completes nothing.
 #[test]
 fn an_rc_request_from_a_stranger_address_is_dropped() {
     let mut p = Pair::new();
