@@ -16,7 +16,7 @@ use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::{response_gids, transport_of};
 use crate::time::Nanos;
-use softverbs_wire::PacketView;
+use softverbs_wire::{Bth, PacketView};
 
 /// The largest packet the engine builds: headers, a 4096-byte payload,
 /// pad and ICRC. Buffers passed to [`Engine::poll_transmit`] need this.
@@ -91,8 +91,9 @@ impl Engine {
 
     /// A packet arrived from `src_gid` for `dst_gid`: the RoCE bytes from
     /// the BTH to the ICRC, whose ICRC the transport has verified.
-    /// Malformed packets, packets for no QP and packets from outside a
-    /// connection are dropped, as on a NIC.
+    /// Malformed packets, packets for no QP, packets of another partition
+    /// (P_Key) and packets from outside a connection are dropped, as on a
+    /// NIC.
     pub fn handle_packet(
         &mut self,
         now: Nanos,
@@ -113,6 +114,9 @@ impl Engine {
             if transport_of(qp.qp_type) != pkt.opcode().transport() {
                 return Err(Rejected::WrongTransport);
             }
+            if !pkey_matches(pkt.bth().pkey, Bth::DEFAULT_PKEY) {
+                return Err(Rejected::BadPkey);
+            }
             if !from_the_peer(qp, ctx, src_gid, dst_gid) {
                 return Err(Rejected::WrongAddress);
             }
@@ -126,6 +130,7 @@ impl Engine {
         match verdict {
             Some(Err(Rejected::WrongTransport)) => self.stats.rx_wrong_transport += 1,
             Some(Err(Rejected::WrongAddress)) => self.stats.rx_wrong_address += 1,
+            Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
             Some(Ok(())) => {
                 self.schedule.wake(id);
                 self.sync_timer(id);
@@ -189,12 +194,24 @@ pub struct DatapathStats {
     /// An RC/UC packet whose addresses are not those of the QP's
     /// connection.
     pub rx_wrong_address: u64,
+    /// A BTH P_Key that does not match the QP's (IBTA 9.6.1.1: dropped
+    /// silently, counted).
+    pub rx_bad_pkey: u64,
 }
 
 /// Why `handle_packet` dropped a packet addressed to an existing QP.
 enum Rejected {
     WrongTransport,
     WrongAddress,
+    BadPkey,
+}
+
+/// Whether a packet's P_Key matches the QP's, requests and responses alike.
+/// Every QP uses the P_Key table's only entry, the default full-member
+/// key. Two keys match when their low 15 bits are equal and not both are
+/// limited members (IBTA 10.9.3), so 0x7FFF matches 0xFFFF.
+fn pkey_matches(packet: u16, ours: u16) -> bool {
+    (packet & 0x7FFF) == (ours & 0x7FFF) && (packet | ours) & 0x8000 != 0
 }
 
 /// A connected (RC/UC) QP takes packets only from the remote end of its
