@@ -33,7 +33,7 @@ fn fill(n: &mut Node, offset: u64, len: usize, seed: u8) -> Vec<u8> {
     let data: Vec<u8> = (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect();
-    n.mem.write(MEM_BASE + offset, &data);
+    n.mem.write(MEM_BASE + offset, &data).unwrap();
     data
 }
 
@@ -332,7 +332,9 @@ fn an_atomic_without_responder_resources_is_an_invalid_request() {
         ..Link::default()
     };
     let (qa, _) = p.connect(QpType::Rc, link);
-    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes());
+    p.b.mem
+        .write(MEM_BASE + 0x100, &40u64.to_ne_bytes())
+        .unwrap();
     let sge = [p.a.sge(0x800, 8)];
     let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     add.atomic = AtomicTarget {
