@@ -7,10 +7,8 @@ use crate::ffi::*;
 use crate::guard::guard;
 use crate::libibverbs::{_verbs_init_and_alloc_context, verbs_set_ops, verbs_uninit_context};
 use crate::process_memory::ProcessMemory;
-use parking_lot::Mutex;
 use softverbs_transport::{Driver, DriverConfig};
-use std::collections::HashMap;
-use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::IntoRawFd;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 

@@ -7,13 +7,27 @@
 //! The descriptors are socketpairs (SOCK_SEQPACKET: one record per read):
 //! writes never block (a reader that never reads loses events rather than
 //! stalling the provider) and never raise SIGPIPE.
+//!
+//! When the device fails ([`Notify::device_fatal`]) an
+//! IBV_EVENT_DEVICE_FATAL record goes to the async descriptor and then
+//! every write end is shut down: each thread blocked in
+//! `ibv_get_async_event` or `ibv_get_cq_event` wakes (the first async
+//! reader with the event, the others with end of file, which libibverbs
+//! reports as -1) instead of waiting for events that will never come.
 
+use crate::event_acks::{Acks, Delivered};
 use parking_lot::Mutex;
 use softverbs_engine::{AsyncEvent, CqId, QpId, SrqId};
 use softverbs_transport::Notify;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+/// Completion channels: the fd the application reads -> the write end.
+/// (Keyed by fd because in plugin mode libibverbs allocates the
+/// `ibv_comp_channel` and only tells us the fd.)
+pub type Channels = Arc<Mutex<HashMap<RawFd, OwnedFd>>>;
 
 /// A record channel: the application reads `reader`, softverbs writes `writer`.
 #[derive(Debug)]
@@ -59,11 +73,23 @@ fn send_record(fd: RawFd, record: &[u8]) {
     }
 }
 
+/// No more records: readers get end of file once they read what is queued.
+fn shut_down(fd: RawFd) {
+    // SAFETY: shutdown on a descriptor we own; no memory is involved.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+}
+
+/// The element of a device event: the port (softverbs has one).
+const DEVICE_EVENT_PORT: u64 = 1;
+
 /// Where the events of one context go, and the C objects they name.
 #[derive(Debug)]
 pub struct EventSink {
     async_writer: OwnedFd,
+    channels: Channels,
     objects: Mutex<Objects>,
+    /// The events handed to the application, per object.
+    pub acks: Acks,
 }
 
 #[derive(Debug, Default)]
@@ -75,42 +101,51 @@ struct Objects {
 }
 
 impl EventSink {
-    /// A sink writing async events to `async_writer`.
-    pub fn new(async_writer: OwnedFd) -> EventSink {
+    /// A sink writing async events to `async_writer` and completion
+    /// events to the write ends in `channels`.
+    pub fn new(async_writer: OwnedFd, channels: Channels) -> EventSink {
         EventSink {
             async_writer,
+            channels,
             objects: Mutex::new(Objects::default()),
+            acks: Acks::default(),
         }
     }
 
     /// Records a CQ's C object and completion channel.
     pub fn add_cq(&self, cq: CqId, ptr: usize, channel: Option<RawFd>) {
+        self.acks.add(ptr);
         self.objects.lock().cqs.insert(cq, (ptr, channel));
     }
 
     /// Records a QP's C object.
     pub fn add_qp(&self, qp: QpId, ptr: usize) {
+        self.acks.add(ptr);
         self.objects.lock().qps.insert(qp, ptr);
     }
 
     /// Records an SRQ's C object.
     pub fn add_srq(&self, srq: SrqId, ptr: usize) {
+        self.acks.add(ptr);
         self.objects.lock().srqs.insert(srq, ptr);
     }
 
-    /// Forgets a destroyed CQ.
-    pub fn remove_cq(&self, cq: CqId) {
-        self.objects.lock().cqs.remove(&cq);
+    /// Forgets a destroyed CQ; the events the application took for it.
+    pub fn remove_cq(&self, cq: CqId) -> Delivered {
+        let ptr = self.objects.lock().cqs.remove(&cq).map(|c| c.0);
+        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
     }
 
-    /// Forgets a destroyed QP.
-    pub fn remove_qp(&self, qp: QpId) {
-        self.objects.lock().qps.remove(&qp);
+    /// Forgets a destroyed QP; the events the application took for it.
+    pub fn remove_qp(&self, qp: QpId) -> Delivered {
+        let ptr = self.objects.lock().qps.remove(&qp);
+        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
     }
 
-    /// Forgets a destroyed SRQ.
-    pub fn remove_srq(&self, srq: SrqId) {
-        self.objects.lock().srqs.remove(&srq);
+    /// Forgets a destroyed SRQ; the events the application took for it.
+    pub fn remove_srq(&self, srq: SrqId) -> Delivered {
+        let ptr = self.objects.lock().srqs.remove(&srq);
+        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
     }
 
     fn element(&self, event: AsyncEvent) -> Option<u64> {
@@ -141,17 +176,68 @@ impl Notify for EventSink {
         let Some(element) = self.element(event) else {
             return;
         };
+        self.send_async(element, event.event_type());
+    }
+
+    fn device_fatal(&self) {
+        self.send_async(DEVICE_EVENT_PORT, crate::ffi::IBV_EVENT_DEVICE_FATAL);
+        shut_down(self.async_writer.as_raw_fd());
+        for writer in self.channels.lock().values() {
+            shut_down(writer.as_raw_fd());
+        }
+    }
+}
+
+impl EventSink {
+    /// One `ib_uverbs_async_event_desc` record.
+    fn send_async(&self, element: u64, event_type: u32) {
         let mut record = [0u8; 16];
         record[..8].copy_from_slice(&element.to_ne_bytes());
-        record[8..12].copy_from_slice(&event.event_type().to_ne_bytes());
+        record[8..12].copy_from_slice(&event_type.to_ne_bytes());
         send_record(self.async_writer.as_raw_fd(), &record);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{EventPipe, EventSink};
     use crate::ffi::*;
     use softverbs_engine::{AsyncEvent, CqId, QpId, SrqId};
+    use softverbs_transport::Notify;
+    use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+    /// One read as libibverbs does it: the byte count (0 at end of file).
+    fn read_record(fd: RawFd, buf: &mut [u8]) -> isize {
+        // SAFETY: `buf` is writable for its length.
+        unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+    }
+
+    /// A device failure wakes a thread blocked on a completion channel and
+    /// readers of the async descriptor: the first gets DEVICE_FATAL, the
+    /// rest end of file.
+    #[test]
+    fn device_fatal_wakes_every_event_reader() {
+        let async_pipe = EventPipe::new().unwrap();
+        let channel = EventPipe::new().unwrap();
+        let async_reader: OwnedFd = async_pipe.reader.unwrap();
+        let channel_reader: OwnedFd = channel.reader.unwrap();
+        let channels = super::Channels::default();
+        channels
+            .lock()
+            .insert(channel_reader.as_raw_fd(), channel.writer);
+        let sink = EventSink::new(async_pipe.writer, channels);
+        let fd = channel_reader.as_raw_fd();
+        let blocked = std::thread::spawn(move || read_record(fd, &mut [0u8; 8]));
+
+        sink.device_fatal();
+        assert_eq!(blocked.join().unwrap(), 0, "end of file on the channel");
+        let mut record = [0u8; 16];
+        assert_eq!(read_record(async_reader.as_raw_fd(), &mut record), 16);
+        let kind = u32::from_ne_bytes(record[8..12].try_into().unwrap());
+        assert_eq!(kind, IBV_EVENT_DEVICE_FATAL);
+        assert_eq!(read_record(async_reader.as_raw_fd(), &mut record), 0);
+        drop(channel_reader);
+    }
 
     /// The engine's event numbers are verbs.h's (the ffi constants are
     /// checked against the header by tests/layout.rs).

@@ -12,17 +12,21 @@
 //!   sends itself (through the GOT slot [`got`] redirects);
 //! * [`context`]: `ibv_open_device`/`ibv_close_device`, one engine driver
 //!   per context; [`events`]: async and completion event descriptors;
+//!   [`event_acks`]: destroys wait for events to be acknowledged;
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
+//!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`guard`]: no panic crosses C;
 //! * [`ffi`]: the C declarations; [`libibverbs`]: its private entry points.
 
 #![allow(unsafe_code)]
 
+pub mod call_lock;
 pub mod context;
 pub mod convert;
 pub mod cq_ex;
 pub mod device;
+pub mod event_acks;
 pub mod events;
 pub mod ffi;
 pub mod got;

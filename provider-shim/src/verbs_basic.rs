@@ -4,12 +4,16 @@
 //! or an errno value (as libibverbs' provider ops do); verbs returning a
 //! pointer return NULL with errno set.
 
+use crate::call_lock::CallLock;
 use crate::context::state;
 use crate::convert::{ah_from_c, wc_to_c};
 use crate::device::copy_name;
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
-use softverbs_engine::{AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError};
+use softverbs_engine::{
+    AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
+};
+use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
 
 /// `errno` of a failed verb.
@@ -52,8 +56,10 @@ pub struct SoftCq {
     /// Engine handle.
     pub id: CqId,
     /// Completions taken from the engine by the `ibv_cq_ex` polling API
-    /// and not yet consumed (`ibv_poll_cq` returns them first).
-    pub polled: std::collections::VecDeque<softverbs_engine::WorkCompletion>,
+    /// and not yet consumed (`ibv_poll_cq` returns them first), behind the
+    /// CQ's lock: `ibv_poll_cq` is one critical section,
+    /// `ibv_start_poll` .. `ibv_end_poll` another.
+    pub polled: CallLock<VecDeque<WorkCompletion>>,
 }
 
 /// An AH.
@@ -82,6 +88,17 @@ pub unsafe fn pd_id(pd: *mut ibv_pd) -> PdId {
 pub unsafe fn cq_id(cq: *mut ibv_cq) -> CqId {
     // SAFETY: our CQs are SoftCq, whose first field holds the ibv_cq.
     unsafe { (*(cq as *mut SoftCq)).id }
+}
+
+/// The polled completions of a CQ made by softverbs, behind its lock.
+///
+/// # Safety
+/// `cq` is a live CQ of one of our contexts; the reference is not used
+/// after it is destroyed.
+pub unsafe fn cq_polled<'a>(cq: *mut ibv_cq) -> &'a CallLock<VecDeque<WorkCompletion>> {
+    // SAFETY: our CQs are SoftCq; the reference covers only the provider's
+    // own field, never the ibv_cq others write.
+    unsafe { &(*(cq as *mut SoftCq)).polled }
 }
 
 fn fill_device_attr(a: &DeviceAttr, out: &mut ibv_device_attr) {
@@ -333,6 +350,22 @@ pub unsafe extern "C" fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
+    // SAFETY: as the caller's contract.
+    unsafe { create_cq_locked(context, cqe, channel, comp_vector, true) }
+}
+
+/// `create_cq`, with the CQ's polling lock or, for a CQ the application
+/// polls from one thread only, without it.
+///
+/// # Safety
+/// As [`create_cq`].
+pub unsafe fn create_cq_locked(
+    context: *mut ibv_context,
+    cqe: c_int,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    locked: bool,
+) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
         // SAFETY: our context.
         let st = unsafe { state(context) };
@@ -351,7 +384,7 @@ pub unsafe extern "C" fn create_cq(
         let ptr = Box::into_raw(Box::new(SoftCq {
             vcq,
             id,
-            polled: Default::default(),
+            polled: CallLock::new(VecDeque::new(), locked),
         }));
         let writer = crate::preload::channel_writer(st, channel);
         st.events.add_cq(id, ptr as usize, writer);
@@ -370,7 +403,9 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
         match st.driver.with(|e, _| e.destroy_cq(id)) {
             Ok(()) => {
-                st.events.remove_cq(id);
+                let delivered = st.events.remove_cq(id);
+                // SAFETY: our CQ, gone from the engine, not yet freed.
+                unsafe { crate::event_acks::wait_cq_acks(cq, delivered) };
                 // SAFETY: allocated by create_cq, freed once.
                 drop(unsafe { Box::from_raw(cq as *mut SoftCq) });
                 0
@@ -411,23 +446,25 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
         // SAFETY: one of our CQs.
-        let (st, id, soft) =
-            unsafe { (state((*cq).context), cq_id(cq), &mut *(cq as *mut SoftCq)) };
+        let (st, id, polled) = unsafe { (state((*cq).context), cq_id(cq), cq_polled(cq)) };
         let max = num_entries.max(0) as usize;
-        let mut got: Vec<_> = soft.polled.drain(..max.min(soft.polled.len())).collect();
-        let more = max - got.len();
-        if st
-            .driver
-            .with(|e, _| e.poll_cq(id, more, &mut got))
-            .is_err()
-        {
-            return -1;
-        }
-        for (i, w) in got.iter().enumerate() {
-            // SAFETY: the caller provides `num_entries` ibv_wc slots.
-            unsafe { *wc.add(i) = wc_to_c(w) };
-        }
-        got.len() as c_int
+        // Threads polling one CQ take its completions one batch at a time.
+        polled.with(|polled| {
+            let mut got: Vec<_> = polled.drain(..max.min(polled.len())).collect();
+            let more = max - got.len();
+            if st
+                .driver
+                .with(|e, _| e.poll_cq(id, more, &mut got))
+                .is_err()
+            {
+                return -1;
+            }
+            for (i, w) in got.iter().enumerate() {
+                // SAFETY: the caller provides `num_entries` ibv_wc slots.
+                unsafe { wc.add(i).write(wc_to_c(w)) };
+            }
+            got.len() as c_int
+        })
     })
 }
 

@@ -176,7 +176,9 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
         match st.driver.with(|e, _| e.destroy_qp(id)) {
             Ok(()) => {
-                st.events.remove_qp(id);
+                let delivered = st.events.remove_qp(id);
+                // SAFETY: our QP, gone from the engine, not yet freed.
+                unsafe { crate::event_acks::wait_qp_acks(qp, delivered) };
                 // SAFETY: allocated by create_qp, freed once.
                 drop(unsafe { Box::from_raw(qp as *mut SoftQp) });
                 0
@@ -441,7 +443,9 @@ pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
         match st.driver.with(|e, _| e.destroy_srq(id)) {
             Ok(()) => {
-                st.events.remove_srq(id);
+                let delivered = st.events.remove_srq(id);
+                // SAFETY: our SRQ, gone from the engine, not yet freed.
+                unsafe { crate::event_acks::wait_srq_acks(srq, delivered) };
                 // SAFETY: allocated by create_srq, freed once.
                 drop(unsafe { Box::from_raw(srq as *mut SoftSrq) });
                 0

@@ -9,6 +9,13 @@
 //! poller until a datagram arrives, a timer is due or a verb moved the
 //! earliest deadline forward, so a program blocked in `ibv_get_cq_event`
 //! is served without anyone busy-polling.
+//!
+//! A panic in the progress thread leaves the engine's state half changed,
+//! so the device fails for good, as a NIC that hits a firmware fault
+//! does: the thread marks the driver failed before its lock is released,
+//! reports [`Notify::device_fatal`] (IBV_EVENT_DEVICE_FATAL, and the
+//! provider wakes every reader of its event descriptors), and every verb
+//! from then on gets [`DeviceFailed`] instead of touching the engine.
 
 use crate::clock::Clock;
 use crate::endpoint::Endpoint;
@@ -19,6 +26,7 @@ use parking_lot::Mutex;
 use softverbs_engine::{AsyncEvent, CqId, DeviceConfig, Engine, HostMemory, Nanos};
 use std::io;
 use std::net::IpAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,6 +41,29 @@ pub trait Notify: Send + Sync {
     fn completion_event(&self, cq: CqId);
     /// An async event was raised.
     fn async_event(&self, event: AsyncEvent);
+    /// The device failed (the progress thread panicked): raise
+    /// IBV_EVENT_DEVICE_FATAL and wake everyone waiting for an event,
+    /// since no more will come. Runs once, without the driver's lock.
+    fn device_fatal(&self);
+}
+
+/// A verb on a device whose progress thread failed: the engine's state
+/// can no longer be trusted, so nothing runs on it again (EIO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceFailed;
+
+impl std::fmt::Display for DeviceFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the device failed (its progress thread panicked)")
+    }
+}
+
+impl std::error::Error for DeviceFailed {}
+
+impl From<DeviceFailed> for io::Error {
+    fn from(_: DeviceFailed) -> io::Error {
+        io::Error::from_raw_os_error(libc::EIO)
+    }
 }
 
 /// Where a driver lives on the network.
@@ -61,6 +92,11 @@ struct Shared<M> {
     registry: Registry,
     notify: Arc<dyn Notify>,
     stop: AtomicBool,
+    /// Set (under the state lock) when the progress thread panicked.
+    failed: AtomicBool,
+    /// Test hook: the progress thread panics at its next step.
+    #[cfg(test)]
+    inject_panic: AtomicBool,
 }
 
 /// One device context driven over UDP.
@@ -99,6 +135,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             registry: poll.registry().try_clone()?,
             notify,
             stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            #[cfg(test)]
+            inject_panic: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -110,25 +149,41 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         })
     }
 
-    /// Runs `verb` on the engine, then makes progress on this thread.
-    pub fn with<R>(&self, verb: impl FnOnce(&mut Engine, &mut M) -> R) -> R {
-        let mut guard = self.shared.state.lock();
+    /// Runs `verb` on the engine, then makes progress on this thread;
+    /// [`DeviceFailed`] once the progress thread has failed.
+    pub fn try_with<R>(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> R,
+    ) -> Result<R, DeviceFailed> {
+        let mut guard = self.shared.lock()?;
         let state = &mut *guard;
         let result = verb(&mut state.engine, &mut state.mem);
         self.shared.step(state);
-        result
+        Ok(result)
     }
 
-    /// Makes progress without running a verb (a polling application calls
-    /// this through `poll_cq`).
+    /// [`Driver::try_with`] for callers that answer every failure the same
+    /// way.
+    ///
+    /// # Panics
+    /// Once the device has failed, unwinds with a [`DeviceFailed`] payload
+    /// (through `resume_unwind`, so no panic message is printed): the
+    /// provider's entry-point guard turns any unwind into EIO, which is
+    /// what every verb on a failed device answers.
+    pub fn with<R>(&self, verb: impl FnOnce(&mut Engine, &mut M) -> R) -> R {
+        self.try_with(verb)
+            .unwrap_or_else(|failed| std::panic::resume_unwind(Box::new(failed)))
+    }
+
+    /// Makes progress without running a verb; unwinds as [`Driver::with`]
+    /// once the device failed.
     pub fn progress(&self) {
-        let mut state = self.shared.state.lock();
-        self.shared.step(&mut state);
+        self.with(|_, _| ());
     }
 
     /// Claims one more slot (4096 more QP numbers) for this context.
     pub fn add_slot(&self) -> io::Result<()> {
-        let mut state = self.shared.state.lock();
+        let mut state = self.shared.lock()?;
         let last = state.io.endpoints.last().map_or(1, Endpoint::slot);
         let ip = state.io.endpoints[0].local().ip();
         let mut endpoint = Endpoint::claim(ip, state.io.ports, last % MAX_SLOT + 1)?;
@@ -164,6 +219,15 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
 }
 
 impl<M: HostMemory> Shared<M> {
+    /// The state, unless the device failed.
+    fn lock(&self) -> Result<parking_lot::MutexGuard<'_, State<M>>, DeviceFailed> {
+        let state = self.state.lock();
+        if self.failed.load(Ordering::Acquire) {
+            return Err(DeviceFailed);
+        }
+        Ok(state)
+    }
+
     /// One progress step, then the reports, then a wake-up of the progress
     /// thread if it sleeps past the engine's new earliest deadline.
     fn step(&self, state: &mut State<M>) {
@@ -190,11 +254,41 @@ impl<M: HostMemory> Shared<M> {
     }
 }
 
-fn progress_thread<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
+/// The progress thread: the loop, and the device's failure if it panics.
+fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
+    let run = catch_unwind(AssertUnwindSafe(|| progress_loop(shared, poll)));
+    if run.is_err() {
+        // The panic hook has printed what happened.
+        shared.failed.store(true, Ordering::Release);
+        shared.notify.device_fatal();
+    }
+}
+
+/// Marks the driver failed if dropped during a panic. Made after the state
+/// lock is taken, it is dropped before the lock is released, so no other
+/// thread sees the state a panic left half changed.
+struct FailOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+}
+
+fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
-            let mut state = shared.state.lock();
+            let Ok(mut state) = shared.lock() else {
+                return;
+            };
+            let _fail = FailOnUnwind(&shared.failed);
+            #[cfg(test)]
+            if shared.inject_panic.swap(false, Ordering::AcqRel) {
+                panic!("injected progress-thread panic");
+            }
             shared.step(&mut state);
             let deadline = state.engine.poll_timeout();
             state.thread_deadline = deadline;
@@ -205,5 +299,52 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_engine::FlatMemory;
+    use std::net::Ipv4Addr;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Reports `device_fatal` on a channel.
+    struct Fatal(parking_lot::Mutex<mpsc::Sender<()>>);
+
+    impl Notify for Fatal {
+        fn completion_event(&self, _: CqId) {}
+        fn async_event(&self, _: AsyncEvent) {}
+        fn device_fatal(&self) {
+            let _ = self.0.lock().send(());
+        }
+    }
+
+    #[test]
+    fn a_progress_thread_panic_is_device_fatal_and_verbs_then_fail() {
+        let (tx, fatal) = mpsc::channel();
+        let cfg = DriverConfig {
+            device: DeviceConfig::loopback(1),
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ports: SlotPorts::default(),
+        };
+        let notify = Arc::new(Fatal(parking_lot::Mutex::new(tx)));
+        let d = Driver::start(cfg, FlatMemory::new(0x1000, 4096), notify).unwrap();
+        assert!(d.try_with(|e, _| e.alloc_pd()).unwrap().is_ok());
+
+        d.shared.inject_panic.store(true, Ordering::Release);
+        d.shared.waker.wake().unwrap();
+        fatal
+            .recv_timeout(Duration::from_secs(30))
+            .expect("device_fatal reported");
+
+        assert_eq!(d.try_with(|e, _| e.alloc_pd()).err(), Some(DeviceFailed));
+        let unwound = catch_unwind(AssertUnwindSafe(|| d.with(|e, _| e.alloc_pd())));
+        let payload = unwound.expect_err("with unwinds on a failed device");
+        assert_eq!(payload.downcast_ref(), Some(&DeviceFailed));
+        let e = d.add_slot().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        assert!(fatal.try_recv().is_err(), "reported once");
     }
 }

@@ -17,6 +17,6 @@ mod io_step;
 mod send_batch;
 pub mod slots;
 
-pub use driver::{Driver, DriverConfig, Notify};
+pub use driver::{DeviceFailed, Driver, DriverConfig, Notify};
 pub use io_step::IoStats;
 pub use slots::SlotPorts;

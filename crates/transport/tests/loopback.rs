@@ -20,6 +20,7 @@ impl Notify for Events {
         let _ = self.0.lock().send(cq);
     }
     fn async_event(&self, _: AsyncEvent) {}
+    fn device_fatal(&self) {}
 }
 
 struct Side {

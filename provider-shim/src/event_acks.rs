@@ -1,0 +1,231 @@
+//! Destroying a CQ, QP or SRQ waits until the application has
+//! acknowledged every event it took for the object (ibv_get_cq_event(3),
+//! ibv_get_async_event(3)), so no thread is left holding an event that
+//! names a freed object.
+//!
+//! The acknowledgements never reach the provider: `ibv_ack_cq_events` and
+//! `ibv_ack_async_event` are libibverbs functions that add to counters in
+//! the C objects (`ibv_cq.comp_events_completed` and
+//! `async_events_completed`, `ibv_qp.events_completed`,
+//! `ibv_srq.events_completed`) under the object's `mutex` and signal its
+//! `cond`. What the provider counts is the other side: libibverbs calls the
+//! `cq_event` and `async_event` ops each time `ibv_get_cq_event` or
+//! `ibv_get_async_event` hands an event to the application, which is the
+//! moment the kernel counts an event as reported. A destroy then waits on
+//! the object's `cond` until the acknowledged counts reach the reported
+//! ones, as libibverbs does after the kernel's destroy command.
+//!
+//! Events still unread in a descriptor when the object goes are not
+//! counted (the application never took them).
+
+use crate::context::state;
+use crate::ffi::*;
+use crate::guard::guard;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ptr::addr_of_mut;
+
+/// Events handed to the application for one object.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    /// Completion events (CQs only).
+    pub comp: u32,
+    /// Affiliated async events.
+    pub async_events: u32,
+}
+
+/// The events delivered per live object, keyed by the address of its C
+/// object (the only thing an event names), so an event read after its
+/// object was destroyed finds no entry and is never dereferenced here.
+#[derive(Debug, Default)]
+pub struct Acks {
+    delivered: Mutex<HashMap<usize, Delivered>>,
+}
+
+impl Acks {
+    /// Starts counting for a new object.
+    pub fn add(&self, object: usize) {
+        self.delivered.lock().insert(object, Delivered::default());
+    }
+
+    /// Stops counting for a destroyed object; what it was handed.
+    pub fn remove(&self, object: usize) -> Delivered {
+        self.delivered.lock().remove(&object).unwrap_or_default()
+    }
+
+    fn count(&self, object: usize, bump: impl FnOnce(&mut Delivered)) {
+        if let Some(d) = self.delivered.lock().get_mut(&object) {
+            bump(d);
+        }
+    }
+}
+
+/// `verbs_context_ops.cq_event`: `ibv_get_cq_event` handed out an event.
+///
+/// # Safety
+/// Called by libibverbs with the CQ the event names, whose `context`
+/// libibverbs has just read itself.
+pub unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
+    guard((), || {
+        // SAFETY: per the contract; a plain field read.
+        let context = unsafe { std::ptr::addr_of!((*cq).context).read() };
+        // SAFETY: a CQ of ours belongs to one of our contexts.
+        let st = unsafe { state(context) };
+        st.events.acks.count(cq as usize, |d| d.comp += 1);
+    })
+}
+
+/// `verbs_context_ops.async_event`: `ibv_get_async_event` handed out an
+/// event.
+///
+/// # Safety
+/// Called by libibverbs with one of our contexts and the event it filled.
+pub unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
+    guard((), || {
+        // SAFETY: the event libibverbs just filled; a plain field read.
+        let kind = unsafe { std::ptr::addr_of!((*event).event_type).read() };
+        if !names_object(kind) {
+            return;
+        }
+        // SAFETY: for these types libibverbs stored the object's pointer
+        // in the union (only its value is used, never dereferenced).
+        let object = unsafe { std::ptr::addr_of!((*event).element.cq).read() } as usize;
+        // SAFETY: our context.
+        let st = unsafe { state(context) };
+        st.events.acks.count(object, |d| d.async_events += 1);
+    })
+}
+
+/// Whether an event's element is a CQ, QP or SRQ pointer (the others hold
+/// a port number).
+fn names_object(kind: u32) -> bool {
+    matches!(
+        kind,
+        IBV_EVENT_CQ_ERR
+            | IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+            | IBV_EVENT_SRQ_ERR
+            | IBV_EVENT_SRQ_LIMIT_REACHED
+    )
+}
+
+/// Waits on `cond` (with `mutex`, both libibverbs-owned) until `acked()`.
+///
+/// # Safety
+/// `mutex` and `cond` are initialised pthread objects of a live C object
+/// that libibverbs' ack functions lock and signal; `acked` reads counters
+/// they guard.
+unsafe fn wait_until(
+    mutex: *mut libc::pthread_mutex_t,
+    cond: *mut libc::pthread_cond_t,
+    acked: impl Fn() -> bool,
+) {
+    // SAFETY: per the contract; the counters are read under the mutex the
+    // ack functions update them under.
+    unsafe {
+        libc::pthread_mutex_lock(mutex);
+        while !acked() {
+            libc::pthread_cond_wait(cond, mutex);
+        }
+        libc::pthread_mutex_unlock(mutex);
+    }
+}
+
+/// Waits until the completion and async events handed out for a CQ are
+/// acknowledged.
+///
+/// # Safety
+/// `cq` is a CQ of ours, destroyed in the engine but not yet freed.
+pub unsafe fn wait_cq_acks(cq: *mut ibv_cq, d: Delivered) {
+    // SAFETY: libibverbs initialised the CQ's mutex and cond
+    // (verbs_init_cq, after create_cq or create_cq_ex); the counters are
+    // read field by field through raw pointers, never through a reference
+    // to memory ibv_ack_cq_events writes.
+    unsafe {
+        let comp = addr_of_mut!((*cq).comp_events_completed);
+        let asy = addr_of_mut!((*cq).async_events_completed);
+        wait_until(addr_of_mut!((*cq).mutex), addr_of_mut!((*cq).cond), || {
+            comp.read() >= d.comp && asy.read() >= d.async_events
+        });
+    }
+}
+
+/// Waits until the async events handed out for a QP are acknowledged.
+///
+/// # Safety
+/// `qp` is a QP of ours, destroyed in the engine but not yet freed.
+pub unsafe fn wait_qp_acks(qp: *mut ibv_qp, d: Delivered) {
+    // SAFETY: ibv_create_qp (or our create_qp_ex) initialised the mutex
+    // and cond; the counter is read through a raw pointer.
+    unsafe {
+        let acked = addr_of_mut!((*qp).events_completed);
+        wait_until(addr_of_mut!((*qp).mutex), addr_of_mut!((*qp).cond), || {
+            acked.read() >= d.async_events
+        });
+    }
+}
+
+/// Waits until the async events handed out for an SRQ are acknowledged.
+///
+/// # Safety
+/// `srq` is an SRQ of ours, destroyed in the engine but not yet freed.
+pub unsafe fn wait_srq_acks(srq: *mut ibv_srq, d: Delivered) {
+    // SAFETY: ibv_create_srq initialised the mutex and cond; the counter
+    // is read through a raw pointer.
+    unsafe {
+        let acked = addr_of_mut!((*srq).events_completed);
+        wait_until(addr_of_mut!((*srq).mutex), addr_of_mut!((*srq).cond), || {
+            acked.read() >= d.async_events
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_events_of_live_objects_are_counted() {
+        let acks = Acks::default();
+        acks.add(0x1000);
+        acks.count(0x1000, |d| d.comp += 1);
+        acks.count(0x1000, |d| d.async_events += 1);
+        acks.count(0x2000, |d| d.comp += 1);
+        let d = acks.remove(0x1000);
+        assert_eq!((d.comp, d.async_events), (1, 1));
+        acks.count(0x1000, |d| d.comp += 1);
+        assert_eq!(acks.remove(0x1000), Delivered::default());
+    }
+
+    #[test]
+    fn a_destroy_waits_for_the_ack_of_an_event_it_handed_out() {
+        // A zeroed ibv_cq holds statically initialised pthread objects
+        // (glibc), as libibverbs' does after verbs_init_cq.
+        let cq: &'static mut ibv_cq = Box::leak(Box::new(ibv_cq::ZEROED));
+        let cq = cq as *mut ibv_cq as usize;
+        let acker = std::thread::spawn(move || {
+            let cq = cq as *mut ibv_cq;
+            // What ibv_ack_cq_events(cq, 1) does.
+            // SAFETY: the leaked CQ lives forever; fields through raw pointers.
+            unsafe {
+                libc::pthread_mutex_lock(addr_of_mut!((*cq).mutex));
+                *addr_of_mut!((*cq).comp_events_completed) += 1;
+                libc::pthread_cond_signal(addr_of_mut!((*cq).cond));
+                libc::pthread_mutex_unlock(addr_of_mut!((*cq).mutex));
+            }
+        });
+        let d = Delivered {
+            comp: 1,
+            async_events: 0,
+        };
+        // SAFETY: as above.
+        unsafe { wait_cq_acks(cq as *mut ibv_cq, d) };
+        acker.join().unwrap();
+    }
+}
