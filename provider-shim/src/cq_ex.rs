@@ -54,7 +54,8 @@ pub unsafe extern "C" fn create_cq_ex(
         // allows.
         let locked = flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED == 0;
         // SAFETY: forwarding to create_cq with the same context.
-        let cq = unsafe { create_cq_locked(context, cqe, a.channel, a.comp_vector as c_int, locked) };
+        let cq =
+            unsafe { create_cq_locked(context, cqe, a.channel, a.comp_vector as c_int, locked) };
         if !cq.is_null() {
             // SAFETY: a CQ create_cq just made, not yet handed out.
             unsafe { install(cq as *mut ibv_cq_ex) };
@@ -114,7 +115,11 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         // Allocates only when there are completions: a CQ spun on while
         // empty costs no allocation.
         let mut got = Vec::new();
-        if st.driver.with(|e, _| e.poll_cq(id, BATCH, &mut got)).is_err() {
+        if st
+            .driver
+            .with(|e, _| e.poll_cq(id, BATCH, &mut got))
+            .is_err()
+        {
             return libc::EINVAL;
         }
         q.extend(got);
@@ -196,7 +201,7 @@ macro_rules! reader {
 reader!(read_opcode -> u32, 0, |w| w.opcode as u32);
 reader!(read_vendor_err -> u32, 0, |w| w.vendor_err);
 reader!(read_byte_len -> u32, 0, |w| w.byte_len);
-reader!(read_imm_data -> u32, 0, |w| w.imm_data_or_inv_rkey);
+reader!(read_imm_data -> u32, 0, |w| crate::convert::wc_imm_or_rkey(&w));
 reader!(read_qp_num -> u32, 0, |w| w.qp_num);
 reader!(read_src_qp -> u32, 0, |w| w.src_qp);
 reader!(read_wc_flags -> c_uint, 0, |w| w.wc_flags);

@@ -180,9 +180,11 @@ pub unsafe fn wait_srq_acks(srq: *mut ibv_srq, d: Delivered) {
     // is read through a raw pointer.
     unsafe {
         let acked = addr_of_mut!((*srq).events_completed);
-        wait_until(addr_of_mut!((*srq).mutex), addr_of_mut!((*srq).cond), || {
-            acked.read() >= d.async_events
-        });
+        wait_until(
+            addr_of_mut!((*srq).mutex),
+            addr_of_mut!((*srq).cond),
+            || acked.read() >= d.async_events,
+        );
     }
 }
 

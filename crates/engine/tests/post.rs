@@ -373,7 +373,11 @@ fn a_send_batch_with_one_bad_wr_posts_nothing() {
     bad.send_flags |= 1 << 30;
     let batch = [send_wr(&sge), send_wr(&sge), bad, send_wr(&sge)];
     assert_eq!(errno(f.e.post_send_batch(qp, &batch)), EINVAL);
-    assert_eq!(flushed_sends(&mut f, qp), 0, "nothing of the batch was posted");
+    assert_eq!(
+        flushed_sends(&mut f, qp),
+        0,
+        "nothing of the batch was posted"
+    );
 }
 
 #[test]
