@@ -54,6 +54,7 @@ pub unsafe extern "C" fn alloc_context(
         let Some(dev) = soft(device) else {
             return std::ptr::null_mut();
         };
+        let cmd_fd = if cmd_fd < 0 { placeholder_cmd_fd() } else { cmd_fd };
         // SAFETY: libibverbs callocs `size_of::<SoftContext>()` bytes and
         // initialises the verbs_context at offset 0 (`context_offset` is
         // an offset in pointer form, as its C macro passes it).
@@ -144,6 +145,18 @@ pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
             libc::free(raw.cast());
         }
     })
+}
+
+/// The `cmd_fd` of a context opened in preload mode, where libibverbs
+/// opened no character device: a real descriptor (on `/dev/null`), so that
+/// programs that `dup` or `fcntl` it, as pyverbs' shared-PD test does, get
+/// an ordinary descriptor rather than -1. libibverbs closes it with the
+/// context. Commands sent to it reach nothing: softverbs has no kernel
+/// part, and `ibv_import_device` on it fails (docs/supported.md).
+fn placeholder_cmd_fd() -> c_int {
+    // SAFETY: a NUL-terminated path; the descriptor is handed to
+    // libibverbs, which owns it from here on.
+    unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
 }
 
 fn soft_context_ptr(context: *mut ibv_context) -> *mut SoftContext {

@@ -16,12 +16,17 @@ pub fn gid_to_c(g: Gid) -> ibv_gid {
     ibv_gid { raw: g.0 }
 }
 
-/// `ibv_ah_attr` -> engine.
+/// The bits of an IPv6 flow label.
+const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
+
+/// `ibv_ah_attr` -> engine. The flow label is masked to its 20 bits, as
+/// the kernel's uverbs layer does: programs pass wider values (UCX 1.13
+/// passes `~0` on RoCE) and kernel providers accept them.
 pub fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {
             dgid: gid_from_c(&a.grh.dgid),
-            flow_label: a.grh.flow_label,
+            flow_label: a.grh.flow_label & FLOW_LABEL_MASK,
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
             traffic_class: a.grh.traffic_class,
@@ -138,6 +143,31 @@ pub fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
     c
 }
 
+/// A WR's `imm_data` (`__be32`: its bytes in memory are the bytes on
+/// the wire) -> the engine's number, whose big-endian bytes go on the wire.
+pub fn imm_from_c(imm: u32) -> u32 {
+    u32::from_be(imm)
+}
+
+/// The `imm_data`/`invalidate_rkey` union of a send WR for the engine:
+/// immediate data is network order, an rkey to invalidate host order.
+pub fn wr_imm_or_rkey(opcode: u32, raw: u32) -> u32 {
+    match opcode {
+        IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => imm_from_c(raw),
+        _ => raw,
+    }
+}
+
+/// The `imm_data`/`invalidated_rkey` union of a completion for C:
+/// immediate data back in network order, an invalidated rkey host order.
+pub fn wc_imm_or_rkey(w: &WorkCompletion) -> u32 {
+    if w.wc_flags & IBV_WC_WITH_IMM != 0 {
+        w.imm_data_or_inv_rkey.to_be()
+    } else {
+        w.imm_data_or_inv_rkey
+    }
+}
+
 /// Engine completion -> `ibv_wc`.
 pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     let mut c = ibv_wc::ZEROED;
@@ -147,7 +177,7 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.vendor_err = w.vendor_err;
     c.byte_len = w.byte_len;
     c.u = ibv_wc_u {
-        imm_data: w.imm_data_or_inv_rkey,
+        imm_data: wc_imm_or_rkey(w),
     };
     c.qp_num = w.qp_num;
     c.src_qp = w.src_qp;

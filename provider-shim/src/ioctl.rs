@@ -19,7 +19,7 @@ use crate::context::{soft_state, ContextState};
 use crate::device::soft;
 use crate::events::EventPipe;
 use crate::ffi::{ibv_context, ibv_gid_entry};
-use crate::guard::{guard, set_errno};
+use crate::guard::{set_errno, verb};
 use std::os::fd::IntoRawFd;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn execute_ioctl(
     context: *mut ibv_context,
     cmd: *mut ibv_command_buffer,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: libibverbs passes a live context (or NULL).
         let ours = !context.is_null() && soft(unsafe { (*context).device }).is_some();
         if !ours {

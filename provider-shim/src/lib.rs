@@ -33,6 +33,7 @@ pub mod got;
 pub mod guard;
 pub mod ioctl;
 pub mod libibverbs;
+pub mod mapping;
 pub mod ops;
 pub mod plugin;
 pub mod preload;

@@ -10,7 +10,7 @@ use crate::context::{soft_state, ContextState};
 use crate::device::{self, soft};
 use crate::events::EventPipe;
 use crate::ffi::*;
-use crate::guard::{guard, set_errno};
+use crate::guard::{guard, set_errno, verb};
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::raw::c_int;
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || match ours(context) {
+    verb(|| match ours(context) {
         Some(st) => {
             if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
                 return libc::EINVAL;
@@ -417,7 +417,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 /// (live objects of this provider, caller-owned buffers of the right size).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: a channel from ibv_create_comp_channel.
         let context = unsafe { (*channel).context };
         match ours(context) {

@@ -163,7 +163,7 @@ wr_fn!(/// `ibv_wr_abort`.
 wr_fn!(/// `ibv_wr_send`.
     wr_send() |qp| { unsafe { begin(qp, send_opcode::SEND) }; });
 wr_fn!(/// `ibv_wr_send_imm`.
-    wr_send_imm(imm: u32) |qp, imm| unsafe { begin(qp, send_opcode::SEND_WITH_IMM) }.imm_or_inv = imm);
+    wr_send_imm(imm: u32) |qp, imm| unsafe { begin(qp, send_opcode::SEND_WITH_IMM) }.imm_or_inv = crate::convert::imm_from_c(imm));
 wr_fn!(/// `ibv_wr_send_inv`.
     wr_send_inv(rkey: u32) |qp, rkey| unsafe { begin(qp, send_opcode::SEND_WITH_INV) }.imm_or_inv = rkey);
 wr_fn!(/// `ibv_wr_local_inv`.
@@ -176,7 +176,7 @@ wr_fn!(/// `ibv_wr_rdma_write_imm`.
 wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) |qp, rkey, remote_addr, imm| {
     let w = unsafe { begin(qp, send_opcode::RDMA_WRITE_WITH_IMM) };
     w.rdma = RdmaTarget { remote_addr, rkey };
-    w.imm_or_inv = imm;
+    w.imm_or_inv = crate::convert::imm_from_c(imm);
 });
 wr_fn!(/// `ibv_wr_rdma_read`.
 wr_rdma_read(rkey: u32, addr: u64) |qp, rkey, remote_addr| {

@@ -9,7 +9,7 @@ use crate::context::state;
 use crate::convert::{ah_from_c, wc_to_c};
 use crate::device::copy_name;
 use crate::ffi::*;
-use crate::guard::{guard, set_errno};
+use crate::guard::{guard, set_errno, verb};
 use softverbs_engine::{
     AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
 };
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: libibverbs calls this for our contexts only.
         let st = unsafe { state(context) };
         let mut ex = ibv_device_attr_ex::ZEROED;
@@ -187,7 +187,7 @@ pub unsafe extern "C" fn query_port(
     port: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our context.
         let st = unsafe { state(context) };
         match st.driver.with(|e, _| e.query_port(port)) {
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: `pd` is one of our PDs.
         let (st, id) = unsafe { (state((*pd).context), pd_id(pd)) };
         match st.driver.with(|e, _| e.dealloc_pd(id)) {
@@ -258,8 +258,11 @@ pub unsafe extern "C" fn reg_mr(
     guard(std::ptr::null_mut(), || {
         // SAFETY: `pd` is one of our PDs.
         let (st, pd_handle) = unsafe { (state((*pd).context), pd_id(pd)) };
+        let (addr, length, access) = (addr as u64, length as u64, access as u32);
         let r = st.driver.with(|e, _| {
-            e.reg_mr(pd_handle, addr as u64, length as u64, hca_va, access as u32)
+            e.check_reg_mr(addr, length, hca_va, access)?;
+            check_mapped(addr, length, access)?;
+            e.reg_mr(pd_handle, addr, length, hca_va, access)
                 .map(|m| m.key)
         });
         let key = match r {
@@ -273,8 +276,23 @@ pub unsafe extern "C" fn reg_mr(
         let mut vmr = verbs_mr::ZEROED;
         vmr.ibv_mr.lkey = key;
         vmr.ibv_mr.rkey = key;
-        vmr.access = access;
+        vmr.access = access as c_int;
         Box::into_raw(Box::new(SoftMr { vmr, id })) as *mut ibv_mr
+    })
+}
+
+/// EFAULT unless the memory of an MR with `access` rights is mapped, and
+/// writable where any right writes (the kernel's `ib_access_writable`).
+fn check_mapped(addr: u64, length: u64, access: u32) -> Result<(), VerbsError> {
+    let writes = access
+        & (IBV_ACCESS_LOCAL_WRITE
+            | IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_ATOMIC
+            | IBV_ACCESS_MW_BIND)
+        != 0;
+    crate::mapping::check(addr, length, writes).map_err(|_| VerbsError {
+        kind: softverbs_engine::ErrorKind::BadAddress,
+        reason: "MR memory is not mapped with the rights asked",
     })
 }
 
@@ -284,7 +302,7 @@ pub unsafe extern "C" fn reg_mr(
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: `vmr` is one of our MRs; libibverbs set its context.
         let (st, id) = unsafe { (state((*vmr).ibv_mr.context), (*(vmr as *mut SoftMr)).id) };
         match st.driver.with(|e, _| e.dereg_mr(id)) {
@@ -312,7 +330,7 @@ pub unsafe extern "C" fn rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: `vmr` is one of our MRs; a new PD, if any, is ours too.
         let (st, id) = unsafe { (state((*vmr).ibv_mr.context), (*(vmr as *mut SoftMr)).id) };
         let flags = flags as u32;
@@ -323,7 +341,15 @@ pub unsafe extern "C" fn rereg_mr(
                 .then_some((addr as u64, length as u64)),
             access: (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(access as u32),
         };
-        match st.driver.with(|e, _| e.rereg_mr(id, &change)) {
+        // The kernel pins the new translation with the new rights.
+        let mapped = |e: &softverbs_engine::Engine| match e.mr(id) {
+            Some(old) => {
+                let (a, l) = change.range.unwrap_or((old.addr, old.length));
+                check_mapped(a, l, change.access.unwrap_or(old.access.bits()))
+            }
+            None => Ok(()), // rereg_mr refuses an unknown MR itself
+        };
+        match st.driver.with(|e, _| mapped(e).and_then(|()| e.rereg_mr(id, &change))) {
             Ok(()) => {
                 if let Some(a) = change.access {
                     // SAFETY: our MR.
@@ -398,7 +424,7 @@ pub unsafe fn create_cq_locked(
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: one of our CQs.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
         match st.driver.with(|e, _| e.destroy_cq(id)) {
@@ -421,7 +447,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: one of our CQs.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
         if cqe < 0 {
@@ -474,7 +500,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: one of our CQs.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
         st.driver
@@ -508,7 +534,7 @@ pub unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: one of our AHs.
         let (st, id) = unsafe { (state((*ah).context), (*(ah as *mut SoftAh)).id) };
         match st.driver.with(|e, _| e.destroy_ah(id)) {

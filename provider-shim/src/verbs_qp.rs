@@ -1,13 +1,14 @@
 //! QP and SRQ verbs and posting work requests.
 
 use crate::context::state;
-use crate::convert::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c};
+use crate::convert::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c, wr_imm_or_rkey};
 use crate::ffi::*;
-use crate::guard::guard;
+use crate::guard::{guard, verb};
 use crate::verbs_basic::{cq_id, err, null, pd_id, SoftAh};
 use softverbs_engine::{
-    send_flags, AtomicTarget, QpAttrMask, QpId, QpInitAttr, RdmaTarget, RecvWr, SendWr, Sge,
-    SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsResult, QPN_EXHAUSTED,
+    send_flags, AtomicTarget, Engine, ErrorKind, QpAttrMask, QpCap, QpId, QpInitAttr, RdmaTarget,
+    RecvWr, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsError, VerbsResult,
+    QPN_EXHAUSTED,
 };
 use std::os::raw::c_int;
 
@@ -121,7 +122,7 @@ fn create_with_slots(
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our QP and a caller-provided attr.
         let (st, id, a) = unsafe { (state((*qp).context), qp_id(qp), qp_attr_from_c(&*attr)) };
         let mask = QpAttrMask::from_bits_retain(mask as u32);
@@ -142,7 +143,7 @@ pub unsafe extern "C" fn query_qp(
     _mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our QP.
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
         let (a, init) = match st.driver.with(|e, _| e.query_qp(id)) {
@@ -171,7 +172,7 @@ pub unsafe extern "C" fn query_qp(
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our QP.
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
         match st.driver.with(|e, _| e.destroy_qp(id)) {
@@ -188,37 +189,66 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// The SGEs of a WR.
+/// EINVAL with a reason, for checks the provider makes before the engine
+/// sees a WR.
+const fn einval(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::InvalidArgument,
+        reason,
+    }
+}
+
+/// The SGEs of a WR. A count above `max_sge` (the QP's or SRQ's limit) is
+/// refused before the application's array is read or anything allocated:
+/// `num_sge` comes straight from the application.
 ///
 /// # Safety
-/// `sg_list` points to `num_sge` SGEs (or `num_sge` <= 0).
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Vec<Sge> {
-    if sg_list.is_null() || num_sge <= 0 {
-        return Vec::new();
+/// `sg_list` points to `num_sge` SGEs whenever `0 < num_sge <= max_sge`.
+pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> VerbsResult<Vec<Sge>> {
+    let Ok(n) = u32::try_from(num_sge) else {
+        return Err(einval("negative num_sge"));
+    };
+    if n > max_sge {
+        return Err(einval("num_sge above the queue's max_sge"));
     }
-    // SAFETY: per the caller's contract.
-    let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-    list.iter()
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if sg_list.is_null() {
+        return Err(einval("num_sge > 0 with a NULL sg_list"));
+    }
+    // SAFETY: per the caller's contract, and n <= max_sge bounds the read.
+    let list = unsafe { std::slice::from_raw_parts(sg_list, n as usize) };
+    Ok(list
+        .iter()
         .map(|s| Sge {
             addr: s.addr,
             length: s.length,
             lkey: s.lkey,
         })
-        .collect()
+        .collect())
 }
 
 /// The bytes of an inline WR, copied out of the application's buffers at
 /// post time as IBV_SEND_INLINE promises (their keys are not checked).
-fn inline_bytes(sges: &[Sge]) -> Vec<u8> {
-    let mut data = Vec::with_capacity(sges.iter().map(|s| s.length as usize).sum());
+/// Their total is checked against `max_inline` before anything is copied.
+pub fn inline_bytes(sges: &[Sge], max_inline: u32) -> VerbsResult<Vec<u8>> {
+    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    if total > u64::from(max_inline) {
+        return Err(einval("inline data above max_inline_data"));
+    }
+    let mut data = Vec::with_capacity(total as usize);
     for s in sges {
         // SAFETY: an inline WR's SGEs name application memory readable now
-        // (the verbs contract for IBV_SEND_INLINE).
+        // (the verbs contract for IBV_SEND_INLINE; a bad pointer here
+        // faults in the application's own thread, as with every provider
+        // that copies inline data in user space), and their total is at
+        // most max_inline_data.
         data.extend_from_slice(unsafe {
             std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
         });
     }
-    data
+    Ok(data)
 }
 
 /// `post_send`: WRs are posted in order; the first refused one is
@@ -232,25 +262,21 @@ pub unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our QP.
         let (st, id, is_ud) =
             unsafe { (state((*qp).context), qp_id(qp), (*qp).qp_type == IBV_QPT_UD) };
         st.driver.with(|e, _| {
+            let cap = match e.qp_cap(id) {
+                Ok(c) => c,
+                Err(error) => return err(error),
+            };
             let mut cur = wr;
             while !cur.is_null() {
                 // SAFETY: a caller-provided WR list.
                 let w = unsafe { &*cur };
-                // SAFETY: its SGE array.
-                let list = unsafe { sges(w.sg_list, w.num_sge) };
-                let inline = if w.send_flags & send_flags::INLINE != 0 {
-                    inline_bytes(&list)
-                } else {
-                    Vec::new()
-                };
-                // SAFETY: the WR's unions are read as the QP type means them.
-                let r = unsafe { send_wr(w, &list, &inline, is_ud) }
-                    .and_then(|sw| e.post_send(id, &sw));
+                // SAFETY: the WR's SGE array, its count checked first.
+                let r = unsafe { post_one_send(e, id, w, cap, is_ud) };
                 if let Err(error) = r {
                     // SAFETY: caller-provided out pointer.
                     unsafe { *bad_wr = cur };
@@ -261,6 +287,31 @@ pub unsafe extern "C" fn post_send(
             0
         })
     })
+}
+
+/// Converts and posts one send WR.
+///
+/// # Safety
+/// `w` is an application WR whose `sg_list` holds `num_sge` entries; on a
+/// UD QP its AH is NULL or ours.
+unsafe fn post_one_send(
+    e: &mut Engine,
+    id: QpId,
+    w: &ibv_send_wr,
+    cap: QpCap,
+    is_ud: bool,
+) -> VerbsResult<()> {
+    // SAFETY: per the caller's contract. Inline WRs too are bounded by
+    // max_send_sge (rxe and mlx5 check the count whatever the flags).
+    let list = unsafe { sges(w.sg_list, w.num_sge, cap.max_send_sge) }?;
+    let inline = if w.send_flags & send_flags::INLINE != 0 {
+        inline_bytes(&list, cap.max_inline_data)?
+    } else {
+        Vec::new()
+    };
+    // SAFETY: the WR's unions are read as the QP type means them.
+    let sw = unsafe { send_wr(w, &list, &inline, is_ud) }?;
+    e.post_send(id, &sw)
 }
 
 /// # Safety
@@ -292,7 +343,7 @@ pub unsafe fn send_wr<'a>(
         send_flags: w.send_flags,
         sg_list: list,
         inline_data: inline,
-        imm_data_or_inv_rkey: imm,
+        imm_data_or_inv_rkey: wr_imm_or_rkey(w.opcode, imm),
         rdma: RdmaTarget {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
@@ -317,11 +368,13 @@ pub unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our QP.
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
-        st.driver
-            .with(|e, _| post_recv_list(wr, bad_wr, |rw| e.post_recv(id, rw)))
+        st.driver.with(|e, _| match e.qp_cap(id) {
+            Ok(cap) => post_recv_list(wr, bad_wr, cap.max_recv_sge, |rw| e.post_recv(id, rw)),
+            Err(error) => err(error),
+        })
     })
 }
 
@@ -329,17 +382,21 @@ pub unsafe extern "C" fn post_recv(
 fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
+    max_sge: u32,
     mut post: impl FnMut(&RecvWr<'_>) -> VerbsResult<()>,
 ) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
-        // SAFETY: a caller-provided WR list and its SGE arrays.
+        // SAFETY: a caller-provided WR list.
         let w = unsafe { &*cur };
-        let list = unsafe { sges(w.sg_list, w.num_sge) };
-        if let Err(error) = post(&RecvWr {
-            wr_id: w.wr_id,
-            sg_list: &list,
-        }) {
+        // SAFETY: its SGE array, its count checked against max_sge first.
+        let r = unsafe { sges(w.sg_list, w.num_sge, max_sge) }.and_then(|list| {
+            post(&RecvWr {
+                wr_id: w.wr_id,
+                sg_list: &list,
+            })
+        });
+        if let Err(error) = r {
             // SAFETY: caller-provided out pointer.
             unsafe { *bad_wr = cur };
             return err(error);
@@ -391,7 +448,7 @@ pub unsafe extern "C" fn modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our SRQ and a caller-provided attr.
         let (st, id, a) = unsafe { (state((*srq).context), srq_id(srq), *attr) };
         let req = SrqAttr {
@@ -412,7 +469,7 @@ pub unsafe extern "C" fn modify_srq(
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our SRQ.
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
         match st.driver.with(|e, _| e.query_srq(id)) {
@@ -438,7 +495,7 @@ pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our SRQ.
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
         match st.driver.with(|e, _| e.destroy_srq(id)) {
@@ -465,10 +522,12 @@ pub unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    verb(|| {
         // SAFETY: our SRQ.
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
-        st.driver
-            .with(|e, _| post_recv_list(wr, bad_wr, |rw| e.post_srq_recv(id, rw)))
+        st.driver.with(|e, _| match e.query_srq(id) {
+            Ok(a) => post_recv_list(wr, bad_wr, a.max_sge, |rw| e.post_srq_recv(id, rw)),
+            Err(error) => err(error),
+        })
     })
 }

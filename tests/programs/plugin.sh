@@ -118,6 +118,11 @@ if cc -O1 -o "$log/verb_errors" "$root/tests/programs/verb_errors.c" -libverbs 2
 else
   bad "verb error paths (compile)" "$log/cc"
 fi
+if cc -O1 -o "$log/app_mistakes" "$root/tests/programs/app_mistakes.c" -libverbs 2> "$log/cc"; then
+  one "application mistakes are errors, not crashes" "app mistakes ok" "$log/app_mistakes"
+else
+  bad "application mistakes (compile)" "$log/cc"
+fi
 unset SYSFS_PATH
 
 one "softverbs teardown" "removed" /usr/local/bin/softverbs teardown

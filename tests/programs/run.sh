@@ -91,6 +91,15 @@ else
   bad "verb error paths (compile)" "$log/cc"
 fi
 
+# Application mistakes that once crashed the process: bad registrations,
+# buffers unmapped under an MR, huge SGE counts and inline lengths; and
+# errno, flow label and cmd_fd as a kernel provider leaves them.
+if cc -O1 -o "$log/app_mistakes" "$here/app_mistakes.c" -libverbs 2> "$log/cc"; then
+  one "application mistakes are errors, not crashes" "app mistakes ok" "$log/app_mistakes"
+else
+  bad "application mistakes (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0

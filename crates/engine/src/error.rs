@@ -16,6 +16,8 @@ pub enum ErrorKind {
     NoMemory,
     /// EOPNOTSUPP: the device does not implement this.
     NotSupported,
+    /// EFAULT: memory the verb was given is not mapped as it must be.
+    BadAddress,
 }
 
 impl ErrorKind {
@@ -26,6 +28,7 @@ impl ErrorKind {
             ErrorKind::Busy => 16,
             ErrorKind::NoMemory => 12,
             ErrorKind::NotSupported => 95,
+            ErrorKind::BadAddress => 14,
         }
     }
 }
@@ -37,6 +40,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Busy => "EBUSY",
             ErrorKind::NoMemory => "ENOMEM",
             ErrorKind::NotSupported => "EOPNOTSUPP",
+            ErrorKind::BadAddress => "EFAULT",
         };
         f.write_str(s)
     }

@@ -108,6 +108,11 @@ impl Engine {
         Ok((qp.query(), qp.init_attr()))
     }
 
+    /// The capacities a QP was created with (what posting checks against).
+    pub fn qp_cap(&self, id: QpId) -> VerbsResult<QpCap> {
+        self.qps.get(id).map(|q| q.cap).ok_or(einval("unknown QP"))
+    }
+
     /// The QP number of a QP.
     pub fn qp_num(&self, id: QpId) -> VerbsResult<u32> {
         self.qps

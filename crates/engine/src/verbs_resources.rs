@@ -47,11 +47,21 @@ impl Engine {
         self.pds.get_mut(pd).ok_or(einval("unknown PD"))
     }
 
+    /// The checks of `ibv_reg_mr` that need no memory, in the kernel's
+    /// order: access flags as its `ib_check_mr_access` (unknown bits
+    /// EINVAL; bits in IBV_ACCESS_OPTIONAL_RANGE are hints and ignored;
+    /// ON_DEMAND without ODP EOPNOTSUPP; REMOTE_WRITE or REMOTE_ATOMIC
+    /// without LOCAL_WRITE EINVAL, ibv_reg_mr(3)), then the range (length 0
+    /// EINVAL, as the kernel refuses to pin nothing). An embedder checks
+    /// that the memory is mapped (EFAULT) after these and before
+    /// [`Engine::reg_mr`].
+    pub fn check_reg_mr(&self, addr: u64, length: u64, iova: u64, access: u32) -> VerbsResult<()> {
+        check_mr_access(access)?;
+        check_mr_range(addr, length, iova, self.config.limits.max_mr_size)
+    }
+
     /// `ibv_reg_mr`: registers `[addr, addr+length)`, addressed remotely
-    /// from `iova`. Access checks follow the kernel's `ib_check_mr_access`:
-    /// unknown bits EINVAL (bits in IBV_ACCESS_OPTIONAL_RANGE are hints and
-    /// ignored), ON_DEMAND without ODP EOPNOTSUPP, REMOTE_WRITE or
-    /// REMOTE_ATOMIC without LOCAL_WRITE EINVAL (ibv_reg_mr(3)).
+    /// from `iova`, with the checks of [`Engine::check_reg_mr`].
     pub fn reg_mr(
         &mut self,
         pd: PdId,
@@ -61,14 +71,7 @@ impl Engine {
         access: u32,
     ) -> VerbsResult<&Mr> {
         let access = check_mr_access(access)?;
-        ensure(
-            addr.checked_add(length).is_some() && iova.checked_add(length).is_some(),
-            einval("MR range wraps around the address space"),
-        )?;
-        ensure(
-            length <= self.config.limits.max_mr_size,
-            einval("MR length above max_mr_size"),
-        )?;
+        check_mr_range(addr, length, iova, self.config.limits.max_mr_size)?;
         below_limit(self.mrs.len(), self.config.limits.max_mr, "max_mr reached")?;
         self.pd_mut(pd)?.users.get();
         let mrs = &self.mrs;
@@ -96,14 +99,7 @@ impl Engine {
         let (addr, length, iova) = change
             .range
             .map_or((old.addr, old.length, old.iova), |(a, l)| (a, l, a));
-        ensure(
-            addr.checked_add(length).is_some(),
-            einval("MR range wraps around the address space"),
-        )?;
-        ensure(
-            length <= self.config.limits.max_mr_size,
-            einval("MR length above max_mr_size"),
-        )?;
+        check_mr_range(addr, length, iova, self.config.limits.max_mr_size)?;
         let pd = change.pd.unwrap_or(old.pd);
         ensure(self.pds.contains_key(pd), einval("unknown PD"))?;
         if pd != old.pd {
@@ -113,6 +109,11 @@ impl Engine {
         let m = self.mrs.get_mut(mr).expect("checked above");
         (m.pd, m.addr, m.length, m.iova, m.access) = (pd, addr, length, iova, access);
         Ok(())
+    }
+
+    /// An MR by handle.
+    pub fn mr(&self, mr: MrId) -> Option<&Mr> {
+        self.mrs.get(mr)
     }
 
     /// The MR with lkey/rkey `key`.
@@ -226,4 +227,14 @@ fn check_mr_access(raw: u32) -> VerbsResult<AccessFlags> {
         einval("REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"),
     )?;
     Ok(access)
+}
+
+/// The range rules of `ibv_reg_mr` and `ibv_rereg_mr`.
+fn check_mr_range(addr: u64, length: u64, iova: u64, max_mr_size: u64) -> VerbsResult<()> {
+    ensure(length > 0, einval("MR of length 0"))?;
+    ensure(
+        addr.checked_add(length).is_some() && iova.checked_add(length).is_some(),
+        einval("MR range wraps around the address space"),
+    )?;
+    ensure(length <= max_mr_size, einval("MR length above max_mr_size"))
 }

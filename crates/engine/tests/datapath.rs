@@ -15,7 +15,7 @@ fn fill(n: &mut Node, offset: u64, len: usize, seed: u8) -> Vec<u8> {
     let data: Vec<u8> = (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect();
-    n.mem.write(MEM_BASE + offset, &data);
+    n.mem.write(MEM_BASE + offset, &data).unwrap();
     data
 }
 
@@ -156,7 +156,7 @@ fn rc_read_of_several_mtus_and_of_zero_bytes() {
 fn rc_atomics_return_the_original_value() {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
-    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes());
+    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes()).unwrap();
     let sge = [p.a.sge(0x800, 8)];
     let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     add.atomic = AtomicTarget {
@@ -657,7 +657,7 @@ fn duplicated_atomic_request_is_applied_once() {
 fn lost_atomic_ack_is_answered_from_the_saved_result() {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
-    p.b.mem.write(MEM_BASE + 0x100, &10u64.to_ne_bytes());
+    p.b.mem.write(MEM_BASE + 0x100, &10u64.to_ne_bytes()).unwrap();
     let sge = [p.a.sge(0x800, 8)];
     let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     add.atomic = AtomicTarget {

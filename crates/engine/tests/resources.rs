@@ -264,3 +264,22 @@ fn rereg_mr_changes_pd_range_and_access_all_or_nothing() {
     };
     assert_eq!(errno(f.e.rereg_mr(mr, &odp)), EOPNOTSUPP);
 }
+
+/// Rule: an MR of length 0 is EINVAL (the kernel pins nothing and
+/// refuses), from `reg_mr`, from the embedder's pre-check and from
+/// `rereg_mr` with a new translation.
+#[test]
+fn mr_of_length_zero_is_einval() {
+    let mut f = fixture();
+    let lw = AccessFlags::LOCAL_WRITE.bits();
+    assert_eq!(errno(f.e.check_reg_mr(0x1000, 0, 0x1000, lw)), EINVAL);
+    assert_eq!(errno(f.e.reg_mr(f.pd, 0x1000, 0, 0x1000, lw)), EINVAL);
+    let key = f.e.reg_mr(f.pd, 0x1000, 64, 0x1000, lw).unwrap().key;
+    let (mr, _) = f.e.mr_by_key(key).unwrap();
+    let change = ReregMr {
+        range: Some((0x2000, 0)),
+        ..ReregMr::default()
+    };
+    assert_eq!(errno(f.e.rereg_mr(mr, &change)), EINVAL);
+    assert_eq!(f.e.mr(mr).unwrap().length, 64, "nothing changed");
+}

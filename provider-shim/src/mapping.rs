@@ -1,0 +1,82 @@
+//! Whether memory an application registers is really there, as the kernel
+//! checks when it pins an MR's pages (`ib_umem_get`): every byte mapped
+//! and readable, and writable when the MR grants any write right. A
+//! provider that skipped this would accept NULL or a read-only buffer and
+//! crash later, at the first peer WRITE.
+
+use procfs::process::{MMPermissions, Process};
+
+/// `Err(EFAULT)` unless `[addr, addr+len)` is mapped readable throughout
+/// (and writable, if `write`). The mappings are read from
+/// `/proc/self/maps`, sorted by address, so one pass suffices.
+pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
+    let maps = Process::myself()
+        .and_then(|p| p.maps())
+        .map_err(|_| libc::EFAULT)?;
+    let mut need = MMPermissions::READ;
+    if write {
+        need |= MMPermissions::WRITE;
+    }
+    if len == 0 {
+        return Ok(()); // nothing to pin; the verb's own rules decide
+    }
+    let end = addr.checked_add(len).ok_or(libc::EFAULT)?;
+    let mut covered = addr;
+    for m in maps.iter() {
+        let (start, stop) = m.address;
+        if stop <= covered {
+            continue;
+        }
+        if start > covered || !m.perms.contains(need) {
+            return Err(libc::EFAULT);
+        }
+        covered = stop;
+        if covered >= end {
+            return Ok(());
+        }
+    }
+    Err(libc::EFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(len: usize, prot: libc::c_int) -> u64 {
+        // SAFETY: a new private anonymous mapping; nothing else is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as u64
+    }
+
+    #[test]
+    fn mapped_memory_passes_and_holes_fail() {
+        let a = map(3 * 4096, libc::PROT_READ | libc::PROT_WRITE);
+        assert_eq!(check(a, 3 * 4096, true), Ok(()));
+        assert_eq!(check(a + 100, 10, true), Ok(()));
+        // SAFETY: unmaps the middle page of the mapping above, which no
+        // reference points to.
+        unsafe { libc::munmap((a + 4096) as *mut libc::c_void, 4096) };
+        assert_eq!(check(a, 3 * 4096, false), Err(libc::EFAULT));
+        assert_eq!(check(a, 4096, false), Ok(()));
+        assert_eq!(check(0, 8, false), Err(libc::EFAULT), "NULL");
+    }
+
+    #[test]
+    fn read_only_memory_cannot_be_registered_for_writing() {
+        let a = map(4096, libc::PROT_READ);
+        assert_eq!(check(a, 4096, false), Ok(()));
+        assert_eq!(check(a, 4096, true), Err(libc::EFAULT));
+        let none = map(4096, libc::PROT_NONE);
+        assert_eq!(check(none, 4096, false), Err(libc::EFAULT));
+    }
+}

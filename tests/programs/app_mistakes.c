@@ -1,0 +1,224 @@
+/* Application mistakes a kernel provider turns into an errno or an error
+ * completion, checked through the provider as a program meets them; each
+ * once crashed the process (or returned the wrong errno):
+ *  - ibv_reg_mr of NULL, of unmapped memory, of length 0, and of a
+ *    read-only mapping with write access: EFAULT, EFAULT, EINVAL, EFAULT;
+ *  - an MR whose buffer is unmapped while still registered: a peer RDMA
+ *    WRITE, READ or atomic there completes with IBV_WC_REM_ACCESS_ERR and
+ *    a SEND from it with IBV_WC_LOC_PROT_ERR, and the process lives on;
+ *  - ibv_post_send with num_sge = 0x7fffffff, an inline WR of 1 GiB, and
+ *    ibv_post_recv with num_sge = 0x7fffffff: EINVAL with bad_wr set;
+ *  - a failing ibv_modify_qp sets errno to the value it returns;
+ *  - an AH whose flow label is wider than 20 bits (UCX passes ~0);
+ *  - the context's cmd_fd is a real descriptor.
+ * Prints "app mistakes ok". */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+#define PAGE 4096
+#define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static union ibv_gid gid;
+
+static struct ibv_context *open_softverbs(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list, "no device list");
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
+			struct ibv_context *c = ibv_open_device(list[i]);
+			ibv_free_device_list(list);
+			return c;
+		}
+	CHECK(0, "softverbs0 not listed");
+	return NULL;
+}
+
+static void *map(int prot)
+{
+	void *p = mmap(NULL, PAGE, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(p != MAP_FAILED, "mmap");
+	return p;
+}
+
+static void expect_reg_fails(void *addr, size_t len, int access, int err, const char *what)
+{
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(pd, addr, len, access);
+	CHECK(!mr && errno == err, "reg_mr of %s: got %p errno %d, want NULL and %d", what, (void *)mr, errno, err);
+}
+
+static struct ibv_qp *new_qp(void)
+{
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2,
+			 .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	return qp;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t dest)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = ALL_ACCESS };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
+	a.rq_psn = 5; a.min_rnr_timer = 1; a.max_dest_rd_atomic = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+/* Waits for the completion of wr_id and returns its status. */
+static enum ibv_wc_status completion_of(uint64_t wr_id)
+{
+	for (long spins = 0; spins < 200000000L; spins++) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "poll_cq");
+		if (n && wc.wr_id == wr_id)
+			return wc.status;
+	}
+	CHECK(0, "no completion for wr_id %llu", (unsigned long long)wr_id);
+	return IBV_WC_GENERAL_ERR;
+}
+
+/* Posts one WR of `opcode` from `local` to `remote` (rkey) over a fresh
+ * connected pair of QPs and returns the requester's completion status. */
+static enum ibv_wc_status one_op(enum ibv_wr_opcode opcode, struct ibv_mr *local, struct ibv_mr *remote)
+{
+	static uint64_t next_id = 100;
+	struct ibv_qp *a = new_qp(), *b = new_qp();
+	connect_qp(a, b->qp_num);
+	connect_qp(b, a->qp_num);
+	uint64_t id = next_id++;
+	struct ibv_sge sge = { (uintptr_t)local->addr, opcode >= IBV_WR_ATOMIC_CMP_AND_SWP ? 8 : 64, local->lkey };
+	struct ibv_send_wr w = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = opcode,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad;
+	if (opcode >= IBV_WR_ATOMIC_CMP_AND_SWP) {
+		w.wr.atomic.remote_addr = (uintptr_t)remote->addr;
+		w.wr.atomic.rkey = remote->rkey;
+	} else {
+		w.wr.rdma.remote_addr = (uintptr_t)remote->addr;
+		w.wr.rdma.rkey = remote->rkey;
+	}
+	CHECK(!ibv_post_send(a, &w, &bad), "post_send");
+	enum ibv_wc_status st = completion_of(id);
+	/* Drain the flushed receive side, then tear the pair down. */
+	struct ibv_wc wc;
+	while (ibv_poll_cq(cq, 1, &wc) > 0)
+		;
+	CHECK(!ibv_destroy_qp(a) && !ibv_destroy_qp(b), "destroy_qp");
+	return st;
+}
+
+static void registration_checks(void)
+{
+	expect_reg_fails(NULL, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "NULL");
+	void *gone = map(PROT_READ | PROT_WRITE);
+	munmap(gone, PAGE);
+	expect_reg_fails(gone, PAGE, 0, EFAULT, "unmapped memory");
+	void *ro = map(PROT_READ);
+	expect_reg_fails(ro, 0, 0, EINVAL, "length 0");
+	expect_reg_fails(ro, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "a read-only mapping with LOCAL_WRITE");
+	expect_reg_fails(ro, PAGE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, EFAULT,
+			 "a read-only mapping with REMOTE_WRITE");
+	struct ibv_mr *mr = ibv_reg_mr(pd, ro, PAGE, IBV_ACCESS_REMOTE_READ);
+	CHECK(mr, "reg_mr of a read-only mapping for reading: errno %d", errno);
+	CHECK(!ibv_dereg_mr(mr), "dereg_mr");
+	munmap(ro, PAGE);
+}
+
+static void unmapped_under_an_mr(void)
+{
+	void *mine = map(PROT_READ | PROT_WRITE);
+	struct ibv_mr *local = ibv_reg_mr(pd, mine, PAGE, ALL_ACCESS);
+	void *theirs = map(PROT_READ | PROT_WRITE);
+	struct ibv_mr *remote = ibv_reg_mr(pd, theirs, PAGE, ALL_ACCESS);
+	CHECK(local && remote, "reg_mr");
+	CHECK(one_op(IBV_WR_RDMA_WRITE, local, remote) == IBV_WC_SUCCESS, "a healthy WRITE failed");
+	munmap(theirs, PAGE);
+	enum ibv_wr_opcode remote_ops[] = { IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
+					     IBV_WR_ATOMIC_CMP_AND_SWP };
+	for (unsigned i = 0; i < sizeof(remote_ops) / sizeof(remote_ops[0]); i++) {
+		enum ibv_wc_status st = one_op(remote_ops[i], local, remote);
+		CHECK(st == IBV_WC_REM_ACCESS_ERR, "opcode %d into an unmapped remote MR: status %s",
+		      remote_ops[i], ibv_wc_status_str(st));
+	}
+	munmap(mine, PAGE);
+	enum ibv_wc_status st = one_op(IBV_WR_RDMA_WRITE, local, local);
+	CHECK(st == IBV_WC_LOC_PROT_ERR, "a WRITE from an unmapped local MR: status %s", ibv_wc_status_str(st));
+	CHECK(!ibv_dereg_mr(local) && !ibv_dereg_mr(remote), "dereg_mr");
+}
+
+static void post_checks(void)
+{
+	static char buf[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_qp *qp = new_qp();
+	connect_qp(qp, qp->qp_num);
+	struct ibv_sge sge = { (uintptr_t)buf, 16, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &sge, .num_sge = 0x7fffffff, .opcode = IBV_WR_SEND },
+		*bad = NULL;
+	CHECK(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "num_sge 0x7fffffff: not EINVAL with bad_wr");
+	struct ibv_sge huge = { (uintptr_t)buf, 1u << 30, mr->lkey };
+	w.sg_list = &huge; w.num_sge = 1; w.send_flags = IBV_SEND_INLINE; bad = NULL;
+	CHECK(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "1 GiB inline: not EINVAL with bad_wr");
+	struct ibv_recv_wr r = { .wr_id = 2, .sg_list = &sge, .num_sge = 0x7fffffff }, *rbad = NULL;
+	CHECK(ibv_post_recv(qp, &r, &rbad) == EINVAL && rbad == &r, "recv num_sge 0x7fffffff: not EINVAL");
+
+	/* errno follows the failure: RTS -> INIT is no transition. */
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };
+	errno = 0;
+	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	CHECK(rc == EINVAL && errno == EINVAL, "modify_qp RTS->INIT: rc %d errno %d", rc, errno);
+	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr), "destroy");
+}
+
+int main(void)
+{
+	ctx = open_softverbs();
+	CHECK(ctx, "open");
+	CHECK(ctx->cmd_fd >= 0 && fcntl(ctx->cmd_fd, F_GETFD) >= 0, "cmd_fd %d is no descriptor", ctx->cmd_fd);
+	int copy = dup(ctx->cmd_fd);
+	CHECK(copy >= 0, "dup(cmd_fd)");
+	close(copy);
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	CHECK(pd && cq, "pd, cq");
+	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "query_gid");
+
+	struct ibv_ah_attr ah = { .is_global = 1, .port_num = 1 };
+	ah.grh.dgid = gid;
+	ah.grh.flow_label = ~0u;
+	struct ibv_ah *h = ibv_create_ah(pd, &ah);
+	CHECK(h, "create_ah with flow_label ~0: errno %d", errno);
+	CHECK(!ibv_destroy_ah(h), "destroy_ah");
+
+	registration_checks();
+	post_checks();
+	unmapped_under_an_mr();
+
+	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
+	puts("app mistakes ok");
+	return 0;
+}
