@@ -54,7 +54,11 @@ pub unsafe extern "C" fn alloc_context(
         let Some(dev) = soft(device) else {
             return std::ptr::null_mut();
         };
-        let cmd_fd = if cmd_fd < 0 { placeholder_cmd_fd() } else { cmd_fd };
+        let cmd_fd = if cmd_fd < 0 {
+            placeholder_cmd_fd()
+        } else {
+            cmd_fd
+        };
         // SAFETY: libibverbs callocs `size_of::<SoftContext>()` bytes and
         // initialises the verbs_context at offset 0 (`context_offset` is
         // an offset in pointer form, as its C macro passes it).

@@ -349,7 +349,10 @@ pub unsafe extern "C" fn rereg_mr(
             }
             None => Ok(()), // rereg_mr refuses an unknown MR itself
         };
-        match st.driver.with(|e, _| mapped(e).and_then(|()| e.rereg_mr(id, &change))) {
+        match st
+            .driver
+            .with(|e, _| mapped(e).and_then(|()| e.rereg_mr(id, &change)))
+        {
             Ok(()) => {
                 if let Some(a) = change.access {
                     // SAFETY: our MR.

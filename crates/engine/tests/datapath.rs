@@ -156,7 +156,9 @@ fn rc_read_of_several_mtus_and_of_zero_bytes() {
 fn rc_atomics_return_the_original_value() {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
-    p.b.mem.write(MEM_BASE + 0x100, &40u64.to_ne_bytes()).unwrap();
+    p.b.mem
+        .write(MEM_BASE + 0x100, &40u64.to_ne_bytes())
+        .unwrap();
     let sge = [p.a.sge(0x800, 8)];
     let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     add.atomic = AtomicTarget {
@@ -657,7 +659,9 @@ fn duplicated_atomic_request_is_applied_once() {
 fn lost_atomic_ack_is_answered_from_the_saved_result() {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
-    p.b.mem.write(MEM_BASE + 0x100, &10u64.to_ne_bytes()).unwrap();
+    p.b.mem
+        .write(MEM_BASE + 0x100, &10u64.to_ne_bytes())
+        .unwrap();
     let sge = [p.a.sge(0x800, 8)];
     let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     add.atomic = AtomicTarget {
