@@ -77,7 +77,8 @@ pyverbs: shim
 
 # Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
 # in preload mode: two processes on loopback, then two hosts (network
-# namespaces joined by a veth pair; skipped where they cannot be made).
+# namespaces joined by a veth pair), then plugin mode. The last two need
+# root: without it they fail under CI=true and are skipped, loudly, elsewhere.
 programs: shim
 	tests/programs/run.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
