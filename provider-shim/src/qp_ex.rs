@@ -1,16 +1,29 @@
 //! `ibv_create_qp_ex` and the `ibv_wr_*` API: between `ibv_wr_start` and
 //! `ibv_wr_complete` the application builds WRs with one call per opcode
-//! and setters for their data; `ibv_wr_complete` posts them in order
-//! (the first refused one ends the batch with its errno, as
-//! `ibv_post_send` reports its `bad_wr`), `ibv_wr_abort` drops them.
+//! and setters for their data; `ibv_wr_complete` posts the whole batch
+//! or, if any WR is refused, none of it (ibv_wr_post(3)), `ibv_wr_abort`
+//! drops it.
+//!
+//! The builders own what they are given (SGE lists and inline bytes are
+//! converted and copied by `ibv_post_send`'s own helpers, with its checks)
+//! and the batch goes to the engine's `post_send_batch`, which checks every
+//! WR as `post_send` does before posting any. `ibv_wr_start` ..
+//! `ibv_wr_complete`/`ibv_wr_abort` is a critical section per QP that the
+//! provider holds (ibv_wr_post(3), CONCURRENCY): two threads building
+//! batches on one QP take turns.
 
-use crate::context::state;
+use crate::call_lock::CallLock;
+use crate::context::{state, ContextState};
 use crate::ffi::*;
 use crate::guard::guard;
 use crate::verbs_basic::{err, null, SoftAh};
-use crate::verbs_qp::{create_qp, SoftQp};
-use softverbs_engine::{send_flags, send_opcode, AtomicTarget, RdmaTarget, SendWr, Sge, UdTarget};
+use crate::verbs_qp::{create_qp, inline_bytes, qp_id, sges, SoftQp};
+use softverbs_engine::{
+    send_flags, send_opcode, AtomicTarget, ErrorKind, QpId, RdmaTarget, SendWr, Sge, UdTarget,
+    VerbsError, VerbsResult,
+};
 use std::os::raw::{c_int, c_void};
+use std::ptr::{addr_of, addr_of_mut};
 
 /// The `send_ops_flags` softverbs can build.
 const SUPPORTED_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
@@ -23,7 +36,7 @@ const SUPPORTED_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_SEND_WITH_INV;
 
-/// One WR under construction.
+/// One WR under construction, owning its data.
 #[derive(Debug, Default)]
 struct BuiltWr {
     wr_id: u64,
@@ -37,10 +50,59 @@ struct BuiltWr {
     ud: Option<UdTarget>,
 }
 
+impl BuiltWr {
+    /// The WR as the engine takes it.
+    fn send_wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            send_flags: self.flags,
+            sg_list: &self.sges,
+            inline_data: &self.inline,
+            imm_data_or_inv_rkey: self.imm_or_inv,
+            rdma: self.rdma,
+            atomic: self.atomic,
+            ud: self.ud,
+        }
+    }
+}
+
 /// The WRs of one `ibv_wr_start` .. `ibv_wr_complete` batch.
 #[derive(Debug, Default)]
-pub struct WrBuilder {
+struct Batch {
     wrs: Vec<BuiltWr>,
+    /// The first thing a setter refused (the setters return nothing):
+    /// `ibv_wr_complete` reports it and posts nothing.
+    error: Option<VerbsError>,
+}
+
+/// The `ibv_wr_*` state of an extended QP: the batch being built, behind
+/// the QP's lock (`ibv_wr_start` enters it, `ibv_wr_complete` and
+/// `ibv_wr_abort` leave it), and the QP's limits the setters check before
+/// they copy anything.
+#[derive(Debug)]
+pub struct WrBuilder {
+    batch: CallLock<Batch>,
+    max_send_sge: u32,
+    max_inline_data: u32,
+}
+
+impl Default for WrBuilder {
+    fn default() -> WrBuilder {
+        WrBuilder {
+            batch: CallLock::new(Batch::default(), true),
+            max_send_sge: 0,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// EINVAL for a WR a setter could not build.
+const fn einval(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::InvalidArgument,
+        reason,
+    }
 }
 
 /// `create_qp_ex`: the base QP as `create_qp` makes it (the extended
@@ -54,8 +116,8 @@ pub unsafe extern "C" fn create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: a caller-provided attr.
-        let a = unsafe { &mut *attr };
+        // SAFETY: a caller-provided attr, read as a copy.
+        let a = unsafe { attr.read() };
         let known =
             IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         let flags_asked = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0;
@@ -72,74 +134,137 @@ pub unsafe extern "C" fn create_qp_ex(
         // SAFETY: ibv_qp_init_attr_ex starts with the fields of
         // ibv_qp_init_attr (libibverbs relies on the same prefix).
         let qp = unsafe { create_qp(a.pd, attr as *mut ibv_qp_init_attr) };
-        if !qp.is_null() && with_ops {
-            // SAFETY: a QP create_qp just made is a SoftQp.
-            unsafe { install_ops(&mut *(qp as *mut SoftQp)) };
+        if !qp.is_null() {
+            // SAFETY: a QP create_qp just made, not yet handed out; the
+            // actual caps were written back into the caller's attr.
+            unsafe {
+                init_events(qp);
+                if with_ops {
+                    install_ops(qp as *mut SoftQp, addr_of!((*attr).cap).read());
+                }
+            }
         }
         qp
     })
 }
 
-fn install_ops(qp: &mut SoftQp) {
-    qp.vqp.comp_mask |= VERBS_QP_EX;
-    // SAFETY: the qp_ex member of the union extends the ibv_qp member,
-    // which stays as create_qp set it.
-    let x = unsafe { &mut qp.vqp.u.qp_ex };
-    x.wr_start = Some(wr_start);
-    x.wr_complete = Some(wr_complete);
-    x.wr_abort = Some(wr_abort);
-    x.wr_send = Some(wr_send);
-    x.wr_send_imm = Some(wr_send_imm);
-    x.wr_send_inv = Some(wr_send_inv);
-    x.wr_rdma_write = Some(wr_rdma_write);
-    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
-    x.wr_rdma_read = Some(wr_rdma_read);
-    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
-    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
-    x.wr_local_inv = Some(wr_local_inv);
-    x.wr_set_sge = Some(wr_set_sge);
-    x.wr_set_sge_list = Some(wr_set_sge_list);
-    x.wr_set_inline_data = Some(wr_set_inline_data);
-    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
-    x.wr_set_ud_addr = Some(wr_set_ud_addr);
-}
-
-/// The SoftQp behind an `ibv_qp_ex` of ours.
+/// What `ibv_create_qp` does after the provider's `create_qp` and
+/// `ibv_create_qp_ex` leaves to the provider: the mutex and condition
+/// variable `ibv_ack_async_event` and `ibv_destroy_qp` use.
 ///
 /// # Safety
-/// `qp` is an extended QP made by `create_qp_ex`, used by one thread at a
-/// time (the `ibv_wr_*` contract).
-unsafe fn soft<'a>(qp: *mut ibv_qp_ex) -> &'a mut SoftQp {
-    // SAFETY: ibv_qp_ex sits at offset 0 of the SoftQp (in verbs_qp's union).
-    unsafe { &mut *(qp as *mut SoftQp) }
+/// `qp` is a QP `create_qp` just made, not yet seen by anyone else.
+unsafe fn init_events(qp: *mut ibv_qp) {
+    // SAFETY: per the contract; the fields are written through raw
+    // pointers.
+    unsafe {
+        libc::pthread_mutex_init(addr_of_mut!((*qp).mutex), std::ptr::null());
+        libc::pthread_cond_init(addr_of_mut!((*qp).cond), std::ptr::null());
+        addr_of_mut!((*qp).events_completed).write(0);
+    }
+}
+
+/// Fills in the `ibv_wr_*` members and the limits the setters check.
+///
+/// # Safety
+/// `qp` is a QP `create_qp` just made, not yet seen by anyone else.
+unsafe fn install_ops(qp: *mut SoftQp, cap: ibv_qp_cap) {
+    // SAFETY: per the contract. The qp_ex member of the union extends the
+    // ibv_qp member, which stays as create_qp set it; every field is
+    // written through a raw pointer.
+    unsafe {
+        let b = addr_of_mut!((*qp).builder);
+        addr_of_mut!((*b).max_send_sge).write(cap.max_send_sge);
+        addr_of_mut!((*b).max_inline_data).write(cap.max_inline_data);
+        let mask = addr_of_mut!((*qp).vqp.comp_mask);
+        mask.write(mask.read() | VERBS_QP_EX);
+        let x = qp as *mut ibv_qp_ex;
+        addr_of_mut!((*x).wr_start).write(Some(wr_start));
+        addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
+        addr_of_mut!((*x).wr_abort).write(Some(wr_abort));
+        addr_of_mut!((*x).wr_send).write(Some(wr_send));
+        addr_of_mut!((*x).wr_send_imm).write(Some(wr_send_imm));
+        addr_of_mut!((*x).wr_send_inv).write(Some(wr_send_inv));
+        addr_of_mut!((*x).wr_rdma_write).write(Some(wr_rdma_write));
+        addr_of_mut!((*x).wr_rdma_write_imm).write(Some(wr_rdma_write_imm));
+        addr_of_mut!((*x).wr_rdma_read).write(Some(wr_rdma_read));
+        addr_of_mut!((*x).wr_atomic_cmp_swp).write(Some(wr_atomic_cmp_swp));
+        addr_of_mut!((*x).wr_atomic_fetch_add).write(Some(wr_atomic_fetch_add));
+        addr_of_mut!((*x).wr_local_inv).write(Some(wr_local_inv));
+        addr_of_mut!((*x).wr_set_sge).write(Some(wr_set_sge));
+        addr_of_mut!((*x).wr_set_sge_list).write(Some(wr_set_sge_list));
+        addr_of_mut!((*x).wr_set_inline_data).write(Some(wr_set_inline_data));
+        addr_of_mut!((*x).wr_set_inline_data_list).write(Some(wr_set_inline_data_list));
+        addr_of_mut!((*x).wr_set_ud_addr).write(Some(wr_set_ud_addr));
+    }
+}
+
+/// The `ibv_wr_*` state of one of our extended QPs.
+///
+/// # Safety
+/// `qp` is an extended QP made by `create_qp_ex`; the reference is not used
+/// after it is destroyed.
+unsafe fn builder<'a>(qp: *mut ibv_qp_ex) -> &'a WrBuilder {
+    // SAFETY: ibv_qp_ex sits at offset 0 of the SoftQp (in verbs_qp's
+    // union); the reference covers only the provider's own field.
+    unsafe { &(*(qp as *mut SoftQp)).builder }
+}
+
+/// Runs `f` on the batch of a QP whose critical section this thread is in.
+///
+/// # Safety
+/// `qp` is one of our extended QPs, and this thread called `ibv_wr_start`
+/// on it and has not completed or aborted since (the `ibv_wr_*` contract).
+unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut Batch, &WrBuilder) -> R) -> R {
+    // SAFETY: per the contract; inside the section the batch is this
+    // thread's alone.
+    unsafe {
+        let b = builder(qp);
+        f(&mut *b.batch.data(), b)
+    }
 }
 
 /// Starts a WR with the `wr_id` and `wr_flags` the application set.
 ///
 /// # Safety
-/// As [`soft`].
-unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32) -> &'static mut BuiltWr {
-    // SAFETY: as the caller's contract; the builder lives as long as the QP.
-    let (q, wr_id, flags) = unsafe { (soft(qp), (*qp).wr_id, (*qp).wr_flags) };
-    q.builder.wrs.push(BuiltWr {
+/// As [`with_batch`].
+unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32, fill: impl FnOnce(&mut BuiltWr)) {
+    // SAFETY: per the contract; the application wrote these fields before
+    // this call on this thread. Read through raw pointers.
+    let (wr_id, flags) = unsafe {
+        (
+            addr_of!((*qp).wr_id).read(),
+            addr_of!((*qp).wr_flags).read(),
+        )
+    };
+    let mut wr = BuiltWr {
         wr_id,
         opcode,
         flags,
         ..BuiltWr::default()
-    });
-    let last = q.builder.wrs.last_mut().expect("just pushed");
-    // SAFETY: the WR lives in the QP's builder until complete/abort; the
-    // caller uses the reference before returning to C.
-    unsafe { &mut *(last as *mut BuiltWr) }
+    };
+    fill(&mut wr);
+    // SAFETY: per the contract.
+    unsafe { with_batch(qp, |b, _| b.wrs.push(wr)) };
 }
 
-/// The WR being built, if any.
+/// Runs a setter on the WR being built, if any; a setter's refusal is
+/// kept for `ibv_wr_complete`.
 ///
 /// # Safety
-/// As [`soft`].
-unsafe fn current<'a>(qp: *mut ibv_qp_ex) -> Option<&'a mut BuiltWr> {
-    // SAFETY: as the caller's contract.
-    unsafe { soft(qp) }.builder.wrs.last_mut()
+/// As [`with_batch`].
+unsafe fn set(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut BuiltWr, &WrBuilder) -> VerbsResult<()>) {
+    // SAFETY: per the contract.
+    unsafe {
+        with_batch(qp, |batch, limits| {
+            let Some(wr) = batch.wrs.last_mut() else {
+                return;
+            };
+            if let Err(e) = f(wr, limits) {
+                batch.error.get_or_insert(e);
+            }
+        })
+    }
 }
 
 macro_rules! wr_fn {
@@ -147,8 +272,6 @@ macro_rules! wr_fn {
         $(#[$doc])*
         unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $arg: $ty)*) {
             guard((), || {
-                // SAFETY: libibverbs' inline ibv_wr_* call this with one
-                // of our extended QPs.
                 #[allow(clippy::redundant_closure_call)]
                 ($body)(qp $(, $arg)*)
             })
@@ -156,110 +279,201 @@ macro_rules! wr_fn {
     };
 }
 
-wr_fn!(/// `ibv_wr_start`.
-    wr_start() |qp| unsafe { soft(qp) }.builder.wrs.clear());
-wr_fn!(/// `ibv_wr_abort`.
-    wr_abort() |qp| unsafe { soft(qp) }.builder.wrs.clear());
 wr_fn!(/// `ibv_wr_send`.
-    wr_send() |qp| { unsafe { begin(qp, send_opcode::SEND) }; });
+wr_send() |qp| {
+    // SAFETY: libibverbs' inline ibv_wr_* pass one of our extended QPs,
+    // inside the section ibv_wr_start entered (the same for every builder
+    // and setter below).
+    unsafe { begin(qp, send_opcode::SEND, |_| ()) }
+});
 wr_fn!(/// `ibv_wr_send_imm`.
-    wr_send_imm(imm: u32) |qp, imm| unsafe { begin(qp, send_opcode::SEND_WITH_IMM) }.imm_or_inv = crate::convert::imm_from_c(imm));
+wr_send_imm(imm: u32) |qp, imm| {
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::SEND_WITH_IMM, |w| w.imm_or_inv = imm) }
+});
 wr_fn!(/// `ibv_wr_send_inv`.
-    wr_send_inv(rkey: u32) |qp, rkey| unsafe { begin(qp, send_opcode::SEND_WITH_INV) }.imm_or_inv = rkey);
+wr_send_inv(rkey: u32) |qp, rkey| {
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::SEND_WITH_INV, |w| w.imm_or_inv = rkey) }
+});
 wr_fn!(/// `ibv_wr_local_inv`.
-    wr_local_inv(rkey: u32) |qp, rkey| unsafe { begin(qp, send_opcode::LOCAL_INV) }.imm_or_inv = rkey);
+wr_local_inv(rkey: u32) |qp, rkey| {
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::LOCAL_INV, |w| w.imm_or_inv = rkey) }
+});
 wr_fn!(/// `ibv_wr_rdma_write`.
 wr_rdma_write(rkey: u32, addr: u64) |qp, rkey, remote_addr| {
-    unsafe { begin(qp, send_opcode::RDMA_WRITE) }.rdma = RdmaTarget { remote_addr, rkey };
+    let rdma = RdmaTarget { remote_addr, rkey };
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::RDMA_WRITE, |w| w.rdma = rdma) }
 });
 wr_fn!(/// `ibv_wr_rdma_write_imm`.
 wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) |qp, rkey, remote_addr, imm| {
-    let w = unsafe { begin(qp, send_opcode::RDMA_WRITE_WITH_IMM) };
-    w.rdma = RdmaTarget { remote_addr, rkey };
-    w.imm_or_inv = crate::convert::imm_from_c(imm);
+    let rdma = RdmaTarget { remote_addr, rkey };
+    // SAFETY: as wr_send.
+    unsafe {
+        begin(qp, send_opcode::RDMA_WRITE_WITH_IMM, |w| {
+            w.rdma = rdma;
+            w.imm_or_inv = imm;
+        })
+    }
 });
 wr_fn!(/// `ibv_wr_rdma_read`.
 wr_rdma_read(rkey: u32, addr: u64) |qp, rkey, remote_addr| {
-    unsafe { begin(qp, send_opcode::RDMA_READ) }.rdma = RdmaTarget { remote_addr, rkey };
+    let rdma = RdmaTarget { remote_addr, rkey };
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::RDMA_READ, |w| w.rdma = rdma) }
 });
 wr_fn!(/// `ibv_wr_atomic_cmp_swp`.
 wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) |qp, rkey, remote_addr, compare_add, swap| {
-    unsafe { begin(qp, send_opcode::ATOMIC_CMP_AND_SWP) }.atomic = AtomicTarget { remote_addr, compare_add, swap, rkey };
+    let atomic = AtomicTarget { remote_addr, compare_add, swap, rkey };
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::ATOMIC_CMP_AND_SWP, |w| w.atomic = atomic) }
 });
 wr_fn!(/// `ibv_wr_atomic_fetch_add`.
 wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) |qp, rkey, remote_addr, compare_add| {
-    unsafe { begin(qp, send_opcode::ATOMIC_FETCH_AND_ADD) }.atomic = AtomicTarget { remote_addr, compare_add, swap: 0, rkey };
+    let atomic = AtomicTarget { remote_addr, compare_add, swap: 0, rkey };
+    // SAFETY: as wr_send.
+    unsafe { begin(qp, send_opcode::ATOMIC_FETCH_AND_ADD, |w| w.atomic = atomic) }
 });
 wr_fn!(/// `ibv_wr_set_sge`.
 wr_set_sge(lkey: u32, addr: u64, length: u32) |qp, lkey, addr, length| {
-    if let Some(w) = unsafe { current(qp) } {
-        w.sges = vec![Sge { addr, length, lkey }];
+    let sge = Sge { addr, length, lkey };
+    // SAFETY: as wr_send.
+    unsafe {
+        set(qp, |w, _| {
+            w.sges = vec![sge];
+            Ok(())
+        })
     }
 });
-wr_fn!(/// `ibv_wr_set_sge_list`.
+wr_fn!(/// `ibv_wr_set_sge_list`: converted as `ibv_post_send` converts a
+/// WR's list, its count checked against max_send_sge first.
 wr_set_sge_list(n: usize, list: *const ibv_sge) |qp, n: usize, list: *const ibv_sge| {
-    if let (Some(w), false) = (unsafe { current(qp) }, list.is_null()) {
-        // SAFETY: the caller passes `n` SGEs.
-        let list = unsafe { std::slice::from_raw_parts(list, n) };
-        w.sges = list.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect();
+    let n = c_int::try_from(n).unwrap_or(c_int::MAX);
+    // SAFETY: as wr_send; the application passes `n` SGEs at `list`.
+    unsafe {
+        set(qp, |w, limits| {
+            w.sges = sges(list, n, limits.max_send_sge)?;
+            Ok(())
+        })
     }
 });
 wr_fn!(/// `ibv_wr_set_inline_data`: the bytes are copied now.
 wr_set_inline_data(addr: *mut c_void, length: usize) |qp, addr: *mut c_void, length: usize| {
-    if let (Some(w), false) = (unsafe { current(qp) }, addr.is_null()) {
-        // SAFETY: the caller passes `length` readable bytes.
-        w.inline = unsafe { std::slice::from_raw_parts(addr as *const u8, length) }.to_vec();
-        w.flags |= send_flags::INLINE;
-    }
+    let buf = ibv_data_buf { addr, length };
+    // SAFETY: as wr_send; the application passes `length` readable bytes.
+    unsafe { set(qp, |w, limits| set_inline(w, std::slice::from_ref(&buf), limits)) }
 });
 wr_fn!(/// `ibv_wr_set_inline_data_list`: the bytes are copied now.
 wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs: *const ibv_data_buf| {
-    if let (Some(w), false) = (unsafe { current(qp) }, bufs.is_null()) {
-        // SAFETY: the caller passes `n` buffers of readable bytes.
-        let bufs = unsafe { std::slice::from_raw_parts(bufs, n) };
-        w.inline = bufs
-            .iter()
-            .flat_map(|b| unsafe { std::slice::from_raw_parts(b.addr as *const u8, b.length) }.iter().copied())
-            .collect();
-        w.flags |= send_flags::INLINE;
+    if bufs.is_null() && n > 0 {
+        // SAFETY: as wr_send.
+        unsafe { set(qp, |_, _| Err(einval("inline data list is NULL"))) };
+        return;
     }
+    let bufs = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the application passes `n` buffers at `bufs` (ibv_wr_post(3)).
+        unsafe { std::slice::from_raw_parts(bufs, n) }
+    };
+    // SAFETY: as wr_send; each buffer's bytes are readable now.
+    unsafe { set(qp, |w, limits| set_inline(w, bufs, limits)) }
 });
 wr_fn!(/// `ibv_wr_set_ud_addr`.
 wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp, ah: *mut ibv_ah, remote_qpn, remote_qkey| {
-    if let (Some(w), false) = (unsafe { current(qp) }, ah.is_null()) {
-        // SAFETY: an AH of ours.
-        let ah = unsafe { (*(ah as *mut SoftAh)).id };
-        w.ud = Some(UdTarget { ah, remote_qpn, remote_qkey });
+    if ah.is_null() {
+        return;
+    }
+    // SAFETY: an AH of ours; its engine handle is a plain field read.
+    let ah = unsafe { (*(ah as *mut SoftAh)).id };
+    let ud = UdTarget { ah, remote_qpn, remote_qkey };
+    // SAFETY: as wr_send.
+    unsafe {
+        set(qp, |w, _| {
+            w.ud = Some(ud);
+            Ok(())
+        })
     }
 });
 
-/// `ibv_wr_complete`: posts the batch; 0 or the errno of the first WR
-/// refused (the earlier ones stay posted).
-unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: one of our extended QPs; its base QP names its context.
-        let q = unsafe { soft(qp) };
-        let st = unsafe { state((*qp).qp_base.context) };
-        let wrs = std::mem::take(&mut q.builder.wrs);
-        let id = q.id;
-        st.driver.with(|e, _| {
-            for w in &wrs {
-                let wr = SendWr {
-                    wr_id: w.wr_id,
-                    opcode: w.opcode,
-                    send_flags: w.flags,
-                    sg_list: &w.sges,
-                    inline_data: &w.inline,
-                    imm_data_or_inv_rkey: w.imm_or_inv,
-                    rdma: w.rdma,
-                    atomic: w.atomic,
-                    ud: w.ud,
-                };
-                if let Err(error) = e.post_send(id, &wr) {
-                    return err(error);
-                }
-            }
-            0
+/// Copies inline data as `ibv_post_send` does (the same conversion, its
+/// total checked against max_inline_data before anything is copied).
+///
+/// The buffers name readable application memory (the `ibv_wr_set_inline_*`
+/// contract).
+fn set_inline(w: &mut BuiltWr, bufs: &[ibv_data_buf], limits: &WrBuilder) -> VerbsResult<()> {
+    let mut total = 0u64;
+    for b in bufs {
+        total = total.saturating_add(b.length as u64);
+    }
+    if total > u64::from(limits.max_inline_data) {
+        return Err(einval("inline data above max_inline_data"));
+    }
+    // Every length fits u32 now; empty buffers add nothing.
+    let list: Vec<Sge> = bufs
+        .iter()
+        .filter(|b| b.length > 0)
+        .map(|b| Sge {
+            addr: b.addr as u64,
+            length: b.length as u32,
+            lkey: 0,
         })
-    })
+        .collect();
+    w.inline = inline_bytes(&list, limits.max_inline_data)?;
+    w.flags |= send_flags::INLINE;
+    Ok(())
+}
+
+/// `ibv_wr_start`: enters the QP's critical section (another thread's
+/// batch on this QP completes first).
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: libibverbs' inline ibv_wr_start passes one of our extended QPs.
+    let lock = unsafe { &builder(qp).batch };
+    lock.enter();
+    // SAFETY: inside the section just entered.
+    unsafe { *lock.data() = Batch::default() };
+}
+
+/// `ibv_wr_abort`: drops the batch and leaves the critical section.
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: one of our extended QPs, inside the section wr_start entered.
+    let lock = unsafe { &builder(qp).batch };
+    // SAFETY: inside the section.
+    drop(unsafe { std::mem::take(&mut *lock.data()) });
+    // SAFETY: wr_start entered it on this thread.
+    unsafe { lock.leave() };
+}
+
+/// `ibv_wr_complete`: posts the whole batch or, if any WR is refused,
+/// none of it (ibv_wr_post(3)), returning that WR's errno; then leaves
+/// the critical section.
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: one of our extended QPs, inside the section wr_start entered.
+    let lock = unsafe { &builder(qp).batch };
+    // SAFETY: inside the section.
+    let batch = unsafe { std::mem::take(&mut *lock.data()) };
+    let rc = guard(libc::EIO, || {
+        // SAFETY: our QP; its base QP names its context (plain field reads).
+        let (st, id) = unsafe {
+            let base = addr_of_mut!((*qp).qp_base);
+            (state(addr_of!((*base).context).read()), qp_id(base))
+        };
+        post_batch(st, id, &batch)
+    });
+    // SAFETY: wr_start entered it on this thread.
+    unsafe { lock.leave() };
+    rc
+}
+
+/// Posts a built batch through the engine's all-or-nothing path.
+fn post_batch(st: &ContextState, id: QpId, batch: &Batch) -> c_int {
+    if let Some(e) = batch.error {
+        return err(e);
+    }
+    let wrs: Vec<SendWr<'_>> = batch.wrs.iter().map(BuiltWr::send_wr).collect();
+    st.driver
+        .with(|e, _| e.post_send_batch(id, &wrs))
+        .map_or_else(err, |()| 0)
 }
