@@ -100,6 +100,15 @@ else
   bad "application mistakes (compile)" "$log/cc"
 fi
 
+# Several threads posting and polling one QP and CQ (ibv_post_send and
+# ibv_wr_*, ibv_poll_cq and ibv_start_poll) and their own QPs of the same
+# context; every completion and every byte checked.
+if cc -O1 -pthread -o "$log/threads" "$here/threads.c" -libverbs 2> "$log/cc"; then
+  one "threads sharing a QP, a CQ and a context" "threads ok" "$log/threads"
+else
+  bad "threads (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
