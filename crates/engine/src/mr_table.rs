@@ -10,16 +10,14 @@ use crate::memory::HostMemory;
 use crate::objects::{range_inside, Mr};
 use crate::wr::Sge;
 use slotmap::SlotMap;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The registered MRs, found by handle or by key.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
     mrs: SlotMap<MrId, Mr>,
-    /// The key of every registered MR, invalidated or not.
+    /// The key of every registered MR.
     by_key: HashMap<u32, MrId>,
-    /// Keys invalidated (SEND_WITH_INV, LOCAL_INV) whose MR still exists.
-    invalidated: HashSet<u32>,
 }
 
 /// Why a remote access was refused; each maps to a NAK code.
@@ -43,9 +41,7 @@ impl MrTable {
         self.mrs.len()
     }
 
-    /// Whether `key` belongs to a registered MR. An invalidated key does:
-    /// reissuing it would let a peer holding the old rkey reach the new
-    /// MR, and deregistering the old MR would take the key from the new.
+    /// Whether `key` belongs to a registered MR.
     pub(crate) fn key_in_use(&self, key: u32) -> bool {
         self.by_key.contains_key(&key)
     }
@@ -60,7 +56,6 @@ impl MrTable {
     pub(crate) fn remove(&mut self, id: MrId) -> Option<Mr> {
         let mr = self.mrs.remove(id)?;
         self.by_key.remove(&mr.key);
-        self.invalidated.remove(&mr.key);
         Some(mr)
     }
 
@@ -72,19 +67,18 @@ impl MrTable {
         self.mrs.get_mut(id)
     }
 
-    /// The MR whose lkey/rkey is `key`, unless the key was invalidated.
+    /// The MR whose lkey/rkey is `key`.
     pub(crate) fn by_key(&self, key: u32) -> Option<(MrId, &Mr)> {
-        if self.invalidated.contains(&key) {
-            return None;
-        }
         let id = *self.by_key.get(&key)?;
         Some((id, &self.mrs[id]))
     }
 
-    /// Invalidates `key` (SEND_WITH_INV, LOCAL_INV): the MR stays
-    /// registered but its key no longer grants any access.
-    pub(crate) fn invalidate(&mut self, key: u32) -> bool {
-        self.by_key.contains_key(&key) && self.invalidated.insert(key)
+    /// Whether `key` may be invalidated (SEND_WITH_INV, LOCAL_INV). Only a
+    /// fast-register MR or a bound memory window can be (IBTA 10.6.6;
+    /// rxe `rxe_invalidate_mr` refuses every other region), and softverbs
+    /// offers neither: every MR comes from `ibv_reg_mr`, so no key can.
+    pub(crate) fn invalidatable(&self, _key: u32) -> bool {
+        false
     }
 
     /// Translates a remote `[va, va+len)` under `rkey` into a local address,
@@ -247,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn an_invalidated_key_stays_taken_until_its_mr_is_deregistered() {
+    fn an_ordinary_mr_cannot_be_invalidated() {
         let mut t = MrTable::default();
         let id = t.insert(Mr {
             pd: PdId::default(),
@@ -257,12 +251,9 @@ mod tests {
             access: AccessFlags::LOCAL_WRITE,
             key: 7,
         });
-        assert!(t.invalidate(7));
-        assert!(!t.invalidate(7), "already invalid");
-        assert!(t.by_key(7).is_none(), "an invalidated key grants nothing");
-        assert!(t.key_in_use(7), "and is not reissued while its MR exists");
+        assert!(!t.invalidatable(7));
+        assert!(t.by_key(7).is_some());
         assert!(t.remove(id).is_some());
         assert!(!t.key_in_use(7));
-        assert!(!t.invalidate(7));
     }
 }

@@ -309,20 +309,26 @@ impl Qp {
     }
 
     /// LOCAL_INV runs when it is reached, in order, and completes at once.
+    /// An unknown key, or one of another PD, is a local protection error;
+    /// a key that cannot be invalidated (an ordinary MR: every MR here) is
+    /// a local QP operation error, as rxe's `rxe_invalidate_mr` makes it.
+    /// Either way the QP goes to the error state.
     fn local_invalidate(&mut self, ctx: &mut Ctx<'_>, mut entry: InFlight) {
         let key = entry.wqe.imm_data_or_inv_rkey;
         let ours = ctx.mrs.by_key(key).is_some_and(|(_, mr)| mr.pd == self.pd);
         entry.done = true;
-        if ours {
-            ctx.mrs.invalidate(key);
+        entry.status = if !ours {
+            WcStatus::LocProtErr
+        } else if !ctx.mrs.invalidatable(key) {
+            WcStatus::LocQpOpErr
         } else {
-            entry.status = WcStatus::LocProtErr;
-        }
-        let failed = entry.status != WcStatus::Success;
+            WcStatus::Success
+        };
+        let status = entry.status;
         self.req.inflight.push_back(entry);
-        if failed {
+        if status != WcStatus::Success {
             let idx = self.req.inflight.len() - 1;
-            self.fail_requester(ctx, idx, WcStatus::LocProtErr);
+            self.fail_requester(ctx, idx, status);
         } else {
             self.retire(ctx);
         }

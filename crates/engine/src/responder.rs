@@ -385,7 +385,10 @@ impl Qp {
         Fault::Receive(status)
     }
 
-    /// SEND_WITH_INV invalidates an rkey of this QP's PD.
+    /// SEND_WITH_INV invalidates an rkey of this QP's PD that can be
+    /// invalidated. Any other key (unknown, of another PD, or an ordinary
+    /// MR, which rxe refuses to invalidate) is an invalid request: NAK,
+    /// and the QP goes to the error state.
     fn invalidate_for_send(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -393,11 +396,10 @@ impl Qp {
         rkey: u32,
     ) -> Result<(), Fault> {
         let ours = ctx.mrs.by_key(rkey).is_some_and(|(_, mr)| mr.pd == self.pd);
-        if !ours {
+        if !ours || !ctx.mrs.invalidatable(rkey) {
             self.fail_receive(ctx, wqe, WcStatus::RemInvReqErr);
             return Err(Fault::Invalid);
         }
-        ctx.mrs.invalidate(rkey);
         Ok(())
     }
 
@@ -827,7 +829,7 @@ impl Qp {
         builder.build_unsealed(buf).ok()
     }
 
-    /// The MR of a READ being answered was deregistered or invalidated
+    /// The MR of a READ being answered was deregistered
     /// since the READ was accepted: a class C error as for a bad rkey (rxe
     /// `read_reply` -> `rxe_recheck_mr`): NAK remote access error for the
     /// PSN that cannot be sent, IBV_EVENT_QP_ACCESS_ERR, ERR. Nothing
