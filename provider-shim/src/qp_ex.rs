@@ -14,6 +14,7 @@
 
 use crate::call_lock::CallLock;
 use crate::context::{state, ContextState};
+use crate::convert::imm_from_c;
 use crate::ffi::*;
 use crate::guard::guard;
 use crate::verbs_basic::{err, null, SoftAh};
@@ -288,6 +289,7 @@ wr_send() |qp| {
 });
 wr_fn!(/// `ibv_wr_send_imm`.
 wr_send_imm(imm: u32) |qp, imm| {
+    let imm = imm_from_c(imm);
     // SAFETY: as wr_send.
     unsafe { begin(qp, send_opcode::SEND_WITH_IMM, |w| w.imm_or_inv = imm) }
 });
@@ -310,6 +312,7 @@ wr_rdma_write(rkey: u32, addr: u64) |qp, rkey, remote_addr| {
 wr_fn!(/// `ibv_wr_rdma_write_imm`.
 wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) |qp, rkey, remote_addr, imm| {
     let rdma = RdmaTarget { remote_addr, rkey };
+    let imm = imm_from_c(imm);
     // SAFETY: as wr_send.
     unsafe {
         begin(qp, send_opcode::RDMA_WRITE_WITH_IMM, |w| {
