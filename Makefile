@@ -115,6 +115,7 @@ bench-deps:
 bench-build: shim
 	$(CARGO) build --release -p softverbs-baselines
 	$(CARGO) bench -p softverbs-engine --bench engine --no-run
+	$(CARGO) build --release -p softverbs-shim --example checked_memory
 
 bench: bench-deps bench-build
 	bench/run.sh

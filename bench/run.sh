@@ -161,6 +161,10 @@ step "engine alone (cargo bench -p softverbs-engine)"
 cargo bench -q -p softverbs-engine --bench engine > "$OUT/engine/engine" 2> "$OUT/engine/engine.err" \
   || echo "bench: engine bench failed" >&2
 
+step "checked access to registered memory (process_vm_readv/writev)"
+timeout $LIMIT target/release/examples/checked_memory > "$OUT/engine/checked_memory" 2>&1 \
+  || echo "bench: checked_memory failed" >&2
+
 # --- the report ----------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))
 cut -d' ' -f1 /proc/loadavg >> "$OUT/loadavg"
