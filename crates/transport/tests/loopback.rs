@@ -191,7 +191,7 @@ fn rc_send_write_and_read_between_two_drivers() {
     connect(&a, qa, QpType::Rc, nb);
     connect(&b, qb, QpType::Rc, na);
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + 3) as u8).collect();
-    a.d.with(|_, m| m.write(BASE, &data));
+    a.d.with(|_, m| m.write(BASE, &data)).unwrap();
     let sge = |s: &Side, off: u64, len: u32| Sge {
         addr: BASE + off,
         length: len,
