@@ -4,6 +4,7 @@ use crate::slots::{qpns_of, SlotPorts, MAX_SLOT};
 use mio::net::UdpSocket;
 use nix::sys::socket::sockopt::UdpGroSegment;
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
+use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
@@ -131,6 +132,13 @@ fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     // datagram (see recv_segments); a kernel without UDP GRO delivers them
     // one by one, which works too.
     let _ = setsockopt(&socket, UdpGroSegment, &true);
+    // DF on an unconnected socket: Linux then sends IP identification 0,
+    // the value every ICRC is sealed and checked with (softverbs_wire::ip).
+    // Without it the kernel numbers the datagrams and a peer that checks
+    // the real header (rxe) drops them.
+    if addr.is_ipv4() {
+        set_ip_mtu_discover(&socket, Ipv4PathMtuDiscovery::DO)?;
+    }
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }
