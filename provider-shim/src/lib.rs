@@ -31,6 +31,7 @@ pub mod events;
 pub mod ffi;
 pub mod got;
 pub mod guard;
+pub mod guarded_access;
 pub mod ioctl;
 pub mod libibverbs;
 pub mod mapping;

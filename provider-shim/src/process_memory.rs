@@ -4,53 +4,123 @@
 //! A NIC pins registered pages; a software provider cannot, so an
 //! application that unmaps (or write-protects) a buffer it registered
 //! would crash the whole process at the next peer WRITE or READ if the
-//! provider copied with plain loads and stores. Instead every copy goes
-//! through the kernel's cross-memory attach on our own pid
-//! (`process_vm_readv`/`process_vm_writev`), which reports EFAULT instead
-//! of faulting, and every atomic first proves its word writable with a
-//! no-op atomic add done by the kernel (`FUTEX_WAKE_OP` with "add 0"),
-//! which likewise fails with EFAULT. The engine turns a fault into the
-//! completion a NIC gives for a translation fault. Cost: one system call
-//! per access (docs/perf.md).
+//! provider copied with plain loads and stores. Two ways avoid that, and
+//! the engine turns the fault either reports into the completion a NIC
+//! gives for a translation fault:
+//!
+//! - **guarded** (the default): copies and atomics through the small
+//!   routines of guarded_access.rs, whose faults a signal handler turns
+//!   into an error; as fast as a plain copy.
+//! - **kernel**: `process_vm_readv`/`process_vm_writev` on our own pid,
+//!   which return EFAULT instead of faulting, and for atomics a no-op
+//!   atomic add done by the kernel (`FUTEX_WAKE_OP` adding 0) that proves
+//!   the word writable first. One system call per access (docs/perf.md);
+//!   used where the signal handler cannot be installed or was displaced
+//!   by the application's own, and by the same-host path (another pid).
 //!
 //! Left open, as documented in docs/conformance.md: a buffer unmapped and
 //! mapped again at the same address is reached in its new mapping (as an
-//! on-demand-paging MR of a real NIC would), and an application thread
-//! that unmaps a word between an atomic's probe and the atomic itself can
-//! still fault; both are application bugs a NIC would not notice at all.
+//! on-demand-paging MR of a real NIC would), and in kernel mode an
+//! application thread that unmaps a word between an atomic's probe and the
+//! atomic itself can still fault; both are application bugs a NIC would
+//! not notice at all.
 
+use crate::guarded_access;
 use softverbs_engine::{HostMemory, MemResult, MemoryFault};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// How accesses are made safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Plain instructions whose faults a signal handler recovers.
+    Guarded,
+    /// Cross-memory attach on the own pid.
+    Kernel,
+    /// Neither is available (a seccomp policy refusing process_vm_*, and no
+    /// handler): plain copies, as before, with a log line.
+    Unchecked,
+}
+
+/// How many accesses pass between two checks that our fault handler is
+/// still installed (a `sigaction` query, one system call).
+const RECHECK_EVERY: usize = 4096;
 
 /// The application's memory, reached by address.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct ProcessMemory {
     pid: libc::pid_t,
-    /// Whether the kernel allows cross-memory attach here (a seccomp
-    /// policy may refuse it); without it accesses are plain copies, as
-    /// before, and a log line said so.
-    checked: bool,
+    /// The mode asked for.
+    mode: Mode,
+    /// Whether the kernel allows cross-memory attach on our own pid.
+    kernel_works: bool,
+    /// Guarded accesses since the handler was last seen installed.
+    since_check: AtomicUsize,
 }
 
 impl ProcessMemory {
-    /// The calling process's memory, with checked accesses where the
-    /// kernel allows them.
+    /// The calling process's memory, in the safest mode available.
     pub fn new() -> ProcessMemory {
+        let mode = if guarded_access::install() {
+            Mode::Guarded
+        } else {
+            Mode::Kernel
+        };
+        ProcessMemory::with_mode(mode)
+    }
+
+    /// The calling process's memory in `mode`; where that mode is not
+    /// available accesses fall back to the next one (Guarded, Kernel,
+    /// Unchecked).
+    pub fn with_mode(mode: Mode) -> ProcessMemory {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let mut mem = ProcessMemory { pid, checked: true };
+        let mut mem = ProcessMemory {
+            pid,
+            mode,
+            kernel_works: true,
+            since_check: AtomicUsize::new(0),
+        };
         let probe = 0x5a5a_u32.to_ne_bytes();
         let mut back = [0u8; 4];
-        let works = mem.read(probe.as_ptr() as u64, &mut back).is_ok() && back == probe;
-        if !works {
+        let src = iov(probe.as_ptr() as u64, 4);
+        mem.kernel_works = mem
+            .copy(iov(back.as_mut_ptr() as u64, 4), src, false)
+            .is_ok()
+            && back == probe;
+        if mem.mode() == Mode::Unchecked {
             eprintln!(
-                "softverbs: process_vm_readv is refused here ({}); registered memory is \
-                 accessed directly, so an unmapped MR buffer crashes the process",
-                std::io::Error::last_os_error()
+                "softverbs: process_vm_readv is refused here and no fault handler could be \
+                 installed; registered memory is accessed directly, so an unmapped MR buffer \
+                 crashes the process"
             );
-            mem.checked = false;
         }
         mem
+    }
+
+    /// The mode accesses use now: Guarded while our fault handler is
+    /// installed (checked every [`RECHECK_EVERY`] accesses), else Kernel
+    /// where the kernel allows it, else Unchecked.
+    pub fn mode(&self) -> Mode {
+        if self.mode == Mode::Guarded && self.handler_in_place() {
+            Mode::Guarded
+        } else if self.mode != Mode::Unchecked && self.kernel_works {
+            Mode::Kernel
+        } else {
+            Mode::Unchecked
+        }
+    }
+
+    /// Whether our fault handler still handles faults. Once it is seen
+    /// displaced, the counter stays at the limit so every later access
+    /// asks again (only after a displacement, which is rare).
+    fn handler_in_place(&self) -> bool {
+        if self.since_check.fetch_add(1, Ordering::Relaxed) < RECHECK_EVERY {
+            return true;
+        }
+        let still = guarded_access::installed();
+        let next = if still { 0 } else { RECHECK_EVERY };
+        self.since_check.store(next, Ordering::Relaxed);
+        still
     }
 
     fn copy(&self, local: libc::iovec, remote: libc::iovec, write: bool) -> MemResult<()> {
@@ -106,16 +176,17 @@ impl ProcessMemory {
         }
     }
 
-    /// The word at `addr` for an atomic operation, once proven writable.
-    fn atomic_word(&self, addr: u64) -> MemResult<&AtomicU64> {
-        if self.checked {
+    /// The word at `addr` for a kernel-mode or unchecked atomic, once
+    /// proven writable (kernel mode).
+    fn atomic_word(&self, addr: u64, mode: Mode) -> MemResult<&AtomicU64> {
+        if mode == Mode::Kernel {
             ProcessMemory::probe_writable(addr)?;
         }
         // SAFETY: the engine passes an 8-aligned address inside an MR with
-        // REMOTE_ATOMIC, and the probe just showed the word mapped and
-        // writable. An AtomicU64 view keeps the access atomic against the
-        // application's own atomics on the same word; no non-atomic Rust
-        // reference to it exists.
+        // REMOTE_ATOMIC, and (kernel mode) the probe just showed the word
+        // mapped and writable. An AtomicU64 view keeps the access atomic
+        // against the application's own atomics on the same word; no
+        // non-atomic Rust reference to it exists.
         Ok(unsafe { AtomicU64::from_ptr(addr as *mut u64) })
     }
 }
@@ -135,46 +206,81 @@ fn iov(addr: u64, len: usize) -> libc::iovec {
 
 // The engine calls these only for ranges it checked against a live MR
 // (key, PD, bounds, access); whether the memory is still mapped is what
-// the kernel checks for us.
+// the guarded routines or the kernel check for us.
 impl HostMemory for ProcessMemory {
     fn read(&self, addr: u64, dst: &mut [u8]) -> MemResult<()> {
-        if self.checked {
-            return self.copy(
+        match self.mode() {
+            // SAFETY: the handler is installed; `dst` is the engine's own
+            // buffer (never faults) and cannot overlap application memory.
+            Mode::Guarded => {
+                unsafe { guarded_access::copy(dst.as_mut_ptr(), addr as *const u8, dst.len()) }
+                    .map_err(|_| MemoryFault { addr })
+            }
+            Mode::Kernel => self.copy(
                 iov(dst.as_mut_ptr() as u64, dst.len()),
                 iov(addr, dst.len()),
                 false,
-            );
+            ),
+            Mode::Unchecked => {
+                // SAFETY: the unchecked fallback: `addr..addr+dst.len()`
+                // lies in a registered MR and cannot overlap `dst`, the
+                // engine's own buffer.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len())
+                };
+                Ok(())
+            }
         }
-        // SAFETY: the unchecked fallback (cross-memory attach refused):
-        // `addr..addr+dst.len()` lies in a registered MR and cannot overlap
-        // `dst`, which is the engine's own buffer.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
     }
 
     fn write(&mut self, addr: u64, src: &[u8]) -> MemResult<()> {
-        if self.checked {
-            return self.copy(
+        match self.mode() {
+            // SAFETY: as in read, the other way round: `src` is engine
+            // memory; no Rust reference to the application's bytes exists.
+            Mode::Guarded => {
+                unsafe { guarded_access::copy(addr as *mut u8, src.as_ptr(), src.len()) }
+                    .map_err(|_| MemoryFault { addr })
+            }
+            Mode::Kernel => self.copy(
                 iov(src.as_ptr() as u64, src.len()),
                 iov(addr, src.len()),
                 true,
-            );
+            ),
+            Mode::Unchecked => {
+                // SAFETY: the unchecked fallback: `addr..addr+src.len()`
+                // lies in a registered MR with write rights; `src` is
+                // engine memory.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len()) };
+                Ok(())
+            }
         }
-        // SAFETY: the unchecked fallback: `addr..addr+src.len()` lies in a
-        // registered MR with write rights; `src` is engine memory.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len()) };
-        Ok(())
     }
 
     fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> MemResult<u64> {
-        let word = self.atomic_word(addr)?;
+        let mode = self.mode();
+        if mode == Mode::Guarded {
+            // SAFETY: the handler is installed; the engine passes an
+            // 8-aligned word inside an MR with REMOTE_ATOMIC; the locked
+            // instruction is atomic against the application's atomics.
+            return unsafe { guarded_access::compare_swap(addr as *mut u64, compare, swap) }
+                .map_err(|_| MemoryFault { addr });
+        }
+        let word = self.atomic_word(addr, mode)?;
         match word.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(old) | Err(old) => Ok(old),
         }
     }
 
     fn fetch_add(&mut self, addr: u64, add: u64) -> MemResult<u64> {
-        Ok(self.atomic_word(addr)?.fetch_add(add, Ordering::SeqCst))
+        let mode = self.mode();
+        if mode == Mode::Guarded {
+            // SAFETY: as in compare_swap.
+            return unsafe { guarded_access::fetch_add(addr as *mut u64, add) }
+                .map_err(|_| MemoryFault { addr });
+        }
+        Ok(self
+            .atomic_word(addr, mode)?
+            .fetch_add(add, Ordering::SeqCst))
     }
 }
 
@@ -182,20 +288,37 @@ impl HostMemory for ProcessMemory {
 mod tests {
     use super::*;
 
+    /// Every checked mode, each test runs in.
+    fn modes() -> [ProcessMemory; 2] {
+        let guarded = ProcessMemory::new();
+        assert_eq!(
+            guarded.mode(),
+            Mode::Guarded,
+            "the fault handler installs here"
+        );
+        let kernel = ProcessMemory::with_mode(Mode::Kernel);
+        assert_eq!(
+            kernel.mode(),
+            Mode::Kernel,
+            "cross-memory attach works here"
+        );
+        [guarded, kernel]
+    }
+
     #[test]
     fn reads_writes_and_atomics_reach_real_memory() {
-        let mut buf = vec![0u64; 4];
-        let base = buf.as_mut_ptr() as u64;
-        let mut mem = ProcessMemory::new();
-        assert!(mem.checked, "cross-memory attach on our own pid works here");
-        mem.write(base, &7u64.to_ne_bytes()).unwrap();
-        assert_eq!(mem.fetch_add(base, 3), Ok(7));
-        assert_eq!(mem.compare_swap(base, 10, 99), Ok(10));
-        assert_eq!(mem.compare_swap(base, 10, 5), Ok(99));
-        let mut out = [0u8; 8];
-        mem.read(base, &mut out).unwrap();
-        assert_eq!(u64::from_ne_bytes(out), 99);
-        assert_eq!(buf[0], 99);
+        for mut mem in modes() {
+            let mut buf = vec![0u64; 4];
+            let base = buf.as_mut_ptr() as u64;
+            mem.write(base, &7u64.to_ne_bytes()).unwrap();
+            assert_eq!(mem.fetch_add(base, 3), Ok(7));
+            assert_eq!(mem.compare_swap(base, 10, 99), Ok(10));
+            assert_eq!(mem.compare_swap(base, 10, 5), Ok(99));
+            let mut out = [0u8; 8];
+            mem.read(base, &mut out).unwrap();
+            assert_eq!(u64::from_ne_bytes(out), 99);
+            assert_eq!(buf[0], 99);
+        }
     }
 
     fn page(prot: libc::c_int) -> u64 {
@@ -230,22 +353,24 @@ mod tests {
     fn unmapped_memory_faults_instead_of_crashing() {
         let addr = page(libc::PROT_READ | libc::PROT_WRITE);
         unmap(addr);
-        let mut mem = ProcessMemory::new();
-        let fault = MemoryFault { addr };
-        assert_eq!(mem.read(addr, &mut [0; 16]), Err(fault));
-        assert_eq!(mem.write(addr, &[1; 16]), Err(fault));
-        assert_eq!(mem.fetch_add(addr, 1), Err(fault));
-        assert_eq!(mem.compare_swap(addr, 0, 1), Err(fault));
+        for mut mem in modes() {
+            let fault = MemoryFault { addr };
+            assert_eq!(mem.read(addr, &mut [0; 16]), Err(fault));
+            assert_eq!(mem.write(addr, &[1; 16]), Err(fault));
+            assert_eq!(mem.fetch_add(addr, 1), Err(fault));
+            assert_eq!(mem.compare_swap(addr, 0, 1), Err(fault));
+        }
     }
 
     #[test]
     fn read_only_memory_can_be_read_but_not_written() {
         let addr = page(libc::PROT_READ);
-        let mut mem = ProcessMemory::new();
-        assert_eq!(mem.read(addr, &mut [0; 8]), Ok(()));
-        assert!(mem.write(addr, &[1; 8]).is_err());
-        assert!(mem.fetch_add(addr, 1).is_err());
-        assert!(mem.compare_swap(addr, 0, 1).is_err());
+        for mut mem in modes() {
+            assert_eq!(mem.read(addr, &mut [0; 8]), Ok(()));
+            assert!(mem.write(addr, &[1; 8]).is_err());
+            assert!(mem.fetch_add(addr, 1).is_err());
+            assert!(mem.compare_swap(addr, 0, 1).is_err());
+        }
         unmap(addr);
     }
 
@@ -255,10 +380,11 @@ mod tests {
         // first and runs into the hole.
         let addr = pages(2, libc::PROT_READ | libc::PROT_WRITE);
         unmap(addr + 4096);
-        let mut mem = ProcessMemory::new();
-        assert!(mem.write(addr + 4000, &[1; 200]).is_err());
-        assert!(mem.read(addr + 4000, &mut [0; 200]).is_err());
-        assert_eq!(mem.write(addr + 3000, &[1; 200]), Ok(()));
+        for mut mem in modes() {
+            assert!(mem.write(addr + 4000, &[1; 200]).is_err());
+            assert!(mem.read(addr + 4000, &mut [0; 200]).is_err());
+            assert_eq!(mem.write(addr + 3000, &[1; 200]), Ok(()));
+        }
         unmap(addr);
     }
 }
