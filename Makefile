@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit pyverbs programs
+test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -29,6 +29,22 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace --release
+
+# Fuzzing (fuzz/README.md): libFuzzer through cargo-fuzz on the stable
+# toolchain, FUZZ_SECONDS per target. fuzz/ is a workspace of its own, so
+# make test checks its formatting, lints and corpus replay here, then runs
+# each target briefly; a crash fails and prints how to replay it.
+FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 30
+FUZZ := --manifest-path fuzz/Cargo.toml
+.PHONY: fuzz fuzz-smoke
+fuzz:
+	fuzz/run.sh $(FUZZ_SECONDS)
+fuzz-smoke:
+	$(CARGO) fmt $(FUZZ) -- --check
+	$(CARGO) clippy $(FUZZ) --all-targets -- -D warnings
+	$(CARGO) test $(FUZZ) --release
+	fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
 
 # The ICRC and header encodings checked against scapy's RoCE layer (an
 # implementation nobody here wrote): regenerate the vectors and compare them
@@ -83,6 +99,14 @@ programs: shim
 	tests/programs/run.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
 	tests/programs/plugin.sh $(SHIM_SO)
+
+# softverbs against a RoCEv2 peer that is not softverbs: a scapy script on
+# a UDP socket and a verbs program over the provider exchange immediate
+# data both ways (UD SEND_WITH_IMM, RC RDMA WRITE_WITH_IMM); the bytes on
+# the wire, ntohl(wc.imm_data), the ICRCs and the real IP header are checked.
+.PHONY: wire-peer
+wire-peer: deps shim
+	$(PY) tests/programs/wire_peer.py $(SHIM_SO)
 
 # Plugin mode (root): the provider where rdma-core looks for providers,
 # the driver file that names it, and the softverbs command. Then

@@ -344,8 +344,9 @@ fn sequence(parts: &[Vec<Step>]) -> Vec<u8> {
 
 /// A few verb sequences that reach the data path: RC SEND, RC WRITE,
 /// READ and atomics, UC WRITE with immediate, UD SEND through an AH, an
-/// SRQ, a lost packet recovered by the retry timer, an RNR wait, and a
-/// QP taken to ERR and RESET with work posted.
+/// SRQ, a lost packet recovered by the retry timer, an RNR wait, a WRITE
+/// and a READ on memory the application unmapped, and a QP taken to ERR
+/// and RESET with work posted.
 fn verbs() -> Vec<Seed> {
     let none = 0xFF;
     let rc_send = sequence(&[
@@ -497,8 +498,25 @@ fn verbs() -> Vec<Seed> {
         ],
         exchange(1),
     ]);
+    let unmapped = sequence(&[
+        setup(),
+        connect(0, 0x80),
+        vec![
+            step(
+                1,
+                Op::Unmap {
+                    offset: 0x1800,
+                    len: 0x100,
+                },
+            ),
+            post_send(send_opcode::RDMA_WRITE, sges(0x200, 64), 0x800, none),
+            post_send(send_opcode::RDMA_READ, sges(0x400, 64), 0x800, none),
+        ],
+        exchange(2),
+    ]);
     [
         ("rc-send", rc_send),
+        ("rc-write-to-unmapped", unmapped),
         ("rc-write-read-atomics", rc_rdma),
         ("uc-write-imm", uc_write),
         ("ud-send", ud_send),

@@ -3,8 +3,9 @@
 //! an RC and a UD QP in RTS on a shared receive queue. Receive WRs are
 //! posted and send WRs of every kind are in flight, so that requests,
 //! responses and acknowledgements all find something to act on. Memory is
-//! a `FlatMemory` with three registered regions; every byte outside the
-//! regions the engine may write is compared after the run.
+//! a `FlatMemory` with three registered regions, one with an unmapped hole;
+//! every byte outside the regions the engine may write is compared after
+//! the run.
 
 use crate::bringup::{self, QKEY};
 use crate::memory::{first_forbidden_change, patterned};
@@ -167,7 +168,11 @@ impl Target {
             let mr = engine.reg_mr(pd, r.addr(0), r.len, r.iova, r.access.bits());
             ok("reg_mr", mr).key
         });
-        let mem = pristine().clone();
+        let mut mem = pristine().clone();
+        // Part of the remote-writable region is unmapped by the
+        // application: accesses there fault.
+        let hole = regions()[ALL].addr(0x1000);
+        mem.unmap(hole..hole + 0x100);
         let mut t = Target {
             engine,
             mem,

@@ -164,6 +164,11 @@ fn verb(n: &mut Node, peer: &Node, op: Op) {
             }
         }
         Op::DestroyAh { ah } => ignore(n.e.destroy_ah(pick(&n.ahs, ah))),
+        Op::Unmap { offset, len } => {
+            // The application unmaps registered memory: accesses fault.
+            let (addr, len) = clamp((offset, len));
+            n.mem.unmap(addr..addr + len);
+        }
         Op::Deliver { .. } | Op::Timeout { .. } => unreachable!("handled by World::step"),
     }
 }

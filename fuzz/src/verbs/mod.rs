@@ -1,6 +1,6 @@
 //! Target `verbs`: random sequences of verbs on two engines joined by a
 //! network the input drives (which packets move, which are lost, when the
-//! clock jumps). Nothing may panic; the engines may touch no memory outside
+//! clock jumps) and memory the application may unmap under its MRs. Nothing may panic; the engines may touch no memory outside
 //! their `FlatMemory` (which panics) and change no byte that no MR with
 //! LOCAL_WRITE ever covered; after the run the network settles and every
 //! object can be destroyed, leaving none.

@@ -103,6 +103,7 @@ ops! {
     21 => DestroyAh { ah: u8 },
     22 => Deliver { budget: u8, drop: u8 },
     23 => Timeout { advance: u32 },
+    24 => Unmap { offset: u16, len: u16 },
 }
 
 /// One step of an input: an op on node `node & 1`.
