@@ -56,8 +56,9 @@ unsafe fn srq_id(srq: *mut ibv_srq) -> SrqId {
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: our PD and a caller-provided attr.
-        let (context, pd_handle, a) = unsafe { ((*pd).context, pd_id(pd), &mut *attr) };
+        // SAFETY: our PD and a caller-provided attr, read as a copy (the
+        // application owns it; only `cap` is written back, field-wise).
+        let (context, pd_handle, a) = unsafe { ((*pd).context, pd_id(pd), attr.read()) };
         // SAFETY: our context.
         let st = unsafe { state(context) };
         if a.send_cq.is_null() || a.recv_cq.is_null() {
@@ -78,7 +79,8 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
             Ok(c) => c,
             Err(e) => return null(err(e)),
         };
-        a.cap = cap_to_c(&created.cap);
+        // SAFETY: the caller's attr, its `cap` field written in place.
+        unsafe { std::ptr::addr_of_mut!((*attr).cap).write(cap_to_c(&created.cap)) };
         let mut vqp = verbs_qp::ZEROED;
         // SAFETY: writing the ibv_qp member of the union.
         let q = unsafe { &mut vqp.u.qp };
@@ -152,8 +154,8 @@ pub unsafe extern "C" fn query_qp(
         };
         // SAFETY: caller-provided outputs; the QP's public fields are ours.
         unsafe {
-            *attr = qp_attr_to_c(&a);
-            let i = &mut *init_attr;
+            attr.write(qp_attr_to_c(&a));
+            let mut i = init_attr.read();
             i.qp_context = (*qp).qp_context;
             i.send_cq = (*qp).send_cq;
             i.recv_cq = (*qp).recv_cq;
@@ -161,6 +163,7 @@ pub unsafe extern "C" fn query_qp(
             i.cap = cap_to_c(&init.cap);
             i.qp_type = init.qp_type;
             i.sq_sig_all = c_int::from(init.sq_sig_all);
+            init_attr.write(i);
         }
         0
     })
@@ -413,8 +416,8 @@ fn post_recv_list(
 /// (live objects of this provider, caller-owned buffers of the right size).
 pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: our PD and a caller-provided attr.
-        let (st, pd_handle, a) = unsafe { (state((*pd).context), pd_id(pd), &mut *attr) };
+        // SAFETY: our PD and a caller-provided attr, read as a copy.
+        let (st, pd_handle, a) = unsafe { (state((*pd).context), pd_id(pd), attr.read()) };
         let req = SrqAttr {
             max_wr: a.attr.max_wr,
             max_sge: a.attr.max_sge,
@@ -424,11 +427,13 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
             Ok(r) => r,
             Err(e) => return null(err(e)),
         };
-        a.attr = ibv_srq_attr {
+        let out = ibv_srq_attr {
             max_wr: actual.max_wr,
             max_sge: actual.max_sge,
             srq_limit: actual.srq_limit,
         };
+        // SAFETY: the caller's attr, its `attr` field written in place.
+        unsafe { std::ptr::addr_of_mut!((*attr).attr).write(out) };
         let ptr = Box::into_raw(Box::new(SoftSrq {
             vsrq: verbs_srq::ZEROED,
             id,
