@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Runs inside the interop VM (tests/interop/vm.sh), as root, on Debian's
+# kernel with rdma_rxe loaded. Usage:
+#   guest.sh SHIM_SO [IMM_PINGPONG] [REGEX]
+# SHIM_SO is libsoftverbs-rdmav34.so, IMM_PINGPONG the immediate-data
+# program built by run.sh (its cases are counted as failed when it is
+# missing), REGEX selects cases by name (default: all).
+#
+# Two links, both veth pairs:
+#  - rxe against rxe: xa (10.12.0.1, fd01::1) and xb (10.12.0.2, fd01::2),
+#    both in the initial namespace because Linux 6.1's rxe sends and
+#    receives through UDP sockets and routes of the initial namespace only
+#    (a device on a veth in another namespace gets "local QP operation
+#    error"). Policy routing makes packets between the two addresses leave
+#    by the veth instead of lo. Devices rxe_xa and rxe_xb.
+#  - rxe against softverbs: va (10.11.0.1, fd00::1) in the initial
+#    namespace with rxe0; vb (10.11.0.2, fd00::2) in namespace "sv", where
+#    softverbs runs in preload mode with softverbs0 on vb's address.
+# Prints one line per case ("ok" or "FAIL", with what was seen on the
+# wire for a failed softverbs case) and "N passed, M failed" last.
+set -u
+SO=$(readlink -f "$1")
+IMM=${2:+$(readlink -f "$2")}
+FILTER=${3:-.}
+here=$(dirname "$(readlink -f "$0")")
+. "$here/../programs/lib.sh"
+CASE_TIMEOUT=${CASE_TIMEOUT:-25}
+export WAIT_LISTEN_SECONDS=$CASE_TIMEOUT
+log=$(mktemp -d)
+
+# link NAME_A NAME_B V4_A V4_B V6_A V6_B: a veth pair, both ends up, with
+# their addresses (no duplicate address detection, so IPv6 is usable at once).
+link() {
+  ip link add "$1" type veth peer name "$2" || return 1
+  ip addr add "$3/24" dev "$1" && ip addr add "$5/64" dev "$1" nodad &&
+    ip addr add "$4/24" dev "$2" && ip addr add "$6/64" dev "$2" nodad &&
+    ip link set "$1" up && ip link set "$2" up
+}
+
+# via_wire DEV ADDR_FROM ADDR_TO MAC_TO TABLE: packets this host sends
+# from ADDR_FROM to ADDR_TO (its own address) leave by DEV. Both rxe
+# devices live in one namespace, where a local destination would be
+# routed through lo; rxe would never see them come in on its veth.
+via_wire() {
+  local dev=$1 from=$2 to=$3 mac=$4 table=$5 v=-4
+  case "$to" in *:*) v=-6 ;; esac
+  ip $v rule add pref 10 iif lo to "$to" lookup "$table" &&
+    ip $v route add "$to" dev "$dev" src "$from" table "$table" &&
+    ip $v neigh add "$to" lladdr "$mac" dev "$dev" nud permanent
+}
+
+setup_rxe_pair() {
+  link xa xb 10.12.0.1 10.12.0.2 fd01::1 fd01::2 || return 1
+  local ma mb c
+  ma=$(cat /sys/class/net/xa/address) mb=$(cat /sys/class/net/xb/address)
+  # The local table after the rules above, so that they can win.
+  ip -4 rule add pref 100 lookup local && ip -4 rule del pref 0 &&
+    ip -6 rule add pref 100 lookup local && ip -6 rule del pref 0 || return 1
+  via_wire xa 10.12.0.1 10.12.0.2 "$mb" 101 && via_wire xb 10.12.0.2 10.12.0.1 "$ma" 102 &&
+    via_wire xa fd01::1 fd01::2 "$mb" 101 && via_wire xb fd01::2 fd01::1 "$ma" 102 || return 1
+  # A packet whose source is one of our own addresses is not a martian here.
+  for c in all default xa xb; do
+    sysctl -qw "net.ipv4.conf.$c.accept_local=1" "net.ipv4.conf.$c.rp_filter=0" || return 1
+  done
+  rdma link add rxe_xa type rxe netdev xa && rdma link add rxe_xb type rxe netdev xb
+}
+
+setup_sv_pair() {
+  ip netns add sv || return 1
+  link va vb 10.11.0.1 10.11.0.2 fd00::1 fd00::2 || return 1
+  # Moving vb drops its addresses: give them again inside the namespace.
+  ip link set vb netns sv &&
+    ip -n sv addr add 10.11.0.2/24 dev vb && ip -n sv addr add fd00::2/64 dev vb nodad &&
+    ip -n sv link set vb up && ip -n sv link set lo up || return 1
+  rdma link add rxe0 type rxe netdev va
+}
+
+# Sides: how to run a program as one end of a case. side NAME FAMILY sets
+# pre (the command prefix), dev, gid (index of the family's GID) and addr
+# (where the side's TCP server listens).
+SV_PRE=(ip netns exec sv env LD_PRELOAD="$SO")
+side() {
+  local name=$1 fam=$2
+  case "$name" in
+    rxe_xa) pre=(); dev=rxe_xa; addr=10.12.0.1 ;;
+    rxe_xb) pre=(); dev=rxe_xb; addr=10.12.0.2 ;;
+    rxe0) pre=(); dev=rxe0; addr=10.11.0.1 ;;
+    softverbs)
+      local a=10.11.0.2
+      [ "$fam" = ipv6 ] && a=fd00::2
+      pre=("${SV_PRE[@]}" SOFTVERBS_DEVICES="softverbs0=$a/1500")
+      dev=softverbs0; addr=10.11.0.2 ;;
+  esac
+  gid_index "$name" "$fam"
+}
+
+# gid_index SIDE FAMILY: sets gid to the index of the side's RoCE v2 GID
+# for its address of FAMILY, as the device itself lists it (ibv_devinfo,
+# run with the side's prefix), or "none"; cached per side and family.
+declare -A GIDS
+gid_index() {
+  local key="$1/$2" want
+  if [ -z "${GIDS[$key]:-}" ]; then
+    case "$key" in
+      rxe_xa/ipv4) want=::ffff:10.12.0.1 ;; rxe_xa/ipv6) want=fd01::1 ;;
+      rxe_xb/ipv4) want=::ffff:10.12.0.2 ;; rxe_xb/ipv6) want=fd01::2 ;;
+      rxe0/ipv4) want=::ffff:10.11.0.1 ;; rxe0/ipv6) want=fd00::1 ;;
+      softverbs/ipv4) want=::ffff:10.11.0.2 ;; softverbs/ipv6) want=fd00::2 ;;
+    esac
+    GIDS[$key]=$("${pre[@]}" ibv_devinfo -v -d "$dev" 2>&1 |
+      sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*\([^,[:space:]]*\).*/\1 \2/p' |
+      awk -v w="$want" '$2 == w { print $1; exit }')
+    : "${GIDS[$key]:=none}"
+  fi
+  gid=${GIDS[$key]}
+}
+
+pass=0; fail=0; n=0; port=18600
+declare -a RESULTS
+
+# case_run NAME SERVER_SIDE CLIENT_SIDE FAMILY PROGRAM ARGS...: the server
+# side runs PROGRAM, the client side runs it against the server's address
+# once it listens; both must exit 0 and print the program's result line.
+case_run() {
+  local name=$1 s_side=$2 c_side=$3 fam=$4; shift 4
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local prog=$1 gflag=-g expect="[0-9]+ iters in"
+  case "$prog" in
+    ib_*) gflag=-x; expect='^ +[0-9]+ +[0-9]+ +[0-9.]+' ;;
+    */imm_pingpong) expect='^imm ok' ;;
+  esac
+  local pre dev gid addr s_pre s_args c_pre c_args srv_addr
+  side "$s_side" "$fam"; s_pre=("${pre[@]}"); s_args=(-d "$dev" "$gflag" "$gid" -p "$port"); srv_addr=$addr
+  side "$c_side" "$fam"; c_pre=("${pre[@]}"); c_args=(-d "$dev" "$gflag" "$gid" -p "$port")
+  local sv_case=
+  [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
+  [ -n "$sv_case" ] && observe_start
+
+  local t0=$SECONDS srv cli src=timeout crc="not started"
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$@" "${s_args[@]}" > "$log/srv" 2>&1 &
+  srv=$!
+  local ns=
+  [ "$s_side" = softverbs ] && ns=sv
+  if wait_listen "$port" "$ns" $srv 2> "$log/cli"; then
+    "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$@" "${c_args[@]}" "$srv_addr" > "$log/cli" 2>&1 &
+    cli=$!
+    # Whichever ends first: a failure ends the case at once (the other
+    # side would only wait for its timeout); a success waits for the other.
+    local first st
+    wait -n -p first $srv $cli; st=$?
+    if [ "$first" = "$cli" ]; then
+      crc=$st; [ $crc -ne 0 ] && kill $srv 2>/dev/null
+      wait $srv; src=$?
+    else
+      src=$st; [ $src -ne 0 ] && kill $cli 2>/dev/null
+      wait $cli; crc=$?
+    fi
+  else
+    kill $srv 2>/dev/null; wait $srv; src=$?
+  fi
+  local took=$((SECONDS - t0))
+  [ -n "$sv_case" ] && observe_stop
+  if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -Eq "$expect" "$log/cli"; then
+    pass=$((pass + 1)); echo "ok   $name (${took} s)"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
+    tail -n 4 "$log/cli" | sed 's/^/    client: /'
+    tail -n 4 "$log/srv" | sed 's/^/    server: /'
+    [ -n "$sv_case" ] && observe_report
+  fi
+}
+
+# status RC: an exit status in words (timeout(1) says 124, a kill 143).
+status() {
+  case "$1" in
+    0) echo "exit 0" ;; 124) echo "timed out after $CASE_TIMEOUT s" ;;
+    143) echo "stopped after the other side failed" ;; *) echo "exit $1" ;;
+  esac
+}
+
+# What a softverbs case did on the wire, recorded for a failure: UDP flows
+# and ICMP errors captured on rxe0's veth, rxe0's counters, the kernel's
+# UDP error counters on both sides, and rxe's "bad ICRC" debug messages.
+RXE_COUNTERS=/sys/class/infiniband/rxe0/ports/1/hw_counters
+observe_start() {
+  rm -f "$log/pcap" "$log/tcpdump"
+  tcpdump -i va -nn -U -Z root -w "$log/pcap" 'udp or icmp or icmp6' 2> "$log/tcpdump" &
+  TCPDUMP=$!
+  wait_line "$log/tcpdump" "listening on" "$TCPDUMP" || echo "    (tcpdump did not start: $(cat "$log/tcpdump"))"
+  counters > "$log/before"
+  dmesg -C 2>/dev/null
+}
+observe_stop() {
+  counters > "$log/after"
+  kill "$TCPDUMP" 2>/dev/null; wait "$TCPDUMP" 2>/dev/null
+}
+observe_report() {
+  local flows
+  flows=$(tcpdump -r "$log/pcap" -nn 2>/dev/null | awk '
+    $2 == "IP" || $2 == "IP6" {
+      if ($6 == "UDP,") { s = $3; d = $5; sub(/\.[0-9]+$/, "", s); sub(/:$/, "", d); f[s " > " d]++ }
+      else if (/unreachable/) { p = match($0, /udp port [0-9]+/) ? substr($0, RSTART, RLENGTH) : "?"
+        f["ICMP unreachable " $3 " > " $5 " " p]++ } }
+    END { for (k in f) printf "%s x%d; ", k, f[k] }')
+  echo "    wire (va): ${flows:-no UDP packets}"
+  echo "    counters: $(diff_counters)"
+  local icrc
+  icrc=$(dmesg 2>/dev/null | grep -ci icrc)
+  echo "    rxe0 ICRC errors logged: $icrc"
+}
+counters() {
+  local f
+  for f in "$RXE_COUNTERS"/*; do echo "rxe0:$(basename "$f") $(cat "$f")"; done
+  snmp "init" cat
+  snmp "sv" ip netns exec sv cat
+}
+# snmp LABEL CMD...: the kernel's UDP and ICMP error counters (CMD reads
+# the files in the right namespace).
+snmp() {
+  local label=$1; shift
+  "$@" /proc/net/snmp | awk -v l="$label" '
+    /^(Udp|Icmp):/ { if (!h[$1]) { h[$1] = 1; for (i = 2; i <= NF; i++) n[$1, i] = $i; next }
+      for (i = 2; i <= NF; i++) if (n[$1, i] ~ /Errors|NoPorts|DestUnreachs/) print l ":" $1 n[$1, i], $i }'
+  "$@" /proc/net/snmp6 | awk -v l="$label" '$1 ~ /^(Udp6|Icmp6)(InErrors|NoPorts|InCsumErrors|InDestUnreachs|OutDestUnreachs)$/ { print l ":" $1, $2 }'
+}
+diff_counters() {
+  awk 'NR == FNR { b[$1] = $2; next } $2 != b[$1] { printf "%s +%d  ", $1, $2 - b[$1] }' "$log/before" "$log/after"
+}
+
+# wait_line FILE TEXT PID: returns once FILE holds TEXT, fails if PID
+# exits first or after CASE_TIMEOUT seconds.
+wait_line() {
+  local deadline=$((SECONDS + CASE_TIMEOUT))
+  until grep -q "$2" "$1" 2>/dev/null; do
+    kill -0 "$3" 2>/dev/null || return 1
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.05 # the poll interval; the loop ends on the condition
+  done
+}
+
+started=$SECONDS
+setup_rxe_pair || { echo "FAIL setting up rxe_xa/rxe_xb"; echo "0 passed, 1 failed"; exit 1; }
+setup_sv_pair || { echo "FAIL setting up rxe0 and namespace sv"; echo "0 passed, 1 failed"; exit 1; }
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+echo 'file rxe_icrc.c +p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null
+echo "setup: $((SECONDS - started)) s"
+
+# The programs of every case: pingpongs at 1 B, 4 KiB and 1 MiB (1,024
+# packets at path MTU 1024), UC, UD (one packet: a UD message fits the MTU),
+# perftest's bandwidth tests, immediate data (imm_pingpong).
+PROGRAMS=(
+  "rc 1 B|ibv_rc_pingpong -m 1024 -s 1 -n 100"
+  "rc 4 KiB|ibv_rc_pingpong -m 1024 -s 4096 -n 100"
+  "rc 1 MiB|ibv_rc_pingpong -m 1024 -s 1048576 -n 10"
+  "uc 4 KiB|ibv_uc_pingpong -m 1024 -s 4096 -n 100"
+  "ud 1000 B|ibv_ud_pingpong -s 1000 -n 100"
+  "write_bw|ib_write_bw -m 1024 -s 65536 -n 100 -F"
+  "read_bw|ib_read_bw -m 1024 -s 65536 -n 100 -F"
+  "send_bw|ib_send_bw -m 1024 -s 65536 -n 100 -F"
+  "atomic_bw|ib_atomic_bw -m 1024 -n 1000 -F"
+  "imm|${IMM:-imm_pingpong-not-built}"
+)
+RXE_ONLY='^(rc|ud|write_bw)'
+
+for fam in ipv4 ipv6; do
+  for p in "${PROGRAMS[@]}"; do
+    label=${p%%|*}
+    [[ "$label" =~ $RXE_ONLY ]] || continue
+    # shellcheck disable=SC2086 # the program's words
+    case_run "rxe-rxe $fam $label" rxe_xa rxe_xb "$fam" ${p#*|}
+  done
+done
+for fam in ipv4 ipv6; do
+  for p in "${PROGRAMS[@]}"; do
+    label=${p%%|*}
+    # shellcheck disable=SC2086
+    case_run "rxe-softverbs $fam $label (rxe server)" rxe0 softverbs "$fam" ${p#*|}
+    # shellcheck disable=SC2086
+    case_run "rxe-softverbs $fam $label (softverbs server)" softverbs rxe0 "$fam" ${p#*|}
+  done
+done
+
+echo "cases took $((SECONDS - started)) s"
+rm -rf "$log"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
