@@ -217,7 +217,15 @@ fn pkey_matches(packet: u16, ours: u16) -> bool {
 /// A connected (RC/UC) QP takes packets only from the remote end of its
 /// path and to its own source GID (IBTA 9.6.1; rxe `check_addr`), so a
 /// host that learns a QP number cannot inject into the connection. UD
-/// takes datagrams from anyone.
+/// takes datagrams from anyone. GIDs are compared as the addresses they
+/// travel as (`gid_route`): a packet's GIDs are its IP addresses, and a
+/// link-local GID travels as the address it was derived from.
 fn from_the_peer(qp: &Qp, ctx: &Ctx<'_>, src_gid: Gid, dst_gid: Gid) -> bool {
-    qp.qp_type == QpType::Ud || response_gids(qp, ctx) == Some((dst_gid, src_gid))
+    if qp.qp_type == QpType::Ud {
+        return true;
+    }
+    let local = dst_gid.to_ip();
+    response_gids(qp, ctx).is_some_and(|(ours, peer)| {
+        ours.same_endpoint(dst_gid, local) && peer.same_endpoint(src_gid, local)
+    })
 }

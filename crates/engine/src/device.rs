@@ -278,7 +278,10 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// The default device: `softverbs0` on 127.0.0.1, one port, MTU 4096.
+    /// A device `softverbs0` on 127.0.0.1, one port, MTU 4096, whose GID
+    /// table holds the address's GID alone (at index 0): the fixture
+    /// tests and the simulator build on. Real devices get rxe's table,
+    /// [`crate::gids_of`], from `softverbs_config`.
     pub fn loopback(seed: u64) -> DeviceConfig {
         DeviceConfig {
             name: "softverbs0".to_string(),
