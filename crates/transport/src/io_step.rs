@@ -9,7 +9,6 @@ use socket2::SockRef;
 use softverbs_engine::{Engine, Gid, HostMemory, Nanos, MAX_PACKET_LEN};
 use softverbs_wire::Flow;
 use std::io;
-use std::net::SocketAddr;
 
 /// Consecutive failed receives after which a step stops reading a socket.
 const MAX_RECV_ERRORS: u32 = 64;
@@ -111,7 +110,12 @@ impl Io {
         while let Some(t) = engine.poll_transmit(now, mem, buf) {
             let packet = &mut buf[..t.len];
             let dest_qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
-            let dst = SocketAddr::new(t.dst_gid.to_ip(), ports.port_of_qpn(dest_qpn));
+            let Some(dst) =
+                crate::gid_addr::socket_addr(t.dst_gid, ep.local(), ports.port_of_qpn(dest_qpn))
+            else {
+                stats.tx_dropped += 1;
+                continue;
+            };
             let sealed =
                 Flow::from_sockets(ep.local(), dst).is_ok_and(|flow| flow.seal(packet).is_ok());
             if !sealed {

@@ -13,6 +13,7 @@
 pub mod clock;
 pub mod driver;
 pub mod endpoint;
+pub mod gid_addr;
 mod io_step;
 mod send_batch;
 pub mod slots;
