@@ -25,7 +25,9 @@ use std::path::PathBuf;
 pub struct SoftDevice {
     /// Device name, as `ibv_get_device_name` returns it.
     pub name: String,
-    /// The address its endpoints bind and its GID 0 stands for.
+    /// The address it sends and receives on. Its GID table is rxe's:
+    /// index 0 a link-local GID derived from this address, index 1 the
+    /// address's own GID (`softverbs_engine::gids_of`).
     pub ip: IpAddr,
     /// The link MTU, if configured.
     pub link_mtu: Option<u32>,
@@ -106,7 +108,7 @@ impl SoftDevice {
             .or_else(|| crate::netif::mtu_of(self.ip))
             .unwrap_or(1500);
         cfg.ports = vec![PortConfig {
-            gids: vec![Gid::from_ip(self.ip)],
+            gids: softverbs_engine::gids_of(self.ip),
             active_mtu: Mtu::largest_fitting(link_mtu).unwrap_or(Mtu::Mtu256),
         }];
         cfg
@@ -280,9 +282,20 @@ mod tests {
         let cfg = d.device_config(1);
         assert_eq!(cfg.ports[0].active_mtu, Mtu::Mtu1024);
         assert_eq!(cfg.node_guid >> 48, u64::from(DeviceConfig::VENDOR_ID));
+        let gids: Vec<String> = cfg.ports[0].gids.iter().map(Gid::to_string).collect();
         assert_eq!(
-            cfg.ports[0].gids[0].to_string(),
-            "0000:0000:0000:0000:0000:ffff:0a00:0001"
+            gids,
+            [
+                "fe80:0000:0000:0000:0000:5efe:0a00:0001",
+                "0000:0000:0000:0000:0000:ffff:0a00:0001"
+            ]
         );
+        let v6 = SoftDevice {
+            ip: "fd00:e7::1".parse().unwrap(),
+            ..d
+        };
+        let gids = v6.device_config(1).ports[0].gids.clone();
+        assert_eq!(gids, softverbs_engine::gids_of(v6.ip));
+        assert_eq!(gids[0].to_string(), "fe80:0000:0000:0000:0000:0000:0000:0001");
     }
 }
