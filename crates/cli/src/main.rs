@@ -6,12 +6,12 @@
 //! configured devices; `softverbs setup` / `teardown` (root) create and
 //! remove the device entries plugin mode needs (see [`plugin`]).
 
+mod gid_table;
 mod library;
 mod plugin;
 
 use clap::{Parser, Subcommand};
 use softverbs_config::Config;
-use softverbs_engine::Gid;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 
@@ -77,20 +77,14 @@ fn run(program: &[String]) -> Result<(), String> {
 fn devices() -> Result<(), String> {
     let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
     println!("configuration: {}", config.source);
-    println!(
-        "{:<16} {:<40} {:<12} GID[0]",
-        "device", "address", "active MTU"
-    );
+    println!("{:<16} {:<40} active MTU", "device", "address");
     for d in &config.devices {
         let cfg = d.device_config(0);
         let mtu = cfg.ports[0].active_mtu.bytes();
-        println!(
-            "{:<16} {:<40} {:<12} {}",
-            d.name,
-            d.ip,
-            mtu,
-            Gid::from_ip(d.ip)
-        );
+        println!("{:<16} {:<40} {}", d.name, d.ip, mtu);
+        for line in gid_table::lines(d) {
+            println!("    {line}");
+        }
     }
     println!(
         "UDP ports: {}..{} (slot ports)",

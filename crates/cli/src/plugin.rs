@@ -202,10 +202,29 @@ fn write_device(dir: &Path, d: &SoftDevice) -> io::Result<()> {
     let port = dir.join("ports/1");
     write(&port.join("link_layer"), "Ethernet")?;
     write(&port.join("pkeys/0"), "0xffff")?;
-    write(&port.join("gids/0"), &Gid::from_ip(d.ip).to_string())?;
-    write(&port.join("gid_attrs/types/0"), "RoCE v2")?;
-    if let Some(name) = interface_name(d) {
-        write(&port.join("gid_attrs/ndevs/0"), &name)?;
+    write_gids(&port, d)
+}
+
+/// `ports/1/gids/N` for every slot of the table (empty ones read as zero,
+/// as the kernel shows them), and the type and network device of each
+/// populated one.
+fn write_gids(port: &Path, d: &SoftDevice) -> io::Result<()> {
+    let slots = d.device_config(0).limits.gid_tbl_len as usize;
+    let entries = crate::gid_table::entries(d);
+    let ndev = interface_name(d);
+    for i in 0..slots {
+        let gid = entries.iter().find(|(n, _)| *n == i).map(|(_, g)| *g);
+        write(
+            &port.join(format!("gids/{i}")),
+            &gid.unwrap_or(Gid::ZERO).to_string(),
+        )?;
+        if gid.is_none() {
+            continue;
+        }
+        write(&port.join(format!("gid_attrs/types/{i}")), "RoCE v2")?;
+        if let Some(name) = &ndev {
+            write(&port.join(format!("gid_attrs/ndevs/{i}")), name)?;
+        }
     }
     Ok(())
 }
@@ -284,11 +303,26 @@ mod tests {
             read(dev.join("node_guid")),
             format!("{}\n", guid_text(d.guid()))
         );
+        let port = dev.join("ports/1");
         assert_eq!(
-            read(dev.join("ports/1/gids/0")),
+            read(port.join("gids/0")),
+            "fe80:0000:0000:0000:0000:5efe:7f00:0001\n"
+        );
+        assert_eq!(
+            read(port.join("gids/1")),
             "0000:0000:0000:0000:0000:ffff:7f00:0001\n"
         );
-        assert_eq!(read(dev.join("ports/1/gid_attrs/types/0")), "RoCE v2\n");
+        assert_eq!(
+            read(port.join("gids/15")),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n"
+        );
+        assert!(!port.join("gids/16").exists());
+        for i in 0..2 {
+            let ty = port.join(format!("gid_attrs/types/{i}"));
+            assert_eq!(read(ty), "RoCE v2\n");
+            assert_eq!(read(port.join(format!("gid_attrs/ndevs/{i}"))), "lo\n");
+        }
+        assert!(!port.join("gid_attrs/types/2").exists());
         assert!(class.join("net").is_dir() && root.join("devices").is_dir());
         remove_tree(&root).unwrap();
         assert!(!root.exists() && !root.parent().unwrap().exists());
