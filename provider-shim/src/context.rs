@@ -113,7 +113,7 @@ impl ContextState {
         let cfg = DriverConfig {
             device: dev.config.device_config(fastrand::u64(..)),
             ip: dev.config.ip,
-            ports: softverbs_transport::SlotPorts::new(dev.port_base).unwrap_or_default(),
+            daemon: softverbs_config::Config::daemon(crate::daemon_program::find()),
         };
         let driver =
             Driver::start(cfg, ProcessMemory::new(), events.clone()).inspect_err(|_| {
@@ -206,9 +206,12 @@ fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
             "its address {ip} is on no interface of this host ({e}); see `softverbs devices`"
         ),
         std::io::ErrorKind::AddrInUse => format!(
-            "every UDP slot port {}..{} on {ip} is in use ({e})",
-            u32::from(dev.port_base) + 1,
-            u32::from(dev.port_base) + 4095
+            "UDP port 4791 on {ip} is taken by something other than a softverbs daemon ({e})"
+        ),
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => format!(
+            "no softverbs daemon serves this network namespace and none could be started \
+             ({e}); put the `softverbs` command beside the provider or on PATH, or set \
+             SOFTVERBS_DAEMON to it"
         ),
         _ => e.to_string(),
     }

@@ -17,8 +17,6 @@ pub struct SoftVerbsDevice {
     pub vdev: verbs_device,
     /// Its configuration.
     pub config: SoftDevice,
-    /// The network-wide settings it was built with.
-    pub port_base: u16,
     /// Plugin mode: libibverbs found it in sysfs and frees it (through
     /// `uninit_device`) when its last reference goes.
     pub owned_by_libibverbs: bool,
@@ -73,11 +71,7 @@ static DEVICES: OnceLock<Devices> = OnceLock::new();
 fn devices() -> &'static Devices {
     DEVICES.get_or_init(|| match Config::load() {
         Ok(config) => Devices {
-            list: config
-                .devices
-                .iter()
-                .map(|d| build(d, config.port_base))
-                .collect(),
+            list: config.devices.iter().map(build).collect(),
             error: None,
         },
         Err(e) => Devices {
@@ -124,14 +118,14 @@ pub fn soft(device: *mut ibv_device) -> Option<&'static SoftVerbsDevice> {
 }
 
 /// A plugin-mode device (see [`SoftVerbsDevice::owned_by_libibverbs`]).
-pub fn build_owned_by_libibverbs(config: &SoftDevice, port_base: u16) -> *mut verbs_device {
-    let dev = build(config, port_base) as *mut SoftVerbsDevice;
+pub fn build_owned_by_libibverbs(config: &SoftDevice) -> *mut verbs_device {
+    let dev = build(config) as *mut SoftVerbsDevice;
     // SAFETY: `build` just made this box and nobody else has it yet.
     unsafe { (*dev).owned_by_libibverbs = true };
     dev.cast()
 }
 
-fn build(config: &SoftDevice, port_base: u16) -> usize {
+fn build(config: &SoftDevice) -> usize {
     let mut vdev = verbs_device::ZEROED;
     vdev.device.node_type = IBV_NODE_CA as c_int;
     vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
@@ -154,7 +148,6 @@ fn build(config: &SoftDevice, port_base: u16) -> usize {
     let dev = Box::new(SoftVerbsDevice {
         vdev,
         config: config.clone(),
-        port_base,
         owned_by_libibverbs: false,
     });
     Box::into_raw(dev) as usize

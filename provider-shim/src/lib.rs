@@ -25,6 +25,7 @@ pub mod call_lock;
 pub mod context;
 pub mod convert;
 pub mod cq_ex;
+pub mod daemon_program;
 pub mod device;
 pub mod event_acks;
 pub mod events;

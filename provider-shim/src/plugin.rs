@@ -116,7 +116,7 @@ pub(crate) fn object_of(addr: *const c_void) -> Option<std::ffi::CString> {
 }
 
 /// The configured soft device named like this sysfs device, if any.
-fn configured(sysfs_dev: *mut verbs_sysfs_dev) -> Option<(SoftDevice, u16)> {
+fn configured(sysfs_dev: *mut verbs_sysfs_dev) -> Option<SoftDevice> {
     // SAFETY: libibverbs passes a live sysfs device whose ibdev_name is a
     // NUL-terminated string within its array.
     let name = unsafe { CStr::from_ptr((*sysfs_dev).ibdev_name.as_ptr()) };
@@ -135,7 +135,7 @@ fn configured(sysfs_dev: *mut verbs_sysfs_dev) -> Option<(SoftDevice, u16)> {
             config.source
         );
     }
-    found.map(|d| (d, config.port_base))
+    found
 }
 
 /// `verbs_device_ops.match_device`: the table matched and the device is
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn match_device(sysfs_dev: *mut verbs_sysfs_dev) -> bool {
 /// Called by libibverbs with a live sysfs device.
 pub unsafe extern "C" fn alloc_device(sysfs_dev: *mut verbs_sysfs_dev) -> *mut verbs_device {
     guard(std::ptr::null_mut(), || match configured(sysfs_dev) {
-        Some((config, port_base)) => device::build_owned_by_libibverbs(&config, port_base),
+        Some(config) => device::build_owned_by_libibverbs(&config),
         None => std::ptr::null_mut(),
     })
 }

@@ -59,11 +59,13 @@ static struct ibv_context *open_softverbs(void)
 	return NULL;
 }
 
-/* The peer is on this device's own address (127.0.0.1). */
+/* The peer's GID: the IPv4-mapped GID of its address (argv[3]). */
+static union ibv_gid peer_gid;
+
 static struct ibv_ah_attr peer_route(void)
 {
 	struct ibv_ah_attr ah = { .is_global = 1, .port_num = 1 };
-	ah.grh.dgid = gid;
+	ah.grh.dgid = peer_gid;
 	ah.grh.hop_limit = 64;
 	return ah;
 }
@@ -219,7 +221,10 @@ static void dump(uint32_t off, uint32_t len)
 
 int main(int argc, char **argv)
 {
-	CHECK(argc == 3, "usage: wire_peer PEER_UD_QPN PEER_RC_QPN");
+	CHECK(argc == 4, "usage: wire_peer PEER_UD_QPN PEER_RC_QPN PEER_IPV4");
+	memset(&peer_gid, 0, sizeof(peer_gid));
+	peer_gid.raw[10] = peer_gid.raw[11] = 0xff;
+	CHECK(inet_pton(AF_INET, argv[3], &peer_gid.raw[12]) == 1, "bad peer address %s", argv[3]);
 	peer_ud_qpn = (uint32_t)strtoul(argv[1], NULL, 0);
 	setup((uint32_t)strtoul(argv[2], NULL, 0));
 	printf("ready ud_qpn=%u rc_qpn=%u va=0x%llx rkey=0x%x qkey=0x%x rq_psn=%u sq_psn=%u\n",

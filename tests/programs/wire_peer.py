@@ -6,16 +6,15 @@ wrong the same way (immediate data byte-swapped on send and on receive
 looks right). Here the other end is this script: it builds and parses the
 packets with scapy's RoCE layer (``scapy.contrib.roce``, whose ICRC nobody
 here wrote) and the InfiniBand header layouts, and talks over UDP on
-127.0.0.1 to tests/programs/wire_peer.c, a verbs program run over softverbs
-(LD_PRELOAD of the provider).
+loopback to tests/programs/wire_peer.c, a verbs program run over softverbs
+(LD_PRELOAD of the provider) on device softverbs0 = 127.0.0.1.
 
-Addressing (docs/architecture.md): a packet for QP number q goes to UDP port
-``port_base + (q >> 12)``. The script picks a random port_base (config file
-in $SOFTVERBS_CONFIG), binds one slot's port and takes QP numbers in that
-slot. softverbs checks a received ICRC over the IP header it assumes
-(identification 0, DF; crates/wire/src/ip.rs), so the script's socket sets
-IP_MTU_DISCOVER to IP_PMTUDISC_DO and stays unconnected: Linux then sends
-exactly that header.
+Addressing is standard RoCEv2 (docs/architecture.md): every packet goes to
+UDP port 4791. softverbs' daemon owns 127.0.0.1:4791; the peer is another
+host on the loopback network, 127.0.0.2, and owns 127.0.0.2:4791. The
+script's socket sets IP_MTU_DISCOVER to IP_PMTUDISC_DO and stays
+unconnected: Linux then sends identification 0 with DF, the header its
+ICRCs are sealed over.
 
 Cases: immediate data in both directions on UD (SEND_WITH_IMM, opcode 0x65)
 and RC (RDMA WRITE_WITH_IMM), ICRCs checked with scapy, and the IP header
@@ -27,7 +26,6 @@ Usage: wire_peer.py PATH/TO/libsoftverbs-rdmav34.so
 """
 
 import os
-import random
 import select
 import socket
 import struct
@@ -43,9 +41,10 @@ from scapy.packet import Raw
 
 HERE = Path(__file__).resolve().parent
 LOCAL = "127.0.0.1"
+PEER = "127.0.0.2"
+ROCE_PORT = 4791
 WAIT_S = 10.0
 RETRIES_WAIT_S = 20.0
-SLOT_SHIFT = 12
 # Linux values; Python's socket module does not export these two.
 IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
@@ -81,11 +80,12 @@ def pattern(n):
 
 
 def icrc_valid(roce, sport, dport, ip_fields):
-    """True if scapy computes the packet's ICRC over this IP/UDP header."""
+    """True if scapy computes the packet's ICRC over this IP/UDP header
+    (from softverbs to the peer)."""
     bth = BTH(roce)
     want = roce[-4:]
     bth.icrc = None
-    pkt = IP(src=LOCAL, dst=LOCAL, **ip_fields) / UDP(sport=sport, dport=dport) / bth
+    pkt = IP(src=LOCAL, dst=PEER, **ip_fields) / UDP(sport=sport, dport=dport) / bth
     return bytes(pkt)[-4:] == want
 
 
@@ -97,7 +97,7 @@ def build(sport, dport, ext, payload=b"", **bth):
     ICRC covers the IP header this script's socket sends (ASSUMED_IP)."""
     pad = -len(payload) % 4
     pkt = (
-        IP(src=LOCAL, dst=LOCAL, **ASSUMED_IP)
+        IP(src=PEER, dst=LOCAL, **ASSUMED_IP)
         / UDP(sport=sport, dport=dport)
         / BTH(padcount=pad, pkey=0xFFFF, **bth)
         / Raw(ext + payload + bytes(pad))
@@ -118,12 +118,11 @@ def body(roce):
 class Program:
     """wire_peer.c under softverbs: its lines, read with deadlines."""
 
-    def __init__(self, exe, so, config, peer_ud, peer_rc, errlog):
-        env = dict(os.environ, LD_PRELOAD=so, SOFTVERBS_CONFIG=config)
-        env.pop("SOFTVERBS_DEVICES", None)
+    def __init__(self, exe, so, peer_ud, peer_rc, errlog):
+        env = dict(os.environ, LD_PRELOAD=so, SOFTVERBS_DEVICES=f"softverbs0={LOCAL}")
         self.err = errlog
         self.proc = subprocess.Popen(
-            [exe, hex(peer_ud), hex(peer_rc)],
+            [exe, hex(peer_ud), hex(peer_rc), PEER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(errlog, "wb"),
@@ -185,34 +184,21 @@ def fields(line, first):
 
 
 class Peer:
-    """One UDP socket on one slot's port, sending with IP ID 0 and DF."""
+    """The other host: one UDP socket on 127.0.0.2:4791, sending with IP
+    ID 0 and DF."""
 
-    def __init__(self, port_base):
-        self.port_base = port_base
-        self.sock, self.slot = self.bind_a_slot()
-        self.port = port_base + self.slot
-        self.ud_qpn = (self.slot << SLOT_SHIFT) | 0x101
-        self.rc_qpn = (self.slot << SLOT_SHIFT) | 0x202
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # Unconnected with DF: Linux sends identification 0.
+        self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        self.sock.bind((PEER, ROCE_PORT))
+        self.port = ROCE_PORT
+        self.ud_qpn = 0x10101
+        self.rc_qpn = 0x10202
         self.capture = open_capture()
 
-    def bind_a_slot(self):
-        for _ in range(64):
-            slot = random.randrange(2048, 4096)
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            # Unconnected with DF: Linux sends identification 0.
-            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-            try:
-                s.bind((LOCAL, self.port_base + slot))
-                return s, slot
-            except OSError:
-                s.close()
-        raise OSError("no free slot port for the peer")
-
-    def port_of(self, qpn):
-        return self.port_base + (qpn >> SLOT_SHIFT)
-
-    def send(self, roce, dest_qpn):
-        self.sock.sendto(roce, (LOCAL, self.port_of(dest_qpn)))
+    def send(self, roce):
+        self.sock.sendto(roce, (LOCAL, ROCE_PORT))
 
     def recv(self, timeout=WAIT_S):
         """One datagram: (bytes, source port); Fail if none in time."""
@@ -276,7 +262,7 @@ class Cases:
         check(answer == "send_ud status=success", f"send completion: {answer!r}")
         roce, sport = self.peer.recv()
         self.ud_sent = (roce, sport)
-        check(sport == self.peer.port_of(self.ud_qpn), f"source port {sport}: not the QP's slot")
+        check(sport != ROCE_PORT, f"source port {sport}: RoCE sends from a port of its own")
         bth, rest = body(roce)
         check(bth.opcode == UD_SEND_ONLY_IMM, f"opcode {bth.opcode:#x}, want 0x65")
         check(bth.dqpn == self.peer.ud_qpn, f"BTH dest QP {bth.dqpn:#x}")
@@ -307,10 +293,10 @@ class Cases:
         deth = struct.pack(">II", self.qkey, self.peer.ud_qpn)
         imm = struct.pack(">I", IMM_TO_SOFTVERBS)
         roce = build(
-            self.peer.port, self.peer.port_of(self.ud_qpn), deth + imm, payload,
+            self.peer.port, ROCE_PORT, deth + imm, payload,
             opcode=UD_SEND_ONLY_IMM, dqpn=self.ud_qpn, psn=7,
         )
-        self.peer.send(roce, self.ud_qpn)
+        self.peer.send(roce)
         wc = fields(self.prog.ask("recv"), "recv")
         check(wc.get("status") == "success", f"completion {wc}")
         check(wc["opcode"] == "RECV" and wc["qp"] == "ud", f"opcode {wc['opcode']} on {wc['qp']}")
@@ -348,10 +334,10 @@ class Cases:
     def ack(self, psn):
         """An RC ACK up to `psn`; AETH: ACK, no credit count (0x1F), MSN 1."""
         roce = build(
-            self.peer.port, self.peer.port_of(self.rc_qpn), struct.pack(">I", 0x1F000001),
+            self.peer.port, ROCE_PORT, struct.pack(">I", 0x1F000001),
             opcode=RC_ACK, dqpn=self.rc_qpn, psn=psn,
         )
-        self.peer.send(roce, self.rc_qpn)
+        self.peer.send(roce)
 
     def rc_message(self, expect):
         """`expect` packets with consecutive PSNs from sq_psn (resends
@@ -373,10 +359,10 @@ class Cases:
         reth = struct.pack(">QII", self.va + off, self.rkey, len(data))
         imm = struct.pack(">I", IMM_TO_SOFTVERBS)
         roce = build(
-            self.peer.port, self.peer.port_of(self.rc_qpn), reth + imm, data,
+            self.peer.port, ROCE_PORT, reth + imm, data,
             opcode=RC_WRITE_ONLY_IMM, dqpn=self.rc_qpn, psn=self.rq_psn, ackreq=1,
         )
-        self.peer.send(roce, self.rc_qpn)
+        self.peer.send(roce)
         ack, sport = self.peer.recv()
         bth = BTH(ack)
         check(bth.opcode == RC_ACK and bth.psn == self.rq_psn, f"reply {bth.opcode:#x} psn {bth.psn:#x}")
@@ -443,15 +429,12 @@ def main():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     so = str(Path(sys.argv[1]).resolve())
-    port_base = random.randrange(20000, 61440)
     prog = peer = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            config = os.path.join(tmp, "softverbs.conf")
-            Path(config).write_text(f"device softverbs0 {LOCAL}\nport_base {port_base}\n")
-            peer = Peer(port_base)
+            peer = Peer()
             exe = compile_program(tmp)
-            prog = Program(exe, so, config, peer.ud_qpn, peer.rc_qpn, os.path.join(tmp, "err"))
+            prog = Program(exe, so, peer.ud_qpn, peer.rc_qpn, os.path.join(tmp, "err"))
             cases = Cases(peer, prog, fields(prog.line(), "ready"))
             passed, failed = run_cases(cases, peer)
         except Fail as e:

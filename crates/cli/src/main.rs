@@ -7,6 +7,7 @@
 //! remove the device entries plugin mode needs (see [`plugin`]).
 
 mod gid_table;
+mod daemon;
 mod library;
 mod plugin;
 
@@ -38,6 +39,19 @@ enum Cmd {
     Setup,
     /// Plugin mode (root): remove what `setup` created.
     Teardown,
+    /// Run the host daemon that owns UDP 4791 for this network namespace
+    /// (programs start it themselves when needed).
+    Daemon {
+        /// The abstract Unix socket name to listen on.
+        #[arg(long, env = "SOFTVERBS_DAEMON_SOCKET", default_value = softverbs_transport::daemon::DEFAULT_SOCKET)]
+        socket: String,
+        /// Exit after this many seconds without a client.
+        #[arg(long, default_value_t = 30.0)]
+        idle_exit: f64,
+        /// Start the daemon in the background and return once it listens.
+        #[arg(long)]
+        detach: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,6 +61,15 @@ fn main() -> ExitCode {
         Cmd::Devices => devices(),
         Cmd::Setup => plugin::setup(),
         Cmd::Teardown => plugin::teardown(),
+        Cmd::Daemon {
+            socket,
+            idle_exit,
+            detach,
+        } => daemon::run(
+            socket,
+            std::time::Duration::from_secs_f64(idle_exit.max(0.0)),
+            detach,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,10 +109,11 @@ fn devices() -> Result<(), String> {
             println!("    {line}");
         }
     }
+    let daemon = Config::daemon(None);
     println!(
-        "UDP ports: {}..{} (slot ports)",
-        config.port_base + 1,
-        u32::from(config.port_base) + 4095
+        "receives on UDP {} through the host daemon @{} (`softverbs daemon`, started on demand)",
+        softverbs_transport::ROCE_PORT,
+        daemon.socket
     );
     Ok(())
 }

@@ -8,14 +8,18 @@
 //! 2. the file named by `SOFTVERBS_CONFIG`, else
 //!    `$XDG_CONFIG_HOME/softverbs/devices.conf` (or `~/.config/...`), else
 //!    `/etc/softverbs/devices.conf`, with lines
-//!    `device NAME ADDRESS [mtu LINK_MTU]` and `port_base N`, `#` comments.
+//!    `device NAME ADDRESS [mtu LINK_MTU]` and `#` comments.
+//!
+//! Every device receives on UDP 4791 through the host daemon
+//! (`softverbs daemon`); `SOFTVERBS_DAEMON_SOCKET` names the daemon's
+//! abstract socket when it must not be the default one (tests).
 //!
 //! `mtu` is the link MTU (IP packet size); the port's active MTU is the
 //! largest RoCE MTU whose packets fit in it. Without it, the MTU of the
 //! interface that holds the address is used (65536 on loopback).
 
 use softverbs_engine::{DeviceConfig, Gid, Mtu, PortConfig};
-use softverbs_transport::SlotPorts;
+use softverbs_transport::daemon::{DaemonAddress, DEFAULT_SOCKET};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -38,8 +42,6 @@ pub struct SoftDevice {
 pub struct Config {
     /// Devices, in the order programs see them.
     pub devices: Vec<SoftDevice>,
-    /// UDP port of slot 0 (see `softverbs_transport::slots`).
-    pub port_base: u16,
     /// Where the configuration came from, for `softverbs devices`.
     pub source: String,
 }
@@ -64,7 +66,6 @@ impl Default for Config {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 link_mtu: None,
             }],
-            port_base: softverbs_transport::slots::DEFAULT_PORT_BASE,
             source: "built-in default".into(),
         }
     }
@@ -78,7 +79,6 @@ impl Config {
             return Ok(Config {
                 devices,
                 source: "SOFTVERBS_DEVICES".into(),
-                ..Config::default()
             });
         }
         for path in config_paths() {
@@ -91,9 +91,15 @@ impl Config {
         Ok(Config::default())
     }
 
-    /// The slot-to-port mapping.
-    pub fn ports(&self) -> SlotPorts {
-        SlotPorts::new(self.port_base).unwrap_or_default()
+    /// The host daemon devices receive through: its socket
+    /// (`SOFTVERBS_DAEMON_SOCKET`, else the default) and `program`, the
+    /// `softverbs` command that starts it when none runs.
+    pub fn daemon(program: Option<PathBuf>) -> DaemonAddress {
+        let socket = std::env::var("SOFTVERBS_DAEMON_SOCKET")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_SOCKET.into());
+        DaemonAddress { socket, program }
     }
 }
 
@@ -165,7 +171,6 @@ pub fn parse_file(text: &str, source: &str) -> Result<Config, ConfigError> {
     let mut config = Config {
         devices: Vec::new(),
         source: source.into(),
-        ..Config::default()
     };
     for (n, line) in text.lines().enumerate() {
         let words: Vec<&str> = line
@@ -177,13 +182,12 @@ pub fn parse_file(text: &str, source: &str) -> Result<Config, ConfigError> {
         let at = |e: String| ConfigError(format!("{source}:{}: {e}", n + 1));
         match words.as_slice() {
             [] => {}
-            ["port_base", base] => {
-                let base: u16 = base
-                    .parse()
-                    .map_err(|_| at(format!("bad port_base `{base}`")))?;
-                SlotPorts::new(base)
-                    .ok_or_else(|| at(format!("port_base {base} leaves no room for 4095 slots")))?;
-                config.port_base = base;
+            ["port_base", _] => {
+                return Err(at(
+                    "port_base is gone: softverbs now uses UDP 4791, the RoCEv2 port, on every \
+                     host; remove the line"
+                        .into(),
+                ))
             }
             ["device", name, addr] => config.devices.push(device(name, addr, None).map_err(at)?),
             ["device", name, addr, "mtu", mtu] => {
@@ -260,16 +264,12 @@ mod tests {
 
     #[test]
     fn files_parse_and_errors_name_the_line() {
-        let c = parse_file(
-            "# devices\nport_base 50000\ndevice sv0 10.1.0.1 mtu 9000\n",
-            "f",
-        )
-        .unwrap();
-        assert_eq!(c.port_base, 50000);
+        let c = parse_file("# devices\ndevice sv0 10.1.0.1 mtu 9000\n", "f").unwrap();
         assert_eq!(c.devices[0].link_mtu, Some(9000));
         let e = parse_file("device sv0 nonsense\n", "f").unwrap_err();
         assert!(e.0.starts_with("f:1:"), "{e}");
-        assert!(parse_file("port_base 65000\ndevice a ::1\n", "f").is_err());
+        let e = parse_file("device a ::1\nport_base 50000\n", "f").unwrap_err();
+        assert!(e.0.starts_with("f:2: port_base is gone"), "{e}");
     }
 
     #[test]
@@ -296,6 +296,9 @@ mod tests {
         };
         let gids = v6.device_config(1).ports[0].gids.clone();
         assert_eq!(gids, softverbs_engine::gids_of(v6.ip));
-        assert_eq!(gids[0].to_string(), "fe80:0000:0000:0000:0000:0000:0000:0001");
+        assert_eq!(
+            gids[0].to_string(),
+            "fe80:0000:0000:0000:0000:0000:0000:0001"
+        );
     }
 }

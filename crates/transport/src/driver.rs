@@ -18,14 +18,16 @@
 //! from then on gets [`DeviceFailed`] instead of touching the engine.
 
 use crate::clock::Clock;
+use crate::daemon::DaemonAddress;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats};
-use crate::slots::{SlotPorts, MAX_SLOT};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
 use softverbs_engine::{AsyncEvent, CqId, DeviceConfig, Engine, HostMemory, Nanos};
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,8 +75,8 @@ pub struct DriverConfig {
     pub device: DeviceConfig,
     /// The local address the endpoints bind.
     pub ip: IpAddr,
-    /// The slot-to-port mapping shared by every softverbs host.
-    pub ports: SlotPorts,
+    /// The host daemon that passes on the packets arriving at UDP 4791.
+    pub daemon: DaemonAddress,
 }
 
 struct State<M> {
@@ -115,11 +117,13 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// Claims a slot at `cfg.ip`, opens the engine and starts the progress
     /// thread.
     pub fn start(cfg: DriverConfig, mem: M, notify: Arc<dyn Notify>) -> io::Result<Driver<M>> {
-        let first_slot = fastrand::u16(1..=MAX_SLOT);
-        let mut endpoint = Endpoint::claim(cfg.ip, cfg.ports, first_slot)?;
+        let endpoint = Endpoint::open(cfg.ip, &cfg.daemon)?;
         let poll = Poll::new()?;
-        poll.registry()
-            .register(endpoint.socket_mut(), Token(0), Interest::READABLE)?;
+        poll.registry().register(
+            &mut SourceFd(&endpoint.data_fd().as_raw_fd()),
+            Token(0),
+            Interest::READABLE,
+        )?;
         let mut device = cfg.device;
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
@@ -127,7 +131,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             state: Mutex::new(State {
                 engine: Engine::new(device),
                 mem,
-                io: Io::new(endpoint, cfg.ports),
+                io: Io::new(endpoint),
                 thread_deadline: None,
             }),
             clock: Clock::start(),
@@ -181,25 +185,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.with(|_, _| ());
     }
 
-    /// Claims one more slot (4096 more QP numbers) for this context.
+    /// Asks the daemon for one more slot (4096 more QP numbers).
     pub fn add_slot(&self) -> io::Result<()> {
         let mut state = self.shared.lock()?;
-        let last = state.io.endpoints.last().map_or(1, Endpoint::slot);
-        let ip = state.io.endpoints[0].local().ip();
-        let mut endpoint = Endpoint::claim(ip, state.io.ports, last % MAX_SLOT + 1)?;
-        let token = Token(state.io.endpoints.len());
-        self.shared
-            .registry
-            .register(endpoint.socket_mut(), token, Interest::READABLE)?;
-        state.engine.add_qpn_range(endpoint.qpns());
-        state.io.endpoints.push(endpoint);
+        let qpns = state.io.endpoint.add_slot()?;
+        state.engine.add_qpn_range(qpns);
         Ok(())
     }
 
-    /// The slots this context serves.
+    /// The slots this context holds.
     pub fn slots(&self) -> Vec<u16> {
-        let state = self.shared.state.lock();
-        state.io.endpoints.iter().map(Endpoint::slot).collect()
+        self.shared.state.lock().io.endpoint.slots().to_vec()
     }
 
     /// Socket-layer counters.
@@ -234,7 +230,14 @@ impl<M: HostMemory> Shared<M> {
         let State {
             engine, mem, io, ..
         } = state;
+        let was_down = io.link_down;
         io.step(engine, mem, self.clock.now());
+        if io.link_down && !was_down {
+            // The daemon is gone: stop polling its closed socket, which
+            // would otherwise be readable forever.
+            let fd = io.endpoint.data_fd().as_raw_fd();
+            let _ = self.registry.deregister(&mut SourceFd(&fd));
+        }
         while let Some(cq) = engine.poll_comp_event() {
             self.notify.completion_event(cq);
         }
@@ -324,10 +327,18 @@ mod tests {
     #[test]
     fn a_progress_thread_panic_is_device_fatal_and_verbs_then_fail() {
         let (tx, fatal) = mpsc::channel();
+        let ip = Ipv4Addr::new(127, 0, fastrand::u8(1..255), fastrand::u8(1..255));
+        let (daemon, _) = crate::daemon::server::start_thread(crate::daemon::DaemonConfig {
+            socket: format!("softverbs-test-{}-{ip}", std::process::id()),
+            idle_exit: Duration::from_millis(200),
+        })
+        .unwrap();
+        let mut device = DeviceConfig::loopback(1);
+        device.ports[0].gids = vec![softverbs_engine::Gid::from_ipv4(ip)];
         let cfg = DriverConfig {
-            device: DeviceConfig::loopback(1),
-            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            ports: SlotPorts::default(),
+            device,
+            ip: IpAddr::V4(ip),
+            daemon,
         };
         let notify = Arc::new(Fatal(parking_lot::Mutex::new(tx)));
         let d = Driver::start(cfg, FlatMemory::new(0x1000, 4096), notify).unwrap();

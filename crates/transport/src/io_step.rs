@@ -1,17 +1,13 @@
-//! One step of progress: every datagram waiting on the sockets goes into
-//! the engine (after its ICRC is checked), due timers run, and every packet
-//! the engine has to send goes out, sealed with its ICRC.
+//! One step of progress: every packet the daemon passed on goes into the
+//! engine (after its ICRC is checked), due timers run, and every packet
+//! the engine has to send goes out to UDP 4791, sealed with its ICRC.
 
+use crate::daemon::ROCE_PORT;
 use crate::endpoint::Endpoint;
 use crate::send_batch::{SendBatch, Sent};
-use crate::slots::SlotPorts;
 use socket2::SockRef;
-use softverbs_engine::{Engine, Gid, HostMemory, Nanos, MAX_PACKET_LEN};
+use softverbs_engine::{Engine, Gid, HostMemory, Nanos};
 use softverbs_wire::Flow;
-use std::io;
-
-/// Consecutive failed receives after which a step stops reading a socket.
-const MAX_RECV_ERRORS: u32 = 64;
 
 /// Counters of what the socket layer did, for diagnostics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,97 +23,81 @@ pub struct IoStats {
     pub tx_dropped: u64,
 }
 
-/// The sockets, buffer and counters a step works with.
+/// The endpoint, buffer and counters a step works with.
 #[derive(Debug)]
 pub(crate) struct Io {
-    pub(crate) endpoints: Vec<Endpoint>,
-    pub(crate) ports: SlotPorts,
+    pub(crate) endpoint: Endpoint,
     pub(crate) stats: IoStats,
+    /// The daemon's session broke (it died): nothing arrives any more, and
+    /// the engine's timers fail what waits, as with a dead link.
+    pub(crate) link_down: bool,
     buf: Vec<u8>,
-    cmsg: Vec<u8>,
     batch: SendBatch,
 }
 
 impl Io {
-    pub(crate) fn new(first: Endpoint, ports: SlotPorts) -> Io {
+    pub(crate) fn new(endpoint: Endpoint) -> Io {
         Io {
-            endpoints: vec![first],
-            ports,
+            endpoint,
             stats: IoStats::default(),
+            link_down: false,
             batch: SendBatch::new(),
-            cmsg: crate::endpoint::cmsg_buffer(),
-            // Room for a GRO datagram (up to 64 KiB of packets); larger
-            // datagrams are truncated and then fail their ICRC check.
-            buf: vec![0; (MAX_PACKET_LEN + 64).max(1 << 16)],
+            buf: vec![0; softverbs_engine::MAX_PACKET_LEN],
         }
     }
 
     /// Receives everything waiting, then sends everything due.
     pub(crate) fn step(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
-        for i in 0..self.endpoints.len() {
-            self.receive_all(i, engine, mem, now);
-        }
+        self.receive_all(engine, mem, now);
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
         }
         self.send_all(engine, mem, now);
     }
 
-    fn receive_all(&mut self, i: usize, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
-        let local = self.endpoints[i].local();
-        let mut errors = 0;
-        loop {
-            let got = self.endpoints[i].recv_segments(&mut self.buf, &mut self.cmsg);
-            let (n, from, segment) = match got {
-                Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // A failed receive has usually consumed its datagram (or
-                // was interrupted): go on, but never spin on a socket
-                // that keeps failing while holding the driver lock.
-                Err(_) if errors < MAX_RECV_ERRORS => {
-                    errors += 1;
-                    continue;
-                }
-                Err(_) => return,
+    fn receive_all(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+        if self.link_down {
+            return;
+        }
+        let stats = &mut self.stats;
+        let got = self.endpoint.receive(|frame, packets| {
+            let Ok(flow) = Flow::from_sockets(frame.src, frame.dst) else {
+                stats.rx_bad_icrc += 1;
+                return;
             };
-            let Ok(flow) = Flow::from_sockets(from, local) else {
-                self.stats.rx_bad_icrc += 1;
-                continue;
-            };
-            let (src, dst) = (Gid::from_ip(from.ip()), Gid::from_ip(local.ip()));
-            for packet in self.buf[..n].chunks(segment.unwrap_or(n).max(1)) {
-                self.stats.rx += 1;
+            let (src, dst) = (Gid::from_ip(frame.src.ip()), Gid::from_ip(frame.dst.ip()));
+            for packet in packets.chunks(usize::from(frame.segment).max(1)) {
+                stats.rx += 1;
                 if flow.verify(packet).is_err() {
-                    self.stats.rx_bad_icrc += 1;
+                    stats.rx_bad_icrc += 1;
                     continue;
                 }
                 engine.handle_packet(now, src, dst, packet, mem);
             }
+        });
+        if got.is_err() {
+            self.link_down = true;
         }
     }
 
     fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos) {
         let Io {
-            endpoints,
-            ports,
+            endpoint,
             stats,
             buf,
             batch,
             ..
         } = self;
-        let ep = &endpoints[0];
-        let socket = SockRef::from(ep.socket());
+        let socket = SockRef::from(endpoint.socket());
         while let Some(t) = engine.poll_transmit(now, mem, buf) {
             let packet = &mut buf[..t.len];
-            let dest_qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
-            let Some(dst) =
-                crate::gid_addr::socket_addr(t.dst_gid, ep.local(), ports.port_of_qpn(dest_qpn))
+            let Some(dst) = crate::gid_addr::socket_addr(t.dst_gid, endpoint.local(), ROCE_PORT)
             else {
                 stats.tx_dropped += 1;
                 continue;
             };
-            let sealed =
-                Flow::from_sockets(ep.local(), dst).is_ok_and(|flow| flow.seal(packet).is_ok());
+            let sealed = Flow::from_sockets(endpoint.local(), dst)
+                .is_ok_and(|flow| flow.seal(packet).is_ok());
             if !sealed {
                 stats.tx_dropped += 1;
                 continue;

@@ -1,8 +1,10 @@
 //! RoCEv2 over UDP for the softverbs engine.
 //!
-//! * [`slots`]: how a destination QP number maps to a UDP port, so that
-//!   several processes can share one device address;
-//! * [`endpoint`]: a UDP socket serving one slot;
+//! * [`daemon`]: the host daemon that owns UDP 4791 and passes each
+//!   arriving packet to the context owning its QP, and a context's link
+//!   to it;
+//! * [`slots`]: the blocks of QP numbers the daemon routes by;
+//! * [`endpoint`]: a context's sending socket and daemon session;
 //! * [`driver`]: an engine, its memory and endpoints, and the progress
 //!   thread; the threading model is described there;
 //! * [`clock`]: the engine's time base.
@@ -11,6 +13,7 @@
 //! way in; a packet with a bad ICRC is dropped and counted.
 
 pub mod clock;
+pub mod daemon;
 pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
@@ -20,4 +23,4 @@ pub mod slots;
 
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify};
 pub use io_step::IoStats;
-pub use slots::SlotPorts;
+pub use daemon::{DaemonAddress, ROCE_PORT};

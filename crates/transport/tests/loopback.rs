@@ -1,6 +1,9 @@
-//! Two drivers on 127.0.0.1 exchange RC and UD traffic over real UDP
-//! sockets, as two processes sharing softverbs0 would: each claims its own
-//! slot, and packets find the right one from the destination QP number.
+//! Two drivers exchange RC and UD traffic over real UDP sockets through a
+//! host daemon, as two processes sharing softverbs0 would: each holds its
+//! own slot, and the daemon passes every packet arriving at UDP 4791 to
+//! the one owning its destination QP number. Each test runs its own daemon
+//! (on a thread) on its own loopback address, so tests do not meet each
+//! other or a real daemon.
 
 use softverbs_engine::*;
 use softverbs_transport::*;
@@ -25,18 +28,49 @@ impl Notify for Events {
 
 struct Side {
     d: Driver<FlatMemory>,
+    /// The device's GID (the host's loopback address).
+    gid: Gid,
     events: mpsc::Receiver<CqId>,
     pd: PdId,
     cq: CqId,
     key: u32,
 }
 
-fn side() -> Side {
+/// A daemon of the test's own, on a loopback address of its own.
+struct Host {
+    ip: Ipv4Addr,
+    daemon: DaemonAddress,
+}
+
+fn host() -> Host {
+    let ip = Ipv4Addr::new(
+        127,
+        fastrand::u8(1..255),
+        fastrand::u8(..),
+        fastrand::u8(1..255),
+    );
+    let config = daemon::DaemonConfig {
+        socket: format!("softverbs-test-{}-{ip}", std::process::id()),
+        idle_exit: Duration::from_millis(200),
+    };
+    let (daemon, _thread) = daemon::server::start_thread(config).unwrap();
+    Host { ip, daemon }
+}
+
+impl Host {
+    fn gid(&self) -> Gid {
+        Gid::from_ipv4(self.ip)
+    }
+}
+
+fn side(host: &Host) -> Side {
     let (tx, events) = mpsc::channel();
+    let mut device = DeviceConfig::loopback(fastrand::u64(..));
+    device.ports[0].gids = vec![host.gid()];
     let cfg = DriverConfig {
-        device: DeviceConfig::loopback(fastrand::u64(..)),
-        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        ports: SlotPorts::default(),
+        device,
+        ip: IpAddr::V4(host.ip),
+        daemon: host.daemon.clone(),
     };
     let notify = Arc::new(Events(parking_lot::Mutex::new(tx)));
     let d = Driver::start(cfg, FlatMemory::new(BASE, LEN), notify).unwrap();
@@ -52,6 +86,7 @@ fn side() -> Side {
     });
     Side {
         d,
+        gid: host.gid(),
         events,
         pd,
         cq,
@@ -83,7 +118,7 @@ fn create_qp(s: &Side, ty: QpType) -> (QpId, u32) {
 fn connect(s: &Side, qp: QpId, ty: QpType, remote: u32) {
     let av = AhAttr {
         grh: GlobalRoute {
-            dgid: Gid::from_ipv4(Ipv4Addr::LOCALHOST),
+            dgid: s.gid,
             hop_limit: 64,
             ..GlobalRoute::default()
         },
@@ -184,7 +219,8 @@ fn wait_completions(s: &Side, n: usize) -> Vec<WorkCompletion> {
 
 #[test]
 fn rc_send_write_and_read_between_two_drivers() {
-    let (a, b) = (side(), side());
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
     assert_ne!(a.d.slots(), b.d.slots(), "each context claims its own slot");
     let (qa, na) = create_qp(&a, QpType::Rc);
     let (qb, nb) = create_qp(&b, QpType::Rc);
@@ -256,7 +292,8 @@ fn rc_send_write_and_read_between_two_drivers() {
 
 #[test]
 fn ud_datagrams_reach_the_qp_of_another_slot() {
-    let (a, b) = (side(), side());
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
     let (qa, _) = create_qp(&a, QpType::Ud);
     let (qb, nb) = create_qp(&b, QpType::Ud);
     connect(&a, qa, QpType::Ud, 0);
@@ -278,7 +315,7 @@ fn ud_datagrams_reach_the_qp_of_another_slot() {
     .unwrap();
     let av = AhAttr {
         grh: GlobalRoute {
-            dgid: Gid::from_ipv4(Ipv4Addr::LOCALHOST),
+            dgid: b.gid,
             ..GlobalRoute::default()
         },
         is_global: true,
@@ -312,7 +349,8 @@ fn ud_datagrams_reach_the_qp_of_another_slot() {
 
 #[test]
 fn more_qps_than_one_slot_holds_claim_another_slot() {
-    let s = side();
+    let h = host();
+    let s = side(&h);
     let before = s.d.slots().len();
     let mut made = 0;
     for _ in 0..4200 {

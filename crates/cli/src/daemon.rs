@@ -1,0 +1,75 @@
+//! `softverbs daemon`: runs the host daemon that owns UDP 4791 for this
+//! network namespace (softverbs_transport::daemon). Programs start it on
+//! demand; running it by hand is for watching it.
+//!
+//! `--detach` is how programs start it: this process starts the daemon
+//! as a child in its own process group, waits for the line it prints once
+//! it listens, and exits, so the caller can connect at once and the
+//! daemon outlives it (adopted by init, never a zombie of the caller).
+
+use softverbs_transport::daemon::{Daemon, DaemonConfig};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The line a daemon prints once it listens.
+const READY: &str = "softverbs daemon: listening on @";
+
+/// Runs the daemon in the foreground until it has been idle `idle_exit`.
+pub fn run(socket: String, idle_exit: Duration, detach: bool) -> Result<(), String> {
+    if detach {
+        return start_detached(&socket, idle_exit);
+    }
+    let config = DaemonConfig {
+        socket: socket.clone(),
+        idle_exit,
+    };
+    let mut daemon = match Daemon::bind(config) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc_eaddrinuse()) => {
+            // Another daemon serves this namespace: that is success for
+            // whoever wanted one running.
+            println!("{READY}{socket} (already running)");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("cannot listen on @{socket}: {e}")),
+    };
+    println!("{READY}{socket}");
+    let _ = std::io::stdout().flush();
+    let stats = daemon.run().map_err(|e| format!("daemon failed: {e}"))?;
+    eprintln!(
+        "softverbs daemon: idle, exiting ({} packets delivered, {} for no context, {} dropped)",
+        stats.delivered, stats.unrouted, stats.overflowed
+    );
+    Ok(())
+}
+
+fn libc_eaddrinuse() -> i32 {
+    nix::errno::Errno::EADDRINUSE as i32
+}
+
+/// Starts the daemon in its own process group and returns once it listens.
+fn start_detached(socket: &str, idle_exit: Duration) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let mut child = Command::new(me)
+        .args(["daemon", "--socket", socket, "--idle-exit"])
+        .arg(idle_exit.as_secs_f64().to_string())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|e| format!("daemon: {e}"))?;
+    }
+    if line.starts_with(READY) {
+        return Ok(()); // the daemon lives on; init adopts it when we exit
+    }
+    let status = child.wait().map_err(|e| format!("daemon: {e}"))?;
+    Err(format!("the daemon did not start ({status})"))
+}

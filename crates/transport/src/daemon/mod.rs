@@ -1,0 +1,10 @@
+//! The host daemon that owns UDP 4791 (`softverbs daemon`) and a
+//! context's link to it. See docs/architecture.md, "The host daemon".
+
+pub mod client;
+pub mod protocol;
+pub mod server;
+
+pub use client::{DaemonAddress, Session};
+pub use protocol::{DEFAULT_SOCKET, ROCE_PORT};
+pub use server::{Daemon, DaemonConfig, DaemonStats};

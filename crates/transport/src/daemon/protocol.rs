@@ -1,0 +1,275 @@
+//! What a context and the host daemon say to each other.
+//!
+//! Two channels per context, both Unix sockets:
+//!
+//! * **control**, a `SOCK_SEQPACKET` connection to the daemon's abstract
+//!   socket: requests and their replies, one record each. Its close is the
+//!   context's death: the daemon frees what the context held at once.
+//! * **data**, one end of a `SOCK_STREAM` socket pair the context creates
+//!   and hands over with its `Hello` (SCM_RIGHTS): the daemon writes the
+//!   packets that arrive for the context's QP numbers, each as one
+//!   [`Frame`]. A stream, not datagrams, because Unix datagram queues are
+//!   limited to `net.unix.max_dgram_qlen` messages (10 on many hosts).
+//!
+//! Records are little-endian and versioned by [`VERSION`]; both ends come
+//! from the same build, but a stale daemon from an older build must be
+//! refused cleanly, not misread.
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// The UDP port of RoCEv2 (IANA), on which the daemon receives.
+pub const ROCE_PORT: u16 = 4791;
+/// The abstract socket name the daemon listens on by default. Abstract
+/// names live in the network namespace, so each namespace gets its own.
+pub const DEFAULT_SOCKET: &str = "softverbs";
+/// Protocol version: a daemon refuses a client of another version.
+pub const VERSION: u16 = 1;
+
+const HELLO: u8 = 1;
+const MORE_QPNS: u8 = 2;
+const BLOCK: u8 = 0x81;
+const REFUSED: u8 = 0x82;
+
+/// A context's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// First record: the device address the context receives on (the
+    /// daemon opens UDP 4791 there if it has not yet). Carries the data
+    /// socket. Answered with a block of QP numbers.
+    Hello {
+        /// The device address.
+        ip: IpAddr,
+    },
+    /// Another block of QP numbers.
+    MoreQpns,
+}
+
+/// The daemon's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// QP numbers `block << 12 ..= block << 12 | 0xfff` are the context's.
+    Block(u16),
+    /// The request failed: an errno and why.
+    Refused(i32, String),
+}
+
+fn put_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    out.push(u8::from(ip.is_ipv4()));
+    out.extend_from_slice(&v6.octets());
+}
+
+fn get_ip(b: &[u8]) -> Option<IpAddr> {
+    let octets: [u8; 16] = b.get(1..17)?.try_into().ok()?;
+    let v6 = Ipv6Addr::from(octets);
+    match b.first()? {
+        1 => v6.to_ipv4_mapped().map(IpAddr::V4),
+        0 => Some(IpAddr::V6(v6)),
+        _ => None,
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("softverbs daemon protocol: {what}"),
+    )
+}
+
+impl Request {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(20);
+        match self {
+            Request::Hello { ip } => {
+                out.push(HELLO);
+                out.extend_from_slice(&VERSION.to_le_bytes());
+                put_ip(&mut out, *ip);
+            }
+            Request::MoreQpns => out.push(MORE_QPNS),
+        }
+        out
+    }
+
+    /// Parses a record; a Hello of another version is an error that says so.
+    pub fn decode(b: &[u8]) -> io::Result<Request> {
+        match b.first() {
+            Some(&HELLO) => {
+                let version = u16::from_le_bytes(
+                    b.get(1..3)
+                        .ok_or(bad("short hello"))?
+                        .try_into()
+                        .unwrap_or_default(),
+                );
+                if version != VERSION {
+                    return Err(bad(&format!(
+                        "client version {version}, daemon version {VERSION}"
+                    )));
+                }
+                let ip = get_ip(&b[3..]).ok_or(bad("bad address"))?;
+                Ok(Request::Hello { ip })
+            }
+            Some(&MORE_QPNS) => Ok(Request::MoreQpns),
+            _ => Err(bad("unknown request")),
+        }
+    }
+}
+
+impl Reply {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Reply::Block(b) => {
+                let mut out = vec![BLOCK];
+                out.extend_from_slice(&b.to_le_bytes());
+                out
+            }
+            Reply::Refused(errno, why) => {
+                let mut out = vec![REFUSED];
+                out.extend_from_slice(&errno.to_le_bytes());
+                out.extend_from_slice(why.as_bytes());
+                out
+            }
+        }
+    }
+
+    /// Parses a record.
+    pub fn decode(b: &[u8]) -> io::Result<Reply> {
+        match b.first() {
+            Some(&BLOCK) if b.len() == 3 => Ok(Reply::Block(u16::from_le_bytes([b[1], b[2]]))),
+            Some(&REFUSED) if b.len() >= 5 => {
+                let errno = i32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+                Ok(Reply::Refused(
+                    errno,
+                    String::from_utf8_lossy(&b[5..]).into_owned(),
+                ))
+            }
+            _ => Err(bad("unknown reply")),
+        }
+    }
+
+    /// The block, or the refusal as an error.
+    pub fn into_block(self) -> io::Result<u16> {
+        match self {
+            Reply::Block(b) => Ok(b),
+            Reply::Refused(errno, why) => Err(io::Error::new(
+                io::Error::from_raw_os_error(errno).kind(),
+                format!("softverbs daemon: {why}"),
+            )),
+        }
+    }
+}
+
+/// One data-channel frame: datagram bytes that arrived from `src` at
+/// `dst`, cut into packets of `segment` bytes (the last may be shorter)
+/// when the kernel coalesced several (UDP GRO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The sender's address and port.
+    pub src: SocketAddr,
+    /// The address and port it was sent to (the daemon's).
+    pub dst: SocketAddr,
+    /// Packet size within the bytes.
+    pub segment: u16,
+}
+
+/// Bytes of a frame before its packets: length (u32), then the header.
+pub const FRAME_HEAD: usize = 4 + 2 * (17 + 2) + 2;
+
+impl FrameHeader {
+    /// Writes the frame head for `payload_len` bytes of packets.
+    pub fn encode(&self, payload_len: usize, out: &mut Vec<u8>) {
+        let total = (FRAME_HEAD - 4 + payload_len) as u32;
+        out.extend_from_slice(&total.to_le_bytes());
+        for a in [self.src, self.dst] {
+            put_ip(out, a.ip());
+            out.extend_from_slice(&a.port().to_le_bytes());
+        }
+        out.extend_from_slice(&self.segment.to_le_bytes());
+    }
+
+    /// If `b` starts with a whole frame: its header, its packets and the
+    /// bytes it took. `Ok(None)`: not all of it is there yet.
+    pub fn decode(b: &[u8]) -> io::Result<Option<(FrameHeader, &[u8], usize)>> {
+        let Some(len) = b.get(..4) else {
+            return Ok(None);
+        };
+        let total = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+        if total < FRAME_HEAD - 4 {
+            return Err(bad("short frame"));
+        }
+        let Some(frame) = b.get(4..4 + total) else {
+            return Ok(None);
+        };
+        let addr = |at: usize| -> io::Result<SocketAddr> {
+            let ip = get_ip(&frame[at..]).ok_or(bad("bad frame address"))?;
+            Ok(SocketAddr::new(
+                ip,
+                u16::from_le_bytes([frame[at + 17], frame[at + 18]]),
+            ))
+        };
+        let header = FrameHeader {
+            src: addr(0)?,
+            dst: addr(19)?,
+            segment: u16::from_le_bytes([frame[38], frame[39]]),
+        };
+        Ok(Some((header, &frame[FRAME_HEAD - 4..], 4 + total)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        for ip in ["127.0.0.1", "::1", "fe80::1"] {
+            let r = Request::Hello {
+                ip: ip.parse().unwrap(),
+            };
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+        assert_eq!(
+            Request::decode(&Request::MoreQpns.encode()).unwrap(),
+            Request::MoreQpns
+        );
+        for r in [Reply::Block(4095), Reply::Refused(98, "in use".into())] {
+            assert_eq!(Reply::decode(&r.encode()).unwrap(), r);
+        }
+        let mut stale = Request::Hello {
+            ip: "::1".parse().unwrap(),
+        }
+        .encode();
+        stale[1] = 99;
+        assert!(Request::decode(&stale)
+            .unwrap_err()
+            .to_string()
+            .contains("version 99"));
+    }
+
+    #[test]
+    fn frames_round_trip_and_wait_for_their_last_byte() {
+        let h = FrameHeader {
+            src: "10.0.0.1:50000".parse().unwrap(),
+            dst: "[::1]:4791".parse().unwrap(),
+            segment: 1024,
+        };
+        let mut b = Vec::new();
+        h.encode(3, &mut b);
+        b.extend_from_slice(&[1, 2, 3]);
+        b.push(9); // the next frame's first byte
+        for cut in 0..b.len() - 1 {
+            assert_eq!(
+                FrameHeader::decode(&b[..cut]).unwrap(),
+                None,
+                "cut at {cut}"
+            );
+        }
+        let (got, packets, used) = FrameHeader::decode(&b).unwrap().unwrap();
+        assert_eq!((got, packets, used), (h, &[1u8, 2, 3][..], b.len() - 1));
+    }
+}

@@ -1,0 +1,441 @@
+//! `softverbs daemon`: the host's owner of UDP 4791.
+//!
+//! Standard RoCEv2 sends every packet to UDP port 4791, and only one
+//! socket can own that port on an address, yet several processes on one
+//! host open the same device. The daemon owns the port, hands each
+//! context blocks of 4,096 QP numbers, and passes every packet that
+//! arrives to the context that owns its destination QP (one table lookup
+//! on the QPN's upper 12 bits). Contexts send directly from their own
+//! sockets; only arriving packets take the extra hop. A context's death
+//! is its control socket's close: its blocks are free at once, and no
+//! other context notices (docs/architecture.md, "The host daemon").
+//!
+//! One thread, one poll loop; it exits when it has had no client for the
+//! configured idle time.
+
+use super::protocol::{FrameHeader, Reply, Request, ROCE_PORT};
+use crate::endpoint::{bind_udp, cmsg_buffer, recv_segments};
+use crate::slots::{slot_of, MAX_SLOT};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use rustix::net::{
+    accept_with, bind, listen, recvmsg, send, socket_with, AddressFamily, RecvAncillaryBuffer,
+    RecvAncillaryMessage, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+use std::collections::HashMap;
+use std::io::{self, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// How much a slow client may have waiting in the daemon before newer
+/// packets for it are dropped (RoCE's retransmission recovers them).
+const MAX_QUEUED: usize = 16 << 20;
+
+const LISTENER: Token = Token(0);
+/// Client `n`'s control socket is `Token(n)`, its data socket
+/// `Token(DATA + n)`; UDP socket `i` is `Token(UDP + i)`.
+const DATA: usize = 1 << 24;
+const UDP: usize = 2 << 24;
+
+/// How the daemon is reached and when it leaves.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// The abstract Unix socket name it listens on.
+    pub socket: String,
+    /// Exit after this long without any client.
+    pub idle_exit: Duration,
+}
+
+/// What the daemon counted, for `softverbs daemon` logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DaemonStats {
+    /// Packets passed on to a context.
+    pub delivered: u64,
+    /// Packets for a QP number no context holds (or too short to name one).
+    pub unrouted: u64,
+    /// Packets dropped because their context had too much waiting.
+    pub overflowed: u64,
+}
+
+/// A context connected to the daemon.
+#[derive(Debug)]
+struct Client {
+    control: OwnedFd,
+    data: Option<OwnedFd>,
+    /// Frames not yet taken by the data socket.
+    queued: Vec<u8>,
+    /// Whether the data socket is registered for writability.
+    waiting_writable: bool,
+}
+
+/// The daemon: its sockets, clients and routing table.
+#[derive(Debug)]
+pub struct Daemon {
+    config: DaemonConfig,
+    poll: Poll,
+    listener: OwnedFd,
+    clients: HashMap<usize, Client>,
+    next_client: usize,
+    /// Block (QPN >> 12) -> client id.
+    owners: Vec<Option<usize>>,
+    next_block: u16,
+    udp: Vec<(IpAddr, std::net::UdpSocket)>,
+    buf: Vec<u8>,
+    cmsg: Vec<u8>,
+    stats: DaemonStats,
+}
+
+impl Daemon {
+    /// Listens on the abstract socket; EADDRINUSE means a daemon already
+    /// serves this network namespace.
+    pub fn bind(config: DaemonConfig) -> io::Result<Daemon> {
+        let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+        let listener = socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, flags, None)?;
+        bind(
+            &listener,
+            &SocketAddrUnix::new_abstract_name(config.socket.as_bytes())?,
+        )?;
+        listen(&listener, 128)?;
+        let poll = Poll::new()?;
+        poll.registry().register(
+            &mut SourceFd(&listener.as_raw_fd()),
+            LISTENER,
+            Interest::READABLE,
+        )?;
+        Ok(Daemon {
+            config,
+            poll,
+            listener,
+            clients: HashMap::new(),
+            next_client: 1,
+            owners: vec![None; usize::from(MAX_SLOT) + 1],
+            next_block: fastrand::u16(1..=MAX_SLOT),
+            udp: Vec::new(),
+            buf: vec![0; 1 << 16],
+            cmsg: cmsg_buffer(),
+            stats: DaemonStats::default(),
+        })
+    }
+
+    /// Serves until it has had no client for `idle_exit`.
+    pub fn run(&mut self) -> io::Result<DaemonStats> {
+        let mut events = Events::with_capacity(256);
+        let mut idle_since = Some(Instant::now());
+        loop {
+            let timeout = idle_since.map(|t| self.config.idle_exit.saturating_sub(t.elapsed()));
+            if timeout == Some(Duration::ZERO) {
+                return Ok(self.stats);
+            }
+            match self.poll.poll(&mut events, timeout) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => r?,
+            }
+            for ev in events.iter() {
+                self.dispatch(ev.token());
+            }
+            idle_since = match (self.clients.is_empty(), idle_since) {
+                (true, None) => Some(Instant::now()),
+                (true, since) => since,
+                (false, _) => None,
+            };
+        }
+    }
+
+    fn dispatch(&mut self, token: Token) {
+        match token.0 {
+            0 => self.accept_all(),
+            t if t >= UDP => self.receive_all(t - UDP),
+            t if t >= DATA => self.flush(t - DATA),
+            id => self.serve_control(id),
+        }
+    }
+
+    fn accept_all(&mut self) {
+        let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+        while let Ok(control) = accept_with(&self.listener, flags) {
+            let id = self.next_client;
+            self.next_client += 1;
+            let registered = self.poll.registry().register(
+                &mut SourceFd(&control.as_raw_fd()),
+                Token(id),
+                Interest::READABLE,
+            );
+            if registered.is_ok() {
+                let client = Client {
+                    control,
+                    data: None,
+                    queued: Vec::new(),
+                    waiting_writable: false,
+                };
+                self.clients.insert(id, client);
+            }
+        }
+    }
+
+    /// Reads the client's requests; its hang-up ends it.
+    fn serve_control(&mut self, id: usize) {
+        loop {
+            let Some(client) = self.clients.get(&id) else {
+                return;
+            };
+            let mut record = [0u8; 64];
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+            let got = recvmsg(
+                &client.control,
+                &mut [IoSliceMut::new(&mut record)],
+                &mut ancillary,
+                RecvFlags::CMSG_CLOEXEC,
+            );
+            let (len, fd) = match got {
+                Ok(msg) if msg.bytes > 0 => (msg.bytes, passed_fd(&mut ancillary)),
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::INTR) => continue,
+                _ => return self.remove(id), // hang-up or broken socket
+            };
+            let reply = match Request::decode(&record[..len]) {
+                Ok(request) => self.answer(id, request, fd),
+                Err(e) => Reply::Refused(libc::EPROTO, e.to_string()),
+            };
+            let sent = send(
+                &self.clients[&id].control,
+                &reply.encode(),
+                SendFlags::NOSIGNAL,
+            );
+            if sent.is_err() {
+                return self.remove(id);
+            }
+        }
+    }
+
+    fn answer(&mut self, id: usize, request: Request, fd: Option<OwnedFd>) -> Reply {
+        match request {
+            Request::Hello { ip } => {
+                let Some(data) = fd else {
+                    return Reply::Refused(libc::EPROTO, "hello without a data socket".into());
+                };
+                if let Err(e) = self.open_port(ip) {
+                    return Reply::Refused(
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!("cannot receive on {}: {e}", SocketAddr::new(ip, ROCE_PORT)),
+                    );
+                }
+                let client = self.clients.get_mut(&id).expect("serving it");
+                client.data = Some(data);
+                self.allocate(id)
+            }
+            Request::MoreQpns => self.allocate(id),
+        }
+    }
+
+    /// Opens UDP 4791 on `ip` unless it is open.
+    fn open_port(&mut self, ip: IpAddr) -> io::Result<()> {
+        if self.udp.iter().any(|(open, _)| *open == ip) {
+            return Ok(());
+        }
+        let socket = bind_udp(SocketAddr::new(ip, ROCE_PORT))?;
+        let token = Token(UDP + self.udp.len());
+        self.poll.registry().register(
+            &mut SourceFd(&socket.as_raw_fd()),
+            token,
+            Interest::READABLE,
+        )?;
+        self.udp.push((ip, socket));
+        Ok(())
+    }
+
+    /// The next free block of QP numbers, for client `id`.
+    fn allocate(&mut self, id: usize) -> Reply {
+        for _ in 0..MAX_SLOT {
+            let block = self.next_block;
+            self.next_block = block % MAX_SLOT + 1;
+            let owner = &mut self.owners[usize::from(block)];
+            if owner.is_none() {
+                *owner = Some(id);
+                return Reply::Block(block);
+            }
+        }
+        Reply::Refused(libc::ENOSPC, "every block of QP numbers is in use".into())
+    }
+
+    fn remove(&mut self, id: usize) {
+        let Some(client) = self.clients.remove(&id) else {
+            return;
+        };
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut SourceFd(&client.control.as_raw_fd()));
+        if let Some(data) = &client.data {
+            let _ = registry.deregister(&mut SourceFd(&data.as_raw_fd()));
+        }
+        for owner in &mut self.owners {
+            if *owner == Some(id) {
+                *owner = None;
+            }
+        }
+    }
+
+    /// Takes every datagram waiting on UDP socket `i` and passes its
+    /// packets on, one frame per run of packets for the same context.
+    fn receive_all(&mut self, i: usize) {
+        loop {
+            let Some((_, socket)) = self.udp.get(i) else {
+                return;
+            };
+            let dst = match socket.local_addr() {
+                Ok(a) => a,
+                Err(_) => return,
+            };
+            let (n, src, segment) = match recv_segments(socket, &mut self.buf, &mut self.cmsg) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => continue, // a failed receive consumed its datagram
+            };
+            let segment = segment.unwrap_or(n).max(1);
+            let bytes = std::mem::take(&mut self.buf);
+            self.route(&bytes[..n], segment, src, dst);
+            self.buf = bytes;
+        }
+    }
+
+    fn route(&mut self, bytes: &[u8], segment: usize, src: SocketAddr, dst: SocketAddr) {
+        let mut run_start = 0;
+        let mut run_owner = None;
+        for (k, packet) in bytes.chunks(segment).enumerate() {
+            let owner = self.owner_of(packet);
+            if owner != run_owner {
+                self.deliver(run_owner, &bytes[run_start..k * segment], segment, src, dst);
+                (run_start, run_owner) = (k * segment, owner);
+            }
+        }
+        self.deliver(run_owner, &bytes[run_start..], segment, src, dst);
+    }
+
+    /// The client owning the destination QP of `packet` (BTH bytes 5..8).
+    fn owner_of(&self, packet: &[u8]) -> Option<usize> {
+        let qpn = u32::from_be_bytes([0, *packet.get(5)?, *packet.get(6)?, *packet.get(7)?]);
+        self.owners
+            .get(usize::from(slot_of(qpn)))
+            .copied()
+            .flatten()
+    }
+
+    fn deliver(
+        &mut self,
+        owner: Option<usize>,
+        packets: &[u8],
+        segment: usize,
+        src: SocketAddr,
+        dst: SocketAddr,
+    ) {
+        if packets.is_empty() {
+            return;
+        }
+        let count = packets.len().div_ceil(segment) as u64;
+        let Some(client) = owner.and_then(|id| self.clients.get_mut(&id)) else {
+            self.stats.unrouted += count;
+            return;
+        };
+        if client.data.is_none() || client.queued.len() + packets.len() > MAX_QUEUED {
+            self.stats.overflowed += count;
+            return;
+        }
+        let header = FrameHeader {
+            src,
+            dst,
+            segment: segment.min(usize::from(u16::MAX)) as u16,
+        };
+        header.encode(packets.len(), &mut client.queued);
+        client.queued.extend_from_slice(packets);
+        self.stats.delivered += count;
+        if !client.waiting_writable {
+            let id = owner.expect("found above");
+            self.flush(id);
+        }
+    }
+
+    /// Writes what client `id` has queued; waits for writability if the
+    /// socket is full.
+    fn flush(&mut self, id: usize) {
+        let Some(client) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let Some(data) = &client.data else {
+            return;
+        };
+        let mut written = 0;
+        let broken = loop {
+            if written == client.queued.len() {
+                break false;
+            }
+            match send(
+                data,
+                &client.queued[written..],
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            ) {
+                Ok(n) => written += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => break false,
+                Err(_) => break true,
+            }
+        };
+        client.queued.drain(..written);
+        if broken {
+            return self.remove(id);
+        }
+        let want = !client.queued.is_empty();
+        if want != client.waiting_writable {
+            let fd = data.as_raw_fd();
+            let registry = self.poll.registry();
+            let done = if want {
+                registry.register(&mut SourceFd(&fd), Token(DATA + id), Interest::WRITABLE)
+            } else {
+                registry.deregister(&mut SourceFd(&fd))
+            };
+            if done.is_ok() {
+                client.waiting_writable = want;
+            }
+        }
+    }
+
+    /// What was counted so far.
+    pub fn stats(&self) -> DaemonStats {
+        self.stats
+    }
+}
+
+/// The descriptor a record carried (SCM_RIGHTS), if any; any others are
+/// closed.
+fn passed_fd(ancillary: &mut RecvAncillaryBuffer<'_>) -> Option<OwnedFd> {
+    ancillary
+        .drain()
+        .filter_map(|m| match m {
+            RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+            _ => None,
+        })
+        .flatten()
+        .next()
+}
+
+/// Runs a daemon on a thread of this process, for tests and embedders
+/// that want no separate process: returns the address contexts use (which
+/// never starts another daemon) and the thread, which ends after
+/// `idle_exit` without clients.
+pub fn start_thread(
+    config: DaemonConfig,
+) -> io::Result<(
+    super::DaemonAddress,
+    std::thread::JoinHandle<io::Result<DaemonStats>>,
+)> {
+    let address = super::DaemonAddress {
+        socket: config.socket.clone(),
+        program: None,
+    };
+    let mut daemon = Daemon::bind(config)?;
+    let thread = std::thread::Builder::new()
+        .name("softverbs-daemon".into())
+        .spawn(move || daemon.run())?;
+    Ok((address, thread))
+}
