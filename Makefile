@@ -97,6 +97,7 @@ pyverbs: shim
 # root: without it they fail under CI=true and are skipped, loudly, elsewhere.
 programs: shim
 	tests/programs/run.sh $(SHIM_SO)
+	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
 	tests/programs/plugin.sh $(SHIM_SO)
 

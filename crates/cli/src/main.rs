@@ -6,8 +6,8 @@
 //! configured devices; `softverbs setup` / `teardown` (root) create and
 //! remove the device entries plugin mode needs (see [`plugin`]).
 
-mod gid_table;
 mod daemon;
+mod gid_table;
 mod library;
 mod plugin;
 
@@ -46,7 +46,7 @@ enum Cmd {
         #[arg(long, env = "SOFTVERBS_DAEMON_SOCKET", default_value = softverbs_transport::daemon::DEFAULT_SOCKET)]
         socket: String,
         /// Exit after this many seconds without a client.
-        #[arg(long, default_value_t = 30.0)]
+        #[arg(long, env = "SOFTVERBS_DAEMON_IDLE_EXIT", default_value_t = 30.0)]
         idle_exit: f64,
         /// Start the daemon in the background and return once it listens.
         #[arg(long)]

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The host daemon (softverbs daemon, UDP 4791) as programs meet it: the
+# first program starts it, it outlives that program, several programs share
+# it, a `kill -9` of one program disturbs no other's traffic (even mid-
+# transfer), and it leaves once idle. Runs on a loopback address and daemon
+# socket of its own, so a daemon other tests left running is not involved.
+# Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+. "$(dirname "$(readlink -f "$0")")/lib.sh"
+ip=127.77.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
+export LD_PRELOAD=$SO
+export SOFTVERBS_DEVICES="softverbs0=$ip"
+export SOFTVERBS_DAEMON_SOCKET="softverbs-test-$$"
+export SOFTVERBS_DAEMON_IDLE_EXIT=4
+PORT_BASE=$((20000 + RANDOM % 20000))
+pass=0; fail=0; n=0
+log=$(mktemp -d)
+cleanup() {
+  kill -9 $(jobs -p) 2>/dev/null
+  pkill -f -- "--socket $SOFTVERBS_DAEMON_SOCKET" 2>/dev/null
+  rm -rf "$log"
+}
+trap cleanup EXIT
+
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 15; }
+daemons() { pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET" | wc -l; }
+# next_port VAR: a fresh TCP port into VAR (no subshell: n must advance).
+next_port() { n=$((n + 1)); printf -v "$1" %d $((PORT_BASE + n)); }
+
+# server NAME PORT CMD...: starts CMD -p PORT in the background (under
+# timeout), waits until it listens; its pid is in $srv.
+server() {
+  local name=$1 port=$2; shift 2
+  timeout 60 "$@" -p "$port" > "$log/$name" 2>&1 &
+  srv=$!
+  wait_listen "$port" "" $srv 2>> "$log/$name"
+}
+
+# victim NAME PORT CMD...: as server, but the program itself is $srv (no
+# timeout in between), so that kill -9 $srv kills the program.
+victim() {
+  local name=$1 port=$2; shift 2
+  "$@" -p "$port" > "$log/$name" 2>&1 &
+  srv=$!
+  wait_listen "$port" "" $srv 2>> "$log/$name"
+}
+
+# 1. Nothing runs; the first program starts the daemon.
+[ "$(daemons)" = 0 ] || bad "no daemon of this test's socket before the test"
+next_port p1
+if server s1 "$p1" ibv_rc_pingpong -d softverbs0 -g 0 && [ "$(daemons)" = 1 ]; then
+  ok "the first program starts the daemon"
+else
+  bad "the first program starts the daemon" "$log/s1"
+fi
+s1=$srv
+
+# 2. A second program shares it; a kill -9 of that program leaves the
+#    first one's connection working.
+next_port p2
+victim s2 "$p2" ibv_rc_pingpong -d softverbs0 -g 0
+s2=$srv
+[ "$(daemons)" = 1 ] && ok "a second program shares the daemon" || bad "a second program shares the daemon"
+kill -9 $s2; wait $s2 2>/dev/null
+timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -p "$p1" "$ip" > "$log/c1" 2>&1; c1=$?
+wait $s1; r1=$?
+if [ $c1 = 0 ] && [ $r1 = 0 ] && grep -q "iters in" "$log/c1"; then
+  ok "after a kill -9 of another program, a connection still runs"
+else
+  bad "after a kill -9 of another program, a connection still runs" "$log/c1"
+fi
+
+# 3. The program that started the daemon is gone; new programs use it.
+next_port p3
+server s3 "$p3" ibv_rc_pingpong -d softverbs0 -g 0 -s 65536 -n 50
+s3=$srv
+timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -s 65536 -n 50 -p "$p3" "$ip" > "$log/c3" 2>&1; c3=$?
+wait $s3; r3=$?
+if [ $c3 = 0 ] && [ $r3 = 0 ] && [ "$(daemons)" = 1 ]; then
+  ok "the daemon outlives the program that started it"
+else
+  bad "the daemon outlives the program that started it" "$log/c3"
+fi
+
+# 4. A kill -9 in the middle of another pair's transfer: the transfer
+#    completes without an error completion.
+next_port pv
+victim v "$pv" ibv_rc_pingpong -d softverbs0 -g 0
+victim=$srv
+next_port pw
+server w "$pw" ib_write_bw -d softverbs0 -x 0 -s 65536 -D 3
+w=$srv
+timeout 60 ib_write_bw -d softverbs0 -x 0 -s 65536 -D 3 -p "$pw" "$ip" > "$log/wc" 2>&1 &
+wc=$!
+# perftest prints its table header once the connection is up: then the
+# transfer is running.
+deadline=$((SECONDS + 20))
+until grep -q "#bytes" "$log/wc" || [ $SECONDS -ge $deadline ] || ! kill -0 $wc 2>/dev/null; do
+  sleep 0.05 # poll interval; the loop ends on the condition
+done
+kill -9 $victim; wait $victim 2>/dev/null
+wait $wc; rwc=$?
+wait $w; rw=$?
+if [ $rwc = 0 ] && [ $rw = 0 ] && grep -q "^ 65536" "$log/wc"; then
+  ok "a kill -9 mid-transfer of another program leaves the transfer intact"
+else
+  bad "a kill -9 mid-transfer of another program leaves the transfer intact" "$log/wc"
+fi
+
+# 5. With no program left, the daemon leaves after its idle time.
+deadline=$((SECONDS + 4 + 15))
+while [ "$(daemons)" != 0 ] && [ $SECONDS -lt $deadline ]; do
+  sleep 0.1 # poll interval; the loop ends on the condition
+done
+[ "$(daemons)" = 0 ] && ok "the daemon exits once idle" || bad "the daemon exits once idle"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
