@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # softverbs between hosts: two network namespaces joined by a veth pair,
 # each with its own address and its own softverbs device configuration,
-# run ibv_rc_pingpong and ib_write_bw across the link. Needs root (to
+# run ibv_rc_pingpong and ib_write_bw across the link, over GID index 0
+# (link-local) and 1 (the address), with IPv4 and with IPv6 device
+# addresses. Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -10,6 +12,7 @@ SO=$(readlink -f "$1")
 tag="sv$$"
 a="${tag}a"; b="${tag}b"
 ip_a=10.231.0.1; ip_b=10.231.0.2
+ip6_a=fd00:e7::1; ip6_b=fd00:e7::2
 log=$(mktemp -d)
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 
@@ -31,6 +34,9 @@ ip link set "${tag}x" netns "$a"
 ip link set "${tag}y" netns "$b"
 ip -n "$a" addr add "$ip_a/24" dev "${tag}x"
 ip -n "$b" addr add "$ip_b/24" dev "${tag}y"
+# nodad: usable at once (a tentative address cannot be bound).
+ip -n "$a" addr add "$ip6_a/64" dev "${tag}x" nodad
+ip -n "$b" addr add "$ip6_b/64" dev "${tag}y" nodad
 for ns in "$a" "$b"; do
   ip -n "$ns" link set lo up
 done
@@ -38,18 +44,20 @@ ip -n "$a" link set "${tag}x" up
 ip -n "$b" link set "${tag}y" up
 
 pass=0; fail=0; n=0
-# across NAME EXPECT CMD...: server in A (its device on ip_a), then, once
-# it listens, client in B (its device on ip_b) connecting to ip_a, on a
-# TCP port of their own (the namespaces are ours, so any port is free).
+# across NAME EXPECT CMD...: server in A (its device on $dev_a), then,
+# once it listens, client in B (its device on $dev_b) connecting to ip_a
+# (the pingpongs' own TCP exchange), on a TCP port of their own (the
+# namespaces are ours, so any port is free).
+dev_a=$ip_a; dev_b=$ip_b
 across() {
   local name=$1 expect=$2; shift 2
   n=$((n + 1)); local port=$((18515 + n))
-  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" \
     timeout 60 "$@" -p "$port" > "$log/srv" 2>&1 &
   local srv=$!
   local crc
   if wait_listen "$port" "$a" $srv 2> "$log/cli"; then
-    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
       timeout 60 "$@" -p "$port" "$ip_a" > "$log/cli" 2>&1
     crc=$?
   else
@@ -67,6 +75,16 @@ across() {
 across "ibv_rc_pingpong between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 0
 across "ibv_rc_pingpong 1 MiB between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 0 -s 1048576 -n 20
 across "ib_write_bw between namespaces" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 0
+across "ibv_rc_pingpong -g 1 between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 1
+across "ibv_ud_pingpong -g 1 between namespaces" "[0-9]+ iters in" ibv_ud_pingpong -d softverbs0 -g 1
+across "ib_write_bw -x 1 between namespaces" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 1
+dev_a=$ip6_a; dev_b=$ip6_b
+for g in 0 1; do
+  across "ibv_rc_pingpong -g $g between namespaces, IPv6 devices" "[0-9]+ iters in" \
+    ibv_rc_pingpong -d softverbs0 -g $g
+done
+across "ib_write_bw -x 0 between namespaces, IPv6 devices" "^ +[0-9]+ +[0-9]+ +[0-9.]+" \
+  ib_write_bw -d softverbs0 -x 0
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -54,6 +54,11 @@ pair() {
 # The softverbs command, from the same build.
 CLI=$(dirname "$SO")/softverbs
 one "softverbs devices" "softverbs0 +127\.0\.0\.1" env -u LD_PRELOAD "$CLI" devices
+# rxe's GID table: a link-local GID at index 0, the IPv4-mapped one at 1.
+one "softverbs devices: GID 0 link-local" "GID\[  0\]: fe80::5efe:7f00:1, RoCE v2 \(link-local, sent as 127\.0\.0\.1\)" \
+  env -u LD_PRELOAD "$CLI" devices
+one "softverbs devices: GID 1 IPv4-mapped" "GID\[  1\]: ::ffff:127\.0\.0\.1, RoCE v2$" \
+  env -u LD_PRELOAD "$CLI" devices
 one "softverbs run -- ibv_devices" "softverbs0" env -u LD_PRELOAD "$CLI" run -- ibv_devices
 one "softverbs run: missing program is a clear error" "cannot run /no/such/program" \
   sh -c "env -u LD_PRELOAD '$CLI' run -- /no/such/program 2>&1; test \$? -ne 0"
@@ -111,7 +116,8 @@ fi
 
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
-one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
+one "ibv_devinfo GID 0 (link-local)" "GID\[  0\]:[[:space:]]+fe80::5efe:7f00:1, RoCE v2" ibv_devinfo -v -d softverbs0
+one "ibv_devinfo GID 1 (IPv4-mapped)" "GID\[  1\]:[[:space:]]+::ffff:127\.0\.0\.1, RoCE v2" ibv_devinfo -v -d softverbs0
 
 iters="[0-9]+ iters in"
 pair "ibv_rc_pingpong" "$iters" ibv_rc_pingpong -d softverbs0 -g 0
@@ -123,11 +129,21 @@ pair "ibv_rc_pingpong 1 MiB" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -s 1048
 pair "ibv_uc_pingpong" "$iters" ibv_uc_pingpong -d softverbs0 -g 0
 pair "ibv_ud_pingpong" "$iters" ibv_ud_pingpong -d softverbs0 -g 0
 pair "ibv_srq_pingpong" "$iters" ibv_srq_pingpong -d softverbs0 -g 0
+# GID index 1 (the IPv4-mapped GID, which programs written for rxe use),
+# and an IPv6 device (GID 0 fe80::1, GID 1 ::1).
+pair "ibv_rc_pingpong -g 1" "$iters" ibv_rc_pingpong -d softverbs0 -g 1
+pair "ibv_ud_pingpong -g 1" "$iters" ibv_ud_pingpong -d softverbs0 -g 1
+for g in 0 1; do
+  pair "ibv_rc_pingpong -g $g, device on ::1" "$iters" \
+    env SOFTVERBS_DEVICES=softverbs0=::1 ibv_rc_pingpong -d softverbs0 -g $g
+done
 
 row="^ +[0-9]+ +[0-9]+ +[0-9.]+"
 for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
   pair "$t" "$row" $t -d softverbs0 -x 0
 done
+pair "ib_write_bw -x 1" "$row" ib_write_bw -d softverbs0 -x 1
+pair "ib_send_bw -x 1" "$row" ib_send_bw -d softverbs0 -x 1
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
