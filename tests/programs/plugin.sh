@@ -100,11 +100,19 @@ one "/dev/infiniband/uverbs0" "/dev/full" readlink /dev/infiniband/uverbs0
 
 export SYSFS_PATH=$tree
 one "ibv_devices" "softverbs0" ibv_devices
-one "ibv_devinfo GID" "GID\[  0\]:.*RoCE v2" ibv_devinfo -v -d softverbs0
+# rxe's GID table, in the sysfs look-alike and through the ioctl path.
+port1=$tree/class/infiniband/softverbs0/ports/1
+one "sysfs look-alike: GID 0 link-local, GID 1 IPv4-mapped, RoCE v2" \
+  "^fe80:0000:0000:0000:0000:5efe:7f00:0001 0000:0000:0000:0000:0000:ffff:7f00:0001 RoCE v2 RoCE v2\$" \
+  sh -c "echo \$(cat $port1/gids/0 $port1/gids/1 $port1/gid_attrs/types/0 $port1/gid_attrs/types/1)"
+one "ibv_devinfo GID 0 (link-local)" "GID\[  0\]:[[:space:]]+fe80::5efe:7f00:1, RoCE v2" ibv_devinfo -v -d softverbs0
+one "ibv_devinfo GID 1 (IPv4-mapped)" "GID\[  1\]:[[:space:]]+::ffff:127\.0\.0\.1, RoCE v2" ibv_devinfo -v -d softverbs0
 iters="[0-9]+ iters in"
 pair "ibv_rc_pingpong" "$iters" ibv_rc_pingpong -d softverbs0 -g 0
 pair "ibv_rc_pingpong -e (completion channels)" "$iters" ibv_rc_pingpong -d softverbs0 -g 0 -e
 pair "ib_write_bw" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 0
+pair "ibv_rc_pingpong -g 1" "$iters" ibv_rc_pingpong -d softverbs0 -g 1
+pair "ib_write_bw -x 1" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 1
 # Async events reach ibv_get_async_event in this mode too.
 if cc -O1 -o "$log/async_events" "$root/tests/programs/async_events.c" -libverbs 2> "$log/cc"; then
   one "ibv_get_async_event (SRQ limit, last WQE)" "async events ok" "$log/async_events"
