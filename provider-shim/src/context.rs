@@ -152,16 +152,21 @@ pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
 }
 
 /// The `cmd_fd` of a context opened in preload mode, where libibverbs
-/// opened no character device: a real descriptor (on `/dev/null`), so that
-/// programs that `dup` or `fcntl` it, as pyverbs' shared-PD test does, get
-/// an ordinary descriptor rather than -1. libibverbs closes it with the
-/// context. Commands sent to it reach nothing: softverbs has no kernel
-/// part, and `ibv_import_device` on it fails (docs/supported.md).
+/// opened no character device: a real descriptor, so that programs that
+/// `dup` or `fcntl` it, as pyverbs' shared-PD test does, get an ordinary
+/// descriptor rather than -1. libibverbs closes it with the context. It is
+/// an empty memfd named [`CMD_FD_NAME`], by which `ibv_import_device`
+/// (preload.rs) knows it and answers EOPNOTSUPP instead of handing it to
+/// libibverbs' own import, which looks for a kernel device and crashes
+/// when there is none.
 fn placeholder_cmd_fd() -> c_int {
-    // SAFETY: a NUL-terminated path; the descriptor is handed to
+    // SAFETY: a NUL-terminated name; the descriptor is handed to
     // libibverbs, which owns it from here on.
-    unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
+    unsafe { libc::memfd_create(CMD_FD_NAME.as_ptr(), libc::MFD_CLOEXEC) }
 }
+
+/// The memfd name of a preload-mode context's `cmd_fd`.
+pub const CMD_FD_NAME: &std::ffi::CStr = c"softverbs-context";
 
 fn soft_context_ptr(context: *mut ibv_context) -> *mut SoftContext {
     let offset = std::mem::offset_of!(verbs_context, context);

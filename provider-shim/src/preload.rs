@@ -363,6 +363,37 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     })
 }
 
+/// `ibv_import_device`: EOPNOTSUPP for the `cmd_fd` of a softverbs
+/// context (softverbs has no kernel objects to share between processes);
+/// any other descriptor goes to libibverbs.
+///
+/// # Safety
+/// Called by applications with any integer; only the descriptor table is
+/// read.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    guard(std::ptr::null_mut(), || {
+        if is_softverbs_cmd_fd(cmd_fd) {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        real_fn!(
+            c"ibv_import_device",
+            c"IBVERBS_1.10",
+            unsafe extern "C" fn(c_int) -> *mut ibv_context
+        )
+        // SAFETY: forwarding the caller's argument.
+        .map_or(std::ptr::null_mut(), |f| unsafe { f(cmd_fd) })
+    })
+}
+
+/// Whether `fd` is (a duplicate of) a softverbs context's `cmd_fd`.
+fn is_softverbs_cmd_fd(fd: c_int) -> bool {
+    let want = format!("/memfd:{} ", crate::context::CMD_FD_NAME.to_string_lossy());
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|target| target.to_string_lossy().starts_with(&want))
+}
+
 /// `ibv_create_comp_channel`: a record channel instead of a kernel fd.
 ///
 /// # Safety

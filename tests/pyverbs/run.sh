@@ -16,10 +16,11 @@ src=/usr/share/doc/rdma-core/tests
 PY=/usr/bin/python3
 modules="test_addr test_atomic test_cq test_cq_events test_cqex test_device test_mr test_pd
          test_qp test_qpex test_parent_domain test_odp test_relaxed_ordering test_rss_traffic
-         test_tag_matching test_fork test_flow"
+         test_tag_matching test_fork test_flow test_shared_pd"
 # Every test of these is skipped: flow steering, on-demand paging, parent
-# domains, RSS and tag matching are not offered (docs/conformance.md).
-all_skipped="test_flow test_odp test_parent_domain test_rss_traffic test_tag_matching"
+# domains, RSS, tag matching and importing a context from its cmd_fd
+# (ibv_import_device) are not offered (docs/conformance.md).
+all_skipped="test_flow test_odp test_parent_domain test_rss_traffic test_tag_matching test_shared_pd"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ ! -d "$src" ] || ! "$PY" -c 'import pyverbs' 2>/dev/null; then
