@@ -101,6 +101,14 @@ programs: shim
 	tests/programs/netns.sh $(SHIM_SO)
 	tests/programs/plugin.sh $(SHIM_SO)
 
+# Interoperability with the kernel's Soft-RoCE (rxe), in a VM booting
+# Debian's own kernel under QEMU (software emulation, no network device):
+# rxe against rxe, then rxe against softverbs in both roles, IPv4 and IPv6.
+# Installs what it needs (root). See tests/interop/README.md.
+.PHONY: interop
+interop: shim
+	tests/interop/run.sh $(SHIM_SO)
+
 # softverbs against a RoCEv2 peer that is not softverbs: a scapy script on
 # a UDP socket and a verbs program over the provider exchange immediate
 # data both ways (UD SEND_WITH_IMM, RC RDMA WRITE_WITH_IMM); the bytes on
