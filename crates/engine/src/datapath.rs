@@ -106,10 +106,36 @@ impl Engine {
             self.stats.rx_malformed += 1;
             return;
         };
-        let Some(id) = self.qp_by_num(pkt.dest_qp().get()) else {
+        let dest = pkt.dest_qp().get();
+        if dest == crate::mcast::MULTICAST_QPN {
+            // A datagram to a group: a copy for every attached QP.
+            let members = self.mcast.members(dst_gid).to_vec();
+            if members.is_empty() {
+                self.stats.rx_unknown_qp += 1;
+            }
+            for id in members {
+                self.deliver(id, now, src_gid, dst_gid, &pkt, mem);
+            }
+            return;
+        }
+        let Some(id) = self.qp_by_num(dest) else {
             self.stats.rx_unknown_qp += 1;
             return;
         };
+        self.deliver(id, now, src_gid, dst_gid, &pkt, mem);
+    }
+
+    /// Hands a parsed packet to QP `id`, after the checks every packet
+    /// passes (transport, P_Key, addresses).
+    fn deliver(
+        &mut self,
+        id: QpId,
+        now: Nanos,
+        src_gid: Gid,
+        dst_gid: Gid,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) {
         let verdict = self.with_qp(id, |qp, ctx| {
             if transport_of(qp.qp_type) != pkt.opcode().transport() {
                 return Err(Rejected::WrongTransport);
@@ -121,9 +147,9 @@ impl Engine {
                 return Err(Rejected::WrongAddress);
             }
             if pkt.opcode().is_response() {
-                qp.requester_receive(ctx, now, &pkt, mem);
+                qp.requester_receive(ctx, now, pkt, mem);
             } else {
-                qp.responder_receive(ctx, &pkt, src_gid, dst_gid, mem);
+                qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
             }
             Ok(())
         });

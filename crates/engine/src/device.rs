@@ -222,6 +222,12 @@ pub struct DeviceLimits {
     pub max_srq_sge: u32,
     /// See [`DeviceAttr::max_ah`].
     pub max_ah: u32,
+    /// See [`DeviceAttr::max_mcast_grp`].
+    pub max_mcast_grp: u32,
+    /// See [`DeviceAttr::max_mcast_qp_attach`].
+    pub max_mcast_qp_attach: u32,
+    /// See [`DeviceAttr::max_total_mcast_qp_attach`].
+    pub max_total_mcast_qp_attach: u32,
     /// GID table slots per port.
     pub gid_tbl_len: u32,
     /// P_Key table slots per port (RoCE has one: 0xffff).
@@ -249,6 +255,10 @@ impl Default for DeviceLimits {
             max_srq_wr: 1 << 15,
             max_srq_sge: 32,
             max_ah: 1 << 16,
+            // rxe's limits (rxe_param.h).
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 0x70000,
             gid_tbl_len: 16,
             pkey_tbl_len: 1,
             max_msg_sz: 1 << 31,
@@ -338,9 +348,9 @@ impl DeviceConfig {
             max_mw: 0,
             max_raw_ipv6_qp: 0,
             max_raw_ethy_qp: 0,
-            max_mcast_grp: 0,
-            max_mcast_qp_attach: 0,
-            max_total_mcast_qp_attach: 0,
+            max_mcast_grp: l.max_mcast_grp,
+            max_mcast_qp_attach: l.max_mcast_qp_attach,
+            max_total_mcast_qp_attach: l.max_total_mcast_qp_attach,
             max_ah: l.max_ah,
             max_fmr: 0,
             max_map_per_fmr: 0,

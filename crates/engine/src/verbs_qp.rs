@@ -86,8 +86,13 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`. Unposted WRs vanish without completions, as on
-    /// every provider.
+    /// every provider. A QP attached to a multicast group is EBUSY (seed
+    /// 002; the kernel counts attachments as uses of the QP).
     pub fn destroy_qp(&mut self, id: QpId) -> VerbsResult<()> {
+        ensure(
+            !self.mcast.has_member(id),
+            crate::error::ebusy("QP attached to a multicast group"),
+        )?;
         let qp = self.qps.remove(id).ok_or(einval("unknown QP"))?;
         self.qp_by_num.remove(&qp.qp_num);
         self.forget_completions(&qp);
