@@ -5,23 +5,25 @@
 //! the IP and UDP headers from the addresses, ports and packet length
 //! alone. The ICRC ignores the masked fields (IPv4 TOS, TTL, checksum; IPv6
 //! traffic class, flow label, hop limit; UDP checksum), but every other
-//! field must equal what the kernel puts on the wire. The values assumed:
+//! field must equal what is on the wire. The values used:
 //!
 //! * IPv4: version 4, IHL 5 (no options), total length = 28 + RoCE
-//!   length, **identification 0**, **flags DF with fragment offset 0**
-//!   (`0x4000`), protocol 17. DF is what Linux rxe sends (`rxe_net.c`
-//!   prepares every IPv4 header with `frag_off = htons(IP_DF)`), and a
-//!   Linux UDP socket sends identification 0 for DF datagrams when it is
-//!   not connected (`ip_select_ident_segs` in `include/net/ip.h`;
-//!   connected sockets use a per-socket counter instead). So
-//!   the socket transport must keep its sockets unconnected and set
-//!   `IP_MTU_DISCOVER` to `IP_PMTUDISC_DO` (which sets DF) for the
-//!   computed ICRC to match. rxe itself draws the identification from
-//!   `__ip_select_ident` (a hashed counter), so packets from rxe verify only
-//!   with their real IP header ([`crate::icrc::icrc_ipv4`]).
+//!   length, **flags DF with fragment offset 0** (`0x4000`), protocol 17,
+//!   and the **identification** the caller names (0 for [`Flow::seal`],
+//!   [`Flow::verify`] and [`Flow::headers`]). DF is what Linux rxe sends
+//!   (every IPv4 header it prepares has `IP_DF`), and a Linux UDP socket
+//!   with `IP_MTU_DISCOVER` = `IP_PMTUDISC_DO` sends DF datagrams; when it
+//!   is not connected their identification is 0, and the segments of one
+//!   UDP GSO send are numbered 0, 1, 2, ... (measured; see the transport's
+//!   `send_batch`). So a sender seals each packet with
+//!   [`Flow::seal_with_identification`] and the identification it will
+//!   carry. A receiver cannot see the identification through a UDP
+//!   socket (rxe draws it from a hashed counter):
+//!   [`Flow::verify_recovering_identification`] recovers it from the ICRC
+//!   instead, at the cost described in [`crate::identification`].
 //! * IPv6: version 6, payload length = 8 + RoCE length, next header 17
 //!   (no extension headers). Nothing else is unmasked but the addresses,
-//!   so IPv6 flows need no assumption.
+//!   so IPv6 flows need no assumption and are checked exactly.
 //! * UDP: the ports, length = 8 + RoCE length.
 //!
 //! For the masked fields the built headers carry ordinary values (TOS and
@@ -33,9 +35,12 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::error::{HeaderKind, WireError};
 use crate::icrc;
+use crate::identification;
 use crate::{ICRC_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 
-/// IPv4 identification assumed by [`Flow`] (see the module docs).
+/// IPv4 identification [`Flow::seal`], [`Flow::verify`] and
+/// [`Flow::headers`] use: an unconnected Linux UDP socket's DF datagrams
+/// carry it (see the module docs).
 pub const IPV4_ASSUMED_IDENTIFICATION: u16 = 0;
 /// IPv4 flags and fragment offset assumed by [`Flow`]: DF, offset 0.
 pub const IPV4_ASSUMED_FLAGS_FRAGMENT: u16 = 0x4000;
@@ -48,6 +53,8 @@ pub const IPPROTO_UDP: u8 = 17;
 const IPV4_MAX_ROCE_LEN: usize = u16::MAX as usize - IPV4_HEADER_LEN - UDP_HEADER_LEN;
 /// Largest RoCE packet the IPv6 payload length (and UDP length) allows.
 const IPV6_MAX_ROCE_LEN: usize = u16::MAX as usize - UDP_HEADER_LEN;
+/// Where the identification field ends in an IPv4 header (bytes 4 and 5).
+const IPV4_IDENTIFICATION_END: usize = 6;
 
 /// Source and destination addresses of one IP version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,9 +166,20 @@ impl Flow {
     }
 
     /// Builds the IP and UDP headers of a packet whose UDP payload (BTH
-    /// through ICRC) is `roce_len` bytes. Fails with [`WireError::TooLong`]
-    /// if the lengths do not fit their 16-bit fields.
+    /// through ICRC) is `roce_len` bytes, with IPv4 identification 0.
+    /// Fails with [`WireError::TooLong`] if the lengths do not fit their
+    /// 16-bit fields.
     pub fn headers(&self, roce_len: usize) -> Result<IpUdpHeaders, WireError> {
+        self.headers_with_identification(roce_len, IPV4_ASSUMED_IDENTIFICATION)
+    }
+
+    /// As [`Flow::headers`], with the given IPv4 identification (an IPv6
+    /// header has none and ignores it).
+    pub fn headers_with_identification(
+        &self,
+        roce_len: usize,
+        identification: u16,
+    ) -> Result<IpUdpHeaders, WireError> {
         let max = match self.addrs {
             IpPair::V4 { .. } => IPV4_MAX_ROCE_LEN,
             IpPair::V6 { .. } => IPV6_MAX_ROCE_LEN,
@@ -175,7 +193,12 @@ impl Flow {
         Ok(match self.addrs {
             IpPair::V4 { src, dst } => IpUdpHeaders::V4 {
                 // Cannot overflow: roce_len <= IPV4_MAX_ROCE_LEN.
-                ip: ipv4_header(src, dst, udp_len.saturating_add(IPV4_HEADER_LEN as u16)),
+                ip: ipv4_header(
+                    src,
+                    dst,
+                    udp_len.saturating_add(IPV4_HEADER_LEN as u16),
+                    identification,
+                ),
                 udp,
             },
             IpPair::V6 { src, dst } => IpUdpHeaders::V6 {
@@ -192,30 +215,85 @@ impl Flow {
         [s0, s1, d0, d1, l0, l1, 0, 0]
     }
 
-    /// The ICRC of a packet of this flow; `covered` is BTH through pad.
+    /// The ICRC of a packet of this flow with IPv4 identification 0;
+    /// `covered` is BTH through pad.
     pub fn icrc(&self, covered: &[u8]) -> Result<u32, WireError> {
+        self.icrc_with_identification(covered, IPV4_ASSUMED_IDENTIFICATION)
+    }
+
+    /// The ICRC of a packet of this flow carrying the given IPv4
+    /// identification (ignored for IPv6); `covered` is BTH through pad.
+    pub fn icrc_with_identification(
+        &self,
+        covered: &[u8],
+        identification: u16,
+    ) -> Result<u32, WireError> {
         let roce_len = covered.len().saturating_add(ICRC_LEN);
-        let headers = self.headers(roce_len)?;
+        let headers = self.headers_with_identification(roce_len, identification)?;
         icrc::icrc(headers.ip(), headers.udp(), covered)
     }
 
-    /// Computes the ICRC of `packet` (BTH through ICRC) and stores it in
-    /// its last four bytes.
+    /// Computes the ICRC of `packet` (BTH through ICRC) for IPv4
+    /// identification 0 and stores it in its last four bytes.
     pub fn seal(&self, packet: &mut [u8]) -> Result<(), WireError> {
-        icrc::seal_with(packet, |covered| self.icrc(covered))
+        self.seal_with_identification(packet, IPV4_ASSUMED_IDENTIFICATION)
+    }
+
+    /// Computes the ICRC of `packet` (BTH through ICRC) for the IPv4
+    /// identification it will carry (ignored for IPv6) and stores it in
+    /// its last four bytes.
+    pub fn seal_with_identification(
+        &self,
+        packet: &mut [u8],
+        identification: u16,
+    ) -> Result<(), WireError> {
+        icrc::seal_with(packet, |covered| {
+            self.icrc_with_identification(covered, identification)
+        })
     }
 
     /// Checks the ICRC in the last four bytes of `packet` (BTH through
-    /// ICRC).
+    /// ICRC) exactly, with IPv4 identification 0.
     pub fn verify(&self, packet: &[u8]) -> Result<(), WireError> {
         let (covered, found) = icrc::split_icrc(packet)?;
         icrc::check(self.icrc(covered)?, found)
     }
+
+    /// Checks the ICRC in the last four bytes of `packet` (BTH through
+    /// ICRC) without knowing the IPv4 identification: `Ok(Some(id))` with
+    /// the identification the packet was sealed with, `Ok(None)` for IPv6
+    /// (checked exactly, there is no identification), or
+    /// [`WireError::BadIcrc`] (`computed` is the ICRC for identification
+    /// 0). On IPv4 every other covered field is checked, but a random
+    /// corruption passes with probability 2^-16 rather than 2^-32
+    /// ([`crate::identification`]).
+    pub fn verify_recovering_identification(
+        &self,
+        packet: &[u8],
+    ) -> Result<Option<u16>, WireError> {
+        let (covered, found) = icrc::split_icrc(packet)?;
+        let computed = self.icrc(covered)?;
+        match self.addrs {
+            IpPair::V6 { .. } => icrc::check(computed, found).map(|()| None),
+            IpPair::V4 { .. } => {
+                let bytes_after =
+                    IPV4_HEADER_LEN - IPV4_IDENTIFICATION_END + UDP_HEADER_LEN + covered.len();
+                identification::recover(computed, found, bytes_after)
+                    .map(Some)
+                    .ok_or(WireError::BadIcrc { computed, found })
+            }
+        }
+    }
 }
 
-fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, total_len: u16) -> [u8; IPV4_HEADER_LEN] {
+fn ipv4_header(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    total_len: u16,
+    identification: u16,
+) -> [u8; IPV4_HEADER_LEN] {
     let [t0, t1] = total_len.to_be_bytes();
-    let [i0, i1] = IPV4_ASSUMED_IDENTIFICATION.to_be_bytes();
+    let [i0, i1] = identification.to_be_bytes();
     let [f0, f1] = IPV4_ASSUMED_FLAGS_FRAGMENT.to_be_bytes();
     let [s0, s1, s2, s3] = src.octets();
     let [d0, d1, d2, d3] = dst.octets();
@@ -438,6 +516,45 @@ mod tests {
         // A correct checksum sums (with itself) to all ones.
         assert_eq!(ipv4_checksum(&ip), 0);
         assert_eq!(udp, [0x04, 0xD2, 0x12, 0xB7, 0, 40, 0, 0]);
+    }
+
+    #[test]
+    fn identification_is_written_and_recovered() {
+        let h = flow4().headers_with_identification(32, 0xBEEF).unwrap();
+        let IpUdpHeaders::V4 { ip, .. } = h else {
+            panic!("not v4")
+        };
+        assert_eq!(&ip[4..8], &[0xBE, 0xEF, 0x40, 0]);
+        assert_eq!(ipv4_checksum(&ip), 0);
+
+        let mut pkt = [0x5Au8; 40];
+        flow4().seal_with_identification(&mut pkt, 0xBEEF).unwrap();
+        assert_eq!(
+            flow4().verify_recovering_identification(&pkt),
+            Ok(Some(0xBEEF))
+        );
+        assert!(flow4().verify(&pkt).is_err(), "the exact check assumes 0");
+        let computed = flow4().icrc(&pkt[..36]).unwrap();
+        pkt[39] ^= 0x80;
+        assert_eq!(
+            flow4().verify_recovering_identification(&pkt),
+            Err(WireError::BadIcrc {
+                computed,
+                found: u32::from_le_bytes([pkt[36], pkt[37], pkt[38], pkt[39]])
+            })
+        );
+        assert!(flow4().verify_recovering_identification(&pkt[..3]).is_err());
+    }
+
+    #[test]
+    fn ipv6_ignores_the_identification_and_checks_exactly() {
+        let v6 = Flow::v6(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 1, 4791);
+        let mut pkt = [0x33u8; 24];
+        v6.seal_with_identification(&mut pkt, 0x1234).unwrap();
+        assert_eq!(v6.verify(&pkt), Ok(()));
+        assert_eq!(v6.verify_recovering_identification(&pkt), Ok(None));
+        pkt[23] ^= 1;
+        assert!(v6.verify_recovering_identification(&pkt).is_err());
     }
 
     #[test]

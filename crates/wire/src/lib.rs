@@ -43,6 +43,7 @@ pub mod error;
 pub mod ext;
 pub mod header;
 pub mod icrc;
+pub mod identification;
 pub mod ip;
 pub mod opcode;
 pub mod packet;

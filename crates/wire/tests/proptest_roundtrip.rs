@@ -239,6 +239,9 @@ proptest! {
         let _ = payload_len(op, pad, total);
         let _ = Flow::v4(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 1, 2).headers(total);
         let _ = Flow::v6(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 1, 2).icrc(roce);
+        let v4 = Flow::v4(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 1, 2);
+        let _ = v4.verify_recovering_identification(roce);
+        let _ = softverbs_wire::identification::recover(i as u32, j as u32, total);
     }
 
     /// Damaged valid packets: parsing never panics, and whatever parses

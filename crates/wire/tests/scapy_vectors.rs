@@ -6,7 +6,9 @@
 //! packet this test parses the RoCE part, compares the fields, recomputes
 //! the ICRC from the raw headers and (where the IP header has the fields
 //! `Flow` assumes) from addresses and ports alone, and rebuilds the packet
-//! with `PacketBuilder`, expecting scapy's exact bytes.
+//! with `PacketBuilder`, expecting scapy's exact bytes. IPv4 packets whose
+//! only departure from `Flow` is a non-zero identification (`flow_id=`)
+//! must verify without it, yielding it, and seal to scapy's bytes with it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -172,10 +174,51 @@ fn unmasked(ip: &[u8]) -> Vec<u8> {
 }
 
 /// Whether the packet's IP header has exactly the unmasked fields `Flow`
-/// assumes.
-fn has_assumed_fields(split: &IpPacket<'_>, flow: &Flow) -> bool {
-    let built: IpUdpHeaders = flow.headers(split.udp_payload.len()).unwrap();
+/// assumes, with the given IPv4 identification.
+fn has_flow_fields(split: &IpPacket<'_>, flow: &Flow, identification: u16) -> bool {
+    let built: IpUdpHeaders = flow
+        .headers_with_identification(split.udp_payload.len(), identification)
+        .unwrap();
     unmasked(built.ip()) == unmasked(split.ip_header) && built.udp()[..6] == split.udp_header[..6]
+}
+
+/// The identification check: an IPv4 packet with `Flow`'s fields but for
+/// its identification (the `flow_id=` vectors, and the earlier ones that
+/// happen to have DF and no options) verifies without knowing it, yields
+/// it, and seals to scapy's bytes with it; any other IPv4 header fails;
+/// IPv6 is checked exactly. Returns whether a non-zero identification was
+/// recovered.
+fn check_identification(v: &Vector, view: &PacketView<'_>, split: &IpPacket<'_>) -> bool {
+    let line = v.line;
+    let flow = split.flow();
+    let roce = split.udp_payload;
+    let header_id = u16::from_be_bytes([split.ip_header[4], split.ip_header[5]]);
+    let flow_id = (!v.ipv6 && has_flow_fields(split, &flow, header_id)).then_some(header_id);
+    if v.get("flow_id").is_some() {
+        assert_eq!(
+            flow_id.map(u64::from),
+            Some(v.num("flow_id")),
+            "line {line}"
+        );
+    }
+    let recovered = flow.verify_recovering_identification(roce);
+    match (v.ipv6, flow_id) {
+        (true, _) => assert_eq!(recovered, Ok(None), "line {line}"),
+        (false, None) => assert!(recovered.is_err(), "line {line}: {recovered:?}"),
+        (false, Some(id)) => {
+            assert_eq!(recovered, Ok(Some(id)), "line {line}");
+            let mut buf = vec![0u8; roce.len()];
+            let builder = PacketBuilder {
+                bth: *view.bth(),
+                ext: *view.ext(),
+                payload: view.payload(),
+            };
+            builder.build_unsealed(&mut buf).unwrap();
+            flow.seal_with_identification(&mut buf, id).unwrap();
+            assert_eq!(buf, roce, "line {line}");
+        }
+    }
+    flow_id.is_some_and(|id| id != 0)
 }
 
 /// Rebuilds the RoCE packet from the parsed fields.
@@ -199,7 +242,7 @@ fn scapy_vectors() {
     let mut opcodes = HashSet::new();
     let (mut v4_flow_checked, mut v6_flow_checked, mut v4_other) = (0, 0, 0);
     let mut pads = HashSet::new();
-    let (mut ipv4_options, mut other_ports) = (0, 0);
+    let (mut ipv4_options, mut other_ports, mut nonzero_ids) = (0, 0, 0);
 
     for v in &vectors {
         let line = v.line;
@@ -228,7 +271,7 @@ fn scapy_vectors() {
         // when the header has the assumed fields.
         let flow = split.flow();
         let assumed = v.num("assumed") == 1;
-        assert_eq!(has_assumed_fields(&split, &flow), assumed, "line {line}");
+        assert_eq!(has_flow_fields(&split, &flow, 0), assumed, "line {line}");
         assert_eq!(
             flow.icrc(covered) == Ok(view.icrc()),
             assumed,
@@ -240,6 +283,8 @@ fn scapy_vectors() {
             (true, true) => v6_flow_checked += 1,
             (false, _) => v4_other += 1,
         }
+
+        nonzero_ids += usize::from(check_identification(v, &view, &split));
 
         // The builder reproduces scapy's bytes.
         assert_eq!(rebuild(&view, &split), roce, "line {line}");
@@ -275,5 +320,6 @@ fn scapy_vectors() {
     assert!(v6_flow_checked >= 5, "{v6_flow_checked} IPv6 flow checks");
     assert!(v4_other >= 5, "{v4_other} IPv4 packets with other fields");
     assert!(ipv4_options >= 1, "no IPv4 header with options");
+    assert!(nonzero_ids >= 10, "{nonzero_ids} identifications recovered");
     assert!(other_ports >= 1, "no packet to a port other than 4791");
 }

@@ -25,13 +25,20 @@ Line format (space separated, hex values with 0x):
     ipv4|ipv6 name=OPCODE_NAME opcode= psn= dqpn= pkey= se= m= pad= fecn=
     becn= ackreq= [reth=va,rkey,len] [aeth=syndrome,msn]
     [atomic=va,rkey,swap_add,compare] [atomicack=orig] [deth=qkey,srcqp]
-    [imm=] [ieth=] payload_len= assumed=0|1 icrc= pkt=HEX
+    [imm=] [ieth=] payload_len= assumed=0|1 [flow_id=] icrc= pkt=HEX
 
 ``assumed=1`` marks packets whose unmasked IP header fields are exactly the
 ones ``softverbs_wire::Flow`` assumes (IPv4: no options, identification 0,
 DF set, fragment offset 0; IPv6: no extension headers), so the Rust test can
 also check the ICRC computed from addresses and ports alone. ``icrc`` is the
 ICRC as the little-endian reading of the last four bytes.
+
+``flow_id=ID`` marks IPv4 packets (appended after the others, from a
+second seed) whose unmasked header fields are the ones ``Flow`` assumes
+except the identification, which is ``ID`` (non-zero): a receiver that
+cannot see the identification must recover ``ID`` from the ICRC, and a
+sender sealing with ``ID`` must produce scapy's bytes. Their payloads
+include the lengths of full 1 KiB and 4 KiB MTU packets.
 """
 
 import argparse
@@ -46,6 +53,12 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
 SEED = 0x50F7_0E55
+# The vectors with a non-zero IPv4 identification come from their own
+# seed, so adding them left every earlier line as it was.
+ID_SEED = SEED + 1
+# Payload lengths of the identification vectors: small, around the 256-byte
+# steps of the receiver's tables, full MTUs.
+ID_PAYLOADS = [0, 1, 2, 3, 200, 255, 256, 257, 1000, 1024, 2048, 4096]
 ROCE_PORT = 4791
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "vectors" / "scapy_roce.txt"
 
@@ -158,10 +171,13 @@ def payload_len(rng, index):
     return rng.randrange(0, 301)
 
 
-def roce_layers(rng, name, index):
+def roce_layers(rng, name, index, plen=None):
     """BTH / extension headers / payload / pad, and the line fields."""
     value, headers, has_payload = OPCODES[name]
-    plen = payload_len(rng, index) if has_payload else 0
+    if not has_payload:
+        plen = 0
+    elif plen is None:
+        plen = payload_len(rng, index)
     pad = -plen % 4
     bth = dict(
         opcode=value,
@@ -262,6 +278,17 @@ def vector(rng, name, index):
     return " ".join([family] + fields)
 
 
+def vector_with_id(rng, name, plen):
+    """An IPv4 packet with the fields Flow assumes but a non-zero identification."""
+    ip = ipv4_layer(rng, assumed=True, options=False)
+    ip.id = rng.randrange(1, 0x10000)
+    roce, fields = roce_layers(rng, name, 0, plen)
+    pkt = bytes(ip / udp_layer(rng) / roce)
+    icrc = int.from_bytes(pkt[-4:], "little")
+    fields += ["assumed=0", f"flow_id={ip.id:#x}", f"icrc={icrc:#010x}", f"pkt={pkt.hex()}"]
+    return " ".join(["ipv4"] + fields)
+
+
 def generate():
     rng = random.Random(SEED)
     names = list(OPCODES) + EMPHASIS + EMPHASIS[:10]
@@ -273,6 +300,12 @@ def generate():
         "# Format: see the script's docstring.",
     ]
     lines += [vector(rng, name, i) for i, name in enumerate(names)]
+    rng = random.Random(ID_SEED)
+    with_payload = [name for name, (_, _, payload) in OPCODES.items() if payload]
+    for plen in ID_PAYLOADS:
+        lines.append(vector_with_id(rng, rng.choice(with_payload), plen))
+    for name in ["RC_ACK", "RC_READ_REQUEST", "RC_ATOMIC_ACK", "RC_CMP_SWAP"]:
+        lines.append(vector_with_id(rng, name, 0))
     return "\n".join(lines) + "\n"
 
 
