@@ -7,17 +7,20 @@
 //! * [`endpoint`]: a context's sending socket and daemon session;
 //! * [`driver`]: an engine, its memory and endpoints, and the progress
 //!   thread; the threading model is described there;
-//! * [`clock`]: the engine's time base.
+//! * [`clock`]: the engine's time base;
+//! * [`capture`]: packet capture to pcap files (`SOFTVERBS_PCAP`).
 //!
 //! Every packet is sealed with its ICRC on the way out and checked on the
 //! way in; a packet with a bad ICRC is dropped and counted.
 
+pub mod capture;
 pub mod clock;
 pub mod daemon;
 pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
 mod io_step;
+pub mod netif;
 mod send_batch;
 pub mod slots;
 

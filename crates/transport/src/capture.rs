@@ -1,0 +1,328 @@
+//! Packet capture: every RoCE packet a process's devices send and accept,
+//! or every packet the daemon receives, written to a pcap file that
+//! Wireshark and tshark decode as RoCEv2 with no "Decode As".
+//!
+//! `SOFTVERBS_PCAP=FILE` turns it on for a process (every context of the
+//! process writes into the one file); `softverbs daemon --pcap FILE` for a
+//! daemon. A `%p` in FILE is replaced by the process id, so several
+//! processes given the same setting each write their own file (without
+//! it, the last process to start truncates the others' file).
+//!
+//! A UDP socket never shows the IP and UDP headers, so each packet is
+//! written with headers rebuilt from its addresses and ports
+//! ([`Flow::headers_with_identification`]), carrying the IPv4
+//! identification it really had (the one its ICRC was sealed with), so
+//! that the ICRC checks in Wireshark, plus a real UDP checksum (IPv6
+//! forbids zero) and IPv4 header checksum. The file is classic pcap with
+//! nanosecond timestamps and link type raw IP (LINKTYPE_RAW), so IPv4 and
+//! IPv6 packets can share it. Each packet is one `write` to the file:
+//! nothing is buffered in the process, so a program that exits or is
+//! killed leaves a complete file up to its last packet.
+
+use byteorder::LittleEndian;
+use internet_checksum::Checksum;
+use parking_lot::Mutex;
+use pcap_file::pcap::{PcapHeader, PcapPacket};
+use pcap_file::{DataLink, Endianness, TsResolution};
+use softverbs_wire::ip::{IpPair, IpUdpHeaders, IPPROTO_UDP};
+use softverbs_wire::Flow;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The environment variable naming a process's capture file.
+pub const ENV: &str = "SOFTVERBS_PCAP";
+
+/// Longest record: an IPv4 or IPv6 datagram (the pcap header's snaplen).
+const SNAPLEN: u32 = 65_535 + 40;
+
+/// The process's capture, once [`open_from_env`] ran (`None` inside: the
+/// variable is unset).
+static PROCESS: OnceLock<Option<Capture>> = OnceLock::new();
+
+/// A pcap file packets are written to, from any thread.
+#[derive(Debug)]
+pub struct Capture {
+    path: PathBuf,
+    out: Mutex<Out>,
+}
+
+#[derive(Debug)]
+struct Out {
+    file: File,
+    /// The IP datagram being written, reused.
+    datagram: Vec<u8>,
+    /// Its pcap record, reused: written with one `write`.
+    record: Vec<u8>,
+    /// A write failed: the capture stopped (said once on stderr).
+    stopped: bool,
+}
+
+/// Opens the process's capture file if `SOFTVERBS_PCAP` names one; later
+/// calls do nothing. Every context calls it as it opens, so a file that
+/// cannot be created fails the first context rather than passing unseen.
+pub fn open_from_env() -> io::Result<()> {
+    if PROCESS.get().is_some() {
+        return Ok(());
+    }
+    let capture = match std::env::var_os(ENV).filter(|v| !v.is_empty()) {
+        Some(template) => Some(
+            Capture::create(&template)
+                .map_err(|e| io::Error::other(format!("{ENV}={template:?}: {e}")))?,
+        ),
+        None => None,
+    };
+    // Two contexts opening at once: the first one's file wins; the other
+    // one truncated the same path and its handle is dropped here.
+    let _ = PROCESS.set(capture);
+    Ok(())
+}
+
+/// The process's capture, if `SOFTVERBS_PCAP` turned one on: one atomic
+/// load and a branch per packet when it did not.
+#[inline]
+pub fn process() -> Option<&'static Capture> {
+    PROCESS.get().and_then(Option::as_ref)
+}
+
+impl Capture {
+    /// Creates (or truncates) the file `template` names, `%p` replaced by
+    /// this process's id, and writes the pcap header.
+    pub fn create(template: &OsStr) -> io::Result<Capture> {
+        let path = expand(template, std::process::id());
+        let mut file = File::create(&path)?;
+        let header = PcapHeader {
+            snaplen: SNAPLEN,
+            datalink: DataLink::RAW,
+            ts_resolution: TsResolution::NanoSecond,
+            endianness: Endianness::Little,
+            ..PcapHeader::default()
+        };
+        let mut bytes = Vec::with_capacity(24);
+        header.write_to(&mut bytes).map_err(io::Error::other)?;
+        file.write_all(&bytes)?;
+        Ok(Capture {
+            path,
+            out: Mutex::new(Out {
+                file,
+                datagram: Vec::with_capacity(1 << 16),
+                record: Vec::with_capacity(1 << 16),
+                stopped: false,
+            }),
+        })
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes one RoCE packet (BTH through ICRC) of `flow`, which carried
+    /// IPv4 identification `identification` (ignored for IPv6).
+    pub fn packet(&self, flow: &Flow, identification: u16, roce: &[u8]) {
+        let Ok(headers) = flow.headers_with_identification(roce.len(), identification) else {
+            return; // longer than a datagram: it never went anywhere
+        };
+        let mut out = self.out.lock();
+        if out.stopped {
+            return;
+        }
+        let Out {
+            file,
+            datagram,
+            record,
+            stopped,
+        } = &mut *out;
+        build_datagram(datagram, flow, &headers, roce);
+        record.clear();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        // The datagram is shorter than SNAPLEN (headers_with_identification
+        // checked the lengths), so the record is always valid.
+        let len = datagram.len() as u32;
+        let written = PcapPacket::new(now, len, datagram)
+            .write_to::<_, LittleEndian>(record, TsResolution::NanoSecond, SNAPLEN)
+            .map_err(io::Error::other)
+            .and_then(|_| file.write_all(record));
+        if let Err(e) = written {
+            *stopped = true;
+            eprintln!("softverbs: capture to {} stopped: {e}", self.path.display());
+        }
+    }
+
+    /// Writes the packets of one datagram as the daemon received it (UDP
+    /// GRO may have coalesced several, `segment` bytes each but the
+    /// last). Their identification is recovered from their ICRC; a packet
+    /// whose ICRC explains none is written with 0, and Wireshark will show
+    /// its ICRC as wrong, which it is.
+    pub fn datagram(&self, flow: &Flow, segment: usize, bytes: &[u8]) {
+        for packet in bytes.chunks(segment.max(1)) {
+            let identification = flow
+                .verify_recovering_identification(packet)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            self.packet(flow, identification, packet);
+        }
+    }
+}
+
+/// `template` with every `%p` replaced by `pid`.
+fn expand(template: &OsStr, pid: u32) -> PathBuf {
+    let bytes = template.as_bytes();
+    let pid = pid.to_string();
+    let mut out = Vec::with_capacity(bytes.len() + pid.len());
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(2).position(|w| w == b"%p") {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(pid.as_bytes());
+        rest = &rest[at + 2..];
+    }
+    out.extend_from_slice(rest);
+    PathBuf::from(OsString::from_vec(out))
+}
+
+/// Fills `datagram` with the IP header, the UDP header (with its
+/// checksum) and the RoCE packet.
+fn build_datagram(datagram: &mut Vec<u8>, flow: &Flow, headers: &IpUdpHeaders, roce: &[u8]) {
+    let mut udp = *headers.udp();
+    let checksum = udp_checksum(flow, &udp, roce);
+    udp[6..8].copy_from_slice(&checksum);
+    datagram.clear();
+    datagram.extend_from_slice(headers.ip());
+    datagram.extend_from_slice(&udp);
+    datagram.extend_from_slice(roce);
+}
+
+/// The UDP checksum over the pseudo-header, the UDP header (its checksum
+/// field zero) and the payload (RFC 768, RFC 8200 section 8.1). A sum of
+/// zero is sent as 0xFFFF: zero means "no checksum", which IPv6 forbids.
+fn udp_checksum(flow: &Flow, udp: &[u8; 8], payload: &[u8]) -> [u8; 2] {
+    let mut sum = Checksum::new();
+    match flow.addrs {
+        IpPair::V4 { src, dst } => {
+            sum.add_bytes(&src.octets());
+            sum.add_bytes(&dst.octets());
+        }
+        IpPair::V6 { src, dst } => {
+            sum.add_bytes(&src.octets());
+            sum.add_bytes(&dst.octets());
+        }
+    }
+    // Protocol and UDP length: the 16-bit UDP length counts the same in
+    // IPv4's pseudo-header as in IPv6's 32-bit one (upper bytes zero).
+    sum.add_bytes(&[0, IPPROTO_UDP]);
+    sum.add_bytes(&udp[4..6]);
+    sum.add_bytes(&udp[..6]);
+    sum.add_bytes(payload);
+    match sum.checksum() {
+        [0, 0] => [0xFF, 0xFF],
+        c => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::PcapReader;
+    use softverbs_wire::ip::IpPacket;
+
+    fn roce_packet(flow: &Flow, identification: u16, len: usize) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        flow.seal_with_identification(&mut p, identification)
+            .unwrap();
+        p
+    }
+
+    /// The one's complement sum of a datagram's pseudo-header and UDP
+    /// part, checksum included, is all ones when the checksum is right.
+    fn udp_sum_ok(flow: &Flow, datagram: &[u8]) -> bool {
+        let split = IpPacket::parse(datagram).unwrap();
+        let mut udp = *split.udp_header;
+        let found = [udp[6], udp[7]];
+        udp[6..8].fill(0);
+        found == udp_checksum(flow, &udp, split.udp_payload) && found != [0, 0]
+    }
+
+    #[test]
+    fn percent_p_names_the_process() {
+        assert_eq!(
+            expand(OsStr::new("/tmp/a-%p.pcap"), 42),
+            PathBuf::from("/tmp/a-42.pcap")
+        );
+        assert_eq!(expand(OsStr::new("%p%p"), 7), PathBuf::from("77"));
+        assert_eq!(expand(OsStr::new("plain"), 7), PathBuf::from("plain"));
+        assert_eq!(expand(OsStr::new("%"), 7), PathBuf::from("%"));
+    }
+
+    /// Packets written are read back by pcap-file's reader as raw IP
+    /// with nanosecond timestamps, with headers that split, the real
+    /// identification, checksums that check and ICRCs that verify.
+    #[test]
+    fn written_packets_read_back_with_valid_checksums() {
+        let dir = std::env::temp_dir().join(format!("sv-capture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let template = dir.join("t-%p.pcap");
+        let capture = Capture::create(template.as_os_str()).unwrap();
+        let v4 = Flow::v4(
+            "127.0.0.1".parse().unwrap(),
+            "127.0.0.2".parse().unwrap(),
+            50000,
+            4791,
+        );
+        let v6 = Flow::v6("::1".parse().unwrap(), "::1".parse().unwrap(), 4791, 40000);
+        let sent = [(v4, 3u16, 60usize), (v6, 0, 1037), (v4, 0, 28)];
+        for (flow, id, len) in sent {
+            capture.packet(&flow, id, &roce_packet(&flow, id, len));
+        }
+        let file = File::open(capture.path()).unwrap();
+        let mut reader = PcapReader::new(file).unwrap();
+        let header = reader.header();
+        assert_eq!(header.datalink, DataLink::RAW);
+        assert_eq!(header.ts_resolution, TsResolution::NanoSecond);
+        for (flow, id, len) in sent {
+            let record = reader.next_packet().unwrap().unwrap();
+            let split = IpPacket::parse(&record.data).unwrap();
+            assert_eq!(split.flow(), flow);
+            assert_eq!(split.udp_payload.len(), len);
+            if let IpPair::V4 { .. } = flow.addrs {
+                assert_eq!(&split.ip_header[4..6], &id.to_be_bytes());
+                assert_eq!(internet_checksum::checksum(split.ip_header), [0, 0]);
+            }
+            assert!(udp_sum_ok(&flow, &record.data));
+            assert_eq!(split.verify_icrc(), Ok(()));
+        }
+        assert!(reader.next_packet().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The daemon's path recovers each coalesced packet's identification.
+    #[test]
+    fn a_coalesced_datagram_is_written_packet_by_packet() {
+        let path = std::env::temp_dir().join(format!("sv-capture-gro-{}.pcap", std::process::id()));
+        let capture = Capture::create(path.as_os_str()).unwrap();
+        let flow = Flow::v4(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            1,
+            4791,
+        );
+        let bytes: Vec<u8> = (0..3u16)
+            .flat_map(|i| roce_packet(&flow, i, if i < 2 { 100 } else { 40 }))
+            .collect();
+        capture.datagram(&flow, 100, &bytes);
+        let mut reader = PcapReader::new(File::open(&path).unwrap()).unwrap();
+        for id in 0..3u16 {
+            let record = reader.next_packet().unwrap().unwrap();
+            let split = IpPacket::parse(&record.data).unwrap();
+            assert_eq!(&split.ip_header[4..6], &id.to_be_bytes());
+            assert_eq!(split.verify_icrc(), Ok(()));
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
