@@ -19,8 +19,8 @@
 //! (`inet_gso_segment` numbers segments from the header's ID). So packet
 //! *i* of a GSO send is sealed with identification *i*, and a packet that
 //! leaves alone, or after GSO was refused, with 0. IPv6 has no
-//! identification. tests/ip_identification.rs checks the numbering
-//! against a capture.
+//! identification. crates/transport/tests/ip_identification.rs checks the
+//! numbering against a capture.
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
 use socket2::{SockAddr, SockRef};

@@ -25,10 +25,10 @@
 //! invertible map. So `L = Z^n ∘ L0`, where `L0` maps an identification to
 //! the register after the two identification bytes alone (from a zero
 //! register) and `Z^n` is "n zero bytes follow". The receiver undoes `Z^n`
-//! on the difference (one multiplication by x^(-8n) mod P, read from two
-//! tables of 256 powers) and solves the fixed system `L0`, whose echelon
-//! form is computed at compile time: about a hundred operations per
-//! packet, no cache, no allocation.
+//! on the difference (a multiplication by x^(-8n) mod P, as two factors
+//! read from tables of 256 powers) and solves the fixed system `L0`, whose echelon
+//! form is computed at compile time: two 32-step multiplications and a
+//! 16-step elimination per packet, no cache, no allocation.
 //!
 //! Register values are in the bit order of the reflected CRC-32 that zlib
 //! and `crc32fast` compute: bit 31 holds the coefficient of x^0, bit 0 that
