@@ -24,6 +24,6 @@ pub mod netif;
 mod send_batch;
 pub mod slots;
 
+pub use daemon::{DaemonAddress, ROCE_PORT};
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify};
 pub use io_step::IoStats;
-pub use daemon::{DaemonAddress, ROCE_PORT};
