@@ -42,4 +42,5 @@ pub mod preload;
 pub mod process_memory;
 pub mod qp_ex;
 pub mod verbs_basic;
+pub mod verbs_mcast;
 pub mod verbs_qp;

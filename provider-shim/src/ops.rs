@@ -38,6 +38,8 @@ pub static CONTEXT_OPS: ContextOps = ContextOps(verbs_context_ops {
     modify_qp: Some(modify_qp),
     query_qp: Some(query_qp),
     destroy_qp: Some(destroy_qp),
+    attach_mcast: Some(crate::verbs_mcast::attach_mcast),
+    detach_mcast: Some(crate::verbs_mcast::detach_mcast),
     post_send: Some(post_send),
     post_recv: Some(post_recv),
     create_srq: Some(create_srq),

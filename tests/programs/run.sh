@@ -96,6 +96,29 @@ else
   bad "verb error paths (compile)" "$log/cc"
 fi
 
+# UD multicast between two processes: the receiver attaches to a group and
+# says "ready" (the daemon has joined the group by then); the sender sends
+# three datagrams to it.
+if cc -O1 -o "$log/mcast" "$here/mcast.c" -libverbs 2> "$log/cc"; then
+  group=239.$((RANDOM % 200 + 20)).$((RANDOM % 250)).$((RANDOM % 250 + 1))
+  timeout 60 "$log/mcast" recv "$group" > "$log/mrecv" 2>&1 &
+  mrecv=$!
+  deadline=$((SECONDS + 20))
+  until grep -q ready "$log/mrecv" || ! kill -0 $mrecv 2>/dev/null || [ $SECONDS -ge $deadline ]; do
+    sleep 0.02 # poll interval; the loop ends on the condition
+  done
+  timeout 60 "$log/mcast" send "$group" > "$log/msend" 2>&1
+  wait $mrecv
+  cat "$log/msend" >> "$log/mrecv"
+  if grep -q "mcast recv ok" "$log/mrecv" && grep -q "mcast send ok" "$log/mrecv"; then
+    ok "UD multicast between two processes (attach, deliver, EBUSY destroy, detach)"
+  else
+    bad "UD multicast between two processes" "$log/mrecv"
+  fi
+else
+  bad "UD multicast (compile)" "$log/cc"
+fi
+
 # Application mistakes that once crashed the process: bad registrations,
 # buffers unmapped under an MR, huge SGE counts and inline lengths; and
 # errno, flow label and cmd_fd as a kernel provider leaves them.

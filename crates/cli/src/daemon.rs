@@ -6,10 +6,15 @@
 //! as a child in its own process group, waits for the line it prints once
 //! it listens, and exits, so the caller can connect at once and the
 //! daemon outlives it (adopted by init, never a zombie of the caller).
+//!
+//! `--pcap FILE` captures every packet the daemon receives, for every
+//! process, as softverbs_transport::capture writes them.
 
+use softverbs_transport::capture::Capture;
 use softverbs_transport::daemon::{Daemon, DaemonConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -17,9 +22,14 @@ use std::time::Duration;
 const READY: &str = "softverbs daemon: listening on @";
 
 /// Runs the daemon in the foreground until it has been idle `idle_exit`.
-pub fn run(socket: String, idle_exit: Duration, detach: bool) -> Result<(), String> {
+pub fn run(
+    socket: String,
+    idle_exit: Duration,
+    detach: bool,
+    pcap: Option<PathBuf>,
+) -> Result<(), String> {
     if detach {
-        return start_detached(&socket, idle_exit);
+        return start_detached(&socket, idle_exit, pcap.as_deref());
     }
     let config = DaemonConfig {
         socket: socket.clone(),
@@ -27,6 +37,11 @@ pub fn run(socket: String, idle_exit: Duration, detach: bool) -> Result<(), Stri
     };
     let mut daemon = match Daemon::bind(config) {
         Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc_eaddrinuse()) && pcap.is_some() => {
+            return Err(format!(
+                "a daemon already serves @{socket}; --pcap needs a daemon started with it"
+            ));
+        }
         Err(e) if e.raw_os_error() == Some(libc_eaddrinuse()) => {
             // Another daemon serves this namespace: that is success for
             // whoever wanted one running.
@@ -35,6 +50,15 @@ pub fn run(socket: String, idle_exit: Duration, detach: bool) -> Result<(), Stri
         }
         Err(e) => return Err(format!("cannot listen on @{socket}: {e}")),
     };
+    if let Some(template) = pcap {
+        let capture = Capture::create(template.as_os_str())
+            .map_err(|e| format!("--pcap {}: {e}", template.display()))?;
+        eprintln!(
+            "softverbs daemon: capturing to {}",
+            capture.path().display()
+        );
+        daemon.capture_to(capture);
+    }
     println!("{READY}{socket}");
     let _ = std::io::stdout().flush();
     let stats = daemon.run().map_err(|e| format!("daemon failed: {e}"))?;
@@ -50,11 +74,16 @@ fn libc_eaddrinuse() -> i32 {
 }
 
 /// Starts the daemon in its own process group and returns once it listens.
-fn start_detached(socket: &str, idle_exit: Duration) -> Result<(), String> {
+fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
-    let mut child = Command::new(me)
+    let mut command = Command::new(me);
+    command
         .args(["daemon", "--socket", socket, "--idle-exit"])
-        .arg(idle_exit.as_secs_f64().to_string())
+        .arg(idle_exit.as_secs_f64().to_string());
+    if let Some(pcap) = pcap {
+        command.arg("--pcap").arg(pcap);
+    }
+    let mut child = command
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

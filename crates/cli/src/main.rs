@@ -51,6 +51,10 @@ enum Cmd {
         /// Start the daemon in the background and return once it listens.
         #[arg(long)]
         detach: bool,
+        /// Write every packet the daemon receives, for every process, to
+        /// this pcap file (`%p` is replaced by the daemon's process id).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<std::path::PathBuf>,
     },
 }
 
@@ -65,10 +69,12 @@ fn main() -> ExitCode {
             socket,
             idle_exit,
             detach,
+            pcap,
         } => daemon::run(
             socket,
             std::time::Duration::from_secs_f64(idle_exit.max(0.0)),
             detach,
+            pcap,
         ),
     };
     match result {

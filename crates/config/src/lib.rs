@@ -2,6 +2,6 @@
 //! `softverbs` command (see [`config`] for the format).
 
 mod config;
-pub mod netif;
+pub use softverbs_transport::netif;
 
 pub use config::{parse_file, parse_inline, Config, ConfigError, SoftDevice};

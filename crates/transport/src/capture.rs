@@ -29,6 +29,7 @@ use softverbs_wire::Flow;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
+use std::net::SocketAddr;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -66,6 +67,9 @@ struct Out {
 /// calls do nothing. Every context calls it as it opens, so a file that
 /// cannot be created fails the first context rather than passing unseen.
 pub fn open_from_env() -> io::Result<()> {
+    // Contexts opening at once: one creates the file, the others see it.
+    static OPENING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = OPENING.lock();
     if PROCESS.get().is_some() {
         return Ok(());
     }
@@ -76,9 +80,7 @@ pub fn open_from_env() -> io::Result<()> {
         ),
         None => None,
     };
-    // Two contexts opening at once: the first one's file wins; the other
-    // one truncated the same path and its handle is dropped here.
-    let _ = PROCESS.set(capture);
+    let _ = PROCESS.set(capture); // unset until now: checked under the lock
     Ok(())
 }
 
@@ -156,11 +158,21 @@ impl Capture {
     }
 
     /// Writes the packets of one datagram as the daemon received it (UDP
-    /// GRO may have coalesced several, `segment` bytes each but the
-    /// last). Their identification is recovered from their ICRC; a packet
-    /// whose ICRC explains none is written with 0, and Wireshark will show
-    /// its ICRC as wrong, which it is.
-    pub fn datagram(&self, flow: &Flow, segment: usize, bytes: &[u8]) {
+    /// GRO may have coalesced several): see [`Capture::packets`].
+    pub fn datagram(&self, src: SocketAddr, dst: SocketAddr, segment: usize, bytes: &[u8]) {
+        if let Ok(flow) = Flow::from_sockets(src, dst) {
+            self.packets(&flow, segment, bytes);
+        } // else impossible: a socket receives from its own address family
+    }
+
+    /// Writes the RoCE packets in `bytes`, `segment` bytes each but the
+    /// last, with the IPv4 identification each was sealed with, recovered
+    /// from its ICRC (`Flow::verify_recovering_identification`): the one
+    /// a packet sent alone or as segment *i* of a GSO send carries, and
+    /// the one an arriving packet came with. A packet whose ICRC explains
+    /// none is written with 0, and Wireshark shows its ICRC as wrong,
+    /// which it is.
+    pub fn packets(&self, flow: &Flow, segment: usize, bytes: &[u8]) {
         for packet in bytes.chunks(segment.max(1)) {
             let identification = flow
                 .verify_recovering_identification(packet)
@@ -169,6 +181,24 @@ impl Capture {
                 .unwrap_or(0);
             self.packet(flow, identification, packet);
         }
+    }
+}
+
+/// A packet a context accepted (its ICRC checked), if the process
+/// captures.
+#[inline]
+pub fn received(flow: &Flow, packet: &[u8]) {
+    if let Some(capture) = process() {
+        capture.packets(flow, packet.len(), packet);
+    }
+}
+
+/// The sealed packets of `flow` a context hands to its socket at once
+/// (`segment` bytes each but the last), if the process captures.
+#[inline]
+pub fn sent(flow: Option<Flow>, segment: usize, bytes: &[u8]) {
+    if let (Some(capture), Some(flow)) = (process(), flow) {
+        capture.packets(&flow, segment, bytes);
     }
 }
 
@@ -315,7 +345,11 @@ mod tests {
         let bytes: Vec<u8> = (0..3u16)
             .flat_map(|i| roce_packet(&flow, i, if i < 2 { 100 } else { 40 }))
             .collect();
-        capture.datagram(&flow, 100, &bytes);
+        let (src, dst) = (
+            "10.0.0.1:1".parse().unwrap(),
+            "10.0.0.2:4791".parse().unwrap(),
+        );
+        capture.datagram(src, dst, 100, &bytes);
         let mut reader = PcapReader::new(File::open(&path).unwrap()).unwrap();
         for id in 0..3u16 {
             let record = reader.next_packet().unwrap().unwrap();

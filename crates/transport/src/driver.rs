@@ -24,7 +24,9 @@ use crate::io_step::{Io, IoStats};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
-use softverbs_engine::{AsyncEvent, CqId, DeviceConfig, Engine, HostMemory, Nanos};
+use softverbs_engine::{
+    AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
+};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -117,6 +119,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// Claims a slot at `cfg.ip`, opens the engine and starts the progress
     /// thread.
     pub fn start(cfg: DriverConfig, mem: M, notify: Arc<dyn Notify>) -> io::Result<Driver<M>> {
+        crate::capture::open_from_env()?;
         let endpoint = Endpoint::open(cfg.ip, &cfg.daemon)?;
         let poll = Poll::new()?;
         poll.registry().register(
@@ -190,6 +193,41 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let mut state = self.shared.lock()?;
         let qpns = state.io.endpoint.add_slot()?;
         state.engine.add_qpn_range(qpns);
+        Ok(())
+    }
+
+    /// `ibv_attach_mcast`: the engine's checks, then, for a group this
+    /// context was not in, the daemon's membership (undone if it fails).
+    pub fn attach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
+        let mut state = self.shared.lock()?;
+        if let Err(e) = state.engine.attach_mcast(qp, gid) {
+            return Ok(Err(e));
+        }
+        if let Err(e) = self.sync_membership(&mut state) {
+            let _ = state.engine.detach_mcast(qp, gid);
+            let _ = state.engine.poll_membership();
+            return Err(e);
+        }
+        Ok(Ok(()))
+    }
+
+    /// `ibv_detach_mcast`; the daemon stops passing the group on once no
+    /// QP of this context is in it.
+    pub fn detach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
+        let mut state = self.shared.lock()?;
+        let r = state.engine.detach_mcast(qp, gid);
+        self.sync_membership(&mut state)?;
+        Ok(r)
+    }
+
+    /// Tells the daemon of every group the engine joined or left.
+    fn sync_membership(&self, state: &mut State<M>) -> io::Result<()> {
+        while let Some(change) = state.engine.poll_membership() {
+            match change {
+                Membership::Joined(g) => state.io.endpoint.join(g.to_ip())?,
+                Membership::Left(g) => state.io.endpoint.leave(g.to_ip())?,
+            }
+        }
         Ok(())
     }
 

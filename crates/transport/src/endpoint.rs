@@ -33,6 +33,7 @@ impl Endpoint {
     /// daemon (started if none runs), which gives the first slot.
     pub fn open(ip: IpAddr, daemon: &DaemonAddress) -> io::Result<Endpoint> {
         let socket = bind_udp(SocketAddr::new(ip, 0))?;
+        send_multicast_from(&socket, ip)?;
         let local = socket.local_addr()?;
         let (session, slot) = Session::open(daemon, ip)?;
         Ok(Endpoint {
@@ -60,6 +61,16 @@ impl Endpoint {
         Ok(qpns_of(slot))
     }
 
+    /// Asks the daemon for the datagrams of multicast `group`.
+    pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        self.session.join(group)
+    }
+
+    /// No more datagrams of `group`.
+    pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
+        self.session.leave(group)
+    }
+
     /// The sending socket's address.
     pub fn local(&self) -> SocketAddr {
         self.local
@@ -79,6 +90,21 @@ impl Endpoint {
     pub fn receive(&mut self, frame: impl FnMut(FrameHeader, &[u8])) -> io::Result<()> {
         self.session.receive(frame)
     }
+}
+
+/// Multicast datagrams leave through the device's interface (not the
+/// default route's) and come back to this host's members too.
+fn send_multicast_from(socket: &std::net::UdpSocket, ip: IpAddr) -> io::Result<()> {
+    let socket = socket2::SockRef::from(socket);
+    match ip {
+        IpAddr::V4(v4) => socket.set_multicast_if_v4(&v4)?,
+        IpAddr::V6(_) => {
+            if let Some(index) = crate::netif::ifindex_of(ip) {
+                socket.set_multicast_if_v6(index)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Receives one datagram from `socket` into `buf`: its length, its sender,

@@ -76,6 +76,7 @@ impl Io {
                     stats.rx_bad_icrc += 1;
                     continue;
                 }
+                crate::capture::received(&flow, packet);
                 engine.handle_packet(now, src, dst, packet, mem);
             }
         });

@@ -372,3 +372,63 @@ fn more_qps_than_one_slot_holds_claim_another_slot() {
     assert!(made >= 4096);
     assert_eq!(s.d.slots().len(), before + 1);
 }
+
+/// UD multicast through the daemon: a datagram sent to a group reaches
+/// the QP of another context attached to it, and stops once it detached.
+#[test]
+fn multicast_reaches_the_attached_qp_of_another_context() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _) = create_qp(&a, QpType::Ud);
+    let (qb, _) = create_qp(&b, QpType::Ud);
+    connect(&a, qa, QpType::Ud, 0);
+    connect(&b, qb, QpType::Ud, 0);
+    let group = Gid::from_ip("239.9.9.9".parse().unwrap());
+    b.d.attach_mcast(qb, group).unwrap().unwrap();
+    let recv = [Sge {
+        addr: BASE,
+        length: 2000,
+        lkey: b.key,
+    }];
+    b.d.with(|e, _| {
+        e.post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 5,
+                sg_list: &recv,
+            },
+        )
+    })
+    .unwrap();
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: group,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = a.d.with(|e, _| e.create_ah(a.pd, &av)).unwrap();
+    let s = SendWr {
+        wr_id: 1,
+        opcode: send_opcode::SEND,
+        send_flags: send_flags::INLINE,
+        sg_list: &[],
+        inline_data: b"to all",
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: Some(UdTarget {
+            ah,
+            remote_qpn: MULTICAST_QPN,
+            remote_qkey: 0x11,
+        }),
+    };
+    a.d.with(|e, _| e.post_send(qa, &s)).unwrap();
+    let rx = wait_completions(&b, 1);
+    assert_eq!((rx[0].wr_id, rx[0].byte_len), (5, 46));
+    b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 6), b"to all"));
+    b.d.detach_mcast(qb, group).unwrap().unwrap();
+    b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
+}

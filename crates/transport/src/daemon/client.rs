@@ -88,6 +88,26 @@ impl Session {
         self.reply()?.into_block()
     }
 
+    /// Asks the daemon to pass on the datagrams of multicast `group`.
+    pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        send(
+            &self.control,
+            &Request::Join { group }.encode(),
+            SendFlags::NOSIGNAL,
+        )?;
+        self.reply()?.into_done()
+    }
+
+    /// No more datagrams of `group`.
+    pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
+        send(
+            &self.control,
+            &Request::Leave { group }.encode(),
+            SendFlags::NOSIGNAL,
+        )?;
+        self.reply()?.into_done()
+    }
+
     fn reply(&mut self) -> io::Result<Reply> {
         let mut record = [0u8; 512];
         let n = recv(&self.control, &mut record, RecvFlags::empty())?.0;

@@ -28,8 +28,11 @@ pub const VERSION: u16 = 1;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
+const JOIN: u8 = 3;
+const LEAVE: u8 = 4;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
+const DONE: u8 = 0x83;
 
 /// A context's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +46,17 @@ pub enum Request {
     },
     /// Another block of QP numbers.
     MoreQpns,
+    /// Pass on the datagrams sent to this multicast group (on the
+    /// context's device address). Answered with `Done`.
+    Join {
+        /// The group's IP address.
+        group: IpAddr,
+    },
+    /// Stop passing on that group's datagrams. Answered with `Done`.
+    Leave {
+        /// The group's IP address.
+        group: IpAddr,
+    },
 }
 
 /// The daemon's reply.
@@ -52,6 +66,8 @@ pub enum Reply {
     Block(u16),
     /// The request failed: an errno and why.
     Refused(i32, String),
+    /// The request was carried out.
+    Done,
 }
 
 fn put_ip(out: &mut Vec<u8>, ip: IpAddr) {
@@ -91,6 +107,14 @@ impl Request {
                 put_ip(&mut out, *ip);
             }
             Request::MoreQpns => out.push(MORE_QPNS),
+            Request::Join { group } => {
+                out.push(JOIN);
+                put_ip(&mut out, *group);
+            }
+            Request::Leave { group } => {
+                out.push(LEAVE);
+                put_ip(&mut out, *group);
+            }
         }
         out
     }
@@ -114,6 +138,12 @@ impl Request {
                 Ok(Request::Hello { ip })
             }
             Some(&MORE_QPNS) => Ok(Request::MoreQpns),
+            Some(&JOIN) => Ok(Request::Join {
+                group: get_ip(&b[1..]).ok_or(bad("bad group"))?,
+            }),
+            Some(&LEAVE) => Ok(Request::Leave {
+                group: get_ip(&b[1..]).ok_or(bad("bad group"))?,
+            }),
             _ => Err(bad("unknown request")),
         }
     }
@@ -134,6 +164,7 @@ impl Reply {
                 out.extend_from_slice(why.as_bytes());
                 out
             }
+            Reply::Done => vec![DONE],
         }
     }
 
@@ -148,6 +179,7 @@ impl Reply {
                     String::from_utf8_lossy(&b[5..]).into_owned(),
                 ))
             }
+            Some(&DONE) if b.len() == 1 => Ok(Reply::Done),
             _ => Err(bad("unknown reply")),
         }
     }
@@ -156,10 +188,25 @@ impl Reply {
     pub fn into_block(self) -> io::Result<u16> {
         match self {
             Reply::Block(b) => Ok(b),
-            Reply::Refused(errno, why) => Err(io::Error::new(
+            other => Err(other.into_error()),
+        }
+    }
+
+    /// `Ok` for `Done`, the refusal as an error.
+    pub fn into_done(self) -> io::Result<()> {
+        match self {
+            Reply::Done => Ok(()),
+            other => Err(other.into_error()),
+        }
+    }
+
+    fn into_error(self) -> io::Error {
+        match self {
+            Reply::Refused(errno, why) => io::Error::new(
                 io::Error::from_raw_os_error(errno).kind(),
                 format!("softverbs daemon: {why}"),
-            )),
+            ),
+            other => bad(&format!("unexpected reply {other:?}")),
         }
     }
 }
@@ -237,7 +284,18 @@ mod tests {
             Request::decode(&Request::MoreQpns.encode()).unwrap(),
             Request::MoreQpns
         );
-        for r in [Reply::Block(4095), Reply::Refused(98, "in use".into())] {
+        for group in ["239.1.2.3", "ff0e::5"] {
+            let group = group.parse().unwrap();
+            for r in [Request::Join { group }, Request::Leave { group }] {
+                assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+            }
+        }
+        let replies = [
+            Reply::Block(4095),
+            Reply::Refused(98, "in use".into()),
+            Reply::Done,
+        ];
+        for r in replies {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);
         }
         let mut stale = Request::Hello {

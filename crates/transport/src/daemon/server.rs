@@ -14,6 +14,7 @@
 //! configured idle time.
 
 use super::protocol::{FrameHeader, Reply, Request, ROCE_PORT};
+use crate::capture::Capture;
 use crate::endpoint::{bind_udp, cmsg_buffer, recv_segments};
 use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
@@ -64,10 +65,30 @@ pub struct DaemonStats {
 struct Client {
     control: OwnedFd,
     data: Option<OwnedFd>,
+    /// Its device address (from its hello): where it joins groups.
+    ip: Option<IpAddr>,
     /// Frames not yet taken by the data socket.
     queued: Vec<u8>,
     /// Whether the data socket is registered for writability.
     waiting_writable: bool,
+}
+
+/// A UDP socket on port 4791: on a device address (packets go to the
+/// owner of their destination QP) or on a multicast group (datagrams go to
+/// every member context).
+#[derive(Debug)]
+struct Receiver {
+    local: IpAddr,
+    socket: std::net::UdpSocket,
+    /// For a group: the member contexts and the device addresses the
+    /// group was joined on.
+    group: Option<Group>,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    members: Vec<usize>,
+    joined_on: Vec<IpAddr>,
 }
 
 /// The daemon: its sockets, clients and routing table.
@@ -81,10 +102,14 @@ pub struct Daemon {
     /// Block (QPN >> 12) -> client id.
     owners: Vec<Option<usize>>,
     next_block: u16,
-    udp: Vec<(IpAddr, std::net::UdpSocket)>,
+    /// The UDP sockets on 4791 (slot `i` is `Token(UDP + i)`; a freed
+    /// slot is reused).
+    udp: Vec<Option<Receiver>>,
     buf: Vec<u8>,
     cmsg: Vec<u8>,
     stats: DaemonStats,
+    /// `softverbs daemon --pcap`: every packet received is written here.
+    capture: Option<Capture>,
 }
 
 impl Daemon {
@@ -116,6 +141,7 @@ impl Daemon {
             buf: vec![0; 1 << 16],
             cmsg: cmsg_buffer(),
             stats: DaemonStats::default(),
+            capture: None,
         })
     }
 
@@ -166,6 +192,7 @@ impl Daemon {
                 let client = Client {
                     control,
                     data: None,
+                    ip: None,
                     queued: Vec::new(),
                     waiting_writable: false,
                 };
@@ -224,25 +251,105 @@ impl Daemon {
                 }
                 let client = self.clients.get_mut(&id).expect("serving it");
                 client.data = Some(data);
+                client.ip = Some(ip);
                 self.allocate(id)
             }
             Request::MoreQpns => self.allocate(id),
+            Request::Join { group } => match self.join(id, group) {
+                Ok(()) => Reply::Done,
+                Err(e) => Reply::Refused(
+                    e.raw_os_error().unwrap_or(libc::EINVAL),
+                    format!("cannot join {group}: {e}"),
+                ),
+            },
+            Request::Leave { group } => {
+                self.leave(id, group);
+                Reply::Done
+            }
         }
+    }
+
+    /// Makes client `id` a member of multicast `group`, opening the
+    /// group's socket and joining it on the client's device address if
+    /// needed.
+    fn join(&mut self, id: usize, group: IpAddr) -> io::Result<()> {
+        if !group.is_multicast() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let ip = self
+            .clients
+            .get(&id)
+            .and_then(|c| c.ip)
+            .ok_or(io::ErrorKind::NotConnected)?;
+        let slot = match self.find(group) {
+            Some(slot) => slot,
+            None => self.open(group, Some(Group::default()))?,
+        };
+        let receiver = self.udp[slot].as_mut().expect("found or opened");
+        let g = receiver.group.as_mut().expect("a group socket");
+        if !g.joined_on.contains(&ip) {
+            join_on(&receiver.socket, group, ip)?;
+            g.joined_on.push(ip);
+        }
+        if !g.members.contains(&id) {
+            g.members.push(id);
+        }
+        Ok(())
+    }
+
+    /// Client `id` leaves `group`; the group's socket closes with its last
+    /// member.
+    fn leave(&mut self, id: usize, group: IpAddr) {
+        let Some(slot) = self.find(group) else {
+            return;
+        };
+        let receiver = self.udp[slot].as_mut().expect("found");
+        let Some(g) = receiver.group.as_mut() else {
+            return;
+        };
+        g.members.retain(|&m| m != id);
+        if g.members.is_empty() {
+            let fd = receiver.socket.as_raw_fd();
+            let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+            self.udp[slot] = None;
+        }
+    }
+
+    /// The slot of the socket bound to `local`.
+    fn find(&self, local: IpAddr) -> Option<usize> {
+        self.udp
+            .iter()
+            .position(|r| r.as_ref().is_some_and(|r| r.local == local))
+    }
+
+    /// Opens UDP 4791 on `local` in a free slot.
+    fn open(&mut self, local: IpAddr, group: Option<Group>) -> io::Result<usize> {
+        let socket = bind_udp(SocketAddr::new(local, ROCE_PORT))?;
+        let slot = match self.udp.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.udp.push(None);
+                self.udp.len() - 1
+            }
+        };
+        self.poll.registry().register(
+            &mut SourceFd(&socket.as_raw_fd()),
+            Token(UDP + slot),
+            Interest::READABLE,
+        )?;
+        self.udp[slot] = Some(Receiver {
+            local,
+            socket,
+            group,
+        });
+        Ok(slot)
     }
 
     /// Opens UDP 4791 on `ip` unless it is open.
     fn open_port(&mut self, ip: IpAddr) -> io::Result<()> {
-        if self.udp.iter().any(|(open, _)| *open == ip) {
-            return Ok(());
+        if self.find(ip).is_none() {
+            self.open(ip, None)?;
         }
-        let socket = bind_udp(SocketAddr::new(ip, ROCE_PORT))?;
-        let token = Token(UDP + self.udp.len());
-        self.poll.registry().register(
-            &mut SourceFd(&socket.as_raw_fd()),
-            token,
-            Interest::READABLE,
-        )?;
-        self.udp.push((ip, socket));
         Ok(())
     }
 
@@ -274,28 +381,48 @@ impl Daemon {
                 *owner = None;
             }
         }
+        let groups: Vec<IpAddr> = self
+            .udp
+            .iter()
+            .flatten()
+            .filter(|r| r.group.as_ref().is_some_and(|g| g.members.contains(&id)))
+            .map(|r| r.local)
+            .collect();
+        for group in groups {
+            self.leave(id, group);
+        }
     }
 
     /// Takes every datagram waiting on UDP socket `i` and passes its
-    /// packets on, one frame per run of packets for the same context.
+    /// packets on: on a device address one frame per run of packets for
+    /// the same context, on a group the whole datagram to every member.
     fn receive_all(&mut self, i: usize) {
         loop {
-            let Some((_, socket)) = self.udp.get(i) else {
+            let Some(Some(receiver)) = self.udp.get(i) else {
                 return;
             };
-            let dst = match socket.local_addr() {
-                Ok(a) => a,
-                Err(_) => return,
-            };
-            let (n, src, segment) = match recv_segments(socket, &mut self.buf, &mut self.cmsg) {
+            let dst = SocketAddr::new(receiver.local, ROCE_PORT);
+            let got = recv_segments(&receiver.socket, &mut self.buf, &mut self.cmsg);
+            let (n, src, segment) = match got {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => continue, // a failed receive consumed its datagram
             };
             let segment = segment.unwrap_or(n).max(1);
+            if let Some(capture) = &self.capture {
+                capture.datagram(src, dst, segment, &self.buf[..n]);
+            }
+            let members = receiver.group.as_ref().map(|g| g.members.clone());
             let bytes = std::mem::take(&mut self.buf);
-            self.route(&bytes[..n], segment, src, dst);
+            match members {
+                Some(members) => {
+                    for m in members {
+                        self.deliver(Some(m), &bytes[..n], segment, src, dst);
+                    }
+                }
+                None => self.route(&bytes[..n], segment, src, dst),
+            }
             self.buf = bytes;
         }
     }
@@ -403,6 +530,24 @@ impl Daemon {
     /// What was counted so far.
     pub fn stats(&self) -> DaemonStats {
         self.stats
+    }
+
+    /// Writes every packet received from now on to `capture`, for every
+    /// process (`softverbs daemon --pcap`).
+    pub fn capture_to(&mut self, capture: Capture) {
+        self.capture = Some(capture);
+    }
+}
+
+/// Joins multicast `group` on the interface of device address `ip`.
+fn join_on(socket: &std::net::UdpSocket, group: IpAddr, ip: IpAddr) -> io::Result<()> {
+    match (group, ip) {
+        (IpAddr::V4(g), IpAddr::V4(i)) => socket.join_multicast_v4(&g, &i),
+        (IpAddr::V6(g), IpAddr::V6(_)) => {
+            let index = crate::netif::ifindex_of(ip).unwrap_or(0);
+            socket.join_multicast_v6(&g, index)
+        }
+        _ => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
     }
 }
 
