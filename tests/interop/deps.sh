@@ -1,5 +1,7 @@
 # Sourced by vm.sh: the Debian packages the interop VM and its guest use.
 # As root they are installed; otherwise they are named and vm.sh fails.
+# INITRD=No: the host needs the kernel image and modules, not an initrd
+# of its own (Debian's kernel hook honours it and saves a minute).
 
 # Host: the emulator, the kernel and its modules, the initramfs pieces.
 # Guest (the host's / over 9p): the rdma tool, rdma-core's rxe provider,
@@ -26,7 +28,7 @@ ensure_host_deps() {
   fi
   echo "interop VM: installing $missing" >&2
   apt-get update -qq >&2 &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2 || {
+    DEBIAN_FRONTEND=noninteractive INITRD=No apt-get install -y -qq --no-install-recommends $missing >&2 || {
     echo "interop VM: apt-get install $missing failed" >&2
     return 1
   }

@@ -24,7 +24,7 @@ IMM=${2:+$(readlink -f "$2")}
 FILTER=${3:-.}
 here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
-CASE_TIMEOUT=${CASE_TIMEOUT:-25}
+CASE_TIMEOUT=${CASE_TIMEOUT:-20}
 export WAIT_LISTEN_SECONDS=$CASE_TIMEOUT
 log=$(mktemp -d)
 
