@@ -1,5 +1,5 @@
 /* UD multicast between two processes over softverbs, and the attach rules.
- *   mcast recv GROUP   attaches a UD QP to the IPv4 multicast GROUP, prints
+ *   mcast recv GROUP   attaches a UD QP to multicast GROUP (IPv4 or IPv6), prints
  *                      "ready", receives 3 datagrams (checks payload, source
  *                      QP, GRH destination), checks destroy-while-attached
  *                      (EBUSY, seed 002) and the other attach errors, prints
@@ -61,13 +61,26 @@ static void ud_to_rts(struct ibv_qp *qp)
 	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), "RTS");
 }
 
+/* The GID of an address: IPv4-mapped for IPv4, the address for IPv6. */
 static union ibv_gid group_gid(const char *group)
 {
 	union ibv_gid g;
 	memset(&g, 0, sizeof(g));
+	if (inet_pton(AF_INET6, group, g.raw) == 1)
+		return g;
 	g.raw[10] = g.raw[11] = 0xff;
 	CHECK(inet_pton(AF_INET, group, &g.raw[12]) == 1, "bad group %s", group);
 	return g;
+}
+
+/* Whether the GRH a receive WR starts with names `g` as its destination:
+ * RoCEv2 over IPv4 puts the IPv4 header in the GRH's last 20 bytes. */
+static int grh_names(const unsigned char *grh, const union ibv_gid *g)
+{
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	if (!memcmp(g->raw, mapped, 12))
+		return !memcmp(grh + 36, &g->raw[12], 4);
+	return !memcmp(grh + 24, g->raw, 16);
 }
 
 static struct ibv_wc wait_wc(void)
@@ -104,8 +117,7 @@ static void receive(const char *group)
 		CHECK(wc.byte_len == LEN + 40, "byte_len %u", wc.byte_len);
 		CHECK(wc.wc_flags & IBV_WC_GRH, "no GRH");
 		const unsigned char *p = (unsigned char *)buf + wc.wr_id * (LEN + 40);
-		/* RoCEv2 over IPv4: the IPv4 header is in the GRH's last 20 bytes. */
-		CHECK(!memcmp(p + 36, &g.raw[12], 4), "GRH destination is not the group");
+		CHECK(grh_names(p, &g), "GRH destination is not the group");
 		for (int k = 0; k < LEN; k++)
 			CHECK(p[40 + k] == (unsigned char)(k + 7), "payload byte %d", k);
 	}

@@ -86,5 +86,34 @@ done
 across "ib_write_bw -x 0 between namespaces, IPv6 devices" "^ +[0-9]+ +[0-9]+ +[0-9.]+" \
   ib_write_bw -d softverbs0 -x 0
 
+# UD multicast between the hosts: the receiver in A attaches to GROUP and
+# says "ready"; the sender in B sends to the group across the veth.
+mcast_across() {
+  local name=$1 group=$2
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" \
+    timeout 60 "$log/mcast" recv "$group" > "$log/mrecv" 2>&1 &
+  local r=$!
+  local deadline=$((SECONDS + 20))
+  until grep -q ready "$log/mrecv" || ! kill -0 $r 2>/dev/null || [ $SECONDS -ge $deadline ]; do
+    sleep 0.02 # poll interval; the loop ends on the condition
+  done
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
+    timeout 60 "$log/mcast" send "$group" > "$log/msend" 2>&1
+  wait $r
+  if grep -q "mcast recv ok" "$log/mrecv" && grep -q "mcast send ok" "$log/msend"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name"
+    sed 's/^/    receiver: /' "$log/mrecv" | tail -n 8; sed 's/^/    sender: /' "$log/msend" | tail -n 8
+  fi
+}
+if cc -O1 -o "$log/mcast" "$(dirname "$(readlink -f "$0")")/mcast.c" -libverbs 2> "$log/cc"; then
+  mcast_across "UD multicast between namespaces, IPv6 group" ff0e::5:1
+  dev_a=$ip_a; dev_b=$ip_b
+  mcast_across "UD multicast between namespaces, IPv4 group" 239.31.0.1
+else
+  fail=$((fail + 1)); echo "FAIL UD multicast (compile)"; cat "$log/cc"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
