@@ -176,7 +176,8 @@ pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
 
 // UDP_NO_CHECK6_RX: accept IPv6 UDP datagrams with a zero checksum. nix
 // has no type for it; its own macro defines one the way nix defines the
-// others.
+// others (the one setsockopt call it expands to is nix's code, the same
+// unsafe block nix's own options use; none is written in this crate).
 use nix::{getsockopt_impl, setsockopt_impl, sockopt_impl};
 sockopt_impl!(
     /// `UDP_NO_CHECK6_RX`.
