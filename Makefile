@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer
+test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer capture
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -116,6 +116,14 @@ interop: shim
 .PHONY: wire-peer
 wire-peer: deps shim
 	$(PY) tests/programs/wire_peer.py $(SHIM_SO)
+
+# Packet capture (SOFTVERBS_PCAP, softverbs daemon --pcap): rdma-core
+# programs over softverbs write pcap files that Debian's tshark must decode
+# as RoCEv2 (no "Decode As", nothing malformed, checksums right) and whose
+# every ICRC scapy must find valid.
+.PHONY: capture
+capture: deps shim
+	tests/programs/capture.sh $(SHIM_SO)
 
 # Plugin mode (root): the provider where rdma-core looks for providers,
 # the driver file that names it, and the softverbs command. Then

@@ -2,13 +2,14 @@
 # Installs what the build and the tests need on a fresh Debian machine:
 # rdma-core's libraries and programs (the provider links libibverbs; the
 # tests run ibverbs-utils and perftest; iproute2 and ethtool set up the
-# network namespaces of root tests), the Rust toolchain components and
+# network namespaces of root tests; tshark decodes the capture test's
+# pcap files), the Rust toolchain components and
 # a Python venv with scapy (the independent RoCE implementation the wire
 # crate is checked against). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool"
+packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Packet capture (SOFTVERBS_PCAP, softverbs daemon --pcap): rdma-core
+# programs run over softverbs with SOFTVERBS_PCAP set on both processes
+# (a file per process through %p) and a daemon of this test's own started
+# with --pcap; then every file is opened with tshark (Debian's, with an
+# empty configuration, so no "Decode As") and with scapy:
+#   * every packet decodes as InfiniBand (RoCEv2, UDP 4791) over IP/UDP;
+#   * no malformed packet and no expert error, with the UDP and IPv4
+#     checksum checks turned on;
+#   * every ICRC is the one scapy's RoCE layer computes over the captured
+#     headers (so the captured IPv4 identification is the real one), and
+#     the UDP and IPv4 checksums are right;
+#   * each process's capture holds what it sent and what it received, and
+#     every packet the daemon captured is in a process's capture.
+# IPv4 runs on a loopback address and daemon socket of its own; IPv6 on
+# ::1 with the usual daemon. Prints one line per check and
+# "N passed, M failed" last. Usage: capture.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
+root=$(readlink -f "$here/../..")
+PY=${PY:-$root/.venv/bin/python}
+CLI=$(dirname "$SO")/softverbs
+command -v tshark > /dev/null || cannot_run "capture" "tshark is not installed (make deps installs it)"
+"$PY" -c 'import scapy' 2> /dev/null || cannot_run "capture" "no scapy in $PY (make deps installs it)"
+
+ip=127.78.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
+export LD_PRELOAD=$SO
+export SOFTVERBS_DEVICES="softverbs0=$ip"
+export SOFTVERBS_DAEMON_SOCKET="softverbs-capture-$$"
+PORT_BASE=$((20000 + RANDOM % 20000))
+pass=0; fail=0; n=0
+log=$(mktemp -d)
+pcaps=$log/pcap
+mkdir -p "$pcaps" "$log/home"
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2> /dev/null
+  kill $(jobs -p) 2> /dev/null
+  rm -rf "$log"
+}
+trap cleanup EXIT
+
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 15; }
+
+# wait_line FILE TEXT PID: returns once FILE holds TEXT; fails if PID
+# exits first or after 10 s.
+wait_line() {
+  local file=$1 text=$2 pid=$3 deadline=$((SECONDS + 10))
+  until grep -qF -- "$text" "$file" 2> /dev/null; do
+    kill -0 "$pid" 2> /dev/null || return 1
+    [ $SECONDS -ge $deadline ] && return 1
+    # The poll interval, not a synchronization: the loop ends on the line.
+    sleep 0.02
+  done
+}
+
+# The daemon of this test, capturing everything it receives.
+"$CLI" daemon --socket "$SOFTVERBS_DAEMON_SOCKET" --idle-exit 600 \
+  --pcap "$pcaps/daemon.pcap" > "$log/daemon" 2>&1 < /dev/null &
+daemon_pid=$!
+if wait_line "$log/daemon" "listening on @$SOFTVERBS_DAEMON_SOCKET" "$daemon_pid"; then
+  ok "softverbs daemon --pcap starts"
+else
+  bad "softverbs daemon --pcap starts" "$log/daemon"
+fi
+
+# one_fails NAME EXPECT CMD...: CMD must exit non-zero with EXPECT (an
+# extended regex) in its output.
+one_fails() {
+  local name=$1 expect=$2; shift 2
+  timeout 30 "$@" > "$log/out" 2>&1
+  local rc=$?
+  if [ $rc != 0 ] && [ $rc != 124 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
+}
+one_fails "a capture file that cannot be created fails the context, saying why" \
+  'cannot open softverbs0: SOFTVERBS_PCAP=.*/no/such/dir/x.pcap.*No such file' \
+  env SOFTVERBS_PCAP=/no/such/dir/x.pcap ibv_devinfo -d softverbs0
+one_fails "softverbs daemon --pcap refuses when a daemon already runs" \
+  "already serves @$SOFTVERBS_DAEMON_SOCKET; --pcap needs a daemon started with it" \
+  env -u LD_PRELOAD "$CLI" daemon --socket "$SOFTVERBS_DAEMON_SOCKET" --pcap "$log/unused.pcap"
+
+# pair NAME CMD...: CMD -p PORT as the server, with SOFTVERBS_PCAP set to
+# pcap/NAME.server-%p.pcap, and, once it listens, CMD -p PORT 127.0.0.1
+# (the programs' TCP exchange) as the client (NAME.client-%p.pcap); both
+# must exit 0.
+pair() {
+  local name=$1; shift
+  n=$((n + 1)); local port=$((PORT_BASE + n))
+  SOFTVERBS_PCAP="$pcaps/$name.server-%p.pcap" timeout 60 "$@" -p $port > "$log/srv" 2>&1 &
+  local srv=$! crc
+  if wait_listen $port "" $srv 2> "$log/cli"; then
+    SOFTVERBS_PCAP="$pcaps/$name.client-%p.pcap" timeout 60 "$@" -p $port 127.0.0.1 > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2> /dev/null
+  fi
+  wait $srv; local src=$?
+  if [ "$crc" = 0 ] && [ $src = 0 ]; then
+    ok "$name runs with SOFTVERBS_PCAP set"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name runs with SOFTVERBS_PCAP set" "$log/both"
+  fi
+}
+
+pair ibv_rc_pingpong ibv_rc_pingpong -d softverbs0 -g 0 -s 4096 -n 20
+pair ibv_rc_pingpong-16KiB ibv_rc_pingpong -d softverbs0 -g 1 -s 16384 -n 10
+pair ibv_ud_pingpong ibv_ud_pingpong -d softverbs0 -g 0 -s 1024 -n 20
+pair ib_write_bw ib_write_bw -d softverbs0 -x 0 -s 8192 -n 50
+pair ib_read_bw ib_read_bw -d softverbs0 -x 0 -s 8192 -n 50
+pair ib_atomic_bw ib_atomic_bw -d softverbs0 -x 0 -n 50
+pair ibv_rc_pingpong-IPv6 env -u SOFTVERBS_DAEMON_SOCKET SOFTVERBS_DEVICES=softverbs0=::1 \
+  ibv_rc_pingpong -d softverbs0 -g 1 -s 4096 -n 20
+
+# quiet FILE: tshark's messages without its warning about running as root.
+quiet() { grep -v '^Running as user' "$1"; }
+
+# check_file FILE: the tshark and scapy checks of one capture. tshark
+# runs once per file (it takes a second to start), with an empty
+# configuration directory (no "Decode As", no preference changed but the
+# UDP and IPv4 checksum checks asked for here), writing per packet: its
+# protocols, UDP source port, expert severities and messages.
+check_file() {
+  local f=$1 name
+  name=$(basename "$f" .pcap)
+  name=${name%-[0-9]*}
+  env HOME="$log/home" XDG_CONFIG_HOME="$log/home" tshark -n -r "$f" \
+    -o udp.check_checksum:TRUE -o ip.check_checksum:TRUE -T fields -E separator=/t \
+    -e frame.number -e frame.protocols -e udp.srcport -e _ws.expert.severity -e _ws.expert.message \
+    > "$log/fields" 2> "$log/tshark"
+  local rc=$? total roce
+  total=$(wc -l < "$log/fields")
+  roce=$(awk -F'\t' '$2 ~ /^raw:ipv?6?:udp:infiniband(:|$)/' "$log/fields" | wc -l)
+  if [ $rc = 0 ] && [ "$total" -gt 0 ] && [ "$total" = "$roce" ]; then
+    ok "$name: all $total packets decode as InfiniBand over UDP 4791 (tshark)"
+  else
+    { echo "tshark exit $rc; $roce of $total packets decode as InfiniBand"; grep -v infiniband "$log/fields" | head; quiet "$log/tshark"; } > "$log/why"
+    bad "$name: every packet decodes as InfiniBand over UDP 4791 (tshark)" "$log/why"
+  fi
+  # Severities: 0x400000 note, 0x600000 warning, 0x800000 error (a
+  # malformed packet is an error).
+  awk -F'\t' '{ n = split($4, s, ","); for (i = 1; i <= n; i++) if (s[i] + 0 >= 6291456) { print; next } }' \
+    "$log/fields" > "$log/experts"
+  if [ $rc = 0 ] && [ ! -s "$log/experts" ]; then
+    ok "$name: no malformed packet, no expert warning or error, UDP and IPv4 checksums right (tshark)"
+  else
+    quiet "$log/tshark" >> "$log/experts"
+    bad "$name: no malformed packet, no expert warning or error, UDP and IPv4 checksums right (tshark)" "$log/experts"
+  fi
+  if "$PY" "$here/capture_check.py" icrc "$f" > "$log/scapy" 2>&1; then
+    ok "$name: $(cat "$log/scapy")"
+  else
+    bad "$name: ICRCs and checksums (scapy)" "$log/scapy"
+  fi
+  if [[ "$name" != daemon ]]; then
+    local ports
+    ports=$(cut -f3 "$log/fields" | sort -u | wc -l)
+    if [ "$ports" -ge 2 ]; then
+      ok "$name: holds packets sent and received (from $ports UDP source ports)"
+    else
+      bad "$name: holds packets sent and received (from $ports UDP source ports, want 2)"
+    fi
+  fi
+}
+
+shopt -s nullglob
+files=("$pcaps"/*.pcap)
+[ ${#files[@]} -ge 14 ] || bad "a capture per process ($((${#files[@]} - 1)) process files, want 14)"
+for f in "${files[@]}"; do
+  check_file "$f"
+done
+process_files=()
+for f in "${files[@]}"; do [[ "$f" == */daemon.pcap ]] || process_files+=("$f"); done
+if "$PY" "$here/capture_check.py" covered "$pcaps/daemon.pcap" "${process_files[@]}" > "$log/scapy" 2>&1; then
+  ok "daemon: $(cat "$log/scapy")"
+else
+  bad "daemon: every packet it captured is in a process's capture" "$log/scapy"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
