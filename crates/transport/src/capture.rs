@@ -12,8 +12,9 @@
 //! written with headers rebuilt from its addresses and ports
 //! ([`Flow::headers_with_identification`]), carrying the IPv4
 //! identification it really had (the one its ICRC was sealed with), so
-//! that the ICRC checks in Wireshark, plus a real UDP checksum (IPv6
-//! forbids zero) and IPv4 header checksum. The file is classic pcap with
+//! that its ICRC checks against the headers written (as scapy's RoCE layer
+//! verifies in `make capture`), plus a real UDP checksum (IPv6 forbids
+//! zero) and IPv4 header checksum. The file is classic pcap with
 //! nanosecond timestamps and link type raw IP (LINKTYPE_RAW), so IPv4 and
 //! IPv6 packets can share it. Each packet is one `write` to the file:
 //! nothing is buffered in the process, so a program that exits or is
@@ -170,8 +171,8 @@ impl Capture {
     /// from its ICRC (`Flow::verify_recovering_identification`): the one
     /// a packet sent alone or as segment *i* of a GSO send carries, and
     /// the one an arriving packet came with. A packet whose ICRC explains
-    /// none is written with 0, and Wireshark shows its ICRC as wrong,
-    /// which it is.
+    /// none is written with 0, and its ICRC does not check against the
+    /// header written, which is the truth.
     pub fn packets(&self, flow: &Flow, segment: usize, bytes: &[u8]) {
         for packet in bytes.chunks(segment.max(1)) {
             let identification = flow
