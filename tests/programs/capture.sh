@@ -101,7 +101,8 @@ pair() {
   if [ "$crc" = 0 ] && [ $src = 0 ]; then
     ok "$name runs with SOFTVERBS_PCAP set"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    { echo "client exit $crc, server exit $src (124: timed out)"; echo "--- client, last lines"; tail -n 6 "$log/cli"
+      echo "--- server, last lines"; tail -n 6 "$log/srv"; } > "$log/both"
     bad "$name runs with SOFTVERBS_PCAP set" "$log/both"
   fi
 }
