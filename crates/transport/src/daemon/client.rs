@@ -43,8 +43,20 @@ pub struct Session {
 
 impl Session {
     /// Connects (starting the daemon if needed), says hello for `ip` and
-    /// returns the session with its first block of QP numbers.
+    /// returns the session with its first block of QP numbers. A daemon
+    /// that leaves (idle) just as we connect closes our connection: then
+    /// we start over, with a new daemon.
     pub fn open(address: &DaemonAddress, ip: IpAddr) -> io::Result<(Session, u16)> {
+        let mut attempt = 0;
+        loop {
+            match Session::try_open(address, ip) {
+                Err(e) if attempt < 3 && daemon_went_away(&e) => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn try_open(address: &DaemonAddress, ip: IpAddr) -> io::Result<(Session, u16)> {
         let control = connect_or_start(address)?;
         sockopt::set_socket_timeout(&control, sockopt::Timeout::Recv, Some(REPLY_TIMEOUT))?;
         let (data, theirs) = socketpair(
@@ -163,6 +175,17 @@ impl Session {
             self.filled -= used;
         }
     }
+}
+
+/// Whether `e` says the daemon closed our connection (it was leaving).
+fn daemon_went_away(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionRefused
+    )
 }
 
 /// Connects to the daemon's socket; where none listens and a program is

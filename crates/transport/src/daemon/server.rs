@@ -34,6 +34,10 @@ use std::time::{Duration, Instant};
 /// packets for it are dropped (RoCE's retransmission recovers them).
 const MAX_QUEUED: usize = 16 << 20;
 
+/// Consecutive failed receives after which a socket is left until its
+/// next readiness.
+const MAX_RECV_ERRORS: u32 = 64;
+
 const LISTENER: Token = Token(0);
 /// Client `n`'s control socket is `Token(n)`, its data socket
 /// `Token(DATA + n)`; UDP socket `i` is `Token(UDP + i)`.
@@ -152,6 +156,10 @@ impl Daemon {
         loop {
             let timeout = idle_since.map(|t| self.config.idle_exit.saturating_sub(t.elapsed()));
             if timeout == Some(Duration::ZERO) {
+                // UDP 4791 is free before the listener closes (when the
+                // daemon is dropped): a program that connects meanwhile is
+                // refused, starts a new daemon, and that one can bind.
+                self.udp.clear();
                 return Ok(self.stats);
             }
             match self.poll.poll(&mut events, timeout) {
@@ -181,8 +189,7 @@ impl Daemon {
     fn accept_all(&mut self) {
         let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
         while let Ok(control) = accept_with(&self.listener, flags) {
-            let id = self.next_client;
-            self.next_client += 1;
+            let id = self.new_client_id();
             let registered = self.poll.registry().register(
                 &mut SourceFd(&control.as_raw_fd()),
                 Token(id),
@@ -197,6 +204,17 @@ impl Daemon {
                     waiting_writable: false,
                 };
                 self.clients.insert(id, client);
+            }
+        }
+    }
+
+    /// An id no client has, below the data-socket tokens.
+    fn new_client_id(&mut self) -> usize {
+        loop {
+            let id = self.next_client;
+            self.next_client = self.next_client % (DATA - 1) + 1;
+            if !self.clients.contains_key(&id) {
+                return id;
             }
         }
     }
@@ -397,6 +415,7 @@ impl Daemon {
     /// packets on: on a device address one frame per run of packets for
     /// the same context, on a group the whole datagram to every member.
     fn receive_all(&mut self, i: usize) {
+        let mut errors = 0;
         loop {
             let Some(Some(receiver)) = self.udp.get(i) else {
                 return;
@@ -407,7 +426,13 @@ impl Daemon {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => continue, // a failed receive consumed its datagram
+                // A failed receive has usually consumed its datagram; one
+                // that keeps failing must not spin the daemon.
+                Err(_) if errors < MAX_RECV_ERRORS => {
+                    errors += 1;
+                    continue;
+                }
+                Err(_) => return,
             };
             let segment = segment.unwrap_or(n).max(1);
             if let Some(capture) = &self.capture {
