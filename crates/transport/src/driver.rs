@@ -127,6 +127,13 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             Token(0),
             Interest::READABLE,
         )?;
+        if let Some(direct) = endpoint.direct_socket() {
+            poll.registry().register(
+                &mut SourceFd(&direct.as_raw_fd()),
+                Token(1),
+                Interest::READABLE,
+            )?;
+        }
         let mut device = cfg.device;
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);

@@ -26,6 +26,9 @@ pub struct Endpoint {
     local: SocketAddr,
     session: Session,
     slots: Vec<u16>,
+    /// Room for one datagram (a GRO batch) from the steered socket.
+    direct_buf: Vec<u8>,
+    cmsg: Vec<u8>,
 }
 
 impl Endpoint {
@@ -41,6 +44,8 @@ impl Endpoint {
             local,
             session,
             slots: vec![slot],
+            direct_buf: vec![0; 1 << 16],
+            cmsg: cmsg_buffer(),
         })
     }
 
@@ -86,9 +91,41 @@ impl Endpoint {
         self.session.data_fd()
     }
 
-    /// Hands every frame of packets waiting from the daemon to `frame`.
-    pub fn receive(&mut self, frame: impl FnMut(FrameHeader, &[u8])) -> io::Result<()> {
+    /// The steered socket this context's packets arrive on (if the
+    /// daemon gave it one), to poll.
+    pub fn direct_socket(&self) -> Option<&std::net::UdpSocket> {
+        self.session.direct()
+    }
+
+    /// Hands every packet waiting to `frame`: the datagrams on the
+    /// steered socket, then the frames the daemon passed on.
+    pub fn receive(&mut self, mut frame: impl FnMut(FrameHeader, &[u8])) -> io::Result<()> {
+        self.receive_direct(&mut frame);
         self.session.receive(frame)
+    }
+
+    fn receive_direct(&mut self, frame: &mut impl FnMut(FrameHeader, &[u8])) {
+        let Some(socket) = self.session.direct() else {
+            return;
+        };
+        let Ok(dst) = socket.local_addr() else {
+            return;
+        };
+        let mut errors = 0;
+        loop {
+            match recv_segments(socket, &mut self.direct_buf, &mut self.cmsg) {
+                Ok((n, src, segment)) => {
+                    let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
+                    let header = FrameHeader { src, dst, segment };
+                    frame(header, &self.direct_buf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // A failed receive usually consumed its datagram; one that
+                // keeps failing must not hold the driver lock forever.
+                Err(_) if errors < 64 => errors += 1,
+                Err(_) => return,
+            }
+        }
     }
 }
 
@@ -147,7 +184,20 @@ fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
 
 /// A non-blocking UDP socket bound to `addr`, set up for RoCEv2.
 pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    bind_udp_as(addr, false)
+}
+
+/// [`bind_udp`] as a member of the `SO_REUSEPORT` group on `addr` (the
+/// daemon's steered sockets on 4791, daemon/steering.rs).
+pub fn bind_udp_shared(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    bind_udp_as(addr, true)
+}
+
+fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if shared {
+        socket.set_reuse_port(true)?;
+    }
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }

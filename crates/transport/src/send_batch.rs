@@ -40,6 +40,11 @@ const MAX_BATCH_BYTES: usize = 65_535 - 40 - 8;
 pub(crate) struct SendBatch {
     buf: Vec<u8>,
     dst: Option<SocketAddr>,
+    /// The QP-number block (`slots`) of the queued packets' destination:
+    /// a batch goes to one block, so that a receiver that steers by block
+    /// (the daemon's SO_REUSEPORT group) never gets another's packets in
+    /// a coalesced datagram.
+    block: Option<u16>,
     /// The flow of the queued packets, to seal them.
     flow: Option<Flow>,
     segment: usize,
@@ -60,6 +65,7 @@ impl SendBatch {
         SendBatch {
             buf: Vec::with_capacity(MAX_BATCH_BYTES),
             dst: None,
+            block: None,
             flow: None,
             segment: 0,
             count: 0,
@@ -85,7 +91,7 @@ impl SendBatch {
             return Sent::dropped(1);
         };
         let mut sent = Sent::default();
-        if !self.fits(packet.len(), dst) {
+        if !self.fits(packet, dst) {
             sent = self.flush(socket);
         }
         if !self.append_sealed(packet, flow, dst) {
@@ -119,6 +125,7 @@ impl SendBatch {
         }
         if self.count == 0 {
             self.dst = Some(dst);
+            self.block = Some(block_of(packet));
             self.flow = Some(flow);
             self.segment = packet.len();
         }
@@ -126,9 +133,11 @@ impl SendBatch {
         true
     }
 
-    fn fits(&self, len: usize, dst: SocketAddr) -> bool {
+    fn fits(&self, packet: &[u8], dst: SocketAddr) -> bool {
+        let len = packet.len();
         self.count == 0
             || (self.dst == Some(dst)
+                && self.block == Some(block_of(packet))
                 && len <= self.segment
                 && self.count < MAX_SEGMENTS
                 && self.buf.len() + len <= MAX_BATCH_BYTES)
@@ -192,6 +201,15 @@ impl Sent {
     }
 }
 
+/// The QP-number block of a packet's destination QP (BTH bytes 5..8).
+fn block_of(packet: &[u8]) -> u16 {
+    let qpn = match packet.get(5..8) {
+        Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
+        None => 0,
+    };
+    crate::slots::slot_of(qpn)
+}
+
 /// The errors with which Linux refuses a GSO send it cannot do (no
 /// UDP_SEGMENT support, or a segment too big for the route), as opposed to
 /// a full buffer or an unreachable destination.
@@ -230,6 +248,14 @@ mod tests {
     /// Receives one datagram and checks its ICRC without knowing the
     /// identification: the payload and the identification it was sealed
     /// with.
+    /// A packet of `len` bytes filled with `fill`, for QP block 1 (its
+    /// BTH destination QPN 0x001000): packets of one batch go to one block.
+    fn packet(fill: u8, len: usize) -> Vec<u8> {
+        let mut p = vec![fill; len];
+        p[5..8].copy_from_slice(&[0x00, 0x10, 0x00]);
+        p
+    }
+
     fn recv_sealed(rx: &UdpSocket, from: SocketAddr) -> (Vec<u8>, Option<u16>) {
         let mut buf = [0u8; 2000];
         let n = rx.recv(&mut buf).unwrap();
@@ -251,20 +277,21 @@ mod tests {
         let src = tx.local_addr().unwrap();
         let mut batch = SendBatch::new();
         let sock = &SockRef::from(&tx);
-        let packets: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 1000]).collect();
+        let packets: Vec<Vec<u8>> = (0..5u8).map(|i| packet(i, 1000)).collect();
         let mut sent = Sent::default();
         for p in &packets {
             sent.packets += batch.push(sock, p, src, d1).packets;
         }
-        sent.packets += batch.push(sock, &[9; 300], src, d1).packets; // shorter: flushes
-        sent.packets += batch.push(sock, &[7; 1000], src, d2).packets;
+        let (short, other) = (packet(9, 300), packet(7, 1000));
+        sent.packets += batch.push(sock, &short, src, d1).packets; // shorter: flushes
+        sent.packets += batch.push(sock, &other, src, d2).packets;
         sent.packets += batch.flush(sock).packets;
         assert_eq!(sent.packets, 7);
         for (i, p) in packets.iter().enumerate() {
             assert_eq!(recv_sealed(&rx, src), (p[..996].to_vec(), Some(i as u16)));
         }
-        assert_eq!(recv_sealed(&rx, src), (vec![9; 296], Some(5)));
-        assert_eq!(recv_sealed(&rx2, src), (vec![7; 996], Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (short[..296].to_vec(), Some(5)));
+        assert_eq!(recv_sealed(&rx2, src), (other[..996].to_vec(), Some(0)));
     }
 
     /// After GSO is refused, queued packets are sealed again for leaving
@@ -277,17 +304,35 @@ mod tests {
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         for i in 0..3u8 {
-            batch.push(sock, &[i; 500], src, dst);
+            batch.push(sock, &packet(i, 500), src, dst);
         }
         batch.reseal_alone();
         assert_eq!(batch.send_each(sock, dst).packets, 3);
         batch.buf.clear();
         batch.count = 0;
         batch.gso_off = true;
-        assert_eq!(batch.push(sock, &[3; 500], src, dst).packets, 1);
+        assert_eq!(batch.push(sock, &packet(3, 500), src, dst).packets, 1);
         for i in 0..4u8 {
-            assert_eq!(recv_sealed(&rx, src), (vec![i; 496], Some(0)));
+            assert_eq!(recv_sealed(&rx, src), (packet(i, 496), Some(0)));
         }
+    }
+
+    /// Packets for QPs of two blocks never share a batch: a receiver
+    /// steering whole datagrams by block would get the other's packets.
+    #[test]
+    fn a_batch_holds_packets_for_one_block() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let sock = &SockRef::from(&tx);
+        let mut batch = SendBatch::new();
+        let mut other = packet(2, 500);
+        other[5..8].copy_from_slice(&[0x00, 0x20, 0x00]); // block 2
+        batch.push(sock, &packet(1, 500), src, dst);
+        batch.push(sock, &other, src, dst);
+        batch.flush(sock);
+        assert_eq!(recv_sealed(&rx, src), (packet(1, 496), Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (other[..496].to_vec(), Some(0)));
     }
 
     #[test]

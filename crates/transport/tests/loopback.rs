@@ -40,6 +40,7 @@ struct Side {
 struct Host {
     ip: Ipv4Addr,
     daemon: DaemonAddress,
+    thread: std::thread::JoinHandle<std::io::Result<daemon::DaemonStats>>,
 }
 
 fn host() -> Host {
@@ -53,8 +54,8 @@ fn host() -> Host {
         socket: format!("softverbs-test-{}-{ip}", std::process::id()),
         idle_exit: Duration::from_millis(200),
     };
-    let (daemon, _thread) = daemon::server::start_thread(config).unwrap();
-    Host { ip, daemon }
+    let (daemon, thread) = daemon::server::start_thread(config).unwrap();
+    Host { ip, daemon, thread }
 }
 
 impl Host {
@@ -288,6 +289,48 @@ fn rc_send_write_and_read_between_two_drivers() {
     });
     a.d.with(|_, m| assert!(m.slice(BASE + (3 << 20), 1000) == &data[..1000]));
     assert_eq!(a.d.io_stats().rx_bad_icrc + b.d.io_stats().rx_bad_icrc, 0);
+}
+
+/// With the daemon's steering (SO_REUSEPORT and a BPF program by QP
+/// block), every unicast packet goes straight to its context's own socket:
+/// the daemon passes none on.
+#[test]
+fn packets_go_straight_to_their_context() {
+    let h = host();
+    {
+        let (a, b) = (side(&h), side(&h));
+        let (qa, na) = create_qp(&a, QpType::Rc);
+        let (qb, nb) = create_qp(&b, QpType::Rc);
+        connect(&a, qa, QpType::Rc, nb);
+        connect(&b, qb, QpType::Rc, na);
+        let data = vec![5u8; 100_000];
+        a.d.with(|_, m| m.slice_mut(BASE, data.len()).copy_from_slice(&data));
+        let sge = [Sge {
+            addr: BASE,
+            length: data.len() as u32,
+            lkey: a.key,
+        }];
+        let w = SendWr {
+            wr_id: 1,
+            opcode: send_opcode::RDMA_WRITE,
+            send_flags: send_flags::SIGNALED,
+            sg_list: &sge,
+            inline_data: &[],
+            imm_data_or_inv_rkey: 0,
+            rdma: RdmaTarget {
+                remote_addr: BASE + (1 << 20),
+                rkey: b.key,
+            },
+            atomic: AtomicTarget::default(),
+            ud: None,
+        };
+        a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
+        let done = wait_completions(&a, 1);
+        assert_eq!(done[0].status, WcStatus::Success);
+        b.d.with(|_, m| assert!(m.slice(BASE + (1 << 20), data.len()) == &data[..]));
+    }
+    let stats = h.thread.join().unwrap().unwrap();
+    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
 }
 
 #[test]

@@ -4,10 +4,11 @@
 
 use super::protocol::{FrameHeader, Reply, Request};
 use rustix::net::{
-    connect, recv, send, sendmsg, socket_with, socketpair, sockopt, AddressFamily, RecvFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    connect, recv, recvmsg, send, sendmsg, socket_with, socketpair, sockopt, AddressFamily,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
-use std::io::{self, BufRead, BufReader, IoSlice};
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -35,6 +36,10 @@ pub struct DaemonAddress {
 pub struct Session {
     control: OwnedFd,
     data: OwnedFd,
+    /// The context's own member of the daemon's steering group on UDP
+    /// 4791 (daemon/steering.rs): its packets, with no hop. `None` where
+    /// the daemon could not steer; then everything comes on `data`.
+    direct: Option<std::net::UdpSocket>,
     /// Bytes read from the data socket that do not yet make a frame.
     pending: Vec<u8>,
     /// How much of `pending` is filled.
@@ -83,11 +88,13 @@ impl Session {
         let mut session = Session {
             control,
             data,
+            direct: None,
             pending: vec![0; 1 << 17],
             filled: 0,
         };
-        let block = session.reply()?.into_block()?;
-        Ok((session, block))
+        let (reply, direct) = session.reply_with_fd()?;
+        session.direct = direct.map(std::net::UdpSocket::from);
+        Ok((session, reply.into_block()?))
     }
 
     /// One more block of QP numbers.
@@ -124,12 +131,39 @@ impl Session {
         let mut record = [0u8; 512];
         let n = recv(&self.control, &mut record, RecvFlags::empty())?.0;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "softverbs daemon went away",
-            ));
+            return Err(gone());
         }
         Reply::decode(&record[..n])
+    }
+
+    /// A reply and the descriptor it carried, if any.
+    fn reply_with_fd(&mut self) -> io::Result<(Reply, Option<OwnedFd>)> {
+        let mut record = [0u8; 512];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+        let msg = recvmsg(
+            &self.control,
+            &mut [IoSliceMut::new(&mut record)],
+            &mut ancillary,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        if msg.bytes == 0 {
+            return Err(gone());
+        }
+        let fd = ancillary
+            .drain()
+            .filter_map(|m| match m {
+                RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+                _ => None,
+            })
+            .flatten()
+            .next();
+        Ok((Reply::decode(&record[..msg.bytes])?, fd))
+    }
+
+    /// The context's own steered socket, to poll, if it has one.
+    pub fn direct(&self) -> Option<&std::net::UdpSocket> {
+        self.direct.as_ref()
     }
 
     /// The socket frames arrive on, to poll.
@@ -175,6 +209,13 @@ impl Session {
             self.filled -= used;
         }
     }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "softverbs daemon went away",
+    )
 }
 
 /// Whether `e` says the daemon closed our connection (it was leaving).

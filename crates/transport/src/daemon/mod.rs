@@ -4,6 +4,7 @@
 pub mod client;
 pub mod protocol;
 pub mod server;
+pub mod steering;
 
 pub use client::{DaemonAddress, Session};
 pub use protocol::{DEFAULT_SOCKET, ROCE_PORT};

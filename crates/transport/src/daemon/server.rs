@@ -14,20 +14,22 @@
 //! configured idle time.
 
 use super::protocol::{FrameHeader, Reply, Request, ROCE_PORT};
+use super::steering;
 use crate::capture::Capture;
-use crate::endpoint::{bind_udp, cmsg_buffer, recv_segments};
+use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments};
 use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::net::{
-    accept_with, bind, listen, recvmsg, send, socket_with, AddressFamily, RecvAncillaryBuffer,
-    RecvAncillaryMessage, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    accept_with, bind, listen, recvmsg, send, sendmsg, socket_with, AddressFamily,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 use std::collections::HashMap;
-use std::io::{self, IoSliceMut};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How much a slow client may have waiting in the daemon before newer
@@ -71,6 +73,9 @@ struct Client {
     data: Option<OwnedFd>,
     /// Its device address (from its hello): where it joins groups.
     ip: Option<IpAddr>,
+    /// Its member of the steering group on its device address (the
+    /// daemon's copy: the context's death closes nothing, steering.rs).
+    direct: Option<std::net::UdpSocket>,
     /// Frames not yet taken by the data socket.
     queued: Vec<u8>,
     /// Whether the data socket is registered for writability.
@@ -86,11 +91,16 @@ struct Receiver {
     socket: std::net::UdpSocket,
     /// For a group: the member contexts and the device addresses the
     /// group was joined on.
-    group: Option<Group>,
+    group: Option<McastGroup>,
+    /// For a device address: the SO_REUSEPORT group that steers packets
+    /// straight to their contexts' sockets (steering.rs); `None` where the
+    /// kernel refused the steering program (everything goes through the
+    /// data streams then).
+    steering: Option<steering::Group>,
 }
 
 #[derive(Debug, Default)]
-struct Group {
+struct McastGroup {
     members: Vec<usize>,
     joined_on: Vec<IpAddr>,
 }
@@ -200,6 +210,7 @@ impl Daemon {
                     control,
                     data: None,
                     ip: None,
+                    direct: None,
                     queued: Vec::new(),
                     waiting_writable: false,
                 };
@@ -240,39 +251,102 @@ impl Daemon {
                 Err(rustix::io::Errno::INTR) => continue,
                 _ => return self.remove(id), // hang-up or broken socket
             };
-            let reply = match Request::decode(&record[..len]) {
+            let (reply, pass) = match Request::decode(&record[..len]) {
                 Ok(request) => self.answer(id, request, fd),
-                Err(e) => Reply::Refused(libc::EPROTO, e.to_string()),
+                Err(e) => (Reply::Refused(libc::EPROTO, e.to_string()), None),
             };
-            let sent = send(
-                &self.clients[&id].control,
-                &reply.encode(),
-                SendFlags::NOSIGNAL,
-            );
-            if sent.is_err() {
+            if send_reply(&self.clients[&id].control, &reply, pass).is_err() {
                 return self.remove(id);
             }
         }
     }
 
-    fn answer(&mut self, id: usize, request: Request, fd: Option<OwnedFd>) -> Reply {
+    /// The reply to `request`, and a descriptor to pass with it (the
+    /// context's steered socket, with the reply to its hello).
+    fn answer(
+        &mut self,
+        id: usize,
+        request: Request,
+        fd: Option<OwnedFd>,
+    ) -> (Reply, Option<OwnedFd>) {
         match request {
-            Request::Hello { ip } => {
-                let Some(data) = fd else {
-                    return Reply::Refused(libc::EPROTO, "hello without a data socket".into());
-                };
-                if let Err(e) = self.open_port(ip) {
-                    return Reply::Refused(
-                        e.raw_os_error().unwrap_or(libc::EIO),
-                        format!("cannot receive on {}: {e}", SocketAddr::new(ip, ROCE_PORT)),
-                    );
-                }
-                let client = self.clients.get_mut(&id).expect("serving it");
-                client.data = Some(data);
-                client.ip = Some(ip);
-                self.allocate(id)
+            Request::Hello { ip } => self.hello(id, ip, fd),
+            Request::MoreQpns => {
+                let reply = self.allocate(id);
+                self.restear_for(id);
+                (reply, None)
             }
-            Request::MoreQpns => self.allocate(id),
+            request => (self.answer_group(id, request), None),
+        }
+    }
+
+    /// A context's first request: its data socket, its device address,
+    /// its first block and, where steering works, its own socket.
+    fn hello(&mut self, id: usize, ip: IpAddr, fd: Option<OwnedFd>) -> (Reply, Option<OwnedFd>) {
+        let Some(data) = fd else {
+            let why = "hello without a data socket".into();
+            return (Reply::Refused(libc::EPROTO, why), None);
+        };
+        if let Err(e) = self.open_port(ip) {
+            let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, ROCE_PORT));
+            return (
+                Reply::Refused(e.raw_os_error().unwrap_or(libc::EIO), why),
+                None,
+            );
+        }
+        let client = self.clients.get_mut(&id).expect("serving it");
+        client.data = Some(data);
+        client.ip = Some(ip);
+        let reply = self.allocate(id);
+        let direct = self.add_direct(id, ip);
+        self.restear(ip);
+        (reply, direct)
+    }
+
+    /// Binds a member of `ip`'s steering group for client `id`; returns
+    /// the descriptor to hand it (the daemon keeps its own).
+    fn add_direct(&mut self, id: usize, ip: IpAddr) -> Option<OwnedFd> {
+        let slot = self.find(ip)?;
+        let steering = self.udp[slot].as_mut()?.steering.as_mut()?;
+        let socket = bind_udp_shared(SocketAddr::new(ip, ROCE_PORT)).ok()?;
+        let theirs = socket.try_clone().ok()?;
+        steering.add(id);
+        self.clients.get_mut(&id)?.direct = Some(socket);
+        Some(theirs.into())
+    }
+
+    /// Installs the steering program of `ip`'s group for the blocks its
+    /// members hold now.
+    fn restear(&mut self, ip: IpAddr) {
+        let Some(slot) = self.find(ip) else {
+            return;
+        };
+        let Some(receiver) = self.udp[slot].as_ref() else {
+            return;
+        };
+        let Some(steering) = &receiver.steering else {
+            return;
+        };
+        let table: Vec<(u16, u32)> = (1..=MAX_SLOT)
+            .filter_map(|b| {
+                let owner = self.owners[usize::from(b)]?;
+                Some((b, steering.index_of(owner)?))
+            })
+            .collect();
+        // A refused update leaves the previous program: packets of the new
+        // blocks reach the daemon and are passed on through the streams.
+        let _ = steering::steer(&receiver.socket, &table);
+    }
+
+    /// [`Daemon::restear`] for the device address of client `id`.
+    fn restear_for(&mut self, id: usize) {
+        if let Some(ip) = self.clients.get(&id).and_then(|c| c.ip) {
+            self.restear(ip);
+        }
+    }
+
+    fn answer_group(&mut self, id: usize, request: Request) -> Reply {
+        match request {
             Request::Join { group } => match self.join(id, group) {
                 Ok(()) => Reply::Done,
                 Err(e) => Reply::Refused(
@@ -283,6 +357,9 @@ impl Daemon {
             Request::Leave { group } => {
                 self.leave(id, group);
                 Reply::Done
+            }
+            Request::Hello { .. } | Request::MoreQpns => {
+                Reply::Refused(libc::EPROTO, "not a group request".into())
             }
         }
     }
@@ -301,7 +378,7 @@ impl Daemon {
             .ok_or(io::ErrorKind::NotConnected)?;
         let slot = match self.find(group) {
             Some(slot) => slot,
-            None => self.open(group, Some(Group::default()))?,
+            None => self.open(group, Some(McastGroup::default()))?,
         };
         let receiver = self.udp[slot].as_mut().expect("found or opened");
         let g = receiver.group.as_mut().expect("a group socket");
@@ -341,8 +418,20 @@ impl Daemon {
     }
 
     /// Opens UDP 4791 on `local` in a free slot.
-    fn open(&mut self, local: IpAddr, group: Option<Group>) -> io::Result<usize> {
-        let socket = bind_udp(SocketAddr::new(local, ROCE_PORT))?;
+    fn open(&mut self, local: IpAddr, group: Option<McastGroup>) -> io::Result<usize> {
+        let unicast = group.is_none();
+        let addr = SocketAddr::new(local, ROCE_PORT);
+        let socket = if unicast {
+            bind_udp_shared(addr)?
+        } else {
+            bind_udp(addr)?
+        };
+        // No member but ours yet: everything to index 0 (the daemon) until
+        // contexts join; a kernel that refuses the program gets no members.
+        // A daemon that captures (--pcap) steers nothing: it must see every
+        // packet.
+        let steer = unicast && self.capture.is_none();
+        let steering = (steer && steering::steer(&socket, &[]).is_ok()).then(steering::Group::new);
         let slot = match self.udp.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -359,6 +448,7 @@ impl Daemon {
             local,
             socket,
             group,
+            steering,
         });
         Ok(slot)
     }
@@ -398,6 +488,14 @@ impl Daemon {
             if *owner == Some(id) {
                 *owner = None;
             }
+        }
+        if let (Some(ip), Some(direct)) = (client.ip, client.direct) {
+            drop(direct); // the kernel moves the group's last member here
+            let slot = self.find(ip);
+            if let Some(st) = slot.and_then(|s| self.udp[s].as_mut()?.steering.as_mut()) {
+                st.remove(id);
+            }
+            self.restear(ip);
         }
         let groups: Vec<IpAddr> = self
             .udp
@@ -562,6 +660,26 @@ impl Daemon {
     pub fn capture_to(&mut self, capture: Capture) {
         self.capture = Some(capture);
     }
+}
+
+/// Sends a control reply, with `fd` attached (SCM_RIGHTS) if any.
+fn send_reply(control: &OwnedFd, reply: &Reply, fd: Option<OwnedFd>) -> io::Result<()> {
+    let bytes = reply.encode();
+    let Some(fd) = fd else {
+        send(control, &bytes, SendFlags::NOSIGNAL)?;
+        return Ok(());
+    };
+    let fds = [fd.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+    sendmsg(
+        control,
+        &[IoSlice::new(&bytes)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
 }
 
 /// Joins multicast `group` on the interface of device address `ip`.
