@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer capture
+test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer capture interop
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -103,8 +103,9 @@ programs: shim
 
 # Interoperability with the kernel's Soft-RoCE (rxe), in a VM booting
 # Debian's own kernel under QEMU (software emulation, no network device):
-# rxe against rxe, then rxe against softverbs in both roles, IPv4 and IPv6.
-# Installs what it needs (root). See tests/interop/README.md.
+# rxe against rxe, then rxe against softverbs in both roles, IPv4 and IPv6,
+# and multicast both ways. Part of `make test`. Installs what it needs
+# (root). See tests/interop/README.md.
 .PHONY: interop
 interop: shim
 	tests/interop/run.sh $(SHIM_SO)

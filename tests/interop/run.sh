@@ -32,6 +32,13 @@ if ! err=$(cc -O2 -Wall -Wextra -o "$imm" "$here/imm_pingpong.c" -libverbs 2>&1)
   rm -f "$imm"
 fi
 
+# The multicast program (tests/programs/mcast.c), beside imm_pingpong,
+# where the guest looks for it.
+if ! err=$(cc -O2 -Wall -Wextra -o "$state/mcast" "$here/../programs/mcast.c" -libverbs 2>&1); then
+  echo "interop: building mcast failed (needs cc and libibverbs-dev): $err" >&2
+  rm -f "$state/mcast"
+fi
+
 # The guest's last line is its count: keep it for the very end, after
 # the VM's own closing lines on stderr.
 while IFS= read -r line; do

@@ -6,7 +6,9 @@
  *                      "mcast recv ok";
  *   mcast send GROUP   sends 3 datagrams to GROUP (QPN 0xFFFFFF), prints
  *                      "mcast send ok".
- * Both run on softverbs0. */
+ * Both run on softverbs0, or on DEVICE with source GID index GID_INDEX when
+ * given (mcast recv|send GROUP DEVICE GID_INDEX: the interop tests run it
+ * on the kernel's rxe too). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
@@ -27,18 +29,21 @@ static struct ibv_cq *cq;
 static char buf[COUNT * (LEN + 40)];
 static struct ibv_mr *mr;
 
-static struct ibv_context *open_softverbs(void)
+static const char *device_name = "softverbs0";
+static int gid_index;
+
+static struct ibv_context *open_device(void)
 {
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	CHECK(list, "no device list");
 	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
+		if (!strcmp(ibv_get_device_name(list[i]), device_name)) {
 			struct ibv_context *c = ibv_open_device(list[i]);
 			ibv_free_device_list(list);
 			return c;
 		}
-	CHECK(0, "softverbs0 not listed");
+	CHECK(0, "%s not listed", device_name);
 	return NULL;
 }
 
@@ -140,6 +145,7 @@ static void send_to(const char *group)
 	ud_to_rts(qp);
 	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
 	aa.grh.dgid = group_gid(group);
+	aa.grh.sgid_index = gid_index;
 	aa.grh.hop_limit = 1;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah, "create_ah");
@@ -159,8 +165,12 @@ static void send_to(const char *group)
 
 int main(int argc, char **argv)
 {
-	CHECK(argc == 3, "usage: mcast recv|send GROUP");
-	ctx = open_softverbs();
+	CHECK(argc == 3 || argc == 5, "usage: mcast recv|send GROUP [DEVICE GID_INDEX]");
+	if (argc == 5) {
+		device_name = argv[3];
+		gid_index = atoi(argv[4]);
+	}
+	ctx = open_device();
 	CHECK(ctx, "open");
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
