@@ -115,15 +115,20 @@ static FIXUPS: OnceLock<[(usize, usize); 3]> = OnceLock::new();
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
 
 /// Installs the fault handler for SIGSEGV and SIGBUS, once per process.
-/// Returns whether it is installed.
+/// Returns whether it is installed. The handlers in place are recorded
+/// before ours replaces them, so that a fault on another thread in
+/// between is chained to them, not to the default action.
 pub fn install() -> bool {
     FIXUPS.get_or_init(fixups);
+    let mut fresh = false;
     PREVIOUS.get_or_init(|| {
-        [
-            replace_handler(libc::SIGSEGV),
-            replace_handler(libc::SIGBUS),
-        ]
+        fresh = true;
+        [current_action(libc::SIGSEGV), current_action(libc::SIGBUS)]
     });
+    if fresh {
+        replace_handler(libc::SIGSEGV);
+        replace_handler(libc::SIGBUS);
+    }
     installed()
 }
 
@@ -138,27 +143,30 @@ pub fn installed() -> bool {
 }
 
 fn current(sig: c_int) -> usize {
+    current_action(sig).sa_sigaction
+}
+
+/// The action in place for `sig`.
+fn current_action(sig: c_int) -> libc::sigaction {
     // SAFETY: sigaction with a NULL new action only reads the current one
     // into `old`, a local.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old);
-        old.sa_sigaction
+        old
     }
 }
 
-fn replace_handler(sig: c_int) -> libc::sigaction {
+fn replace_handler(sig: c_int) {
     // SAFETY: installs `on_fault` (an extern "C" handler with the
-    // SA_SIGINFO signature) and keeps the previous action to chain to;
-    // both structs are locals, fully initialised (zeroed, then set).
+    // SA_SIGINFO signature); the struct is a local, fully initialised
+    // (zeroed, then set).
     unsafe {
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_fault as *const () as usize;
         new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut new.sa_mask);
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, &new, &mut old);
-        old
+        libc::sigaction(sig, &new, std::ptr::null_mut());
     }
 }
 
@@ -166,6 +174,12 @@ fn replace_handler(sig: c_int) -> libc::sigaction {
 /// `OnceLock`s, edits the interrupted context, or calls the previous
 /// handler.
 extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    // Only a fault the kernel raised (si_code > 0) can be one of ours; a
+    // SIGSEGV sent with kill() goes on as it is.
+    if unsafe { (*info).si_code } <= 0 {
+        return chain(sig, info, ctx);
+    }
     let fixups = FIXUPS.get().copied().unwrap_or_default();
     let uc = ctx as *mut libc::ucontext_t;
     // SAFETY: for an SA_SIGINFO handler the kernel passes the interrupted
@@ -201,13 +215,18 @@ fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
             }
         }
         _ => {
-            // The default action: restore it and return, so the faulting
-            // instruction runs again and the process ends as it would
-            // have without us (a core dump where enabled).
-            // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+            // The default action: restore it. A fault returns and runs the
+            // faulting instruction again, ending the process as it would
+            // have without us (a core dump where enabled); a signal sent
+            // by someone is raised again, to the same end.
+            // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask;
+            // sigaction and raise are async-signal-safe; `info` is valid.
             unsafe {
                 let dfl: libc::sigaction = std::mem::zeroed();
                 libc::sigaction(sig, &dfl, std::ptr::null_mut());
+                if (*info).si_code <= 0 {
+                    libc::raise(sig);
+                }
             }
         }
     }

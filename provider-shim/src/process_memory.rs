@@ -101,7 +101,7 @@ impl ProcessMemory {
     /// installed (checked every [`RECHECK_EVERY`] accesses), else Kernel
     /// where the kernel allows it, else Unchecked.
     pub fn mode(&self) -> Mode {
-        if self.mode == Mode::Guarded && self.handler_in_place() {
+        if self.mode == Mode::Guarded && faults_reach_handlers() && self.handler_in_place() {
             Mode::Guarded
         } else if self.mode != Mode::Unchecked && self.kernel_works {
             Mode::Kernel
@@ -195,6 +195,34 @@ impl Default for ProcessMemory {
     fn default() -> Self {
         ProcessMemory::new()
     }
+}
+
+thread_local! {
+    /// Whether this thread leaves SIGSEGV and SIGBUS unblocked (asked once
+    /// per thread: threads set their mask when they start).
+    static FAULTS_UNBLOCKED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether a fault on this thread reaches the signal handlers. A fault on
+/// a thread that blocks SIGSEGV or SIGBUS kills the process whatever the
+/// handler (applications that block every signal and `sigwait` do that),
+/// so there the kernel's checked copies are used instead.
+fn faults_reach_handlers() -> bool {
+    FAULTS_UNBLOCKED.with(|cached| {
+        if let Some(known) = cached.get() {
+            return known;
+        }
+        // SAFETY: pthread_sigmask with a NULL new set only reads this
+        // thread's mask into `mask`, a local; sigismember only reads it.
+        let unblocked = unsafe {
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) == 0
+                && libc::sigismember(&mask, libc::SIGSEGV) == 0
+                && libc::sigismember(&mask, libc::SIGBUS) == 0
+        };
+        cached.set(Some(unblocked));
+        unblocked
+    })
 }
 
 fn iov(addr: u64, len: usize) -> libc::iovec {
@@ -303,6 +331,31 @@ mod tests {
             "cross-memory attach works here"
         );
         [guarded, kernel]
+    }
+
+    /// On a thread that blocks SIGSEGV a fault would kill the process
+    /// whatever the handler: accesses there go through the kernel.
+    #[test]
+    fn a_thread_that_blocks_sigsegv_uses_the_kernel() {
+        let mem = ProcessMemory::new();
+        assert_eq!(mem.mode(), Mode::Guarded);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: blocks SIGSEGV on this test thread only; the
+                // set is a local.
+                unsafe {
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGSEGV);
+                    libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                }
+                assert_eq!(mem.mode(), Mode::Kernel);
+                let addr = page(libc::PROT_READ | libc::PROT_WRITE);
+                unmap(addr);
+                let mut mem = ProcessMemory::new();
+                assert!(mem.write(addr, &[1; 8]).is_err(), "a fault, not a crash");
+            });
+        });
     }
 
     #[test]

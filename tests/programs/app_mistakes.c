@@ -21,8 +21,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
 #define PAGE 4096
 #define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -30,21 +30,6 @@ static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
 static union ibv_gid gid;
-
-static struct ibv_context *open_softverbs(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return c;
-		}
-	CHECK(0, "softverbs0 not listed");
-	return NULL;
-}
 
 static void *map(int prot)
 {
@@ -196,7 +181,7 @@ static void post_checks(void)
 
 int main(void)
 {
-	ctx = open_softverbs();
+	ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open");
 	CHECK(ctx->cmd_fd >= 0 && fcntl(ctx->cmd_fd, F_GETFD) >= 0, "cmd_fd %d is no descriptor", ctx->cmd_fd);
 	int copy = dup(ctx->cmd_fd);

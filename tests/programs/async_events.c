@@ -8,23 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
-
-static struct ibv_context *open_softverbs(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
-			struct ibv_context *ctx = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return ctx;
-		}
-	CHECK(0, "softverbs0 not listed");
-	return NULL;
-}
 
 static void to_rts(struct ibv_qp *qp)
 {
@@ -55,7 +40,7 @@ static void expect_event(struct ibv_context *ctx, enum ibv_event_type type, void
 
 int main(void)
 {
-	struct ibv_context *ctx = open_softverbs();
+	struct ibv_context *ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);

@@ -8,23 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
-
-static struct ibv_context *open_softverbs(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
-			struct ibv_context *ctx = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return ctx;
-		}
-	CHECK(0, "softverbs0 not listed");
-	return NULL;
-}
 
 static void connect_to_self(struct ibv_qp *qp)
 {
@@ -49,7 +34,7 @@ static void connect_to_self(struct ibv_qp *qp)
 
 int main(void)
 {
-	struct ibv_context *ctx = open_softverbs();
+	struct ibv_context *ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open");
 
 	struct ibv_cq_init_attr_ex bad = { .cqe = 8, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
 #define QKEY 0x11111111
 #define COUNT 3
 #define LEN 64
@@ -31,21 +31,6 @@ static struct ibv_mr *mr;
 
 static const char *device_name = "softverbs0";
 static int gid_index;
-
-static struct ibv_context *open_device(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), device_name)) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return c;
-		}
-	CHECK(0, "%s not listed", device_name);
-	return NULL;
-}
 
 static struct ibv_qp *qp_of(enum ibv_qp_type type)
 {
@@ -170,7 +155,7 @@ int main(int argc, char **argv)
 		device_name = argv[3];
 		gid_index = atoi(argv[4]);
 	}
-	ctx = open_device();
+	ctx = open_device_named(device_name);
 	CHECK(ctx, "open");
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);

@@ -25,8 +25,8 @@
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
 
 enum { NT = 4, N = 400, NP = 3, NB = 300, SLOT = 256, SQ_DEPTH = 16, DEADLINE_S = 25 };
 
@@ -67,21 +67,6 @@ static uint64_t check_msg(const uint8_t *p, uint32_t byte_len, int max_t, int ma
 	for (uint32_t k = 8; k < byte_len; k++)
 		CHECK(p[k] == (uint8_t)(g * 31 + k), "message %d/%d byte %u", t, i, k);
 	return g;
-}
-
-static struct ibv_context *open_softverbs(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return c;
-		}
-	CHECK(0, "softverbs0 not listed");
-	return NULL;
 }
 
 /* RESET -> RTS, connected to the QP numbered `dest` of this context. */
@@ -310,7 +295,7 @@ static void *b_thread(void *arg)
 int main(void)
 {
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	ctx = open_softverbs();
+	ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open");
 	pd = ibv_alloc_pd(ctx);
 	size_t len = (size_t)(2 * NT * N + 2 * NP * NB) * SLOT;

@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 #include <infiniband/verbs.h>
+#include "test_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
 #define QKEY 0x11111111u
 #define RQ_PSN 0x1000u
 #define SQ_PSN 0x2000u
@@ -43,21 +43,6 @@ static struct ibv_ah *peer_ah;
 static union ibv_gid gid;
 static uint32_t peer_ud_qpn;
 static uint8_t *buf;
-
-static struct ibv_context *open_softverbs(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	CHECK(list, "no device list");
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "softverbs0")) {
-			struct ibv_context *c = ibv_open_device(list[i]);
-			ibv_free_device_list(list);
-			return c;
-		}
-	CHECK(0, "softverbs0 not listed");
-	return NULL;
-}
 
 /* The peer's GID: the IPv4-mapped GID of its address (argv[3]). */
 static union ibv_gid peer_gid;
@@ -119,7 +104,7 @@ static void post_recv(struct ibv_qp *qp)
 
 static void setup(uint32_t peer_rc_qpn)
 {
-	ctx = open_softverbs();
+	ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open softverbs0");
 	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "query_gid");
 	pd = ibv_alloc_pd(ctx);

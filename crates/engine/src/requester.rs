@@ -309,20 +309,18 @@ impl Qp {
     }
 
     /// LOCAL_INV runs when it is reached, in order, and completes at once.
-    /// An unknown key, or one of another PD, is a local protection error;
-    /// a key that cannot be invalidated (an ordinary MR: every MR here) is
-    /// a local QP operation error, as rxe's `rxe_invalidate_mr` makes it.
-    /// Either way the QP goes to the error state.
+    /// A key that cannot be invalidated (unknown, of another PD, or an
+    /// ordinary MR: every MR here) is a local QP operation error, as rxe's
+    /// `rxe_do_local_ops` reports every failed invalidation; the QP goes to
+    /// the error state.
     fn local_invalidate(&mut self, ctx: &mut Ctx<'_>, mut entry: InFlight) {
         let key = entry.wqe.imm_data_or_inv_rkey;
         let ours = ctx.mrs.by_key(key).is_some_and(|(_, mr)| mr.pd == self.pd);
         entry.done = true;
-        entry.status = if !ours {
-            WcStatus::LocProtErr
-        } else if !ctx.mrs.invalidatable(key) {
-            WcStatus::LocQpOpErr
-        } else {
+        entry.status = if ours && ctx.mrs.invalidatable(key) {
             WcStatus::Success
+        } else {
+            WcStatus::LocQpOpErr
         };
         let status = entry.status;
         self.req.inflight.push_back(entry);

@@ -23,6 +23,7 @@ use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
@@ -279,9 +280,14 @@ impl<M: HostMemory> Shared<M> {
         io.step(engine, mem, self.clock.now());
         if io.link_down && !was_down {
             // The daemon is gone: stop polling its closed socket, which
-            // would otherwise be readable forever.
+            // would otherwise be readable forever, and leave its steering
+            // group, in which a new daemon would otherwise find us.
             let fd = io.endpoint.data_fd().as_raw_fd();
             let _ = self.registry.deregister(&mut SourceFd(&fd));
+            if let Some(direct) = io.endpoint.direct_socket() {
+                let _ = self.registry.deregister(&mut SourceFd(&direct.as_raw_fd()));
+            }
+            io.endpoint.close_direct();
         }
         while let Some(cq) = engine.poll_comp_event() {
             self.notify.completion_event(cq);
@@ -304,6 +310,14 @@ impl<M: HostMemory> Shared<M> {
 
 /// The progress thread: the loop, and the device's failure if it panics.
 fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
+    // The thread inherits the mask of the application thread that opened
+    // the device, which may block every signal. Faults must reach the
+    // provider's handler here (it turns a fault on an unmapped MR buffer
+    // into an error), or a blocked SIGSEGV kills the process.
+    let mut faults = SigSet::empty();
+    faults.add(Signal::SIGSEGV);
+    faults.add(Signal::SIGBUS);
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&faults), None);
     let run = catch_unwind(AssertUnwindSafe(|| progress_loop(shared, poll)));
     if run.is_err() {
         // The panic hook has printed what happened.

@@ -97,6 +97,11 @@ impl Endpoint {
         self.session.direct()
     }
 
+    /// Closes the steered socket, once the daemon is gone.
+    pub fn close_direct(&mut self) {
+        self.session.close_direct();
+    }
+
     /// Hands every packet waiting to `frame`: the datagrams on the
     /// steered socket, then the frames the daemon passed on.
     pub fn receive(&mut self, mut frame: impl FnMut(FrameHeader, &[u8])) -> io::Result<()> {
@@ -108,9 +113,10 @@ impl Endpoint {
         let Some(socket) = self.session.direct() else {
             return;
         };
-        let Ok(dst) = socket.local_addr() else {
-            return;
-        };
+        // A packet for a QP of another context (the sender's datagrams
+        // coalesced by a NIC's GRO before the kernel steered them whole)
+        // is dropped by the engine as for an unknown QP, and resent.
+        let dst = SocketAddr::new(self.local.ip(), crate::daemon::ROCE_PORT);
         let mut errors = 0;
         loop {
             match recv_segments(socket, &mut self.direct_buf, &mut self.cmsg) {

@@ -218,6 +218,55 @@ fn wait_completions(s: &Side, n: usize) -> Vec<WorkCompletion> {
     got
 }
 
+/// Posts one 2000-byte receive WR (wr_id 5) at BASE on UD QP `qp` of `s`.
+fn post_ud_recv(s: &Side, qp: QpId) {
+    let recv = [Sge {
+        addr: BASE,
+        length: 2000,
+        lkey: s.key,
+    }];
+    s.d.with(|e, _| {
+        e.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: 5,
+                sg_list: &recv,
+            },
+        )
+    })
+    .unwrap();
+}
+
+/// Sends `bytes` inline from UD QP `qp` of `s` to `dgid`, QP `remote_qpn`.
+fn send_ud(s: &Side, qp: QpId, dgid: Gid, remote_qpn: u32, bytes: &[u8]) {
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = s.d.with(|e, _| e.create_ah(s.pd, &av)).unwrap();
+    let w = SendWr {
+        wr_id: 1,
+        opcode: send_opcode::SEND,
+        send_flags: send_flags::INLINE,
+        sg_list: &[],
+        inline_data: bytes,
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: Some(UdTarget {
+            ah,
+            remote_qpn,
+            remote_qkey: 0x11,
+        }),
+    };
+    s.d.with(|e, _| e.post_send(qp, &w)).unwrap();
+}
+
 #[test]
 fn rc_send_write_and_read_between_two_drivers() {
     let h = host();
@@ -333,6 +382,46 @@ fn packets_go_straight_to_their_context() {
     assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
 }
 
+/// A context that goes away frees its member of the steering group; the
+/// next context gets it, and packets still go straight to the right one
+/// (the group never shrinks, so no member changes index).
+#[test]
+fn a_member_freed_by_a_dead_context_serves_the_next_one() {
+    let h = host();
+    {
+        let a = side(&h);
+        drop(side(&h));
+        let c = side(&h);
+        let (qa, na) = create_qp(&a, QpType::Rc);
+        let (qc, nc) = create_qp(&c, QpType::Rc);
+        connect(&a, qa, QpType::Rc, nc);
+        connect(&c, qc, QpType::Rc, na);
+        let sge = [Sge {
+            addr: BASE,
+            length: 5000,
+            lkey: a.key,
+        }];
+        let w = SendWr {
+            wr_id: 1,
+            opcode: send_opcode::RDMA_WRITE,
+            send_flags: send_flags::SIGNALED,
+            sg_list: &sge,
+            inline_data: &[],
+            imm_data_or_inv_rkey: 0,
+            rdma: RdmaTarget {
+                remote_addr: BASE + (1 << 20),
+                rkey: c.key,
+            },
+            atomic: AtomicTarget::default(),
+            ud: None,
+        };
+        a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
+        assert_eq!(wait_completions(&a, 1)[0].status, WcStatus::Success);
+    }
+    let stats = h.thread.join().unwrap().unwrap();
+    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+}
+
 #[test]
 fn ud_datagrams_reach_the_qp_of_another_slot() {
     let h = host();
@@ -341,47 +430,8 @@ fn ud_datagrams_reach_the_qp_of_another_slot() {
     let (qb, nb) = create_qp(&b, QpType::Ud);
     connect(&a, qa, QpType::Ud, 0);
     connect(&b, qb, QpType::Ud, 0);
-    let recv = [Sge {
-        addr: BASE,
-        length: 2000,
-        lkey: b.key,
-    }];
-    b.d.with(|e, _| {
-        e.post_recv(
-            qb,
-            &RecvWr {
-                wr_id: 5,
-                sg_list: &recv,
-            },
-        )
-    })
-    .unwrap();
-    let av = AhAttr {
-        grh: GlobalRoute {
-            dgid: b.gid,
-            ..GlobalRoute::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..AhAttr::default()
-    };
-    let ah = a.d.with(|e, _| e.create_ah(a.pd, &av)).unwrap();
-    let s = SendWr {
-        wr_id: 1,
-        opcode: send_opcode::SEND,
-        send_flags: send_flags::INLINE,
-        sg_list: &[],
-        inline_data: b"datagram",
-        imm_data_or_inv_rkey: 0,
-        rdma: RdmaTarget::default(),
-        atomic: AtomicTarget::default(),
-        ud: Some(UdTarget {
-            ah,
-            remote_qpn: nb,
-            remote_qkey: 0x11,
-        }),
-    };
-    a.d.with(|e, _| e.post_send(qa, &s)).unwrap();
+    post_ud_recv(&b, qb);
+    send_ud(&a, qa, b.gid, nb, b"datagram");
     let rx = wait_completions(&b, 1);
     assert_eq!(
         (rx[0].byte_len, rx[0].wc_flags & wc_flags::GRH),
@@ -428,47 +478,8 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
     connect(&b, qb, QpType::Ud, 0);
     let group = Gid::from_ip("239.9.9.9".parse().unwrap());
     b.d.attach_mcast(qb, group).unwrap().unwrap();
-    let recv = [Sge {
-        addr: BASE,
-        length: 2000,
-        lkey: b.key,
-    }];
-    b.d.with(|e, _| {
-        e.post_recv(
-            qb,
-            &RecvWr {
-                wr_id: 5,
-                sg_list: &recv,
-            },
-        )
-    })
-    .unwrap();
-    let av = AhAttr {
-        grh: GlobalRoute {
-            dgid: group,
-            ..GlobalRoute::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..AhAttr::default()
-    };
-    let ah = a.d.with(|e, _| e.create_ah(a.pd, &av)).unwrap();
-    let s = SendWr {
-        wr_id: 1,
-        opcode: send_opcode::SEND,
-        send_flags: send_flags::INLINE,
-        sg_list: &[],
-        inline_data: b"to all",
-        imm_data_or_inv_rkey: 0,
-        rdma: RdmaTarget::default(),
-        atomic: AtomicTarget::default(),
-        ud: Some(UdTarget {
-            ah,
-            remote_qpn: MULTICAST_QPN,
-            remote_qkey: 0x11,
-        }),
-    };
-    a.d.with(|e, _| e.post_send(qa, &s)).unwrap();
+    post_ud_recv(&b, qb);
+    send_ud(&a, qa, group, MULTICAST_QPN, b"to all");
     let rx = wait_completions(&b, 1);
     assert_eq!((rx[0].wr_id, rx[0].byte_len), (5, 46));
     b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 6), b"to all"));

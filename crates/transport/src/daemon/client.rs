@@ -166,6 +166,12 @@ impl Session {
         self.direct.as_ref()
     }
 
+    /// Closes the steered socket (the daemon is gone: a new daemon must
+    /// not find this member in its group).
+    pub fn close_direct(&mut self) {
+        self.direct = None;
+    }
+
     /// The socket frames arrive on, to poll.
     pub fn data_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.data.as_fd()
@@ -259,8 +265,11 @@ fn connect_to(name: &str) -> io::Result<OwnedFd> {
 /// Runs `program daemon --detach --socket NAME`, which prints one line
 /// once the daemon listens and exits (the daemon lives on, detached).
 fn start(program: &PathBuf, name: &str) -> io::Result<()> {
+    // The daemon outlives the program: it must not carry the program's
+    // preloaded libraries (this provider, sanitizers) with it.
     let mut child = Command::new(program)
         .args(["daemon", "--detach", "--socket", name])
+        .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

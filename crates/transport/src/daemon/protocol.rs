@@ -202,10 +202,13 @@ impl Reply {
 
     fn into_error(self) -> io::Error {
         match self {
-            Reply::Refused(errno, why) => io::Error::new(
-                io::Error::from_raw_os_error(errno).kind(),
-                format!("softverbs daemon: {why}"),
-            ),
+            // The errno is what the verb returns (an io::Error with a
+            // message of its own would lose it); the reason goes to the
+            // program's log, as the provider's other refusals do.
+            Reply::Refused(errno, why) => {
+                eprintln!("softverbs daemon: {why}");
+                io::Error::from_raw_os_error(errno)
+            }
             other => bad(&format!("unexpected reply {other:?}")),
         }
     }

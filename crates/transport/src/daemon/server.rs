@@ -45,6 +45,9 @@ const LISTENER: Token = Token(0);
 /// `Token(DATA + n)`; UDP socket `i` is `Token(UDP + i)`.
 const DATA: usize = 1 << 24;
 const UDP: usize = 2 << 24;
+/// Free member `m` of UDP socket `i`'s group is `Token(MEMBER + i * MEMBERS + m)`.
+const MEMBER: usize = 3 << 24;
+const MEMBERS: usize = 1 << 16;
 
 /// How the daemon is reached and when it leaves.
 #[derive(Debug, Clone)]
@@ -73,9 +76,6 @@ struct Client {
     data: Option<OwnedFd>,
     /// Its device address (from its hello): where it joins groups.
     ip: Option<IpAddr>,
-    /// Its member of the steering group on its device address (the
-    /// daemon's copy: the context's death closes nothing, steering.rs).
-    direct: Option<std::net::UdpSocket>,
     /// Frames not yet taken by the data socket.
     queued: Vec<u8>,
     /// Whether the data socket is registered for writability.
@@ -92,11 +92,20 @@ struct Receiver {
     /// For a group: the member contexts and the device addresses the
     /// group was joined on.
     group: Option<McastGroup>,
-    /// For a device address: the SO_REUSEPORT group that steers packets
-    /// straight to their contexts' sockets (steering.rs); `None` where the
-    /// kernel refused the steering program (everything goes through the
-    /// data streams then).
-    steering: Option<steering::Group>,
+    /// For a device address: the members of the SO_REUSEPORT group that
+    /// steers packets straight to their contexts' sockets (steering.rs),
+    /// index `i + 1` in the group for `members[i]`; `None` where the kernel
+    /// refused the steering program (everything goes through the data
+    /// streams then).
+    members: Option<Vec<Member>>,
+}
+
+/// A member of a steering group: the daemon's descriptor of it, and the
+/// context it serves (none: free, and read by the daemon).
+#[derive(Debug)]
+struct Member {
+    socket: std::net::UdpSocket,
+    client: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -190,7 +199,11 @@ impl Daemon {
     fn dispatch(&mut self, token: Token) {
         match token.0 {
             0 => self.accept_all(),
-            t if t >= UDP => self.receive_all(t - UDP),
+            t if t >= MEMBER => {
+                let (i, m) = ((t - MEMBER) / MEMBERS, (t - MEMBER) % MEMBERS);
+                self.receive_all(i, Some(m));
+            }
+            t if t >= UDP => self.receive_all(t - UDP, None),
             t if t >= DATA => self.flush(t - DATA),
             id => self.serve_control(id),
         }
@@ -210,7 +223,6 @@ impl Daemon {
                     control,
                     data: None,
                     ip: None,
-                    direct: None,
                     queued: Vec::new(),
                     waiting_writable: false,
                 };
@@ -303,20 +315,56 @@ impl Daemon {
         (reply, direct)
     }
 
-    /// Binds a member of `ip`'s steering group for client `id`; returns
-    /// the descriptor to hand it (the daemon keeps its own).
+    /// Gives client `id` a member of `ip`'s steering group, a free one or
+    /// a new one; returns the descriptor to hand it (the daemon keeps its
+    /// own).
     fn add_direct(&mut self, id: usize, ip: IpAddr) -> Option<OwnedFd> {
         let slot = self.find(ip)?;
-        let steering = self.udp[slot].as_mut()?.steering.as_mut()?;
-        let socket = bind_udp_shared(SocketAddr::new(ip, ROCE_PORT)).ok()?;
-        let theirs = socket.try_clone().ok()?;
-        steering.add(id);
-        self.clients.get_mut(&id)?.direct = Some(socket);
-        Some(theirs.into())
+        let members = self.udp[slot].as_mut()?.members.as_mut()?;
+        let m = match members.iter().position(|m| m.client.is_none()) {
+            Some(free) => {
+                let fd = members[free].socket.as_raw_fd();
+                let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
+                free
+            }
+            None if members.len() < MEMBERS => {
+                let socket = bind_udp_shared(SocketAddr::new(ip, ROCE_PORT)).ok()?;
+                members.push(Member {
+                    socket,
+                    client: None,
+                });
+                members.len() - 1
+            }
+            None => return None,
+        };
+        members[m].client = Some(id);
+        members[m].socket.try_clone().ok().map(OwnedFd::from)
+    }
+
+    /// Frees client `id`'s member of `ip`'s group: the daemon reads it
+    /// (and routes what reaches it) until it serves another context.
+    fn free_direct(&mut self, id: usize, ip: IpAddr) {
+        let Some(slot) = self.find(ip) else {
+            return;
+        };
+        let Some(members) = self.udp[slot].as_mut().and_then(|r| r.members.as_mut()) else {
+            return;
+        };
+        if let Some(m) = members.iter().position(|m| m.client == Some(id)) {
+            members[m].client = None;
+            let fd = members[m].socket.as_raw_fd();
+            let token = Token(MEMBER + slot * MEMBERS + m);
+            let _ = self
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), token, Interest::READABLE);
+            // What arrived before the registration is waiting already.
+            self.receive_all(slot, Some(m));
+        }
     }
 
     /// Installs the steering program of `ip`'s group for the blocks its
-    /// members hold now.
+    /// members' contexts hold now.
     fn restear(&mut self, ip: IpAddr) {
         let Some(slot) = self.find(ip) else {
             return;
@@ -324,14 +372,15 @@ impl Daemon {
         let Some(receiver) = self.udp[slot].as_ref() else {
             return;
         };
-        let Some(steering) = &receiver.steering else {
+        let Some(members) = &receiver.members else {
             return;
         };
+        let index_of = |client: usize| {
+            let m = members.iter().position(|m| m.client == Some(client))?;
+            Some(m as u32 + 1)
+        };
         let table: Vec<(u16, u32)> = (1..=MAX_SLOT)
-            .filter_map(|b| {
-                let owner = self.owners[usize::from(b)]?;
-                Some((b, steering.index_of(owner)?))
-            })
+            .filter_map(|b| Some((b, index_of(self.owners[usize::from(b)]?)?)))
             .collect();
         // A refused update leaves the previous program: packets of the new
         // blocks reach the daemon and are passed on through the streams.
@@ -421,6 +470,10 @@ impl Daemon {
     fn open(&mut self, local: IpAddr, group: Option<McastGroup>) -> io::Result<usize> {
         let unicast = group.is_none();
         let addr = SocketAddr::new(local, ROCE_PORT);
+        // A group left by an earlier daemon's contexts (still closing their
+        // members) would give ours an index nobody knows: probe for one,
+        // and steer only on a port nobody holds.
+        let port_free = !unicast || bind_udp(addr).is_ok();
         let socket = if unicast {
             bind_udp_shared(addr)?
         } else {
@@ -430,8 +483,8 @@ impl Daemon {
         // contexts join; a kernel that refuses the program gets no members.
         // A daemon that captures (--pcap) steers nothing: it must see every
         // packet.
-        let steer = unicast && self.capture.is_none();
-        let steering = (steer && steering::steer(&socket, &[]).is_ok()).then(steering::Group::new);
+        let steer = unicast && port_free && self.capture.is_none();
+        let members = (steer && steering::steer(&socket, &[]).is_ok()).then(Vec::new);
         let slot = match self.udp.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -448,7 +501,7 @@ impl Daemon {
             local,
             socket,
             group,
-            steering,
+            members,
         });
         Ok(slot)
     }
@@ -489,12 +542,8 @@ impl Daemon {
                 *owner = None;
             }
         }
-        if let (Some(ip), Some(direct)) = (client.ip, client.direct) {
-            drop(direct); // the kernel moves the group's last member here
-            let slot = self.find(ip);
-            if let Some(st) = slot.and_then(|s| self.udp[s].as_mut()?.steering.as_mut()) {
-                st.remove(id);
-            }
+        if let Some(ip) = client.ip {
+            self.free_direct(id, ip);
             self.restear(ip);
         }
         let groups: Vec<IpAddr> = self
@@ -512,14 +561,24 @@ impl Daemon {
     /// Takes every datagram waiting on UDP socket `i` and passes its
     /// packets on: on a device address one frame per run of packets for
     /// the same context, on a group the whole datagram to every member.
-    fn receive_all(&mut self, i: usize) {
+    ///
+    /// `member`: a free member of socket `i`'s steering group instead of
+    /// the socket itself (what reaches it is routed like the rest).
+    fn receive_all(&mut self, i: usize, member: Option<usize>) {
         let mut errors = 0;
         loop {
             let Some(Some(receiver)) = self.udp.get(i) else {
                 return;
             };
+            let socket = match member {
+                None => &receiver.socket,
+                Some(m) => match receiver.members.as_ref().and_then(|ms| ms.get(m)) {
+                    Some(free) if free.client.is_none() => &free.socket,
+                    _ => return, // serving a context again: not ours to read
+                },
+            };
             let dst = SocketAddr::new(receiver.local, ROCE_PORT);
-            let got = recv_segments(&receiver.socket, &mut self.buf, &mut self.cmsg);
+            let got = recv_segments(socket, &mut self.buf, &mut self.cmsg);
             let (n, src, segment) = match got {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,

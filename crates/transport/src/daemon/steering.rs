@@ -4,17 +4,17 @@
 //!
 //! The daemon binds every socket of the group itself: its own (index 0,
 //! where everything the program does not place lands, and which it routes
-//! through a context's data stream) and one per context, passed to the
-//! context over SCM_RIGHTS so that it reads its packets with no hop. The
-//! daemon keeps a descriptor of each, so a context that dies closes
-//! nothing: the daemon closes the socket when it learns of the death, and
-//! only then does the kernel move the group's last socket into the freed
-//! index, which the daemon mirrors ([`Group::remove`]) before it installs
-//! the program again. Packets steered by the old program in between land
-//! on a socket of another context or on the daemon's and are, at worst,
-//! retransmitted. (The alternative without a daemon, every process
-//! binding its own member, was rejected because those indexes shift under
-//! a `kill -9` with nobody to reprogram.)
+//! through a context's data stream) and the members it hands to contexts
+//! over SCM_RIGHTS, so that each reads its packets with no hop. The daemon
+//! keeps a descriptor of every member for good: the group never shrinks,
+//! so no member ever changes index (the kernel fills a closed member's
+//! index with the group's last one, which nobody could track reliably
+//! across a `kill -9`: a dying process closes its copies in whatever
+//! order). A context's death frees its member: the daemon reads and
+//! routes what reaches it until the member serves the next context.
+//! (The alternative without a daemon, every process binding its own
+//! member, was rejected for the same reason: indexes would shift under a
+//! `kill -9` with nobody to reprogram.)
 //!
 //! The program, on the UDP payload (the BTH): load bytes 4..8, keep the
 //! 24-bit QPN, shift out the index within its block, then one comparison
@@ -79,58 +79,9 @@ pub fn steer(socket: &impl AsFd, table: &[(u16, u32)]) -> io::Result<()> {
     setsockopt(socket, ReuseportCbpf, &prog).map_err(io::Error::from)
 }
 
-/// The members of one group in the kernel's order: index 0 the daemon's
-/// socket (`None`), then the contexts' (their client ids).
-#[derive(Debug, Default)]
-pub struct Group {
-    members: Vec<Option<usize>>,
-}
-
-impl Group {
-    /// A group whose only member is the daemon's socket.
-    pub fn new() -> Group {
-        Group {
-            members: vec![None],
-        }
-    }
-
-    /// Records a socket bound for `client` (the kernel appends it).
-    pub fn add(&mut self, client: usize) -> u32 {
-        self.members.push(Some(client));
-        (self.members.len() - 1) as u32
-    }
-
-    /// Records that `client`'s socket was closed: the kernel moves the
-    /// last member into its index, as `swap_remove` does.
-    pub fn remove(&mut self, client: usize) {
-        if let Some(at) = self.members.iter().position(|m| *m == Some(client)) {
-            self.members.swap_remove(at);
-        }
-    }
-
-    /// The index of `client`'s socket.
-    pub fn index_of(&self, client: usize) -> Option<u32> {
-        self.members
-            .iter()
-            .position(|m| *m == Some(client))
-            .map(|i| i as u32)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn removal_mirrors_the_kernels_swap_with_the_last() {
-        let mut g = Group::new();
-        assert_eq!((g.add(7), g.add(8), g.add(9)), (1, 2, 3));
-        g.remove(7);
-        assert_eq!(
-            (g.index_of(9), g.index_of(8), g.index_of(7)),
-            (Some(1), Some(2), None)
-        );
-    }
 
     #[test]
     fn the_program_compares_each_block_and_defaults_to_the_daemon() {
