@@ -109,7 +109,7 @@ impl ContextState {
         let pipe = EventPipe::new()?;
         let reader = pipe.reader.map(IntoRawFd::into_raw_fd).unwrap_or(-1);
         let channels = Channels::default();
-        let events = Arc::new(EventSink::new(pipe.writer, channels.clone()));
+        let events = Arc::new(EventSink::new(pipe.writer, reader, channels.clone()));
         let cfg = DriverConfig {
             device: dev.config.device_config(fastrand::u64(..)),
             ip: dev.config.ip,

@@ -16,7 +16,9 @@
 //! ones, as libibverbs does after the kernel's destroy command.
 //!
 //! Events still unread in a descriptor when the object goes are not
-//! counted (the application never took them).
+//! counted (the application never took them): the destroy takes them
+//! back from the descriptor (events.rs, `purge`), as the kernel drops
+//! them, so nobody reads an event that names a freed object.
 
 use crate::context::state;
 use crate::ffi::*;

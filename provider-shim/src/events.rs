@@ -73,6 +73,40 @@ fn send_record(fd: RawFd, record: &[u8]) {
     }
 }
 
+/// Takes every record waiting at `reader` and puts back, through
+/// `writer`, those that do not name `element` (their first 8 bytes). A
+/// thread of the application reading meanwhile gets records either way.
+fn purge(reader: RawFd, writer: RawFd, element: u64) {
+    let mut keep = Vec::new();
+    let mut buf = [0u8; 16];
+    loop {
+        // SAFETY: recv into a local buffer of its length; MSG_DONTWAIT
+        // keeps it from blocking on an empty channel. The descriptor is
+        // the application's read end, open while the object is.
+        let n = unsafe {
+            libc::recv(
+                reader,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            break;
+        };
+        if n == 0 {
+            break;
+        }
+        let record = &buf[..n];
+        if record.get(..8) != Some(&element.to_ne_bytes()[..]) {
+            keep.push(record.to_vec());
+        }
+    }
+    for record in keep {
+        send_record(writer, &record);
+    }
+}
+
 /// No more records: readers get end of file once they read what is queued.
 fn shut_down(fd: RawFd) {
     // SAFETY: shutdown on a descriptor we own; no memory is involved.
@@ -86,6 +120,9 @@ const DEVICE_EVENT_PORT: u64 = 1;
 #[derive(Debug)]
 pub struct EventSink {
     async_writer: OwnedFd,
+    /// The read end of the async descriptor (the context's `async_fd`), to
+    /// take back the events of a destroyed object.
+    async_reader: RawFd,
     channels: Channels,
     objects: Mutex<Objects>,
     /// The events handed to the application, per object.
@@ -101,11 +138,13 @@ struct Objects {
 }
 
 impl EventSink {
-    /// A sink writing async events to `async_writer` and completion
-    /// events to the write ends in `channels`.
-    pub fn new(async_writer: OwnedFd, channels: Channels) -> EventSink {
+    /// A sink writing async events to `async_writer` (whose read end is
+    /// `async_reader`) and completion events to the write ends in
+    /// `channels`.
+    pub fn new(async_writer: OwnedFd, async_reader: RawFd, channels: Channels) -> EventSink {
         EventSink {
             async_writer,
+            async_reader,
             channels,
             objects: Mutex::new(Objects::default()),
             acks: Acks::default(),
@@ -130,22 +169,41 @@ impl EventSink {
         self.objects.lock().srqs.insert(srq, ptr);
     }
 
-    /// Forgets a destroyed CQ; the events the application took for it.
+    /// Forgets a destroyed CQ and takes back its unread events; the
+    /// events the application took for it.
     pub fn remove_cq(&self, cq: CqId) -> Delivered {
-        let ptr = self.objects.lock().cqs.remove(&cq).map(|c| c.0);
-        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
+        let Some((ptr, channel)) = self.objects.lock().cqs.remove(&cq) else {
+            return Delivered::default();
+        };
+        if let Some(writer) = channel {
+            let channels = self.channels.lock();
+            let reader = channels.iter().find(|(_, w)| w.as_raw_fd() == writer);
+            if let Some((&reader, _)) = reader {
+                purge(reader, writer, ptr as u64);
+            }
+        }
+        self.forget(ptr)
     }
 
     /// Forgets a destroyed QP; the events the application took for it.
     pub fn remove_qp(&self, qp: QpId) -> Delivered {
         let ptr = self.objects.lock().qps.remove(&qp);
-        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
+        ptr.map_or_else(Delivered::default, |p| self.forget(p))
     }
 
     /// Forgets a destroyed SRQ; the events the application took for it.
     pub fn remove_srq(&self, srq: SrqId) -> Delivered {
         let ptr = self.objects.lock().srqs.remove(&srq);
-        ptr.map_or_else(Delivered::default, |p| self.acks.remove(p))
+        ptr.map_or_else(Delivered::default, |p| self.forget(p))
+    }
+
+    /// Takes back the unread async events of a destroyed object, as the
+    /// kernel drops them at destroy (libibverbs would otherwise hand the
+    /// freed object to whoever reads them), and stops counting its
+    /// events.
+    fn forget(&self, ptr: usize) -> Delivered {
+        purge(self.async_reader, self.async_writer.as_raw_fd(), ptr as u64);
+        self.acks.remove(ptr)
     }
 
     fn element(&self, event: AsyncEvent) -> Option<u64> {
@@ -225,7 +283,7 @@ mod tests {
         channels
             .lock()
             .insert(channel_reader.as_raw_fd(), channel.writer);
-        let sink = EventSink::new(async_pipe.writer, channels);
+        let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
         let fd = channel_reader.as_raw_fd();
         let blocked = std::thread::spawn(move || read_record(fd, &mut [0u8; 8]));
 
@@ -237,6 +295,54 @@ mod tests {
         assert_eq!(kind, IBV_EVENT_DEVICE_FATAL);
         assert_eq!(read_record(async_reader.as_raw_fd(), &mut record), 0);
         drop(channel_reader);
+    }
+
+    /// Destroying a CQ or QP takes back its events nobody read yet (the
+    /// kernel drops them), keeping the others' in order.
+    #[test]
+    fn a_destroyed_objects_unread_events_are_taken_back() {
+        let async_pipe = EventPipe::new().unwrap();
+        let channel = EventPipe::new().unwrap();
+        let async_reader: OwnedFd = async_pipe.reader.unwrap();
+        let channel_reader: OwnedFd = channel.reader.unwrap();
+        let writer = channel.writer.as_raw_fd();
+        let channels = super::Channels::default();
+        channels
+            .lock()
+            .insert(channel_reader.as_raw_fd(), channel.writer);
+        let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
+        let mut ids: slotmap::SlotMap<CqId, ()> = slotmap::SlotMap::with_key();
+        let (gone, kept) = (ids.insert(()), ids.insert(()));
+        let mut qps: slotmap::SlotMap<QpId, ()> = slotmap::SlotMap::with_key();
+        let qp = qps.insert(());
+        sink.add_cq(gone, 0x1000, Some(writer));
+        sink.add_cq(kept, 0x2000, Some(writer));
+        sink.add_qp(qp, 0x3000);
+        for cq in [gone, kept, gone] {
+            sink.completion_event(cq);
+        }
+        sink.async_event(AsyncEvent::CqErr(gone));
+        sink.async_event(AsyncEvent::QpFatal(qp));
+        sink.remove_cq(gone);
+        let mut record = [0u8; 16];
+        let fd = channel_reader.as_raw_fd();
+        assert_eq!(read_record(fd, &mut record), 8);
+        assert_eq!(u64::from_ne_bytes(record[..8].try_into().unwrap()), 0x2000);
+        let mut pending = [0u8; 8];
+        // SAFETY: a non-blocking read into a local buffer of its length.
+        let n = unsafe { libc::recv(fd, pending.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) };
+        assert_eq!(n, -1, "nothing else queued");
+        sink.remove_qp(qp);
+        // SAFETY: as above.
+        let n = unsafe {
+            libc::recv(
+                async_reader.as_raw_fd(),
+                record.as_mut_ptr().cast(),
+                16,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(n, -1, "both async events named destroyed objects");
     }
 
     /// The engine's event numbers are verbs.h's (the ffi constants are

@@ -2,8 +2,11 @@
  * a post list whose second WR is invalid returns EINVAL with bad_wr at
  * that WR while the first one is executed; a completion channel still
  * used by a CQ cannot be destroyed (EBUSY); a GID index past the table
- * makes ibv_query_gid fail. Prints "verb errors ok". */
+ * makes ibv_query_gid fail; a completion event still unread when its CQ
+ * is destroyed is dropped, as the kernel drops it (reading it would hand
+ * the freed CQ to the program). Prints "verb errors ok". */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +83,15 @@ int main(void)
 	}
 	CHECK(seen == 2, "the first WR did not complete");
 
+	/* An event left unread in the channel goes with its CQ. */
+	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
+	CHECK(!ibv_post_recv(qp, &rw, &rbad), "post_recv");
+	w[0].next = NULL;
+	CHECK(!ibv_post_send(qp, w, &bad), "post_send");
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 10000) == 1, "no completion event within 10 s");
 	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr) && !ibv_destroy_cq(cq), "destroy");
+	CHECK(poll(&pfd, 1, 0) == 0, "an event of the destroyed CQ is still in the channel");
 	CHECK(!ibv_destroy_comp_channel(ch), "destroy_comp_channel once unused");
 	CHECK(!ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	puts("verb errors ok");
