@@ -299,6 +299,10 @@ impl Daemon {
             let why = "hello without a data socket".into();
             return (Reply::Refused(libc::EPROTO, why), None);
         };
+        if self.clients.get(&id).is_some_and(|c| c.data.is_some()) {
+            let why = "a second hello on one connection".into();
+            return (Reply::Refused(libc::EPROTO, why), None);
+        }
         if let Err(e) = self.open_port(ip) {
             let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, ROCE_PORT));
             return (
