@@ -153,11 +153,12 @@ impl ProcessMemory {
     /// (FUTEX_WAKE_OP), failing with EFAULT where a store would fault.
     fn probe_writable(addr: u64) -> MemResult<()> {
         static NOBODY_WAITS: AtomicU32 = AtomicU32::new(0);
-        const OP_ADD_ZERO: u32 = (libc::FUTEX_OP_ADD as u32) << 28; // oparg 0, cmp EQ 0
-                                                                    // SAFETY: FUTEX_WAKE_OP reads and atomically updates the u32 at
-                                                                    // `addr` (adding 0 keeps its value, so a concurrent application
-                                                                    // access sees no change) and wakes nobody on NOBODY_WAITS, a live
-                                                                    // static; on an unmapped or read-only word it returns EFAULT.
+        // FUTEX_OP(ADD, oparg 0, CMP_EQ, cmparg 0): add 0, wake nobody.
+        const OP_ADD_ZERO: u32 = (libc::FUTEX_OP_ADD as u32) << 28;
+        // SAFETY: FUTEX_WAKE_OP reads and atomically updates the u32 at
+        // `addr` (adding 0 keeps its value, so a concurrent application
+        // access sees no change) and wakes nobody on NOBODY_WAITS, a live
+        // static; on an unmapped or read-only word it returns EFAULT.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_futex,

@@ -340,6 +340,41 @@ fn rc_send_write_and_read_between_two_drivers() {
     assert_eq!(a.d.io_stats().rx_bad_icrc + b.d.io_stats().rx_bad_icrc, 0);
 }
 
+/// RC QPs on `a` and `b`, connected to each other.
+fn rc_pair(a: &Side, b: &Side) -> (QpId, QpId) {
+    let (qa, na) = create_qp(a, QpType::Rc);
+    let (qb, nb) = create_qp(b, QpType::Rc);
+    connect(a, qa, QpType::Rc, nb);
+    connect(b, qb, QpType::Rc, na);
+    (qa, qb)
+}
+
+/// RDMA WRITEs `len` bytes from `a`'s BASE to `b`'s BASE + 1 MiB over
+/// `qa`; the completion.
+fn write_and_wait(a: &Side, qa: QpId, b: &Side, len: u32) -> WorkCompletion {
+    let sge = [Sge {
+        addr: BASE,
+        length: len,
+        lkey: a.key,
+    }];
+    let w = SendWr {
+        wr_id: 1,
+        opcode: send_opcode::RDMA_WRITE,
+        send_flags: send_flags::SIGNALED,
+        sg_list: &sge,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget {
+            remote_addr: BASE + (1 << 20),
+            rkey: b.key,
+        },
+        atomic: AtomicTarget::default(),
+        ud: None,
+    };
+    a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
+    wait_completions(a, 1).remove(0)
+}
+
 /// With the daemon's steering (SO_REUSEPORT and a BPF program by QP
 /// block), every unicast packet goes straight to its context's own socket:
 /// the daemon passes none on.
@@ -348,34 +383,11 @@ fn packets_go_straight_to_their_context() {
     let h = host();
     {
         let (a, b) = (side(&h), side(&h));
-        let (qa, na) = create_qp(&a, QpType::Rc);
-        let (qb, nb) = create_qp(&b, QpType::Rc);
-        connect(&a, qa, QpType::Rc, nb);
-        connect(&b, qb, QpType::Rc, na);
+        let (qa, _) = rc_pair(&a, &b);
         let data = vec![5u8; 100_000];
         a.d.with(|_, m| m.slice_mut(BASE, data.len()).copy_from_slice(&data));
-        let sge = [Sge {
-            addr: BASE,
-            length: data.len() as u32,
-            lkey: a.key,
-        }];
-        let w = SendWr {
-            wr_id: 1,
-            opcode: send_opcode::RDMA_WRITE,
-            send_flags: send_flags::SIGNALED,
-            sg_list: &sge,
-            inline_data: &[],
-            imm_data_or_inv_rkey: 0,
-            rdma: RdmaTarget {
-                remote_addr: BASE + (1 << 20),
-                rkey: b.key,
-            },
-            atomic: AtomicTarget::default(),
-            ud: None,
-        };
-        a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
-        let done = wait_completions(&a, 1);
-        assert_eq!(done[0].status, WcStatus::Success);
+        let done = write_and_wait(&a, qa, &b, data.len() as u32);
+        assert_eq!(done.status, WcStatus::Success);
         b.d.with(|_, m| assert!(m.slice(BASE + (1 << 20), data.len()) == &data[..]));
     }
     let stats = h.thread.join().unwrap().unwrap();
@@ -392,31 +404,8 @@ fn a_member_freed_by_a_dead_context_serves_the_next_one() {
         let a = side(&h);
         drop(side(&h));
         let c = side(&h);
-        let (qa, na) = create_qp(&a, QpType::Rc);
-        let (qc, nc) = create_qp(&c, QpType::Rc);
-        connect(&a, qa, QpType::Rc, nc);
-        connect(&c, qc, QpType::Rc, na);
-        let sge = [Sge {
-            addr: BASE,
-            length: 5000,
-            lkey: a.key,
-        }];
-        let w = SendWr {
-            wr_id: 1,
-            opcode: send_opcode::RDMA_WRITE,
-            send_flags: send_flags::SIGNALED,
-            sg_list: &sge,
-            inline_data: &[],
-            imm_data_or_inv_rkey: 0,
-            rdma: RdmaTarget {
-                remote_addr: BASE + (1 << 20),
-                rkey: c.key,
-            },
-            atomic: AtomicTarget::default(),
-            ud: None,
-        };
-        a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
-        assert_eq!(wait_completions(&a, 1)[0].status, WcStatus::Success);
+        let (qa, _) = rc_pair(&a, &c);
+        assert_eq!(write_and_wait(&a, qa, &c, 5000).status, WcStatus::Success);
     }
     let stats = h.thread.join().unwrap().unwrap();
     assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
@@ -467,7 +456,8 @@ fn more_qps_than_one_slot_holds_claim_another_slot() {
 }
 
 /// UD multicast through the daemon: a datagram sent to a group reaches
-/// the QP of another context attached to it, and stops once it detached.
+/// the QP of another context attached to it, which can then detach and be
+/// destroyed.
 #[test]
 fn multicast_reaches_the_attached_qp_of_another_context() {
     let h = host();

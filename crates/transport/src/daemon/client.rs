@@ -3,13 +3,12 @@
 //! reading the frames of packets it passes on.
 
 use super::protocol::{FrameHeader, Reply, Request};
+use super::record;
 use rustix::net::{
-    connect, recv, recvmsg, send, sendmsg, socket_with, socketpair, sockopt, AddressFamily,
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    connect, recv, socket_with, socketpair, sockopt, AddressFamily, RecvFlags, SocketAddrUnix,
+    SocketFlags, SocketType,
 };
-use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io::{self, BufRead, BufReader};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -74,16 +73,7 @@ impl Session {
         // burst land while the progress thread is busy.
         let _ = sockopt::set_socket_recv_buffer_size(&data, 4 << 20);
         let hello = Request::Hello { ip }.encode();
-        let fds = [theirs.as_fd()];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut ancillary = SendAncillaryBuffer::new(&mut space);
-        ancillary.push(SendAncillaryMessage::ScmRights(&fds));
-        sendmsg(
-            &control,
-            &[IoSlice::new(&hello)],
-            &mut ancillary,
-            SendFlags::NOSIGNAL,
-        )?;
+        record::send(&control, &hello, Some(theirs.as_fd()))?;
         drop(theirs);
         let mut session = Session {
             control,
@@ -92,73 +82,39 @@ impl Session {
             pending: vec![0; 1 << 17],
             filled: 0,
         };
-        let (reply, direct) = session.reply_with_fd()?;
+        let (reply, direct) = session.reply()?;
         session.direct = direct.map(std::net::UdpSocket::from);
         Ok((session, reply.into_block()?))
     }
 
     /// One more block of QP numbers.
     pub fn more_qpns(&mut self) -> io::Result<u16> {
-        send(
-            &self.control,
-            &Request::MoreQpns.encode(),
-            SendFlags::NOSIGNAL,
-        )?;
-        self.reply()?.into_block()
+        self.request(&Request::MoreQpns)?.into_block()
     }
 
     /// Asks the daemon to pass on the datagrams of multicast `group`.
     pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
-        send(
-            &self.control,
-            &Request::Join { group }.encode(),
-            SendFlags::NOSIGNAL,
-        )?;
-        self.reply()?.into_done()
+        self.request(&Request::Join { group })?.into_done()
     }
 
     /// No more datagrams of `group`.
     pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
-        send(
-            &self.control,
-            &Request::Leave { group }.encode(),
-            SendFlags::NOSIGNAL,
-        )?;
-        self.reply()?.into_done()
+        self.request(&Request::Leave { group })?.into_done()
     }
 
-    fn reply(&mut self) -> io::Result<Reply> {
-        let mut record = [0u8; 512];
-        let n = recv(&self.control, &mut record, RecvFlags::empty())?.0;
-        if n == 0 {
-            return Err(gone());
-        }
-        Reply::decode(&record[..n])
+    fn request(&mut self, request: &Request) -> io::Result<Reply> {
+        record::send(&self.control, &request.encode(), None)?;
+        Ok(self.reply()?.0)
     }
 
     /// A reply and the descriptor it carried, if any.
-    fn reply_with_fd(&mut self) -> io::Result<(Reply, Option<OwnedFd>)> {
-        let mut record = [0u8; 512];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut ancillary = RecvAncillaryBuffer::new(&mut space);
-        let msg = recvmsg(
-            &self.control,
-            &mut [IoSliceMut::new(&mut record)],
-            &mut ancillary,
-            RecvFlags::CMSG_CLOEXEC,
-        )?;
-        if msg.bytes == 0 {
+    fn reply(&mut self) -> io::Result<(Reply, Option<OwnedFd>)> {
+        let mut buf = [0u8; 512];
+        let (n, fd) = record::recv(&self.control, &mut buf)?;
+        if n == 0 {
             return Err(gone());
         }
-        let fd = ancillary
-            .drain()
-            .filter_map(|m| match m {
-                RecvAncillaryMessage::ScmRights(fds) => Some(fds),
-                _ => None,
-            })
-            .flatten()
-            .next();
-        Ok((Reply::decode(&record[..msg.bytes])?, fd))
+        Ok((Reply::decode(&buf[..n])?, fd))
     }
 
     /// The context's own steered socket, to poll, if it has one.

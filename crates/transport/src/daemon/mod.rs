@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod protocol;
+pub mod record;
 pub mod server;
 pub mod steering;
 

@@ -14,6 +14,7 @@
 //! configured idle time.
 
 use super::protocol::{FrameHeader, Reply, Request, ROCE_PORT};
+use super::record;
 use super::steering;
 use crate::capture::Capture;
 use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments};
@@ -21,13 +22,11 @@ use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::net::{
-    accept_with, bind, listen, recvmsg, send, sendmsg, socket_with, AddressFamily,
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    accept_with, bind, listen, send, socket_with, AddressFamily, SendFlags, SocketAddrUnix,
+    SocketFlags, SocketType,
 };
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -249,25 +248,18 @@ impl Daemon {
                 return;
             };
             let mut record = [0u8; 64];
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-            let mut ancillary = RecvAncillaryBuffer::new(&mut space);
-            let got = recvmsg(
-                &client.control,
-                &mut [IoSliceMut::new(&mut record)],
-                &mut ancillary,
-                RecvFlags::CMSG_CLOEXEC,
-            );
-            let (len, fd) = match got {
-                Ok(msg) if msg.bytes > 0 => (msg.bytes, passed_fd(&mut ancillary)),
-                Err(rustix::io::Errno::AGAIN) => return,
-                Err(rustix::io::Errno::INTR) => continue,
+            let (len, fd) = match record::recv(&client.control, &mut record) {
+                Ok((n, fd)) if n > 0 => (n, fd),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 _ => return self.remove(id), // hang-up or broken socket
             };
             let (reply, pass) = match Request::decode(&record[..len]) {
                 Ok(request) => self.answer(id, request, fd),
                 Err(e) => (Reply::Refused(libc::EPROTO, e.to_string()), None),
             };
-            if send_reply(&self.clients[&id].control, &reply, pass).is_err() {
+            let control = &self.clients[&id].control;
+            if record::send(control, &reply.encode(), pass.as_ref().map(|f| f.as_fd())).is_err() {
                 return self.remove(id);
             }
         }
@@ -725,26 +717,6 @@ impl Daemon {
     }
 }
 
-/// Sends a control reply, with `fd` attached (SCM_RIGHTS) if any.
-fn send_reply(control: &OwnedFd, reply: &Reply, fd: Option<OwnedFd>) -> io::Result<()> {
-    let bytes = reply.encode();
-    let Some(fd) = fd else {
-        send(control, &bytes, SendFlags::NOSIGNAL)?;
-        return Ok(());
-    };
-    let fds = [fd.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut ancillary = SendAncillaryBuffer::new(&mut space);
-    ancillary.push(SendAncillaryMessage::ScmRights(&fds));
-    sendmsg(
-        control,
-        &[IoSlice::new(&bytes)],
-        &mut ancillary,
-        SendFlags::NOSIGNAL,
-    )?;
-    Ok(())
-}
-
 /// Joins multicast `group` on the interface of device address `ip`.
 fn join_on(socket: &std::net::UdpSocket, group: IpAddr, ip: IpAddr) -> io::Result<()> {
     match (group, ip) {
@@ -755,19 +727,6 @@ fn join_on(socket: &std::net::UdpSocket, group: IpAddr, ip: IpAddr) -> io::Resul
         }
         _ => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
     }
-}
-
-/// The descriptor a record carried (SCM_RIGHTS), if any; any others are
-/// closed.
-fn passed_fd(ancillary: &mut RecvAncillaryBuffer<'_>) -> Option<OwnedFd> {
-    ancillary
-        .drain()
-        .filter_map(|m| match m {
-            RecvAncillaryMessage::ScmRights(fds) => Some(fds),
-            _ => None,
-        })
-        .flatten()
-        .next()
 }
 
 /// Runs a daemon on a thread of this process, for tests and embedders
@@ -789,4 +748,66 @@ pub fn start_thread(
         .name("softverbs-daemon".into())
         .spawn(move || daemon.run())?;
     Ok((address, thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{connect, socketpair};
+
+    /// A connection to a daemon of the test's own, on a loopback address
+    /// of its own.
+    fn connect_to_test_daemon() -> (OwnedFd, IpAddr) {
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 9, fastrand::u8(1..255)));
+        let name = format!("softverbs-test-{}-{ip}", std::process::id());
+        let config = DaemonConfig {
+            socket: name.clone(),
+            idle_exit: Duration::from_millis(200),
+        };
+        start_thread(config).unwrap();
+        let fd = socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        connect(
+            &fd,
+            &SocketAddrUnix::new_abstract_name(name.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        (fd, ip)
+    }
+
+    fn ask(control: &OwnedFd, request: &Request, fd: Option<&OwnedFd>) -> io::Result<u16> {
+        record::send(control, &request.encode(), fd.map(|f| f.as_fd()))?;
+        let mut buf = [0u8; 512];
+        let (n, _) = record::recv(control, &mut buf)?;
+        Reply::decode(&buf[..n])?.into_block()
+    }
+
+    /// A hello without a data socket, or a second hello on one
+    /// connection, is refused with EPROTO, and the errno reaches the
+    /// context (the reason goes to its log).
+    #[test]
+    fn a_hello_without_a_data_socket_or_a_second_one_is_refused() {
+        let (control, ip) = connect_to_test_daemon();
+        let hello = Request::Hello { ip };
+        let e = ask(&control, &hello, None).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO));
+        let (data, _keep) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let block = ask(&control, &hello, Some(&data)).unwrap();
+        assert!((1..=MAX_SLOT).contains(&block));
+        let e = ask(&control, &hello, Some(&data)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO));
+        let more = ask(&control, &Request::MoreQpns, None).unwrap();
+        assert_ne!(more, block, "still one client, with one more block");
+    }
 }
