@@ -3,7 +3,7 @@
 //! arrive at UDP 4791 for its QP numbers.
 
 use crate::daemon::protocol::FrameHeader;
-use crate::daemon::{DaemonAddress, Session};
+use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
 use crate::slots::qpns_of;
 use nix::sys::socket::sockopt::UdpGroSegment;
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
@@ -74,6 +74,23 @@ impl Endpoint {
     /// No more datagrams of `group`.
     pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
         self.session.leave(group)
+    }
+
+    /// Publishes this context's same-host region and doorbell through the
+    /// daemon ([`Session::publish`]).
+    pub fn publish(
+        &mut self,
+        region: BorrowedFd<'_>,
+        doorbell: BorrowedFd<'_>,
+        bytes: u64,
+    ) -> io::Result<()> {
+        self.session.publish(region, doorbell, bytes)
+    }
+
+    /// The same-host context holding `qpn`, if the daemon may say
+    /// ([`Session::lookup`]).
+    pub fn lookup(&mut self, qpn: u32) -> io::Result<Result<PeerRegion, LookupRefused>> {
+        self.session.lookup(qpn)
     }
 
     /// The sending socket's address.

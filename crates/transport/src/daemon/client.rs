@@ -1,6 +1,7 @@
 //! A context's side of the host daemon: finding it (starting it when no
-//! daemon serves this network namespace), asking for QP numbers, and
-//! reading the frames of packets it passes on.
+//! daemon serves this network namespace), asking for QP numbers, reading
+//! the frames of packets it passes on, and publishing and finding the
+//! same-host regions of contexts.
 
 use super::protocol::{FrameHeader, Reply, Request};
 use super::record;
@@ -8,9 +9,10 @@ use rustix::net::{
     connect, recv, socket_with, socketpair, sockopt, AddressFamily, RecvFlags, SocketAddrUnix,
     SocketFlags, SocketType,
 };
+use std::fmt;
 use std::io::{self, BufRead, BufReader};
 use std::net::IpAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -26,6 +28,38 @@ pub struct DaemonAddress {
     /// The `softverbs` program to start as `softverbs daemon` when none
     /// runs; `None`: never start one (the connection fails instead).
     pub program: Option<PathBuf>,
+}
+
+/// A context on this host that owns a looked-up QP number: what a
+/// requester needs to reach it without packets.
+#[derive(Debug)]
+pub struct PeerRegion {
+    /// Its process, for `process_vm_readv`/`process_vm_writev`.
+    pub pid: i32,
+    /// Its published region (a memfd), to map.
+    pub region: OwnedFd,
+    /// Its doorbell (an eventfd), to ring when its state changed.
+    pub doorbell: OwnedFd,
+    /// The region's length in bytes.
+    pub bytes: u64,
+}
+
+/// Why the daemon gave no region for a QP number: not an I/O failure but
+/// an answer, after which the QP uses the wire path (and logs `reason`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupRefused {
+    /// `ENOENT`: nobody on this host holds the QP number, or its owner
+    /// published nothing; `EPERM`: its owner runs as another user.
+    pub errno: i32,
+    /// The daemon's words.
+    pub reason: String,
+}
+
+impl fmt::Display for LookupRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let errno = io::Error::from_raw_os_error(self.errno);
+        write!(f, "{} ({errno})", self.reason)
+    }
 }
 
 /// An open session with the daemon: the control socket, whose close
@@ -73,7 +107,7 @@ impl Session {
         // burst land while the progress thread is busy.
         let _ = sockopt::set_socket_recv_buffer_size(&data, 4 << 20);
         let hello = Request::Hello { ip }.encode();
-        record::send(&control, &hello, Some(theirs.as_fd()))?;
+        record::send(&control, &hello, &[theirs.as_fd()])?;
         drop(theirs);
         let mut session = Session {
             control,
@@ -82,8 +116,8 @@ impl Session {
             pending: vec![0; 1 << 17],
             filled: 0,
         };
-        let (reply, direct) = session.reply()?;
-        session.direct = direct.map(std::net::UdpSocket::from);
+        let (reply, fds) = session.reply()?;
+        session.direct = fds.into_iter().next().map(std::net::UdpSocket::from);
         Ok((session, reply.into_block()?))
     }
 
@@ -102,19 +136,76 @@ impl Session {
         self.request(&Request::Leave { group })?.into_done()
     }
 
-    fn request(&mut self, request: &Request) -> io::Result<Reply> {
-        record::send(&self.control, &request.encode(), None)?;
-        Ok(self.reply()?.0)
+    /// Publishes the context's same-host region (its memfd, `bytes`
+    /// long) and doorbell (an eventfd) for the contexts of the same user;
+    /// replaces what was published before. The daemon keeps its own
+    /// descriptors until this session closes.
+    pub fn publish(
+        &mut self,
+        region: BorrowedFd<'_>,
+        doorbell: BorrowedFd<'_>,
+        bytes: u64,
+    ) -> io::Result<()> {
+        let request = Request::Publish {
+            region_bytes: bytes,
+        };
+        self.request_with(&request, &[region, doorbell])?
+            .0
+            .into_done()
     }
 
-    /// A reply and the descriptor it carried, if any.
-    fn reply(&mut self) -> io::Result<(Reply, Option<OwnedFd>)> {
+    /// The context on this host that holds `qpn` (this one included), and
+    /// its published region. `Ok(Err(..))`: the daemon answered that there
+    /// is none to use (see [`LookupRefused`]); `Err`: the daemon could not
+    /// be asked or answered nonsense.
+    pub fn lookup(&mut self, qpn: u32) -> io::Result<Result<PeerRegion, LookupRefused>> {
+        let (reply, fds) = self.request_with(&Request::Lookup { qpn }, &[])?;
+        match reply {
+            Reply::Peer { pid, region_bytes } => {
+                let mut fds = fds.into_iter();
+                match (fds.next(), fds.next()) {
+                    (Some(region), Some(doorbell)) => Ok(Ok(PeerRegion {
+                        pid,
+                        region,
+                        doorbell,
+                        bytes: region_bytes,
+                    })),
+                    _ => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "softverbs daemon: a peer without its descriptors",
+                    )),
+                }
+            }
+            Reply::Refused(errno, reason) if errno == libc::ENOENT || errno == libc::EPERM => {
+                Ok(Err(LookupRefused { errno, reason }))
+            }
+            other => Err(other.into_error()),
+        }
+    }
+
+    fn request(&mut self, request: &Request) -> io::Result<Reply> {
+        Ok(self.request_with(request, &[])?.0)
+    }
+
+    /// Sends `request` with `fds` attached; its reply and the descriptors
+    /// that came with it.
+    fn request_with(
+        &mut self,
+        request: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> io::Result<(Reply, Vec<OwnedFd>)> {
+        record::send(&self.control, &request.encode(), fds)?;
+        self.reply()
+    }
+
+    /// A reply and the descriptors it carried.
+    fn reply(&mut self) -> io::Result<(Reply, Vec<OwnedFd>)> {
         let mut buf = [0u8; 512];
-        let (n, fd) = record::recv(&self.control, &mut buf)?;
+        let (n, fds) = record::recv(&self.control, &mut buf)?;
         if n == 0 {
             return Err(gone());
         }
-        Ok((Reply::decode(&buf[..n])?, fd))
+        Ok((Reply::decode(&buf[..n])?, fds))
     }
 
     /// The context's own steered socket, to poll, if it has one.

@@ -7,6 +7,6 @@ pub mod record;
 pub mod server;
 pub mod steering;
 
-pub use client::{DaemonAddress, Session};
+pub use client::{DaemonAddress, LookupRefused, PeerRegion, Session};
 pub use protocol::{DEFAULT_SOCKET, ROCE_PORT};
 pub use server::{Daemon, DaemonConfig, DaemonStats};

@@ -11,6 +11,11 @@
 //!   [`Frame`]. A stream, not datagrams, because Unix datagram queues are
 //!   limited to `net.unix.max_dgram_qlen` messages (10 on many hosts).
 //!
+//! A context may also publish its same-host region (a memfd and a doorbell
+//! eventfd, docs/architecture.md "Same host") with [`Request::Publish`];
+//! a context of the same user finds the owner of a QP number and gets
+//! those two descriptors back with [`Request::Lookup`].
+//!
 //! Records are little-endian and versioned by [`VERSION`]; both ends come
 //! from the same build, but a stale daemon from an older build must be
 //! refused cleanly, not misread.
@@ -24,15 +29,19 @@ pub const ROCE_PORT: u16 = 4791;
 /// names live in the network namespace, so each namespace gets its own.
 pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Protocol version: a daemon refuses a client of another version.
-pub const VERSION: u16 = 1;
+/// Version 2 added `Publish`, `Lookup` and `Peer`.
+pub const VERSION: u16 = 2;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
 const JOIN: u8 = 3;
 const LEAVE: u8 = 4;
+const PUBLISH: u8 = 5;
+const LOOKUP: u8 = 6;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
 const DONE: u8 = 0x83;
+const PEER: u8 = 0x84;
 
 /// A context's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +66,21 @@ pub enum Request {
         /// The group's IP address.
         group: IpAddr,
     },
+    /// The context's same-host region: carries two descriptors, the
+    /// region's memfd and the doorbell eventfd its peers ring. Replaces
+    /// what the context published before. Answered with `Done`.
+    Publish {
+        /// The region's length in bytes.
+        region_bytes: u64,
+    },
+    /// Who owns the block of `qpn`, and its published region. Answered
+    /// with `Peer` (and the two descriptors), or refused: `ENOENT` when
+    /// nobody holds the block or its owner published nothing, `EPERM`
+    /// when the owner runs as another user.
+    Lookup {
+        /// Any QP number of the block.
+        qpn: u32,
+    },
 }
 
 /// The daemon's reply.
@@ -68,6 +92,15 @@ pub enum Reply {
     Refused(i32, String),
     /// The request was carried out.
     Done,
+    /// The owner of a looked-up QP number: its process and its region's
+    /// length; the record carries the region's memfd and the doorbell.
+    Peer {
+        /// The owner's process id, as the daemon sees it (SO_PEERCRED at
+        /// its connection).
+        pid: i32,
+        /// The published region's length in bytes.
+        region_bytes: u64,
+    },
 }
 
 fn put_ip(out: &mut Vec<u8>, ip: IpAddr) {
@@ -115,6 +148,14 @@ impl Request {
                 out.push(LEAVE);
                 put_ip(&mut out, *group);
             }
+            Request::Publish { region_bytes } => {
+                out.push(PUBLISH);
+                out.extend_from_slice(&region_bytes.to_le_bytes());
+            }
+            Request::Lookup { qpn } => {
+                out.push(LOOKUP);
+                out.extend_from_slice(&qpn.to_le_bytes());
+            }
         }
         out
     }
@@ -144,6 +185,14 @@ impl Request {
             Some(&LEAVE) => Ok(Request::Leave {
                 group: get_ip(&b[1..]).ok_or(bad("bad group"))?,
             }),
+            Some(&PUBLISH) => Ok(Request::Publish {
+                region_bytes: u64::from_le_bytes(
+                    b[1..].try_into().map_err(|_| bad("bad publish"))?,
+                ),
+            }),
+            Some(&LOOKUP) => Ok(Request::Lookup {
+                qpn: u32::from_le_bytes(b[1..].try_into().map_err(|_| bad("bad lookup"))?),
+            }),
             _ => Err(bad("unknown request")),
         }
     }
@@ -165,6 +214,12 @@ impl Reply {
                 out
             }
             Reply::Done => vec![DONE],
+            Reply::Peer { pid, region_bytes } => {
+                let mut out = vec![PEER];
+                out.extend_from_slice(&pid.to_le_bytes());
+                out.extend_from_slice(&region_bytes.to_le_bytes());
+                out
+            }
         }
     }
 
@@ -180,6 +235,10 @@ impl Reply {
                 ))
             }
             Some(&DONE) if b.len() == 1 => Ok(Reply::Done),
+            Some(&PEER) if b.len() == 13 => Ok(Reply::Peer {
+                pid: i32::from_le_bytes([b[1], b[2], b[3], b[4]]),
+                region_bytes: u64::from_le_bytes(b[5..13].try_into().unwrap_or_default()),
+            }),
             _ => Err(bad("unknown reply")),
         }
     }
@@ -200,7 +259,8 @@ impl Reply {
         }
     }
 
-    fn into_error(self) -> io::Error {
+    /// The refusal as an error (a reply that is no refusal is one too).
+    pub(crate) fn into_error(self) -> io::Error {
         match self {
             // The errno is what the verb returns (an io::Error with a
             // message of its own would lose it); the reason goes to the
@@ -293,10 +353,23 @@ mod tests {
                 assert_eq!(Request::decode(&r.encode()).unwrap(), r);
             }
         }
+        for r in [
+            Request::Publish {
+                region_bytes: u64::MAX - 7,
+            },
+            Request::Lookup { qpn: 0xab_cdef },
+        ] {
+            assert_eq!(Request::decode(&r.encode()).unwrap(), r);
+        }
+        assert!(Request::decode(&[PUBLISH, 1, 2]).is_err(), "short publish");
         let replies = [
             Reply::Block(4095),
             Reply::Refused(98, "in use".into()),
             Reply::Done,
+            Reply::Peer {
+                pid: 4_194_304,
+                region_bytes: 1 << 40,
+            },
         ];
         for r in replies {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);

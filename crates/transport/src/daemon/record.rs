@@ -1,6 +1,7 @@
-//! One control record on a `SOCK_SEQPACKET` socket, with at most one file
-//! descriptor attached (SCM_RIGHTS): how a context hands the daemon its
-//! data socket and the daemon hands a context its steered socket.
+//! One control record on a `SOCK_SEQPACKET` socket, with up to
+//! [`MAX_FDS`] file descriptors attached (SCM_RIGHTS): how a context hands
+//! the daemon its data socket and its same-host region, and the daemon
+//! hands a context its steered socket and a peer's region.
 
 use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -10,12 +11,17 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-/// Sends `bytes` as one record, with `fd` attached if given.
-pub fn send(socket: impl AsFd, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+/// The most descriptors one record carries (a region and its doorbell).
+pub const MAX_FDS: usize = 2;
+
+/// Sends `bytes` as one record, with `fds` (at most [`MAX_FDS`]) attached.
+pub fn send(socket: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
-    let fds = fd.map(|f| [f]);
-    if let Some(fds) = &fds {
+    if !fds.is_empty() {
         ancillary.push(SendAncillaryMessage::ScmRights(fds));
     }
     sendmsg(
@@ -28,9 +34,10 @@ pub fn send(socket: impl AsFd, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::
 }
 
 /// Receives one record into `buf`: its length (0 when the peer hung up)
-/// and the descriptor it carried, if any (any more are closed).
-pub fn recv(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+/// and the descriptors it carried, in order (beyond [`MAX_FDS`] the
+/// kernel closes them).
+pub fn recv(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut ancillary = RecvAncillaryBuffer::new(&mut space);
     let msg = recvmsg(
         socket,
@@ -38,15 +45,15 @@ pub fn recv(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<Owne
         &mut ancillary,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let fd = ancillary
+    let fds = ancillary
         .drain()
         .filter_map(|m| match m {
             RecvAncillaryMessage::ScmRights(fds) => Some(fds),
             _ => None,
         })
         .flatten()
-        .next();
-    Ok((msg.bytes, fd))
+        .collect();
+    Ok((msg.bytes, fds))
 }
 
 #[cfg(test)]
@@ -55,7 +62,7 @@ mod tests {
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
     #[test]
-    fn a_record_carries_its_descriptor_or_none() {
+    fn a_record_carries_its_descriptors_or_none() {
         let (a, b) = socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -64,17 +71,33 @@ mod tests {
         )
         .unwrap();
         let passed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        send(&a, b"one", Some(passed.as_fd())).unwrap();
-        send(&a, b"two", None).unwrap();
+        let second = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        send(&a, b"one", &[passed.as_fd()]).unwrap();
+        send(&a, b"two", &[]).unwrap();
+        send(&a, b"three", &[passed.as_fd(), second.as_fd()]).unwrap();
         let mut buf = [0u8; 8];
-        let (n, fd) = recv(&b, &mut buf).unwrap();
-        let got = std::net::UdpSocket::from(fd.expect("a descriptor"));
+        let local_addrs = |fds: Vec<OwnedFd>| -> Vec<_> {
+            fds.into_iter()
+                .map(|fd| std::net::UdpSocket::from(fd).local_addr().unwrap())
+                .collect()
+        };
+        let (n, fds) = recv(&b, &mut buf).unwrap();
         assert_eq!(
-            (&buf[..n], got.local_addr().unwrap()),
-            (&b"one"[..], passed.local_addr().unwrap())
+            (&buf[..n], local_addrs(fds)),
+            (&b"one"[..], vec![passed.local_addr().unwrap()])
         );
-        let (n, fd) = recv(&b, &mut buf).unwrap();
-        assert_eq!((&buf[..n], fd.is_none()), (&b"two"[..], true));
+        let (n, fds) = recv(&b, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.is_empty()), (&b"two"[..], true));
+        let (n, fds) = recv(&b, &mut buf).unwrap();
+        assert_eq!(
+            (&buf[..n], local_addrs(fds)),
+            (
+                &b"three"[..],
+                vec![passed.local_addr().unwrap(), second.local_addr().unwrap()]
+            )
+        );
+        let three = [passed.as_fd(), second.as_fd(), a.as_fd()];
+        assert!(send(&a, b"four", &three).is_err(), "more than MAX_FDS");
         drop(a);
         assert_eq!(recv(&b, &mut buf).unwrap().0, 0, "hang-up");
     }

@@ -10,6 +10,10 @@
 //! is its control socket's close: its blocks are free at once, and no
 //! other context notices (docs/architecture.md, "The host daemon").
 //!
+//! For the same-host path it also keeps each context's published region
+//! (a memfd and a doorbell eventfd) and hands them to the contexts of the
+//! same user that look up one of its QP numbers.
+//!
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
@@ -22,13 +26,13 @@ use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::net::{
-    accept_with, bind, listen, send, socket_with, AddressFamily, SendFlags, SocketAddrUnix,
-    SocketFlags, SocketType,
+    accept_with, bind, listen, send, socket_with, sockopt, AddressFamily, SendFlags,
+    SocketAddrUnix, SocketFlags, SocketType,
 };
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How much a slow client may have waiting in the daemon before newer
@@ -79,6 +83,27 @@ struct Client {
     queued: Vec<u8>,
     /// Whether the data socket is registered for writability.
     waiting_writable: bool,
+    /// Its process and user (SO_PEERCRED when it connected); `None` if
+    /// the kernel would not say, and then nobody sees its region, nor it
+    /// anyone's.
+    cred: Option<Cred>,
+    /// Its same-host region, once published.
+    published: Option<Published>,
+}
+
+/// Who a client is, as the kernel told when it connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cred {
+    pid: i32,
+    uid: u32,
+}
+
+/// What a context published for the same-host path.
+#[derive(Debug)]
+struct Published {
+    region: OwnedFd,
+    doorbell: OwnedFd,
+    bytes: u64,
 }
 
 /// A UDP socket on port 4791: on a device address (packets go to the
@@ -218,12 +243,18 @@ impl Daemon {
                 Interest::READABLE,
             );
             if registered.is_ok() {
+                let cred = sockopt::socket_peercred(&control).ok().map(|c| Cred {
+                    pid: c.pid.as_raw_pid(),
+                    uid: c.uid.as_raw(),
+                });
                 let client = Client {
                     control,
                     data: None,
                     ip: None,
                     queued: Vec::new(),
                     waiting_writable: false,
+                    cred,
+                    published: None,
                 };
                 self.clients.insert(id, client);
             }
@@ -248,40 +279,91 @@ impl Daemon {
                 return;
             };
             let mut record = [0u8; 64];
-            let (len, fd) = match record::recv(&client.control, &mut record) {
-                Ok((n, fd)) if n > 0 => (n, fd),
+            let (len, fds) = match record::recv(&client.control, &mut record) {
+                Ok((n, fds)) if n > 0 => (n, fds),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 _ => return self.remove(id), // hang-up or broken socket
             };
             let (reply, pass) = match Request::decode(&record[..len]) {
-                Ok(request) => self.answer(id, request, fd),
-                Err(e) => (Reply::Refused(libc::EPROTO, e.to_string()), None),
+                Ok(request) => self.answer(id, request, fds),
+                Err(e) => (Reply::Refused(libc::EPROTO, e.to_string()), Vec::new()),
             };
             let control = &self.clients[&id].control;
-            if record::send(control, &reply.encode(), pass.as_ref().map(|f| f.as_fd())).is_err() {
+            let pass: Vec<BorrowedFd<'_>> = pass.iter().map(AsFd::as_fd).collect();
+            if record::send(control, &reply.encode(), &pass).is_err() {
                 return self.remove(id);
             }
         }
     }
 
-    /// The reply to `request`, and a descriptor to pass with it (the
-    /// context's steered socket, with the reply to its hello).
-    fn answer(
-        &mut self,
-        id: usize,
-        request: Request,
-        fd: Option<OwnedFd>,
-    ) -> (Reply, Option<OwnedFd>) {
+    /// The reply to `request` (which came with `fds`), and descriptors to
+    /// pass with it (the context's steered socket with the reply to its
+    /// hello, a peer's region and doorbell with a `Peer`).
+    fn answer(&mut self, id: usize, request: Request, fds: Vec<OwnedFd>) -> (Reply, Vec<OwnedFd>) {
         match request {
-            Request::Hello { ip } => self.hello(id, ip, fd),
+            Request::Hello { ip } => {
+                let (reply, direct) = self.hello(id, ip, fds.into_iter().next());
+                (reply, direct.into_iter().collect())
+            }
             Request::MoreQpns => {
                 let reply = self.allocate(id);
                 self.restear_for(id);
-                (reply, None)
+                (reply, Vec::new())
             }
-            request => (self.answer_group(id, request), None),
+            Request::Publish { region_bytes } => (self.publish(id, region_bytes, fds), Vec::new()),
+            Request::Lookup { qpn } => self.lookup(id, qpn),
+            request => (self.answer_group(id, request), Vec::new()),
         }
+    }
+
+    /// Keeps client `id`'s region and doorbell (replacing any earlier
+    /// ones) until it leaves.
+    fn publish(&mut self, id: usize, bytes: u64, fds: Vec<OwnedFd>) -> Reply {
+        let mut fds = fds.into_iter();
+        let (Some(region), Some(doorbell), None) = (fds.next(), fds.next(), fds.next()) else {
+            let why = "a publish without exactly a region and a doorbell".into();
+            return Reply::Refused(libc::EPROTO, why);
+        };
+        let client = self.clients.get_mut(&id).expect("serving it");
+        client.published = Some(Published {
+            region,
+            doorbell,
+            bytes,
+        });
+        Reply::Done
+    }
+
+    /// The owner of `qpn`'s block and copies of its region's descriptors,
+    /// for client `id` if it runs as the same user (its own block
+    /// included: a process may connect its QPs to each other).
+    fn lookup(&self, id: usize, qpn: u32) -> (Reply, Vec<OwnedFd>) {
+        let refused = |errno, why: String| (Reply::Refused(errno, why), Vec::new());
+        let owner = self.owners[usize::from(slot_of(qpn))].and_then(|o| self.clients.get(&o));
+        let Some(owner) = owner else {
+            return refused(libc::ENOENT, format!("no context holds QP {qpn:#x}"));
+        };
+        let asker = self.clients.get(&id).and_then(|c| c.cred);
+        let same_user = matches!((asker, owner.cred), (Some(a), Some(o)) if a.uid == o.uid);
+        if !same_user {
+            let why = format!("QP {qpn:#x} belongs to another user's process");
+            return refused(libc::EPERM, why);
+        }
+        let Some(published) = &owner.published else {
+            let why = format!("the context holding QP {qpn:#x} published no region");
+            return refused(libc::ENOENT, why);
+        };
+        let copies = (published.region.try_clone(), published.doorbell.try_clone());
+        let (Ok(region), Ok(doorbell)) = copies else {
+            let why = "out of descriptors".to_string();
+            return refused(libc::EMFILE, why);
+        };
+        let pid = owner.cred.map_or(0, |c| c.pid);
+        let reply = Reply::Peer {
+            pid,
+            region_bytes: published.bytes,
+        };
+        (reply, vec![region, doorbell])
     }
 
     /// A context's first request: its data socket, its device address,
@@ -403,9 +485,7 @@ impl Daemon {
                 self.leave(id, group);
                 Reply::Done
             }
-            Request::Hello { .. } | Request::MoreQpns => {
-                Reply::Refused(libc::EPROTO, "not a group request".into())
-            }
+            _ => Reply::Refused(libc::EPROTO, "not a group request".into()),
         }
     }
 
@@ -781,10 +861,114 @@ mod tests {
     }
 
     fn ask(control: &OwnedFd, request: &Request, fd: Option<&OwnedFd>) -> io::Result<u16> {
-        record::send(control, &request.encode(), fd.map(|f| f.as_fd()))?;
+        let fds: Vec<BorrowedFd<'_>> = fd.map(|f| f.as_fd()).into_iter().collect();
+        record::send(control, &request.encode(), &fds)?;
         let mut buf = [0u8; 512];
         let (n, _) = record::recv(control, &mut buf)?;
         Reply::decode(&buf[..n])?.into_block()
+    }
+
+    /// A daemon that is not running, with clients made up by the test.
+    fn idle_daemon() -> Daemon {
+        Daemon::bind(DaemonConfig {
+            socket: format!(
+                "softverbs-test-{}-{}",
+                std::process::id(),
+                fastrand::u64(..)
+            ),
+            idle_exit: Duration::from_millis(200),
+        })
+        .unwrap()
+    }
+
+    /// Client `id` running as `uid` (no credentials if `None`).
+    fn add_client(daemon: &mut Daemon, id: usize, uid: Option<u32>) {
+        let (control, _) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let cred = uid.map(|uid| Cred {
+            pid: 1000 + id as i32,
+            uid,
+        });
+        let client = Client {
+            control,
+            data: None,
+            ip: None,
+            queued: Vec::new(),
+            waiting_writable: false,
+            cred,
+            published: None,
+        };
+        daemon.clients.insert(id, client);
+    }
+
+    /// Two descriptors that stand for a region and a doorbell.
+    fn two_fds() -> Vec<OwnedFd> {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        vec![a, b]
+    }
+
+    /// The owner's region goes to the contexts of its user only: another
+    /// uid, or a context whose credentials are unknown, gets EPERM.
+    #[test]
+    fn a_region_is_shown_to_its_users_contexts_only() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(1000));
+        add_client(&mut daemon, 2, Some(1001));
+        add_client(&mut daemon, 3, Some(1000));
+        add_client(&mut daemon, 4, None);
+        daemon.owners[7] = Some(1);
+        let publish = Request::Publish { region_bytes: 4096 };
+        let (reply, _) = daemon.answer(1, publish, two_fds());
+        assert_eq!(reply, Reply::Done);
+        let lookup = Request::Lookup { qpn: 7 << 12 | 5 };
+        for asker in [2, 4] {
+            let (reply, fds) = daemon.answer(asker, lookup, Vec::new());
+            assert!(matches!(reply, Reply::Refused(libc::EPERM, _)), "{reply:?}");
+            assert!(fds.is_empty());
+        }
+        let (reply, fds) = daemon.answer(3, lookup, Vec::new());
+        let peer = Reply::Peer {
+            pid: 1001,
+            region_bytes: 4096,
+        };
+        assert_eq!((reply, fds.len()), (peer, 2));
+    }
+
+    /// A publish carries exactly a region and a doorbell; anything else is
+    /// refused with EPROTO and keeps nothing.
+    #[test]
+    fn a_publish_without_exactly_two_descriptors_is_refused() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        daemon.owners[9] = Some(1);
+        let publish = Request::Publish { region_bytes: 64 };
+        let mut three = two_fds();
+        three.extend(two_fds().pop());
+        let mut one = two_fds();
+        one.pop();
+        for fds in [Vec::new(), one, three] {
+            let (reply, _) = daemon.answer(1, publish, fds);
+            assert!(
+                matches!(reply, Reply::Refused(libc::EPROTO, _)),
+                "{reply:?}"
+            );
+        }
+        let (reply, _) = daemon.answer(1, Request::Lookup { qpn: 9 << 12 }, Vec::new());
+        assert!(
+            matches!(reply, Reply::Refused(libc::ENOENT, _)),
+            "{reply:?}"
+        );
     }
 
     /// A hello without a data socket, or a second hello on one
