@@ -16,7 +16,9 @@
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
 //!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
-//!   engine's view of application memory; [`guard`]: no panic crosses C;
+//!   engine's view of application memory; [`cross_process`]: other
+//!   processes' memory and shared regions for the same-host path;
+//!   [`guard`]: no panic crosses C;
 //! * [`ffi`]: the C declarations; [`libibverbs`]: its private entry points.
 
 #![allow(unsafe_code)]
@@ -25,6 +27,7 @@ pub mod call_lock;
 pub mod context;
 pub mod convert;
 pub mod cq_ex;
+pub mod cross_process;
 pub mod daemon_program;
 pub mod device;
 pub mod event_acks;
