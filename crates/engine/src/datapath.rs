@@ -77,6 +77,9 @@ impl Engine {
                     });
                 }
             }
+            if qp.direct {
+                return None; // its requests go out whole (`poll_direct`)
+            }
             let (len, src_gid, dst_gid) =
                 qp.requester_transmit(ctx, now, mem, buf, &mut scratch)?;
             Some(Transmit {

@@ -44,6 +44,10 @@ pub struct Engine {
     pub(crate) stats: DatapathStats,
     /// Reused buffer for packet payloads.
     pub(crate) scratch: Vec<u8>,
+    /// QPs on the same-host path, in turn order (`direct_path.rs`).
+    pub(crate) direct_qps: Vec<QpId>,
+    /// QPs whose published view may have changed (`poll_qp_change`).
+    pub(crate) qp_changes: Vec<(QpId, u32)>,
 }
 
 impl Engine {
@@ -67,6 +71,8 @@ impl Engine {
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             scratch: Vec::new(),
+            direct_qps: Vec::new(),
+            qp_changes: Vec::new(),
         }
     }
 
@@ -82,10 +88,15 @@ impl Engine {
         work: impl FnOnce(&mut Qp, &mut Ctx<'_>) -> R,
     ) -> Option<R> {
         let (qp, mut ctx) = self.qp_ctx(id)?;
+        let before = qp.state;
         let out = work(qp, &mut ctx);
         if ctx.lost_completion && qp.state != QpState::Err {
             ctx.event(AsyncEvent::QpFatal(id));
             qp.enter_error(&mut ctx);
+        }
+        let (after, qpn) = (qp.state, qp.qp_num);
+        if after != before {
+            self.qp_changed(id, qpn);
         }
         Some(out)
     }

@@ -17,6 +17,9 @@ mod attr_mask;
 mod ctx;
 mod datapath;
 mod device;
+pub mod direct;
+mod direct_engine_target;
+mod direct_path;
 mod engine;
 mod error;
 mod event;
@@ -35,6 +38,7 @@ mod qp_attr;
 mod qp_modify;
 mod qp_state;
 mod requester;
+mod requester_direct;
 mod responder;
 mod schedule;
 mod srq;
@@ -55,6 +59,7 @@ pub use device::{
     cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,
     LINK_LAYER_ETHERNET, PHYS_STATE_LINK_UP, PORT_ACTIVE,
 };
+pub use direct_engine_target::EngineTarget;
 pub use engine::Engine;
 pub use error::{ErrorKind, VerbsError, VerbsResult, QPN_EXHAUSTED};
 pub use event::AsyncEvent;

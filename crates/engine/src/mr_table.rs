@@ -5,6 +5,7 @@
 //! arrives from the network.
 
 use crate::access::AccessFlags;
+use crate::direct::Seg;
 use crate::handles::{MrId, PdId};
 use crate::memory::HostMemory;
 use crate::objects::{range_inside, Mr};
@@ -91,13 +92,7 @@ impl MrTable {
         len: u64,
         need: AccessFlags,
     ) -> Result<u64, RemoteAccessError> {
-        let (_, mr) = self.by_key(rkey).ok_or(RemoteAccessError::Access)?;
-        let ok =
-            mr.pd == pd && mr.access.contains(need) && range_inside(va, len, mr.iova, mr.length);
-        if !ok {
-            return Err(RemoteAccessError::Access);
-        }
-        Ok(mr.addr + (va - mr.iova))
+        remote_addr(self, pd, rkey, va, len, need)
     }
 
     /// Whether `[addr, addr+len)` (local addresses) is still inside the
@@ -108,16 +103,6 @@ impl MrTable {
                 mr.pd == pd
                     && mr.access.contains(AccessFlags::REMOTE_READ)
                     && mr.contains_local(addr, len)
-            })
-    }
-
-    /// Checks that `sge` is inside a live MR of `pd` with `need` rights.
-    fn local_sge_ok(&self, pd: PdId, sge: &Sge, need: AccessFlags) -> bool {
-        sge.length == 0
-            || self.by_key(sge.lkey).is_some_and(|(_, mr)| {
-                mr.pd == pd
-                    && mr.access.contains(need)
-                    && mr.contains_local(sge.addr, u64::from(sge.length))
             })
     }
 
@@ -133,7 +118,7 @@ impl MrTable {
     ) -> Result<(), LocalAccessError> {
         let mut done = 0;
         for (sge, addr, take) in sge_pieces(sges, offset, out.len()) {
-            if !self.local_sge_ok(pd, sge, AccessFlags::empty()) {
+            if !local_sge_ok(self, pd, sge, AccessFlags::empty()) {
                 return Err(LocalAccessError::Protection);
             }
             mem.read(addr, &mut out[done..done + take])
@@ -157,24 +142,124 @@ impl MrTable {
         offset: u64,
         data: &[u8],
     ) -> Result<(), LocalAccessError> {
-        let covered: usize = sge_pieces(sges, offset, data.len()).map(|p| p.2).sum();
-        if covered != data.len() {
-            return Err(LocalAccessError::Length);
-        }
-        let writable = sge_pieces(sges, offset, data.len())
-            .all(|(sge, _, _)| self.local_sge_ok(pd, sge, AccessFlags::LOCAL_WRITE));
-        if !writable {
-            return Err(LocalAccessError::Protection);
-        }
+        let pieces = scatter_plan(self, pd, sges, offset, data.len() as u64)?;
         let mut done = 0;
-        for (_, addr, take) in sge_pieces(sges, offset, data.len()) {
+        for piece in pieces {
             // A fault part-way leaves the earlier pieces written, as a NIC's
             // DMA does before it meets a translation fault.
-            mem.write(addr, &data[done..done + take])
+            let take = piece.len as usize;
+            mem.write(piece.addr, &data[done..done + take])
                 .map_err(|_| LocalAccessError::Protection)?;
             done += take;
         }
         Ok(())
+    }
+}
+
+impl MrLookup for MrTable {
+    fn mr(&self, key: u32) -> Option<Mr> {
+        self.by_key(key).map(|(_, mr)| mr.clone())
+    }
+}
+
+/// Where the access rules find MRs by key: this context's table, or the
+/// table a context on the same host published (`crate::direct`). The
+/// rules below are written once against it.
+pub trait MrLookup {
+    /// The MR whose lkey/rkey is `key`.
+    fn mr(&self, key: u32) -> Option<Mr>;
+}
+
+/// Translates a remote `[va, va+len)` under `rkey` into a local address,
+/// checking the MR's PD, bounds (in its iova space) and `need` rights.
+pub(crate) fn remote_addr(
+    mrs: &(impl MrLookup + ?Sized),
+    pd: PdId,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<u64, RemoteAccessError> {
+    let mr = mrs.mr(rkey).ok_or(RemoteAccessError::Access)?;
+    let ok = mr.pd == pd && mr.access.contains(need) && range_inside(va, len, mr.iova, mr.length);
+    if !ok {
+        return Err(RemoteAccessError::Access);
+    }
+    Ok(mr.addr + (va - mr.iova))
+}
+
+/// Checks that `sge` is inside a live MR of `pd` with `need` rights.
+pub(crate) fn local_sge_ok(
+    mrs: &(impl MrLookup + ?Sized),
+    pd: PdId,
+    sge: &Sge,
+    need: AccessFlags,
+) -> bool {
+    sge.length == 0
+        || mrs.mr(sge.lkey).is_some_and(|mr| {
+            mr.pd == pd
+                && mr.access.contains(need)
+                && mr.contains_local(sge.addr, u64::from(sge.length))
+        })
+}
+
+/// The address ranges that `len` bytes written `offset` bytes into the
+/// buffer an SGE list describes land in, after checking that the list is
+/// long enough (Length) and every SGE touched is inside a live MR of `pd`
+/// with LOCAL_WRITE (Protection).
+pub(crate) fn scatter_plan(
+    mrs: &(impl MrLookup + ?Sized),
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    len: u64,
+) -> Result<Vec<Seg>, LocalAccessError> {
+    let pieces: Vec<_> = sge_pieces(sges, offset, len as usize).collect();
+    let covered: u64 = pieces.iter().map(|p| p.2 as u64).sum();
+    if covered != len {
+        return Err(LocalAccessError::Length);
+    }
+    let writable = pieces
+        .iter()
+        .all(|(sge, _, _)| local_sge_ok(mrs, pd, sge, AccessFlags::LOCAL_WRITE));
+    if !writable {
+        return Err(LocalAccessError::Protection);
+    }
+    Ok(pieces
+        .into_iter()
+        .map(|(_, addr, take)| Seg {
+            addr,
+            len: take as u64,
+        })
+        .collect())
+}
+
+/// The address ranges of the first `len` bytes of an SGE list, after
+/// checking that every SGE is inside a live MR of `pd` with `need` rights
+/// (Protection) and that the list holds `len` bytes (Length).
+pub(crate) fn gather_plan(
+    mrs: &(impl MrLookup + ?Sized),
+    pd: PdId,
+    sges: &[Sge],
+    len: u64,
+    need: AccessFlags,
+) -> Result<Vec<Seg>, LocalAccessError> {
+    let mut out = Vec::with_capacity(sges.len());
+    let mut covered = 0;
+    for (sge, addr, take) in sge_pieces(sges, 0, len as usize) {
+        if !local_sge_ok(mrs, pd, sge, need) {
+            return Err(LocalAccessError::Protection);
+        }
+        out.push(Seg {
+            addr,
+            len: take as u64,
+        });
+        covered += take as u64;
+    }
+    if covered == len {
+        Ok(out)
+    } else {
+        Err(LocalAccessError::Length)
     }
 }
 
@@ -185,7 +270,7 @@ pub(crate) fn sge_total(sges: &[Sge]) -> u64 {
 
 /// The (SGE, address, length) pieces covering `len` bytes from `offset`
 /// into an SGE list; shorter than `len` in total if the list is too short.
-fn sge_pieces(
+pub(crate) fn sge_pieces(
     sges: &[Sge],
     offset: u64,
     len: usize,

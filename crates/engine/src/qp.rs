@@ -38,6 +38,9 @@ pub(crate) struct Qp {
     pub(crate) port_mtu: u32,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
+    /// On the same-host path: the requester hands out whole operations
+    /// instead of packets (`requester_direct.rs`).
+    pub(crate) direct: bool,
 }
 
 impl Qp {
@@ -68,6 +71,7 @@ impl Qp {
             port_mtu,
             req: Requester::default(),
             resp: Responder::default(),
+            direct: false,
         }
     }
 

@@ -63,24 +63,24 @@ impl ReqOp {
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub(crate) wqe: SendWqe,
-    op: ReqOp,
-    first_psn: Psn,
+    pub(crate) op: ReqOp,
+    pub(crate) first_psn: Psn,
     /// PSNs the WR uses (0 for local operations).
-    npkts: u32,
-    len: u32,
+    pub(crate) npkts: u32,
+    pub(crate) len: u32,
     /// Next packet to (re)transmit; a READ or atomic request is one packet
     /// covering the PSNs from `resp_pkts` on.
-    next_pkt: u32,
+    pub(crate) next_pkt: u32,
     /// READ response packets received, in order.
-    resp_pkts: u32,
+    pub(crate) resp_pkts: u32,
     /// Some packet of the WR was transmitted (so an ACK may cover it).
-    sent_once: bool,
-    done: bool,
-    status: WcStatus,
+    pub(crate) sent_once: bool,
+    pub(crate) done: bool,
+    pub(crate) status: WcStatus,
 }
 
 impl InFlight {
-    fn last_psn(&self) -> Psn {
+    pub(crate) fn last_psn(&self) -> Psn {
         self.first_psn.wrapping_add(self.npkts.saturating_sub(1))
     }
 
@@ -89,7 +89,7 @@ impl InFlight {
         d >= 0 && (d as u32) < self.npkts
     }
 
-    fn all_sent(&self) -> bool {
+    pub(crate) fn all_sent(&self) -> bool {
         self.next_pkt >= self.npkts
     }
 }
@@ -98,13 +98,13 @@ impl InFlight {
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     pub(crate) inflight: VecDeque<InFlight>,
-    next_psn: Psn,
-    send_idx: usize,
+    pub(crate) next_psn: Psn,
+    pub(crate) send_idx: usize,
     retry_left: u8,
     rnr_left: u8,
-    retransmit_at: Option<Nanos>,
-    rnr_resume: Option<(Nanos, Psn)>,
-    rd_atomic: u32,
+    pub(crate) retransmit_at: Option<Nanos>,
+    pub(crate) rnr_resume: Option<(Nanos, Psn)>,
+    pub(crate) rd_atomic: u32,
     since_ack_req: u32,
     /// The last PSN the responder is known to have received.
     acked: Psn,
@@ -114,6 +114,13 @@ pub(crate) struct Requester {
     retrying: bool,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
+    /// Same-host path: the operation handed out and not yet answered
+    /// (its first PSN); one at a time, so operations execute in order.
+    pub(crate) direct_pending: Option<Psn>,
+    /// Same-host path: an operation was dropped; nothing more is handed
+    /// out until the retransmission timer goes back to it, as after a
+    /// lost packet (later operations must not overtake it).
+    pub(crate) direct_stalled: bool,
 }
 
 impl Requester {
@@ -153,7 +160,7 @@ impl Requester {
     }
 
     /// Moves transmission back so that `psn` is sent next (go-back-N).
-    fn go_back(&mut self, psn: Psn) {
+    pub(crate) fn go_back(&mut self, psn: Psn) {
         let Some(idx) = self
             .inflight
             .iter()
@@ -185,7 +192,7 @@ impl Requester {
     /// The oldest PSN sent and not known to have arrived: within a
     /// message, PSNs up to `acked` did (a NAK or ACK said so), so a
     /// timeout resends only the rest.
-    fn oldest_unacked(&self) -> Option<Psn> {
+    pub(crate) fn oldest_unacked(&self) -> Option<Psn> {
         let e = self.inflight.iter().find(|e| !e.done && e.npkts > 0)?;
         if e.op.is_rd_atomic() {
             return Some(e.first_psn.wrapping_add(e.resp_pkts));
@@ -248,7 +255,7 @@ impl Qp {
 
     /// Starts the next posted WR if the rules allow: only in RTS, within
     /// the PSN window, after a fence, and within max_rd_atomic.
-    fn start_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+    pub(crate) fn start_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.state != QpState::Rts {
             return false;
         }
@@ -539,7 +546,7 @@ impl Qp {
     }
 
     /// The responder confirmed new PSNs: the retry budgets start again.
-    fn on_progress(&mut self, seq_nak: bool) {
+    pub(crate) fn on_progress(&mut self, seq_nak: bool) {
         self.req.retrying = seq_nak;
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
@@ -549,7 +556,7 @@ impl Qp {
     /// While anything sent is unacknowledged a local ACK timeout runs,
     /// except during an RNR wait: waiting for the responder's receive WRs
     /// must not use up transport retries.
-    fn keep_retransmit_timer(&mut self, now: Nanos) {
+    pub(crate) fn keep_retransmit_timer(&mut self, now: Nanos) {
         let waiting = self.req.rnr_resume.is_some();
         if self.state != QpState::Err
             && self.req.retransmit_at.is_none()
@@ -621,7 +628,7 @@ impl Qp {
     /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
     /// its response: it is requested again. Returns whether the requester
     /// made progress (newly acknowledged PSNs).
-    fn ack_through(&mut self, psn: Psn) -> bool {
+    pub(crate) fn ack_through(&mut self, psn: Psn) -> bool {
         if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
             return false; // acknowledges PSNs never sent: ignore
         }
@@ -654,7 +661,7 @@ impl Qp {
         progress
     }
 
-    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
+    pub(crate) fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
         if self.attr.rnr_retry != 7 {
             if self.req.rnr_left == 0 {
                 if let Some(idx) = self
@@ -798,6 +805,7 @@ impl Qp {
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
             self.req.retransmit_at = None;
             self.req.retrying = false;
+            self.req.direct_stalled = false;
             if self.consume_retry(ctx) {
                 if let Some(psn) = self.req.oldest_unacked() {
                     self.req.go_back(psn);
@@ -921,7 +929,7 @@ fn nak_status(code: NakCode) -> WcStatus {
 
 /// Source and destination GIDs of a request: the QP's path, or for UD the
 /// WR's address handle (which must still exist).
-fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
+pub(crate) fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
     let av = match qp.qp_type {
         QpType::Ud => ctx.ahs.get(qp.req.inflight.get(idx)?.wqe.ud?.ah)?.attr,
         _ => qp.attr.ah_attr,

@@ -109,6 +109,12 @@ impl Responder {
         };
     }
 
+    /// Notes the first request of the connection; true the first time
+    /// (IBV_EVENT_COMM_EST is raised once).
+    pub(crate) fn note_comm_est(&mut self) -> bool {
+        !std::mem::replace(&mut self.comm_est, true)
+    }
+
     /// The receive WR a message was being received into, if any.
     pub(crate) fn take_receive_wqe(&mut self) -> Option<RecvWqe> {
         match self.msg.take() {

@@ -62,6 +62,7 @@ impl Engine {
             .qps
             .insert_with_key(|id| Qp::new(id, pd, qp_num, qp_type, init, cap, port_mtu));
         self.qp_by_num.insert(qp_num, id);
+        self.qp_changed(id, qp_num);
         self.take_qp_references(id);
         Ok(QpCreated { id, qp_num, cap })
     }
@@ -97,6 +98,8 @@ impl Engine {
         self.qp_by_num.remove(&qp.qp_num);
         self.forget_completions(&qp);
         self.schedule.forget(id);
+        self.direct_qps.retain(|q| *q != id);
+        self.qp_changed(id, qp.qp_num);
         self.pds[qp.pd].users.put();
         self.cqs[qp.send_cq].users.put();
         self.cqs[qp.recv_cq].users.put();
@@ -150,6 +153,8 @@ impl Engine {
         }
         self.schedule.wake(id);
         self.sync_timer(id);
+        let qpn = self.qps[id].qp_num;
+        self.qp_changed(id, qpn);
         Ok(())
     }
 

@@ -76,6 +76,11 @@ impl Sender {
         (!self.finished(w) && !self.blocked).then_some(self.wake)
     }
 
+    /// A WR of the stream completed, so a full send queue has room again.
+    pub fn unblock(&mut self) {
+        self.blocked = false;
+    }
+
     /// Posts a burst if it is time. Any refusal other than a full send
     /// queue is an engine failure.
     pub fn act(

@@ -21,6 +21,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// Print the trace (use with one seed).
     pub verbose: bool,
+    /// Run on one host (see `NetConfig::same_host`).
+    pub same_host: bool,
 }
 
 /// The result of one seed.
@@ -53,7 +55,11 @@ pub fn run_seed(seed: u64, cfg: &RunConfig) -> SeedResult {
         if trace.is_on() {
             print!("{w}");
         }
-        runner::run(&w, NetConfig::new(cfg.faults), cfg.limits, trace)
+        let net = NetConfig {
+            same_host: cfg.same_host,
+            ..NetConfig::new(cfg.faults)
+        };
+        runner::run(&w, net, cfg.limits, trace)
     }));
     let outcome = outcome.unwrap_or_else(|panic| Outcome {
         failures: vec![format!("panicked: {}", panic_message(panic.as_ref()))],

@@ -35,6 +35,10 @@ struct Cli {
     /// completions (use with --seed).
     #[arg(long)]
     verbose: bool,
+    /// Run both nodes on one host: connected QPs use the same-host path
+    /// (whole operations, no packets) where the peer has its own RQ.
+    #[arg(long)]
+    same_host: bool,
     /// Worker threads (default: available cores; 1 with --verbose).
     #[arg(long)]
     jobs: Option<usize>,
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
             ..Limits::default()
         },
         verbose: cli.verbose,
+        same_host: cli.same_host,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = if cli.verbose {

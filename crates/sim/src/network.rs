@@ -43,6 +43,11 @@ pub struct NetConfig {
     pub max_delay: Nanos,
     /// Largest extra delay of a reordered packet.
     pub reorder_delay: Nanos,
+    /// Both nodes are on one host: connected QPs whose peer receives
+    /// into its own receive queue use the same-host path (whole
+    /// operations executed against the peer, no packets); the rest use
+    /// the network.
+    pub same_host: bool,
 }
 
 impl NetConfig {
@@ -54,6 +59,7 @@ impl NetConfig {
             min_delay: 2_000,
             max_delay: 20_000,
             reorder_delay: 50_000,
+            same_host: false,
         }
     }
 }

@@ -16,7 +16,8 @@ use crate::notify::CqWatch;
 use crate::setup::World;
 use crate::trace::{self, Trace};
 use crate::workload::Workload;
-use softverbs_engine::{AsyncEvent, CqId, Nanos, WorkCompletion, MAX_PACKET_LEN};
+use softverbs_engine::direct::{self, DirectOp, DirectOutcome};
+use softverbs_engine::{AsyncEvent, CqId, EngineTarget, Nanos, WorkCompletion, MAX_PACKET_LEN};
 
 /// Bounds that turn a stuck run into a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +83,12 @@ pub fn execute(
     limits: Limits,
     trace: Trace,
 ) -> Result<Execution, String> {
-    let world = World::build(w).map_err(|e| format!("setup: {e}"))?;
+    let mut world = World::build(w).map_err(|e| format!("setup: {e}"))?;
+    if net.same_host {
+        world
+            .use_same_host_path(w)
+            .map_err(|e| format!("setup: {e}"))?;
+    }
     let network = Network::new(net, w.seed ^ 0x00E7_0C4A_11ED);
     let mut sim = Sim::new(w, world, network, trace);
     let ended = sim.run(limits);
@@ -283,6 +289,7 @@ impl<'a> Sim<'a> {
     }
 
     fn transmit_all(&mut self) -> Result<(), String> {
+        self.execute_direct()?;
         for n in 0..self.world.nodes.len() {
             let mut sent = 0;
             loop {
@@ -317,6 +324,55 @@ impl<'a> Sim<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Executes the same-host operations every node hands out, each
+    /// against the node that owns its target QP.
+    fn execute_direct(&mut self) -> Result<(), String> {
+        for n in 0..self.world.nodes.len() {
+            for done in 0.. {
+                if done > MAX_BURST {
+                    return Err(format!(
+                        "node {n} handed out over {MAX_BURST} operations at one instant"
+                    ));
+                }
+                let Some(op) = self.world.nodes[n].engine.poll_direct(self.now) else {
+                    break;
+                };
+                self.trace.line(self.now, || {
+                    format!(
+                        "<- node {n}: {:?} psn {} to qp {:#x}",
+                        op.kind, op.psn, op.dest_qpn
+                    )
+                });
+                let outcome = self.execute_at_peer(n, &op)?;
+                self.trace
+                    .line(self.now, || format!("-> node {n}: {outcome:?}"));
+                let node = &mut self.world.nodes[n];
+                node.engine
+                    .handle_direct(self.now, &op, outcome, &mut node.mem);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `op` of node `n` against the other node, which owns its target.
+    fn execute_at_peer(&mut self, n: usize, op: &DirectOp) -> Result<DirectOutcome, String> {
+        let (low, high) = self.world.nodes.split_at_mut(1);
+        let (me, peer) = if n == 0 {
+            (&mut low[0], &mut high[0])
+        } else {
+            (&mut high[0], &mut low[0])
+        };
+        if peer.engine.qp_by_num(op.dest_qpn).is_none() {
+            return Err(format!(
+                "node {n} sent an operation to unknown QP {:#x}",
+                op.dest_qpn
+            ));
+        }
+        let mut target =
+            EngineTarget::new(&mut peer.engine, &mut peer.mem, &mut me.mem, op.dest_qpn);
+        Ok(direct::execute(op, &mut target))
     }
 
     fn trace_fate(&self, fate: Fate) {
@@ -397,6 +453,9 @@ impl<'a> Sim<'a> {
         if op + 1 == self.w.streams[stream].ops.len() {
             self.last_done[stream] = true;
         }
+        // Completions free send queue room; on the same-host path no
+        // later packet may come to wake a sender that found it full.
+        self.senders[stream].unblock();
         self.obs.sends[stream].push(wc);
     }
 

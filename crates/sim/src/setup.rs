@@ -76,6 +76,21 @@ impl World {
         })
     }
 
+    /// Puts every RC and UC pair whose ends receive into their own
+    /// receive queues (not an SRQ) on the same-host path.
+    pub fn use_same_host_path(&mut self, w: &Workload) -> VerbsResult<()> {
+        for (pair, ends) in w.pairs.iter().zip(&self.qps) {
+            let connected = pair.qp_type != QpType::Ud;
+            if !connected || pair.ends.iter().any(|e| e.srq) {
+                continue;
+            }
+            for (node, end) in self.nodes.iter_mut().zip(ends) {
+                node.engine.set_direct(end.id, true)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The QP stream `s` is sent from and the one it lands in.
     pub fn stream_ends(&self, w: &Workload, s: usize) -> (QpEnd, QpEnd) {
         let spec = &w.streams[s];

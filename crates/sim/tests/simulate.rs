@@ -8,6 +8,7 @@ fn config(faults: Faults) -> RunConfig {
         faults,
         limits: Limits::default(),
         verbose: false,
+        same_host: false,
     }
 }
 

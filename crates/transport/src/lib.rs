@@ -21,6 +21,7 @@ pub mod endpoint;
 pub mod gid_addr;
 mod io_step;
 pub mod netif;
+pub mod same_host;
 mod send_batch;
 pub mod slots;
 

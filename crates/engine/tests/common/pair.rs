@@ -78,6 +78,12 @@ pub struct Pair {
     pub b: Node,
     pub now: Nanos,
     pub filter: Filter,
+    /// Connected QPs use the same-host path: whole operations executed
+    /// against the peer engine, no packets.
+    pub same_host: bool,
+    /// A hook run before each same-host operation executes; false drops
+    /// it (the target's process is gone).
+    pub reachable: Box<dyn FnMut(bool) -> bool>,
 }
 
 /// Per-QP settings of a connection.
@@ -119,6 +125,16 @@ impl Pair {
             b: Node::new(2, 0x200),
             now: 0,
             filter: Box::new(|_, _| Fate::Deliver),
+            same_host: false,
+            reachable: Box::new(|_| true),
+        }
+    }
+
+    /// A pair on one host (see `same_host`).
+    pub fn same_host() -> Pair {
+        Pair {
+            same_host: true,
+            ..Pair::new()
         }
     }
 
@@ -137,6 +153,36 @@ impl Pair {
         let (ga, gb) = (self.a.gid, self.b.gid);
         up(&mut self.a.e, qa, ty, nb, gb, link.psn_b, link.psn_a, link);
         up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
+        if self.same_host && ty != QpType::Ud {
+            self.a.e.set_direct(qa, true).unwrap();
+            self.b.e.set_direct(qb, true).unwrap();
+        }
+    }
+
+    /// Executes every same-host operation either side hands out; returns
+    /// how many.
+    fn run_direct(&mut self) -> usize {
+        let mut done = 0;
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            while let Some(op) = src.e.poll_direct(self.now) {
+                let outcome = if (self.reachable)(from_a) {
+                    let mut target =
+                        EngineTarget::new(&mut dst.e, &mut dst.mem, &mut src.mem, op.dest_qpn);
+                    softverbs_engine::direct::execute(&op, &mut target)
+                } else {
+                    softverbs_engine::direct::DirectOutcome::Dropped
+                };
+                src.e.handle_direct(self.now, &op, outcome, &mut src.mem);
+                done += 1;
+                self.now += 1_000;
+            }
+        }
+        done
     }
 
     /// Moves packets and time until both sides are idle, or `budget`
@@ -145,7 +191,9 @@ impl Pair {
         let mut moved = 0;
         let mut buf = vec![0u8; MAX_PACKET_LEN];
         while moved < budget {
-            let mut any = false;
+            let direct = self.run_direct();
+            moved += direct;
+            let mut any = direct > 0;
             for from_a in [true, false] {
                 let (src, dst) = if from_a {
                     (&mut self.a, &mut self.b)

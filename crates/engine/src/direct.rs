@@ -1,0 +1,513 @@
+//! The same-host path: whole operations instead of packets.
+//!
+//! When a QP's peer QP lives on the same host, no packets flow. The
+//! requester's engine hands the embedder each started WR as a
+//! [`DirectOp`] (a whole message); the embedder executes it against the
+//! target's published state with [`execute`], which applies the
+//! responder's rules (state, rkey, PD, bounds, rights, receive WRs,
+//! completions, errors) through a [`DirectTarget`] view, and gives the
+//! [`DirectOutcome`] back to the requester, which treats it as the ACK,
+//! NAK, RNR NAK, READ response or atomic ACK it stands for. So the side
+//! that runs does the work, as a NIC would, and every rule stays in the
+//! engine.
+
+/// A range of bytes in a process's address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seg {
+    /// First address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+use crate::access::AccessFlags;
+use crate::handles::{PdId, QpId};
+use crate::mr_table::{remote_addr, scatter_plan, sge_total, LocalAccessError};
+use crate::qp_state::{QpState, QpType};
+use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::RecvWqe;
+use slotmap::{Key, KeyData};
+
+pub use crate::mr_table::MrLookup;
+
+/// What a whole operation does at the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectKind {
+    /// SEND (with immediate data if `imm`).
+    Send {
+        /// Immediate data (host order, as the receiver's completion has it).
+        imm: Option<u32>,
+    },
+    /// RDMA WRITE (with immediate data if `imm`).
+    Write {
+        /// The target's rkey.
+        rkey: u32,
+        /// The target's virtual address.
+        va: u64,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA READ into the local segments.
+    Read {
+        /// The target's rkey.
+        rkey: u32,
+        /// The target's virtual address.
+        va: u64,
+    },
+    /// Atomic compare and swap of 8 bytes.
+    CompareSwap {
+        /// The target's rkey.
+        rkey: u32,
+        /// The target's virtual address.
+        va: u64,
+        /// The value expected.
+        compare: u64,
+        /// The value stored if it matched.
+        swap: u64,
+    },
+    /// Atomic fetch and add of 8 bytes.
+    FetchAdd {
+        /// The target's rkey.
+        rkey: u32,
+        /// The target's virtual address.
+        va: u64,
+        /// The addend.
+        add: u64,
+    },
+}
+
+/// Where the bytes an operation sends come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// Ranges of the requester's registered memory, checked against its
+    /// lkeys (for READ: where the data goes, checked for LOCAL_WRITE).
+    Memory(Vec<Seg>),
+    /// Inline data copied at post time.
+    Inline(Vec<u8>),
+}
+
+/// One started send WR, whole, for the embedder to execute at the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectOp {
+    /// The requester's QP.
+    pub qp: QpId,
+    /// The requester's QP number.
+    pub src_qpn: u32,
+    /// The target QP number.
+    pub dest_qpn: u32,
+    /// The requester's transport.
+    pub qp_type: QpType,
+    /// The WR's first PSN: names the operation in [`crate::Engine::handle_direct`].
+    pub psn: u32,
+    /// What it does.
+    pub kind: DirectKind,
+    /// Bytes moved (8 for atomics).
+    pub len: u32,
+    /// The solicited event bit of the last packet.
+    pub solicited: bool,
+    /// The requester's side of the data.
+    pub payload: Payload,
+}
+
+/// What happened at the target, as the requester learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectOutcome {
+    /// Executed: the ACK of a SEND or WRITE, or a READ's data placed.
+    Done,
+    /// An atomic executed; the original value.
+    Atomic(u64),
+    /// Refused with a NAK (the target QP entered the error state).
+    Nak(NakKind),
+    /// No receive WR was posted: an RNR NAK with the target's timer.
+    Rnr {
+        /// The target QP's `min_rnr_timer` code.
+        timer: u8,
+    },
+    /// Nothing happened, as for a packet lost or dropped (the target QP
+    /// is not ready, not connected to us, or its process is gone): the
+    /// requester's retransmission timer runs.
+    Dropped,
+    /// The requester's own memory could not be reached during the copy.
+    LocalFault,
+}
+
+/// The NAK codes a direct operation can end with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NakKind {
+    /// Invalid request (IBV_WC_REM_INV_REQ_ERR).
+    InvalidRequest,
+    /// Remote access error (IBV_WC_REM_ACCESS_ERR).
+    RemoteAccess,
+    /// Remote operational error (IBV_WC_REM_OP_ERR).
+    RemoteOperational,
+}
+
+/// A QP as another context published it: what the responder's rules read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerQp {
+    /// Its QP number.
+    pub qpn: u32,
+    /// Its state.
+    pub state: QpState,
+    /// Its transport.
+    pub qp_type: QpType,
+    /// Its PD, in its context's handle space ([`pd_to_raw`]).
+    pub pd: PdId,
+    /// `qp_access_flags`.
+    pub access_flags: u32,
+    /// The QP it is connected to (RC, UC).
+    pub dest_qpn: u32,
+    /// Its RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Its responder resources for READ and atomics.
+    pub max_dest_rd_atomic: u8,
+    /// Its Q_Key (UD).
+    pub qkey: u32,
+}
+
+/// The async event a target QP raises when a request fails there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetEvent {
+    /// IBV_EVENT_QP_ACCESS_ERR.
+    AccessErr,
+    /// IBV_EVENT_QP_REQ_ERR.
+    ReqErr,
+    /// None (a receive WR that could not take the data).
+    None,
+}
+
+/// A copy that could not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFault {
+    /// The requester's memory.
+    Local,
+    /// The target's memory.
+    Remote,
+    /// The target process is gone.
+    Gone,
+}
+
+/// The target's published state and memory, as a requester reaches them.
+/// The embedder implements it over shared memory and cross-memory attach;
+/// tests over a second engine.
+pub trait DirectTarget: MrLookup {
+    /// The target QP, if it exists.
+    fn qp(&self) -> Option<PeerQp>;
+    /// The receive WR the next message would take, without taking it.
+    fn next_recv(&self) -> Option<RecvWqe>;
+    /// Takes the receive WR `next_recv` gave; false if it is gone (the
+    /// target flushed it meanwhile).
+    fn take_recv(&mut self) -> bool;
+    /// Copies the payload into the target's `to` ranges.
+    fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault>;
+    /// Copies the target's `from` ranges into our `to` ranges.
+    fn read(&mut self, from: Seg, to: &[Seg]) -> Result<(), CopyFault>;
+    /// Compare-and-swap (`Some(compare)`) or fetch-and-add at an aligned
+    /// target address, atomic with respect to every other atomic on it.
+    fn atomic(&mut self, addr: u64, compare: Option<u64>, value: u64) -> Result<u64, CopyFault>;
+    /// Queues a completion on the target QP's receive CQ.
+    fn deliver(&mut self, wc: WorkCompletion, solicited: bool);
+    /// The target QP got its first request in RTR (IBV_EVENT_COMM_EST).
+    fn comm_est(&mut self);
+    /// The target QP enters the error state, raising `event`.
+    fn fail(&mut self, event: TargetEvent);
+}
+
+/// A PD handle as a number another process can hold.
+pub fn pd_to_raw(pd: PdId) -> u64 {
+    pd.data().as_ffi()
+}
+
+/// The PD handle [`pd_to_raw`] gave.
+pub fn pd_from_raw(raw: u64) -> PdId {
+    KeyData::from_ffi(raw).into()
+}
+
+/// Why a request failed at the target (the responder's faults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Invalid,
+    Access,
+    Receive(WcStatus),
+}
+
+/// Where executing an operation stopped early: a responder fault, or an
+/// outcome that is not a fault (no receive WR, a copy that failed on the
+/// requester's side, a target gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Fault(Fault),
+    Outcome(DirectOutcome),
+}
+
+impl From<Fault> for Stop {
+    fn from(fault: Fault) -> Stop {
+        Stop::Fault(fault)
+    }
+}
+
+type Step = Result<DirectOutcome, Stop>;
+
+/// Executes `op` at the target with the responder's rules.
+pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
+    let Some(qp) = target.qp() else {
+        return DirectOutcome::Dropped;
+    };
+    if !accepts(&qp, op) {
+        return DirectOutcome::Dropped;
+    }
+    if qp.state == QpState::Rtr {
+        target.comm_est();
+    }
+    let result = match op.kind {
+        DirectKind::Send { imm } => receive_send(op, &qp, target, imm),
+        DirectKind::Write { rkey, va, imm } => write(op, &qp, target, rkey, va, imm),
+        DirectKind::Read { rkey, va } => read(op, &qp, target, rkey, va),
+        DirectKind::CompareSwap {
+            rkey,
+            va,
+            compare,
+            swap,
+        } => atomic(&qp, target, rkey, va, Some(compare), swap),
+        DirectKind::FetchAdd { rkey, va, add } => atomic(&qp, target, rkey, va, None, add),
+    };
+    match result {
+        Ok(outcome) | Err(Stop::Outcome(outcome)) => outcome,
+        Err(Stop::Fault(fault)) if qp.qp_type == QpType::Uc => uc_fault(target, fault),
+        Err(Stop::Fault(fault)) => rc_fault(target, fault),
+    }
+}
+
+/// The checks every packet passes before the responder looks at it: the
+/// QP receives (RTR and after), the transport matches, and a connected QP
+/// takes requests only from the QP it is connected to.
+fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
+    let receiving = matches!(
+        qp.state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    );
+    let connected = qp.qp_type == QpType::Ud || qp.dest_qpn == op.src_qpn;
+    receiving && qp.qp_type == op.qp_type && connected
+}
+
+/// A fatal RC request error: the NAK, the event, the error state.
+fn rc_fault(target: &mut dyn DirectTarget, fault: Fault) -> DirectOutcome {
+    let (nak, event) = match fault {
+        Fault::Access => (NakKind::RemoteAccess, TargetEvent::AccessErr),
+        Fault::Invalid | Fault::Receive(WcStatus::LocLenErr) => {
+            (NakKind::InvalidRequest, TargetEvent::ReqErr)
+        }
+        Fault::Receive(_) => (NakKind::RemoteOperational, TargetEvent::None),
+    };
+    target.fail(event);
+    DirectOutcome::Nak(nak)
+}
+
+/// UC has no NAKs: the message is dropped and the QP goes on, except
+/// that a receive WR whose memory is unusable fails the QP.
+fn uc_fault(target: &mut dyn DirectTarget, fault: Fault) -> DirectOutcome {
+    if let Fault::Receive(_) = fault {
+        target.fail(TargetEvent::None);
+    }
+    DirectOutcome::Done
+}
+
+/// Whether the QP grants the remote right `need` (`qp_access_flags`).
+fn grants(qp: &PeerQp, need: AccessFlags) -> Result<(), Fault> {
+    if AccessFlags::from_bits_truncate(qp.access_flags).contains(need) {
+        Ok(())
+    } else {
+        Err(Fault::Invalid)
+    }
+}
+
+/// Where `[va, va+len)` under `rkey` is in the target, with `need` rights.
+fn translate(
+    qp: &PeerQp,
+    target: &dyn DirectTarget,
+    rkey: u32,
+    va: u64,
+    len: u32,
+    need: AccessFlags,
+) -> Result<Seg, Fault> {
+    let addr =
+        remote_addr(target, qp.pd, rkey, va, u64::from(len), need).map_err(|_| Fault::Access)?;
+    Ok(Seg {
+        addr,
+        len: u64::from(len),
+    })
+}
+
+/// A copy's failure: on the target's side it is `remote`; on ours the
+/// WR fails locally; a target gone is a lost request.
+fn copy_stop(fault: CopyFault, remote: Fault) -> Stop {
+    match fault {
+        CopyFault::Remote => Stop::Fault(remote),
+        CopyFault::Local => Stop::Outcome(DirectOutcome::LocalFault),
+        CopyFault::Gone => Stop::Outcome(DirectOutcome::Dropped),
+    }
+}
+
+/// No receive WR: RC waits (RNR NAK); UC drops the message.
+fn not_ready(qp: &PeerQp) -> Stop {
+    Stop::Outcome(match qp.qp_type {
+        QpType::Rc => DirectOutcome::Rnr {
+            timer: qp.min_rnr_timer,
+        },
+        _ => DirectOutcome::Done,
+    })
+}
+
+fn receive_send(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    imm: Option<u32>,
+) -> Step {
+    let wqe = target.next_recv().ok_or_else(|| not_ready(qp))?;
+    let len = u64::from(op.len);
+    if qp.qp_type == QpType::Uc && sge_total(&wqe.sg_list) < len {
+        // Class D: the message is dropped, the WR stays for the next one.
+        return Ok(DirectOutcome::Done);
+    }
+    let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {
+        Ok(to) => to,
+        Err(err) => return Err(fail_receive(qp, target, &wqe, local_status(err)).into()),
+    };
+    match target.write(&op.payload, &to) {
+        Ok(()) => {}
+        Err(CopyFault::Remote) => {
+            return Err(fail_receive(qp, target, &wqe, WcStatus::LocProtErr).into())
+        }
+        Err(other) => return Err(copy_stop(other, Fault::Access)),
+    }
+    complete_receive(op, qp, target, &wqe, WcOpcode::Recv, imm)
+}
+
+/// Completes the receive WR a message arrived in.
+fn complete_receive(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    wqe: &RecvWqe,
+    opcode: WcOpcode,
+    imm: Option<u32>,
+) -> Step {
+    if !target.take_recv() {
+        return Ok(DirectOutcome::Dropped);
+    }
+    let mut wc = WorkCompletion {
+        status: WcStatus::Success,
+        byte_len: op.len,
+        ..WorkCompletion::flushed(wqe.wr_id, opcode, qp.qpn)
+    };
+    if let Some(imm) = imm {
+        wc.imm_data_or_inv_rkey = imm;
+        wc.wc_flags |= wc_flags::WITH_IMM;
+    }
+    target.deliver(wc, op.solicited);
+    Ok(DirectOutcome::Done)
+}
+
+/// A receive WR that could not take the data completes in error.
+fn fail_receive(
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    wqe: &RecvWqe,
+    status: WcStatus,
+) -> Fault {
+    if target.take_recv() {
+        let wc = WorkCompletion {
+            status,
+            ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
+        };
+        target.deliver(wc, false);
+    }
+    Fault::Receive(status)
+}
+
+fn local_status(err: LocalAccessError) -> WcStatus {
+    crate::requester::local_status(err)
+}
+
+fn write(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    rkey: u32,
+    va: u64,
+    imm: Option<u32>,
+) -> Step {
+    grants(qp, AccessFlags::REMOTE_WRITE)?;
+    let dest = if op.len > 0 {
+        Some(translate(
+            qp,
+            target,
+            rkey,
+            va,
+            op.len,
+            AccessFlags::REMOTE_WRITE,
+        )?)
+    } else {
+        None
+    };
+    let wqe = match imm {
+        Some(_) => Some(target.next_recv().ok_or_else(|| not_ready(qp))?),
+        None => None,
+    };
+    if let Some(dest) = dest {
+        // Memory the application unmapped under its MR: a NIC's
+        // translation fault, answered as a remote access error.
+        target
+            .write(&op.payload, &[dest])
+            .map_err(|f| copy_stop(f, Fault::Access))?;
+    }
+    match wqe {
+        Some(wqe) => complete_receive(op, qp, target, &wqe, WcOpcode::RecvRdmaWithImm, imm),
+        None => Ok(DirectOutcome::Done),
+    }
+}
+
+fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va: u64) -> Step {
+    grants(qp, AccessFlags::REMOTE_READ)?;
+    if qp.max_dest_rd_atomic == 0 {
+        return Err(Fault::Invalid.into()); // no responder resource
+    }
+    if op.len == 0 {
+        return Ok(DirectOutcome::Done);
+    }
+    let from = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_READ)?;
+    let Payload::Memory(to) = &op.payload else {
+        return Err(Fault::Invalid.into());
+    };
+    target
+        .read(from, to)
+        .map_err(|f| copy_stop(f, Fault::Access))?;
+    Ok(DirectOutcome::Done)
+}
+
+fn atomic(
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    rkey: u32,
+    va: u64,
+    compare: Option<u64>,
+    value: u64,
+) -> Step {
+    grants(qp, AccessFlags::REMOTE_ATOMIC)?;
+    if qp.max_dest_rd_atomic == 0 || va & 7 != 0 {
+        // No responder resource, or misaligned (IBTA: invalid requests).
+        return Err(Fault::Invalid.into());
+    }
+    let at = translate(qp, target, rkey, va, 8, AccessFlags::REMOTE_ATOMIC)?;
+    if at.addr % 8 != 0 {
+        // The host word must be aligned too (rxe checks the translated
+        // address): an MR whose address and iova differ mod 8 cannot
+        // serve atomics.
+        return Err(Fault::Invalid.into());
+    }
+    let orig = target
+        .atomic(at.addr, compare, value)
+        .map_err(|f| copy_stop(f, Fault::Access))?;
+    Ok(DirectOutcome::Atomic(orig))
+}

@@ -1,0 +1,240 @@
+//! The requester on the same-host path: a started WR goes out whole, as a
+//! [`DirectOp`], and its [`DirectOutcome`] comes back as the response it
+//! stands for. Everything after that is the requester's own machinery:
+//! ACKs retire WRs in order, an RNR NAK waits `min_rnr_timer` and counts
+//! against `rnr_retry`, a NAK fails the WR and the QP, and an operation
+//! that was dropped (target not ready, or gone) is retried by the local
+//! ACK timeout until `retry_cnt` runs out, as a lost packet is.
+//!
+//! One operation per QP is out at a time: execution is synchronous, so
+//! nothing is gained by more, and a later operation can never overtake
+//! one that was dropped or refused.
+
+use crate::access::AccessFlags;
+use crate::ctx::Ctx;
+use crate::direct::{DirectKind, DirectOp, DirectOutcome, NakKind, Payload};
+use crate::memory::HostMemory;
+use crate::mr_table::gather_plan;
+use crate::qp::Qp;
+use crate::qp_state::{QpState, QpType};
+use crate::requester::{local_status, ReqOp};
+use crate::time::Nanos;
+use crate::wc::WcStatus;
+use crate::wr::send_flags;
+use softverbs_wire::{Psn, Suffix};
+
+impl Qp {
+    /// The next operation to execute at the peer, if the rules allow one
+    /// now (the same rules that let a packet go out).
+    pub(crate) fn direct_next(&mut self, ctx: &mut Ctx<'_>, now: Nanos) -> Option<DirectOp> {
+        let req = &self.req;
+        let blocked =
+            req.rnr_resume.is_some() || req.direct_pending.is_some() || req.direct_stalled;
+        if !self.direct || !matches!(self.state, QpState::Rts | QpState::Sqd) || blocked {
+            return None;
+        }
+        loop {
+            if self.req.send_idx >= self.req.inflight.len() {
+                if !self.start_next(ctx) {
+                    return None;
+                }
+                continue;
+            }
+            let idx = self.req.send_idx;
+            let entry = &self.req.inflight[idx];
+            if entry.done || entry.all_sent() {
+                self.req.send_idx += 1;
+                continue;
+            }
+            match self.direct_op(ctx, idx) {
+                Ok(op) => {
+                    self.direct_sent(idx, now);
+                    return Some(op);
+                }
+                Err(status) => {
+                    self.fail_requester(ctx, idx, status);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Bookkeeping once entry `idx` was handed out whole.
+    fn direct_sent(&mut self, idx: usize, now: Nanos) {
+        let entry = &mut self.req.inflight[idx];
+        entry.sent_once = true;
+        entry.next_pkt = entry.npkts;
+        self.req.direct_pending = Some(entry.first_psn);
+        if self.qp_type == QpType::Rc && self.req.retransmit_at.is_none() {
+            self.req.retransmit_at = crate::time::ack_timeout(self.attr.timeout).map(|t| now + t);
+        }
+    }
+
+    /// Entry `idx` as a whole operation; a local SGE that is not usable
+    /// fails it as it would fail its first packet.
+    fn direct_op(&self, ctx: &Ctx<'_>, idx: usize) -> Result<DirectOp, WcStatus> {
+        let e = &self.req.inflight[idx];
+        let w = &e.wqe;
+        let imm = |s: Suffix| (s == Suffix::Imm).then_some(w.imm_data_or_inv_rkey);
+        let (rkey, va) = (w.rdma.rkey, w.rdma.remote_addr);
+        let a = w.atomic;
+        let kind = match e.op {
+            ReqOp::Send(Suffix::Inv) | ReqOp::LocalInv => return Err(WcStatus::LocQpOpErr),
+            ReqOp::Send(s) => DirectKind::Send { imm: imm(s) },
+            ReqOp::Write(s) => DirectKind::Write {
+                rkey,
+                va,
+                imm: imm(s),
+            },
+            ReqOp::Read => DirectKind::Read { rkey, va },
+            ReqOp::CmpSwap => DirectKind::CompareSwap {
+                rkey: a.rkey,
+                va: a.remote_addr,
+                compare: a.compare_add,
+                swap: a.swap,
+            },
+            ReqOp::FetchAdd => DirectKind::FetchAdd {
+                rkey: a.rkey,
+                va: a.remote_addr,
+                add: a.compare_add,
+            },
+        };
+        let payload = match e.op {
+            _ if w.send_flags & send_flags::INLINE != 0 => Payload::Inline(w.inline_data.to_vec()),
+            ReqOp::Send(_) | ReqOp::Write(_) => {
+                self.local_payload(ctx, idx, AccessFlags::empty())?
+            }
+            ReqOp::Read => self.local_payload(ctx, idx, AccessFlags::LOCAL_WRITE)?,
+            _ => Payload::Memory(Vec::new()),
+        };
+        Ok(DirectOp {
+            qp: self.id,
+            src_qpn: self.qp_num,
+            dest_qpn: self.attr.dest_qp_num,
+            qp_type: self.qp_type,
+            psn: e.first_psn.get(),
+            kind,
+            len: if e.op.is_rd_atomic() && e.op != ReqOp::Read {
+                8
+            } else {
+                e.len
+            },
+            solicited: w.send_flags & send_flags::SOLICITED != 0,
+            payload,
+        })
+    }
+
+    /// The entry's SGEs as address ranges, checked against the lkeys.
+    fn local_payload(
+        &self,
+        ctx: &Ctx<'_>,
+        idx: usize,
+        need: AccessFlags,
+    ) -> Result<Payload, WcStatus> {
+        let e = &self.req.inflight[idx];
+        gather_plan(&*ctx.mrs, self.pd, &e.wqe.sg_list, u64::from(e.len), need)
+            .map(Payload::Memory)
+            .map_err(local_status)
+    }
+
+    /// The outcome of the operation whose first PSN is `psn`.
+    pub(crate) fn direct_outcome(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        now: Nanos,
+        psn: u32,
+        outcome: DirectOutcome,
+        mem: &mut dyn HostMemory,
+    ) {
+        let psn = Psn::new_masked(psn);
+        if self.req.direct_pending != Some(psn) {
+            return; // stale: the QP was reset or failed since
+        }
+        self.req.direct_pending = None;
+        let Some(idx) = self
+            .req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.first_psn == psn)
+        else {
+            return;
+        };
+        let progress = self.apply_outcome(ctx, now, idx, outcome, mem);
+        if progress && self.state != QpState::Err {
+            self.on_progress(false);
+        }
+        self.retire(ctx);
+        self.keep_retransmit_timer(now);
+    }
+
+    /// Applies an outcome to entry `idx`; returns whether it was progress.
+    fn apply_outcome(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        now: Nanos,
+        idx: usize,
+        outcome: DirectOutcome,
+        mem: &mut dyn HostMemory,
+    ) -> bool {
+        let e = &self.req.inflight[idx];
+        let (first, last, op) = (e.first_psn, e.last_psn(), e.op);
+        let unreliable = self.qp_type != QpType::Rc;
+        match outcome {
+            // UC: a message completes once sent, whatever became of it.
+            DirectOutcome::Done | DirectOutcome::Dropped if unreliable => {
+                self.req.inflight[idx].done = true;
+                true
+            }
+            DirectOutcome::Done if op == ReqOp::Read => {
+                self.ack_through(first.wrapping_sub(1));
+                let e = &mut self.req.inflight[idx];
+                e.resp_pkts = e.npkts;
+                e.done = true;
+                self.req.rd_atomic -= 1;
+                true
+            }
+            DirectOutcome::Done => self.ack_through(last),
+            DirectOutcome::Atomic(orig) => {
+                self.ack_through(first.wrapping_sub(1));
+                let sges = &self.req.inflight[idx].wqe.sg_list;
+                let placed = ctx.mrs.scatter(mem, self.pd, sges, 0, &orig.to_ne_bytes());
+                if let Err(err) = placed {
+                    self.fail_requester(ctx, idx, local_status(err));
+                    return false;
+                }
+                self.req.inflight[idx].done = true;
+                self.req.rd_atomic -= 1;
+                true
+            }
+            DirectOutcome::Nak(kind) => {
+                self.ack_through(first.wrapping_sub(1));
+                self.fail_requester(ctx, idx, nak_status(kind));
+                false
+            }
+            DirectOutcome::Rnr { timer } => {
+                if self.ack_through(first.wrapping_sub(1)) {
+                    self.on_progress(false);
+                }
+                self.on_rnr_nak(ctx, now, first, timer);
+                false
+            }
+            DirectOutcome::Dropped => {
+                self.req.direct_stalled = true;
+                false
+            }
+            DirectOutcome::LocalFault => {
+                self.fail_requester(ctx, idx, WcStatus::LocProtErr);
+                false
+            }
+        }
+    }
+}
+
+/// The requester's completion status for a NAK.
+fn nak_status(kind: NakKind) -> WcStatus {
+    match kind {
+        NakKind::InvalidRequest => WcStatus::RemInvReqErr,
+        NakKind::RemoteAccess => WcStatus::RemAccessErr,
+        NakKind::RemoteOperational => WcStatus::RemOpErr,
+    }
+}

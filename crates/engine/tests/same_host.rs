@@ -1,0 +1,214 @@
+//! The same-host path (`softverbs_engine::direct`): error cases run once
+//! over packets and once as whole operations, and must end the same way:
+//! the same completions on both sides, the same async events, the same
+//! QP states. The success paths are compared on random workloads by the
+//! simulator (crates/sim/tests/same_host.rs).
+
+mod common;
+use common::pair::*;
+use softverbs_engine::*;
+
+/// What a run leaves behind on both nodes.
+#[derive(Debug, PartialEq)]
+struct Ending {
+    a: Vec<(u64, WcStatus, WcOpcode, u32)>,
+    b: Vec<(u64, WcStatus, WcOpcode, u32)>,
+    a_events: Vec<u32>,
+    b_events: Vec<u32>,
+    states: (u32, u32),
+}
+
+fn ending(p: &mut Pair, qa: QpId, qb: QpId) -> Ending {
+    let wcs = |n: &mut Node| {
+        n.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+            .collect()
+    };
+    let events = |n: &mut Node| n.events().iter().map(|e| e.event_type()).collect();
+    Ending {
+        a: wcs(&mut p.a),
+        b: wcs(&mut p.b),
+        a_events: events(&mut p.a),
+        b_events: events(&mut p.b),
+        states: (
+            p.a.e.query_qp(qa).unwrap().0.qp_state,
+            p.b.e.query_qp(qb).unwrap().0.qp_state,
+        ),
+    }
+}
+
+/// Runs `scenario` on a wire pair and on a same-host pair and checks that
+/// both end alike; returns the ending.
+fn both_paths(link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
+    let mut endings = Vec::new();
+    for same_host in [false, true] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        let (qa, qb) = p.connect(QpType::Rc, link);
+        assert_eq!(p.a.e.is_direct(qa), same_host);
+        scenario(&mut p, qa, qb);
+        p.run(100_000);
+        endings.push(ending(&mut p, qa, qb));
+    }
+    let host = endings.pop().unwrap();
+    let wire = endings.pop().unwrap();
+    assert_eq!(wire, host, "wire (left) and same host (right) differ");
+    host
+}
+
+fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
+    let sge = [n.sge(offset, len)];
+    let wr = RecvWr {
+        wr_id,
+        sg_list: &sge,
+    };
+    n.e.post_recv(qp, &wr).unwrap();
+}
+
+fn write_to(p: &mut Pair, qa: QpId, wr_id: u64, rkey: u32, imm: bool) {
+    let sge = [p.a.sge(0, 64)];
+    let opcode = if imm {
+        send_opcode::RDMA_WRITE_WITH_IMM
+    } else {
+        send_opcode::RDMA_WRITE
+    };
+    let mut w = wr(wr_id, opcode, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x1000,
+        rkey,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+}
+
+#[test]
+fn a_bad_rkey_is_a_remote_access_error_and_both_qps_fail() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        let wrong = p.b.key ^ 0x55;
+        write_to(p, qa, 1, wrong, false);
+        write_to(p, qa, 2, p.b.key, false);
+    });
+    assert_eq!(
+        end.a[0],
+        (1, WcStatus::RemAccessErr, WcOpcode::RdmaWrite, 0)
+    );
+    assert_eq!(end.a[1].1, WcStatus::WrFlushErr);
+    assert_eq!(end.b_events, [3], "IBV_EVENT_QP_ACCESS_ERR at the target");
+    assert_eq!(end.states, (QpState::Err as u32, QpState::Err as u32));
+}
+
+#[test]
+fn a_write_the_qp_does_not_grant_is_an_invalid_request() {
+    let link = Link {
+        access: AccessFlags::REMOTE_READ,
+        ..Link::default()
+    };
+    let end = both_paths(link, |p, qa, _| write_to(p, qa, 1, p.b.key, false));
+    assert_eq!(end.a[0].1, WcStatus::RemInvReqErr);
+    assert_eq!(end.b_events, [2], "IBV_EVENT_QP_REQ_ERR at the target");
+}
+
+#[test]
+fn a_send_longer_than_the_receive_wr_fails_both_sides() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 16);
+        let sge = [p.a.sge(0, 64)];
+        p.a.e
+            .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+            .unwrap();
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemInvReqErr);
+    assert_eq!(end.b[0], (7, WcStatus::LocLenErr, WcOpcode::Recv, 0));
+}
+
+#[test]
+fn no_receive_wr_and_no_rnr_retries_left_is_rnr_retry_exceeded() {
+    let link = Link {
+        rnr_retry: 0,
+        ..Link::default()
+    };
+    let end = both_paths(link, |p, qa, _| write_to(p, qa, 1, p.b.key, true));
+    assert_eq!(end.a[0].1, WcStatus::RnrRetryExcErr);
+    assert_eq!(end.states.0, QpState::Err as u32);
+}
+
+#[test]
+fn a_receive_posted_during_the_rnr_wait_takes_the_message() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        write_to(p, qa, 1, p.b.key, true);
+        p.run(1); // the RNR NAK (or outcome) arrives, the wait begins
+        post_recv(&mut p.b, qb, 9, 0x3000, 16);
+    });
+    assert_eq!(end.a, [(1, WcStatus::Success, WcOpcode::RdmaWrite, 0)]);
+    assert_eq!(
+        end.b,
+        [(9, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 64)]
+    );
+}
+
+#[test]
+fn an_unmapped_target_buffer_is_a_remote_access_error() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        p.b.mem.unmap(MEM_BASE + 0x1000..MEM_BASE + 0x1040);
+        write_to(p, qa, 1, p.b.key, false);
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn an_unmapped_send_buffer_is_a_local_protection_error() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        p.a.mem.unmap(MEM_BASE..MEM_BASE + 0x40);
+        let sge = [p.a.sge(0, 64)];
+        p.a.e
+            .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+            .unwrap();
+    });
+    assert_eq!(end.a[0].1, WcStatus::LocProtErr);
+}
+
+/// A target whose process died answers nothing: the requester's local
+/// ACK timer runs `retry_cnt` times, then the WR fails with
+/// RETRY_EXC_ERR and the QP enters the error state, as with a dead peer
+/// behind a NIC.
+#[test]
+fn a_target_gone_ends_in_retry_exceeded_within_the_timeout_budget() {
+    let link = Link {
+        retry_cnt: 3,
+        timeout: 10,
+        ..Link::default()
+    };
+    let mut p = Pair::same_host();
+    p.reachable = Box::new(|_| false);
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let key = p.b.key;
+    write_to(&mut p, qa, 1, key, false);
+    p.run(1000);
+    let end = ending(&mut p, qa, qb);
+    assert_eq!(end.a, [(1, WcStatus::RetryExcErr, WcOpcode::RdmaWrite, 0)]);
+    let budget = ack_timeout(10).unwrap() * 4 + 1_000_000;
+    assert!(p.now <= budget, "failed at {} ns, budget {budget}", p.now);
+}
+
+#[test]
+fn operations_leave_as_whole_messages_in_order() {
+    let mut p = Pair::same_host();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    for i in 0..4 {
+        post_recv(&mut p.b, qb, 10 + i, 0x3000 + i * 0x2000, 5000);
+    }
+    let sge = [p.a.sge(0, 5000)];
+    for i in 0..4 {
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &sge))
+            .unwrap();
+    }
+    let moved = p.run(1000);
+    assert_eq!(moved, 4, "one operation per message, no packets");
+    let got: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.byte_len)).collect();
+    assert_eq!(got, [(10, 5000), (11, 5000), (12, 5000), (13, 5000)]);
+}
