@@ -145,6 +145,13 @@ impl Engine {
         });
     }
 
+    /// From now on, note every QP whose published view may change, for
+    /// [`Engine::poll_qp_change`] (an embedder that publishes its QPs to
+    /// same-host peers turns this on; nobody else pays for it).
+    pub fn track_qp_changes(&mut self) {
+        self.track_qp_changes = true;
+    }
+
     /// The next QP whose published view may have changed (created,
     /// modified, destroyed, or moved to another state by the engine), with
     /// its number; the embedder republishes it.
@@ -154,7 +161,7 @@ impl Engine {
 
     /// Notes that QP `id` (number `qpn`) changed, for `poll_qp_change`.
     pub(crate) fn qp_changed(&mut self, id: QpId, qpn: u32) {
-        if !self.qp_changes.contains(&(id, qpn)) {
+        if self.track_qp_changes && !self.qp_changes.contains(&(id, qpn)) {
             self.qp_changes.push((id, qpn));
         }
     }

@@ -48,6 +48,8 @@ pub struct Engine {
     pub(crate) direct_qps: Vec<QpId>,
     /// QPs whose published view may have changed (`poll_qp_change`).
     pub(crate) qp_changes: Vec<(QpId, u32)>,
+    /// Whether `qp_changes` is kept (`track_qp_changes`).
+    pub(crate) track_qp_changes: bool,
 }
 
 impl Engine {
@@ -73,6 +75,7 @@ impl Engine {
             scratch: Vec::new(),
             direct_qps: Vec::new(),
             qp_changes: Vec::new(),
+            track_qp_changes: false,
         }
     }
 

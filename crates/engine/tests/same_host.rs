@@ -6,6 +6,7 @@
 
 mod common;
 use common::pair::*;
+use common::*;
 use softverbs_engine::*;
 
 /// What a run leaves behind on both nodes.
@@ -211,4 +212,20 @@ fn operations_leave_as_whole_messages_in_order() {
     assert_eq!(moved, 4, "one operation per message, no packets");
     let got: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.byte_len)).collect();
     assert_eq!(got, [(10, 5000), (11, 5000), (12, 5000), (13, 5000)]);
+}
+
+#[test]
+fn qp_changes_are_reported_once_tracking_is_on() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    assert_eq!(p.a.e.poll_qp_change(), None, "not tracked by default");
+    p.a.e.track_qp_changes();
+    p.a.e
+        .modify_qp(qa, &attr(QpState::Err), QpAttrMask::STATE)
+        .unwrap();
+    let qpn = p.a.e.qp_num(qa).unwrap();
+    assert_eq!(p.a.e.poll_qp_change(), Some((qa, qpn)));
+    assert_eq!(p.a.e.poll_qp_change(), None);
+    p.a.e.destroy_qp(qa).unwrap();
+    assert_eq!(p.a.e.poll_qp_change(), Some((qa, qpn)));
 }
