@@ -37,6 +37,8 @@ pub enum DirectKind {
     Send {
         /// Immediate data (host order, as the receiver's completion has it).
         imm: Option<u32>,
+        /// SEND_WITH_INV: the rkey to invalidate at the target.
+        inv: Option<u32>,
     },
     /// RDMA WRITE (with immediate data if `imm`).
     Write {
@@ -84,6 +86,11 @@ pub enum Payload {
     Memory(Vec<Seg>),
     /// Inline data copied at post time.
     Inline(Vec<u8>),
+    /// A READ whose local SGEs are unusable (not in a live MR of the QP's
+    /// PD with LOCAL_WRITE): the wire path finds that only when the
+    /// response arrives, after the target executed the request, so the
+    /// target's checks still run first and the WR then fails locally.
+    Unusable,
 }
 
 /// One started send WR, whole, for the embedder to execute at the target.
@@ -163,6 +170,9 @@ pub struct PeerQp {
     pub max_dest_rd_atomic: u8,
     /// Its Q_Key (UD).
     pub qkey: u32,
+    /// It receives from an SRQ (not yet on the same-host path: a peer
+    /// keeps such a QP on the wire).
+    pub srq: bool,
 }
 
 /// The async event a target QP raises when a request fails there.
@@ -260,7 +270,7 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
         target.comm_est();
     }
     let result = match op.kind {
-        DirectKind::Send { imm } => receive_send(op, &qp, target, imm),
+        DirectKind::Send { imm, inv } => receive_send(op, &qp, target, imm, inv),
         DirectKind::Write { rkey, va, imm } => write(op, &qp, target, rkey, va, imm),
         DirectKind::Read { rkey, va } => read(op, &qp, target, rkey, va),
         DirectKind::CompareSwap {
@@ -287,7 +297,7 @@ fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
         QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
     );
     let connected = qp.qp_type == QpType::Ud || qp.dest_qpn == op.src_qpn;
-    receiving && qp.qp_type == op.qp_type && connected
+    receiving && qp.qp_type == op.qp_type && connected && !qp.srq
 }
 
 /// A fatal RC request error: the NAK, the event, the error state.
@@ -363,6 +373,7 @@ fn receive_send(
     qp: &PeerQp,
     target: &mut dyn DirectTarget,
     imm: Option<u32>,
+    inv: Option<u32>,
 ) -> Step {
     let wqe = target.next_recv().ok_or_else(|| not_ready(qp))?;
     let len = u64::from(op.len);
@@ -380,6 +391,13 @@ fn receive_send(
             return Err(fail_receive(qp, target, &wqe, WcStatus::LocProtErr).into())
         }
         Err(other) => return Err(copy_stop(other, Fault::Access)),
+    }
+    if inv.is_some() {
+        // Only a fast-register MR or a bound memory window can be
+        // invalidated, and softverbs offers neither (as the wire
+        // responder's `invalidate_for_send`): an invalid request.
+        fail_receive(qp, target, &wqe, WcStatus::RemInvReqErr);
+        return Err(Fault::Invalid.into());
     }
     complete_receive(op, qp, target, &wqe, WcOpcode::Recv, imm)
 }
@@ -478,7 +496,7 @@ fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va
     }
     let from = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_READ)?;
     let Payload::Memory(to) = &op.payload else {
-        return Err(Fault::Invalid.into());
+        return Ok(DirectOutcome::LocalFault); // the response finds no place
     };
     target
         .read(from, to)

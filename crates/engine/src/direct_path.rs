@@ -6,11 +6,11 @@
 
 use crate::direct::{DirectOp, DirectOutcome, PeerQp, TargetEvent};
 use crate::engine::Engine;
-use crate::error::{einval, VerbsResult};
+use crate::error::{einval, eopnotsupp, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::handles::QpId;
 use crate::memory::HostMemory;
-use crate::qp_state::QpState;
+use crate::qp_state::{QpState, QpType};
 use crate::time::Nanos;
 use crate::wc::WorkCompletion;
 use crate::wr::RecvWqe;
@@ -21,6 +21,9 @@ impl Engine {
     /// yet sending: after RTR is reached, before the first WR starts.
     pub fn set_direct(&mut self, id: QpId, on: bool) -> VerbsResult<()> {
         let qp = self.qps.get_mut(id).ok_or(einval("unknown QP"))?;
+        if on && qp.qp_type == QpType::Ud {
+            return Err(eopnotsupp("UD is not on the same-host path yet"));
+        }
         qp.direct = on;
         self.direct_qps.retain(|q| *q != id);
         if on {
@@ -39,9 +42,10 @@ impl Engine {
     /// turns. Execute it with [`crate::direct::execute`] and give the
     /// outcome to [`Engine::handle_direct`] before asking again.
     pub fn poll_direct(&mut self, now: Nanos) -> Option<DirectOp> {
-        for _ in 0..self.direct_qps.len() {
-            let id = self.direct_qps.remove(0);
-            self.direct_qps.push(id);
+        let n = self.direct_qps.len();
+        for _ in 0..n {
+            self.direct_turn = (self.direct_turn + 1) % n;
+            let id = self.direct_qps[self.direct_turn];
             let op = self
                 .with_qp(id, |qp, ctx| qp.direct_next(ctx, now))
                 .flatten();
@@ -83,6 +87,7 @@ impl Engine {
             min_rnr_timer: qp.attr.min_rnr_timer,
             max_dest_rd_atomic: qp.attr.max_dest_rd_atomic,
             qkey: qp.attr.qkey,
+            srq: qp.srq.is_some(),
         })
     }
 

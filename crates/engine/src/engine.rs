@@ -46,6 +46,8 @@ pub struct Engine {
     pub(crate) scratch: Vec<u8>,
     /// QPs on the same-host path, in turn order (`direct_path.rs`).
     pub(crate) direct_qps: Vec<QpId>,
+    /// Index in `direct_qps` of the QP whose turn was last.
+    pub(crate) direct_turn: usize,
     /// QPs whose published view may have changed (`poll_qp_change`).
     pub(crate) qp_changes: Vec<(QpId, u32)>,
     /// Whether `qp_changes` is kept (`track_qp_changes`).
@@ -74,6 +76,7 @@ impl Engine {
             stats: DatapathStats::default(),
             scratch: Vec::new(),
             direct_qps: Vec::new(),
+            direct_turn: 0,
             qp_changes: Vec::new(),
             track_qp_changes: false,
         }

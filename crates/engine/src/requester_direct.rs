@@ -78,9 +78,13 @@ impl Qp {
         let imm = |s: Suffix| (s == Suffix::Imm).then_some(w.imm_data_or_inv_rkey);
         let (rkey, va) = (w.rdma.rkey, w.rdma.remote_addr);
         let a = w.atomic;
+        let inv = |s: Suffix| (s == Suffix::Inv).then_some(w.imm_data_or_inv_rkey);
         let kind = match e.op {
-            ReqOp::Send(Suffix::Inv) | ReqOp::LocalInv => return Err(WcStatus::LocQpOpErr),
-            ReqOp::Send(s) => DirectKind::Send { imm: imm(s) },
+            ReqOp::LocalInv => return Err(WcStatus::LocQpOpErr),
+            ReqOp::Send(s) => DirectKind::Send {
+                imm: imm(s),
+                inv: inv(s),
+            },
             ReqOp::Write(s) => DirectKind::Write {
                 rkey,
                 va,
@@ -104,7 +108,9 @@ impl Qp {
             ReqOp::Send(_) | ReqOp::Write(_) => {
                 self.local_payload(ctx, idx, AccessFlags::empty())?
             }
-            ReqOp::Read => self.local_payload(ctx, idx, AccessFlags::LOCAL_WRITE)?,
+            ReqOp::Read => self
+                .local_payload(ctx, idx, AccessFlags::LOCAL_WRITE)
+                .unwrap_or(Payload::Unusable),
             _ => Payload::Memory(Vec::new()),
         };
         Ok(DirectOp {
@@ -179,6 +185,14 @@ impl Qp {
         let e = &self.req.inflight[idx];
         let (first, last, op) = (e.first_psn, e.last_psn(), e.op);
         let unreliable = self.qp_type != QpType::Rc;
+        let atomic = matches!(op, ReqOp::CmpSwap | ReqOp::FetchAdd);
+        let answered = matches!(outcome, DirectOutcome::Atomic(_));
+        if answered != atomic && matches!(outcome, DirectOutcome::Done | DirectOutcome::Atomic(_)) {
+            // An answer of the wrong kind, as a response packet of the
+            // wrong type would be.
+            self.fail_requester(ctx, idx, WcStatus::BadRespErr);
+            return false;
+        }
         match outcome {
             // UC: a message completes once sent, whatever became of it.
             DirectOutcome::Done | DirectOutcome::Dropped if unreliable => {

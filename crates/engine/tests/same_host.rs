@@ -9,6 +9,8 @@ use common::pair::*;
 use common::*;
 use softverbs_engine::*;
 
+const EOPNOTSUPP: i32 = 95;
+
 /// What a run leaves behind on both nodes.
 #[derive(Debug, PartialEq)]
 struct Ending {
@@ -228,4 +230,53 @@ fn qp_changes_are_reported_once_tracking_is_on() {
     assert_eq!(p.a.e.poll_qp_change(), None);
     p.a.e.destroy_qp(qa).unwrap();
     assert_eq!(p.a.e.poll_qp_change(), Some((qa, qpn)));
+}
+
+#[test]
+fn send_with_invalidate_fails_at_the_target_as_on_the_wire() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        let sge = [p.a.sge(0, 64)];
+        let mut w = wr(1, send_opcode::SEND_WITH_INV, &sge);
+        w.imm_data_or_inv_rkey = p.b.key;
+        p.a.e.post_send(qa, &w).unwrap();
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemInvReqErr);
+    assert_eq!(end.b[0], (7, WcStatus::RemInvReqErr, WcOpcode::Recv, 0));
+    assert_eq!(end.states, (QpState::Err as u32, QpState::Err as u32));
+}
+
+#[test]
+fn a_read_checks_the_target_before_its_own_unusable_sges() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        let ro =
+            p.a.e
+                .reg_mr(p.a.pd, MEM_BASE, 0x100, MEM_BASE, 0)
+                .unwrap()
+                .key;
+        let sge = [Sge {
+            addr: MEM_BASE,
+            length: 64,
+            lkey: ro,
+        }];
+        let mut w = wr(1, send_opcode::RDMA_READ, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x1000,
+            rkey: p.b.key ^ 0x55,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+    });
+    assert_eq!(
+        end.a[0].1,
+        WcStatus::RemAccessErr,
+        "the bad rkey is found first"
+    );
+    assert_eq!(end.b_events, [3]);
+}
+
+#[test]
+fn ud_is_not_put_on_the_same_host_path() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Ud, Link::default());
+    assert_eq!(errno(p.a.e.set_direct(qa, true)), EOPNOTSUPP);
 }
