@@ -221,6 +221,11 @@ pub trait DirectTarget: MrLookup {
     fn comm_est(&mut self);
     /// The target QP enters the error state, raising `event`.
     fn fail(&mut self, event: TargetEvent);
+    /// An access begins: MRs looked up from now until `access_end` must
+    /// stay where they are (`ibv_dereg_mr` waits).
+    fn access_begin(&mut self) {}
+    /// The access that `access_begin` opened is over.
+    fn access_end(&mut self) {}
 }
 
 /// A PD handle as a number another process can hold.
@@ -269,7 +274,20 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
     if qp.state == QpState::Rtr {
         target.comm_est();
     }
-    let result = match op.kind {
+    target.access_begin();
+    let result = run_request(op, &qp, target);
+    target.access_end();
+    match result {
+        Ok(outcome) | Err(Stop::Outcome(outcome)) => outcome,
+        Err(Stop::Fault(fault)) if qp.qp_type == QpType::Uc => uc_fault(target, fault),
+        Err(Stop::Fault(fault)) => rc_fault(target, fault),
+    }
+}
+
+/// The request itself, between the MR lookups and the last copy.
+fn run_request(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Step {
+    let qp = *qp;
+    match op.kind {
         DirectKind::Send { imm, inv } => receive_send(op, &qp, target, imm, inv),
         DirectKind::Write { rkey, va, imm } => write(op, &qp, target, rkey, va, imm),
         DirectKind::Read { rkey, va } => read(op, &qp, target, rkey, va),
@@ -280,11 +298,6 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
             swap,
         } => atomic(&qp, target, rkey, va, Some(compare), swap),
         DirectKind::FetchAdd { rkey, va, add } => atomic(&qp, target, rkey, va, None, add),
-    };
-    match result {
-        Ok(outcome) | Err(Stop::Outcome(outcome)) => outcome,
-        Err(Stop::Fault(fault)) if qp.qp_type == QpType::Uc => uc_fault(target, fault),
-        Err(Stop::Fault(fault)) => rc_fault(target, fault),
     }
 }
 
@@ -488,9 +501,7 @@ fn write(
 
 fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va: u64) -> Step {
     grants(qp, AccessFlags::REMOTE_READ)?;
-    if qp.max_dest_rd_atomic == 0 {
-        return Err(Fault::Invalid.into()); // no responder resource
-    }
+    resources(qp)?;
     if op.len == 0 {
         return Ok(DirectOutcome::Done);
     }
@@ -504,6 +515,18 @@ fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va
     Ok(DirectOutcome::Done)
 }
 
+/// READs and atomics need a responder resource (IBTA 9.4.4). Each one
+/// here is answered before the next is handed out, so it never waits
+/// behind others as on the wire, where a responder holding
+/// `max_dest_rd_atomic` unanswered READs refuses the next one: that
+/// depends on timing there, and cannot happen here.
+fn resources(qp: &PeerQp) -> Result<(), Fault> {
+    if qp.max_dest_rd_atomic == 0 {
+        return Err(Fault::Invalid);
+    }
+    Ok(())
+}
+
 fn atomic(
     qp: &PeerQp,
     target: &mut dyn DirectTarget,
@@ -513,9 +536,9 @@ fn atomic(
     value: u64,
 ) -> Step {
     grants(qp, AccessFlags::REMOTE_ATOMIC)?;
-    if qp.max_dest_rd_atomic == 0 || va & 7 != 0 {
-        // No responder resource, or misaligned (IBTA: invalid requests).
-        return Err(Fault::Invalid.into());
+    resources(qp)?;
+    if va & 7 != 0 {
+        return Err(Fault::Invalid.into()); // IBTA: misaligned atomics are invalid
     }
     let at = translate(qp, target, rkey, va, 8, AccessFlags::REMOTE_ATOMIC)?;
     if at.addr % 8 != 0 {

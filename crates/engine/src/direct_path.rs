@@ -109,9 +109,12 @@ impl Engine {
             if qp.state == QpState::Err || qp.srq.is_some() {
                 return false;
             }
-            if qp.rq.pop_front().is_none() {
+            // The WR the peer took is the oldest one; anything else means
+            // the queue changed under it (a reset and new WRs).
+            if qp.rq.front().is_none_or(|w| w.wr_id != wc.wr_id) {
                 return false;
             }
+            qp.rq.pop_front();
             ctx.complete(qp.recv_cq, wc, solicited);
             true
         });

@@ -146,6 +146,7 @@ impl Engine {
             });
         } else {
             qp.sq.push_back(wqe);
+            qp.direct_probe();
             self.schedule.wake(id);
         }
     }

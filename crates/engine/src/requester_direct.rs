@@ -49,12 +49,29 @@ impl Qp {
             match self.direct_op(ctx, idx) {
                 Ok(op) => {
                     self.direct_sent(idx, now);
+                    // Start what follows as far as the rules allow, as the
+                    // wire path does once a WR's packets are out: those WRs
+                    // are then in flight for SQD draining and flushing.
+                    while self.start_next(ctx) {}
                     return Some(op);
                 }
                 Err(status) => {
                     self.fail_requester(ctx, idx, status);
                     return None;
                 }
+            }
+        }
+    }
+
+    /// A WR was posted while a dropped operation waits for the timer. On
+    /// the wire its packets would reach a responder that is ready by now,
+    /// whose PSN sequence NAK sends the requester back to the dropped
+    /// WR at once; here the dropped operation is tried again. (With
+    /// `timeout` 0, no timer would ever do it.)
+    pub(crate) fn direct_probe(&mut self) {
+        if self.direct && std::mem::take(&mut self.req.direct_stalled) {
+            if let Some(psn) = self.req.oldest_unacked() {
+                self.req.go_back(psn);
             }
         }
     }

@@ -280,3 +280,85 @@ fn ud_is_not_put_on_the_same_host_path() {
     let (qa, _) = p.connect(QpType::Ud, Link::default());
     assert_eq!(errno(p.a.e.set_direct(qa, true)), EOPNOTSUPP);
 }
+
+fn read_from(p: &mut Pair, qa: QpId, wr_id: u64, rkey: u32) {
+    let sge = [p.a.sge(0x100 * wr_id, 64)];
+    let mut w = wr(wr_id, send_opcode::RDMA_READ, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x1000,
+        rkey,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+}
+
+/// With `timeout` 0 no timer resends a request the target dropped while
+/// it was not ready. On the wire the next request's packets draw a PSN
+/// sequence NAK that sends the requester back; the same-host path tries
+/// the dropped operation again when the next WR is posted.
+#[test]
+fn with_an_infinite_timeout_a_dropped_request_is_resent_when_the_next_is_posted() {
+    let link = Link {
+        timeout: 0,
+        ..Link::default()
+    };
+    let end = both_paths(link, |p, qa, qb| {
+        p.b.e
+            .modify_qp(qb, &attr(QpState::Reset), QpAttrMask::STATE)
+            .unwrap();
+        let key = p.b.key;
+        write_to(p, qa, 1, key, false);
+        p.run(100);
+        assert!(
+            p.a.poll().is_empty(),
+            "nothing completes while the target is down"
+        );
+        p.bring_up_b(QpType::Rc, qa, qb, link);
+        write_to(p, qa, 2, key, false);
+    });
+    let ok = |id| (id, WcStatus::Success, WcOpcode::RdmaWrite, 0);
+    assert_eq!(end.a, [ok(1), ok(2)]);
+}
+
+/// Every WR started before SQD was entered completes before
+/// IBV_EVENT_SQ_DRAINED, on both paths alike.
+#[test]
+fn sqd_drains_the_same_wrs_as_on_the_wire() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        let sge = [p.a.sge(0, 64)];
+        for id in 1..=3 {
+            p.a.e
+                .post_send(qa, &wr(id, send_opcode::SEND, &sge))
+                .unwrap();
+        }
+        p.run(2); // the first meets an RNR NAK: no receive WR yet
+        let sqd = QpAttr {
+            en_sqd_async_notify: 1,
+            ..attr(QpState::Sqd)
+        };
+        p.a.e
+            .modify_qp(
+                qa,
+                &sqd,
+                QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+            )
+            .unwrap();
+        for id in 0..3 {
+            post_recv(&mut p.b, qb, 10 + id, 0x3000 + 0x100 * id, 64);
+        }
+    });
+    assert_eq!(end.a.len(), 3, "{end:?}");
+    assert!(end.a_events.contains(&5), "SQ_DRAINED: {end:?}");
+}
+
+/// A READ that fails flushes the started READ behind it, which reports
+/// its length as a flushed READ does on the wire.
+#[test]
+fn a_failed_read_flushes_the_started_read_behind_it_alike() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        let key = p.b.key;
+        read_from(p, qa, 1, key ^ 0x55);
+        read_from(p, qa, 2, key);
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemAccessErr);
+    assert_eq!(end.a[1].1, WcStatus::WrFlushErr);
+}

@@ -159,6 +159,16 @@ impl Pair {
         }
     }
 
+    /// Brings node b's QP `qb` (in RESET) up again, connected to `qa`.
+    pub fn bring_up_b(&mut self, ty: QpType, qa: QpId, qb: QpId, link: Link) {
+        let na = self.a.e.qp_num(qa).unwrap();
+        let ga = self.a.gid;
+        up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
+        if self.same_host && ty != QpType::Ud {
+            self.b.e.set_direct(qb, true).unwrap();
+        }
+    }
+
     /// Executes every same-host operation either side hands out; returns
     /// how many.
     fn run_direct(&mut self) -> usize {
