@@ -24,6 +24,15 @@ impl Engine {
         if on && qp.qp_type == QpType::Ud {
             return Err(eopnotsupp("UD is not on the same-host path yet"));
         }
+        if qp.direct && !on {
+            // Back to the wire (the peer turned out to use it): nothing
+            // handed out was executed, so its packets go out from there.
+            qp.req.direct_pending = None;
+            qp.req.direct_stalled = false;
+            if let Some(psn) = qp.req.oldest_unacked() {
+                qp.req.go_back(psn);
+            }
+        }
         qp.direct = on;
         self.direct_qps.retain(|q| *q != id);
         if on {
@@ -153,11 +162,27 @@ impl Engine {
         });
     }
 
-    /// From now on, note every QP whose published view may change, for
-    /// [`Engine::poll_qp_change`] (an embedder that publishes its QPs to
-    /// same-host peers turns this on; nobody else pays for it).
-    pub fn track_qp_changes(&mut self) {
-        self.track_qp_changes = true;
+    /// From now on, note every QP and MR whose published view may change,
+    /// for [`Engine::poll_qp_change`] and [`Engine::poll_mr_change`] (an
+    /// embedder that publishes them to same-host peers turns this on;
+    /// nobody else pays for it). Objects that exist already are not
+    /// noted: turn it on before creating any.
+    pub fn track_changes(&mut self) {
+        self.track_changes = true;
+    }
+
+    /// The key of the next MR registered, changed or deregistered since
+    /// last asked (look it up with [`Engine::mr_by_key`]: gone means
+    /// deregistered).
+    pub fn poll_mr_change(&mut self) -> Option<u32> {
+        self.mr_changes.pop()
+    }
+
+    /// Notes that the MR with key `key` changed, for `poll_mr_change`.
+    pub(crate) fn mr_changed(&mut self, key: u32) {
+        if self.track_changes && !self.mr_changes.contains(&key) {
+            self.mr_changes.push(key);
+        }
     }
 
     /// The next QP whose published view may have changed (created,
@@ -169,7 +194,7 @@ impl Engine {
 
     /// Notes that QP `id` (number `qpn`) changed, for `poll_qp_change`.
     pub(crate) fn qp_changed(&mut self, id: QpId, qpn: u32) {
-        if self.track_qp_changes && !self.qp_changes.contains(&(id, qpn)) {
+        if self.track_changes && !self.qp_changes.contains(&(id, qpn)) {
             self.qp_changes.push((id, qpn));
         }
     }

@@ -50,8 +50,10 @@ pub struct Engine {
     pub(crate) direct_turn: usize,
     /// QPs whose published view may have changed (`poll_qp_change`).
     pub(crate) qp_changes: Vec<(QpId, u32)>,
-    /// Whether `qp_changes` is kept (`track_qp_changes`).
-    pub(crate) track_qp_changes: bool,
+    /// Keys of MRs whose published view may have changed.
+    pub(crate) mr_changes: Vec<u32>,
+    /// Whether `qp_changes` and `mr_changes` are kept (`track_changes`).
+    pub(crate) track_changes: bool,
 }
 
 impl Engine {
@@ -78,7 +80,8 @@ impl Engine {
             direct_qps: Vec::new(),
             direct_turn: 0,
             qp_changes: Vec::new(),
-            track_qp_changes: false,
+            mr_changes: Vec::new(),
+            track_changes: false,
         }
     }
 

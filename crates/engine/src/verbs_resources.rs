@@ -84,6 +84,7 @@ impl Engine {
             access,
             key,
         });
+        self.mr_changed(key);
         Ok(self.mrs.get(id).expect("just inserted"))
     }
 
@@ -108,6 +109,8 @@ impl Engine {
         }
         let m = self.mrs.get_mut(mr).expect("checked above");
         (m.pd, m.addr, m.length, m.iova, m.access) = (pd, addr, length, iova, access);
+        let key = m.key;
+        self.mr_changed(key);
         Ok(())
     }
 
@@ -125,6 +128,7 @@ impl Engine {
     pub fn dereg_mr(&mut self, mr: MrId) -> VerbsResult<()> {
         let m = self.mrs.remove(mr).ok_or(einval("unknown MR"))?;
         self.pds[m.pd].users.put();
+        self.mr_changed(m.key);
         Ok(())
     }
 

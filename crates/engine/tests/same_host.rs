@@ -221,7 +221,7 @@ fn qp_changes_are_reported_once_tracking_is_on() {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
     assert_eq!(p.a.e.poll_qp_change(), None, "not tracked by default");
-    p.a.e.track_qp_changes();
+    p.a.e.track_changes();
     p.a.e
         .modify_qp(qa, &attr(QpState::Err), QpAttrMask::STATE)
         .unwrap();
