@@ -5,7 +5,7 @@
 use crate::daemon::protocol::FrameHeader;
 use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
 use crate::slots::qpns_of;
-use nix::sys::socket::sockopt::UdpGroSegment;
+use nix::sys::socket::sockopt::{RcvBufForce, UdpGroSegment};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -17,6 +17,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// Socket buffer size asked for: a burst of a few hundred MTU-sized
 /// packets fits, so a busy loopback rarely drops.
 const SOCKET_BUFFER: usize = 4 << 20;
+/// The receive buffer asked for past `rmem_max` where that is allowed.
+const FORCED_RECV_BUFFER: usize = 32 << 20;
 
 /// A context's socket and daemon session, and the slots (blocks of QP
 /// numbers) it holds.
@@ -225,7 +227,12 @@ fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket
         socket.set_only_v6(true)?;
     }
     // Bigger buffers are a wish, not a requirement (rmem_max may cap them).
-    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    // A burst of READ responses from a fast peer meets a receiver that
+    // the scheduler has not run yet; where allowed (CAP_NET_ADMIN), the
+    // buffer goes past rmem_max, as deep as a NIC's.
+    if setsockopt(&socket, RcvBufForce, &FORCED_RECV_BUFFER).is_err() {
+        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    }
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     socket.set_nonblocking(true)?;
     // Packets of one message, sent as one GSO batch, then arrive as one
