@@ -1,0 +1,56 @@
+//! Whether a process named in a shared word still exists.
+//!
+//! Lock words and claimed slots name the process that holds them, so a
+//! peer that crashed while holding one can be recognised and its hold
+//! broken instead of wedging everyone else. `kill(pid, 0)` sends nothing
+//! and only reports whether the process exists.
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+/// True when `pid` names no process (ESRCH), or cannot name a single
+/// process at all (zero or negative values, which `kill` would take as a
+/// process group: a corrupt word, whose holder is treated as gone). A
+/// process of another user (EPERM) is alive. A pid reused by a new
+/// process reads as alive: the hold is then kept until that one ends.
+pub fn is_gone(pid: i32) -> bool {
+    if pid <= 0 {
+        return true;
+    }
+    matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
+}
+
+/// Our own pid, as it is written in shared words.
+pub fn own_pid() -> i32 {
+    std::process::id() as i32
+}
+
+/// A pid that names no process: a child that has exited and been reaped
+/// (its pid is not reused within the test).
+#[cfg(test)]
+pub(crate) fn gone_pid() -> i32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id() as i32;
+    child.wait().expect("wait for true");
+    pid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn we_are_alive_and_a_reaped_child_is_gone() {
+        assert!(!is_gone(own_pid()));
+        assert!(is_gone(gone_pid()));
+    }
+
+    #[test]
+    fn group_pids_read_as_gone() {
+        assert!(is_gone(0));
+        assert!(is_gone(-1));
+    }
+}
