@@ -115,8 +115,9 @@ impl ContextState {
             ip: dev.config.ip,
             daemon: softverbs_config::Config::daemon(crate::daemon_program::find()),
         };
-        let driver =
-            Driver::start(cfg, ProcessMemory::new(), events.clone()).inspect_err(|_| {
+        let cross = Arc::new(crate::cross_process::CrossProcessAccess::new());
+        let driver = Driver::start_with(cfg, ProcessMemory::new(), events.clone(), Some(cross))
+            .inspect_err(|_| {
                 // SAFETY: `reader` was just created and not handed out.
                 unsafe { libc::close(reader) };
             })?;

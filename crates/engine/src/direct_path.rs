@@ -105,6 +105,11 @@ impl Engine {
         self.qps.get(id).into_iter().flat_map(|qp| qp.rq.iter())
     }
 
+    /// How many receive WRs QP `id` holds (not its SRQ's).
+    pub fn recv_queue_len(&self, id: QpId) -> usize {
+        self.qps.get(id).map_or(0, |qp| qp.rq.len())
+    }
+
     /// A peer delivered a message into the oldest receive WR of QP `qpn`
     /// (the one it took from the published queue): that WR leaves the
     /// receive queue and `wc` completes on the QP's receive CQ, with the

@@ -21,6 +21,8 @@ use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats};
+use crate::same_host::host::{SameHost, ShmMode};
+use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
@@ -86,6 +88,9 @@ struct State<M> {
     engine: Engine,
     mem: M,
     io: Io,
+    /// The same-host path, unless it is off (`SOFTVERBS_SHM=0`) or could
+    /// not start.
+    same_host: Option<SameHost>,
     /// The deadline the progress thread sleeps towards (None: no timer).
     thread_deadline: Option<Nanos>,
 }
@@ -118,8 +123,19 @@ impl<M: HostMemory + Send + 'static> std::fmt::Debug for Driver<M> {
 
 impl<M: HostMemory + Send + 'static> Driver<M> {
     /// Claims a slot at `cfg.ip`, opens the engine and starts the progress
-    /// thread.
+    /// thread; every QP uses the wire.
     pub fn start(cfg: DriverConfig, mem: M, notify: Arc<dyn Notify>) -> io::Result<Driver<M>> {
+        Driver::start_with(cfg, mem, notify, None)
+    }
+
+    /// [`Driver::start`], with the same-host path through `cross` (cross
+    /// memory access and shared regions) unless `SOFTVERBS_SHM=0`.
+    pub fn start_with(
+        cfg: DriverConfig,
+        mem: M,
+        notify: Arc<dyn Notify>,
+        cross: Option<Arc<dyn CrossProcess>>,
+    ) -> io::Result<Driver<M>> {
         crate::capture::open_from_env()?;
         let endpoint = Endpoint::open(cfg.ip, &cfg.daemon)?;
         let poll = Poll::new()?;
@@ -138,11 +154,22 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let mut device = cfg.device;
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
+        let mut engine = Engine::new(device);
+        let mut endpoint = endpoint;
+        let same_host = start_same_host(cross, &mut endpoint, &mut engine, cfg.ip);
+        if let Some(sh) = &same_host {
+            poll.registry().register(
+                &mut SourceFd(&sh.doorbell().as_raw_fd()),
+                Token(2),
+                Interest::READABLE,
+            )?;
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                engine: Engine::new(device),
+                engine,
                 mem,
                 io: Io::new(endpoint),
+                same_host,
                 thread_deadline: None,
             }),
             clock: Clock::start(),
@@ -172,6 +199,10 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     ) -> Result<R, DeviceFailed> {
         let mut guard = self.shared.lock()?;
         let state = &mut *guard;
+        if let Some(sh) = state.same_host.as_mut() {
+            // What peers delivered is seen by this very verb (a poll_cq).
+            sh.apply_deliveries(&mut state.engine);
+        }
         let result = verb(&mut state.engine, &mut state.mem);
         self.shared.step(state);
         Ok(result)
@@ -274,10 +305,18 @@ impl<M: HostMemory> Shared<M> {
     /// thread if it sleeps past the engine's new earliest deadline.
     fn step(&self, state: &mut State<M>) {
         let State {
-            engine, mem, io, ..
+            engine,
+            mem,
+            io,
+            same_host,
+            ..
         } = state;
         let was_down = io.link_down;
-        io.step(engine, mem, self.clock.now());
+        let now = self.clock.now();
+        io.step(engine, mem, now);
+        if let Some(sh) = same_host.as_mut() {
+            sh.step(engine, mem, &mut io.endpoint, now);
+        }
         if io.link_down && !was_down {
             // The daemon is gone: stop polling its closed socket, which
             // would otherwise be readable forever, and leave its steering
@@ -304,6 +343,25 @@ impl<M: HostMemory> Shared<M> {
         if sooner {
             state.thread_deadline = deadline;
             let _ = self.waker.wake();
+        }
+    }
+}
+
+/// The same-host path of a new context, unless it is off or its region
+/// cannot be made (then every QP uses the wire, and a log line says why).
+fn start_same_host(
+    cross: Option<Arc<dyn CrossProcess>>,
+    endpoint: &mut Endpoint,
+    engine: &mut Engine,
+    ip: IpAddr,
+) -> Option<SameHost> {
+    let mode = ShmMode::from_env();
+    let cross = cross.filter(|_| mode != ShmMode::Off)?;
+    match SameHost::start(mode, cross, endpoint, engine, ip) {
+        Ok(sh) => Some(sh),
+        Err(e) => {
+            eprintln!("softverbs: the same-host path is off, every QP uses the wire: {e}");
+            None
         }
     }
 }
@@ -354,12 +412,20 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             shared.step(&mut state);
             let deadline = state.engine.poll_timeout();
             state.thread_deadline = deadline;
-            deadline.map(|at| shared.clock.until(at))
+            let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
+            if delivered {
+                Some(std::time::Duration::ZERO)
+            } else {
+                deadline.map(|at| shared.clock.until(at))
+            }
         };
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return;
             }
+        }
+        if let Some(sh) = shared.state.lock().same_host.as_ref() {
+            sh.awake();
         }
     }
 }

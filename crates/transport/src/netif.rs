@@ -17,6 +17,12 @@ pub fn ifindex_of(ip: IpAddr) -> Option<u32> {
     nix::net::if_::if_nametoindex(interface_of(ip)?.as_str()).ok()
 }
 
+/// Whether `ip` is an address of this host (of this network namespace):
+/// a loopback address, or one an interface holds.
+pub fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || interface_of(ip).is_some()
+}
+
 /// The name of the interface that has `ip`.
 fn interface_of(ip: IpAddr) -> Option<String> {
     getifaddrs().ok()?.find_map(|ifa| {
@@ -39,5 +45,7 @@ mod tests {
         assert!(mtu_of(lo).expect("lo holds 127.0.0.1") >= 1500);
         assert!(ifindex_of(lo).is_some());
         assert_eq!(mtu_of("192.0.2.77".parse().unwrap()), None);
+        assert!(is_local("127.3.4.5".parse().unwrap()));
+        assert!(!is_local("192.0.2.77".parse().unwrap()));
     }
 }

@@ -202,6 +202,20 @@ impl std::error::Error for FormatError {}
 /// Lays out a region for owner `pid`: zeroes it, makes every part empty
 /// and writes the header, magic last. Before any peer maps it.
 pub fn format(words: &[AtomicU64], pid: i32, layout: &RegionLayout) -> Result<(), FormatError> {
+    for word in words {
+        word.store(0, Ordering::Relaxed);
+    }
+    format_zeroed(words, pid, layout)
+}
+
+/// [`format`] for a region that is all zeros already, as a new memfd is:
+/// writes only what is not zero, so the pages of the parts nobody uses
+/// yet (most of a large arena) are never touched and cost no memory.
+pub fn format_zeroed(
+    words: &[AtomicU64],
+    pid: i32,
+    layout: &RegionLayout,
+) -> Result<(), FormatError> {
     let parts = layout.parts().ok_or(FormatError::BadLayout)?;
     let needed = parts.arena.end().ok_or(FormatError::BadLayout)?;
     let Some(region) = words.get(..needed) else {
@@ -210,9 +224,6 @@ pub fn format(words: &[AtomicU64], pid: i32, layout: &RegionLayout) -> Result<()
             have: words.len(),
         });
     };
-    for word in region {
-        word.store(0, Ordering::Relaxed);
-    }
     Inbound::new(slice(region, parts.inbound), layout.inbound_capacity).format();
     let mut header = vec![0; HEADER_WORDS];
     header[H_VERSION] = VERSION;

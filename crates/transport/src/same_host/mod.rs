@@ -9,6 +9,23 @@
 //! [`AtomicU64`] word, so two processes reading and writing it at once is
 //! well defined; the layouts over those words are in the submodules.
 
+pub mod arena;
+pub mod atomic_lock;
+pub mod deliveries;
+pub mod doorbell;
+pub mod full;
+pub mod host;
+pub mod inbound;
+pub mod layout;
+pub mod liveness;
+pub mod mr_slots;
+pub mod own_region;
+pub mod peer_target;
+mod probing;
+pub mod qp_slots;
+pub mod recv_ring;
+mod seqlock;
+
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
@@ -54,6 +71,10 @@ pub trait CrossProcess: Send + Sync {
     /// Copies the peer's `remote` segments, in order, into our `local`
     /// segments (equal total lengths).
     fn read_peer(&self, pid: i32, remote: &[Seg], local: &[Seg]) -> Result<(), PeerFault>;
+    /// Copies the peer's `remote` segments into `out`.
+    fn read_peer_bytes(&self, pid: i32, remote: &[Seg], out: &mut [u8]) -> Result<(), PeerFault>;
+    /// Whether the kernel lets us reach process `pid`'s memory.
+    fn probe(&self, pid: i32) -> Result<(), PeerFault>;
     /// A new shared region of `bytes` bytes (a multiple of 8), zeroed,
     /// with the descriptor that lets a peer map it.
     fn create_region(&self, bytes: usize) -> io::Result<(OwnedFd, Arc<dyn Words>)>;

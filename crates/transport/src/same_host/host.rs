@@ -1,0 +1,292 @@
+//! The same-host path of one context, as the driver runs it: the region
+//! it publishes, the regions of its peers, the decision of each QP's path
+//! at RTR, and the execution of the operations its same-host QPs hand
+//! out (`softverbs_engine::direct`).
+
+use super::layout::RegionView;
+use super::own_region::OwnRegion;
+use super::peer_target::{path, PeerTarget};
+use super::CrossProcess;
+use crate::endpoint::Endpoint;
+use crate::slots::slot_of;
+use softverbs_engine::direct::{execute, DirectOp, DirectOutcome};
+use softverbs_engine::{Engine, HostMemory, Nanos, QpId, QpType};
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+/// `SOFTVERBS_SHM`: whether same-host QPs use the same-host path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShmMode {
+    /// `0`: always the wire.
+    Off,
+    /// Unset: the same-host path where it works, the wire (with a log
+    /// line saying why) where not.
+    Auto,
+    /// `1`: a same-host peer that cannot be reached directly is an error.
+    Required,
+}
+
+impl ShmMode {
+    /// From the environment (`SOFTVERBS_SHM`).
+    pub fn from_env() -> ShmMode {
+        match std::env::var("SOFTVERBS_SHM").as_deref() {
+            Ok("0") => ShmMode::Off,
+            Ok("1") => ShmMode::Required,
+            _ => ShmMode::Auto,
+        }
+    }
+}
+
+/// A peer context on this host.
+struct Peer {
+    pid: i32,
+    region: RegionView,
+    doorbell: OwnedFd,
+}
+
+/// What a lookup of a QP block found.
+enum Found {
+    Peer(Peer),
+    /// Not reachable directly, and why.
+    No(String),
+}
+
+/// The same-host path of one context.
+pub struct SameHost {
+    mode: ShmMode,
+    access: Arc<dyn CrossProcess>,
+    own: OwnRegion,
+    doorbell: OwnedFd,
+    peers: HashMap<u16, Found>,
+    device_ip: IpAddr,
+}
+
+impl std::fmt::Debug for SameHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SameHost")
+            .field("mode", &self.mode)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SameHost {
+    /// Creates this context's region and publishes it through the daemon.
+    pub fn start(
+        mode: ShmMode,
+        access: Arc<dyn CrossProcess>,
+        endpoint: &mut Endpoint,
+        engine: &mut Engine,
+        device_ip: IpAddr,
+    ) -> io::Result<SameHost> {
+        let own = OwnRegion::create(&*access, std::process::id() as i32)?;
+        let doorbell: OwnedFd = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )?
+        .into();
+        let (fd, bytes) = own.fd();
+        endpoint.publish(fd.as_fd(), doorbell.as_fd(), bytes)?;
+        engine.track_changes();
+        Ok(SameHost {
+            mode,
+            access,
+            own,
+            doorbell,
+            peers: HashMap::new(),
+            device_ip,
+        })
+    }
+
+    /// The descriptor peers write to wake this context's progress thread.
+    pub fn doorbell(&self) -> &OwnedFd {
+        &self.doorbell
+    }
+
+    /// One step: publish what changed, decide the paths of QPs that
+    /// reached RTR, execute what same-host QPs hand out, apply what peers
+    /// delivered. Returns whether anything happened.
+    pub fn step(
+        &mut self,
+        engine: &mut Engine,
+        mem: &mut dyn HostMemory,
+        endpoint: &mut Endpoint,
+        now: Nanos,
+    ) -> bool {
+        let mut any = self.own.drain(engine);
+        for (id, qpn) in self.own.sync(engine) {
+            let p = self.decide(engine, endpoint, id);
+            self.own.set_path(engine, id, qpn, p);
+        }
+        while let Some(op) = engine.poll_direct(now) {
+            any = true;
+            if let Some(outcome) = self.run(engine, &op) {
+                engine.handle_direct(now, &op, outcome, mem);
+            }
+        }
+        any |= self.own.drain(engine);
+        for (id, qpn) in self.own.sync(engine) {
+            let p = self.decide(engine, endpoint, id);
+            self.own.set_path(engine, id, qpn, p);
+        }
+        any
+    }
+
+    /// Applies what peers delivered (before a verb, so a `poll_cq` sees it).
+    pub fn apply_deliveries(&mut self, engine: &mut Engine) {
+        self.own.drain(engine);
+    }
+
+    /// Before the progress thread sleeps: asks peers to ring; false if
+    /// deliveries already wait (do not sleep).
+    pub fn may_sleep(&self) -> bool {
+        self.own.view().doorbell().arm();
+        !self.own.has_deliveries()
+    }
+
+    /// The progress thread is awake: peers need not ring.
+    pub fn awake(&self) {
+        self.own.view().doorbell().disarm();
+        let mut buf = [0u8; 8];
+        let _ = nix::unistd::read(&self.doorbell, &mut buf);
+    }
+
+    /// Executes `op` at its target; `None` when the target uses the wire
+    /// and the QP went back to it (the engine then sends packets).
+    fn run(&mut self, engine: &mut Engine, op: &DirectOp) -> Option<DirectOutcome> {
+        let Some(Found::Peer(peer)) = self.peers.get(&slot_of(op.dest_qpn)) else {
+            return Some(DirectOutcome::Dropped);
+        };
+        let published = peer.region.qps().lookup(op.dest_qpn);
+        match published.map(|q| q.path) {
+            Some(path::SAME_HOST) => {}
+            Some(path::WIRE) => {
+                // The peer decided otherwise (SOFTVERBS_SHM=0 there, or it
+                // cannot reach us): both ends must use the same path.
+                let _ = engine.set_direct(op.qp, false);
+                let qpn = op.src_qpn;
+                self.own.set_path(engine, op.qp, qpn, path::WIRE);
+                return None;
+            }
+            // Not at RTR yet, or gone: as a packet to such a QP, dropped.
+            _ => return Some(DirectOutcome::Dropped),
+        }
+        let mut target = PeerTarget::new(&peer.region, &*self.access, peer.pid, op.dest_qpn);
+        let outcome = execute(op, &mut target);
+        if target.pushed && peer.region.doorbell().take() {
+            let _ = nix::unistd::write(&peer.doorbell, &1u64.to_ne_bytes());
+        }
+        Some(outcome)
+    }
+
+    /// The path of QP `id`, which reached RTR.
+    fn decide(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
+        match self.reachable(engine, endpoint, id) {
+            Ok(()) => {
+                if engine.set_direct(id, true).is_ok() {
+                    return path::SAME_HOST;
+                }
+                path::WIRE
+            }
+            Err(Some(why)) => {
+                let qpn = engine.qp_num(id).unwrap_or(0);
+                if self.mode == ShmMode::Required {
+                    eprintln!("softverbs: QP {qpn:#x}: SOFTVERBS_SHM=1 and the same-host path is refused: {why}; the QP enters the error state");
+                    let _ = engine.modify_qp(
+                        id,
+                        &softverbs_engine::QpAttr {
+                            qp_state: softverbs_engine::QpState::Err as u32,
+                            ..Default::default()
+                        },
+                        softverbs_engine::QpAttrMask::STATE,
+                    );
+                } else {
+                    eprintln!("softverbs: QP {qpn:#x} uses the wire path: {why}");
+                }
+                path::WIRE
+            }
+            Err(None) => path::WIRE,
+        }
+    }
+
+    /// Whether QP `id`'s peer is on this host and reachable directly.
+    /// `Err(None)`: not on this host (no log line); `Err(Some(why))`: on
+    /// this host but not reachable.
+    fn reachable(
+        &mut self,
+        engine: &Engine,
+        endpoint: &mut Endpoint,
+        id: QpId,
+    ) -> Result<(), Option<String>> {
+        if self.mode == ShmMode::Off {
+            return Err(None);
+        }
+        let (attr, init) = engine.query_qp(id).map_err(|_| None)?;
+        let ty = QpType::from_raw(init.qp_type).ok_or(None)?;
+        if ty == QpType::Ud {
+            return Err(None);
+        }
+        let dgid = attr.ah_attr.grh.dgid;
+        if !crate::netif::is_local(dgid.route(self.device_ip)) {
+            return Err(None);
+        }
+        if init.srq.is_some() {
+            return Err(Some("it receives from an SRQ".into()));
+        }
+        let block = slot_of(attr.dest_qp_num);
+        if !self.peers.contains_key(&block) {
+            let found = self.look_up(endpoint, attr.dest_qp_num);
+            self.peers.insert(block, found);
+        }
+        let peer = match self.peers.get(&block) {
+            Some(Found::Peer(p)) => p,
+            Some(Found::No(why)) => return Err(Some(why.clone())),
+            None => return Err(None),
+        };
+        let qpn = engine.qp_num(id).map_err(|_| None)?;
+        let theirs = peer.region.qps().lookup(attr.dest_qp_num);
+        match theirs {
+            Some(q) if q.dest_qpn == qpn || q.dest_qpn == 0 => {}
+            // Their QP of that number is connected elsewhere: the peer is
+            // on another host that reuses the number.
+            Some(_) => return Err(None),
+            None => return Err(Some(format!("QP {:#x} is not published", attr.dest_qp_num))),
+        }
+        if theirs.is_some_and(|q| q.rq.is_none()) {
+            return Err(Some("the peer QP receives from an SRQ".into()));
+        }
+        Ok(())
+    }
+
+    fn look_up(&self, endpoint: &mut Endpoint, qpn: u32) -> Found {
+        let region = match endpoint.lookup(qpn) {
+            Ok(Ok(region)) => region,
+            Ok(Err(refused)) => return Found::No(refused.to_string()),
+            Err(e) => return Found::No(format!("the daemon did not answer: {e}")),
+        };
+        if let Err(f) = self.access.probe(region.pid) {
+            return Found::No(format!(
+                "cross-memory attach to pid {} is refused ({f:?}: another user, Yama ptrace_scope, or a seccomp policy)",
+                region.pid
+            ));
+        }
+        let words = match self
+            .access
+            .map_region(&region.region, region.bytes as usize)
+        {
+            Ok(w) => w,
+            Err(e) => return Found::No(format!("its region does not map: {e}")),
+        };
+        match RegionView::open(words) {
+            Ok(view) => Found::Peer(Peer {
+                pid: region.pid,
+                region: view,
+                doorbell: region.doorbell,
+            }),
+            Err(e) => Found::No(format!("its region is not readable: {e}")),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! A same-host target as a requester reaches it: the QP, MRs and receive
+//! ring its owner published in its region, its memory through
+//! cross-memory attach, and its deliveries ring for what the requester
+//! did there. `softverbs_engine::direct::execute` runs the responder's
+//! rules against it.
+
+use super::deliveries::Delivery;
+use super::layout::RegionView;
+use super::mr_slots::AccessGuard;
+use super::{CrossProcess, PeerFault, Seg};
+use softverbs_engine::direct::{
+    pd_from_raw, CopyFault, DirectTarget, MrLookup, Payload, PeerQp, TargetEvent,
+};
+use softverbs_engine::{AccessFlags, Mr, QpState, QpType, RecvWqe, WorkCompletion};
+use std::cell::Cell;
+use std::time::Duration;
+
+/// How a published QP's `path` word reads.
+pub mod path {
+    /// Not decided yet (the QP has not reached RTR).
+    pub const UNDECIDED: u8 = 0;
+    /// Its peer is on this host and reachable: whole operations.
+    pub const SAME_HOST: u8 = 1;
+    /// Packets.
+    pub const WIRE: u8 = 2;
+}
+
+/// How long an atomic waits for its stripe lock before the target counts
+/// as unreachable (a live holder keeps it for one copy).
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// Deliveries ring full: tries before the delivery is given up (the owner
+/// drains it whenever it runs; full means it has not run for a long time
+/// while peers filled every receive WR it posted).
+const PUSH_TRIES: u32 = 1000;
+
+/// QP `qpn` of the context that published `region`, process `pid`.
+pub struct PeerTarget<'a> {
+    region: &'a RegionView,
+    access: &'a dyn CrossProcess,
+    pid: i32,
+    qpn: u32,
+    /// The receive ring index of the WR `next_recv` gave: `take_recv`
+    /// claims exactly that one, whose buffers the message went to.
+    peeked: Cell<Option<u64>>,
+    guard: Option<AccessGuard<'a>>,
+    /// Something was pushed to the deliveries ring.
+    pub(crate) pushed: bool,
+}
+
+impl std::fmt::Debug for PeerTarget<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerTarget")
+            .field("pid", &self.pid)
+            .field("qpn", &self.qpn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> PeerTarget<'a> {
+    /// QP `qpn` in `region`, whose owner is process `pid`.
+    pub fn new(
+        region: &'a RegionView,
+        access: &'a dyn CrossProcess,
+        pid: i32,
+        qpn: u32,
+    ) -> PeerTarget<'a> {
+        PeerTarget {
+            region,
+            access,
+            pid,
+            qpn,
+            peeked: Cell::new(None),
+            guard: None,
+            pushed: false,
+        }
+    }
+
+    fn push(&mut self, d: Delivery) {
+        let inbound = self.region.inbound();
+        for attempt in 0..PUSH_TRIES {
+            if inbound.push(&d.encode()).is_ok() {
+                self.pushed = true;
+                return;
+            }
+            if attempt % 64 == 63 {
+                std::thread::yield_now();
+            }
+        }
+        eprintln!(
+            "softverbs: same host: the deliveries ring of pid {} stayed full; a delivery to QP {:#x} is lost",
+            self.pid, self.qpn
+        );
+    }
+}
+
+fn copy_fault(f: PeerFault) -> CopyFault {
+    match f {
+        PeerFault::Local => CopyFault::Local,
+        PeerFault::Remote => CopyFault::Remote,
+        PeerFault::Gone | PeerFault::Denied => CopyFault::Gone,
+    }
+}
+
+impl MrLookup for PeerTarget<'_> {
+    fn mr(&self, key: u32) -> Option<Mr> {
+        let m = self.region.mrs().lookup(key)?;
+        Some(Mr {
+            pd: pd_from_raw(m.pd),
+            addr: m.addr,
+            length: m.length,
+            iova: m.iova,
+            access: AccessFlags::from_bits_truncate(m.access),
+            key: m.key,
+        })
+    }
+}
+
+impl DirectTarget for PeerTarget<'_> {
+    fn qp(&self) -> Option<PeerQp> {
+        let q = self.region.qps().lookup(self.qpn)?;
+        Some(PeerQp {
+            qpn: q.qpn,
+            state: QpState::from_raw(u32::from(q.state))?,
+            qp_type: QpType::from_raw(u32::from(q.qp_type))?,
+            pd: pd_from_raw(q.pd),
+            access_flags: q.access_flags,
+            dest_qpn: q.dest_qpn,
+            min_rnr_timer: q.min_rnr_timer,
+            max_dest_rd_atomic: q.max_dest_rd_atomic,
+            qkey: q.qkey,
+            srq: q.rq.is_none(),
+        })
+    }
+
+    fn next_recv(&self) -> Option<RecvWqe> {
+        let q = self.region.qps().lookup(self.qpn)?;
+        let ring = self.region.recv_ring(q.rq?)?;
+        let (index, entry) = ring.peek()?;
+        self.peeked.set(Some(index));
+        Some(RecvWqe {
+            wr_id: entry.wr_id,
+            sg_list: entry.sges.into(),
+        })
+    }
+
+    fn take_recv(&mut self) -> bool {
+        let Some(q) = self.region.qps().lookup(self.qpn) else {
+            return false;
+        };
+        let Some(ring) = q.rq.and_then(|r| self.region.recv_ring(r)) else {
+            return false;
+        };
+        self.peeked.take().is_some_and(|index| ring.claim_at(index))
+    }
+
+    fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault> {
+        let done = match from {
+            Payload::Memory(local) => self.access.write_peer(self.pid, local, to),
+            Payload::Inline(data) => self.access.write_peer_bytes(self.pid, data, to),
+            Payload::Unusable => return Err(CopyFault::Local),
+        };
+        done.map_err(copy_fault)
+    }
+
+    fn read(&mut self, from: Seg, to: &[Seg]) -> Result<(), CopyFault> {
+        self.access
+            .read_peer(self.pid, &[from], to)
+            .map_err(copy_fault)
+    }
+
+    fn atomic(&mut self, addr: u64, compare: Option<u64>, value: u64) -> Result<u64, CopyFault> {
+        let _held = self
+            .region
+            .locks()
+            .lock(addr, LOCK_WAIT)
+            .map_err(|_| CopyFault::Gone)?;
+        let at = [Seg { addr, len: 8 }];
+        let mut word = [0u8; 8];
+        self.access
+            .read_peer_bytes(self.pid, &at, &mut word)
+            .map_err(copy_fault)?;
+        let old = u64::from_ne_bytes(word);
+        let new = match compare {
+            Some(c) if old == c => Some(value),
+            Some(_) => None,
+            None => Some(old.wrapping_add(value)),
+        };
+        if let Some(new) = new {
+            self.access
+                .write_peer_bytes(self.pid, &new.to_ne_bytes(), &at)
+                .map_err(copy_fault)?;
+        }
+        Ok(old)
+    }
+
+    fn deliver(&mut self, wc: WorkCompletion, solicited: bool) {
+        let qpn = self.qpn;
+        self.push(Delivery::Received { qpn, wc, solicited });
+    }
+
+    fn comm_est(&mut self) {
+        let qpn = self.qpn;
+        self.push(Delivery::CommEst { qpn });
+    }
+
+    fn fail(&mut self, event: TargetEvent) {
+        // Seen at once by every later request; the owner's engine takes
+        // the QP through the error state when it applies the fault.
+        self.region.qps().set_state(self.qpn, QpState::Err as u8);
+        let qpn = self.qpn;
+        self.push(Delivery::Fault { qpn, event });
+    }
+
+    fn access_begin(&mut self) {
+        self.guard = Some(self.region.mrs().begin_access());
+    }
+
+    fn access_end(&mut self) {
+        self.guard = None;
+    }
+}
