@@ -90,6 +90,7 @@ demo: deps shim
 # The generic modules of rdma-core's pyverbs test suite against softverbs0.
 pyverbs: shim
 	tests/pyverbs/run.sh $(SHIM_SO)
+	SOFTVERBS_SHM=0 tests/pyverbs/run.sh $(SHIM_SO)
 
 # Unmodified rdma-core programs (ibverbs-utils, perftest) over softverbs
 # in preload mode: two processes on loopback, then two hosts (network
@@ -97,6 +98,8 @@ pyverbs: shim
 # root: without it they fail under CI=true and are skipped, loudly, elsewhere.
 programs: shim
 	tests/programs/run.sh $(SHIM_SO)
+	SOFTVERBS_SHM=0 tests/programs/run.sh $(SHIM_SO)
+	tests/programs/same_host.sh $(SHIM_SO)
 	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
 	tests/programs/plugin.sh $(SHIM_SO)

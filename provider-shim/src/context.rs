@@ -115,6 +115,11 @@ impl ContextState {
             ip: dev.config.ip,
             daemon: softverbs_config::Config::daemon(crate::daemon_program::find()),
         };
+        if softverbs_transport::same_host::host::ShmMode::from_env()
+            != softverbs_transport::same_host::host::ShmMode::Off
+        {
+            crate::cross_process::allow_same_user_attach();
+        }
         let cross = Arc::new(crate::cross_process::CrossProcessAccess::new());
         let driver = Driver::start_with(cfg, ProcessMemory::new(), events.clone(), Some(cross))
             .inspect_err(|_| {

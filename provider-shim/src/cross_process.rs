@@ -485,6 +485,29 @@ impl fmt::Debug for MappedWords {
     }
 }
 
+/// Under Yama `ptrace_scope` 1 a process may attach only to its own
+/// descendants, so two sibling processes (a server and a client started
+/// by one shell) could not reach each other's memory. The target names
+/// who may: softverbs names any process of the user (as `ptrace_scope` 0
+/// allows by default), only when the same-host path is on and only under
+/// scope 1. Scope 2 and 3 are left alone (the wire is used, with a log
+/// line).
+pub fn allow_same_user_attach() {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope");
+    if !scope.is_ok_and(|s| s.trim() == "1") {
+        return;
+    }
+    // SAFETY: PR_SET_PTRACER takes two integers and changes only this
+    // process's Yama exception; it touches no memory of ours.
+    let r = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    if r != 0 {
+        eprintln!(
+            "softverbs: PR_SET_PTRACER failed ({}); same-host peers may use the wire",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

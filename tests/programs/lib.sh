@@ -38,6 +38,26 @@ wait_listen() {
   done
 }
 
+# wait_output FILE REGEX [PID]: returns once FILE holds a line matching
+# the extended REGEX. Fails with a message if PID exits first or nothing
+# matches within WAIT_OUTPUT_SECONDS (20 by default).
+wait_output() {
+  local file=$1 regex=$2 pid=${3:-}
+  local deadline=$((SECONDS + ${WAIT_OUTPUT_SECONDS:-20}))
+  while ! grep -Eq "$regex" "$file" 2>/dev/null; do
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      echo "wait_output: the program exited before printing /$regex/" >&2
+      return 1
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      echo "wait_output: no line matches /$regex/ in $file" >&2
+      return 1
+    fi
+    # The poll interval, not a synchronization: the loop ends on the condition.
+    sleep 0.02
+  done
+}
+
 # cannot_run NAME REASON: for a test script that cannot run here (no root,
 # a missing tool). Under CI=true that is a failure with its reason, so
 # a CI run never passes on tests it did not run; elsewhere the script is

@@ -121,5 +121,24 @@ fn devices() -> Result<(), String> {
         softverbs_transport::ROCE_PORT,
         daemon.socket
     );
+    println!("{}", same_host_line());
     Ok(())
+}
+
+/// Which path a QP whose peer is on this host takes, and why.
+fn same_host_line() -> String {
+    use softverbs_transport::same_host::host::ShmMode;
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u8>().ok());
+    let attach = match yama {
+        None | Some(0) => "cross-memory attach between processes of one user".to_string(),
+        Some(1) => "Yama ptrace_scope 1: cross-memory attach where the target allows it (PR_SET_PTRACER), the wire elsewhere".to_string(),
+        Some(n) => format!("Yama ptrace_scope {n}: cross-memory attach refused, so the wire"),
+    };
+    match ShmMode::from_env() {
+        ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0)".to_string(),
+        ShmMode::Auto => format!("same host: the same-host path ({attach}); a refused peer uses the wire, with a log line"),
+        ShmMode::Required => format!("same host: the same-host path, required (SOFTVERBS_SHM=1): {attach}"),
+    }
 }

@@ -22,6 +22,7 @@ use crate::daemon::DaemonAddress;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats};
 use crate::same_host::host::{SameHost, ShmMode};
+use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
@@ -313,7 +314,16 @@ impl<M: HostMemory> Shared<M> {
         } = state;
         let was_down = io.link_down;
         let now = self.clock.now();
-        io.step(engine, mem, now);
+        match same_host.as_ref() {
+            Some(sh) => {
+                let mut locked = LockedAtomics {
+                    mem,
+                    locks: sh.locks(),
+                };
+                io.step(engine, &mut locked, now);
+            }
+            None => io.step(engine, mem, now),
+        }
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }

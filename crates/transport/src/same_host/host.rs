@@ -101,6 +101,11 @@ impl SameHost {
         })
     }
 
+    /// Our region's stripe locks, which every atomic on our memory takes.
+    pub fn locks(&self) -> super::atomic_lock::LockTable<'_> {
+        self.own.view().locks()
+    }
+
     /// The descriptor peers write to wake this context's progress thread.
     pub fn doorbell(&self) -> &OwnedFd {
         &self.doorbell

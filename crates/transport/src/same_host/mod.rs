@@ -18,6 +18,7 @@ pub mod host;
 pub mod inbound;
 pub mod layout;
 pub mod liveness;
+pub mod locked_atomics;
 pub mod mr_slots;
 pub mod own_region;
 pub mod peer_target;
