@@ -34,10 +34,7 @@ impl Engine {
             }
         }
         qp.direct = on;
-        self.direct_qps.retain(|q| *q != id);
-        if on {
-            self.direct_qps.push(id);
-        }
+        self.schedule.set_direct(id, on);
         self.schedule.wake(id);
         Ok(())
     }
@@ -51,15 +48,15 @@ impl Engine {
     /// turns. Execute it with [`crate::direct::execute`] and give the
     /// outcome to [`Engine::handle_direct`] before asking again.
     pub fn poll_direct(&mut self, now: Nanos) -> Option<DirectOp> {
-        let n = self.direct_qps.len();
-        for _ in 0..n {
-            self.direct_turn = (self.direct_turn + 1) % n;
-            let id = self.direct_qps[self.direct_turn];
+        while let Some(id) = self.schedule.next_direct_ready() {
             let op = self
                 .with_qp(id, |qp, ctx| qp.direct_next(ctx, now))
                 .flatten();
             self.sync_timer(id);
             if op.is_some() {
+                // Its turn comes again after the others' (and after this
+                // operation's outcome, which it waits for).
+                self.schedule.wake(id);
                 return op;
             }
         }
@@ -181,6 +178,23 @@ impl Engine {
     /// deregistered).
     pub fn poll_mr_change(&mut self) -> Option<u32> {
         self.mr_changes.pop()
+    }
+
+    /// The next QP that got receive WRs since last asked (tracked with
+    /// [`Engine::track_changes`]): a same-host QP's are mirrored to the
+    /// ring its peers take them from.
+    pub fn poll_recv_posted(&mut self) -> Option<QpId> {
+        self.recv_posted.pop()
+    }
+
+    /// Notes that QP `id` got a receive WR, for `poll_recv_posted`.
+    pub(crate) fn recv_posted(&mut self, id: QpId) {
+        if self.track_changes
+            && self.recv_posted.last() != Some(&id)
+            && !self.recv_posted.contains(&id)
+        {
+            self.recv_posted.push(id);
+        }
     }
 
     /// Notes that the MR with key `key` changed, for `poll_mr_change`.

@@ -44,14 +44,12 @@ pub struct Engine {
     pub(crate) stats: DatapathStats,
     /// Reused buffer for packet payloads.
     pub(crate) scratch: Vec<u8>,
-    /// QPs on the same-host path, in turn order (`direct_path.rs`).
-    pub(crate) direct_qps: Vec<QpId>,
-    /// Index in `direct_qps` of the QP whose turn was last.
-    pub(crate) direct_turn: usize,
     /// QPs whose published view may have changed (`poll_qp_change`).
     pub(crate) qp_changes: Vec<(QpId, u32)>,
     /// Keys of MRs whose published view may have changed.
     pub(crate) mr_changes: Vec<u32>,
+    /// QPs that got receive WRs since `poll_recv_posted` last asked.
+    pub(crate) recv_posted: Vec<QpId>,
     /// Whether `qp_changes` and `mr_changes` are kept (`track_changes`).
     pub(crate) track_changes: bool,
 }
@@ -77,10 +75,9 @@ impl Engine {
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             scratch: Vec::new(),
-            direct_qps: Vec::new(),
-            direct_turn: 0,
             qp_changes: Vec::new(),
             mr_changes: Vec::new(),
+            recv_posted: Vec::new(),
             track_changes: false,
         }
     }

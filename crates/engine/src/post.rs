@@ -53,6 +53,7 @@ impl Engine {
             });
         } else {
             qp.rq.push_back(RecvWqe::new(wr));
+            self.recv_posted(id);
         }
         Ok(())
     }

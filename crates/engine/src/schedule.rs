@@ -15,14 +15,41 @@ pub(crate) struct Schedule {
     queued: HashSet<QpId>,
     timers: BTreeSet<(Nanos, QpId)>,
     deadline: HashMap<QpId, Nanos>,
+    /// QPs on the same-host path: woken into `direct_ready`, served by
+    /// `poll_direct` instead of `poll_transmit`.
+    direct: HashSet<QpId>,
+    direct_ready: VecDeque<QpId>,
+    direct_queued: HashSet<QpId>,
 }
 
 impl Schedule {
     /// Marks a QP as possibly having something to send.
     pub(crate) fn wake(&mut self, qp: QpId) {
-        if self.queued.insert(qp) {
+        if self.direct.contains(&qp) {
+            if self.direct_queued.insert(qp) {
+                self.direct_ready.push_back(qp);
+            }
+        } else if self.queued.insert(qp) {
             self.ready.push_back(qp);
         }
+    }
+
+    /// Serves QP `qp` through `next_direct_ready` (same-host path) or
+    /// `next_ready` (packets) from now on.
+    pub(crate) fn set_direct(&mut self, qp: QpId, on: bool) {
+        if on {
+            self.direct.insert(qp);
+        } else if self.direct.remove(&qp) && self.direct_queued.remove(&qp) {
+            self.direct_ready.retain(|q| *q != qp);
+        }
+    }
+
+    /// The next same-host QP to ask for an operation; it leaves the queue
+    /// until woken.
+    pub(crate) fn next_direct_ready(&mut self) -> Option<QpId> {
+        let qp = self.direct_ready.pop_front()?;
+        self.direct_queued.remove(&qp);
+        Some(qp)
     }
 
     /// The next QP to ask for a packet; it leaves the queue until woken.
@@ -64,6 +91,7 @@ impl Schedule {
     /// Drops everything about a destroyed QP.
     pub(crate) fn forget(&mut self, qp: QpId) {
         self.set_timer(qp, None);
+        self.set_direct(qp, false);
         if self.queued.remove(&qp) {
             self.ready.retain(|q| *q != qp);
         }

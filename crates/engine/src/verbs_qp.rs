@@ -98,7 +98,6 @@ impl Engine {
         self.qp_by_num.remove(&qp.qp_num);
         self.forget_completions(&qp);
         self.schedule.forget(id);
-        self.direct_qps.retain(|q| *q != id);
         self.qp_changed(id, qp.qp_num);
         self.pds[qp.pd].users.put();
         self.cqs[qp.send_cq].users.put();

@@ -117,7 +117,9 @@ impl OwnRegion {
                 undecided.push((id, qpn));
             }
         }
-        self.mirror_receives(engine);
+        while let Some(id) = engine.poll_recv_posted() {
+            self.mirror_receives(engine, id);
+        }
         undecided
     }
 
@@ -183,7 +185,8 @@ impl OwnRegion {
     pub fn set_path(&mut self, engine: &Engine, id: QpId, qpn: u32, p: u8) {
         self.paths.insert(qpn, p);
         self.publish_qp(engine, id, qpn);
-        self.mirror_receives(engine);
+        // The receive WRs posted before the path was known.
+        self.mirror_receives(engine, id);
     }
 
     fn publish_qp(&mut self, engine: &Engine, id: QpId, qpn: u32) {
@@ -251,29 +254,29 @@ impl OwnRegion {
         }
     }
 
-    /// Pushes the receive WRs posted since the last step to the rings of
-    /// same-host QPs.
-    fn mirror_receives(&mut self, engine: &Engine) {
-        for (&qpn, ring) in self.rings.iter_mut() {
-            if self.paths.get(&qpn) != Some(&path::SAME_HOST) {
-                continue;
+    /// Pushes the receive WRs posted to QP `id` since it was last
+    /// mirrored to its ring, if it is a same-host QP.
+    fn mirror_receives(&mut self, engine: &Engine, id: QpId) {
+        let Ok(qpn) = engine.qp_num(id) else {
+            return;
+        };
+        if self.paths.get(&qpn) != Some(&path::SAME_HOST) {
+            return;
+        }
+        let Some(ring) = self.rings.get_mut(&qpn) else {
+            return;
+        };
+        if engine.recv_queue_len(id) <= ring.mirrored {
+            return;
+        }
+        let Some(r) = self.view.recv_ring(ring.at) else {
+            return;
+        };
+        for wqe in engine.recv_queue(id).skip(ring.mirrored) {
+            if r.push(wqe.wr_id, &wqe.sg_list).is_err() {
+                break;
             }
-            let Some(id) = engine.qp_by_num(qpn) else {
-                continue;
-            };
-            let queued = engine.recv_queue_len(id);
-            if queued <= ring.mirrored {
-                continue;
-            }
-            let Some(r) = self.view.recv_ring(ring.at) else {
-                continue;
-            };
-            for wqe in engine.recv_queue(id).skip(ring.mirrored) {
-                if r.push(wqe.wr_id, &wqe.sg_list).is_err() {
-                    break;
-                }
-                ring.mirrored += 1;
-            }
+            ring.mirrored += 1;
         }
     }
 
