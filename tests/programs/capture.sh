@@ -12,7 +12,8 @@
 #     the UDP and IPv4 checksums are right;
 #   * each process's capture holds what it sent and what it received, and
 #     every packet the daemon captured is in a process's capture.
-# IPv4 runs on a loopback address and daemon socket of its own; IPv6 on
+# The programs use the wire path (SOFTVERBS_SHM=0): on one host the
+# same-host path sends no packets to capture. IPv4 runs on a loopback address and daemon socket of its own; IPv6 on
 # ::1 with the usual daemon. Prints one line per check and
 # "N passed, M failed" last. Usage: capture.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -27,6 +28,9 @@ command -v tshark > /dev/null || cannot_run "capture" "tshark is not installed (
 
 ip=127.78.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
 export LD_PRELOAD=$SO
+# Both processes are on this host, where the same-host path sends no
+# packets; a capture of the wire needs the wire.
+export SOFTVERBS_SHM=0
 export SOFTVERBS_DEVICES="softverbs0=$ip"
 export SOFTVERBS_DAEMON_SOCKET="softverbs-capture-$$"
 PORT_BASE=$((20000 + RANDOM % 20000))

@@ -54,23 +54,24 @@ client() {
   cli=$!
 }
 
-# stopped NAME STARTED CMD...: the server is stopped with SIGSTOP as soon
-# as the client prints a line matching STARTED (traffic is under way),
-# for STOP seconds, then continued; both must exit 0 without printing an
-# error, and the server must still have been running when stopped.
+# stopped NAME STARTED FINISHED CMD...: the server is stopped with SIGSTOP
+# as soon as the client prints a line matching STARTED (traffic is under
+# way), for STOP seconds, then continued; both must exit 0 without
+# printing an error, and the client must not have printed its result
+# (a line matching FINISHED) before the stop landed.
 stopped() {
-  local name="$1 (target stopped ${STOP} s)" started=$2; shift 2
+  local name="$1 (target stopped ${STOP} s)" started=$2 finished=$3; shift 3
   local port; next_port port
   server "$1" $port "$@" || { bad "$name" "$log/$1.srv"; return; }
   client "$1" $port "$@"
   if ! wait_output "$log/$1.cli" "$started" $cli 2>> "$log/$1.cli"; then
     bad "$name" "$log/$1.cli"; kill -9 $srv; return
   fi
-  if ! kill -STOP $srv; then
-    bad "$name: the traffic ended before the target could be stopped" "$log/$1.cli"
+  if ! kill -STOP $srv || grep -Eq "$finished" "$log/$1.cli"; then
+    kill -CONT $srv 2>/dev/null
+    bad "$name: the traffic ended before the target was stopped" "$log/$1.cli"
     return
   fi
-  local stopped_at=$SECONDS
   # The stimulus itself: the target stays stopped this long (a debugger
   # breakpoint, a preempted VM); nothing waits on it.
   sleep "$STOP"
@@ -78,7 +79,7 @@ stopped() {
   wait $cli; local crc=$?
   wait_gone $srv
   local out; out=$(cat "$log/$1.cli" "$log/$1.srv")
-  if [ $crc -eq 0 ] && ! grep -Eq "$ERRORS" <<< "$out" && [ $((SECONDS - stopped_at)) -ge "$STOP" ]; then
+  if [ $crc -eq 0 ] && ! grep -Eq "$ERRORS" <<< "$out" && grep -Eq "$finished" "$log/$1.cli"; then
     ok "$name"
   else
     echo "client exit $crc" >> "$log/$1.cli"
@@ -94,10 +95,12 @@ wait_gone() {
 
 # pingpong's client prints the server's address once the server's QP is
 # in RTS; perftest's prints its table header once both are ready.
-stopped ibv_rc_pingpong "remote address" ibv_rc_pingpong -g 1 -n 200000
-stopped ib_write_bw "#bytes" ib_write_bw -x 1 -n 50000
-stopped ib_read_bw "#bytes" ib_read_bw -x 1 -n 50000
-stopped ib_send_bw "#bytes" ib_send_bw -x 1 -n 50000
+# The result: pingpong's "N iters in", perftest's row of figures.
+ROW='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+stopped ibv_rc_pingpong "remote address" "iters in" ibv_rc_pingpong -g 1 -n 200000
+stopped ib_write_bw "#bytes" "$ROW" ib_write_bw -x 1 -n 50000
+stopped ib_read_bw "#bytes" "$ROW" ib_read_bw -x 1 -n 50000
+stopped ib_send_bw "#bytes" "$ROW" ib_send_bw -x 1 -n 50000
 
 # A killed target: the requester's outstanding WRs fail with
 # RETRY_EXC_ERR within perftest's QP timeout (14: 67 ms) x retry_cnt (7),
@@ -107,13 +110,17 @@ killed() {
   local port; next_port port
   server killed $port ib_write_bw -x 1 -n 100000000 || { bad "$name" "$log/killed.srv"; return; }
   client killed $port ib_write_bw -x 1 -n 100000000
-  wait_output "$log/killed.cli" "#bytes" $cli 2>> "$log/killed.cli"
+  if ! wait_output "$log/killed.cli" "#bytes" $cli 2>> "$log/killed.cli"; then
+    kill -9 $srv; bad "$name: the traffic did not start" "$log/killed.cli"; return
+  fi
   kill -9 $srv || { bad "$name: the target ended first" "$log/killed.cli"; return; }
   local killed_at=$SECONDS
   wait $cli; local crc=$?
   local took=$((SECONDS - killed_at))
   # ~0.55 s of retries; whole seconds of slack for a loaded machine.
-  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $took -le 5 ]; then
+  # perftest names the failed completion's status: 12 is RETRY_EXC_ERR.
+  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $took -le 5 ] \
+     && grep -Eiq "status.*(12|retry)" "$log/killed.cli"; then
     ok "$name"
   else
     echo "client exit $crc, $took s after the kill" >> "$log/killed.cli"

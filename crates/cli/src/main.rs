@@ -137,7 +137,7 @@ fn same_host_line() -> String {
         Some(n) => format!("Yama ptrace_scope {n}: cross-memory attach refused, so the wire"),
     };
     match ShmMode::from_env() {
-        ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0)".to_string(),
+        ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0, or SOFTVERBS_PCAP set)".to_string(),
         ShmMode::Auto => format!("same host: the same-host path ({attach}); a refused peer uses the wire, with a log line"),
         ShmMode::Required => format!("same host: the same-host path, required (SOFTVERBS_SHM=1): {attach}"),
     }

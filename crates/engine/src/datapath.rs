@@ -48,7 +48,7 @@ impl Engine {
             let sent = self.transmit_one(id, now, mem, buf);
             self.sync_timer(id);
             if sent.is_some() {
-                self.schedule.wake(id);
+                self.schedule.wake_transmit(id);
                 return sent;
             }
         }
@@ -162,6 +162,7 @@ impl Engine {
             Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
             Some(Ok(())) => {
                 self.schedule.wake(id);
+                self.schedule.wake_transmit(id);
                 self.sync_timer(id);
             }
             None => {}

@@ -117,7 +117,7 @@ impl Engine {
             return false;
         };
         let applied = self.with_qp(id, |qp, ctx| {
-            if qp.state == QpState::Err || qp.srq.is_some() {
+            if !receiving(qp.state) || qp.srq.is_some() {
                 return false;
             }
             // The WR the peer took is the oldest one; anything else means
@@ -139,7 +139,8 @@ impl Engine {
             return;
         };
         self.with_qp(id, |qp, ctx| {
-            if qp.state == QpState::Err {
+            // A fault from before a reset is about a connection gone.
+            if !receiving(qp.state) {
                 return;
             }
             match event {
@@ -217,4 +218,12 @@ impl Engine {
             self.qp_changes.push((id, qpn));
         }
     }
+}
+
+/// The states in which a QP takes requests (RTR and later, not ERR).
+fn receiving(state: QpState) -> bool {
+    matches!(
+        state,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    )
 }

@@ -34,6 +34,15 @@ impl Schedule {
         }
     }
 
+    /// Marks a QP as possibly having packets to send, on either path: a
+    /// same-host QP still answers the requests that reach it as packets
+    /// (its peer chose the wire), with packets.
+    pub(crate) fn wake_transmit(&mut self, qp: QpId) {
+        if self.queued.insert(qp) {
+            self.ready.push_back(qp);
+        }
+    }
+
     /// Serves QP `qp` through `next_direct_ready` (same-host path) or
     /// `next_ready` (packets) from now on.
     pub(crate) fn set_direct(&mut self, qp: QpId, on: bool) {

@@ -4,6 +4,7 @@
 //! out (`softverbs_engine::direct`).
 
 use super::layout::RegionView;
+use super::liveness::is_gone;
 use super::own_region::OwnRegion;
 use super::peer_target::{path, PeerTarget};
 use super::CrossProcess;
@@ -11,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::slots::slot_of;
 use softverbs_engine::direct::{execute, DirectOp, DirectOutcome};
 use softverbs_engine::{Engine, HostMemory, Nanos, QpId, QpType};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -30,11 +31,14 @@ pub enum ShmMode {
 }
 
 impl ShmMode {
-    /// From the environment (`SOFTVERBS_SHM`).
+    /// From the environment (`SOFTVERBS_SHM`). Unset, a process that
+    /// captures its packets (`SOFTVERBS_PCAP`) uses the wire, since the
+    /// same-host path has no packets to capture.
     pub fn from_env() -> ShmMode {
         match std::env::var("SOFTVERBS_SHM").as_deref() {
             Ok("0") => ShmMode::Off,
             Ok("1") => ShmMode::Required,
+            _ if std::env::var_os("SOFTVERBS_PCAP").is_some() => ShmMode::Off,
             _ => ShmMode::Auto,
         }
     }
@@ -62,6 +66,11 @@ pub struct SameHost {
     doorbell: OwnedFd,
     peers: HashMap<u16, Found>,
     device_ip: IpAddr,
+    /// Connections (target pid and QP number, our QP number) whose target
+    /// was told its first request arrived: COMM_EST is raised once, so it
+    /// is sent once, not with every request to a QP that stays in RTR.
+    /// Forgotten when our QP connects again.
+    comm_est_told: HashSet<(i32, u32, u32)>,
 }
 
 impl std::fmt::Debug for SameHost {
@@ -98,6 +107,7 @@ impl SameHost {
             doorbell,
             peers: HashMap::new(),
             device_ip,
+            comm_est_told: HashSet::new(),
         })
     }
 
@@ -180,7 +190,12 @@ impl SameHost {
             _ => return Some(DirectOutcome::Dropped),
         }
         let mut target = PeerTarget::new(&peer.region, &*self.access, peer.pid, op.dest_qpn);
+        let key = (peer.pid, op.dest_qpn, op.src_qpn);
+        target.comm_est_told = self.comm_est_told.contains(&key);
         let outcome = execute(op, &mut target);
+        if target.comm_est_told {
+            self.comm_est_told.insert(key);
+        }
         if target.pushed && peer.region.doorbell().take() {
             let _ = nix::unistd::write(&peer.doorbell, &1u64.to_ne_bytes());
         }
@@ -189,13 +204,18 @@ impl SameHost {
 
     /// The path of QP `id`, which reached RTR.
     fn decide(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
+        let p = self.choose(engine, endpoint, id);
+        let _ = engine.set_direct(id, p == path::SAME_HOST);
+        if let Ok(qpn) = engine.qp_num(id) {
+            self.comm_est_told.retain(|&(_, _, ours)| ours != qpn);
+        }
+        p
+    }
+
+    /// [`SameHost::decide`] without the engine's side.
+    fn choose(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
         match self.reachable(engine, endpoint, id) {
-            Ok(()) => {
-                if engine.set_direct(id, true).is_ok() {
-                    return path::SAME_HOST;
-                }
-                path::WIRE
-            }
+            Ok(()) => path::SAME_HOST,
             Err(Some(why)) => {
                 let qpn = engine.qp_num(id).unwrap_or(0);
                 if self.mode == ShmMode::Required {
@@ -242,7 +262,13 @@ impl SameHost {
             return Err(Some("it receives from an SRQ".into()));
         }
         let block = slot_of(attr.dest_qp_num);
-        if !self.peers.contains_key(&block) {
+        // A refusal may not last (the daemon restarted, the peer came
+        // up), and a peer that is gone gave its block back: ask again.
+        let stale = match self.peers.get(&block) {
+            Some(Found::Peer(p)) => is_gone(p.pid),
+            Some(Found::No(_)) | None => true,
+        };
+        if stale {
             let found = self.look_up(endpoint, attr.dest_qp_num);
             self.peers.insert(block, found);
         }
@@ -293,5 +319,12 @@ impl SameHost {
             }),
             Err(e) => Found::No(format!("its region is not readable: {e}")),
         }
+    }
+}
+
+impl Drop for SameHost {
+    /// The context closes: peers must find nothing of it any more.
+    fn drop(&mut self) {
+        self.own.withdraw_all();
     }
 }

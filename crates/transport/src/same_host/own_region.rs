@@ -19,7 +19,7 @@ use super::recv_ring::RecvRing;
 use super::{CrossProcess, Words};
 use softverbs_engine::direct::pd_to_raw;
 use softverbs_engine::{Engine, QpId, QpState};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -56,6 +56,7 @@ pub struct OwnRegion {
     arena: Arena,
     rings: HashMap<u32, Ring>,
     paths: HashMap<u32, u8>,
+    published_mrs: HashSet<u32>,
 }
 
 impl std::fmt::Debug for OwnRegion {
@@ -86,6 +87,7 @@ impl OwnRegion {
             arena,
             rings: HashMap::new(),
             paths: HashMap::new(),
+            published_mrs: HashSet::new(),
         })
     }
 
@@ -127,7 +129,8 @@ impl OwnRegion {
         let mrs = self.view.mrs();
         let Some((_, mr)) = engine.mr_by_key(key) else {
             mrs.withdraw(key);
-            mrs.wait_idle(DEREG_WAIT);
+            self.published_mrs.remove(&key);
+            idle_or_say(mrs.wait_idle(DEREG_WAIT));
             return;
         };
         let info = MrInfo {
@@ -138,17 +141,17 @@ impl OwnRegion {
             iova: mr.iova,
             access: mr.access.bits(),
         };
-        let existed = mrs.lookup(key).is_some();
+        let existed = !self.published_mrs.insert(key);
         if mrs.publish(&info).is_err() {
             eprintln!("softverbs: same host: the MR table is full; MR {key:#x} is not published");
         }
         if existed {
-            mrs.wait_idle(DEREG_WAIT);
+            idle_or_say(mrs.wait_idle(DEREG_WAIT));
         }
     }
 
     /// Republishes QP `id`; true if it now needs a path decided.
-    fn sync_qp(&mut self, engine: &Engine, id: QpId, qpn: u32) -> bool {
+    fn sync_qp(&mut self, engine: &mut Engine, id: QpId, qpn: u32) -> bool {
         let Some(peer) = engine.peer_qp(id) else {
             self.forget_qp(qpn);
             return false;
@@ -156,11 +159,16 @@ impl OwnRegion {
         let ring = self.ring_for(engine, id, qpn, peer.srq);
         match peer.state {
             QpState::Reset | QpState::Init => {
+                // Indices only grow (claim_all, never a reset), so a peer
+                // still holding an index of the old connection claims
+                // nothing of the new one.
                 if let Some(r) = ring.and_then(|r| self.view.recv_ring(r.at)) {
-                    r.reset();
+                    r.claim_all();
                 }
                 self.set_mirrored(qpn, 0);
-                self.paths.insert(qpn, path::UNDECIDED);
+                if self.paths.insert(qpn, path::UNDECIDED) == Some(path::SAME_HOST) {
+                    let _ = engine.set_direct(id, false);
+                }
             }
             QpState::Err => {
                 // The engine flushed its receive queue: peers take none.
@@ -239,9 +247,8 @@ impl OwnRegion {
             words,
             mirrored: 0,
         };
-        if let Some(r) = self.view.recv_ring(at) {
-            r.reset();
-        }
+        // A fresh extent reads as an empty ring (zeros); a reused one was
+        // emptied by claim_all when its QP went, and keeps its indices.
         self.rings.insert(qpn, ring);
         Some(ring)
     }
@@ -250,7 +257,27 @@ impl OwnRegion {
         self.view.qps().withdraw(qpn);
         self.paths.remove(&qpn);
         if let Some(r) = self.rings.remove(&qpn) {
+            if let Some(ring) = self.view.recv_ring(r.at) {
+                ring.claim_all();
+            }
             self.arena.free(r.at.offset, r.words);
+        }
+    }
+
+    /// Withdraws every QP and MR this context published (the context is
+    /// closing): peers find nothing to reach, as a NIC's peers find a
+    /// closed device, and no copy into its memory is under way after.
+    pub fn withdraw_all(&mut self) {
+        let qpns: Vec<u32> = self.paths.keys().copied().collect();
+        for qpn in qpns {
+            self.forget_qp(qpn);
+        }
+        let mrs = self.view.mrs();
+        for key in self.published_mrs.drain() {
+            mrs.withdraw(key);
+        }
+        if !mrs.wait_idle(DEREG_WAIT) {
+            eprintln!("softverbs: same host: a peer's copy into this context did not end within {DEREG_WAIT:?}");
         }
     }
 
@@ -301,8 +328,22 @@ impl OwnRegion {
         any
     }
 
-    /// Whether deliveries wait (the progress thread must not sleep).
+    /// Whether deliveries wait (the progress thread must not sleep). A
+    /// slot claimed by a peer that died before filling it is skipped
+    /// here, or it would hold back every delivery behind it.
     pub fn has_deliveries(&self) -> bool {
-        self.view.inbound().peek_nonempty()
+        let inbound = self.view.inbound();
+        inbound.peek_nonempty() || inbound.reap_dead_claim()
+    }
+}
+
+/// A withdrawn MR a peer is still copying into after the wait: a peer
+/// stopped (or killed) in the middle of a copy. Said, since the memory
+/// may be reused by the application meanwhile.
+fn idle_or_say(idle: bool) {
+    if !idle {
+        eprintln!(
+            "softverbs: same host: a peer's copy into a deregistered MR did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
+        );
     }
 }

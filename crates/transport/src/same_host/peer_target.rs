@@ -46,6 +46,9 @@ pub struct PeerTarget<'a> {
     guard: Option<AccessGuard<'a>>,
     /// Something was pushed to the deliveries ring.
     pub(crate) pushed: bool,
+    /// The target QP was told of its first request already (set by the
+    /// caller, who remembers it across operations).
+    pub(crate) comm_est_told: bool,
 }
 
 impl std::fmt::Debug for PeerTarget<'_> {
@@ -73,6 +76,7 @@ impl<'a> PeerTarget<'a> {
             peeked: Cell::new(None),
             guard: None,
             pushed: false,
+            comm_est_told: false,
         }
     }
 
@@ -200,8 +204,10 @@ impl DirectTarget for PeerTarget<'_> {
     }
 
     fn comm_est(&mut self) {
-        let qpn = self.qpn;
-        self.push(Delivery::CommEst { qpn });
+        if !std::mem::replace(&mut self.comm_est_told, true) {
+            let qpn = self.qpn;
+            self.push(Delivery::CommEst { qpn });
+        }
     }
 
     fn fail(&mut self, event: TargetEvent) {
