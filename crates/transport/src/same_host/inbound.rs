@@ -106,6 +106,20 @@ impl<'a> Inbound<'a> {
         }
     }
 
+    /// Roughly how many records can still be pushed (positions taken but
+    /// not yet popped are counted as used). For peers deciding whether to
+    /// start something that ends in a delivery.
+    pub fn room(&self) -> u64 {
+        let (Some(enqueue), Some(dequeue)) = (self.part.get(ENQUEUE), self.part.get(DEQUEUE))
+        else {
+            return 0;
+        };
+        let used = enqueue
+            .load(Ordering::Acquire)
+            .wrapping_sub(dequeue.load(Ordering::Acquire));
+        self.capacity.saturating_sub(used)
+    }
+
     /// Adds a record. For peers, many at once. `Err(Full)` when the owner
     /// has not yet taken the records of a whole ring.
     pub fn push(&self, record: &Record) -> Result<(), Full> {
@@ -256,6 +270,20 @@ mod tests {
         let part: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
         Inbound::new(&part, capacity).format();
         part
+    }
+
+    #[test]
+    fn room_counts_what_is_pushed_and_not_yet_popped() {
+        let part = ring(4);
+        let q = Inbound::new(&part, 4);
+        assert_eq!(q.room(), 4);
+        q.push(&[1; RECORD_WORDS]).unwrap();
+        q.push(&[2; RECORD_WORDS]).unwrap();
+        assert_eq!(q.room(), 2);
+        q.pop().unwrap();
+        assert_eq!(q.room(), 3);
+        while q.push(&[3; RECORD_WORDS]).is_ok() {}
+        assert_eq!(q.room(), 0);
     }
 
     #[test]

@@ -34,6 +34,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// while peers filled every receive WR it posted).
 const PUSH_TRIES: u32 = 1000;
 
+/// Deliveries ring slots kept free beyond a delivery: a fault and a
+/// COMM_EST of other peers may need theirs.
+const ROOM_FOR_A_DELIVERY: u64 = 64;
+
 /// QP `qpn` of the context that published `region`, process `pid`.
 pub struct PeerTarget<'a> {
     region: &'a RegionView,
@@ -138,6 +142,12 @@ impl DirectTarget for PeerTarget<'_> {
     }
 
     fn next_recv(&self) -> Option<RecvWqe> {
+        if self.region.inbound().room() < ROOM_FOR_A_DELIVERY {
+            // The owner has not run for a long time and its deliveries
+            // ring is nearly full: as if no receive WR were posted (an RNR
+            // wait, retried), so no delivery is ever lost.
+            return None;
+        }
         let q = self.region.qps().lookup(self.qpn)?;
         let ring = self.region.recv_ring(q.rq?)?;
         let (index, entry) = ring.peek()?;
