@@ -223,6 +223,26 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
             return None;
         }
+        let idx = self.next_to_send(ctx)?;
+        let Some((sgid, dgid)) = request_gids(self, ctx, idx) else {
+            self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
+            return None;
+        };
+        match self.build_request(ctx, idx, mem, buf, scratch) {
+            Ok(len) => {
+                self.after_transmit(ctx, idx, now);
+                Some((len, sgid, dgid))
+            }
+            Err(status) => {
+                self.fail_requester(ctx, idx, status);
+                None
+            }
+        }
+    }
+
+    /// The started WR with something left to send, starting the next
+    /// posted one if the rules allow; `None` if there is none.
+    pub(crate) fn next_to_send(&mut self, ctx: &mut Ctx<'_>) -> Option<usize> {
         loop {
             if self.req.send_idx >= self.req.inflight.len() {
                 if !self.start_next(ctx) {
@@ -230,26 +250,12 @@ impl Qp {
                 }
                 continue;
             }
-            let idx = self.req.send_idx;
-            let entry = &self.req.inflight[idx];
+            let entry = &self.req.inflight[self.req.send_idx];
             if entry.done || entry.all_sent() {
                 self.req.send_idx += 1;
                 continue;
             }
-            let Some((sgid, dgid)) = request_gids(self, ctx, idx) else {
-                self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
-                return None;
-            };
-            match self.build_request(ctx, idx, mem, buf, scratch) {
-                Ok(len) => {
-                    self.after_transmit(ctx, idx, now);
-                    return Some((len, sgid, dgid));
-                }
-                Err(status) => {
-                    self.fail_requester(ctx, idx, status);
-                    return None;
-                }
-            }
+            return Some(self.req.send_idx);
         }
     }
 

@@ -33,32 +33,19 @@ impl Qp {
         if !self.direct || !matches!(self.state, QpState::Rts | QpState::Sqd) || blocked {
             return None;
         }
-        loop {
-            if self.req.send_idx >= self.req.inflight.len() {
-                if !self.start_next(ctx) {
-                    return None;
-                }
-                continue;
+        let idx = self.next_to_send(ctx)?;
+        match self.direct_op(ctx, idx) {
+            Ok(op) => {
+                self.direct_sent(idx, now);
+                // Start what follows as far as the rules allow, as the
+                // wire path does once a WR's packets are out: those WRs
+                // are then in flight for SQD draining and flushing.
+                while self.start_next(ctx) {}
+                Some(op)
             }
-            let idx = self.req.send_idx;
-            let entry = &self.req.inflight[idx];
-            if entry.done || entry.all_sent() {
-                self.req.send_idx += 1;
-                continue;
-            }
-            match self.direct_op(ctx, idx) {
-                Ok(op) => {
-                    self.direct_sent(idx, now);
-                    // Start what follows as far as the rules allow, as the
-                    // wire path does once a WR's packets are out: those WRs
-                    // are then in flight for SQD draining and flushing.
-                    while self.start_next(ctx) {}
-                    return Some(op);
-                }
-                Err(status) => {
-                    self.fail_requester(ctx, idx, status);
-                    return None;
-                }
+            Err(status) => {
+                self.fail_requester(ctx, idx, status);
+                None
             }
         }
     }
