@@ -583,12 +583,10 @@ def main():
         misses.append(
             f"- Where the time goes: a 64-byte `ib_write_bw` message costs {fmt(e2e)} ns of CPU "
             f"(both processes), of which the engine's own work, sender plus receiver, is "
-            f"{fmt(eng)} ns ({100 * eng / e2e:.1f}%) by the engine-alone benchmark below. The rest "
-            "is outside the engine: system calls (a datagram per packet, each way), thread "
-            "wakeups, locking and the provider. `make bench` measures only; what a profile "
-            "(perf) shows is in [perf-profile.md](perf-profile.md): with GSO and GRO in place, "
-            "the kernel's copies and loopback delivery, waking the peer's progress thread, "
-            "lock hand-offs between the application and progress threads, and the ICRC."
+            f"{fmt(eng)} ns ({100 * eng / e2e:.1f}%) by the engine-alone benchmark below. On the "
+            "same-host path the rest is the kernel: a large message is one `process_vm_writev`, "
+            "about half of it the copy and half the pinning of the target's pages; see "
+            "[perf-profile.md](perf-profile.md), \"The same-host path\"."
         )
 
     doc = f"""# softverbs performance
