@@ -314,6 +314,11 @@ impl<M: HostMemory> Shared<M> {
         } = state;
         let was_down = io.link_down;
         let now = self.clock.now();
+        // Same-host work first too: a QP it moves back to the wire (its
+        // peer chose the wire) sends its packets in this very step.
+        if let Some(sh) = same_host.as_mut() {
+            sh.step(engine, mem, &mut io.endpoint, now);
+        }
         match same_host.as_ref() {
             Some(sh) => {
                 let mut locked = LockedAtomics {

@@ -123,31 +123,29 @@ impl SameHost {
 
     /// One step: publish what changed, decide the paths of QPs that
     /// reached RTR, execute what same-host QPs hand out, apply what peers
-    /// delivered. Returns whether anything happened.
+    /// delivered.
     pub fn step(
         &mut self,
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
         endpoint: &mut Endpoint,
         now: Nanos,
-    ) -> bool {
-        let mut any = self.own.drain(engine);
+    ) {
+        self.own.drain(engine);
         for (id, qpn) in self.own.sync(engine) {
             let p = self.decide(engine, endpoint, id);
             self.own.set_path(engine, id, qpn, p);
         }
         while let Some(op) = engine.poll_direct(now) {
-            any = true;
             if let Some(outcome) = self.run(engine, &op) {
                 engine.handle_direct(now, &op, outcome, mem);
             }
         }
-        any |= self.own.drain(engine);
+        self.own.drain(engine);
         for (id, qpn) in self.own.sync(engine) {
             let p = self.decide(engine, endpoint, id);
             self.own.set_path(engine, id, qpn, p);
         }
-        any
     }
 
     /// Applies what peers delivered (before a verb, so a `poll_cq` sees it).
