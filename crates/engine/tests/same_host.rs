@@ -19,31 +19,45 @@ struct Ending {
     a_events: Vec<u32>,
     b_events: Vec<u32>,
     states: (u32, u32),
+    /// The rest of every completion (immediate data, flags, QP numbers),
+    /// both sides, compared whole.
+    rest: Vec<(u32, u32, u32, u32)>,
 }
 
 fn ending(p: &mut Pair, qa: QpId, qb: QpId) -> Ending {
-    let wcs = |n: &mut Node| {
-        n.poll()
-            .iter()
+    let (wa, wb) = (p.a.poll(), p.b.poll());
+    let wcs = |w: &[WorkCompletion]| {
+        w.iter()
             .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
             .collect()
     };
+    let rest = wa
+        .iter()
+        .chain(&wb)
+        .map(|w| (w.imm_data_or_inv_rkey, w.wc_flags, w.qp_num, w.src_qp))
+        .collect();
     let events = |n: &mut Node| n.events().iter().map(|e| e.event_type()).collect();
     Ending {
-        a: wcs(&mut p.a),
-        b: wcs(&mut p.b),
+        a: wcs(&wa),
+        b: wcs(&wb),
         a_events: events(&mut p.a),
         b_events: events(&mut p.b),
         states: (
             p.a.e.query_qp(qa).unwrap().0.qp_state,
             p.b.e.query_qp(qb).unwrap().0.qp_state,
         ),
+        rest,
     }
 }
 
 /// Runs `scenario` on a wire pair and on a same-host pair and checks that
 /// both end alike; returns the ending.
 fn both_paths(link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
+    both_paths_of(QpType::Rc, link, scenario)
+}
+
+/// [`both_paths`] for QPs of type `ty`.
+fn both_paths_of(ty: QpType, link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
     let mut endings = Vec::new();
     for same_host in [false, true] {
         let mut p = if same_host {
@@ -51,7 +65,7 @@ fn both_paths(link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
         } else {
             Pair::new()
         };
-        let (qa, qb) = p.connect(QpType::Rc, link);
+        let (qa, qb) = p.connect(ty, link);
         assert_eq!(p.a.e.is_direct(qa), same_host);
         scenario(&mut p, qa, qb);
         p.run(100_000);
@@ -361,4 +375,79 @@ fn a_failed_read_flushes_the_started_read_behind_it_alike() {
     });
     assert_eq!(end.a[0].1, WcStatus::RemAccessErr);
     assert_eq!(end.a[1].1, WcStatus::WrFlushErr);
+}
+
+fn atomic_to(p: &mut Pair, qa: QpId, wr_id: u64, va: u64) {
+    let sge = [p.a.sge(0x800, 8)];
+    let mut w = wr(wr_id, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    w.atomic = AtomicTarget {
+        remote_addr: va,
+        compare_add: 1,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+}
+
+#[test]
+fn atomics_answer_alike_and_refuse_alike() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        atomic_to(p, qa, 1, MEM_BASE + 0x2000);
+        atomic_to(p, qa, 2, MEM_BASE + 0x2000);
+    });
+    assert_eq!(end.a.len(), 2);
+    assert!(end.a.iter().all(|w| w.1 == WcStatus::Success));
+    let misaligned = both_paths(Link::default(), |p, qa, _| {
+        atomic_to(p, qa, 1, MEM_BASE + 0x2004)
+    });
+    assert_eq!(misaligned.a[0].1, WcStatus::RemInvReqErr);
+    let no_right = Link {
+        access: AccessFlags::REMOTE_WRITE,
+        ..Link::default()
+    };
+    let refused = both_paths(no_right, |p, qa, _| atomic_to(p, qa, 1, MEM_BASE + 0x2000));
+    assert_eq!(refused.a[0].1, WcStatus::RemInvReqErr);
+    assert_eq!(refused.b_events, [2]);
+}
+
+#[test]
+fn zero_length_messages_with_immediate_data_arrive_alike() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 16);
+        post_recv(&mut p.b, qb, 8, 0x3100, 16);
+        let mut s = wr(1, send_opcode::SEND_WITH_IMM, &[]);
+        s.imm_data_or_inv_rkey = 0x1234_5678;
+        p.a.e.post_send(qa, &s).unwrap();
+        let mut w = wr(2, send_opcode::RDMA_WRITE_WITH_IMM, &[]);
+        w.imm_data_or_inv_rkey = 0x9abc_def0;
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x1000,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+    });
+    assert_eq!(end.b[0], (7, WcStatus::Success, WcOpcode::Recv, 0));
+    assert_eq!(
+        end.b[1],
+        (8, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 0)
+    );
+}
+
+/// UC has no NAKs: a WRITE with a bad rkey is dropped, the WR completes,
+/// and the QP goes on taking the next message.
+#[test]
+fn uc_drops_a_bad_write_and_goes_on_alike() {
+    let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
+        let key = p.b.key;
+        write_to(p, qa, 1, key ^ 0x55, false);
+        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        let sge = [p.a.sge(0, 64)];
+        p.a.e
+            .post_send(qa, &wr(2, send_opcode::SEND, &sge))
+            .unwrap();
+    });
+    assert_eq!(end.a.len(), 2);
+    assert!(end.a.iter().all(|w| w.1 == WcStatus::Success));
+    assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 64)]);
+    assert_eq!(end.states, (QpState::Rts as u32, QpState::Rts as u32));
 }
