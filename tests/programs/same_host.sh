@@ -4,7 +4,8 @@
 # STOP seconds (10 by default) is still served and nobody sees an error;
 # a killed target ends its peers' WRs in RETRY_EXC_ERR within the QP's
 # timeout x retry_cnt budget; peers of another user use the wire with a log
-# line, and SOFTVERBS_SHM=1 makes that an error; and under CPU load (8
+# line, and SOFTVERBS_SHM=1 makes that an error; an end with
+# SOFTVERBS_SHM=0 brings both to the wire; and under CPU load (8
 # ib_write_bw pairs beside 2 busy processes, and ib_write_bw -a) nothing
 # fails. Runs on a loopback address and daemon socket of its own. Prints
 # "N passed, M failed" last. Usage: same_host.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -166,6 +167,24 @@ users() {
   fi
 }
 users
+
+# One end with SOFTVERBS_SHM=0 publishes nothing: the other end finds
+# no region for its peer and uses the wire too, with a log line.
+one_side_off() {
+  local name="one end with SOFTVERBS_SHM=0: both ends use the wire"
+  local port; next_port port
+  SOFTVERBS_SHM=0 timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port > "$log/off.srv" 2>&1 &
+  local wrapper=$!
+  wait_listen $port "" $wrapper 2>> "$log/off.srv"
+  timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port "$ip" > "$log/off.cli" 2>&1
+  local crc=$?; wait $wrapper; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "uses the wire path" "$log/off.cli"; then
+    ok "$name"
+  else
+    cat "$log/off.srv" >> "$log/off.cli"; bad "$name" "$log/off.cli"
+  fi
+}
+one_side_off
 
 # Under load: 8 ib_write_bw pairs at once beside 2 busy processes, then
 # ib_write_bw -a (every size to 8 MiB) with perftest's default QP timeout.

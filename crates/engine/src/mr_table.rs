@@ -116,20 +116,22 @@ impl MrTable {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), LocalAccessError> {
+        let pieces = gather_plan(
+            self,
+            pd,
+            sges,
+            offset,
+            out.len() as u64,
+            AccessFlags::empty(),
+        )?;
         let mut done = 0;
-        for (sge, addr, take) in sge_pieces(sges, offset, out.len()) {
-            if !local_sge_ok(self, pd, sge, AccessFlags::empty()) {
-                return Err(LocalAccessError::Protection);
-            }
-            mem.read(addr, &mut out[done..done + take])
+        for piece in pieces {
+            let take = piece.len as usize;
+            mem.read(piece.addr, &mut out[done..done + take])
                 .map_err(|_| LocalAccessError::Protection)?;
             done += take;
         }
-        if done == out.len() {
-            Ok(())
-        } else {
-            Err(LocalAccessError::Length)
-        }
+        Ok(())
     }
 
     /// Writes `data` starting `offset` bytes into the buffer the SGE list
@@ -234,19 +236,20 @@ pub(crate) fn scatter_plan(
         .collect())
 }
 
-/// The address ranges of the first `len` bytes of an SGE list, after
-/// checking that every SGE is inside a live MR of `pd` with `need` rights
-/// (Protection) and that the list holds `len` bytes (Length).
+/// The address ranges of `len` bytes `offset` bytes into an SGE list,
+/// after checking that every SGE they touch is inside a live MR of `pd`
+/// with `need` rights (Protection) and that the list holds them (Length).
 pub(crate) fn gather_plan(
     mrs: &(impl MrLookup + ?Sized),
     pd: PdId,
     sges: &[Sge],
+    offset: u64,
     len: u64,
     need: AccessFlags,
 ) -> Result<Vec<Seg>, LocalAccessError> {
     let mut out = Vec::with_capacity(sges.len());
     let mut covered = 0;
-    for (sge, addr, take) in sge_pieces(sges, 0, len as usize) {
+    for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
         if !local_sge_ok(mrs, pd, sge, need) {
             return Err(LocalAccessError::Protection);
         }

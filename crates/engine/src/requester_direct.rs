@@ -142,9 +142,16 @@ impl Qp {
         need: AccessFlags,
     ) -> Result<Payload, WcStatus> {
         let e = &self.req.inflight[idx];
-        gather_plan(&*ctx.mrs, self.pd, &e.wqe.sg_list, u64::from(e.len), need)
-            .map(Payload::Memory)
-            .map_err(local_status)
+        gather_plan(
+            &*ctx.mrs,
+            self.pd,
+            &e.wqe.sg_list,
+            0,
+            u64::from(e.len),
+            need,
+        )
+        .map(Payload::Memory)
+        .map_err(local_status)
     }
 
     /// The outcome of the operation whose first PSN is `psn`.

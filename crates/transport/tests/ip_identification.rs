@@ -12,6 +12,8 @@
 //!   on a raw socket, is received; the same datagram corrupted is not.
 //! * An IPv6 datagram with UDP checksum 0 (as rxe sends) is received.
 
+mod common;
+use common::*;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use softverbs_engine::*;
 use softverbs_transport::*;
@@ -23,8 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-const BASE: u64 = 0x7000_0000;
-const LEN: usize = 4 << 20;
 const QKEY: u32 = 0x11;
 const CHILD: &str = "SOFTVERBS_TEST_OWN_NETNS";
 
@@ -83,27 +83,6 @@ fn run(argv: &[&str]) {
     );
 }
 
-/// Forwards completion events to a channel.
-struct Events(parking_lot::Mutex<mpsc::Sender<CqId>>);
-
-impl Notify for Events {
-    fn completion_event(&self, cq: CqId) {
-        let _ = self.0.lock().send(cq);
-    }
-    fn async_event(&self, _: AsyncEvent) {}
-    fn device_fatal(&self) {}
-}
-
-/// A driver with a PD, a CQ and one MR over all its memory.
-struct Side {
-    d: Driver<FlatMemory>,
-    gid: Gid,
-    events: mpsc::Receiver<CqId>,
-    pd: PdId,
-    cq: CqId,
-    key: u32,
-}
-
 /// A daemon of the test's own (the namespace is the test's own too).
 fn daemon() -> DaemonAddress {
     let config = daemon::DaemonConfig {
@@ -143,27 +122,6 @@ fn side(ip: IpAddr, daemon: &DaemonAddress) -> Side {
         cq,
         key,
     }
-}
-
-fn create_qp(s: &Side, ty: QpType) -> (QpId, u32) {
-    s.d.with(|e, _| {
-        let init = QpInitAttr {
-            send_cq: s.cq,
-            recv_cq: s.cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: ty as u32,
-            sq_sig_all: true,
-        };
-        let c = e.create_qp(s.pd, &init).unwrap();
-        (c.id, c.qp_num)
-    })
 }
 
 /// INIT, RTR, RTS: an RC QP towards `remote` at `dgid` with path MTU
@@ -248,28 +206,6 @@ fn post_recv(s: &Side, qp: QpId, off: u64, len: u32) {
         sg_list: &sge,
     };
     s.d.with(|e, _| e.post_recv(qp, &wr)).unwrap();
-}
-
-/// Waits for `n` completions, blocking on completion events.
-fn wait_completions(s: &Side, n: usize) -> Vec<WorkCompletion> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while got.len() < n {
-        s.d.with(|e, _| e.req_notify_cq(s.cq, false)).unwrap();
-        let mut batch = Vec::new();
-        s.d.with(|e, _| e.poll_cq(s.cq, 64, &mut batch)).unwrap();
-        got.extend(batch);
-        if got.len() >= n {
-            break;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            s.events.recv_timeout(left).is_ok(),
-            "timed out with {} of {n} completions",
-            got.len()
-        );
-    }
-    got
 }
 
 /// Waits until `cond` holds (the progress thread does the work).

@@ -5,36 +5,14 @@
 //! (on a thread) on its own loopback address, so tests do not meet each
 //! other or a real daemon.
 
+mod common;
+use common::*;
 use softverbs_engine::*;
 use softverbs_transport::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-const BASE: u64 = 0x7000_0000;
-const LEN: usize = 4 << 20;
-
-/// Forwards completion events to a channel.
-struct Events(parking_lot::Mutex<mpsc::Sender<CqId>>);
-
-impl Notify for Events {
-    fn completion_event(&self, cq: CqId) {
-        let _ = self.0.lock().send(cq);
-    }
-    fn async_event(&self, _: AsyncEvent) {}
-    fn device_fatal(&self) {}
-}
-
-struct Side {
-    d: Driver<FlatMemory>,
-    /// The device's GID (the host's loopback address).
-    gid: Gid,
-    events: mpsc::Receiver<CqId>,
-    pd: PdId,
-    cq: CqId,
-    key: u32,
-}
+use std::time::Duration;
 
 /// A daemon of the test's own, on a loopback address of its own.
 struct Host {
@@ -93,27 +71,6 @@ fn side(host: &Host) -> Side {
         cq,
         key,
     }
-}
-
-fn create_qp(s: &Side, ty: QpType) -> (QpId, u32) {
-    s.d.with(|e, _| {
-        let init = QpInitAttr {
-            send_cq: s.cq,
-            recv_cq: s.cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 128,
-                max_recv_wr: 128,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-            qp_type: ty as u32,
-            sq_sig_all: true,
-        };
-        let c = e.create_qp(s.pd, &init).unwrap();
-        (c.id, c.qp_num)
-    })
 }
 
 fn connect(s: &Side, qp: QpId, ty: QpType, remote: u32) {
@@ -193,29 +150,6 @@ fn connect(s: &Side, qp: QpId, ty: QpType, remote: u32) {
     for (a, m) in steps {
         s.d.with(|e, _| e.modify_qp(qp, &a, m)).unwrap();
     }
-}
-
-/// Waits for `n` completions, blocking on completion events only: the
-/// progress thread must do all the work.
-fn wait_completions(s: &Side, n: usize) -> Vec<WorkCompletion> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while got.len() < n {
-        s.d.with(|e, _| e.req_notify_cq(s.cq, false)).unwrap();
-        let mut batch = Vec::new();
-        s.d.with(|e, _| e.poll_cq(s.cq, 64, &mut batch)).unwrap();
-        got.extend(batch);
-        if got.len() >= n {
-            break;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            s.events.recv_timeout(left).is_ok(),
-            "timed out with {} of {n} completions",
-            got.len()
-        );
-    }
-    got
 }
 
 /// Posts one 2000-byte receive WR (wr_id 5) at BASE on UD QP `qp` of `s`.
