@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The same-host path (docs/architecture.md, "Same host") as programs meet
 # it: the side that runs does the work, so a target stopped by SIGSTOP for
-# STOP seconds (10 by default) is still served and nobody sees an error;
+# STOP seconds (10 by default) is still served and nobody sees an error
+# (receives from the QP's own queue or from an SRQ);
 # a killed target ends its peers' WRs in RETRY_EXC_ERR within the QP's
 # timeout x retry_cnt budget; peers of another user use the wire with a log
 # line, and SOFTVERBS_SHM=1 makes that an error; an end with
@@ -102,6 +103,9 @@ stopped ibv_rc_pingpong "remote address" "iters in" ibv_rc_pingpong -g 1 -n 2000
 stopped ib_write_bw "#bytes" "$ROW" ib_write_bw -x 1 -n 50000
 stopped ib_read_bw "#bytes" "$ROW" ib_read_bw -x 1 -n 50000
 stopped ib_send_bw "#bytes" "$ROW" ib_send_bw -x 1 -n 50000
+# Receives from an SRQ: the requester claims the SRQ's receive WRs itself.
+stopped ibv_srq_pingpong "remote address" "iters in" ibv_srq_pingpong -g 1 -n 200000
+stopped ib_send_bw_srq "#bytes" "$ROW" ib_send_bw -x 1 -n 50000 --use-srq
 
 # A killed target: the requester's outstanding WRs fail with
 # RETRY_EXC_ERR within perftest's QP timeout (14: 67 ms) x retry_cnt (7),

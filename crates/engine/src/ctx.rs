@@ -66,4 +66,16 @@ impl Ctx<'_> {
     pub(crate) fn event(&mut self, event: AsyncEvent) {
         self.events.push_back(event);
     }
+
+    /// A WR of SRQ `id` was taken, here or by a same-host peer: an SRQ
+    /// whose unclaimed WRs drop below its armed limit raises
+    /// IBV_EVENT_SRQ_LIMIT_REACHED once.
+    pub(crate) fn srq_consumed(&mut self, id: SrqId) {
+        let Some(srq) = self.srqs.get_mut(id) else {
+            return;
+        };
+        if srq.limit.on_consumed(srq.queue.unclaimed()) {
+            self.events.push_back(AsyncEvent::SrqLimitReached(id));
+        }
+    }
 }

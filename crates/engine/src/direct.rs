@@ -170,9 +170,6 @@ pub struct PeerQp {
     pub max_dest_rd_atomic: u8,
     /// Its Q_Key (UD).
     pub qkey: u32,
-    /// It receives from an SRQ (not yet on the same-host path: a peer
-    /// keeps such a QP on the wire).
-    pub srq: bool,
 }
 
 /// The async event a target QP raises when a request fails there.
@@ -203,11 +200,12 @@ pub enum CopyFault {
 pub trait DirectTarget: MrLookup {
     /// The target QP, if it exists.
     fn qp(&self) -> Option<PeerQp>;
-    /// The receive WR the next message would take, without taking it.
+    /// The oldest receive WR no consumer claimed, without claiming it.
     fn next_recv(&self) -> Option<RecvWqe>;
-    /// Takes the receive WR `next_recv` gave; false if it is gone (the
-    /// target flushed it meanwhile).
-    fn take_recv(&mut self) -> bool;
+    /// Claims receive WR `seq` (as `next_recv` gave it) if it is still
+    /// the oldest unclaimed one; false if another consumer (a peer, the
+    /// target itself, a flush) took it meanwhile. A claim is final.
+    fn take_recv(&mut self, seq: u64) -> bool;
     /// Copies the payload into the target's `to` ranges.
     fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault>;
     /// Copies the target's `from` ranges into our `to` ranges.
@@ -215,8 +213,9 @@ pub trait DirectTarget: MrLookup {
     /// Compare-and-swap (`Some(compare)`) or fetch-and-add at an aligned
     /// target address, atomic with respect to every other atomic on it.
     fn atomic(&mut self, addr: u64, compare: Option<u64>, value: u64) -> Result<u64, CopyFault>;
-    /// Queues a completion on the target QP's receive CQ.
-    fn deliver(&mut self, wc: WorkCompletion, solicited: bool);
+    /// Queues a completion of receive WR `seq` (claimed) on the target
+    /// QP's receive CQ.
+    fn deliver(&mut self, seq: u64, wc: WorkCompletion, solicited: bool);
     /// The target QP got its first request in RTR (IBV_EVENT_COMM_EST).
     fn comm_est(&mut self);
     /// The target QP enters the error state, raising `event`.
@@ -310,7 +309,7 @@ fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
         QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
     );
     let connected = qp.qp_type == QpType::Ud || qp.dest_qpn == op.src_qpn;
-    receiving && qp.qp_type == op.qp_type && connected && !qp.srq
+    receiving && qp.qp_type == op.qp_type && connected
 }
 
 /// A fatal RC request error: the NAK, the event, the error state.
@@ -388,12 +387,8 @@ fn receive_send(
     imm: Option<u32>,
     inv: Option<u32>,
 ) -> Step {
-    let wqe = target.next_recv().ok_or_else(|| not_ready(qp))?;
+    let wqe = claim_recv(op, qp, target)?;
     let len = u64::from(op.len);
-    if qp.qp_type == QpType::Uc && sge_total(&wqe.sg_list) < len {
-        // Class D: the message is dropped, the WR stays for the next one.
-        return Ok(DirectOutcome::Done);
-    }
     let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {
         Ok(to) => to,
         Err(err) => return Err(fail_receive(qp, target, &wqe, local_status(err)).into()),
@@ -415,7 +410,30 @@ fn receive_send(
     complete_receive(op, qp, target, &wqe, WcOpcode::Recv, imm)
 }
 
-/// Completes the receive WR a message arrived in.
+/// Claims the receive WR a message goes to, before a byte is written
+/// into it: a WR another consumer claimed (a peer, the target's own
+/// responder, a flush) is never written. No WR: RNR (RC) or the message
+/// is lost (UC). A UC message longer than the WR is dropped and the WR
+/// stays for the next message (class D).
+fn claim_recv(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Result<RecvWqe, Stop> {
+    for _ in 0..CLAIM_TRIES {
+        let wqe = target.next_recv().ok_or_else(|| not_ready(qp))?;
+        if qp.qp_type == QpType::Uc && sge_total(&wqe.sg_list) < u64::from(op.len) {
+            return Err(Stop::Outcome(DirectOutcome::Done));
+        }
+        if target.take_recv(wqe.seq) {
+            return Ok(wqe);
+        }
+    }
+    // Other consumers kept winning: as a request lost, retried.
+    Err(Stop::Outcome(DirectOutcome::Dropped))
+}
+
+/// Claims that lose a race to other consumers before the request is
+/// given up as lost.
+const CLAIM_TRIES: u32 = 64;
+
+/// Completes the receive WR a message arrived in (claimed).
 fn complete_receive(
     op: &DirectOp,
     qp: &PeerQp,
@@ -424,9 +442,6 @@ fn complete_receive(
     opcode: WcOpcode,
     imm: Option<u32>,
 ) -> Step {
-    if !target.take_recv() {
-        return Ok(DirectOutcome::Dropped);
-    }
     let mut wc = WorkCompletion {
         status: WcStatus::Success,
         byte_len: op.len,
@@ -436,24 +451,23 @@ fn complete_receive(
         wc.imm_data_or_inv_rkey = imm;
         wc.wc_flags |= wc_flags::WITH_IMM;
     }
-    target.deliver(wc, op.solicited);
+    target.deliver(wqe.seq, wc, op.solicited);
     Ok(DirectOutcome::Done)
 }
 
-/// A receive WR that could not take the data completes in error.
+/// A receive WR (claimed) that could not take the data completes in
+/// error.
 fn fail_receive(
     qp: &PeerQp,
     target: &mut dyn DirectTarget,
     wqe: &RecvWqe,
     status: WcStatus,
 ) -> Fault {
-    if target.take_recv() {
-        let wc = WorkCompletion {
-            status,
-            ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
-        };
-        target.deliver(wc, false);
-    }
+    let wc = WorkCompletion {
+        status,
+        ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
+    };
+    target.deliver(wqe.seq, wc, false);
     Fault::Receive(status)
 }
 
@@ -482,8 +496,12 @@ fn write(
     } else {
         None
     };
+    // The receive WR is claimed before the data lands, as the wire
+    // responder checks for one before it writes (RNR otherwise); a write
+    // that then fails leaves it claimed, and the fault's error state
+    // flushes it.
     let wqe = match imm {
-        Some(_) => Some(target.next_recv().ok_or_else(|| not_ready(qp))?),
+        Some(_) => Some(claim_recv(op, qp, target)?),
         None => None,
     };
     if let Some(dest) = dest {

@@ -1,8 +1,8 @@
 //! A [`DirectTarget`] over another [`Engine`] in the same address space:
 //! what the simulator and the tests execute same-host operations
 //! against. It reaches the target's state through the same calls an
-//! embedder uses for published state (`peer_qp`, `recv_queue`,
-//! `apply_delivery`, ...), so it exercises the engine's side of the path
+//! embedder uses for published state (`peer_qp`, `peek_recv`,
+//! `claim_recv`, `apply_delivery`, ...), so it exercises the engine's side of the path
 //! exactly; only the memory is a pair of [`FlatMemory`]s.
 
 use crate::direct::{CopyFault, DirectTarget, MrLookup, Payload, PeerQp, Seg, TargetEvent};
@@ -24,8 +24,6 @@ pub struct EngineTarget<'a> {
     pub local: &'a mut FlatMemory,
     /// The target QP number.
     pub qpn: u32,
-    /// The receive WR taken and not yet completed.
-    taken: bool,
 }
 
 impl<'a> EngineTarget<'a> {
@@ -41,7 +39,6 @@ impl<'a> EngineTarget<'a> {
             mem,
             local,
             qpn,
-            taken: false,
         }
     }
 }
@@ -62,13 +59,11 @@ impl DirectTarget for EngineTarget<'_> {
     }
 
     fn next_recv(&self) -> Option<RecvWqe> {
-        let id = self.engine.qp_by_num(self.qpn)?;
-        self.engine.recv_queue(id).next().cloned()
+        self.engine.peek_recv(self.qpn)
     }
 
-    fn take_recv(&mut self) -> bool {
-        self.taken = self.next_recv().is_some();
-        self.taken
+    fn take_recv(&mut self, seq: u64) -> bool {
+        self.engine.claim_recv(self.qpn, seq)
     }
 
     fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault> {
@@ -114,10 +109,8 @@ impl DirectTarget for EngineTarget<'_> {
         fault(r, CopyFault::Remote)
     }
 
-    fn deliver(&mut self, wc: WorkCompletion, solicited: bool) {
-        if std::mem::take(&mut self.taken) {
-            self.engine.apply_delivery(self.qpn, wc, solicited);
-        }
+    fn deliver(&mut self, seq: u64, wc: WorkCompletion, solicited: bool) {
+        self.engine.apply_delivery(self.qpn, seq, wc, solicited);
     }
 
     fn comm_est(&mut self) {

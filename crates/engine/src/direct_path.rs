@@ -8,11 +8,12 @@ use crate::direct::{DirectOp, DirectOutcome, PeerQp, TargetEvent};
 use crate::engine::Engine;
 use crate::error::{einval, eopnotsupp, VerbsResult};
 use crate::event::AsyncEvent;
-use crate::handles::QpId;
+use crate::handles::{QpId, SrqId};
 use crate::memory::HostMemory;
 use crate::qp_state::{QpState, QpType};
+use crate::recv_queue::{RecvQueueId, RecvShare};
 use crate::time::Nanos;
-use crate::wc::WorkCompletion;
+use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::RecvWqe;
 
 impl Engine {
@@ -93,43 +94,93 @@ impl Engine {
             min_rnr_timer: qp.attr.min_rnr_timer,
             max_dest_rd_atomic: qp.attr.max_dest_rd_atomic,
             qkey: qp.attr.qkey,
-            srq: qp.srq.is_some(),
         })
     }
 
-    /// The receive WRs queued on QP `id` (not on its SRQ), oldest first.
-    pub fn recv_queue(&self, id: QpId) -> impl Iterator<Item = &RecvWqe> + '_ {
-        self.qps.get(id).into_iter().flat_map(|qp| qp.rq.iter())
+    /// The SRQ QP `id` receives from.
+    pub fn qp_srq(&self, id: QpId) -> Option<SrqId> {
+        self.qps.get(id)?.srq
     }
 
-    /// How many receive WRs QP `id` holds (not its SRQ's).
-    pub fn recv_queue_len(&self, id: QpId) -> usize {
-        self.qps.get(id).map_or(0, |qp| qp.rq.len())
+    /// Shares receive queue `queue` with consumers outside this engine
+    /// through `share` (see `recv_queue.rs`): the WRs queued so far move
+    /// into it, and from now on every WR is numbered and claimed there,
+    /// by this engine's responder as by same-host peers.
+    pub fn share_recv(&mut self, queue: RecvQueueId, share: Box<dyn RecvShare>) {
+        let q = match queue {
+            RecvQueueId::Qp(id) => self.qps.get_mut(id).map(|qp| &mut qp.rq),
+            RecvQueueId::Srq(id) => self.srqs.get_mut(id).map(|s| &mut s.queue),
+        };
+        if let Some(q) = q {
+            q.share(share);
+        }
     }
 
-    /// A peer delivered a message into the oldest receive WR of QP `qpn`
-    /// (the one it took from the published queue): that WR leaves the
-    /// receive queue and `wc` completes on the QP's receive CQ, with the
-    /// CQ's rules (overrun, notification). False if the QP has no such WR
-    /// any more (it was flushed when the QP entered the error state).
-    pub fn apply_delivery(&mut self, qpn: u32, wc: WorkCompletion, solicited: bool) -> bool {
+    /// The oldest receive WR of QP `qpn` that no consumer claimed: what a
+    /// peer's message would take. Claim it with [`Engine::claim_recv`].
+    pub fn peek_recv(&self, qpn: u32) -> Option<RecvWqe> {
+        let qp = self.qps.get(self.qp_by_num(qpn)?)?;
+        let queue = match qp.srq {
+            Some(srq) => &self.srqs.get(srq)?.queue,
+            None => &qp.rq,
+        };
+        queue.peek().cloned()
+    }
+
+    /// Claims receive WR `seq` of QP `qpn` for a peer, if it is still the
+    /// oldest unclaimed one. It stays queued until the peer's delivery
+    /// ([`Engine::apply_delivery`]) or a flush retires it.
+    pub fn claim_recv(&mut self, qpn: u32, seq: u64) -> bool {
+        let Some(id) = self.qp_by_num(qpn) else {
+            return false;
+        };
+        let claimed = self.with_qp(id, |qp, ctx| match qp.srq {
+            Some(srq) => {
+                let claimed = ctx.srqs.get_mut(srq).is_some_and(|s| s.queue.claim(seq));
+                if claimed {
+                    ctx.srq_consumed(srq);
+                }
+                claimed
+            }
+            None => qp.rq.claim(seq),
+        });
+        claimed == Some(true)
+    }
+
+    /// A peer delivered a message into receive WR `seq` of QP `qpn`
+    /// (which it claimed): the WR leaves its queue and `wc` completes on
+    /// the QP's receive CQ, with the CQ's rules (overrun, notification).
+    /// A QP that stopped receiving since gets the WR flushed instead (it
+    /// was taken before the QP stopped; an SRQ's WR must not be lost).
+    /// False if the WR is not queued any more (flushed, reset).
+    pub fn apply_delivery(
+        &mut self,
+        qpn: u32,
+        seq: u64,
+        wc: WorkCompletion,
+        solicited: bool,
+    ) -> bool {
         let Some(id) = self.qp_by_num(qpn) else {
             return false;
         };
         let applied = self.with_qp(id, |qp, ctx| {
-            if !receiving(qp.state) || qp.srq.is_some() {
-                return false;
-            }
-            // The WR the peer took is the oldest one; anything else means
-            // the queue changed under it (a reset and new WRs).
-            if qp.rq.front().is_none_or(|w| w.wr_id != wc.wr_id) {
-                return false;
-            }
-            qp.rq.pop_front();
+            let wqe = match qp.srq {
+                Some(srq) => {
+                    let wqe = ctx.srqs.get_mut(srq)?.queue.retire(seq)?;
+                    ctx.srq_consumed(srq);
+                    wqe
+                }
+                None => qp.rq.retire(seq)?,
+            };
+            let wc = if receiving(qp.state) {
+                wc
+            } else {
+                WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qp_num)
+            };
             ctx.complete(qp.recv_cq, wc, solicited);
-            true
+            Some(())
         });
-        applied == Some(true)
+        applied.flatten().is_some()
     }
 
     /// A peer's request failed at QP `qpn`: it enters the error state
@@ -181,27 +232,24 @@ impl Engine {
         self.mr_changes.pop()
     }
 
-    /// The next QP that got receive WRs since last asked (tracked with
-    /// [`Engine::track_changes`]): a same-host QP's are mirrored to the
-    /// ring its peers take them from.
-    pub fn poll_recv_posted(&mut self) -> Option<QpId> {
-        self.recv_posted.pop()
-    }
-
-    /// Notes that QP `id` got a receive WR, for `poll_recv_posted`.
-    pub(crate) fn recv_posted(&mut self, id: QpId) {
-        if self.track_changes
-            && self.recv_posted.last() != Some(&id)
-            && !self.recv_posted.contains(&id)
-        {
-            self.recv_posted.push(id);
-        }
-    }
-
     /// Notes that the MR with key `key` changed, for `poll_mr_change`.
     pub(crate) fn mr_changed(&mut self, key: u32) {
         if self.track_changes && !self.mr_changes.contains(&key) {
             self.mr_changes.push(key);
+        }
+    }
+
+    /// The next SRQ created or destroyed since last asked (tracked with
+    /// [`Engine::track_changes`]; gone from [`Engine::query_srq`] means
+    /// destroyed): an embedder shares the receive queue of each.
+    pub fn poll_srq_change(&mut self) -> Option<SrqId> {
+        self.srq_changes.pop()
+    }
+
+    /// Notes that SRQ `id` was created or destroyed.
+    pub(crate) fn srq_changed(&mut self, id: SrqId) {
+        if self.track_changes {
+            self.srq_changes.push(id);
         }
     }
 

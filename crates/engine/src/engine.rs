@@ -48,8 +48,8 @@ pub struct Engine {
     pub(crate) qp_changes: Vec<(QpId, u32)>,
     /// Keys of MRs whose published view may have changed.
     pub(crate) mr_changes: Vec<u32>,
-    /// QPs that got receive WRs since `poll_recv_posted` last asked.
-    pub(crate) recv_posted: Vec<QpId>,
+    /// SRQs created or destroyed since `poll_srq_change` last asked.
+    pub(crate) srq_changes: Vec<SrqId>,
     /// Whether `qp_changes` and `mr_changes` are kept (`track_changes`).
     pub(crate) track_changes: bool,
 }
@@ -77,7 +77,7 @@ impl Engine {
             scratch: Vec::new(),
             qp_changes: Vec::new(),
             mr_changes: Vec::new(),
-            recv_posted: Vec::new(),
+            srq_changes: Vec::new(),
             track_changes: false,
         }
     }

@@ -52,8 +52,7 @@ impl Engine {
                 ctx.complete(qp.recv_cq, wc, false);
             });
         } else {
-            qp.rq.push_back(RecvWqe::new(wr));
-            self.recv_posted(id);
+            qp.rq.post(RecvWqe::new(wr));
         }
         Ok(())
     }
@@ -68,7 +67,7 @@ impl Engine {
         check_recv_length(wr.sg_list)?;
         let srq = &mut self.srqs[id];
         ensure(srq.queue.len() < srq.max_wr as usize, enomem("SRQ full"))?;
-        srq.queue.push_back(RecvWqe::new(wr));
+        srq.queue.post(RecvWqe::new(wr));
         Ok(())
     }
 

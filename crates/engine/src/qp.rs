@@ -9,10 +9,11 @@ use crate::event::AsyncEvent;
 use crate::handles::{CqId, PdId, QpId, SrqId};
 use crate::qp_attr::{QpAttr, QpCap, QpInitAttr};
 use crate::qp_state::{QpState, QpType};
+use crate::recv_queue::RecvQueue;
 use crate::requester::Requester;
 use crate::responder::Responder;
 use crate::wc::{WcOpcode, WorkCompletion};
-use crate::wr::{RecvWqe, SendWqe};
+use crate::wr::SendWqe;
 use std::collections::VecDeque;
 
 /// A queue pair.
@@ -33,7 +34,7 @@ pub(crate) struct Qp {
     pub(crate) attr: QpAttr,
     /// Posted send WRs not yet started by the requester.
     pub(crate) sq: VecDeque<SendWqe>,
-    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) rq: RecvQueue,
     /// Bytes per packet of the port (the UD path MTU).
     pub(crate) port_mtu: u32,
     pub(crate) req: Requester,
@@ -67,7 +68,7 @@ impl Qp {
             state: QpState::Reset,
             attr: QpAttr::default(),
             sq: VecDeque::new(),
-            rq: VecDeque::new(),
+            rq: RecvQueue::default(),
             port_mtu,
             req: Requester::default(),
             resp: Responder::default(),
@@ -92,7 +93,7 @@ impl Qp {
         self.state = QpState::Err;
         self.flush_send_queue(ctx);
         let receiving = self.resp.take_receive_wqe();
-        for wqe in receiving.into_iter().chain(self.rq.drain(..)) {
+        for wqe in receiving.into_iter().chain(self.rq.drain_all()) {
             ctx.complete(
                 self.recv_cq,
                 WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, self.qp_num),

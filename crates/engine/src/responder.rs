@@ -637,8 +637,8 @@ impl Qp {
             return;
         };
         match self.srq.and_then(|srq| ctx.srqs.get_mut(srq)) {
-            Some(srq) => srq.queue.push_front(wqe),
-            None => self.rq.push_front(wqe),
+            Some(srq) => srq.queue.give_back(wqe),
+            None => self.rq.give_back(wqe),
         }
     }
 
@@ -703,8 +703,8 @@ impl Qp {
     /// The receive WR `take_recv_wqe` would take now.
     fn next_recv_wqe<'q>(&'q self, ctx: &'q Ctx<'_>) -> Option<&'q RecvWqe> {
         match self.srq {
-            Some(srq) => ctx.srqs.get(srq)?.queue.front(),
-            None => self.rq.front(),
+            Some(srq) => ctx.srqs.get(srq)?.queue.next(),
+            None => self.rq.next(),
         }
     }
 
@@ -717,13 +717,10 @@ impl Qp {
     /// below its armed limit raises IBV_EVENT_SRQ_LIMIT_REACHED once.
     fn take_recv_wqe(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
         let Some(srq_id) = self.srq else {
-            return self.rq.pop_front();
+            return self.rq.take();
         };
-        let srq = ctx.srqs.get_mut(srq_id)?;
-        let wqe = srq.queue.pop_front()?;
-        if srq.limit.on_consumed(srq.queue.len()) {
-            ctx.event(AsyncEvent::SrqLimitReached(srq_id));
-        }
+        let wqe = ctx.srqs.get_mut(srq_id)?.queue.take()?;
+        ctx.srq_consumed(srq_id);
         Some(wqe)
     }
 

@@ -6,9 +6,8 @@ use crate::device::DeviceLimits;
 use crate::error::{einval, ensure, VerbsResult};
 use crate::handles::PdId;
 use crate::objects::UseCount;
+use crate::recv_queue::RecvQueue;
 use crate::srq_limit::SrqLimit;
-use crate::wr::RecvWqe;
-use std::collections::VecDeque;
 
 /// `struct ibv_srq_attr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,7 +26,7 @@ pub(crate) struct Srq {
     pub(crate) pd: PdId,
     pub(crate) max_wr: u32,
     pub(crate) max_sge: u32,
-    pub(crate) queue: VecDeque<RecvWqe>,
+    pub(crate) queue: RecvQueue,
     pub(crate) limit: SrqLimit,
     pub(crate) users: UseCount,
 }
@@ -50,7 +49,7 @@ impl Srq {
             pd,
             max_wr: req.max_wr,
             max_sge: req.max_sge,
-            queue: VecDeque::new(),
+            queue: RecvQueue::default(),
             limit: SrqLimit::default(),
             users: UseCount::default(),
         })

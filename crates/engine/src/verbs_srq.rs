@@ -17,7 +17,9 @@ impl Engine {
         )?;
         let actual = srq.attr();
         self.pd_mut(pd)?.users.get();
-        Ok((self.srqs.insert(srq), actual))
+        let id = self.srqs.insert(srq);
+        self.srq_changed(id);
+        Ok((id, actual))
     }
 
     /// `ibv_modify_srq` (seed 001).
@@ -49,6 +51,7 @@ impl Engine {
         ensure(!s.users.in_use(), ebusy("SRQ still used by a QP"))?;
         let s = self.srqs.remove(srq).expect("checked above");
         self.pds[s.pd].users.put();
+        self.srq_changed(srq);
         Ok(())
     }
 }

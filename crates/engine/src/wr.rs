@@ -32,14 +32,18 @@ pub struct RecvWqe {
     pub wr_id: u64,
     /// Where received data goes.
     pub sg_list: Box<[Sge]>,
+    /// Its number in its queue, unique for the queue's life: what a
+    /// same-host peer's delivery names (`recv_queue.rs`).
+    pub seq: u64,
 }
 
 impl RecvWqe {
-    /// Copies a posted WR into a queue entry.
+    /// Copies a posted WR into a queue entry (numbered when queued).
     pub fn new(wr: &RecvWr<'_>) -> RecvWqe {
         RecvWqe {
             wr_id: wr.wr_id,
             sg_list: wr.sg_list.into(),
+            seq: 0,
         }
     }
 }

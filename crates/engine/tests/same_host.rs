@@ -451,3 +451,161 @@ fn uc_drops_a_bad_write_and_goes_on_alike() {
     assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 64)]);
     assert_eq!(end.states, (QpState::Rts as u32, QpState::Rts as u32));
 }
+
+/// Node b's QP `qb` receives from a new SRQ of `max_wr` WRs, ids
+/// `1..=posted` posted (64 bytes each at 0x4000 + 0x100 * id), its limit
+/// armed at `limit`; connected to a new QP of node a. Returns (qa, qb).
+fn connect_to_srq(p: &mut Pair, posted: u64, limit: u32, link: Link) -> (QpId, QpId, SrqId) {
+    let attr = SrqAttr {
+        max_wr: 16,
+        max_sge: 4,
+        srq_limit: 0,
+    };
+    let (srq, _) = p.b.e.create_srq(p.b.pd, &attr).unwrap();
+    for id in 1..=posted {
+        let sge = [p.b.sge(0x4000 + 0x100 * id, 64)];
+        let wr = RecvWr {
+            wr_id: id,
+            sg_list: &sge,
+        };
+        p.b.e.post_srq_recv(srq, &wr).unwrap();
+    }
+    let arm = SrqAttr {
+        srq_limit: limit,
+        ..attr
+    };
+    p.b.e.modify_srq(srq, &arm, SrqAttrMask::LIMIT).unwrap();
+    let qa = create(&mut p.a, QpType::Rc, None);
+    let qb = create(&mut p.b, QpType::Rc, Some(srq));
+    p.bring_up(QpType::Rc, qa, qb, link);
+    (qa, qb, srq)
+}
+
+fn send(p: &mut Pair, qa: QpId, wr_id: u64, byte: u8) {
+    let offset = 0x100 * wr_id;
+    p.a.mem.write(MEM_BASE + offset, &[byte; 48]).unwrap();
+    let sge = [p.a.sge(offset, 48)];
+    p.a.e
+        .post_send(qa, &wr(wr_id, send_opcode::SEND, &sge))
+        .unwrap();
+}
+
+#[test]
+fn sends_to_a_qp_on_an_srq_complete_and_fire_the_limit_alike() {
+    let mut endings = Vec::new();
+    for same_host in [false, true] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        let (qa, qb, _) = connect_to_srq(&mut p, 4, 3, Link::default());
+        assert_eq!(p.b.e.is_direct(qb), same_host, "on the SRQ too");
+        for id in 1..=3 {
+            send(&mut p, qa, id, id as u8);
+        }
+        p.run(100_000);
+        for id in 1..=3u64 {
+            let mut got = [0u8; 48];
+            p.b.mem
+                .read(MEM_BASE + 0x4000 + 0x100 * id, &mut got)
+                .unwrap();
+            assert_eq!(got, [id as u8; 48], "message {id} in WR {id}");
+        }
+        endings.push(ending(&mut p, qa, qb));
+    }
+    let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+    assert_eq!(wire, host, "wire (left) and same host (right) differ");
+    let received: Vec<u64> = host.b.iter().map(|w| w.0).collect();
+    assert_eq!(received, [1, 2, 3]);
+    assert_eq!(host.b_events, [15], "IBV_EVENT_SRQ_LIMIT_REACHED, once");
+}
+
+#[test]
+fn an_empty_srq_answers_rnr_alike() {
+    let link = Link {
+        rnr_retry: 2,
+        ..Link::default()
+    };
+    let mut endings = Vec::new();
+    for same_host in [false, true] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        let (qa, qb, _) = connect_to_srq(&mut p, 0, 0, link);
+        send(&mut p, qa, 1, 1);
+        p.run(100_000);
+        endings.push(ending(&mut p, qa, qb));
+    }
+    let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+    assert_eq!(wire, host, "wire (left) and same host (right) differ");
+    assert_eq!(host.a[0].1, WcStatus::RnrRetryExcErr);
+}
+
+#[test]
+fn a_wire_qp_and_a_same_host_qp_share_one_srq_without_taking_a_wr_twice() {
+    let mut p = Pair::same_host();
+    let (qa1, qb1, srq) = connect_to_srq(&mut p, 8, 0, Link::default());
+    let qa2 = create(&mut p.a, QpType::Rc, None);
+    let qb2 = create(&mut p.b, QpType::Rc, Some(srq));
+    p.bring_up(QpType::Rc, qa2, qb2, Link::default());
+    p.a.e.set_direct(qa2, false).unwrap();
+    p.b.e.set_direct(qb2, false).unwrap();
+    assert!(p.a.e.is_direct(qa1) && !p.a.e.is_direct(qa2));
+    for id in 1..=8u64 {
+        let qa = if id % 2 == 1 { qa1 } else { qa2 };
+        send(&mut p, qa, id, id as u8);
+        p.run(100_000);
+    }
+    let received = p.b.poll();
+    let mut ids: Vec<u64> = received.iter().map(|w| w.wr_id).collect();
+    assert!(received.iter().all(|w| w.status == WcStatus::Success));
+    ids.sort();
+    assert_eq!(ids, (1..=8).collect::<Vec<_>>(), "every WR taken once");
+    for w in &received {
+        let qp = if w.qp_num == p.b.e.qp_num(qb1).unwrap() {
+            "same host"
+        } else {
+            "wire"
+        };
+        let mut got = [0u8; 48];
+        p.b.mem
+            .read(MEM_BASE + 0x4000 + 0x100 * w.wr_id, &mut got)
+            .unwrap();
+        assert!(
+            got.iter().all(|&b| b == got[0] && b != 0),
+            "{qp} WR {}",
+            w.wr_id
+        );
+    }
+    assert_eq!(p.b.e.srq_len(srq).unwrap(), 0);
+}
+
+#[test]
+fn a_stale_delivery_from_before_a_reset_completes_nothing() {
+    let mut p = Pair::same_host();
+    let (_, qb) = p.connect(QpType::Rc, Link::default());
+    let qpn = p.b.e.qp_num(qb).unwrap();
+    post_recv(&mut p.b, qb, 1, 0x3000, 64);
+    let old = p.b.e.peek_recv(qpn).unwrap();
+    assert!(p.b.e.claim_recv(qpn, old.seq));
+    p.b.e
+        .modify_qp(qb, &attr(QpState::Reset), QpAttrMask::STATE)
+        .unwrap();
+    p.b.e
+        .modify_qp(qb, &init_step(QpType::Rc).0, init_step(QpType::Rc).1)
+        .unwrap();
+    post_recv(&mut p.b, qb, 1, 0x3000, 64);
+    let wc = WorkCompletion {
+        status: WcStatus::Success,
+        ..WorkCompletion::flushed(1, WcOpcode::Recv, qpn)
+    };
+    assert!(
+        !p.b.e.apply_delivery(qpn, old.seq, wc, false),
+        "same wr_id, old number"
+    );
+    assert!(p.b.poll().is_empty());
+    assert_eq!(p.b.e.peek_recv(qpn).map(|w| w.wr_id), Some(1));
+}

@@ -76,12 +76,12 @@ impl World {
         })
     }
 
-    /// Puts every RC and UC pair whose ends receive into their own
-    /// receive queues (not an SRQ) on the same-host path.
+    /// Puts every RC and UC pair on the same-host path (their own
+    /// receive queues or SRQs alike; an SRQ may then serve QPs on both
+    /// paths).
     pub fn use_same_host_path(&mut self, w: &Workload) -> VerbsResult<()> {
         for (pair, ends) in w.pairs.iter().zip(&self.qps) {
-            let connected = pair.qp_type != QpType::Ud;
-            if !connected || pair.ends.iter().any(|e| e.srq) {
+            if pair.qp_type == QpType::Ud {
                 continue;
             }
             for (node, end) in self.nodes.iter_mut().zip(ends) {

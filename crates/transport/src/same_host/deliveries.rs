@@ -16,10 +16,13 @@ const FAULT: u64 = 3;
 /// One thing a peer did at one of our QPs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
-    /// A message completed the oldest receive WR of QP `qpn`.
+    /// A message completed receive WR `seq` of QP `qpn` (claimed from
+    /// the ring the QP publishes: its own or its SRQ's).
     Received {
         /// The QP.
         qpn: u32,
+        /// The WR's ring index.
+        seq: u64,
         /// Its receive completion.
         wc: WorkCompletion,
         /// The message asked for a solicited event.
@@ -47,14 +50,19 @@ impl Delivery {
     /// The ring record.
     pub fn encode(&self) -> Record {
         match *self {
-            Delivery::Received { qpn, wc, solicited } => [
+            Delivery::Received {
+                qpn,
+                seq,
+                wc,
+                solicited,
+            } => [
                 head(DELIVERY, qpn),
                 wc.wr_id,
                 wc.status as u64 | (wc.opcode as u64) << 32,
                 u64::from(wc.byte_len) | u64::from(wc.imm_data_or_inv_rkey) << 32,
                 u64::from(wc.wc_flags) | u64::from(solicited) << 32,
                 u64::from(wc.src_qp) | u64::from(wc.qp_num) << 32,
-                0,
+                seq,
             ],
             Delivery::CommEst { qpn } => [head(COMM_EST, qpn), 0, 0, 0, 0, 0, 0],
             Delivery::Fault { qpn, event } => {
@@ -87,7 +95,12 @@ impl Delivery {
                     pkey_index: 0,
                 };
                 let solicited = r[4] >> 32 & 1 == 1;
-                Some(Delivery::Received { qpn, wc, solicited })
+                Some(Delivery::Received {
+                    qpn,
+                    seq: r[6],
+                    wc,
+                    solicited,
+                })
             }
             COMM_EST => Some(Delivery::CommEst { qpn }),
             FAULT => {
@@ -144,6 +157,7 @@ mod tests {
         let all = [
             Delivery::Received {
                 qpn: 0x12345,
+                seq: u64::MAX - 1,
                 wc,
                 solicited: true,
             },

@@ -256,9 +256,6 @@ impl SameHost {
         if !crate::netif::is_local(dgid.route(self.device_ip)) {
             return Err(None);
         }
-        if init.srq.is_some() {
-            return Err(Some("it receives from an SRQ".into()));
-        }
         let block = slot_of(attr.dest_qp_num);
         // A refusal may not last (the daemon restarted, the peer came
         // up), and a peer that is gone gave its block back: ask again.
@@ -285,7 +282,8 @@ impl SameHost {
             None => return Err(Some(format!("QP {:#x} is not published", attr.dest_qp_num))),
         }
         if theirs.is_some_and(|q| q.rq.is_none()) {
-            return Err(Some("the peer QP receives from an SRQ".into()));
+            // Its region had no room for a ring of its receive queue.
+            return Err(Some("the peer QP publishes no receive queue".into()));
         }
         Ok(())
     }

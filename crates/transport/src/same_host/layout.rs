@@ -267,7 +267,8 @@ impl fmt::Display for BadRegion {
 impl std::error::Error for BadRegion {}
 
 /// A checked region: its parts, placed as the header said when it was
-/// opened.
+/// opened. A clone shares the mapping.
+#[derive(Clone)]
 pub struct RegionView {
     words: Arc<dyn Words>,
     layout: RegionLayout,

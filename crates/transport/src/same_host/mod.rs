@@ -25,6 +25,7 @@ pub mod peer_target;
 mod probing;
 pub mod qp_slots;
 pub mod recv_ring;
+pub mod ring_share;
 mod seqlock;
 
 use std::io;

@@ -2,12 +2,14 @@
 //! (MRs, QPs, the receive queues of same-host QPs) and the deliveries
 //! they leave there, applied to the engine when this context runs.
 //!
-//! The engine is the source of truth; the region mirrors it. MR and QP
-//! changes come from the engine (`poll_mr_change`, `poll_qp_change`).
-//! Receive WRs are mirrored by count: the first `mirrored` WRs of a
-//! same-host QP's receive queue are in its ring (taken by a peer or not),
-//! so the rest were posted since and are pushed at the next step; a
-//! delivery applied retires the oldest, and a flush or reset empties both.
+//! The engine is the source of truth; the region mirrors it. MR, QP and
+//! SRQ changes come from the engine (`poll_mr_change`, `poll_qp_change`,
+//! `poll_srq_change`). Every receive queue (a QP's own, or an SRQ) gets a
+//! ring when first seen, handed to the engine as the queue's share
+//! (`ring_share.rs`): from then on the engine posts each receive WR there
+//! and its responder claims WRs there like any peer does, so the path a
+//! QP uses never decides who may take a WR. A QP on an SRQ publishes the
+//! SRQ's ring.
 
 use super::arena::Arena;
 use super::deliveries::Delivery;
@@ -16,9 +18,10 @@ use super::mr_slots::MrInfo;
 use super::peer_target::path;
 use super::qp_slots::{QpInfo, QpPublishError, RingRef};
 use super::recv_ring::RecvRing;
+use super::ring_share::RingShare;
 use super::{CrossProcess, Words};
 use softverbs_engine::direct::pd_to_raw;
-use softverbs_engine::{Engine, QpId, QpState};
+use softverbs_engine::{Engine, QpId, QpState, RecvQueueId, SrqId};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -40,13 +43,11 @@ pub const LAYOUT: RegionLayout = RegionLayout {
 /// only way to reach this).
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
-/// A same-host QP's receive ring and how much of the engine's receive
-/// queue is in it.
+/// A receive queue's ring in the arena.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     at: RingRef,
     words: u64,
-    mirrored: usize,
 }
 
 /// This context's published state.
@@ -54,7 +55,9 @@ pub struct OwnRegion {
     view: RegionView,
     fd: OwnedFd,
     arena: Arena,
+    /// The rings of QPs' own receive queues, by QP number.
     rings: HashMap<u32, Ring>,
+    srq_rings: HashMap<SrqId, Ring>,
     paths: HashMap<u32, u8>,
     published_mrs: HashSet<u32>,
 }
@@ -86,6 +89,7 @@ impl OwnRegion {
             fd,
             arena,
             rings: HashMap::new(),
+            srq_rings: HashMap::new(),
             paths: HashMap::new(),
             published_mrs: HashSet::new(),
         })
@@ -113,14 +117,15 @@ impl OwnRegion {
         while let Some(key) = engine.poll_mr_change() {
             self.sync_mr(engine, key);
         }
+        // SRQs first: a QP created on a new SRQ publishes its ring.
+        while let Some(id) = engine.poll_srq_change() {
+            self.sync_srq(engine, id);
+        }
         let mut undecided = Vec::new();
         while let Some((id, qpn)) = engine.poll_qp_change() {
             if self.sync_qp(engine, id, qpn) {
                 undecided.push((id, qpn));
             }
-        }
-        while let Some(id) = engine.poll_recv_posted() {
-            self.mirror_receives(engine, id);
         }
         undecided
     }
@@ -150,51 +155,85 @@ impl OwnRegion {
         }
     }
 
+    /// Gives a new SRQ its ring, or frees the ring of one destroyed.
+    fn sync_srq(&mut self, engine: &mut Engine, id: SrqId) {
+        match engine.query_srq(id) {
+            Ok(attr) => {
+                if self.srq_rings.contains_key(&id) {
+                    return;
+                }
+                // Room for the most WRs the SRQ can ever hold
+                // (ibv_modify_srq may grow it); a region's memory is
+                // sparse, so only the slots used cost memory.
+                let capacity = engine.query_device().max_srq_wr.max(attr.max_wr);
+                if let Some(ring) = self.new_ring(capacity, attr.max_sge) {
+                    self.srq_rings.insert(id, ring);
+                    self.share(engine, RecvQueueId::Srq(id), ring);
+                }
+            }
+            Err(_) => {
+                if let Some(r) = self.srq_rings.remove(&id) {
+                    self.free_ring(r);
+                }
+            }
+        }
+    }
+
     /// Republishes QP `id`; true if it now needs a path decided.
     fn sync_qp(&mut self, engine: &mut Engine, id: QpId, qpn: u32) -> bool {
         let Some(peer) = engine.peer_qp(id) else {
             self.forget_qp(qpn);
             return false;
         };
-        let ring = self.ring_for(engine, id, qpn, peer.srq);
-        match peer.state {
-            QpState::Reset | QpState::Init => {
-                // Indices only grow (claim_all, never a reset), so a peer
-                // still holding an index of the old connection claims
-                // nothing of the new one.
-                if let Some(r) = ring.and_then(|r| self.view.recv_ring(r.at)) {
-                    r.claim_all();
-                }
-                self.set_mirrored(qpn, 0);
-                if self.paths.insert(qpn, path::UNDECIDED) == Some(path::SAME_HOST) {
-                    let _ = engine.set_direct(id, false);
-                }
+        if engine.qp_srq(id).is_none() && !self.rings.contains_key(&qpn) {
+            let cap = engine.qp_cap(id).ok();
+            let ring = cap.and_then(|c| self.new_ring(c.max_recv_wr, c.max_recv_sge));
+            if let Some(ring) = ring {
+                self.rings.insert(qpn, ring);
+                self.share(engine, RecvQueueId::Qp(id), ring);
             }
-            QpState::Err => {
-                // The engine flushed its receive queue: peers take none.
-                if let Some(r) = ring.and_then(|r| self.view.recv_ring(r.at)) {
-                    r.claim_all();
-                }
-                self.set_mirrored(qpn, 0);
-            }
-            _ => {}
+        }
+        if peer.state == QpState::Reset
+            && self.paths.insert(qpn, path::UNDECIDED) == Some(path::SAME_HOST)
+        {
+            let _ = engine.set_direct(id, false);
         }
         self.publish_qp(engine, id, qpn);
         peer.state == QpState::Rtr && self.path_of(qpn) == path::UNDECIDED
     }
 
-    fn set_mirrored(&mut self, qpn: u32, n: usize) {
-        if let Some(r) = self.rings.get_mut(&qpn) {
-            r.mirrored = n;
+    /// A ring for a receive queue of `capacity` WRs of `max_sge` SGEs.
+    fn new_ring(&mut self, capacity: u32, max_sge: u32) -> Option<Ring> {
+        let (capacity, max_sge) = (capacity.max(1), max_sge.max(1));
+        let words = RecvRing::words_for(capacity, max_sge)?;
+        let offset = self.arena.alloc(words)?;
+        // A fresh extent reads as an empty ring (zeros); a reused one was
+        // emptied by claim_all when its queue went, and keeps its indices,
+        // so a peer holding an old index claims nothing of the new queue.
+        let at = RingRef {
+            offset,
+            capacity,
+            max_sge,
+        };
+        Some(Ring { at, words })
+    }
+
+    fn share(&self, engine: &mut Engine, queue: RecvQueueId, ring: Ring) {
+        let share = RingShare::new(self.view.clone(), ring.at);
+        engine.share_recv(queue, Box::new(share));
+    }
+
+    fn free_ring(&mut self, r: Ring) {
+        if let Some(ring) = self.view.recv_ring(r.at) {
+            ring.claim_all();
         }
+        self.arena.free(r.at.offset, r.words);
     }
 
     /// Sets QP `qpn`'s path and republishes it.
     pub fn set_path(&mut self, engine: &Engine, id: QpId, qpn: u32, p: u8) {
         self.paths.insert(qpn, p);
         self.publish_qp(engine, id, qpn);
-        // The receive WRs posted before the path was known.
-        self.mirror_receives(engine, id);
     }
 
     fn publish_qp(&mut self, engine: &Engine, id: QpId, qpn: u32) {
@@ -213,7 +252,7 @@ impl OwnRegion {
             dest_qpn: q.dest_qpn,
             qkey: q.qkey,
             mtu: 0,
-            rq: self.rings.get(&qpn).map(|r| r.at),
+            rq: self.ring_of(engine, id, qpn).map(|r| r.at),
         };
         match self.view.qps().publish(&info) {
             // A peer moved the QP to ERR since: its fault is on the way in
@@ -223,44 +262,20 @@ impl OwnRegion {
         }
     }
 
-    /// The ring of QP `qpn`, made when the QP is first seen (a QP on an
-    /// SRQ has none).
-    fn ring_for(&mut self, engine: &Engine, id: QpId, qpn: u32, srq: bool) -> Option<Ring> {
-        if srq {
-            return None;
+    /// The ring QP `id` (number `qpn`) receives from: its own, or its
+    /// SRQ's.
+    fn ring_of(&self, engine: &Engine, id: QpId, qpn: u32) -> Option<Ring> {
+        match engine.qp_srq(id) {
+            Some(srq) => self.srq_rings.get(&srq).copied(),
+            None => self.rings.get(&qpn).copied(),
         }
-        if let Some(r) = self.rings.get(&qpn) {
-            return Some(*r);
-        }
-        let cap = engine.qp_cap(id).ok()?;
-        let capacity = cap.max_recv_wr.max(1);
-        let max_sge = cap.max_recv_sge.max(1);
-        let words = RecvRing::words_for(capacity, max_sge)?;
-        let offset = self.arena.alloc(words)?;
-        let at = RingRef {
-            offset,
-            capacity,
-            max_sge,
-        };
-        let ring = Ring {
-            at,
-            words,
-            mirrored: 0,
-        };
-        // A fresh extent reads as an empty ring (zeros); a reused one was
-        // emptied by claim_all when its QP went, and keeps its indices.
-        self.rings.insert(qpn, ring);
-        Some(ring)
     }
 
     fn forget_qp(&mut self, qpn: u32) {
         self.view.qps().withdraw(qpn);
         self.paths.remove(&qpn);
         if let Some(r) = self.rings.remove(&qpn) {
-            if let Some(ring) = self.view.recv_ring(r.at) {
-                ring.claim_all();
-            }
-            self.arena.free(r.at.offset, r.words);
+            self.free_ring(r);
         }
     }
 
@@ -272,6 +287,9 @@ impl OwnRegion {
         for qpn in qpns {
             self.forget_qp(qpn);
         }
+        for (_, r) in std::mem::take(&mut self.srq_rings) {
+            self.free_ring(r);
+        }
         let mrs = self.view.mrs();
         for key in self.published_mrs.drain() {
             mrs.withdraw(key);
@@ -281,48 +299,23 @@ impl OwnRegion {
         }
     }
 
-    /// Pushes the receive WRs posted to QP `id` since it was last
-    /// mirrored to its ring, if it is a same-host QP.
-    fn mirror_receives(&mut self, engine: &Engine, id: QpId) {
-        let Ok(qpn) = engine.qp_num(id) else {
-            return;
-        };
-        if self.paths.get(&qpn) != Some(&path::SAME_HOST) {
-            return;
-        }
-        let Some(ring) = self.rings.get_mut(&qpn) else {
-            return;
-        };
-        if engine.recv_queue_len(id) <= ring.mirrored {
-            return;
-        }
-        let Some(r) = self.view.recv_ring(ring.at) else {
-            return;
-        };
-        for wqe in engine.recv_queue(id).skip(ring.mirrored) {
-            if r.push(wqe.wr_id, &wqe.sg_list).is_err() {
-                break;
-            }
-            ring.mirrored += 1;
-        }
-    }
-
     /// Applies what peers delivered since the last step; true if anything.
     pub fn drain(&mut self, engine: &mut Engine) -> bool {
         let mut any = false;
         while let Some(record) = self.view.inbound().pop() {
             any = true;
             match Delivery::decode(&record) {
-                Some(Delivery::Received { qpn, wc, solicited })
-                    if engine.apply_delivery(qpn, wc, solicited) =>
-                {
-                    if let Some(r) = self.rings.get_mut(&qpn) {
-                        r.mirrored = r.mirrored.saturating_sub(1);
-                    }
+                Some(Delivery::Received {
+                    qpn,
+                    seq,
+                    wc,
+                    solicited,
+                }) => {
+                    engine.apply_delivery(qpn, seq, wc, solicited);
                 }
                 Some(Delivery::CommEst { qpn }) => engine.apply_comm_est(qpn),
                 Some(Delivery::Fault { qpn, event }) => engine.apply_fault(qpn, event),
-                Some(Delivery::Received { .. }) | None => {}
+                None => {}
             }
         }
         any

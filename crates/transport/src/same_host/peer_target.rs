@@ -12,7 +12,6 @@ use softverbs_engine::direct::{
     pd_from_raw, CopyFault, DirectTarget, MrLookup, Payload, PeerQp, TargetEvent,
 };
 use softverbs_engine::{AccessFlags, Mr, QpState, QpType, RecvWqe, WorkCompletion};
-use std::cell::Cell;
 use std::time::Duration;
 
 /// How a published QP's `path` word reads.
@@ -44,9 +43,6 @@ pub struct PeerTarget<'a> {
     access: &'a dyn CrossProcess,
     pid: i32,
     qpn: u32,
-    /// The receive ring index of the WR `next_recv` gave: `take_recv`
-    /// claims exactly that one, whose buffers the message went to.
-    peeked: Cell<Option<u64>>,
     guard: Option<AccessGuard<'a>>,
     /// Something was pushed to the deliveries ring.
     pub(crate) pushed: bool,
@@ -77,7 +73,6 @@ impl<'a> PeerTarget<'a> {
             access,
             pid,
             qpn,
-            peeked: Cell::new(None),
             guard: None,
             pushed: false,
             comm_est_told: false,
@@ -137,7 +132,6 @@ impl DirectTarget for PeerTarget<'_> {
             min_rnr_timer: q.min_rnr_timer,
             max_dest_rd_atomic: q.max_dest_rd_atomic,
             qkey: q.qkey,
-            srq: q.rq.is_none(),
         })
     }
 
@@ -151,21 +145,21 @@ impl DirectTarget for PeerTarget<'_> {
         let q = self.region.qps().lookup(self.qpn)?;
         let ring = self.region.recv_ring(q.rq?)?;
         let (index, entry) = ring.peek()?;
-        self.peeked.set(Some(index));
         Some(RecvWqe {
             wr_id: entry.wr_id,
             sg_list: entry.sges.into(),
+            seq: index,
         })
     }
 
-    fn take_recv(&mut self) -> bool {
+    fn take_recv(&mut self, seq: u64) -> bool {
         let Some(q) = self.region.qps().lookup(self.qpn) else {
             return false;
         };
         let Some(ring) = q.rq.and_then(|r| self.region.recv_ring(r)) else {
             return false;
         };
-        self.peeked.take().is_some_and(|index| ring.claim_at(index))
+        ring.claim_at(seq)
     }
 
     fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault> {
@@ -208,9 +202,14 @@ impl DirectTarget for PeerTarget<'_> {
         Ok(old)
     }
 
-    fn deliver(&mut self, wc: WorkCompletion, solicited: bool) {
+    fn deliver(&mut self, seq: u64, wc: WorkCompletion, solicited: bool) {
         let qpn = self.qpn;
-        self.push(Delivery::Received { qpn, wc, solicited });
+        self.push(Delivery::Received {
+            qpn,
+            seq,
+            wc,
+            solicited,
+        });
     }
 
     fn comm_est(&mut self) {

@@ -94,10 +94,11 @@ impl<'a> RecvRing<'a> {
         }
     }
 
-    /// Posts a receive WR. Owner only. `Err(Full)` when every slot holds
-    /// an unclaimed entry, or when `sges` is longer than the ring's
-    /// `max_sge` (the verbs layer refuses that earlier).
-    pub fn push(&self, wr_id: u64, sges: &[Sge]) -> Result<(), Full> {
+    /// Posts a receive WR; its index, which names it for good (indices
+    /// only grow). Owner only. `Err(Full)` when every slot holds an
+    /// unclaimed entry, or when `sges` is longer than the ring's `max_sge`
+    /// (the verbs layer refuses that earlier).
+    pub fn push(&self, wr_id: u64, sges: &[Sge]) -> Result<u64, Full> {
         let (producer, consumer) = self.indices().ok_or(Full)?;
         let next = producer.load(Ordering::Relaxed);
         let claimed = consumer.load(Ordering::Acquire);
@@ -114,7 +115,7 @@ impl<'a> RecvRing<'a> {
             put(u64::from(sge.length) << 32 | u64::from(sge.lkey));
         }
         producer.store(next.wrapping_add(1), Ordering::Release);
-        Ok(())
+        Ok(next)
     }
 
     /// Claims the oldest unclaimed entry: its index and contents. For
@@ -161,14 +162,19 @@ impl<'a> RecvRing<'a> {
             .is_ok()
     }
 
-    /// Whether an unclaimed entry is waiting.
-    pub fn peek_available(&self) -> bool {
-        let Some((producer, consumer)) = self.indices() else {
-            return false;
-        };
+    /// The index of the oldest unclaimed entry, if one is waiting (read
+    /// in one go: the index is below the producer index, so
+    /// [`claim_at`](Self::claim_at) can only claim a posted entry).
+    pub fn oldest_unclaimed(&self) -> Option<u64> {
+        let (producer, consumer) = self.indices()?;
         let index = consumer.load(Ordering::Acquire);
         let pending = producer.load(Ordering::Acquire).wrapping_sub(index);
-        pending != 0 && pending <= self.capacity
+        (pending != 0 && pending <= self.capacity).then_some(index)
+    }
+
+    /// Whether an unclaimed entry is waiting.
+    pub fn peek_available(&self) -> bool {
+        self.oldest_unclaimed().is_some()
     }
 
     /// Takes every unclaimed entry at once, for the owner (flushing a QP
@@ -211,6 +217,20 @@ impl<'a> RecvRing<'a> {
             .collect();
         let wr_id = slot.get(WR_ID)?.load(Ordering::Relaxed);
         Some(RecvEntry { wr_id, sges })
+    }
+
+    /// Entries posted and not yet claimed.
+    pub fn unclaimed(&self) -> u64 {
+        let Some((producer, consumer)) = self.indices() else {
+            return 0;
+        };
+        let claimed = consumer.load(Ordering::Acquire);
+        let pending = producer.load(Ordering::Acquire).wrapping_sub(claimed);
+        if pending > self.capacity {
+            0 // a corrupt ring
+        } else {
+            pending
+        }
     }
 
     /// Entries posted so far (the producer index).
