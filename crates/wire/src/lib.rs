@@ -38,6 +38,7 @@
 
 pub mod aeth;
 pub mod bth;
+pub mod cm;
 mod cursor;
 pub mod error;
 pub mod ext;
@@ -45,6 +46,7 @@ pub mod header;
 pub mod icrc;
 pub mod identification;
 pub mod ip;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod u24;
