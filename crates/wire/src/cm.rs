@@ -1538,6 +1538,87 @@ mod tests {
         assert_eq!(CmMessage::parse_mad(&m).unwrap().1, CmMessage::Req(req()));
     }
 
+    /// A REQ as a Linux kernel CM sent it over RoCEv2 (rdma_cm connect
+    /// from 10.0.0.2 to 10.0.0.4, TCP port 18515, on a ConnectX host with
+    /// ECE; the packet bytes are published in a public fuzzing template).
+    /// Independent of the IBTA tables this crate was written from: the
+    /// flow label is the kernel's hash of the ports, found in the top 20
+    /// bits of the word at 88.
+    #[test]
+    fn a_kernel_req_parses_and_reemits_exactly() {
+        let mut mad = [0u8; MAD_LEN];
+        let header = [
+            0x01, 0x07, 0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x36, 0xEF,
+            0x56, 0x09, 0x00, 0x10, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00,
+        ];
+        let fixed = [
+            0x09, 0x56, 0xEF, 0x36, 0x00, 0x00, 0x15, 0xB3, 0x00, 0x00, 0x00, 0x00, 0x01, 0x06,
+            0x48, 0x53, 0x10, 0x70, 0xFD, 0x03, 0x00, 0xCB, 0xDF, 0xFE, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x11, 0xF4, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0xB0, 0x94, 0xDC, 0xB0, 0xB7, 0xFF, 0xFF, 0x37, 0xF0, 0xFF, 0xFF, 0xFF, 0xFF,
+        ];
+        mad[..24].copy_from_slice(&header);
+        mad[24..24 + 56].copy_from_slice(&fixed);
+        mad[24 + 56..24 + 72]
+            .copy_from_slice(&Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped().octets());
+        mad[24 + 72..24 + 88]
+            .copy_from_slice(&Ipv4Addr::new(10, 0, 0, 4).to_ipv6_mapped().octets());
+        mad[24 + 88..24 + 96].copy_from_slice(&[0x76, 0x41, 0xE0, 0x00, 0x00, 0x40, 0x00, 0x90]);
+        // Alternate path all zero; then the rdma_cm header and 56 zero bytes.
+        mad[24 + 140..24 + 144].copy_from_slice(&[0x00, 0x40, 0xBE, 0xD5]);
+        mad[24 + 156..24 + 160].copy_from_slice(&[10, 0, 0, 2]);
+        mad[24 + 172..24 + 176].copy_from_slice(&[10, 0, 0, 4]);
+
+        let (h, msg) = CmMessage::parse_mad(&mad).unwrap();
+        // ECE: the vendor option bits in the attribute modifier, the
+        // vendor's OUI (Mellanox, 0x0015B3) in bytes 5..7.
+        assert_eq!(h.attr_mod, 0x3000_0000);
+        assert_eq!(h.tid, 0x0000_0006_36EF_5609);
+        let CmMessage::Req(r) = msg else {
+            panic!("{msg:?}")
+        };
+        assert_eq!(r.local_comm_id, 0x0956_EF36);
+        assert_eq!(r.vendor_id, 0x00_15B3);
+        assert_eq!(
+            IpServiceId::from_u64(r.service_id),
+            Some(IpServiceId {
+                port_space: PortSpace::Tcp,
+                port: 18515
+            })
+        );
+        assert_eq!(r.local_ca_guid, 0x1070_FD03_00CB_DFFE);
+        assert_eq!(r.local_qpn.get(), 0x11F4);
+        assert_eq!((r.responder_resources, r.initiator_depth), (0, 0));
+        assert_eq!(r.remote_cm_response_timeout, 22);
+        assert_eq!(r.transport, TransportType::Rc);
+        assert!(!r.end_to_end_flow_control);
+        assert_eq!(r.starting_psn.get(), 0x94_DCB0);
+        assert_eq!((r.local_cm_response_timeout, r.retry_count), (22, 7));
+        assert_eq!(r.pkey, 0xFFFF);
+        assert_eq!((r.path_mtu, r.rdc_exists, r.rnr_retry_count), (3, false, 7));
+        assert_eq!((r.max_cm_retries, r.srq), (15, false));
+        let p = r.primary;
+        assert_eq!((p.local_lid, p.remote_lid), (0xFFFF, 0xFFFF));
+        assert_eq!(p.local_gid, Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped());
+        assert_eq!(p.remote_gid, Ipv4Addr::new(10, 0, 0, 4).to_ipv6_mapped());
+        // cma_get_roce_udp_flow_label: (sport * 31 + dport) & 0xFFFFF.
+        assert_eq!(p.flow_label, (48_853 * 31 + 18_515) & 0xF_FFFF);
+        assert_eq!(p.flow_label, 0x7_641E);
+        assert_eq!(p.packet_rate, 0);
+        assert_eq!((p.traffic_class, p.hop_limit, p.sl), (0, 64, 0));
+        assert!(!p.subnet_local);
+        assert_eq!(p.local_ack_timeout, 18);
+        assert_eq!(r.alternate, CmPath::default());
+        let (hdr, user) = CmaHdr::split(&r.private_data).unwrap();
+        assert_eq!(hdr.src, "10.0.0.2:48853".parse().unwrap());
+        assert_eq!(hdr.dst, "10.0.0.4".parse::<IpAddr>().unwrap());
+        assert_eq!(user, [0; IP_REQ_USER_DATA_LEN]);
+
+        let mut again = [0u8; MAD_LEN];
+        msg.emit_mad(h.tid, h.attr_mod, &mut again).unwrap();
+        assert_eq!(again, mad);
+    }
+
     #[test]
     fn rep_fields_land_at_the_documented_offsets() {
         let rep = CmRep {
