@@ -2,7 +2,7 @@
 # The same-host path (docs/architecture.md, "Same host") as programs meet
 # it: the side that runs does the work, so a target stopped by SIGSTOP for
 # STOP seconds (10 by default) is still served and nobody sees an error
-# (receives from the QP's own queue or from an SRQ);
+# (RC receiving into its own queue or an SRQ, and UD);
 # a killed target ends its peers' WRs in RETRY_EXC_ERR within the QP's
 # timeout x retry_cnt budget; peers of another user use the wire with a log
 # line, and SOFTVERBS_SHM=1 makes that an error; an end with
@@ -106,6 +106,8 @@ stopped ib_send_bw "#bytes" "$ROW" ib_send_bw -x 1 -n 50000
 # Receives from an SRQ: the requester claims the SRQ's receive WRs itself.
 stopped ibv_srq_pingpong "remote address" "iters in" ibv_srq_pingpong -g 1 -n 200000
 stopped ib_send_bw_srq "#bytes" "$ROW" ib_send_bw -x 1 -n 50000 --use-srq
+# UD: each datagram lands in the target's receive queue directly.
+stopped ibv_ud_pingpong "remote address" "iters in" ibv_ud_pingpong -g 1 -n 200000
 
 # A killed target: the requester's outstanding WRs fail with
 # RETRY_EXC_ERR within perftest's QP timeout (14: 67 ms) x retry_cnt (7),

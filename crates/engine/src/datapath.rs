@@ -51,6 +51,14 @@ impl Engine {
                 self.schedule.wake_transmit(id);
                 return sent;
             }
+            if self
+                .qps
+                .get(id)
+                .is_some_and(|qp| qp.direct && qp.qp_type == QpType::Ud)
+            {
+                // Its datagrams for this host go out whole again.
+                self.schedule.wake(id);
+            }
         }
         None
     }
@@ -77,7 +85,7 @@ impl Engine {
                     });
                 }
             }
-            if qp.direct {
+            if qp.direct && !qp.ud_wire_next(ctx) {
                 return None; // its requests go out whole (`poll_direct`)
             }
             let (len, src_gid, dst_gid) =

@@ -401,6 +401,14 @@ impl DeviceConfig {
             .and_then(|i| self.ports.get(i))
     }
 
+    /// The device's IP address: its first GID that is neither empty nor
+    /// link-local (the GID table is made from the address).
+    pub fn address(&self) -> Option<std::net::IpAddr> {
+        let gids = self.ports.iter().flat_map(|p| &p.gids);
+        let mut usable = gids.filter(|g| !g.is_zero() && !g.is_link_local());
+        usable.next().map(|g| g.to_ip())
+    }
+
     /// GID `index` of `port`: `None` if the port or slot does not exist,
     /// `Some(Gid::ZERO)` for an empty slot.
     pub fn gid(&self, port: u8, index: u32) -> Option<Gid> {

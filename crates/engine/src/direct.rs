@@ -21,9 +21,11 @@ pub struct Seg {
 }
 
 use crate::access::AccessFlags;
+use crate::gid::Gid;
 use crate::handles::{PdId, QpId};
 use crate::mr_table::{remote_addr, scatter_plan, sge_total, LocalAccessError};
 use crate::qp_state::{QpState, QpType};
+use crate::responder::{grh_bytes, GRH_LEN};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
 use slotmap::{Key, KeyData};
@@ -114,6 +116,22 @@ pub struct DirectOp {
     pub solicited: bool,
     /// The requester's side of the data.
     pub payload: Payload,
+    /// A UD datagram's addressing (`None` for RC and UC).
+    pub ud: Option<UdDest>,
+}
+
+/// What a UD datagram carries besides its payload: the Q_Key and the
+/// addresses its GRH names, as the target would read them from the IP
+/// header of a packet (the GIDs of the IP addresses: IPv4-mapped for
+/// IPv4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// The Q_Key the datagram carries (the WR's, or the QP's own).
+    pub qkey: u32,
+    /// The sender's address.
+    pub src_gid: Gid,
+    /// The destination's address.
+    pub dst_gid: Gid,
 }
 
 /// What happened at the target, as the requester learns it.
@@ -136,6 +154,9 @@ pub enum DirectOutcome {
     Dropped,
     /// The requester's own memory could not be reached during the copy.
     LocalFault,
+    /// Not executed: a UD datagram whose destination is not on this host
+    /// (or not reachable directly); the requester sends it as a packet.
+    Wire,
 }
 
 /// The NAK codes a direct operation can end with.
@@ -270,10 +291,25 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
     if !accepts(&qp, op) {
         return DirectOutcome::Dropped;
     }
-    if qp.state == QpState::Rtr {
+    // COMM_EST is an event of connection establishment: RC and UC only.
+    if qp.state == QpState::Rtr && qp.qp_type != QpType::Ud {
         target.comm_est();
     }
     target.access_begin();
+    if let Some(ud) = op.ud {
+        let result = receive_datagram(op, &ud, &qp, target);
+        target.access_end();
+        return match result {
+            Ok(outcome) | Err(Stop::Outcome(outcome)) => outcome,
+            Err(Stop::Fault(_)) => {
+                // A receive WR whose memory is unusable: it completed in
+                // error and the target QP fails; the sender's datagram
+                // was sent all the same.
+                target.fail(TargetEvent::None);
+                DirectOutcome::Done
+            }
+        };
+    }
     let result = run_request(op, &qp, target);
     target.access_end();
     match result {
@@ -413,12 +449,17 @@ fn receive_send(
 /// Claims the receive WR a message goes to, before a byte is written
 /// into it: a WR another consumer claimed (a peer, the target's own
 /// responder, a flush) is never written. No WR: RNR (RC) or the message
-/// is lost (UC). A UC message longer than the WR is dropped and the WR
-/// stays for the next message (class D).
+/// is lost (UC, UD). A UC message (a UD datagram with its GRH) longer
+/// than the WR is dropped and the WR stays for the next one (class D).
 fn claim_recv(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Result<RecvWqe, Stop> {
+    let needed = match qp.qp_type {
+        QpType::Rc => 0,
+        QpType::Uc => u64::from(op.len),
+        QpType::Ud => GRH_LEN as u64 + u64::from(op.len),
+    };
     for _ in 0..CLAIM_TRIES {
         let wqe = target.next_recv().ok_or_else(|| not_ready(qp))?;
-        if qp.qp_type == QpType::Uc && sge_total(&wqe.sg_list) < u64::from(op.len) {
+        if sge_total(&wqe.sg_list) < needed {
             return Err(Stop::Outcome(DirectOutcome::Done));
         }
         if target.take_recv(wqe.seq) {
@@ -469,6 +510,56 @@ fn fail_receive(
     };
     target.deliver(wqe.seq, wc, false);
     Fault::Receive(status)
+}
+
+/// A UD datagram: the Q_Key must match (else it is dropped, as a NIC
+/// drops it), then it lands in the oldest receive WR behind a GRH of the
+/// sender's and the destination's addresses, as from the wire.
+fn receive_datagram(
+    op: &DirectOp,
+    ud: &UdDest,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+) -> Step {
+    if ud.qkey != qp.qkey {
+        return Ok(DirectOutcome::Done);
+    }
+    let wqe = claim_recv(op, qp, target)?;
+    let len = u64::from(op.len);
+    let grh = grh_bytes(ud.src_gid, ud.dst_gid, op.len as usize);
+    let planned = scatter_plan(target, qp.pd, &wqe.sg_list, 0, GRH_LEN as u64).and_then(|g| {
+        let data = scatter_plan(target, qp.pd, &wqe.sg_list, GRH_LEN as u64, len)?;
+        Ok((g, data))
+    });
+    let (to_grh, to_data) = match planned {
+        Ok(plan) => plan,
+        Err(err) => return Err(fail_receive(qp, target, &wqe, local_status(err)).into()),
+    };
+    let copied = target
+        .write(&Payload::Inline(grh.to_vec()), &to_grh)
+        .and_then(|()| target.write(&op.payload, &to_data));
+    match copied {
+        Ok(()) => {}
+        Err(CopyFault::Remote) => {
+            return Err(fail_receive(qp, target, &wqe, WcStatus::LocProtErr).into())
+        }
+        // The datagram is lost; the WR stays claimed until a flush.
+        Err(CopyFault::Local) => return Ok(DirectOutcome::LocalFault),
+        Err(CopyFault::Gone) => return Ok(DirectOutcome::Dropped),
+    }
+    let mut wc = WorkCompletion {
+        status: WcStatus::Success,
+        byte_len: GRH_LEN as u32 + op.len,
+        src_qp: op.src_qpn,
+        wc_flags: wc_flags::GRH,
+        ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
+    };
+    if let DirectKind::Send { imm: Some(imm), .. } = op.kind {
+        wc.imm_data_or_inv_rkey = imm;
+        wc.wc_flags |= wc_flags::WITH_IMM;
+    }
+    target.deliver(wqe.seq, wc, op.solicited);
+    Ok(DirectOutcome::Done)
 }
 
 fn local_status(err: LocalAccessError) -> WcStatus {

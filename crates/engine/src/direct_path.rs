@@ -6,11 +6,11 @@
 
 use crate::direct::{DirectOp, DirectOutcome, PeerQp, TargetEvent};
 use crate::engine::Engine;
-use crate::error::{einval, eopnotsupp, VerbsResult};
+use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::handles::{QpId, SrqId};
 use crate::memory::HostMemory;
-use crate::qp_state::{QpState, QpType};
+use crate::qp_state::QpState;
 use crate::recv_queue::{RecvQueueId, RecvShare};
 use crate::time::Nanos;
 use crate::wc::{WcOpcode, WorkCompletion};
@@ -19,12 +19,12 @@ use crate::wr::RecvWqe;
 impl Engine {
     /// Puts QP `id` on the same-host path (its peer QP is on this host
     /// and reachable) or back on the wire. Decided while the QP is not
-    /// yet sending: after RTR is reached, before the first WR starts.
+    /// yet sending: after RTR is reached, before the first WR starts. A UD
+    /// QP on the path hands out every datagram whole, and the embedder
+    /// answers [`DirectOutcome::Wire`] for those whose destination it
+    /// cannot reach directly, which then go out as packets.
     pub fn set_direct(&mut self, id: QpId, on: bool) -> VerbsResult<()> {
         let qp = self.qps.get_mut(id).ok_or(einval("unknown QP"))?;
-        if on && qp.qp_type == QpType::Ud {
-            return Err(eopnotsupp("UD is not on the same-host path yet"));
-        }
         if qp.direct && !on {
             // Back to the wire (the peer turned out to use it): nothing
             // handed out was executed, so its packets go out from there.
@@ -50,10 +50,16 @@ impl Engine {
     /// outcome to [`Engine::handle_direct`] before asking again.
     pub fn poll_direct(&mut self, now: Nanos) -> Option<DirectOp> {
         while let Some(id) = self.schedule.next_direct_ready() {
-            let op = self
-                .with_qp(id, |qp, ctx| qp.direct_next(ctx, now))
-                .flatten();
+            let (op, wire_next) = self
+                .with_qp(id, |qp, ctx| {
+                    let op = qp.direct_next(ctx, now);
+                    (op, qp.ud_wire_next(ctx))
+                })
+                .unwrap_or((None, false));
             self.sync_timer(id);
+            if wire_next {
+                self.schedule.wake_transmit(id);
+            }
             if op.is_some() {
                 // Its turn comes again after the others' (and after this
                 // operation's outcome, which it waits for).
@@ -79,6 +85,9 @@ impl Engine {
             qp.direct_outcome(ctx, now, op.psn, outcome, mem)
         });
         self.sync_timer(id);
+        if outcome == DirectOutcome::Wire {
+            self.schedule.wake_transmit(id);
+        }
     }
 
     /// What peers need to know of QP `id` to execute requests against it.

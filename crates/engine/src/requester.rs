@@ -77,6 +77,9 @@ pub(crate) struct InFlight {
     pub(crate) sent_once: bool,
     pub(crate) done: bool,
     pub(crate) status: WcStatus,
+    /// A UD datagram of a QP on the same-host path whose destination is
+    /// not on this host: it goes out as a packet (`requester_direct.rs`).
+    pub(crate) wire: bool,
 }
 
 impl InFlight {
@@ -318,6 +321,7 @@ impl Qp {
             sent_once: false,
             done: false,
             status: WcStatus::Success,
+            wire: false,
         }
     }
 
@@ -501,7 +505,7 @@ impl Qp {
         })
     }
 
-    fn dest_qpn_of(&self, e: &InFlight) -> u32 {
+    pub(crate) fn dest_qpn_of(&self, e: &InFlight) -> u32 {
         match (self.qp_type, e.wqe.ud) {
             (QpType::Ud, Some(ud)) => ud.remote_qpn,
             _ => self.attr.dest_qp_num,
@@ -510,7 +514,7 @@ impl Qp {
 
     /// DETH of a UD send: a Q_Key with the high bit set means "use the
     /// QP's own Q_Key" (ibv_post_send(3)).
-    fn deth_of(&self, e: &InFlight) -> Deth {
+    pub(crate) fn deth_of(&self, e: &InFlight) -> Deth {
         let wr_qkey = e.wqe.ud.map_or(0, |ud| ud.remote_qkey);
         let qkey = if wr_qkey & 0x8000_0000 != 0 {
             self.attr.qkey

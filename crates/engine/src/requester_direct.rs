@@ -12,12 +12,14 @@
 
 use crate::access::AccessFlags;
 use crate::ctx::Ctx;
-use crate::direct::{DirectKind, DirectOp, DirectOutcome, NakKind, Payload};
+use crate::direct::{DirectKind, DirectOp, DirectOutcome, NakKind, Payload, UdDest};
+use crate::gid::Gid;
+use crate::mcast::MULTICAST_QPN;
 use crate::memory::HostMemory;
 use crate::mr_table::gather_plan;
 use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
-use crate::requester::{local_status, ReqOp};
+use crate::requester::{local_status, request_gids, ReqOp};
 use crate::time::Nanos;
 use crate::wc::WcStatus;
 use crate::wr::send_flags;
@@ -34,6 +36,16 @@ impl Qp {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
+        if self.req.inflight[idx].wire {
+            return None; // a datagram for the wire goes first
+        }
+        if self.qp_type == QpType::Ud && self.dest_qpn_of(&self.req.inflight[idx]) == MULTICAST_QPN
+        {
+            // A multicast group's members are reached through the wire
+            // (the daemon fans its datagrams out to every process).
+            self.req.inflight[idx].wire = true;
+            return None;
+        }
         match self.direct_op(ctx, idx) {
             Ok(op) => {
                 self.direct_sent(idx, now);
@@ -48,6 +60,17 @@ impl Qp {
                 None
             }
         }
+    }
+
+    /// Whether the next WR of this same-host UD QP is a datagram for the
+    /// wire (`DirectOutcome::Wire`, or to a multicast group), which the
+    /// packet path sends.
+    pub(crate) fn ud_wire_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.qp_type != QpType::Ud {
+            return false;
+        }
+        self.next_to_send(ctx)
+            .is_some_and(|idx| self.req.inflight[idx].wire)
     }
 
     /// A WR was posted while a dropped operation waits for the timer. On
@@ -120,7 +143,7 @@ impl Qp {
         Ok(DirectOp {
             qp: self.id,
             src_qpn: self.qp_num,
-            dest_qpn: self.attr.dest_qp_num,
+            dest_qpn: self.dest_qpn_of(e),
             qp_type: self.qp_type,
             psn: e.first_psn.get(),
             kind,
@@ -131,7 +154,25 @@ impl Qp {
             },
             solicited: w.send_flags & send_flags::SOLICITED != 0,
             payload,
+            ud: self.ud_dest(ctx, idx)?,
         })
+    }
+
+    /// A UD datagram's Q_Key and the addresses of its GRH: those its
+    /// packet's IP header would carry. A WR whose AH is gone fails as its
+    /// packet would.
+    fn ud_dest(&self, ctx: &Ctx<'_>, idx: usize) -> Result<Option<UdDest>, WcStatus> {
+        if self.qp_type != QpType::Ud {
+            return Ok(None);
+        }
+        let e = &self.req.inflight[idx];
+        let (sgid, dgid) = request_gids(self, ctx, idx).ok_or(WcStatus::LocQpOpErr)?;
+        let local = ctx.config.address().unwrap_or_else(|| sgid.to_ip());
+        Ok(Some(UdDest {
+            qkey: self.deth_of(e).qkey,
+            src_gid: Gid::from_ip(sgid.route(local)),
+            dst_gid: Gid::from_ip(dgid.route(local)),
+        }))
     }
 
     /// The entry's SGEs as address ranges, checked against the lkeys.
@@ -205,7 +246,8 @@ impl Qp {
             return false;
         }
         match outcome {
-            // UC: a message completes once sent, whatever became of it.
+            // UC and UD: a message completes once sent, whatever became
+            // of it.
             DirectOutcome::Done | DirectOutcome::Dropped if unreliable => {
                 self.req.inflight[idx].done = true;
                 true
@@ -249,6 +291,20 @@ impl Qp {
             }
             DirectOutcome::LocalFault => {
                 self.fail_requester(ctx, idx, WcStatus::LocProtErr);
+                false
+            }
+            DirectOutcome::Wire if self.qp_type == QpType::Ud => {
+                let e = &mut self.req.inflight[idx];
+                e.wire = true;
+                e.next_pkt = 0;
+                e.sent_once = false;
+                // The send cursor may have moved past it meanwhile.
+                self.req.send_idx = self.req.send_idx.min(idx);
+                false
+            }
+            // Only a datagram has another way to go: as if dropped.
+            DirectOutcome::Wire => {
+                self.req.direct_stalled = true;
                 false
             }
         }

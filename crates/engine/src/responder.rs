@@ -851,7 +851,11 @@ impl Qp {
 /// The 40 bytes a RoCEv2 UD receive places before the data: the IPv6
 /// header, or for IPv4 20 zero bytes then the IPv4 header (as rxe and
 /// mlx5 do).
-fn grh_bytes(src: crate::gid::Gid, dst: crate::gid::Gid, payload_len: usize) -> [u8; GRH_LEN] {
+pub(crate) fn grh_bytes(
+    src: crate::gid::Gid,
+    dst: crate::gid::Gid,
+    payload_len: usize,
+) -> [u8; GRH_LEN] {
     use std::net::IpAddr;
     let mut grh = [0u8; GRH_LEN];
     let roce_len = softverbs_wire::packet_len(Opcode::UdSendOnly, payload_len);

@@ -9,8 +9,6 @@ use common::pair::*;
 use common::*;
 use softverbs_engine::*;
 
-const EOPNOTSUPP: i32 = 95;
-
 /// What a run leaves behind on both nodes.
 #[derive(Debug, PartialEq)]
 struct Ending {
@@ -286,13 +284,6 @@ fn a_read_checks_the_target_before_its_own_unusable_sges() {
         "the bad rkey is found first"
     );
     assert_eq!(end.b_events, [3]);
-}
-
-#[test]
-fn ud_is_not_put_on_the_same_host_path() {
-    let mut p = Pair::new();
-    let (qa, _) = p.connect(QpType::Ud, Link::default());
-    assert_eq!(errno(p.a.e.set_direct(qa, true)), EOPNOTSUPP);
 }
 
 fn read_from(p: &mut Pair, qa: QpId, wr_id: u64, rkey: u32) {
@@ -608,4 +599,97 @@ fn a_stale_delivery_from_before_a_reset_completes_nothing() {
     );
     assert!(p.b.poll().is_empty());
     assert_eq!(p.b.e.peek_recv(qpn).map(|w| w.wr_id), Some(1));
+}
+
+/// A UD datagram from a's QP to b's: `len` bytes of `byte` at offset 0,
+/// with the Q_Key `qkey` (high bit: the QP's own) and immediate data.
+fn datagram(p: &mut Pair, qa: QpId, qb: QpId, wr_id: u64, len: u32, qkey: u32) {
+    p.a.mem
+        .write(MEM_BASE, &vec![wr_id as u8; len as usize])
+        .unwrap();
+    let av = AhAttr {
+        grh: GlobalRoute {
+            dgid: p.b.gid,
+            ..av().grh
+        },
+        ..av()
+    };
+    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
+    let sge = [p.a.sge(0, len)];
+    let mut s = wr(wr_id, send_opcode::SEND_WITH_IMM, &sge);
+    s.imm_data_or_inv_rkey = 0x1000 + wr_id as u32;
+    s.ud = Some(UdTarget {
+        ah,
+        remote_qpn: p.b.e.qp_num(qb).unwrap(),
+        remote_qkey: qkey,
+    });
+    p.a.e.post_send(qa, &s).unwrap();
+}
+
+/// UD over both paths (and with every datagram answered `Wire`): the
+/// same completions, and the same GRH and payload in each receive WR.
+fn ud_both_ways(scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
+    let mut endings = Vec::new();
+    let mut bytes = Vec::new();
+    for (same_host, via_wire) in [(false, false), (true, false), (true, true)] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        p.ud_via_wire = via_wire;
+        let (qa, qb) = p.connect(QpType::Ud, Link::default());
+        assert_eq!(p.a.e.is_direct(qa), same_host);
+        scenario(&mut p, qa, qb);
+        p.run(100_000);
+        bytes.push(p.b.mem.slice(MEM_BASE + 0x3000, 0x400).to_vec());
+        endings.push(ending(&mut p, qa, qb));
+    }
+    assert!(
+        bytes.windows(2).all(|w| w[0] == w[1]),
+        "received bytes differ"
+    );
+    let last = endings.pop().unwrap();
+    for e in &endings {
+        assert_eq!(*e, last, "wire, same host, same host via the wire differ");
+    }
+    last
+}
+
+#[test]
+fn ud_datagrams_arrive_alike_with_their_grh() {
+    let end = ud_both_ways(|p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 40 + 100);
+        post_recv(&mut p.b, qb, 8, 0x3100, 40 + 100);
+        datagram(p, qa, qb, 1, 100, 0x8000_0000);
+        datagram(p, qa, qb, 2, 60, 0x1111_1111);
+    });
+    let got: Vec<_> = end.b.iter().map(|w| (w.0, w.1, w.3)).collect();
+    assert_eq!(
+        got,
+        [(7, WcStatus::Success, 140), (8, WcStatus::Success, 100)]
+    );
+    assert_eq!(end.a.len(), 2, "both sends complete");
+}
+
+#[test]
+fn ud_drops_a_wrong_qkey_and_a_datagram_too_long_for_the_wr_alike() {
+    let end = ud_both_ways(|p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 40 + 50);
+        datagram(p, qa, qb, 1, 30, 0x2222);
+        datagram(p, qa, qb, 2, 100, 0x8000_0000);
+        datagram(p, qa, qb, 3, 50, 0x8000_0000);
+    });
+    assert_eq!(end.b.len(), 1, "only the third arrives");
+    assert_eq!(end.b[0], (7, WcStatus::Success, WcOpcode::Recv, 90));
+    assert_eq!(end.a.len(), 3, "every send completes");
+}
+
+#[test]
+fn ud_without_a_receive_wr_loses_the_datagram_alike() {
+    let end = ud_both_ways(|p, qa, qb| {
+        datagram(p, qa, qb, 1, 30, 0x8000_0000);
+    });
+    assert!(end.b.is_empty());
+    assert_eq!(end.a, [(1, WcStatus::Success, WcOpcode::Send, 0)]);
 }

@@ -43,10 +43,10 @@ pub struct NetConfig {
     pub max_delay: Nanos,
     /// Largest extra delay of a reordered packet.
     pub reorder_delay: Nanos,
-    /// Both nodes are on one host: connected QPs whose peer receives
-    /// into its own receive queue use the same-host path (whole
-    /// operations executed against the peer, no packets); the rest use
-    /// the network.
+    /// Both nodes are on one host: QPs use the same-host path (whole
+    /// operations executed against the peer, no packets); UD datagrams
+    /// take it or, every other one, the network (as to a destination that
+    /// is not reachable directly).
     pub same_host: bool,
 }
 

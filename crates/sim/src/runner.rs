@@ -86,7 +86,7 @@ pub fn execute(
     let mut world = World::build(w).map_err(|e| format!("setup: {e}"))?;
     if net.same_host {
         world
-            .use_same_host_path(w)
+            .use_same_host_path()
             .map_err(|e| format!("setup: {e}"))?;
     }
     let network = Network::new(net, w.seed ^ 0x00E7_0C4A_11ED);
@@ -369,6 +369,11 @@ impl<'a> Sim<'a> {
                 "node {n} sent an operation to unknown QP {:#x}",
                 op.dest_qpn
             ));
+        }
+        if op.ud.is_some() && op.psn & 1 == 1 {
+            // Every other datagram as to a destination the embedder cannot
+            // reach directly: it must then go out as a packet.
+            return Ok(DirectOutcome::Wire);
         }
         let mut target =
             EngineTarget::new(&mut peer.engine, &mut peer.mem, &mut me.mem, op.dest_qpn);

@@ -76,14 +76,11 @@ impl World {
         })
     }
 
-    /// Puts every RC and UC pair on the same-host path (their own
+    /// Puts every QP on the same-host path (receiving into their own
     /// receive queues or SRQs alike; an SRQ may then serve QPs on both
     /// paths).
-    pub fn use_same_host_path(&mut self, w: &Workload) -> VerbsResult<()> {
-        for (pair, ends) in w.pairs.iter().zip(&self.qps) {
-            if pair.qp_type == QpType::Ud {
-                continue;
-            }
+    pub fn use_same_host_path(&mut self) -> VerbsResult<()> {
+        for ends in &self.qps {
             for (node, end) in self.nodes.iter_mut().zip(ends) {
                 node.engine.set_direct(end.id, true)?;
             }

@@ -78,9 +78,12 @@ pub struct Pair {
     pub b: Node,
     pub now: Nanos,
     pub filter: Filter,
-    /// Connected QPs use the same-host path: whole operations executed
-    /// against the peer engine, no packets.
+    /// QPs use the same-host path: whole operations executed against the
+    /// peer engine, no packets.
     pub same_host: bool,
+    /// UD datagrams are answered `Wire` (their destination not reachable
+    /// directly): they go out as packets.
+    pub ud_via_wire: bool,
     /// A hook run before each same-host operation executes; false drops
     /// it (the target's process is gone).
     pub reachable: Box<dyn FnMut(bool) -> bool>,
@@ -127,6 +130,7 @@ impl Pair {
             filter: Box::new(|_, _| Fate::Deliver),
             same_host: false,
             reachable: Box::new(|_| true),
+            ud_via_wire: false,
         }
     }
 
@@ -153,7 +157,7 @@ impl Pair {
         let (ga, gb) = (self.a.gid, self.b.gid);
         up(&mut self.a.e, qa, ty, nb, gb, link.psn_b, link.psn_a, link);
         up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
-        if self.same_host && ty != QpType::Ud {
+        if self.same_host {
             self.a.e.set_direct(qa, true).unwrap();
             self.b.e.set_direct(qb, true).unwrap();
         }
@@ -164,7 +168,7 @@ impl Pair {
         let na = self.a.e.qp_num(qa).unwrap();
         let ga = self.a.gid;
         up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
-        if self.same_host && ty != QpType::Ud {
+        if self.same_host {
             self.b.e.set_direct(qb, true).unwrap();
         }
     }
@@ -180,7 +184,9 @@ impl Pair {
                 (&mut self.b, &mut self.a)
             };
             while let Some(op) = src.e.poll_direct(self.now) {
-                let outcome = if (self.reachable)(from_a) {
+                let outcome = if op.ud.is_some() && self.ud_via_wire {
+                    softverbs_engine::direct::DirectOutcome::Wire
+                } else if (self.reachable)(from_a) {
                     let mut target =
                         EngineTarget::new(&mut dst.e, &mut dst.mem, &mut src.mem, op.dest_qpn);
                     softverbs_engine::direct::execute(&op, &mut target)

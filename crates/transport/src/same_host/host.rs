@@ -17,6 +17,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// `SOFTVERBS_SHM`: whether same-host QPs use the same-host path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +55,13 @@ struct Peer {
 /// What a lookup of a QP block found.
 enum Found {
     Peer(Peer),
-    /// Not reachable directly, and why.
-    No(String),
+    /// Not reachable directly, and why; when that was found.
+    No(String, Instant),
 }
+
+/// How long a UD sender trusts a block's "not reachable directly" before
+/// it asks the daemon again (the block may have a new owner since).
+const REFUSAL_KEPT: Duration = Duration::from_secs(1);
 
 /// The same-host path of one context.
 pub struct SameHost {
@@ -71,6 +76,9 @@ pub struct SameHost {
     /// is sent once, not with every request to a QP that stays in RTR.
     /// Forgotten when our QP connects again.
     comm_est_told: HashSet<(i32, u32, u32)>,
+    /// Whether an IP address is this network namespace's (UD datagrams
+    /// ask for every destination; interfaces are listed once per address).
+    local_ips: HashMap<IpAddr, bool>,
 }
 
 impl std::fmt::Debug for SameHost {
@@ -108,6 +116,7 @@ impl SameHost {
             peers: HashMap::new(),
             device_ip,
             comm_est_told: HashSet::new(),
+            local_ips: HashMap::new(),
         })
     }
 
@@ -137,7 +146,7 @@ impl SameHost {
             self.own.set_path(engine, id, qpn, p);
         }
         while let Some(op) = engine.poll_direct(now) {
-            if let Some(outcome) = self.run(engine, &op) {
+            if let Some(outcome) = self.run(engine, endpoint, &op) {
                 engine.handle_direct(now, &op, outcome, mem);
             }
         }
@@ -169,7 +178,15 @@ impl SameHost {
 
     /// Executes `op` at its target; `None` when the target uses the wire
     /// and the QP went back to it (the engine then sends packets).
-    fn run(&mut self, engine: &mut Engine, op: &DirectOp) -> Option<DirectOutcome> {
+    fn run(
+        &mut self,
+        engine: &mut Engine,
+        endpoint: &mut Endpoint,
+        op: &DirectOp,
+    ) -> Option<DirectOutcome> {
+        if let Some(ud) = op.ud {
+            return Some(self.run_datagram(endpoint, op, ud.dst_gid.to_ip()));
+        }
         let Some(Found::Peer(peer)) = self.peers.get(&slot_of(op.dest_qpn)) else {
             return Some(DirectOutcome::Dropped);
         };
@@ -187,6 +204,15 @@ impl SameHost {
             // Not at RTR yet, or gone: as a packet to such a QP, dropped.
             _ => return Some(DirectOutcome::Dropped),
         }
+        self.execute_at(op, slot_of(op.dest_qpn))
+    }
+
+    /// Executes `op` at its target QP in the region of block `block`'s
+    /// owner (known to be a reachable peer).
+    fn execute_at(&mut self, op: &DirectOp, block: u16) -> Option<DirectOutcome> {
+        let Some(Found::Peer(peer)) = self.peers.get(&block) else {
+            return Some(DirectOutcome::Dropped);
+        };
         let mut target = PeerTarget::new(&peer.region, &*self.access, peer.pid, op.dest_qpn);
         let key = (peer.pid, op.dest_qpn, op.src_qpn);
         target.comm_est_told = self.comm_est_told.contains(&key);
@@ -200,6 +226,50 @@ impl SameHost {
         Some(outcome)
     }
 
+    /// A UD datagram for QP `op.dest_qpn` at address `ip`: executed at a
+    /// peer on this host that publishes that QP, or `Wire` (another host,
+    /// a peer not reachable directly, or one that keeps the wire).
+    fn run_datagram(
+        &mut self,
+        endpoint: &mut Endpoint,
+        op: &DirectOp,
+        ip: IpAddr,
+    ) -> DirectOutcome {
+        if !self.is_local(ip) {
+            return DirectOutcome::Wire;
+        }
+        let block = slot_of(op.dest_qpn);
+        let refresh = match self.peers.get(&block) {
+            None => true,
+            Some(Found::No(_, at)) => at.elapsed() > REFUSAL_KEPT,
+            // The owner may have left and the block gone to another.
+            Some(Found::Peer(p)) => p.region.qps().lookup(op.dest_qpn).is_none() && is_gone(p.pid),
+        };
+        if refresh {
+            let found = self.look_up(endpoint, op.dest_qpn);
+            self.peers.insert(block, found);
+        }
+        let Some(Found::Peer(peer)) = self.peers.get(&block) else {
+            return DirectOutcome::Wire;
+        };
+        match peer.region.qps().lookup(op.dest_qpn).map(|q| q.path) {
+            Some(path::SAME_HOST) => self.execute_at(op, block).unwrap_or(DirectOutcome::Dropped),
+            // Its context keeps the wire (SOFTVERBS_SHM=0 there).
+            Some(path::WIRE) => DirectOutcome::Wire,
+            // Not ready to receive (before RTR) or no such QP: a NIC
+            // drops such a datagram.
+            _ => DirectOutcome::Dropped,
+        }
+    }
+
+    /// Whether `ip` is an address of this network namespace.
+    fn is_local(&mut self, ip: IpAddr) -> bool {
+        *self
+            .local_ips
+            .entry(ip)
+            .or_insert_with(|| crate::netif::is_local(ip))
+    }
+
     /// The path of QP `id`, which reached RTR.
     fn decide(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
         let p = self.choose(engine, endpoint, id);
@@ -210,8 +280,21 @@ impl SameHost {
         p
     }
 
-    /// [`SameHost::decide`] without the engine's side.
+    /// [`SameHost::decide`] without the engine's side. A UD QP takes the
+    /// path unless it is off: each datagram is then sent directly or as a
+    /// packet by its destination (`run_datagram`).
     fn choose(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
+        let ud = engine
+            .query_qp(id)
+            .ok()
+            .and_then(|(_, i)| QpType::from_raw(i.qp_type));
+        if ud == Some(QpType::Ud) {
+            return if self.mode == ShmMode::Off {
+                path::WIRE
+            } else {
+                path::SAME_HOST
+            };
+        }
         match self.reachable(engine, endpoint, id) {
             Ok(()) => path::SAME_HOST,
             Err(Some(why)) => {
@@ -247,11 +330,7 @@ impl SameHost {
         if self.mode == ShmMode::Off {
             return Err(None);
         }
-        let (attr, init) = engine.query_qp(id).map_err(|_| None)?;
-        let ty = QpType::from_raw(init.qp_type).ok_or(None)?;
-        if ty == QpType::Ud {
-            return Err(None);
-        }
+        let (attr, _) = engine.query_qp(id).map_err(|_| None)?;
         let dgid = attr.ah_attr.grh.dgid;
         if !crate::netif::is_local(dgid.route(self.device_ip)) {
             return Err(None);
@@ -261,7 +340,7 @@ impl SameHost {
         // up), and a peer that is gone gave its block back: ask again.
         let stale = match self.peers.get(&block) {
             Some(Found::Peer(p)) => is_gone(p.pid),
-            Some(Found::No(_)) | None => true,
+            Some(Found::No(..)) | None => true,
         };
         if stale {
             let found = self.look_up(endpoint, attr.dest_qp_num);
@@ -269,7 +348,7 @@ impl SameHost {
         }
         let peer = match self.peers.get(&block) {
             Some(Found::Peer(p)) => p,
-            Some(Found::No(why)) => return Err(Some(why.clone())),
+            Some(Found::No(why, _)) => return Err(Some(why.clone())),
             None => return Err(None),
         };
         let qpn = engine.qp_num(id).map_err(|_| None)?;
@@ -289,32 +368,37 @@ impl SameHost {
     }
 
     fn look_up(&self, endpoint: &mut Endpoint, qpn: u32) -> Found {
+        match self.reach(endpoint, qpn) {
+            Ok(peer) => Found::Peer(peer),
+            Err(why) => Found::No(why, Instant::now()),
+        }
+    }
+
+    /// The context that owns QP number `qpn`'s block, if it can be
+    /// reached directly; why not otherwise.
+    fn reach(&self, endpoint: &mut Endpoint, qpn: u32) -> Result<Peer, String> {
         let region = match endpoint.lookup(qpn) {
             Ok(Ok(region)) => region,
-            Ok(Err(refused)) => return Found::No(refused.to_string()),
-            Err(e) => return Found::No(format!("the daemon did not answer: {e}")),
+            Ok(Err(refused)) => return Err(refused.to_string()),
+            Err(e) => return Err(format!("the daemon did not answer: {e}")),
         };
         if let Err(f) = self.access.probe(region.pid) {
-            return Found::No(format!(
+            return Err(format!(
                 "cross-memory attach to pid {} is refused ({f:?}: another user, Yama ptrace_scope, or a seccomp policy)",
                 region.pid
             ));
         }
-        let words = match self
+        let words = self
             .access
             .map_region(&region.region, region.bytes as usize)
-        {
-            Ok(w) => w,
-            Err(e) => return Found::No(format!("its region does not map: {e}")),
-        };
-        match RegionView::open(words) {
-            Ok(view) => Found::Peer(Peer {
-                pid: region.pid,
-                region: view,
-                doorbell: region.doorbell,
-            }),
-            Err(e) => Found::No(format!("its region is not readable: {e}")),
-        }
+            .map_err(|e| format!("its region does not map: {e}"))?;
+        let view =
+            RegionView::open(words).map_err(|e| format!("its region is not readable: {e}"))?;
+        Ok(Peer {
+            pid: region.pid,
+            region: view,
+            doorbell: region.doorbell,
+        })
     }
 }
 
