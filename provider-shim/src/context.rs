@@ -87,7 +87,7 @@ pub unsafe extern "C" fn alloc_context(
                 unsafe { &mut (*raw).vctx }
             }
             Err(e) => {
-                eprintln!(
+                softverbs_transport::say!(
                     "softverbs: cannot open {}: {}",
                     dev.config.name,
                     why(dev, &e)

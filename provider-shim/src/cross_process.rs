@@ -501,7 +501,7 @@ pub fn allow_same_user_attach() {
     // process's Yama exception; it touches no memory of ours.
     let r = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
     if r != 0 {
-        eprintln!(
+        softverbs_transport::say!(
             "softverbs: PR_SET_PTRACER failed ({}); same-host peers may use the wire",
             std::io::Error::last_os_error()
         );

@@ -56,7 +56,7 @@ extern "C" fn constructor() {
             // SAFETY: DEVICE_OPS is a static table that outlives libibverbs'
             // use of it.
             Ok(()) => unsafe { crate::libibverbs::verbs_register_driver_34(&DEVICE_OPS.0) },
-            Err(e) => eprintln!("softverbs: plugin mode unavailable: {e}"),
+            Err(e) => softverbs_transport::say!("softverbs: plugin mode unavailable: {e}"),
         }
     })
 }
@@ -124,13 +124,13 @@ fn configured(sysfs_dev: *mut verbs_sysfs_dev) -> Option<SoftDevice> {
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("softverbs: {e}");
+            softverbs_transport::say!("softverbs: {e}");
             return None;
         }
     };
     let found = config.devices.iter().find(|d| d.name == name).cloned();
     if found.is_none() {
-        eprintln!(
+        softverbs_transport::say!(
             "softverbs: {name} is in sysfs but not in the configuration ({}); run `softverbs setup` again",
             config.source
         );

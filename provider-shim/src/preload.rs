@@ -66,7 +66,7 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
             unsafe { libc::free(real_list.cast()) };
         }
         if let Some(e) = device::config_error() {
-            eprintln!("softverbs: {e}");
+            softverbs_transport::say!("softverbs: {e}");
         }
         for d in device::all() {
             device::hold(d);

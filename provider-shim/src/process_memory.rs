@@ -88,7 +88,7 @@ impl ProcessMemory {
             .is_ok()
             && back == probe;
         if mem.mode() == Mode::Unchecked {
-            eprintln!(
+            softverbs_transport::say!(
                 "softverbs: process_vm_readv is refused here and no fault handler could be \
                  installed; registered memory is accessed directly, so an unmapped MR buffer \
                  crashes the process"

@@ -53,7 +53,7 @@ pub fn run(
     if let Some(template) = pcap {
         let capture = Capture::create(template.as_os_str())
             .map_err(|e| format!("--pcap {}: {e}", template.display()))?;
-        eprintln!(
+        softverbs_transport::say!(
             "softverbs daemon: capturing to {}",
             capture.path().display()
         );
@@ -62,9 +62,11 @@ pub fn run(
     println!("{READY}{socket}");
     let _ = std::io::stdout().flush();
     let stats = daemon.run().map_err(|e| format!("daemon failed: {e}"))?;
-    eprintln!(
+    softverbs_transport::say!(
         "softverbs daemon: idle, exiting ({} packets delivered, {} for no context, {} dropped)",
-        stats.delivered, stats.unrouted, stats.overflowed
+        stats.delivered,
+        stats.unrouted,
+        stats.overflowed
     );
     Ok(())
 }

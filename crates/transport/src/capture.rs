@@ -154,7 +154,7 @@ impl Capture {
             .and_then(|_| file.write_all(record));
         if let Err(e) = written {
             *stopped = true;
-            eprintln!("softverbs: capture to {} stopped: {e}", self.path.display());
+            crate::say!("softverbs: capture to {} stopped: {e}", self.path.display());
         }
     }
 

@@ -375,7 +375,7 @@ fn start_same_host(
     match SameHost::start(mode, cross, endpoint, engine, ip) {
         Ok(sh) => Some(sh),
         Err(e) => {
-            eprintln!("softverbs: the same-host path is off, every QP uses the wire: {e}");
+            crate::say!("softverbs: the same-host path is off, every QP uses the wire: {e}");
             None
         }
     }

@@ -22,6 +22,7 @@ pub mod gid_addr;
 mod io_step;
 pub mod netif;
 pub mod same_host;
+pub mod say;
 mod send_batch;
 pub mod slots;
 

@@ -266,7 +266,7 @@ impl Reply {
             // message of its own would lose it); the reason goes to the
             // program's log, as the provider's other refusals do.
             Reply::Refused(errno, why) => {
-                eprintln!("softverbs daemon: {why}");
+                crate::say!("softverbs daemon: {why}");
                 io::Error::from_raw_os_error(errno)
             }
             other => bad(&format!("unexpected reply {other:?}")),

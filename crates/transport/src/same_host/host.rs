@@ -300,7 +300,7 @@ impl SameHost {
             Err(Some(why)) => {
                 let qpn = engine.qp_num(id).unwrap_or(0);
                 if self.mode == ShmMode::Required {
-                    eprintln!("softverbs: QP {qpn:#x}: SOFTVERBS_SHM=1 and the same-host path is refused: {why}; the QP enters the error state");
+                    crate::say!("softverbs: QP {qpn:#x}: SOFTVERBS_SHM=1 and the same-host path is refused: {why}; the QP enters the error state");
                     let _ = engine.modify_qp(
                         id,
                         &softverbs_engine::QpAttr {
@@ -310,7 +310,7 @@ impl SameHost {
                         softverbs_engine::QpAttrMask::STATE,
                     );
                 } else {
-                    eprintln!("softverbs: QP {qpn:#x} uses the wire path: {why}");
+                    crate::say!("softverbs: QP {qpn:#x} uses the wire path: {why}");
                 }
                 path::WIRE
             }

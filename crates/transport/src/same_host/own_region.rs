@@ -148,7 +148,7 @@ impl OwnRegion {
         };
         let existed = !self.published_mrs.insert(key);
         if mrs.publish(&info).is_err() {
-            eprintln!("softverbs: same host: the MR table is full; MR {key:#x} is not published");
+            crate::say!("softverbs: same host: the MR table is full; MR {key:#x} is not published");
         }
         if existed {
             idle_or_say(mrs.wait_idle(DEREG_WAIT));
@@ -258,7 +258,7 @@ impl OwnRegion {
             // A peer moved the QP to ERR since: its fault is on the way in
             // the deliveries, and the QP is published again once applied.
             Ok(()) | Err(QpPublishError::StateChanged { .. }) => {}
-            Err(e) => eprintln!("softverbs: same host: QP {qpn:#x} is not published: {e}"),
+            Err(e) => crate::say!("softverbs: same host: QP {qpn:#x} is not published: {e}"),
         }
     }
 
@@ -295,7 +295,7 @@ impl OwnRegion {
             mrs.withdraw(key);
         }
         if !mrs.wait_idle(DEREG_WAIT) {
-            eprintln!("softverbs: same host: a peer's copy into this context did not end within {DEREG_WAIT:?}");
+            crate::say!("softverbs: same host: a peer's copy into this context did not end within {DEREG_WAIT:?}");
         }
     }
 
@@ -335,7 +335,7 @@ impl OwnRegion {
 /// may be reused by the application meanwhile.
 fn idle_or_say(idle: bool) {
     if !idle {
-        eprintln!(
+        crate::say!(
             "softverbs: same host: a peer's copy into a deregistered MR did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
         );
     }

@@ -90,7 +90,7 @@ impl<'a> PeerTarget<'a> {
                 std::thread::yield_now();
             }
         }
-        eprintln!(
+        crate::say!(
             "softverbs: same host: the deliveries ring of pid {} stayed full; a delivery to QP {:#x} is lost",
             self.pid, self.qpn
         );
