@@ -7,6 +7,8 @@
 //! * [`endpoint`]: a context's sending socket and daemon session;
 //! * [`driver`]: an engine, its memory and endpoints, and the progress
 //!   thread; the threading model is described there;
+//! * [`gsi`]: the CM's MADs on QP1, as packets, and how the daemon
+//!   routes them;
 //! * [`clock`]: the engine's time base;
 //! * [`capture`]: packet capture to pcap files (`SOFTVERBS_PCAP`).
 //!
@@ -19,6 +21,7 @@ pub mod daemon;
 pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
+pub mod gsi;
 mod io_step;
 pub mod netif;
 pub mod same_host;
