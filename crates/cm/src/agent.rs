@@ -1,0 +1,1250 @@
+//! The process's rdma_cm: librdmacm's commands, the ids and their
+//! channels' event queues, and the IB CM exchange with peers.
+
+use crate::abi::{self, cmd, event, qp_mask, Command, ConnParam, Event, EventConn, QpAttr, EINVAL};
+use crate::id::{CmId, Conn, Reservation, Retransmit, State};
+use softverbs_wire::cm::{
+    CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu, CmaHdr, IpServiceId,
+    MessageKind, TransportType, CMA_HDR_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
+};
+use softverbs_wire::{Psn, Qpn};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// Time in nanoseconds on the embedder's clock.
+pub type Nanos = u64;
+
+const ENOSPC: i32 = 28;
+const ENOSYS: i32 = 38;
+const EADDRNOTAVAIL: i32 = 99;
+const EAFNOSUPPORT: i32 = 97;
+const ETIMEDOUT: i32 = 110;
+const ENOENT: i32 = 2;
+
+/// AF_IB: librdmacm probes it at init; refusing it selects the IP-only
+/// command set for the whole process (docs/rdma-cm.md, 1.3).
+const AF_IB: u16 = 27;
+
+/// IBV_QPS_*.
+const QPS_INIT: u32 = 1;
+const QPS_RTR: u32 = 2;
+const QPS_RTS: u32 = 3;
+/// IBV_ACCESS_*.
+const REMOTE_WRITE: u32 = 2;
+const REMOTE_READ: u32 = 4;
+const REMOTE_ATOMIC: u32 = 8;
+/// `IBV_EVENT_COMM_EST`: NOTIFY with it stands for the RTU.
+const COMM_EST: u32 = 4;
+
+/// REJ reasons (IBTA table 112).
+const REJ_TIMEOUT: u16 = 1;
+const REJ_CONSUMER: u16 = 28;
+const REJ_VENDOR_ECE: u16 = 35;
+
+/// The kernel's CM timing for RoCE (Linux 6.1 `cma.c`): CM response
+/// timeouts of 4.096 µs × 2^20 (about 4.3 s) and 15 retries; paths with
+/// a packet lifetime of 2^18 × 4.096 µs, whence an ACK timeout (and the
+/// QP's `timeout`) of 19 and a time-wait of about 2.1 s.
+const CM_RESPONSE_TIMEOUT: u8 = 20;
+const MAX_CM_RETRIES: u8 = 15;
+const PACKET_LIFE_TIME: u8 = 18;
+const ACK_TIMEOUT: u8 = PACKET_LIFE_TIME + 1;
+/// Hop limit of the GRH (an IP TTL).
+const HOP_LIMIT: u8 = 64;
+/// A RoCE GID table index for a device's address (softverbs numbers its
+/// GIDs as rxe does: index 1 is the address).
+const SGID_INDEX: u8 = 1;
+
+/// 4.096 µs × 2^exp, in nanoseconds.
+fn iba_time(exp: u8) -> Nanos {
+    4096u64 << exp.min(31)
+}
+
+/// A softverbs device the rdma_cm can bind ids to.
+#[derive(Debug, Clone)]
+pub struct Device {
+    /// The node GUID's bytes as `ibv_get_device_guid` returns them (a
+    /// big-endian value): how librdmacm finds the device.
+    pub node_guid: [u8; 8],
+    /// Its address.
+    pub ip: IpAddr,
+    /// The QP number block of the daemon session its MADs use: comm IDs
+    /// are allocated in it (`id >> 20 == block`), so the daemon routes
+    /// answers back here.
+    pub comm_block: u16,
+    /// Its port's active MTU, in the IB encoding (1 = 256 ... 5 = 4096).
+    pub path_mtu: u8,
+}
+
+/// The host's rdma_cm port space (the daemon's): errno on refusal.
+pub trait PortSpace {
+    /// Reserves (`ps`, `ip`, `port`); port 0 picks a free one. The port.
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32>;
+    /// The reservation now takes connection requests.
+    fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<(), i32>;
+    /// Gives the reservation back.
+    fn release(&mut self, ps: u16, ip: IpAddr, port: u16);
+}
+
+/// A MAD to send to QP1 of `dst`, from `src`.
+#[derive(Debug, Clone)]
+pub struct OutMad {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub mad: [u8; 256],
+}
+
+/// What a command returns besides success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Done, nothing to write back.
+    Done,
+    /// Done: copy `bytes` to the caller's memory at `addr` (the command's
+    /// `response` pointer), as the kernel's `copy_to_user`.
+    Respond {
+        /// Where.
+        addr: u64,
+        /// What.
+        bytes: Vec<u8>,
+    },
+    /// GET_EVENT with no event queued: the caller blocks (or gets EAGAIN
+    /// on an `O_NONBLOCK` channel) and asks again.
+    NoEvent,
+}
+
+/// A queued event and the id whose `events_reported` it counts in.
+#[derive(Debug, Clone)]
+struct Queued {
+    event: Event,
+    counts_for: u32,
+}
+
+/// The rdma_cm of one process.
+#[derive(Debug)]
+pub struct Agent {
+    devices: Vec<Device>,
+    ids: BTreeMap<u32, CmId>,
+    next_handle: u32,
+    channels: HashMap<i32, VecDeque<Queued>>,
+    out: VecDeque<OutMad>,
+    rng: fastrand::Rng,
+    next_comm: u32,
+    /// Channels whose queue went from empty to not empty since asked.
+    readied: Vec<i32>,
+}
+
+impl Agent {
+    /// An rdma_cm over `devices`; `seed` picks PSNs and comm IDs.
+    pub fn new(devices: Vec<Device>, seed: u64) -> Agent {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        Agent {
+            devices,
+            ids: BTreeMap::new(),
+            next_handle: 1,
+            channels: HashMap::new(),
+            out: VecDeque::new(),
+            next_comm: rng.u32(1..0xF_FFFF),
+            rng,
+            readied: Vec::new(),
+        }
+    }
+
+    /// A channel (an open of the device file) exists from now on.
+    pub fn open_channel(&mut self, channel: i32) {
+        self.channels.entry(channel).or_default();
+    }
+
+    /// The channel was closed: its ids are destroyed, as when the kernel
+    /// releases the file.
+    pub fn close_channel(&mut self, channel: i32, ports: &mut dyn PortSpace) {
+        let ids: Vec<u32> = self
+            .ids
+            .values()
+            .filter(|i| i.channel == channel)
+            .map(|i| i.handle)
+            .collect();
+        for handle in ids {
+            self.destroy(handle, ports);
+        }
+        self.channels.remove(&channel);
+    }
+
+    /// Whether `channel` has an event waiting (its descriptor is readable).
+    pub fn has_events(&self, channel: i32) -> bool {
+        self.channels.get(&channel).is_some_and(|q| !q.is_empty())
+    }
+
+    /// A channel whose queue has become non-empty since last asked.
+    pub fn poll_ready(&mut self) -> Option<i32> {
+        self.readied.pop()
+    }
+
+    /// The next MAD to send.
+    pub fn poll_mad(&mut self) -> Option<OutMad> {
+        self.out.pop_front()
+    }
+
+    /// The next deadline: a retransmission or the end of a time-wait.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.ids
+            .values()
+            .flat_map(|i| [i.retransmit.as_ref().map(|r| r.at), i.timewait_until])
+            .flatten()
+            .min()
+    }
+
+    /// Runs what is due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        let handles: Vec<u32> = self.ids.keys().copied().collect();
+        for h in handles {
+            self.retransmit_due(h, now);
+            self.timewait_due(h, now);
+        }
+    }
+
+    /// Executes one command written to `channel`'s descriptor: the whole
+    /// buffer librdmacm wrote. `Err` is the errno `write` fails with.
+    pub fn command(
+        &mut self,
+        now: Nanos,
+        channel: i32,
+        buf: &[u8],
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
+        let c = Command::parse(buf)?;
+        self.open_channel(channel);
+        match c.cmd {
+            cmd::CREATE_ID => self.create_id(channel, &c),
+            cmd::DESTROY_ID => self.destroy_id(&c, ports),
+            cmd::BIND_IP => self.bind_ip(&c, ports),
+            cmd::BIND => self.bind(&c, ports),
+            cmd::RESOLVE_IP => self.resolve_ip(&c, ports),
+            cmd::RESOLVE_ROUTE => self.resolve_route(&c),
+            cmd::QUERY_ROUTE => self.query_route(&c),
+            cmd::CONNECT => self.connect(now, &c),
+            cmd::LISTEN => self.listen(&c, ports),
+            cmd::ACCEPT => self.accept(now, &c),
+            cmd::REJECT => self.reject(&c),
+            cmd::DISCONNECT => self.disconnect(now, &c),
+            cmd::INIT_QP_ATTR => self.init_qp_attr(&c),
+            cmd::GET_EVENT => self.get_event(channel, &c),
+            cmd::SET_OPTION => self.set_option(&c),
+            cmd::NOTIFY => self.notify(&c),
+            cmd::MIGRATE_ID => self.migrate_id(channel, &c),
+            // The IP-only command set is the one offered (AF_IB is
+            // refused at BIND), so librdmacm sends none of these;
+            // multicast is not offered yet (docs/supported.md).
+            cmd::QUERY | cmd::RESOLVE_ADDR | cmd::GET_OPTION => Err(ENOSYS),
+            cmd::JOIN_IP_MCAST | cmd::JOIN_MCAST | cmd::LEAVE_MCAST => Err(ENOSYS),
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn id_mut(&mut self, handle: u32) -> Result<&mut CmId, i32> {
+        self.ids.get_mut(&handle).ok_or(ENOENT)
+    }
+
+    fn id(&self, handle: u32) -> Result<&CmId, i32> {
+        self.ids.get(&handle).ok_or(ENOENT)
+    }
+
+    fn queue(&mut self, channel: i32, event: Event, counts_for: u32) {
+        let q = self.channels.entry(channel).or_default();
+        if q.is_empty() {
+            self.readied.push(channel);
+        }
+        q.push_back(Queued { event, counts_for });
+    }
+
+    /// An event of id `handle` on its channel (dropped while the id has
+    /// no uid yet: a connection request's id before ACCEPT, as the
+    /// kernel drops them).
+    fn notify_id(&mut self, handle: u32, kind: u32, status: i32, conn: EventConn) {
+        let Some(id) = self.ids.get(&handle) else {
+            return;
+        };
+        if id.uid == 0 {
+            return;
+        }
+        let ev = Event {
+            uid: id.uid,
+            id: handle,
+            event: kind,
+            status,
+            conn,
+        };
+        let channel = id.channel;
+        self.queue(channel, ev, handle);
+    }
+
+    fn create_id(&mut self, channel: i32, c: &Command<'_>) -> Result<Reply, i32> {
+        let uid = c.u64(8)?;
+        let response = c.u64(16)?;
+        let ps = c.u16(24)?;
+        let qp_type = match ps {
+            0x0106 => 2, // RDMA_PS_TCP: RC
+            0x0111 | 0x0002 => 4,
+            0x013F => c.u8(26)?,
+            _ => return Err(EINVAL),
+        };
+        let handle = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        self.ids
+            .insert(handle, CmId::new(handle, uid, channel, ps, qp_type));
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: handle.to_ne_bytes().to_vec(),
+        })
+    }
+
+    fn destroy_id(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let handle = c.u32(16)?;
+        let reported = self.id(handle)?.events_reported;
+        self.destroy(handle, ports);
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: reported.to_ne_bytes().to_vec(),
+        })
+    }
+
+    /// Destroys an id as the kernel does: a connection is torn down (DREQ
+    /// when established, DREP when a DREQ came, REJ before that), the
+    /// port is released, and its events not yet handed out are dropped,
+    /// with the connection requests a listener had not handed out.
+    fn destroy(&mut self, handle: u32, ports: &mut dyn PortSpace) {
+        let Some(id) = self.ids.remove(&handle) else {
+            return;
+        };
+        match id.state {
+            State::Established | State::RepRcvd => self.send_dreq(&id),
+            State::DreqRcvd => self.send_drep(&id),
+            State::ReqRcvd => self.send_rej(&id, MessageKind::Req, REJ_CONSUMER, &[]),
+            State::ReqSent | State::RepSent => {
+                let kind = if id.state == State::ReqSent {
+                    MessageKind::Req
+                } else {
+                    MessageKind::Rep
+                };
+                self.send_rej(&id, kind, REJ_TIMEOUT, &[]);
+            }
+            _ => {}
+        }
+        if let Some(r) = id.reserved {
+            // An id a REQ created shares its listener's reservation.
+            let shared = self.ids.values().any(|o| o.reserved == Some(r));
+            if !shared {
+                ports.release(r.ps, r.ip, r.port);
+            }
+        }
+        let orphans: Vec<u32> = self
+            .channels
+            .values()
+            .flatten()
+            .filter(|q| q.counts_for == handle && q.event.id != handle)
+            .map(|q| q.event.id)
+            .collect();
+        for q in self.channels.values_mut() {
+            q.retain(|q| q.counts_for != handle && q.event.id != handle);
+        }
+        for orphan in orphans {
+            self.destroy(orphan, ports);
+        }
+    }
+
+    fn bind_ip(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let addr = c.sockaddr(16, 28)?.ok_or(EAFNOSUPPORT)?;
+        let handle = c.u32(44)?;
+        self.bind_to(handle, addr, ports)
+    }
+
+    fn bind(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        if c.u16(16)? == AF_IB {
+            return Err(EAFNOSUPPORT);
+        }
+        let addr = c.sockaddr(16, 128)?.ok_or(EAFNOSUPPORT)?;
+        self.bind_to(handle, addr, ports)
+    }
+
+    /// Binds id `handle` to `addr`: a softverbs device's address, or the
+    /// unspecified address (every device); the port is reserved in the
+    /// host's port space (0: any free one).
+    fn bind_to(
+        &mut self,
+        handle: u32,
+        addr: SocketAddr,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
+        let device = if addr.ip().is_unspecified() {
+            None
+        } else {
+            Some(self.device_of(addr.ip()).ok_or(EADDRNOTAVAIL)?)
+        };
+        let id = self.id(handle)?;
+        if id.reserved.is_some() || id.state != State::Idle {
+            return Err(EINVAL);
+        }
+        let ps = id.ps;
+        let port = ports.reserve(ps, addr.ip(), addr.port())?;
+        let id = self.id_mut(handle)?;
+        id.reserved = Some(Reservation {
+            ps,
+            ip: addr.ip(),
+            port,
+        });
+        id.src = Some(SocketAddr::new(addr.ip(), port));
+        id.device = device;
+        Ok(Reply::Done)
+    }
+
+    fn device_of(&self, ip: IpAddr) -> Option<usize> {
+        self.devices.iter().position(|d| same_ip(d.ip, ip))
+    }
+
+    fn resolve_ip(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let src = c.sockaddr(8, 28)?;
+        let dst = c.sockaddr(36, 28)?.ok_or(EINVAL)?;
+        let handle = c.u32(64)?;
+        let id = self.id(handle)?;
+        if id.state != State::Idle {
+            return Err(EINVAL);
+        }
+        // The device: the bound one, the source's, the destination's when
+        // it is local, else the first of the destination's family.
+        let device = id
+            .device
+            .or_else(|| src.and_then(|s| self.device_of(s.ip())))
+            .or_else(|| self.device_of(dst.ip()))
+            .or_else(|| {
+                let family = dst.is_ipv4();
+                self.devices.iter().position(|d| d.ip.is_ipv4() == family)
+            });
+        let Some(device) = device else {
+            self.notify_id(
+                handle,
+                event::ADDR_ERROR,
+                -EADDRNOTAVAIL,
+                EventConn::default(),
+            );
+            return Ok(Reply::Done);
+        };
+        if self.id(handle)?.reserved.is_none() {
+            let ip = self.devices[device].ip;
+            self.bind_to(handle, SocketAddr::new(ip, 0), ports)?;
+        }
+        let ip = self.devices[device].ip;
+        let id = self.id_mut(handle)?;
+        let port = id.src.map_or(0, |s| s.port());
+        id.src = Some(SocketAddr::new(ip, port));
+        id.dst = Some(dst);
+        id.device = Some(device);
+        id.addr_resolved = true;
+        self.notify_id(handle, event::ADDR_RESOLVED, 0, EventConn::default());
+        Ok(Reply::Done)
+    }
+
+    fn resolve_route(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        if c.u32(12)? == 0 {
+            return Err(EINVAL);
+        }
+        let id = self.id_mut(handle)?;
+        if !id.addr_resolved {
+            return Err(EINVAL);
+        }
+        // On RoCE the route is the two addresses: nothing to look up.
+        id.route_resolved = true;
+        self.notify_id(handle, event::ROUTE_RESOLVED, 0, EventConn::default());
+        Ok(Reply::Done)
+    }
+
+    fn query_route(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let id = self.id(c.u32(16)?)?;
+        let mut r = [0u8; abi::ROUTE_LEN];
+        if let Some(d) = id.device.and_then(|d| self.devices.get(d)) {
+            r[0..8].copy_from_slice(&d.node_guid);
+            r[196] = 1; // port_num
+            let path = &mut r[8..72];
+            if let Some(dst) = id.dst.or(id.conn.peer_ip.map(|ip| SocketAddr::new(ip, 0))) {
+                path[0..16].copy_from_slice(&abi::gid_of(dst.ip()));
+            }
+            path[16..32].copy_from_slice(&abi::gid_of(d.ip));
+            path[52..54].copy_from_slice(&0xFFFFu16.to_be_bytes());
+            path[48..52].copy_from_slice(&u32::from(d.path_mtu).to_ne_bytes());
+            path[54] = HOP_LIMIT;
+            path[56] = 1; // numb_path
+            path[62] = PACKET_LIFE_TIME;
+        }
+        if let Some(src) = id.src {
+            abi::put_sockaddr(&mut r[136..164], src);
+        }
+        if let Some(dst) = id.dst {
+            abi::put_sockaddr(&mut r[164..192], dst);
+        }
+        let num_paths = u32::from(id.route_resolved || id.conn.started);
+        r[192..196].copy_from_slice(&num_paths.to_ne_bytes());
+        // No kernel device index: librdmacm matches by GUID alone.
+        r[200..204].copy_from_slice(&u32::MAX.to_ne_bytes());
+        let len = usize::from(c.out).min(abi::ROUTE_LEN);
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: r[..len].to_vec(),
+        })
+    }
+
+    fn listen(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        let id = self.id(handle)?;
+        if id.state == State::Listening {
+            return Ok(Reply::Done); // a new backlog only
+        }
+        if id.state != State::Idle || id.addr_resolved {
+            return Err(EINVAL);
+        }
+        if id.reserved.is_none() {
+            // rdma_listen on an unbound id binds it to every address.
+            let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
+            self.bind_to(handle, any, ports)?;
+        }
+        let r = self.id(handle)?.reserved.ok_or(EINVAL)?;
+        ports.listen(r.ps, r.ip, r.port)?;
+        self.id_mut(handle)?.state = State::Listening;
+        Ok(Reply::Done)
+    }
+
+    fn alloc_comm_id(&mut self, device: usize) -> u32 {
+        let block = u32::from(self.devices[device].comm_block);
+        loop {
+            self.next_comm = (self.next_comm + 1) & 0xF_FFFF;
+            let id = block << 20 | self.next_comm;
+            let used = self.ids.values().any(|i| i.conn.local_comm_id == id);
+            if self.next_comm != 0 && !used {
+                return id;
+            }
+        }
+    }
+
+    fn connect(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
+        let param = ConnParam::parse(c, 8)?;
+        let handle = c.u32(280)?;
+        let id = self.id(handle)?;
+        if !param.valid || id.state != State::Idle || !id.route_resolved {
+            return Err(EINVAL);
+        }
+        if id.qp_type == 4 {
+            return Err(ENOSYS); // UD service ID resolution (SIDR): not yet
+        }
+        let (Some(src), Some(dst), Some(device)) = (id.src, id.dst, id.device) else {
+            return Err(EINVAL);
+        };
+        if param.private_data.len() > REQ_PRIVATE_DATA_LEN - CMA_HDR_LEN {
+            return Err(EINVAL);
+        }
+        let hdr = CmaHdr { src, dst: dst.ip() };
+        let private_data = hdr
+            .prepend::<REQ_PRIVATE_DATA_LEN>(&param.private_data)
+            .map_err(|_| EINVAL)?;
+        let ps = id.ps;
+        let qp_type = id.qp_type;
+        let comm = self.alloc_comm_id(device);
+        let seq = self.rng.u32(..) & 0xFF_FFFF;
+        let tid = u64::from(self.rng.u32(..)) << 32 | u64::from(comm);
+        let d = &self.devices[device];
+        let service_id = IpServiceId {
+            port_space: softverbs_wire::cm::PortSpace::from_u16(ps).ok_or(EINVAL)?,
+            port: dst.port(),
+        }
+        .to_u64();
+        let req = CmReq {
+            local_comm_id: comm,
+            service_id,
+            local_ca_guid: u64::from_be_bytes(d.node_guid),
+            local_qpn: Qpn::new_masked(param.qp_num),
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            transport: if qp_type == 3 {
+                TransportType::Uc
+            } else {
+                TransportType::Rc
+            },
+            end_to_end_flow_control: param.flow_control,
+            starting_psn: Psn::new_masked(seq),
+            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            retry_count: param.retry_count.min(7),
+            pkey: 0xFFFF,
+            path_mtu: d.path_mtu,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            max_cm_retries: MAX_CM_RETRIES,
+            srq: param.srq,
+            primary: path(src.ip(), dst.ip()),
+            private_data,
+            ..CmReq::default()
+        };
+        let mad = mad_of(&CmMessage::Req(req), tid)?;
+        let id = self.id_mut(handle)?;
+        id.conn = Conn {
+            local_comm_id: comm,
+            local_qpn: param.qp_num,
+            seq_num: seq,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            retry_count: param.retry_count.min(7),
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            tid,
+            peer_ip: Some(dst.ip()),
+            started: true,
+            ..Conn::default()
+        };
+        id.state = State::ReqSent;
+        let every = 2 * iba_time(PACKET_LIFE_TIME) + iba_time(CM_RESPONSE_TIMEOUT);
+        self.send(src.ip(), dst.ip(), mad);
+        self.arm(handle, mad, now, every);
+        Ok(Reply::Done)
+    }
+
+    fn accept(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
+        let uid = c.u64(8)?;
+        let param = ConnParam::parse(c, 16)?;
+        let handle = c.u32(288)?;
+        let state = self.id(handle)?.state;
+        match (state, param.valid) {
+            (State::ReqRcvd, true) => self.send_rep(now, handle, uid, &param),
+            // librdmacm's ACCEPT after CONNECT_RESPONSE: the RTU.
+            (State::RepRcvd, false) => {
+                let id = self.id(handle)?.clone();
+                let rtu = CmRtu {
+                    local_comm_id: id.conn.local_comm_id,
+                    remote_comm_id: id.conn.remote_comm_id,
+                    ..CmRtu::default()
+                };
+                self.send_to_peer(&id, &CmMessage::Rtu(rtu))?;
+                self.id_mut(handle)?.state = State::Established;
+                Ok(Reply::Done)
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn send_rep(
+        &mut self,
+        now: Nanos,
+        handle: u32,
+        uid: u64,
+        param: &ConnParam,
+    ) -> Result<Reply, i32> {
+        if param.private_data.len() > REP_PRIVATE_DATA_LEN {
+            return Err(EINVAL);
+        }
+        let id = self.id(handle)?;
+        let d = &self.devices[id.device.ok_or(EINVAL)?];
+        let mut private_data = [0u8; REP_PRIVATE_DATA_LEN];
+        private_data[..param.private_data.len()].copy_from_slice(&param.private_data);
+        let rep = CmRep {
+            local_comm_id: id.conn.local_comm_id,
+            remote_comm_id: id.conn.remote_comm_id,
+            local_qpn: Qpn::new_masked(param.qp_num),
+            starting_psn: Psn::new_masked(id.conn.seq_num),
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            end_to_end_flow_control: param.flow_control,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: param.srq,
+            local_ca_guid: u64::from_be_bytes(d.node_guid),
+            private_data,
+            ..CmRep::default()
+        };
+        let mad = mad_of(&CmMessage::Rep(rep), id.conn.tid)?;
+        let (src, dst) = endpoints(id)?;
+        let id = self.id_mut(handle)?;
+        id.uid = uid;
+        id.conn.local_qpn = param.qp_num;
+        id.conn.responder_resources = param.responder_resources;
+        id.conn.initiator_depth = param.initiator_depth;
+        id.state = State::RepSent;
+        let every = 2 * iba_time(PACKET_LIFE_TIME) + iba_time(CM_RESPONSE_TIMEOUT);
+        self.send(src, dst, mad);
+        self.arm(handle, mad, now, every);
+        Ok(Reply::Done)
+    }
+
+    fn reject(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        let len = usize::from(c.u8(12)?);
+        let reason = match u16::from(c.u8(13)?) {
+            0 => REJ_CONSUMER,
+            r @ (REJ_CONSUMER | REJ_VENDOR_ECE) => r,
+            _ => return Err(EINVAL),
+        };
+        let data = c.bytes(16, len.min(abi::PRIVATE_DATA_MAX))?.to_vec();
+        let id = self.id(handle)?.clone();
+        let kind = match id.state {
+            State::ReqRcvd => MessageKind::Req,
+            State::RepRcvd => MessageKind::Rep,
+            _ => return Err(EINVAL),
+        };
+        if data.len() > softverbs_wire::cm::REJ_PRIVATE_DATA_LEN {
+            return Err(EINVAL);
+        }
+        self.send_rej(&id, kind, reason, &data);
+        let id = self.id_mut(handle)?;
+        id.state = State::Closed;
+        id.retransmit = None;
+        Ok(Reply::Done)
+    }
+
+    fn disconnect(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        let id = self.id(handle)?.clone();
+        match id.state {
+            State::Established | State::RepSent | State::RepRcvd => {
+                let mad = self.dreq_mad(&id)?;
+                let (src, dst) = endpoints(&id)?;
+                self.send(src, dst, mad);
+                self.id_mut(handle)?.state = State::DreqSent;
+                self.arm(handle, mad, now, 2 * iba_time(PACKET_LIFE_TIME));
+                Ok(Reply::Done)
+            }
+            State::DreqRcvd => {
+                self.send_drep(&id);
+                self.enter_timewait(handle, now);
+                Ok(Reply::Done)
+            }
+            // Already going down: nothing more to send.
+            State::DreqSent | State::TimeWait => Ok(Reply::Done),
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn init_qp_attr(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let id = self.id(c.u32(16)?)?;
+        let qp_state = c.u32(20)?;
+        let d = id.device.and_then(|d| self.devices.get(d)).ok_or(EINVAL)?;
+        let conn = &id.conn;
+        let mut a = QpAttr {
+            qp_state,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        match qp_state {
+            QPS_INIT => {
+                a.mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT;
+                if id.qp_type == 4 {
+                    a.mask |= qp_mask::QKEY;
+                    a.qkey = 0x0123_4567; // RDMA_UDP_QKEY
+                } else {
+                    a.mask |= qp_mask::ACCESS_FLAGS;
+                    if conn.started {
+                        a.access_flags = REMOTE_WRITE;
+                        if conn.responder_resources > 0 {
+                            a.access_flags |= REMOTE_READ | REMOTE_ATOMIC;
+                        }
+                    }
+                }
+            }
+            QPS_RTR => {
+                let peer = conn
+                    .peer_ip
+                    .filter(|_| conn.remote_qpn != 0)
+                    .ok_or(EINVAL)?;
+                a.mask = qp_mask::STATE
+                    | qp_mask::AV
+                    | qp_mask::PATH_MTU
+                    | qp_mask::DEST_QPN
+                    | qp_mask::RQ_PSN
+                    | qp_mask::MAX_DEST_RD_ATOMIC
+                    | qp_mask::MIN_RNR_TIMER;
+                a.dgid = abi::gid_of(peer);
+                a.sgid_index = SGID_INDEX;
+                a.hop_limit = HOP_LIMIT;
+                a.is_global = true;
+                a.path_mtu = u32::from(d.path_mtu);
+                a.dest_qp_num = conn.remote_qpn;
+                a.rq_psn = conn.seq_num;
+                a.max_dest_rd_atomic = conn.responder_resources;
+            }
+            QPS_RTS => {
+                if conn.remote_qpn == 0 {
+                    return Err(EINVAL);
+                }
+                a.mask = qp_mask::STATE
+                    | qp_mask::SQ_PSN
+                    | qp_mask::TIMEOUT
+                    | qp_mask::RETRY_CNT
+                    | qp_mask::RNR_RETRY
+                    | qp_mask::MAX_QP_RD_ATOMIC;
+                a.sq_psn = conn.remote_psn;
+                a.timeout = ACK_TIMEOUT;
+                a.retry_cnt = conn.retry_count;
+                a.rnr_retry = conn.rnr_retry_count;
+                a.max_rd_atomic = conn.initiator_depth;
+            }
+            _ => return Err(EINVAL),
+        }
+        let len = usize::from(c.out).min(abi::QP_ATTR_LEN);
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: a.encode()[..len].to_vec(),
+        })
+    }
+
+    fn get_event(&mut self, channel: i32, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        if usize::from(c.out) < abi::EVENT_MIN_LEN {
+            return Err(ENOSPC);
+        }
+        let Some(q) = self.channels.get_mut(&channel).and_then(|q| q.pop_front()) else {
+            return Ok(Reply::NoEvent);
+        };
+        if let Some(id) = self.ids.get_mut(&q.counts_for) {
+            id.events_reported += 1;
+        }
+        let len = usize::from(c.out).min(abi::EVENT_LEN);
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: q.event.encode()[..len].to_vec(),
+        })
+    }
+
+    fn set_option(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        self.id(c.u32(16)?)?;
+        match (c.u32(20)?, c.u32(24)?) {
+            // TOS, REUSEADDR, AFONLY, ACK_TIMEOUT: accepted, and the
+            // defaults stay (softverbs' port space has no reuse).
+            (0, 0..=3) => Ok(Reply::Done),
+            _ => Err(ENOSYS),
+        }
+    }
+
+    fn notify(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        if c.u32(12)? == COMM_EST && self.id(handle)?.state == State::RepSent {
+            // The QP got its first packet: as good as the RTU.
+            self.established(handle);
+        }
+        Ok(Reply::Done)
+    }
+
+    fn migrate_id(&mut self, channel: i32, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let handle = c.u32(16)?;
+        let old = c.u32(20)? as i32;
+        let id = self.id_mut(handle)?;
+        if id.channel != old {
+            return Err(EINVAL);
+        }
+        id.channel = channel;
+        let reported = id.events_reported;
+        let moved: Vec<Queued> = match self.channels.get_mut(&old) {
+            Some(q) => {
+                let (mine, rest): (Vec<_>, Vec<_>) =
+                    q.drain(..).partition(|e| e.event.id == handle);
+                q.extend(rest);
+                mine
+            }
+            None => Vec::new(),
+        };
+        for e in moved {
+            self.queue(channel, e.event, e.counts_for);
+        }
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: reported.to_ne_bytes().to_vec(),
+        })
+    }
+
+    /// A MAD arrived for QP1 from `src` to `dst` (its IP addresses).
+    /// Anything that is not a CM message this agent expects is dropped.
+    pub fn handle_mad(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, mad: &[u8]) {
+        let Ok((header, msg)) = CmMessage::parse_mad(mad) else {
+            return;
+        };
+        match msg {
+            CmMessage::Req(req) => self.on_req(now, src, dst, header.tid, &req),
+            CmMessage::Rep(rep) => self.on_rep(&rep),
+            CmMessage::Rtu(rtu) => {
+                if let Some(h) = self.by_comm(rtu.remote_comm_id, State::RepSent) {
+                    self.established(h);
+                }
+            }
+            CmMessage::Rej(rej) => self.on_rej(&rej),
+            CmMessage::Mra(mra) => {
+                // The peer needs longer: wait its service timeout again.
+                if let Some(h) = self.by_comm_any(mra.remote_comm_id) {
+                    if let Some(r) = self.ids.get_mut(&h).and_then(|i| i.retransmit.as_mut()) {
+                        r.at = now + r.every + iba_time(mra.service_timeout);
+                    }
+                }
+            }
+            CmMessage::Dreq(dreq) => self.on_dreq(now, &dreq),
+            CmMessage::Drep(drep) => {
+                if let Some(h) = self.by_comm(drep.remote_comm_id, State::DreqSent) {
+                    self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
+                    self.enter_timewait(h, now);
+                }
+            }
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {}
+        }
+    }
+
+    fn by_comm_any(&self, comm: u32) -> Option<u32> {
+        self.ids
+            .values()
+            .find(|i| i.conn.started && i.conn.local_comm_id == comm)
+            .map(|i| i.handle)
+    }
+
+    fn by_comm(&self, comm: u32, state: State) -> Option<u32> {
+        self.by_comm_any(comm)
+            .filter(|h| self.ids.get(h).is_some_and(|i| i.state == state))
+    }
+
+    fn on_req(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, req: &CmReq) {
+        // A REQ sent again: answer again what was answered, once.
+        if let Some(dup) = self
+            .ids
+            .values()
+            .find(|i| i.conn.remote_comm_id == req.local_comm_id && i.conn.peer_ip == Some(src))
+        {
+            if let (State::RepSent, Some(r)) = (dup.state, &dup.retransmit) {
+                let mad = r.mad;
+                self.send(dst, src, mad);
+            }
+            return;
+        }
+        let Ok((hdr, user)) = CmaHdr::split(&req.private_data) else {
+            return self.refuse(src, dst, tid, req, REJ_CONSUMER);
+        };
+        let Some(service) = IpServiceId::from_u64(req.service_id) else {
+            return;
+        };
+        let listener = self.ids.values().find(|i| {
+            i.state == State::Listening
+                && i.ps == service.port_space as u16
+                && i.reserved.is_some_and(|r| {
+                    r.port == service.port && (r.ip.is_unspecified() || same_ip(r.ip, dst))
+                })
+        });
+        let Some(listener) = listener.cloned() else {
+            // The daemon gave us a REQ we no longer listen for.
+            return self.refuse(src, dst, tid, req, 8);
+        };
+        let Some(device) = self.device_of(dst) else {
+            return;
+        };
+        let handle = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        let comm = self.alloc_comm_id(device);
+        let seq = self.rng.u32(..) & 0xFF_FFFF;
+        let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
+        id.state = State::ReqRcvd;
+        id.device = Some(device);
+        id.reserved = listener.reserved;
+        id.src = Some(SocketAddr::new(dst, service.port));
+        id.dst = Some(hdr.src);
+        id.addr_resolved = true;
+        id.route_resolved = true;
+        id.conn = Conn {
+            local_comm_id: comm,
+            remote_comm_id: req.local_comm_id,
+            remote_qpn: req.local_qpn.get(),
+            seq_num: seq,
+            remote_psn: req.starting_psn.get(),
+            // The peer's initiator depth is what we must answer.
+            responder_resources: req.initiator_depth,
+            initiator_depth: req.responder_resources,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            tid,
+            peer_ip: Some(src),
+            started: true,
+            ..Conn::default()
+        };
+        self.ids.insert(handle, id);
+        let ev = Event {
+            uid: listener.uid,
+            id: handle,
+            event: event::CONNECT_REQUEST,
+            status: 0,
+            conn: EventConn {
+                qp_num: req.local_qpn.get(),
+                private_data: user.to_vec(),
+                srq: req.srq,
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                flow_control: req.end_to_end_flow_control,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+            },
+        };
+        let _ = now;
+        self.queue(listener.channel, ev, listener.handle);
+    }
+
+    /// Answers a REQ with a REJ without an id (no listener, a bad header).
+    fn refuse(&mut self, src: IpAddr, dst: IpAddr, tid: u64, req: &CmReq, reason: u16) {
+        let rej = CmRej {
+            remote_comm_id: req.local_comm_id,
+            message_rejected: MessageKind::Req,
+            reason,
+            ..CmRej::default()
+        };
+        if let Ok(mad) = mad_of(&CmMessage::Rej(rej), tid) {
+            self.send(dst, src, mad);
+        }
+    }
+
+    fn on_rep(&mut self, rep: &CmRep) {
+        let Some(h) = self.by_comm_any(rep.remote_comm_id) else {
+            return;
+        };
+        let Some(id) = self.ids.get_mut(&h) else {
+            return;
+        };
+        match id.state {
+            State::ReqSent => {}
+            // Our RTU was lost: the peer sent its REP again.
+            State::Established => {
+                let id = id.clone();
+                let rtu = CmRtu {
+                    local_comm_id: id.conn.local_comm_id,
+                    remote_comm_id: id.conn.remote_comm_id,
+                    ..CmRtu::default()
+                };
+                let _ = self.send_to_peer(&id, &CmMessage::Rtu(rtu));
+                return;
+            }
+            _ => return,
+        }
+        id.retransmit = None;
+        id.state = State::RepRcvd;
+        id.conn.remote_comm_id = rep.local_comm_id;
+        id.conn.remote_qpn = rep.local_qpn.get();
+        id.conn.remote_psn = rep.starting_psn.get();
+        id.conn.initiator_depth = id.conn.initiator_depth.min(rep.responder_resources);
+        id.conn.rnr_retry_count = rep.rnr_retry_count;
+        let conn = EventConn {
+            qp_num: rep.local_qpn.get(),
+            private_data: rep.private_data.to_vec(),
+            srq: rep.srq,
+            responder_resources: rep.initiator_depth,
+            initiator_depth: rep.responder_resources,
+            flow_control: rep.end_to_end_flow_control,
+            retry_count: 0,
+            rnr_retry_count: rep.rnr_retry_count,
+        };
+        self.notify_id(h, event::CONNECT_RESPONSE, 0, conn);
+    }
+
+    fn on_rej(&mut self, rej: &CmRej) {
+        let Some(h) = self.by_comm_any(rej.remote_comm_id) else {
+            return;
+        };
+        let Some(id) = self.ids.get_mut(&h) else {
+            return;
+        };
+        if !matches!(id.state, State::ReqSent | State::RepSent | State::RepRcvd) {
+            return;
+        }
+        id.state = State::Closed;
+        id.retransmit = None;
+        let conn = EventConn {
+            private_data: rej.private_data.to_vec(),
+            ..EventConn::default()
+        };
+        self.notify_id(h, event::REJECTED, i32::from(rej.reason), conn);
+    }
+
+    fn on_dreq(&mut self, now: Nanos, dreq: &CmDreq) {
+        let Some(h) = self.by_comm_any(dreq.remote_comm_id) else {
+            return;
+        };
+        let Some(id) = self.ids.get(&h).cloned() else {
+            return;
+        };
+        match id.state {
+            State::Established | State::RepSent | State::RepRcvd => {
+                let id = self.ids.get_mut(&h).expect("found above");
+                id.state = State::DreqRcvd;
+                id.retransmit = None;
+                self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
+            }
+            // Both ends disconnected at once: answer, ours is answered too.
+            State::DreqSent => self.send_drep(&id),
+            // Our DREP was lost: send it again.
+            State::TimeWait => self.send_drep(&id),
+            _ => {}
+        }
+        let _ = now;
+    }
+
+    fn established(&mut self, handle: u32) {
+        if let Some(id) = self.ids.get_mut(&handle) {
+            id.state = State::Established;
+            id.retransmit = None;
+        }
+        self.notify_id(handle, event::ESTABLISHED, 0, EventConn::default());
+    }
+
+    fn enter_timewait(&mut self, handle: u32, now: Nanos) {
+        if let Some(id) = self.ids.get_mut(&handle) {
+            id.state = State::TimeWait;
+            id.retransmit = None;
+            id.timewait_until = Some(now + iba_time(ACK_TIMEOUT));
+        }
+    }
+
+    fn timewait_due(&mut self, handle: u32, now: Nanos) {
+        let due = self
+            .ids
+            .get(&handle)
+            .and_then(|i| i.timewait_until)
+            .is_some_and(|t| t <= now);
+        if due {
+            if let Some(id) = self.ids.get_mut(&handle) {
+                id.timewait_until = None;
+                id.state = State::Closed;
+            }
+            self.notify_id(handle, event::TIMEWAIT_EXIT, 0, EventConn::default());
+        }
+    }
+
+    fn retransmit_due(&mut self, handle: u32, now: Nanos) {
+        let Some(id) = self.ids.get_mut(&handle) else {
+            return;
+        };
+        let Some(r) = id.retransmit.as_mut() else {
+            return;
+        };
+        if r.at > now {
+            return;
+        }
+        if r.left > 0 {
+            r.left -= 1;
+            r.at = now + r.every;
+            let mad = r.mad;
+            if let Ok((src, dst)) = endpoints(id) {
+                self.send(src, dst, mad);
+            }
+            return;
+        }
+        // Unanswered after every retry.
+        id.retransmit = None;
+        let state = id.state;
+        match state {
+            State::DreqSent => {
+                self.notify_id(
+                    handle,
+                    event::DISCONNECTED,
+                    -ETIMEDOUT,
+                    EventConn::default(),
+                );
+                self.enter_timewait(handle, now);
+            }
+            _ => {
+                if let Some(id) = self.ids.get_mut(&handle) {
+                    id.state = State::Closed;
+                }
+                self.notify_id(handle, event::UNREACHABLE, -ETIMEDOUT, EventConn::default());
+            }
+        }
+    }
+
+    fn arm(&mut self, handle: u32, mad: [u8; 256], now: Nanos, every: Nanos) {
+        if let Some(id) = self.ids.get_mut(&handle) {
+            id.retransmit = Some(Retransmit {
+                mad,
+                at: now + every,
+                every,
+                left: u32::from(MAX_CM_RETRIES),
+            });
+        }
+    }
+
+    fn send(&mut self, src: IpAddr, dst: IpAddr, mad: [u8; 256]) {
+        self.out.push_back(OutMad { src, dst, mad });
+    }
+
+    fn send_to_peer(&mut self, id: &CmId, msg: &CmMessage) -> Result<(), i32> {
+        let mad = mad_of(msg, id.conn.tid)?;
+        let (src, dst) = endpoints(id)?;
+        self.send(src, dst, mad);
+        Ok(())
+    }
+
+    fn dreq_mad(&self, id: &CmId) -> Result<[u8; 256], i32> {
+        let dreq = CmDreq {
+            local_comm_id: id.conn.local_comm_id,
+            remote_comm_id: id.conn.remote_comm_id,
+            remote_qpn: Qpn::new_masked(id.conn.remote_qpn),
+            ..CmDreq::default()
+        };
+        mad_of(&CmMessage::Dreq(dreq), id.conn.tid)
+    }
+
+    fn send_dreq(&mut self, id: &CmId) {
+        if let (Ok(mad), Ok((src, dst))) = (self.dreq_mad(id), endpoints(id)) {
+            self.send(src, dst, mad);
+        }
+    }
+
+    fn send_drep(&mut self, id: &CmId) {
+        let drep = CmDrep {
+            local_comm_id: id.conn.local_comm_id,
+            remote_comm_id: id.conn.remote_comm_id,
+            ..CmDrep::default()
+        };
+        let _ = self.send_to_peer(id, &CmMessage::Drep(drep));
+    }
+
+    fn send_rej(&mut self, id: &CmId, kind: MessageKind, reason: u16, data: &[u8]) {
+        let mut private_data = [0u8; softverbs_wire::cm::REJ_PRIVATE_DATA_LEN];
+        let n = data.len().min(private_data.len());
+        private_data[..n].copy_from_slice(&data[..n]);
+        let rej = CmRej {
+            local_comm_id: id.conn.local_comm_id,
+            remote_comm_id: id.conn.remote_comm_id,
+            message_rejected: kind,
+            reason,
+            private_data,
+            ..CmRej::default()
+        };
+        let _ = self.send_to_peer(id, &CmMessage::Rej(rej));
+    }
+}
+
+/// The id's own and its peer's addresses.
+fn endpoints(id: &CmId) -> Result<(IpAddr, IpAddr), i32> {
+    let src = id.src.map(|s| s.ip()).ok_or(EINVAL)?;
+    let dst = id.conn.peer_ip.ok_or(EINVAL)?;
+    Ok((src, dst))
+}
+
+/// The primary path of a REQ between two addresses, as the kernel fills
+/// it on RoCE: permissive LIDs, the addresses' GIDs, the GRH's hop limit,
+/// the ACK timeout from the packet lifetime.
+fn path(src: IpAddr, dst: IpAddr) -> CmPath {
+    CmPath {
+        local_lid: 0xFFFF,
+        remote_lid: 0xFFFF,
+        local_gid: Ipv6Addr::from(abi::gid_of(src)),
+        remote_gid: Ipv6Addr::from(abi::gid_of(dst)),
+        hop_limit: HOP_LIMIT,
+        local_ack_timeout: ACK_TIMEOUT,
+        ..CmPath::default()
+    }
+}
+
+fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
+    let mut mad = [0u8; 256];
+    msg.emit_mad(tid, 0, &mut mad).map_err(|_| EINVAL)?;
+    Ok(mad)
+}
+
+/// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    abi::gid_of(a) == abi::gid_of(b)
+}

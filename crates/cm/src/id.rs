@@ -1,0 +1,125 @@
+//! One rdma_cm id: what librdmacm created with CREATE_ID, its addresses,
+//! and the state of its connection in the IB CM's terms.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// Where an id's connection stands (IBTA 12.9's states, as many as the
+/// rdma_cm exposes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Created, or bound, or resolving.
+    Idle,
+    /// Listening for REQs.
+    Listening,
+    /// REQ sent, waiting for the REP (active).
+    ReqSent,
+    /// REQ received, CONNECT_REQUEST queued, waiting for ACCEPT (passive).
+    ReqRcvd,
+    /// REP sent, waiting for the RTU (passive).
+    RepSent,
+    /// REP received, waiting for librdmacm's ACCEPT that sends the RTU
+    /// (active).
+    RepRcvd,
+    Established,
+    /// DREQ sent, waiting for the DREP.
+    DreqSent,
+    /// DREQ received, waiting for DISCONNECT (which sends the DREP).
+    DreqRcvd,
+    /// After a disconnection: TIMEWAIT_EXIT comes when it ends.
+    TimeWait,
+    /// Rejected or unreachable: nothing more happens.
+    Closed,
+}
+
+/// A MAD the id sends again until it is answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Retransmit {
+    pub(crate) mad: [u8; 256],
+    pub(crate) at: u64,
+    pub(crate) every: u64,
+    pub(crate) left: u32,
+}
+
+/// A port reservation in the host's port space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub(crate) ps: u16,
+    pub(crate) ip: IpAddr,
+    pub(crate) port: u16,
+}
+
+/// One cm_id.
+#[derive(Debug, Clone)]
+pub(crate) struct CmId {
+    pub(crate) handle: u32,
+    /// librdmacm's pointer, echoed in events (0 until ACCEPT for an id a
+    /// REQ created).
+    pub(crate) uid: u64,
+    /// The channel (device file descriptor) its events go to.
+    pub(crate) channel: i32,
+    pub(crate) ps: u16,
+    /// `ibv_qp_type` (RC 2, UC 3, UD 4).
+    pub(crate) qp_type: u8,
+    pub(crate) state: State,
+    pub(crate) src: Option<SocketAddr>,
+    pub(crate) dst: Option<SocketAddr>,
+    /// Index of the softverbs device it is bound to.
+    pub(crate) device: Option<usize>,
+    pub(crate) reserved: Option<Reservation>,
+    pub(crate) addr_resolved: bool,
+    pub(crate) route_resolved: bool,
+    /// Events of this id (CONNECT_REQUESTs for a listener) handed out.
+    pub(crate) events_reported: u32,
+    pub(crate) conn: Conn,
+    pub(crate) retransmit: Option<Retransmit>,
+    /// When a TimeWait id's TIMEWAIT_EXIT is due.
+    pub(crate) timewait_until: Option<u64>,
+}
+
+/// The connection's parameters, both ends'.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Conn {
+    pub(crate) local_comm_id: u32,
+    pub(crate) remote_comm_id: u32,
+    pub(crate) local_qpn: u32,
+    pub(crate) remote_qpn: u32,
+    /// Our starting PSN: the peer sends from it (our RTR rq_psn).
+    pub(crate) seq_num: u32,
+    /// The peer's starting PSN (our RTS sq_psn).
+    pub(crate) remote_psn: u32,
+    pub(crate) responder_resources: u8,
+    pub(crate) initiator_depth: u8,
+    pub(crate) retry_count: u8,
+    pub(crate) rnr_retry_count: u8,
+    /// The transaction ID of the REQ (every message of the exchange
+    /// carries it, as the kernel's CM does).
+    pub(crate) tid: u64,
+    /// The peer's GID (its IP address).
+    pub(crate) peer_ip: Option<IpAddr>,
+    /// A CM id exists (a REQ went out or came in): INIT_QP_ATTR answers
+    /// with the connection's access rights.
+    pub(crate) started: bool,
+}
+
+impl CmId {
+    pub(crate) fn new(handle: u32, uid: u64, channel: i32, ps: u16, qp_type: u8) -> CmId {
+        CmId {
+            handle,
+            uid,
+            channel,
+            ps,
+            qp_type,
+            state: State::Idle,
+            src: None,
+            dst: None,
+            device: None,
+            reserved: None,
+            addr_resolved: false,
+            route_resolved: false,
+            events_reported: 0,
+            conn: Conn::default(),
+            retransmit: None,
+            timewait_until: None,
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! Two rdma_cm agents (two processes' worth) connected through an
+//! in-memory QP1, driven with the very command buffers librdmacm writes
+//! (docs/rdma-cm.md, section 2): every connection sequence and error case
+//! librdmacm users meet, checked on the events and QP attributes each
+//! side gets.
+
+use softverbs_cm::abi::{self, cmd, event};
+use softverbs_cm::{Agent, Device, PortSpace, Reply};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+const PS_TCP: u16 = 0x0106;
+const EADDRINUSE: i32 = 98;
+
+/// The host's port space, as the daemon keeps it.
+#[derive(Default)]
+struct Ports {
+    held: HashMap<(u16, u16), IpAddr>,
+    listening: Vec<(u16, u16)>,
+    next: u16,
+}
+
+impl PortSpace for Ports {
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32> {
+        let port = if port == 0 {
+            self.next += 1;
+            40000 + self.next
+        } else {
+            port
+        };
+        if self.held.contains_key(&(ps, port)) {
+            return Err(EADDRINUSE);
+        }
+        self.held.insert((ps, port), ip);
+        Ok(port)
+    }
+    fn listen(&mut self, ps: u16, _: IpAddr, port: u16) -> Result<(), i32> {
+        self.listening.push((ps, port));
+        Ok(())
+    }
+    fn release(&mut self, ps: u16, _: IpAddr, port: u16) {
+        self.held.remove(&(ps, port));
+        self.listening.retain(|l| *l != (ps, port));
+    }
+}
+
+/// One process's rdma_cm on its own device, with one channel (fd 3).
+struct Side {
+    agent: Agent,
+    ip: IpAddr,
+    ports: Ports,
+    now: u64,
+}
+
+const CH: i32 = 3;
+
+impl Side {
+    fn new(ip: &str, block: u16) -> Side {
+        let ip: IpAddr = ip.parse().unwrap();
+        let dev = Device {
+            node_guid: [0x02, 0, 0, 0, 0, 0, 0, block as u8],
+            ip,
+            comm_block: block,
+            path_mtu: 3,
+        };
+        let mut agent = Agent::new(vec![dev], u64::from(block));
+        agent.open_channel(CH);
+        Side {
+            agent,
+            ip,
+            ports: Ports::default(),
+            now: 0,
+        }
+    }
+
+    fn run(&mut self, buf: &[u8]) -> Result<Reply, i32> {
+        self.agent.command(self.now, CH, buf, &mut self.ports)
+    }
+
+    fn ok(&mut self, buf: &[u8]) -> Vec<u8> {
+        match self.run(buf).expect("command fails") {
+            Reply::Respond { bytes, .. } => bytes,
+            Reply::Done => Vec::new(),
+            Reply::NoEvent => panic!("no event"),
+        }
+    }
+
+    fn create(&mut self, uid: u64) -> u32 {
+        let mut b = cmd_buf(cmd::CREATE_ID, 32, 4);
+        put64(&mut b, 8, uid);
+        put64(&mut b, 16, 0x1000);
+        put16(&mut b, 24, PS_TCP);
+        u32::from_ne_bytes(self.ok(&b)[..4].try_into().unwrap())
+    }
+
+    fn bind(&mut self, id: u32, addr: &str) -> Result<Reply, i32> {
+        let mut b = cmd_buf(cmd::BIND_IP, 48, 0);
+        abi::put_sockaddr(&mut b[16..44], addr.parse().unwrap());
+        put32(&mut b, 44, id);
+        self.run(&b)
+    }
+
+    fn listen(&mut self, id: u32) {
+        let mut b = cmd_buf(cmd::LISTEN, 16, 0);
+        put32(&mut b, 8, id);
+        put32(&mut b, 12, 10);
+        self.ok(&b);
+    }
+
+    fn resolve(&mut self, id: u32, dst: SocketAddr) {
+        let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+        abi::put_sockaddr(&mut b[36..64], dst);
+        put32(&mut b, 64, id);
+        put32(&mut b, 68, 2000);
+        self.ok(&b);
+        assert_eq!(self.event().event, event::ADDR_RESOLVED);
+        let mut b = cmd_buf(cmd::RESOLVE_ROUTE, 16, 0);
+        put32(&mut b, 8, id);
+        put32(&mut b, 12, 2000);
+        self.ok(&b);
+        assert_eq!(self.event().event, event::ROUTE_RESOLVED);
+    }
+
+    fn connect(&mut self, id: u32, qpn: u32, data: &[u8]) {
+        let mut b = cmd_buf(cmd::CONNECT, 296, 0);
+        conn_param(&mut b[8..280], qpn, data);
+        put32(&mut b, 280, id);
+        self.ok(&b);
+    }
+
+    fn accept(
+        &mut self,
+        id: u32,
+        uid: u64,
+        qpn: u32,
+        data: &[u8],
+        valid: bool,
+    ) -> Result<Reply, i32> {
+        let mut b = cmd_buf(cmd::ACCEPT, 304, 0);
+        put64(&mut b, 8, uid);
+        conn_param(&mut b[16..288], qpn, data);
+        b[16 + 271] = u8::from(valid);
+        put32(&mut b, 288, id);
+        self.run(&b)
+    }
+
+    fn simple(&mut self, command: u32, id: u32) -> Result<Reply, i32> {
+        let mut b = cmd_buf(command, 16, 0);
+        put32(&mut b, 8, id);
+        self.run(&b)
+    }
+
+    fn qp_attr(&mut self, id: u32, state: u32) -> Vec<u8> {
+        let mut b = cmd_buf(cmd::INIT_QP_ATTR, 24, 144);
+        put64(&mut b, 8, 0x2000);
+        put32(&mut b, 16, id);
+        put32(&mut b, 20, state);
+        self.ok(&b)
+    }
+
+    fn try_event(&mut self) -> Option<Ev> {
+        let mut b = cmd_buf(cmd::GET_EVENT, 16, 336);
+        put64(&mut b, 8, 0x3000);
+        match self.run(&b).unwrap() {
+            Reply::Respond { addr, bytes } => {
+                assert_eq!((addr, bytes.len()), (0x3000, 336));
+                Some(Ev::decode(&bytes))
+            }
+            Reply::NoEvent => None,
+            Reply::Done => panic!("GET_EVENT answered nothing"),
+        }
+    }
+
+    fn event(&mut self) -> Ev {
+        self.try_event().expect("an event")
+    }
+}
+
+#[derive(Debug)]
+struct Ev {
+    uid: u64,
+    id: u32,
+    event: u32,
+    status: i32,
+    qp_num: u32,
+    private_data: Vec<u8>,
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+impl Ev {
+    fn decode(b: &[u8]) -> Ev {
+        let len = usize::from(b[284]);
+        Ev {
+            uid: u64::from_ne_bytes(b[0..8].try_into().unwrap()),
+            id: u32::from_ne_bytes(b[8..12].try_into().unwrap()),
+            event: u32::from_ne_bytes(b[12..16].try_into().unwrap()),
+            status: i32::from_ne_bytes(b[16..20].try_into().unwrap()),
+            qp_num: u32::from_ne_bytes(b[20..24].try_into().unwrap()),
+            private_data: b[28..28 + len].to_vec(),
+            responder_resources: b[286],
+            initiator_depth: b[287],
+        }
+    }
+}
+
+fn cmd_buf(command: u32, len: usize, out: u16) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    put32(&mut b, 0, command);
+    put16(&mut b, 4, (len - 8) as u16);
+    put16(&mut b, 6, out);
+    b
+}
+
+fn conn_param(p: &mut [u8], qpn: u32, data: &[u8]) {
+    put32(p, 0, qpn);
+    p[8..8 + data.len()].copy_from_slice(data);
+    p[264] = data.len() as u8;
+    p[266] = 4; // responder resources
+    p[267] = 2; // initiator depth
+    p[269] = 7;
+    p[270] = 6;
+    p[271] = 1;
+}
+
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_ne_bytes());
+}
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+fn put64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+}
+fn get32(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// Carries every MAD either side sent to the other; returns how many.
+fn exchange(a: &mut Side, b: &mut Side) -> usize {
+    let mut n = 0;
+    loop {
+        let mut moved = false;
+        while let Some(m) = a.agent.poll_mad() {
+            assert_eq!((m.src, m.dst), (a.ip, b.ip));
+            b.agent.handle_mad(b.now, m.src, m.dst, &m.mad);
+            moved = true;
+            n += 1;
+        }
+        while let Some(m) = b.agent.poll_mad() {
+            assert_eq!((m.src, m.dst), (b.ip, a.ip));
+            a.agent.handle_mad(a.now, m.src, m.dst, &m.mad);
+            moved = true;
+            n += 1;
+        }
+        if !moved {
+            return n;
+        }
+    }
+}
+
+const RTR: u32 = 2;
+const RTS: u32 = 3;
+
+/// A listening server on 10.0.0.2:7471 and a client that sent a REQ to
+/// it; returns (client, server, client id, the server's new id).
+fn requested(data: &[u8]) -> (Side, Side, u32, u32) {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    let id = client.create(200);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    client.connect(id, 0x111, data);
+    assert_eq!(exchange(&mut client, &mut server), 1, "one REQ");
+    let req = server.event();
+    assert_eq!((req.event, req.uid), (event::CONNECT_REQUEST, 100));
+    (client, server, id, req.id)
+}
+
+#[test]
+fn connect_accept_establish_and_disconnect() {
+    let (mut client, mut server, cid, sid) = requested(b"hello");
+    let qp_rtr = server.qp_attr(sid, RTR);
+    assert_eq!(get32(&qp_rtr, 32), 0x111, "dest QPN: the client's QP");
+    assert_eq!(&qp_rtr[40..56], &abi::gid_of(client.ip), "the client's GID");
+    let server_psn = get32(&qp_rtr, 24);
+    let qp_rts = server.qp_attr(sid, RTS);
+    let client_psn = get32(&qp_rts, 28);
+    server.accept(sid, 300, 0x222, b"world", true).unwrap();
+    exchange(&mut client, &mut server);
+
+    let rep = client.event();
+    assert_eq!(
+        (rep.event, rep.uid, rep.id),
+        (event::CONNECT_RESPONSE, 200, cid)
+    );
+    assert_eq!(rep.qp_num, 0x222);
+    assert_eq!(&rep.private_data[..5], b"world");
+    assert_eq!(rep.private_data.len(), 196, "a REP's whole private data");
+    let rtr = client.qp_attr(cid, RTR);
+    assert_eq!(get32(&rtr, 32), 0x222);
+    assert_eq!(
+        get32(&rtr, 24),
+        client_psn,
+        "rq_psn: the PSN the REQ offered"
+    );
+    assert_eq!(get32(&client.qp_attr(cid, RTS), 28), server_psn);
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    assert_eq!(exchange(&mut client, &mut server), 1, "the RTU");
+    let est = server.event();
+    assert_eq!((est.event, est.uid, est.id), (event::ESTABLISHED, 300, sid));
+
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(server.event().event, event::DISCONNECTED);
+    server.simple(cmd::DISCONNECT, sid).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::DISCONNECTED);
+    for side in [&mut client, &mut server] {
+        assert!(side.try_event().is_none(), "time-wait still runs");
+        side.now = side.agent.poll_timeout().expect("time-wait ends");
+        side.agent.handle_timeout(side.now);
+        assert_eq!(side.event().event, event::TIMEWAIT_EXIT);
+    }
+}
+
+#[test]
+fn a_connection_request_carries_the_callers_private_data_and_parameters() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let l = server.create(1);
+    server.bind(l, "10.0.0.2:9").unwrap();
+    server.listen(l);
+    let id = client.create(2);
+    client.resolve(id, "10.0.0.2:9".parse().unwrap());
+    client.connect(id, 0xabcde, &[9; 56]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!(req.qp_num, 0xabcde);
+    assert_eq!(
+        req.private_data,
+        vec![9; 56],
+        "after the 36-byte rdma_cm header"
+    );
+    assert_eq!(
+        (req.responder_resources, req.initiator_depth),
+        (2, 4),
+        "the peer's initiator depth is what we must answer"
+    );
+}
+
+#[test]
+fn a_listener_that_rejects_sends_its_private_data_back() {
+    let (mut client, mut server, _, sid) = requested(b"x");
+    let mut b = cmd_buf(cmd::REJECT, 272, 0);
+    put32(&mut b, 8, sid);
+    b[12] = 3;
+    b[16..19].copy_from_slice(b"no!");
+    server.ok(&b);
+    exchange(&mut client, &mut server);
+    let rej = client.event();
+    assert_eq!((rej.event, rej.status), (event::REJECTED, 28));
+    assert_eq!(&rej.private_data[..3], b"no!");
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_invalid_service_id() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let id = client.create(7);
+    client.resolve(id, "10.0.0.2:1".parse().unwrap());
+    client.connect(id, 5, &[]);
+    exchange(&mut client, &mut server);
+    let rej = client.event();
+    assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 8, 7));
+}
+
+#[test]
+fn an_unanswered_request_is_sent_again_then_unreachable() {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let id = client.create(7);
+    client.resolve(id, "10.0.0.9:1".parse().unwrap());
+    client.connect(id, 5, &[]);
+    let first = client.agent.poll_mad().unwrap().mad;
+    let mut sent = 1;
+    while client.try_event().is_none() {
+        client.now = client.agent.poll_timeout().expect("a retry is armed");
+        client.agent.handle_timeout(client.now);
+        while let Some(m) = client.agent.poll_mad() {
+            assert_eq!(m.mad, first, "the same REQ");
+            sent += 1;
+        }
+        assert!(sent <= 16);
+    }
+    assert_eq!(sent, 16, "the REQ and 15 retries");
+    let mut b = cmd_buf(cmd::GET_EVENT, 16, 336);
+    put64(&mut b, 8, 1);
+    assert_eq!(client.run(&b), Ok(Reply::NoEvent));
+}
+
+#[test]
+fn the_unreachable_event_says_etimedout() {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let id = client.create(7);
+    client.resolve(id, "10.0.0.9:1".parse().unwrap());
+    client.connect(id, 5, &[]);
+    let ev = loop {
+        client.now = client.agent.poll_timeout().unwrap();
+        client.agent.handle_timeout(client.now);
+        while client.agent.poll_mad().is_some() {}
+        if let Some(ev) = client.try_event() {
+            break ev;
+        }
+    };
+    assert_eq!((ev.event, ev.status), (event::UNREACHABLE, -110));
+}
+
+#[test]
+fn a_port_held_elsewhere_is_eaddrinuse_and_destroy_gives_it_back() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let a = s.create(1);
+    let b = s.create(2);
+    s.bind(a, "10.0.0.2:7000").unwrap();
+    assert_eq!(s.bind(b, "10.0.0.2:7000"), Err(EADDRINUSE));
+    assert_eq!(s.bind(b, "10.9.9.9:7001"), Err(99), "not a device address");
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, a);
+    assert_eq!(get32(&s.ok(&d), 0), 0, "no event handed out");
+    s.bind(b, "10.0.0.2:7000").unwrap();
+}
+
+#[test]
+fn af_ib_is_refused_so_librdmacm_uses_the_ip_commands() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create(1);
+    let mut b = cmd_buf(cmd::BIND, 144, 0);
+    put32(&mut b, 8, id);
+    put16(&mut b, 12, 48);
+    put16(&mut b, 16, 27);
+    assert_eq!(s.run(&b), Err(97));
+}
+
+#[test]
+fn get_event_needs_room_and_destroy_counts_what_was_handed_out() {
+    let (mut client, _server, cid, _) = requested(b"");
+    let mut short = cmd_buf(cmd::GET_EVENT, 16, 300);
+    put64(&mut short, 8, 1);
+    assert_eq!(client.run(&short), Err(28), "ENOSPC");
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, cid);
+    assert_eq!(
+        get32(&client.ok(&d), 0),
+        2,
+        "ADDR_RESOLVED and ROUTE_RESOLVED"
+    );
+}
+
+#[test]
+fn a_destroyed_connecting_id_rejects_and_the_peer_hears_of_it() {
+    let (mut client, mut server, _, sid) = requested(b"");
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, sid);
+    server.ok(&d);
+    exchange(&mut client, &mut server);
+    let rej = client.event();
+    assert_eq!((rej.event, rej.status), (event::REJECTED, 28));
+}
+
+#[test]
+fn garbage_commands_and_mads_are_refused_without_a_panic() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let mut rng = fastrand::Rng::with_seed(7);
+    for _ in 0..20_000 {
+        let len = rng.usize(0..400);
+        let mut b: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+        if len >= 8 {
+            put32(&mut b, 0, rng.u32(0..24));
+            put16(&mut b, 4, (len - 8) as u16);
+        }
+        let _ = s.run(&b);
+        let mad: Vec<u8> = (0..rng.usize(0..300)).map(|_| rng.u8(..)).collect();
+        s.agent.handle_mad(0, s.ip, s.ip, &mad);
+    }
+}
