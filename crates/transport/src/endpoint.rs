@@ -9,8 +9,9 @@ use nix::sys::socket::sockopt::{RcvBufForce, UdpGroSegment};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
 use socket2::{Domain, Protocol, Socket, Type};
+use softverbs_wire::mad::MAD_LEN;
 use std::io::{self, IoSliceMut};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::ops::Range;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -93,6 +94,50 @@ impl Endpoint {
     /// ([`Session::lookup`]).
     pub fn lookup(&mut self, qpn: u32) -> io::Result<Result<PeerRegion, LookupRefused>> {
         self.session.lookup(qpn)
+    }
+
+    /// Reserves `port` (0: a free ephemeral one, from 32768..=60999) of
+    /// rdma_cm port space `ps` on `ip` (the unspecified address: every
+    /// address) in the host's port space, for this endpoint until it is
+    /// released or the endpoint closes; returns the port
+    /// ([`Session::reserve`] says which errors mean what).
+    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<u16> {
+        self.session.reserve(ps, ip, port)
+    }
+
+    /// Makes this endpoint's reservation of (`ps`, `ip`, `port`) a
+    /// listener: the CM's REQs and SIDR_REQs for that service then arrive
+    /// here (through [`Endpoint::receive`]).
+    pub fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<()> {
+        self.session.listen(ps, ip, port)
+    }
+
+    /// Gives a reservation back.
+    pub fn release(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<()> {
+        self.session.release(ps, ip, port)
+    }
+
+    /// Sends `mad` to QP1 at `dst` (UDP 4791) from this endpoint's socket,
+    /// as one datagram ([`crate::gsi::gsi_packet`]). `EAFNOSUPPORT` when
+    /// `dst` is of the other IP family than the endpoint's address.
+    pub fn send_gsi(&self, dst: IpAddr, mad: &[u8; MAD_LEN]) -> io::Result<()> {
+        let port = crate::daemon::ROCE_PORT;
+        let to = match (dst, self.local) {
+            (IpAddr::V4(ip), SocketAddr::V4(_)) => SocketAddr::new(ip.into(), port),
+            // A link-local peer is reached through our own interface.
+            (IpAddr::V6(ip), SocketAddr::V6(l)) => {
+                let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+                let scope = if link_local { l.scope_id() } else { 0 };
+                SocketAddrV6::new(ip, port, 0, scope).into()
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        let packet = crate::gsi::gsi_packet(self.local, to, mad)?;
+        self.socket.send_to(&packet, to)?;
+        if let Ok(flow) = softverbs_wire::Flow::from_sockets(self.local, to) {
+            crate::capture::sent(Some(flow), packet.len(), &packet);
+        }
+        Ok(())
     }
 
     /// The sending socket's address.

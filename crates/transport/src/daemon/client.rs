@@ -1,7 +1,8 @@
 //! A context's side of the host daemon: finding it (starting it when no
 //! daemon serves this network namespace), asking for QP numbers, reading
-//! the frames of packets it passes on, and publishing and finding the
-//! same-host regions of contexts.
+//! the frames of packets it passes on, publishing and finding the
+//! same-host regions of contexts, and holding ports of the rdma_cm port
+//! space.
 
 use super::protocol::{FrameHeader, Reply, Request};
 use super::record;
@@ -183,6 +184,39 @@ impl Session {
         }
     }
 
+    /// Reserves `port` (0: a free ephemeral one) of rdma_cm port space
+    /// `ps` on `ip` (the unspecified address: every address) for this
+    /// session, as the kernel's `rdma_bind_addr` without REUSEADDR;
+    /// returns the port. Refused with `EADDRINUSE` when another
+    /// reservation holds the port on the same address, `EADDRNOTAVAIL`
+    /// when one of the two is on the unspecified address (the kernel's
+    /// `cma_check_port`) or no ephemeral port is free, `EINVAL` for an
+    /// unknown port space. It lasts until [`Session::release`] or the
+    /// session's end.
+    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<u16> {
+        match self.request(&Request::Reserve { ps, ip, port })? {
+            Reply::Port(port) => Ok(port),
+            other => Err(quiet_error(other)),
+        }
+    }
+
+    /// Makes this session's reservation of (`ps`, `ip`, `port`) a
+    /// listener: the CM's REQs and SIDR_REQs for its service ID that
+    /// arrive at `ip` (any address, if unspecified) come to this session.
+    /// `EINVAL` if the session holds no such reservation.
+    pub fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<()> {
+        self.request(&Request::Listen { ps, ip, port })?.into_done()
+    }
+
+    /// Gives the reservation of (`ps`, `ip`, `port`) back. `EINVAL` if
+    /// the session holds no such reservation.
+    pub fn release(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<()> {
+        match self.request(&Request::Release { ps, ip, port })? {
+            Reply::Done => Ok(()),
+            other => Err(quiet_error(other)),
+        }
+    }
+
     fn request(&mut self, request: &Request) -> io::Result<Reply> {
         Ok(self.request_with(request, &[])?.0)
     }
@@ -261,6 +295,16 @@ impl Session {
             self.pending.copy_within(used..self.filled, 0);
             self.filled -= used;
         }
+    }
+}
+
+/// A refusal that is an ordinary answer (a port in use, say: the kernel
+/// logs nothing either) as its errno, without the log line
+/// [`Reply::into_error`] writes; anything else as that does.
+fn quiet_error(reply: Reply) -> io::Error {
+    match reply {
+        Reply::Refused(errno, _) => io::Error::from_raw_os_error(errno),
+        other => other.into_error(),
     }
 }
 

@@ -16,6 +16,12 @@
 //! a context of the same user finds the owner of a QP number and gets
 //! those two descriptors back with [`Request::Lookup`].
 //!
+//! A context that runs the connection manager (the CM agent of rdma_cm)
+//! holds ports of the host's rdma_cm port space with [`Request::Reserve`],
+//! [`Request::Listen`] and [`Request::Release`]; the daemon passes it the
+//! CM's MADs to QP1 that name its listeners or its communication IDs
+//! (docs/architecture.md, "Addressing").
+//!
 //! Records are little-endian and versioned by [`VERSION`]; both ends come
 //! from the same build, but a stale daemon from an older build must be
 //! refused cleanly, not misread.
@@ -29,8 +35,9 @@ pub const ROCE_PORT: u16 = 4791;
 /// names live in the network namespace, so each namespace gets its own.
 pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Protocol version: a daemon refuses a client of another version.
-/// Version 2 added `Publish`, `Lookup` and `Peer`.
-pub const VERSION: u16 = 2;
+/// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
+/// `Listen`, `Release` and `Port` (and the daemon's routing of QP1).
+pub const VERSION: u16 = 3;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -38,10 +45,14 @@ const JOIN: u8 = 3;
 const LEAVE: u8 = 4;
 const PUBLISH: u8 = 5;
 const LOOKUP: u8 = 6;
+const RESERVE: u8 = 7;
+const LISTEN: u8 = 8;
+const RELEASE: u8 = 9;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
 const DONE: u8 = 0x83;
 const PEER: u8 = 0x84;
+const PORT: u8 = 0x85;
 
 /// A context's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +92,44 @@ pub enum Request {
         /// Any QP number of the block.
         qpn: u32,
     },
+    /// Holds `port` of rdma_cm port space `ps` on `ip` (the unspecified
+    /// address: on every address) for this context, as the kernel's
+    /// `rdma_bind_addr` does without REUSEADDR. Port 0 picks a free
+    /// ephemeral port. Answered with `Port`, or refused: `EADDRINUSE` when
+    /// another reservation holds the port on `ip`, `EADDRNOTAVAIL` when
+    /// either of the two is on the unspecified address (or no ephemeral
+    /// port is free), `EINVAL` for an unknown port space.
+    Reserve {
+        /// The port space (`RDMA_PS_TCP` 0x0106, `RDMA_PS_UDP` 0x0111,
+        /// `RDMA_PS_IB` 0x013F, `RDMA_PS_IPOIB` 0x0002).
+        ps: u16,
+        /// The address, or the unspecified address for all.
+        ip: IpAddr,
+        /// The port, 0 for any.
+        port: u16,
+    },
+    /// Marks this context's reservation of exactly (`ps`, `ip`, `port`)
+    /// listening: the CM's REQs and SIDR_REQs for that service now reach
+    /// it. Answered with `Done`, or refused with `EINVAL` when the context
+    /// holds no such reservation.
+    Listen {
+        /// The port space.
+        ps: u16,
+        /// The reserved address.
+        ip: IpAddr,
+        /// The reserved port.
+        port: u16,
+    },
+    /// Gives a reservation of this context back. Answered with `Done`, or
+    /// refused with `EINVAL` when it holds no such reservation.
+    Release {
+        /// The port space.
+        ps: u16,
+        /// The reserved address.
+        ip: IpAddr,
+        /// The reserved port.
+        port: u16,
+    },
 }
 
 /// The daemon's reply.
@@ -101,6 +150,8 @@ pub enum Reply {
         /// The published region's length in bytes.
         region_bytes: u64,
     },
+    /// The port a `Reserve` holds.
+    Port(u16),
 }
 
 fn put_ip(out: &mut Vec<u8>, ip: IpAddr) {
@@ -120,6 +171,24 @@ fn get_ip(b: &[u8]) -> Option<IpAddr> {
         0 => Some(IpAddr::V6(v6)),
         _ => None,
     }
+}
+
+/// Port space, address and port, as `Reserve`, `Listen` and `Release`
+/// carry them.
+fn put_port(out: &mut Vec<u8>, ps: u16, ip: IpAddr, port: u16) {
+    out.extend_from_slice(&ps.to_le_bytes());
+    put_ip(out, ip);
+    out.extend_from_slice(&port.to_le_bytes());
+}
+
+fn get_port(b: &[u8]) -> Option<(u16, IpAddr, u16)> {
+    if b.len() != 2 + 17 + 2 {
+        return None;
+    }
+    let ps = u16::from_le_bytes([b[0], b[1]]);
+    let ip = get_ip(&b[2..19])?;
+    let port = u16::from_le_bytes([b[19], b[20]]);
+    Some((ps, ip, port))
 }
 
 fn bad(what: &str) -> io::Error {
@@ -155,6 +224,18 @@ impl Request {
             Request::Lookup { qpn } => {
                 out.push(LOOKUP);
                 out.extend_from_slice(&qpn.to_le_bytes());
+            }
+            Request::Reserve { ps, ip, port } => {
+                out.push(RESERVE);
+                put_port(&mut out, *ps, *ip, *port);
+            }
+            Request::Listen { ps, ip, port } => {
+                out.push(LISTEN);
+                put_port(&mut out, *ps, *ip, *port);
+            }
+            Request::Release { ps, ip, port } => {
+                out.push(RELEASE);
+                put_port(&mut out, *ps, *ip, *port);
             }
         }
         out
@@ -193,6 +274,18 @@ impl Request {
             Some(&LOOKUP) => Ok(Request::Lookup {
                 qpn: u32::from_le_bytes(b[1..].try_into().map_err(|_| bad("bad lookup"))?),
             }),
+            Some(&RESERVE) => {
+                let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad reserve"))?;
+                Ok(Request::Reserve { ps, ip, port })
+            }
+            Some(&LISTEN) => {
+                let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad listen"))?;
+                Ok(Request::Listen { ps, ip, port })
+            }
+            Some(&RELEASE) => {
+                let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad release"))?;
+                Ok(Request::Release { ps, ip, port })
+            }
             _ => Err(bad("unknown request")),
         }
     }
@@ -220,6 +313,11 @@ impl Reply {
                 out.extend_from_slice(&region_bytes.to_le_bytes());
                 out
             }
+            Reply::Port(port) => {
+                let mut out = vec![PORT];
+                out.extend_from_slice(&port.to_le_bytes());
+                out
+            }
         }
     }
 
@@ -239,6 +337,7 @@ impl Reply {
                 pid: i32::from_le_bytes([b[1], b[2], b[3], b[4]]),
                 region_bytes: u64::from_le_bytes(b[5..13].try_into().unwrap_or_default()),
             }),
+            Some(&PORT) if b.len() == 3 => Ok(Reply::Port(u16::from_le_bytes([b[1], b[2]]))),
             _ => Err(bad("unknown reply")),
         }
     }
@@ -362,6 +461,24 @@ mod tests {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
         assert!(Request::decode(&[PUBLISH, 1, 2]).is_err(), "short publish");
+        for (ps, ip, port) in [(0x0106, "0.0.0.0", 0), (0x013F, "fe80::7", 65535)] {
+            let ip = ip.parse().unwrap();
+            for r in [
+                Request::Reserve { ps, ip, port },
+                Request::Listen { ps, ip, port },
+                Request::Release { ps, ip, port },
+            ] {
+                let bytes = r.encode();
+                assert_eq!(Request::decode(&bytes).unwrap(), r);
+                // Every cut or extended record is refused, never misread.
+                for cut in 0..bytes.len() {
+                    assert!(Request::decode(&bytes[..cut]).is_err(), "{r:?} cut {cut}");
+                }
+                let mut long = bytes.clone();
+                long.push(0);
+                assert!(Request::decode(&long).is_err());
+            }
+        }
         let replies = [
             Reply::Block(4095),
             Reply::Refused(98, "in use".into()),
@@ -370,6 +487,7 @@ mod tests {
                 pid: 4_194_304,
                 region_bytes: 1 << 40,
             },
+            Reply::Port(32768),
         ];
         for r in replies {
             assert_eq!(Reply::decode(&r.encode()).unwrap(), r);

@@ -14,6 +14,15 @@
 //! (a memfd and a doorbell eventfd) and hands them to the contexts of the
 //! same user that look up one of its QP numbers.
 //!
+//! For rdma_cm it is the host's port space (which context holds which
+//! port of which port space on which address, and which of those listen)
+//! and the router of QP1: the CM's MADs all arrive at QP1, in block 0,
+//! which no context holds. A REQ or SIDR_REQ goes to the context listening
+//! on its service's port at the packet's destination address (or on the
+//! unspecified address), and is answered by the daemon, as the kernel's CM
+//! answers it, when nobody listens; every other CM message goes to the
+//! holder of the block its recipient's comm ID names (crate::gsi).
+//!
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
@@ -22,6 +31,7 @@ use super::record;
 use super::steering;
 use crate::capture::Capture;
 use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments};
+use crate::gsi::{self, GsiRoute};
 use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -70,6 +80,38 @@ pub struct DaemonStats {
     pub unrouted: u64,
     /// Packets dropped because their context had too much waiting.
     pub overflowed: u64,
+    /// REQs and SIDR_REQs nobody listened for, answered by the daemon
+    /// (REJ "invalid service ID", SIDR_REP "service ID not supported").
+    pub gsi_answered: u64,
+    /// CM messages to QP1 for a comm ID whose block no context holds.
+    pub gsi_unrouted: u64,
+    /// Other packets to QP1 dropped: a bad ICRC, not a UD SEND_ONLY with
+    /// QP1's keys, not a CM MAD the kernel would take, a CM attribute
+    /// nobody handles, an answer that could not be sent.
+    pub gsi_dropped: u64,
+}
+
+/// The first and last ephemeral port, as Linux's default
+/// `ip_local_port_range`, from which the kernel's rdma_cm picks a port for
+/// a bind to port 0.
+const EPHEMERAL_PORTS: (u16, u16) = (32768, 60999);
+
+/// A client's hold on a port of an rdma_cm port space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reservation {
+    /// The address, or the unspecified address for every address.
+    ip: IpAddr,
+    client: usize,
+    /// Whether the CM's requests for the port reach the client.
+    listening: bool,
+}
+
+/// Where the packets of a run go: a context (or nobody, counted as
+/// unrouted), or nowhere more, the daemon having dealt with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum To {
+    Client(Option<usize>),
+    Handled,
 }
 
 /// A context connected to the daemon.
@@ -157,6 +199,8 @@ pub struct Daemon {
     stats: DaemonStats,
     /// `softverbs daemon --pcap`: every packet received is written here.
     capture: Option<Capture>,
+    /// The rdma_cm port space: (port space, port) -> who holds it where.
+    ports: HashMap<(u16, u16), Vec<Reservation>>,
 }
 
 impl Daemon {
@@ -189,6 +233,7 @@ impl Daemon {
             cmsg: cmsg_buffer(),
             stats: DaemonStats::default(),
             capture: None,
+            ports: HashMap::new(),
         })
     }
 
@@ -313,8 +358,116 @@ impl Daemon {
             }
             Request::Publish { region_bytes } => (self.publish(id, region_bytes, fds), Vec::new()),
             Request::Lookup { qpn } => self.lookup(id, qpn),
+            Request::Reserve { ps, ip, port } => (self.reserve(id, ps, ip, port), Vec::new()),
+            Request::Listen { ps, ip, port } => (self.listen(id, ps, ip, port), Vec::new()),
+            Request::Release { ps, ip, port } => (self.release(id, ps, ip, port), Vec::new()),
             request => (self.answer_group(id, request), Vec::new()),
         }
+    }
+
+    /// Reserves (`ps`, `ip`, `port`) for client `id`, as the kernel's
+    /// rdma_cm port space does for a bind without REUSEADDR
+    /// (`cma_check_port`): refused with EADDRNOTAVAIL if anyone holds the
+    /// port on the unspecified address, or this request is for it and
+    /// anyone holds the port anywhere; with EADDRINUSE if anyone holds it
+    /// on `ip`. Both IP families share one space, as for an IPv6 id
+    /// without AFONLY. Port 0 takes a free ephemeral port, from a random
+    /// start as the kernel's `cma_alloc_any_port`.
+    fn reserve(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
+        if softverbs_wire::cm::PortSpace::from_u16(ps).is_none() {
+            return Reply::Refused(libc::EINVAL, format!("no port space {ps:#06x}"));
+        }
+        let port = if port == 0 {
+            let (low, high) = EPHEMERAL_PORTS;
+            let count = high - low + 1;
+            let start = fastrand::u16(..count);
+            let free = (0..count)
+                .map(|k| low + (start + k) % count)
+                .find(|p| !self.ports.contains_key(&(ps, *p)));
+            match free {
+                Some(p) => p,
+                None => {
+                    let why = format!("every ephemeral port of port space {ps:#06x} is in use");
+                    return Reply::Refused(libc::EADDRNOTAVAIL, why);
+                }
+            }
+        } else {
+            port
+        };
+        let holders = self.ports.entry((ps, port)).or_default();
+        for held in holders.iter() {
+            let errno = if ip.is_unspecified() || held.ip.is_unspecified() {
+                libc::EADDRNOTAVAIL
+            } else if ip == held.ip {
+                libc::EADDRINUSE
+            } else {
+                continue;
+            };
+            let why = format!("port {port} of port space {ps:#06x} is held on {}", held.ip);
+            return Reply::Refused(errno, why);
+        }
+        holders.push(Reservation {
+            ip,
+            client: id,
+            listening: false,
+        });
+        Reply::Port(port)
+    }
+
+    /// Client `id`'s reservation of exactly (`ps`, `ip`, `port`).
+    fn reservation(
+        &mut self,
+        id: usize,
+        ps: u16,
+        ip: IpAddr,
+        port: u16,
+    ) -> Option<&mut Reservation> {
+        let holders = self.ports.get_mut(&(ps, port))?;
+        holders.iter_mut().find(|r| r.client == id && r.ip == ip)
+    }
+
+    /// Makes client `id`'s reservation a listener.
+    fn listen(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
+        match self.reservation(id, ps, ip, port) {
+            Some(r) => {
+                r.listening = true;
+                Reply::Done
+            }
+            None => not_held(ps, ip, port),
+        }
+    }
+
+    /// Frees client `id`'s reservation.
+    fn release(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
+        let Some(holders) = self.ports.get_mut(&(ps, port)) else {
+            return not_held(ps, ip, port);
+        };
+        let before = holders.len();
+        holders.retain(|r| !(r.client == id && r.ip == ip));
+        let released = holders.len() < before;
+        if holders.is_empty() {
+            self.ports.remove(&(ps, port));
+        }
+        if released {
+            Reply::Done
+        } else {
+            not_held(ps, ip, port)
+        }
+    }
+
+    /// The client listening on (`ps`, `port`) at `ip` or at the
+    /// unspecified address.
+    fn listener(&self, ps: u16, port: u16, ip: IpAddr) -> Option<usize> {
+        let holders = self.ports.get(&(ps, port))?;
+        let listening = |r: &&Reservation| r.listening;
+        let on = |want: fn(&Reservation, IpAddr) -> bool| {
+            holders
+                .iter()
+                .filter(listening)
+                .find(|r| want(r, ip))
+                .map(|r| r.client)
+        };
+        on(|r, ip| r.ip == ip).or_else(|| on(|r, _| r.ip.is_unspecified()))
     }
 
     /// Keeps client `id`'s region and doorbell (replacing any earlier
@@ -618,6 +771,10 @@ impl Daemon {
                 *owner = None;
             }
         }
+        self.ports.retain(|_, holders| {
+            holders.retain(|r| r.client != id);
+            !holders.is_empty()
+        });
         if let Some(ip) = client.ip {
             self.free_direct(id, ip);
             self.restear(ip);
@@ -679,23 +836,102 @@ impl Daemon {
                         self.deliver(Some(m), &bytes[..n], segment, src, dst);
                     }
                 }
-                None => self.route(&bytes[..n], segment, src, dst),
+                None => self.route(i, &bytes[..n], segment, src, dst),
             }
             self.buf = bytes;
         }
     }
 
-    fn route(&mut self, bytes: &[u8], segment: usize, src: SocketAddr, dst: SocketAddr) {
+    /// Passes on the packets that arrived at UDP socket `slot`, each run
+    /// of packets for one context as one frame; packets to QP1 go where
+    /// their MAD says (or are answered, or dropped).
+    fn route(
+        &mut self,
+        slot: usize,
+        bytes: &[u8],
+        segment: usize,
+        src: SocketAddr,
+        dst: SocketAddr,
+    ) {
         let mut run_start = 0;
-        let mut run_owner = None;
+        let mut run_to = To::Handled;
         for (k, packet) in bytes.chunks(segment).enumerate() {
-            let owner = self.owner_of(packet);
-            if owner != run_owner {
-                self.deliver(run_owner, &bytes[run_start..k * segment], segment, src, dst);
-                (run_start, run_owner) = (k * segment, owner);
+            let to = if packet.get(5..8) == Some(&[0, 0, 1]) {
+                self.route_gsi(slot, packet, src, dst)
+            } else {
+                To::Client(self.owner_of(packet))
+            };
+            if to != run_to {
+                let run = &bytes[run_start..k * segment];
+                if let To::Client(owner) = run_to {
+                    self.deliver(owner, run, segment, src, dst);
+                }
+                (run_start, run_to) = (k * segment, to);
             }
         }
-        self.deliver(run_owner, &bytes[run_start..], segment, src, dst);
+        if let To::Client(owner) = run_to {
+            self.deliver(owner, &bytes[run_start..], segment, src, dst);
+        }
+    }
+
+    /// Where a packet to QP1 goes (crate::gsi): a REQ or SIDR_REQ to the
+    /// listener of its service on the packet's destination address,
+    /// answered here when there is none; any other CM message to the
+    /// holder of its recipient's comm ID. The rest is dropped, counted.
+    fn route_gsi(&mut self, slot: usize, packet: &[u8], src: SocketAddr, dst: SocketAddr) -> To {
+        let Some(mad) = gsi::parse_gsi(src, dst, packet) else {
+            self.stats.gsi_dropped += 1;
+            return To::Handled;
+        };
+        match gsi::route(&mad) {
+            GsiRoute::Service(service) => {
+                let listener = service.and_then(|(ps, port)| self.listener(ps, port, dst.ip()));
+                if listener.is_some() {
+                    return To::Client(listener);
+                }
+                self.answer_unmatched(slot, &mad, src, dst);
+            }
+            GsiRoute::CommId(id) => {
+                let block = usize::from(gsi::block_of_comm_id(id));
+                match self.owners.get(block).copied().flatten() {
+                    Some(owner) => return To::Client(Some(owner)),
+                    None => self.stats.gsi_unrouted += 1,
+                }
+            }
+            GsiRoute::Drop => self.stats.gsi_dropped += 1,
+        }
+        To::Handled
+    }
+
+    /// Answers a REQ or SIDR_REQ nobody listens for, as the kernel's CM
+    /// does: to QP1 at the request's source address, UDP 4791, from the
+    /// daemon's socket on the address it arrived at.
+    fn answer_unmatched(&mut self, slot: usize, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr) {
+        let mut to = src; // a link-local source keeps its scope
+        to.set_port(ROCE_PORT);
+        let answer = gsi::reject_unmatched(mad).and_then(|a| gsi::gsi_packet(dst, to, &a).ok());
+        let socket = self
+            .udp
+            .get(slot)
+            .and_then(Option::as_ref)
+            .map(|r| &r.socket);
+        let sent = match (answer, socket) {
+            (Some(packet), Some(socket)) => match socket.send_to(&packet, to) {
+                Ok(_) => {
+                    if let Some(capture) = &self.capture {
+                        capture.datagram(dst, to, packet.len(), &packet);
+                    }
+                    true
+                }
+                Err(_) => false,
+            },
+            _ => false,
+        };
+        if sent {
+            self.stats.gsi_answered += 1;
+        } else {
+            self.stats.gsi_dropped += 1;
+        }
     }
 
     /// The client owning the destination QP of `packet` (BTH bytes 5..8).
@@ -795,6 +1031,13 @@ impl Daemon {
     pub fn capture_to(&mut self, capture: Capture) {
         self.capture = Some(capture);
     }
+}
+
+/// The refusal of a listen or release of a reservation the client does
+/// not hold.
+fn not_held(ps: u16, ip: IpAddr, port: u16) -> Reply {
+    let why = format!("no reservation of port {port} of port space {ps:#06x} on {ip}");
+    Reply::Refused(libc::EINVAL, why)
 }
 
 /// Joins multicast `group` on the interface of device address `ip`.
@@ -969,6 +1212,47 @@ mod tests {
             matches!(reply, Reply::Refused(libc::ENOENT, _)),
             "{reply:?}"
         );
+    }
+
+    /// Port 0 takes every ephemeral port once, then none is left (in
+    /// that port space only); a listener on the address itself is found
+    /// before one on the unspecified address, and a reservation that does
+    /// not listen is never found.
+    #[test]
+    fn ephemeral_ports_run_out_and_listeners_are_found_by_address() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        add_client(&mut daemon, 2, Some(0));
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in EPHEMERAL_PORTS.0..=EPHEMERAL_PORTS.1 {
+            let Reply::Port(p) = daemon.reserve(1, 0x0106, ip, 0) else {
+                panic!("refused early")
+            };
+            assert!((EPHEMERAL_PORTS.0..=EPHEMERAL_PORTS.1).contains(&p));
+            assert!(seen.insert(p), "port {p} twice");
+        }
+        let reply = daemon.reserve(2, 0x0106, ip, 0);
+        assert!(
+            matches!(reply, Reply::Refused(libc::EADDRNOTAVAIL, _)),
+            "{reply:?}"
+        );
+        assert!(matches!(daemon.reserve(2, 0x0111, ip, 0), Reply::Port(_)));
+        daemon.remove(1);
+        assert!(daemon.ports.keys().all(|&(ps, _)| ps == 0x0111));
+
+        let other: IpAddr = "10.1.2.4".parse().unwrap();
+        let any: IpAddr = "::".parse().unwrap();
+        assert_eq!(daemon.reserve(1, 0x013F, ip, 9), Reply::Port(9));
+        assert_eq!(daemon.listener(0x013F, 9, ip), None, "not listening");
+        assert_eq!(daemon.listen(1, 0x013F, ip, 9), Reply::Done);
+        assert_eq!(daemon.listener(0x013F, 9, ip), Some(1));
+        assert_eq!(daemon.listener(0x013F, 9, other), None);
+        assert_eq!(daemon.listener(0x0106, 9, ip), None);
+        assert_eq!(daemon.release(1, 0x013F, ip, 9), Reply::Done);
+        assert_eq!(daemon.reserve(2, 0x013F, any, 9), Reply::Port(9));
+        assert_eq!(daemon.listen(2, 0x013F, any, 9), Reply::Done);
+        assert_eq!(daemon.listener(0x013F, 9, other), Some(2));
     }
 
     /// A hello without a data socket, or a second hello on one

@@ -1,0 +1,387 @@
+//! The host daemon as rdma_cm's port space and the router of QP1: ports
+//! reserved, listened on and released through endpoints, and CM MADs sent
+//! with `Endpoint::send_gsi` reaching the listener of their service or the
+//! holder of their recipient's comm ID (or answered by the daemon as the
+//! kernel's CM answers, or dropped and counted). Each test runs its own
+//! daemon (on a thread) on its own loopback address.
+
+use softverbs_transport::daemon::protocol::FrameHeader;
+use softverbs_transport::daemon::{self, DaemonStats};
+use softverbs_transport::endpoint::Endpoint;
+use softverbs_transport::gsi::{comm_ids_of, gsi_packet, parse_gsi};
+use softverbs_transport::DaemonAddress;
+use softverbs_wire::cm::{
+    ip_service_id, CmDreq, CmMessage, CmRej, CmRep, CmReq, CmRtu, CmSidrRep, CmSidrReq,
+    MessageKind, PortSpace,
+};
+use softverbs_wire::mad::{MadHeader, MAD_LEN};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const TCP: u16 = 0x0106;
+const UDP: u16 = 0x0111;
+const IB: u16 = 0x013F;
+
+/// A daemon of the test's own, on a loopback address of its own.
+struct Host {
+    ip: IpAddr,
+    daemon: DaemonAddress,
+    thread: JoinHandle<io::Result<DaemonStats>>,
+}
+
+fn host() -> Host {
+    let ip = Ipv4Addr::new(
+        127,
+        fastrand::u8(1..255),
+        fastrand::u8(..),
+        fastrand::u8(1..254),
+    );
+    let config = daemon::DaemonConfig {
+        socket: format!("softverbs-test-cm-{}-{ip}", std::process::id()),
+        idle_exit: Duration::from_millis(200),
+    };
+    let (daemon, thread) = daemon::server::start_thread(config).unwrap();
+    Host {
+        ip: IpAddr::V4(ip),
+        daemon,
+        thread,
+    }
+}
+
+impl Host {
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::open(self.ip, &self.daemon).unwrap()
+    }
+
+    /// What the daemon counted, once every endpoint is closed (it leaves
+    /// when idle).
+    fn stats(self) -> DaemonStats {
+        self.thread.join().unwrap().unwrap()
+    }
+}
+
+fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    r.unwrap_err().raw_os_error().unwrap()
+}
+
+/// A comm ID (or SIDR request ID) of `e`'s first block.
+fn comm_id(e: &Endpoint, n: u32) -> u32 {
+    comm_ids_of(e.slots()[0]).start() + n
+}
+
+fn mad(message: CmMessage, tid: u64) -> [u8; MAD_LEN] {
+    let mut mad = [0; MAD_LEN];
+    message.emit_mad(tid, 0, &mut mad).unwrap();
+    mad
+}
+
+fn req(local_comm_id: u32, ps: PortSpace, port: u16) -> [u8; MAD_LEN] {
+    let req = CmReq {
+        local_comm_id,
+        service_id: ip_service_id(ps, port),
+        ..CmReq::default()
+    };
+    mad(
+        CmMessage::Req(req),
+        0x0000_0006_3600_0001 | u64::from(local_comm_id) << 8,
+    )
+}
+
+/// The next packet that reaches `e` (within 5 s), with its frame header.
+fn next_packet(e: &mut Endpoint) -> (FrameHeader, Vec<u8>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut got = Vec::new();
+        e.receive(|h, bytes| {
+            let segment = usize::from(h.segment).max(1);
+            got.extend(bytes.chunks(segment).map(|p| (h, p.to_vec())));
+        })
+        .unwrap();
+        assert!(got.len() <= 1, "one packet expected, got {}", got.len());
+        if let Some(p) = got.pop() {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "no packet arrived");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The MAD of the next packet to reach `e`, checked as QP1 checks it.
+fn next_mad(e: &mut Endpoint) -> (FrameHeader, [u8; MAD_LEN]) {
+    let (h, packet) = next_packet(e);
+    let mad = parse_gsi(h.src, h.dst, &packet).expect("a GSI packet");
+    (h, mad)
+}
+
+/// Nothing reaches any of `es` for a while.
+fn quiet(es: &mut [&mut Endpoint]) {
+    std::thread::sleep(Duration::from_millis(300));
+    for (i, e) in es.iter_mut().enumerate() {
+        let mut n = 0;
+        e.receive(|_, _| n += 1).unwrap();
+        assert_eq!(n, 0, "endpoint {i} got something");
+    }
+}
+
+/// The kernel's rules for binds without REUSEADDR: one holder of a port
+/// per address, none beside a holder on the unspecified address; port
+/// spaces apart; ephemeral ports from 32768..=60999; listen and release
+/// only what one holds; everything freed when the endpoint closes.
+#[test]
+fn the_port_space_follows_the_kernels_rules() {
+    let h = host();
+    let (mut a, mut b) = (h.endpoint(), h.endpoint());
+    let ip = h.ip;
+    let IpAddr::V4(v4) = ip else { unreachable!() };
+    let [w, x, y, z] = v4.octets();
+    let other: IpAddr = Ipv4Addr::new(w, x, y, z + 1).into();
+    let any4: IpAddr = Ipv4Addr::UNSPECIFIED.into();
+    let any6: IpAddr = "::".parse().unwrap();
+    let v6: IpAddr = "::1".parse().unwrap();
+
+    assert_eq!(a.reserve(TCP, ip, 7000).unwrap(), 7000);
+    assert_eq!(errno(b.reserve(TCP, ip, 7000)), libc::EADDRINUSE);
+    assert_eq!(
+        errno(a.reserve(TCP, ip, 7000)),
+        libc::EADDRINUSE,
+        "one id each"
+    );
+    assert_eq!(b.reserve(UDP, ip, 7000).unwrap(), 7000, "another space");
+    assert_eq!(
+        b.reserve(TCP, other, 7000).unwrap(),
+        7000,
+        "another address"
+    );
+    assert_eq!(errno(b.reserve(TCP, any4, 7000)), libc::EADDRNOTAVAIL);
+    assert_eq!(errno(b.reserve(TCP, any6, 7000)), libc::EADDRNOTAVAIL);
+
+    assert_eq!(a.reserve(IB, any4, 7001).unwrap(), 7001);
+    for addr in [ip, other, v6, any6] {
+        assert_eq!(errno(b.reserve(IB, addr, 7001)), libc::EADDRNOTAVAIL);
+    }
+    assert_eq!(errno(b.reserve(0x0107, ip, 7002)), libc::EINVAL);
+
+    let p = a.reserve(TCP, ip, 0).unwrap();
+    let q = a.reserve(TCP, ip, 0).unwrap();
+    assert!((32768..=60999).contains(&p) && (32768..=60999).contains(&q));
+    assert_ne!(p, q);
+    assert_eq!(b.reserve(TCP, other, p).unwrap(), p, "a holds it elsewhere");
+    assert_eq!(errno(b.reserve(TCP, any6, q)), libc::EADDRNOTAVAIL);
+
+    assert_eq!(errno(b.listen(TCP, ip, 7000)), libc::EINVAL, "a's, not b's");
+    assert_eq!(
+        errno(a.listen(TCP, any4, 7000)),
+        libc::EINVAL,
+        "not that address"
+    );
+    a.listen(TCP, ip, 7000).unwrap();
+    a.listen(TCP, ip, 7000).unwrap();
+    assert_eq!(errno(b.release(TCP, ip, 7000)), libc::EINVAL);
+    a.release(TCP, ip, 7000).unwrap();
+    assert_eq!(
+        errno(a.release(TCP, ip, 7000)),
+        libc::EINVAL,
+        "released once"
+    );
+    assert_eq!(b.reserve(TCP, ip, 7000).unwrap(), 7000);
+
+    // a's close frees its ports (its hang-up may reach the daemon just
+    // after b's next request).
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.reserve(IB, any4, 7001).is_err() {
+        assert!(Instant::now() < deadline, "a's port outlived it");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(b.reserve(TCP, ip, p).unwrap(), p);
+    drop(b);
+    let stats = h.stats();
+    assert_eq!(
+        stats.gsi_dropped + stats.gsi_unrouted + stats.gsi_answered,
+        0
+    );
+}
+
+/// A REQ reaches the endpoint listening on its service at the packet's
+/// destination address (or on the unspecified address), and only it; a
+/// SIDR_REQ likewise; a reservation that does not listen gets nothing.
+#[test]
+fn a_req_reaches_its_listener_only() {
+    let h = host();
+    let (mut a, mut b, mut c, mut d) = (h.endpoint(), h.endpoint(), h.endpoint(), h.endpoint());
+    let ip = h.ip;
+    b.reserve(TCP, ip, 18515).unwrap();
+    b.listen(TCP, ip, 18515).unwrap();
+    c.reserve(TCP, ip, 18516).unwrap();
+    c.listen(TCP, ip, 18516).unwrap();
+    d.reserve(UDP, Ipv4Addr::UNSPECIFIED.into(), 18515).unwrap();
+    d.listen(UDP, Ipv4Addr::UNSPECIFIED.into(), 18515).unwrap();
+
+    let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18515);
+    a.send_gsi(ip, &sent).unwrap();
+    let (header, got) = next_mad(&mut b);
+    assert_eq!(got, sent);
+    assert_eq!(header.src, a.local());
+    assert_eq!(header.dst, SocketAddr::new(ip, 4791));
+    quiet(&mut [&mut a, &mut c, &mut d]);
+
+    let sidr = CmSidrReq {
+        request_id: comm_id(&a, 2),
+        pkey: 0xFFFF,
+        service_id: ip_service_id(PortSpace::Udp, 18515),
+        ..CmSidrReq::default()
+    };
+    let sidr = mad(CmMessage::SidrReq(sidr), 42);
+    a.send_gsi(ip, &sidr).unwrap();
+    assert_eq!(next_mad(&mut d).1, sidr, "the wildcard listener");
+    quiet(&mut [&mut a, &mut b, &mut c]);
+
+    // c holds 18517 without listening: the daemon answers the REQ.
+    c.reserve(TCP, ip, 18517).unwrap();
+    a.send_gsi(ip, &req(comm_id(&a, 3), PortSpace::Tcp, 18517))
+        .unwrap();
+    let (_, rej) = next_mad(&mut a);
+    assert!(matches!(
+        CmMessage::parse_mad(&rej),
+        Ok((_, CmMessage::Rej(_)))
+    ));
+    quiet(&mut [&mut b, &mut c, &mut d]);
+    drop((a, b, c, d));
+    let stats = h.stats();
+    assert_eq!(
+        (stats.gsi_answered, stats.gsi_unrouted, stats.gsi_dropped),
+        (1, 0, 0)
+    );
+}
+
+/// A REQ for a service nobody listens on comes back as the kernel's REJ:
+/// reason 8, local comm ID 0, remote comm ID the REQ's, message rejected
+/// REQ, the REQ's TID, from the daemon's QP1 on 4791; a SIDR_REQ as a
+/// SIDR_REP with status 1 and its request ID.
+#[test]
+fn a_req_nobody_listens_for_is_rejected_as_the_kernel_does() {
+    let h = host();
+    let mut a = h.endpoint();
+    let id = comm_id(&a, 7);
+    let sent = req(id, PortSpace::Tcp, 4242);
+    a.send_gsi(h.ip, &sent).unwrap();
+    let (header, rej) = next_mad(&mut a);
+    assert_eq!(header.src, SocketAddr::new(h.ip, 4791));
+    let (rej_header, message) = CmMessage::parse_mad(&rej).unwrap();
+    let sent_header = MadHeader::parse(&sent).unwrap();
+    assert_eq!(rej_header, MadHeader::cm(0x0012, sent_header.tid, 0));
+    let CmMessage::Rej(rej) = message else {
+        panic!("{message:?}")
+    };
+    assert_eq!(
+        rej,
+        CmRej {
+            local_comm_id: 0,
+            remote_comm_id: id,
+            message_rejected: MessageKind::Req,
+            reason: 8,
+            ..CmRej::default()
+        }
+    );
+
+    let sidr = CmSidrReq {
+        request_id: comm_id(&a, 8),
+        service_id: ip_service_id(PortSpace::Udp, 4242),
+        ..CmSidrReq::default()
+    };
+    a.send_gsi(h.ip, &mad(CmMessage::SidrReq(sidr), 99))
+        .unwrap();
+    let (_, rep) = next_mad(&mut a);
+    let (rep_header, message) = CmMessage::parse_mad(&rep).unwrap();
+    assert_eq!(rep_header.tid, 99);
+    let CmMessage::SidrRep(rep) = message else {
+        panic!("{message:?}")
+    };
+    assert_eq!((rep.request_id, rep.status), (sidr.request_id, 1));
+    assert_eq!(rep.service_id, sidr.service_id);
+    drop(a);
+    assert_eq!(h.stats().gsi_answered, 2);
+}
+
+/// REP, RTU, DREQ and SIDR_REP reach the holder of the block their
+/// recipient's comm ID names (a second block too); one for a block nobody
+/// holds is dropped and counted, and so is what QP1 would not take.
+#[test]
+fn cm_messages_reach_the_holder_of_their_comm_id() {
+    let h = host();
+    let (mut a, mut b, mut c) = (h.endpoint(), h.endpoint(), h.endpoint());
+    let second = b.add_slot().unwrap();
+    let second_block = (second.start >> 12) as u16;
+    let rep = CmRep {
+        local_comm_id: comm_id(&a, 1),
+        remote_comm_id: comm_id(&b, 1),
+        ..CmRep::default()
+    };
+    let rtu = CmRtu {
+        local_comm_id: comm_id(&a, 1),
+        remote_comm_id: comm_ids_of(second_block).start() + 5,
+        ..CmRtu::default()
+    };
+    let dreq = CmDreq {
+        local_comm_id: comm_id(&a, 1),
+        remote_comm_id: comm_id(&c, 0xF_FFFF),
+        ..CmDreq::default()
+    };
+    let sidr_rep = CmSidrRep {
+        request_id: comm_id(&b, 9),
+        ..CmSidrRep::default()
+    };
+    let for_b = [
+        mad(CmMessage::Rep(rep), 1),
+        mad(CmMessage::Rtu(rtu), 2),
+        mad(CmMessage::SidrRep(sidr_rep), 3),
+    ];
+    for m in &for_b {
+        a.send_gsi(h.ip, m).unwrap();
+        assert_eq!(&next_mad(&mut b).1, m);
+    }
+    let dreq = mad(CmMessage::Dreq(dreq), 4);
+    a.send_gsi(h.ip, &dreq).unwrap();
+    assert_eq!(next_mad(&mut c).1, dreq);
+    quiet(&mut [&mut a, &mut b, &mut c]);
+
+    // A block nobody holds.
+    let held: Vec<u16> = [&a, &b, &c]
+        .iter()
+        .flat_map(|e| e.slots().to_vec())
+        .collect();
+    let free = (1..=4095u16).find(|b| !held.contains(b)).unwrap();
+    let stray = CmRep {
+        remote_comm_id: *comm_ids_of(free).start(),
+        ..CmRep::default()
+    };
+    a.send_gsi(h.ip, &mad(CmMessage::Rep(stray), 5)).unwrap();
+    // Not the CM's class; then a flipped bit; then the wrong Q_Key.
+    let mut other_class = mad(CmMessage::Rep(rep), 6);
+    other_class[1] = 0x04;
+    a.send_gsi(h.ip, &other_class).unwrap();
+    let raw = UdpSocket::bind(SocketAddr::new(h.ip, 0)).unwrap();
+    let to = SocketAddr::new(h.ip, 4791);
+    let good = gsi_packet(raw.local_addr().unwrap(), to, &for_b[0]).unwrap();
+    let mut flipped = good.clone();
+    flipped[100] ^= 0x10;
+    raw.send_to(&flipped, to).unwrap();
+    let mut qkey = good.clone();
+    qkey[15] = 1;
+    let flow = softverbs_wire::Flow::from_sockets(raw.local_addr().unwrap(), to).unwrap();
+    flow.seal(&mut qkey).unwrap();
+    raw.send_to(&qkey, to).unwrap();
+    raw.send_to(&good[..40], to).unwrap();
+    // The good one still arrives, after the rest.
+    raw.send_to(&good, to).unwrap();
+    assert_eq!(next_mad(&mut b).1, for_b[0]);
+    quiet(&mut [&mut a, &mut b, &mut c]);
+    drop((a, b, c));
+    let stats = h.stats();
+    assert_eq!(
+        (stats.gsi_unrouted, stats.gsi_dropped, stats.gsi_answered),
+        (1, 4, 0)
+    );
+}
