@@ -1027,7 +1027,8 @@ impl Daemon {
     }
 
     /// Writes every packet received from now on to `capture`, for every
-    /// process (`softverbs daemon --pcap`).
+    /// process, and the answers the daemon sends on QP1 (`softverbs
+    /// daemon --pcap`).
     pub fn capture_to(&mut self, capture: Capture) {
         self.capture = Some(capture);
     }
