@@ -44,6 +44,7 @@ pub mod plugin;
 pub mod preload;
 pub mod process_memory;
 pub mod qp_ex;
+pub mod rdma_cm;
 pub mod verbs_basic;
 pub mod verbs_mcast;
 pub mod verbs_qp;

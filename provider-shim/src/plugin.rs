@@ -49,6 +49,7 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 /// Runs when the library is loaded, in either mode.
 extern "C" fn constructor() {
     guard((), || {
+        crate::rdma_cm::resolve();
         if !loaded_as_plugin() {
             return;
         }

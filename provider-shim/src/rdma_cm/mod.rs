@@ -1,0 +1,284 @@
+//! rdma_cm for softverbs devices, in preload mode: the rdma_cm character
+//! device librdmacm talks to, emulated (docs/architecture.md, "rdma_cm";
+//! the ABI in docs/rdma-cm.md).
+//!
+//! librdmacm opens `/dev/infiniband/rdma_cm`, checks with `fstat` that it
+//! is a character device, `write`s commands to it and `close`s it. These
+//! four libc functions are exported with glibc's symbol versions, so in
+//! preload mode they come first for every library of the process, as
+//! libibverbs' functions do (`preload.rs`). Each is one atomic load and
+//! the real function for anything but a channel: `open` of that path
+//! when the kernel has no rdma_cm (with one, its devices keep it, and
+//! softverbs devices are not reachable through rdma_cm), and the
+//! descriptors that open gave.
+//!
+//! A command runs in the process ([`service`]); its response is copied
+//! to the pointer the command names, as the kernel's `copy_to_user`
+//! would, with a bad pointer answered EFAULT, never a crash. GET_EVENT
+//! with nothing queued blocks in `poll` on the channel until an event
+//! makes it readable, or answers EAGAIN when the application made the
+//! descriptor `O_NONBLOCK` (rsockets do).
+
+mod fds;
+pub mod service;
+
+use crate::guard::{guard, set_errno};
+use softverbs_cm::Reply;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+/// The device file librdmacm opens.
+const DEVICE: &CStr = c"/dev/infiniband/rdma_cm";
+/// The largest command librdmacm writes is 304 bytes (ACCEPT).
+const MAX_COMMAND: usize = 1024;
+
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
+type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
+type FstatFn = unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
+
+/// The next definition of a glibc function.
+fn next(cache: &OnceLock<usize>, name: &CStr, version: &CStr) -> usize {
+    *cache.get_or_init(|| {
+        // SAFETY: both strings are NUL-terminated; dlvsym only reads them.
+        unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) as usize }
+    })
+}
+
+macro_rules! next_fn {
+    ($name:literal, $version:literal, $ty:ty) => {{
+        static CACHE: OnceLock<usize> = OnceLock::new();
+        let addr = next(&CACHE, $name, $version);
+        // SAFETY: glibc's function of that name and version has this type;
+        // a missing one (0) is None.
+        (addr != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(addr) })
+    }};
+}
+
+fn real_open() -> Option<OpenFn> {
+    next_fn!(c"open", c"GLIBC_2.2.5", OpenFn)
+}
+fn real_write() -> Option<WriteFn> {
+    next_fn!(c"write", c"GLIBC_2.2.5", WriteFn)
+}
+fn real_close() -> Option<CloseFn> {
+    next_fn!(c"close", c"GLIBC_2.2.5", CloseFn)
+}
+fn real_fstat() -> Option<FstatFn> {
+    next_fn!(c"fstat", c"GLIBC_2.33", FstatFn)
+}
+
+/// Looks the real functions up now, at load time, so a `write` from a
+/// signal handler never runs the dynamic linker.
+pub fn resolve() {
+    let _ = (real_open(), real_write(), real_close(), real_fstat());
+}
+
+fn enosys<T>(fail: T) -> T {
+    set_errno(libc::ENOSYS);
+    fail
+}
+
+/// `open(2)`. The mode is read as the third argument whether or not the
+/// caller passed one (the x86-64 calling convention makes that harmless),
+/// and passed on unchanged.
+///
+/// # Safety
+/// libc's contract: `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let Some(real) = real_open() else {
+        return enosys(-1);
+    };
+    // SAFETY: the caller's path and flags, as it gave them.
+    let fd = unsafe { real(path, flags, mode) };
+    // SAFETY: libc's contract: a NUL-terminated string (checked non-NULL).
+    if fd >= 0 || path.is_null() || unsafe { CStr::from_ptr(path) } != DEVICE {
+        return fd;
+    }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        return fd;
+    }
+    guard(-1, || match service::get() {
+        Ok(s) => match s.open_channel() {
+            Ok(fd) => {
+                s.run_in_background();
+                if flags & libc::O_NONBLOCK != 0 {
+                    set_nonblocking(fd);
+                }
+                fd
+            }
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                -1
+            }
+        },
+        Err(why) => {
+            softverbs_transport::say!("softverbs: {why}");
+            set_errno(libc::ENOENT);
+            -1
+        }
+    })
+}
+
+fn set_nonblocking(fd: c_int) {
+    // SAFETY: fcntl on a descriptor this module just made.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+/// `fstat(2)`: a channel is a character device, as the kernel's file is.
+///
+/// # Safety
+/// libc's contract: `buf` points to a `struct stat` the caller owns.
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    if !fds::is_channel(fd) {
+        let Some(real) = real_fstat() else {
+            return enosys(-1);
+        };
+        // SAFETY: the caller's arguments, as it gave them.
+        return unsafe { real(fd, buf) };
+    }
+    if buf.is_null() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    // SAFETY: a zeroed `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = libc::S_IFCHR | 0o666;
+    st.st_rdev = libc::makedev(10, 58);
+    st.st_nlink = 1;
+    st.st_blksize = 4096;
+    // SAFETY: libc's contract: `buf` is a writable `struct stat` the
+    // caller owns and no one else touches during the call.
+    unsafe { buf.write(st) };
+    0
+}
+
+/// `close(2)`: a channel's ids go first, as when the kernel releases the
+/// file.
+///
+/// # Safety
+/// libc's contract.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fds::is_channel(fd) {
+        guard((), || {
+            if let Ok(s) = service::get() {
+                s.close_channel(fd);
+            }
+        });
+    }
+    let Some(real) = real_close() else {
+        return enosys(-1);
+    };
+    // SAFETY: the caller's descriptor, as it gave it.
+    unsafe { real(fd) }
+}
+
+/// `write(2)`: on a channel, one rdma_cm command.
+///
+/// # Safety
+/// libc's contract: `buf` holds `count` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+    if !fds::is_channel(fd) {
+        let Some(real) = real_write() else {
+            return enosys(-1);
+        };
+        // SAFETY: the caller's arguments, as it gave them.
+        return unsafe { real(fd, buf, count) };
+    }
+    guard(-1, || match command(fd, buf, count) {
+        Ok(()) => count as isize,
+        Err(errno) => {
+            set_errno(errno);
+            -1
+        }
+    })
+}
+
+/// Runs the command in `buf`, waiting for an event if it is a GET_EVENT
+/// on a blocking channel with none queued.
+fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
+    let service = service::get().map_err(|_| libc::EBADF)?;
+    let bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
+    loop {
+        match service.command(fd, &bytes)? {
+            Some(Reply::Respond { addr, bytes }) => return write_caller(addr, &bytes),
+            Some(_) => return Ok(()),
+            None if nonblocking(fd) => return Err(libc::EAGAIN),
+            None => wait_readable(fd)?,
+        }
+    }
+}
+
+fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL on the caller's descriptor reads its flags only.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// Blocks until channel `fd` has an event (EINTR if a signal came).
+fn wait_readable(fd: c_int) -> Result<(), i32> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINTR));
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes of the caller's memory at `addr`: EFAULT where it
+/// is not readable, as the kernel's `copy_from_user`.
+fn read_caller(addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+    let mut out = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: len,
+    };
+    // SAFETY: the kernel checks the caller's range (this process's own)
+    // and copies into `out`, which is ours and `len` bytes long.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == len as isize {
+        Ok(out)
+    } else {
+        Err(libc::EFAULT)
+    }
+}
+
+/// Copies `bytes` to the caller's memory at `addr`: EFAULT where it is not
+/// writable, as the kernel's `copy_to_user`.
+fn write_caller(addr: u64, bytes: &[u8]) -> Result<(), i32> {
+    let local = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut c_void,
+        iov_len: bytes.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: the kernel checks the caller's range and writes it from
+    // `bytes`, which it only reads; no reference to the destination is
+    // formed here (the application owns that memory).
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == bytes.len() as isize {
+        Ok(())
+    } else {
+        Err(libc::EFAULT)
+    }
+}

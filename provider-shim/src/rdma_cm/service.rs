@@ -1,0 +1,303 @@
+//! The process's rdma_cm service: the sans-IO agent (`softverbs-cm`), a
+//! daemon session per softverbs device (the host's port space, and QP1
+//! MADs in and out), the channels' descriptors, and a thread that takes
+//! arriving MADs and runs the CM's timers while nobody calls in.
+//!
+//! A channel is one end of a socket pair, handed to the application as
+//! the device file's descriptor. The other end stays here and holds one
+//! byte exactly while the channel has an event queued, so the
+//! application's `poll`/`epoll` see POLLIN as on the kernel's file.
+
+use super::fds;
+use parking_lot::Mutex;
+use softverbs_cm::{Agent, Device, PortSpace, Reply};
+use softverbs_transport::clock::Clock;
+use softverbs_transport::endpoint::Endpoint;
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, OnceLock};
+
+/// One channel's descriptors.
+#[derive(Debug)]
+struct ChannelIo {
+    /// Our end of the pair: a byte written here makes the application's
+    /// end readable.
+    ours: OwnedFd,
+    /// A byte is waiting in the application's end.
+    signalled: bool,
+}
+
+/// What the lock guards.
+#[derive(Debug)]
+struct Inner {
+    agent: Agent,
+    endpoints: Vec<(IpAddr, Endpoint)>,
+    channels: HashMap<RawFd, ChannelIo>,
+}
+
+/// The service.
+#[derive(Debug)]
+pub struct Service {
+    inner: Mutex<Inner>,
+    clock: Clock,
+    /// Wakes the thread when a command armed an earlier timer.
+    wake: OwnedFd,
+    /// The thread was started.
+    serving: std::sync::atomic::AtomicBool,
+}
+
+static SERVICE: OnceLock<Result<Arc<Service>, String>> = OnceLock::new();
+
+/// The service, started at the first use; why not, if it cannot be.
+pub fn get() -> Result<Arc<Service>, String> {
+    SERVICE
+        .get_or_init(|| Service::start().map(Arc::new))
+        .clone()
+}
+
+/// The port space, through the daemon sessions.
+struct Ports<'a>(&'a mut [(IpAddr, Endpoint)]);
+
+impl Ports<'_> {
+    /// The session for an address: its device's, or the first one.
+    fn session(&mut self, ip: IpAddr) -> Option<&mut Endpoint> {
+        let i = self.0.iter().position(|(a, _)| *a == ip).unwrap_or(0);
+        self.0.get_mut(i).map(|(_, e)| e)
+    }
+}
+
+fn errno_of(e: io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl PortSpace for Ports<'_> {
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32> {
+        let e = self.session(ip).ok_or(libc::ENODEV)?;
+        e.reserve(ps, ip, port).map_err(errno_of)
+    }
+    fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<(), i32> {
+        let e = self.session(ip).ok_or(libc::ENODEV)?;
+        e.listen(ps, ip, port).map_err(errno_of)
+    }
+    fn release(&mut self, ps: u16, ip: IpAddr, port: u16) {
+        if let Some(e) = self.session(ip) {
+            let _ = e.release(ps, ip, port);
+        }
+    }
+}
+
+impl Service {
+    fn start() -> Result<Service, String> {
+        let daemon = softverbs_config::Config::daemon(crate::daemon_program::find());
+        let mut devices = Vec::new();
+        let mut endpoints = Vec::new();
+        for p in crate::device::all() {
+            let Some(d) = crate::device::soft(p) else {
+                continue;
+            };
+            let ip = d.config.ip;
+            let endpoint = Endpoint::open(ip, &daemon)
+                .map_err(|e| format!("rdma_cm: no daemon session for {ip}: {e}"))?;
+            let mtu = d.config.device_config(0).ports[0].active_mtu as u8;
+            devices.push(Device {
+                node_guid: d.config.guid().to_be_bytes(),
+                ip,
+                comm_block: endpoint.slots()[0],
+                path_mtu: mtu,
+            });
+            endpoints.push((ip, endpoint));
+        }
+        if devices.is_empty() {
+            return Err("rdma_cm: no softverbs device is configured".into());
+        }
+        let wake: OwnedFd = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )
+        .map_err(|e| format!("rdma_cm: eventfd: {e}"))?
+        .into();
+        let service = Service {
+            inner: Mutex::new(Inner {
+                agent: Agent::new(devices, fastrand::u64(..)),
+                endpoints,
+                channels: HashMap::new(),
+            }),
+            clock: Clock::start(),
+            wake,
+            serving: std::sync::atomic::AtomicBool::new(false),
+        };
+        Ok(service)
+    }
+
+    /// Starts the thread that serves arriving MADs and timers, once.
+    pub fn run_in_background(self: &Arc<Self>) {
+        if self.serving.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::clone(self);
+        let _ = std::thread::Builder::new()
+            .name("softverbs-cm".into())
+            .spawn(move || me.serve());
+    }
+
+    /// A new channel: the descriptor the application gets.
+    pub fn open_channel(&self) -> io::Result<RawFd> {
+        let (app, ours) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )?;
+        let fd = app.as_raw_fd();
+        if fd >= fds::MAX_FD {
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        let mut inner = self.inner.lock();
+        inner.agent.open_channel(fd);
+        inner.channels.insert(
+            fd,
+            ChannelIo {
+                ours,
+                signalled: false,
+            },
+        );
+        fds::set_channel(fd, true);
+        // The application owns this end from now on (it closes it).
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(app);
+        Ok(fd)
+    }
+
+    /// The application closes channel `fd`: its ids go, as when the kernel
+    /// releases the file. The caller closes the descriptor itself.
+    pub fn close_channel(&self, fd: RawFd) {
+        fds::set_channel(fd, false);
+        let mut inner = self.inner.lock();
+        let Inner {
+            agent, endpoints, ..
+        } = &mut *inner;
+        agent.close_channel(fd, &mut Ports(endpoints));
+        inner.channels.remove(&fd);
+        inner.flush();
+    }
+
+    /// Executes one command written to channel `fd`. `Ok(None)`: GET_EVENT
+    /// found no event (the caller waits for the descriptor, or answers
+    /// EAGAIN).
+    pub fn command(&self, fd: RawFd, buf: &[u8]) -> Result<Option<Reply>, i32> {
+        let now = self.clock.now();
+        let mut inner = self.inner.lock();
+        let Inner {
+            agent, endpoints, ..
+        } = &mut *inner;
+        let reply = agent.command(now, fd, buf, &mut Ports(endpoints));
+        inner.flush();
+        drop(inner);
+        // A retransmission may now be due before the thread's sleep ends.
+        let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
+        match reply? {
+            Reply::NoEvent => Ok(None),
+            r => Ok(Some(r)),
+        }
+    }
+
+    /// The thread: waits for MADs (on every session's data descriptor),
+    /// the next CM timer, or a wake-up.
+    fn serve(&self) {
+        let data: Vec<RawFd> = {
+            let inner = self.inner.lock();
+            inner
+                .endpoints
+                .iter()
+                .map(|(_, e)| e.data_fd().as_raw_fd())
+                .collect()
+        };
+        loop {
+            let timeout = {
+                let inner = self.inner.lock();
+                inner.agent.poll_timeout()
+            };
+            let ms = match timeout {
+                Some(at) => i32::try_from(self.clock.until(at).as_millis() + 1).unwrap_or(i32::MAX),
+                None => -1,
+            };
+            let mut polled: Vec<libc::pollfd> = data
+                .iter()
+                .chain(std::iter::once(&self.wake.as_raw_fd()))
+                .map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `polled` is a live array of `polled.len()` pollfds.
+            let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
+            if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+            let mut buf = [0u8; 8];
+            let _ = nix::unistd::read(&self.wake, &mut buf);
+            let now = self.clock.now();
+            let mut inner = self.inner.lock();
+            inner.receive(now);
+            inner.agent.handle_timeout(now);
+            inner.flush();
+        }
+    }
+}
+
+impl Inner {
+    /// Hands every MAD the daemon passed on to the agent.
+    fn receive(&mut self, now: u64) {
+        let Inner {
+            agent, endpoints, ..
+        } = self;
+        for (_, endpoint) in endpoints.iter_mut() {
+            let _ = endpoint.receive(|hdr, bytes| {
+                let seg = usize::from(hdr.segment).max(1);
+                for packet in bytes.chunks(seg) {
+                    if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
+                    {
+                        agent.handle_mad(now, hdr.src.ip(), hdr.dst.ip(), &mad);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Sends what the agent has to send and brings every channel's
+    /// readiness byte in line with its queue.
+    fn flush(&mut self) {
+        while let Some(m) = self.agent.poll_mad() {
+            if let Some((_, e)) = self.endpoints.iter().find(|(ip, _)| same(*ip, m.src)) {
+                // A MAD lost here is one lost on the wire: the CM resends.
+                let _ = e.send_gsi(m.dst, &m.mad);
+            }
+        }
+        while self.agent.poll_ready().is_some() {}
+        for (&fd, io) in self.channels.iter_mut() {
+            let want = self.agent.has_events(fd);
+            if want && !io.signalled {
+                io.signalled = nix::unistd::write(&io.ours, &[1]).is_ok();
+            } else if !want && io.signalled {
+                let mut b = [0u8; 1];
+                // SAFETY: `fd` is the application's end of this channel,
+                // open while it is in `channels` (close_channel removes it
+                // before the application's close goes through); reading
+                // one byte into a local buffer, without blocking.
+                let r = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
+                io.signalled = r != 1;
+            }
+        }
+    }
+}
+
+/// One address, IPv4 or IPv4-mapped alike.
+fn same(a: IpAddr, b: IpAddr) -> bool {
+    let canon = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    canon(a) == canon(b)
+}
