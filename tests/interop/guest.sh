@@ -234,6 +234,55 @@ mcast_run() {
   fi
 }
 
+# cm_address SIDE FAMILY: the side's address of FAMILY.
+cm_address() {
+  case "$1/$2" in
+    rxe_xa/ipv4) echo 10.12.0.1 ;; rxe_xa/ipv6) echo fd01::1 ;;
+    rxe_xb/ipv4) echo 10.12.0.2 ;; rxe_xb/ipv6) echo fd01::2 ;;
+    rxe0/ipv4) echo 10.11.0.1 ;; rxe0/ipv6) echo fd00::1 ;;
+    softverbs/ipv4) echo 10.11.0.2 ;; softverbs/ipv6) echo fd00::2 ;;
+  esac
+}
+
+# cm_run NAME SERVER_SIDE CLIENT_SIDE FAMILY: rping over rdma_cm, the
+# InfiniBand CM on the wire: the server side listens on its address, the
+# client connects, 10 pings are sent and verified (-V), both disconnect.
+# An rdma_cm listener has no socket to wait for: until the server
+# listens, a connection is rejected (invalid service ID), and the client
+# is started again, on that condition only, until CASE_TIMEOUT.
+cm_run() {
+  local name=$1 s_side=$2 c_side=$3 fam=$4
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local pre dev gid addr s_pre c_pre srv_addr
+  side "$s_side" "$fam"; s_pre=("${pre[@]}")
+  side "$c_side" "$fam"; c_pre=("${pre[@]}")
+  srv_addr=$(cm_address "$s_side" "$fam")
+  local sv_case=
+  [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
+  [ -n "$sv_case" ] && observe_start
+  local t0=$SECONDS src crc=124 deadline=$((SECONDS + CASE_TIMEOUT))
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" rping -s -a "$srv_addr" -p "$port" -C 10 -V > "$log/srv" 2>&1 &
+  local srv=$!
+  while [ $SECONDS -lt $deadline ]; do
+    "${c_pre[@]}" timeout "$CASE_TIMEOUT" rping -c -a "$srv_addr" -p "$port" -C 10 -V > "$log/cli" 2>&1
+    crc=$?
+    grep -q REJECTED "$log/cli" && kill -0 $srv 2>/dev/null || break
+  done
+  [ $crc -ne 0 ] && kill $srv 2>/dev/null
+  wait $srv; src=$?
+  local took=$((SECONDS - t0))
+  [ -n "$sv_case" ] && observe_stop
+  if [ "$crc" = 0 ] && [ "$src" = 0 ]; then
+    pass=$((pass + 1)); echo "ok   $name (${took} s)"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
+    tail -n 4 "$log/cli" | sed 's/^/    client: /'
+    tail -n 4 "$log/srv" | sed 's/^/    server: /'
+    [ -n "$sv_case" ] && observe_report
+  fi
+}
+
 # status RC: an exit status in words (timeout(1) says 124, a kill 143).
 status() {
   case "$1" in
@@ -359,6 +408,14 @@ for fam in ipv4 ipv6; do
     # shellcheck disable=SC2086
     case_run "rxe-softverbs $fam $label (softverbs server)" softverbs rxe0 "$fam" ${p#*|}
   done
+done
+
+# rdma_cm: rping with the kernel's CM on rxe, both roles, and between two
+# rxe devices first.
+for fam in ipv4 ipv6; do
+  cm_run "rxe-rxe $fam rping (rdma_cm)" rxe_xa rxe_xb "$fam"
+  cm_run "rxe-softverbs $fam rping (rdma_cm, rxe server)" rxe0 softverbs "$fam"
+  cm_run "rxe-softverbs $fam rping (rdma_cm, softverbs server)" softverbs rxe0 "$fam"
 done
 
 # UD multicast, both directions, IPv4 and IPv6 groups.

@@ -32,7 +32,7 @@ fail() { echo "interop VM: $*" >&2; exit 1; }
 # The modules the guest needs; modprobe's dependency information brings
 # the rest (ib_core, udp tunnels, virtio core, netfs...). crc32_generic is
 # requested by name at run time (rxe's ICRC), which modules.dep cannot say.
-GUEST_MODULES="virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs"
+GUEST_MODULES="virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs rdma_ucm"
 
 # kernel_version: the version of the kernel linux-image-amd64 depends on.
 kernel_version() {

@@ -879,7 +879,7 @@ impl Agent {
                     }
                 }
             }
-            CmMessage::Dreq(dreq) => self.on_dreq(now, &dreq),
+            CmMessage::Dreq(dreq) => self.on_dreq(now, src, dst, header.tid, &dreq),
             CmMessage::Drep(drep) => {
                 if let Some(h) = self.by_comm(drep.remote_comm_id, State::DreqSent) {
                     self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
@@ -1058,8 +1058,19 @@ impl Agent {
         self.notify_id(h, event::REJECTED, i32::from(rej.reason), conn);
     }
 
-    fn on_dreq(&mut self, now: Nanos, dreq: &CmDreq) {
+    fn on_dreq(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, dreq: &CmDreq) {
         let Some(h) = self.by_comm_any(dreq.remote_comm_id) else {
+            // The connection is gone here (its id destroyed): answer as
+            // the kernel's CM does (`cm_issue_drep`), so the peer's
+            // disconnection ends now instead of after its retries.
+            let drep = CmDrep {
+                local_comm_id: dreq.remote_comm_id,
+                remote_comm_id: dreq.local_comm_id,
+                ..CmDrep::default()
+            };
+            if let Ok(mad) = mad_of(&CmMessage::Drep(drep), tid) {
+                self.send(dst, src, mad);
+            }
             return;
         };
         let Some(id) = self.ids.get(&h).cloned() else {

@@ -487,3 +487,28 @@ fn garbage_commands_and_mads_are_refused_without_a_panic() {
         s.agent.handle_mad(0, s.ip, s.ip, &mad);
     }
 }
+
+#[test]
+fn a_dreq_for_a_connection_gone_here_is_answered_at_once() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    client.event();
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    exchange(&mut client, &mut server);
+    server.event();
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, sid);
+    server.ok(&d);
+    // The server's own DREQ is lost: the client disconnects later.
+    while server.agent.poll_mad().is_some() {}
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!(
+        (ev.event, ev.status),
+        (event::DISCONNECTED, 0),
+        "a DREP, not a timeout"
+    );
+}

@@ -20,7 +20,9 @@
 //! ([`reject_unmatched`]).
 
 use crate::slots::MAX_SLOT;
-use softverbs_wire::cm::{rej_reason, sidr_status, CmMessage, CmRej, CmSidrRep, MessageKind};
+use softverbs_wire::cm::{
+    rej_reason, sidr_status, CmDrep, CmMessage, CmRej, CmSidrRep, MessageKind,
+};
 use softverbs_wire::mad::{MadError, GSI_PKEY, GSI_PSN, GSI_QKEY, GSI_QPN, MAD_LEN};
 use softverbs_wire::{Bth, Deth, Flow, Opcode, PacketBuilder, PacketView};
 use softverbs_wire::{BTH_LEN, DETH_LEN, ICRC_LEN};
@@ -144,9 +146,10 @@ pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
 /// remote comm ID the REQ's local comm ID, "message rejected" REQ
 /// (`cm_issue_rej` in Linux `drivers/infiniband/core/cm.c`); for a
 /// SIDR_REQ, a SIDR_REP with status 1 (service ID not supported) echoing
-/// its request ID and service ID. Both carry the request's transaction ID,
-/// method SEND. `None` for anything else. The answer goes to QP1 at the
-/// request's source address.
+/// its request ID and service ID; for a DREQ whose connection nobody
+/// holds, a DREP. All carry the request's transaction ID, method SEND.
+/// `None` for anything else. The answer goes to QP1 at the request's
+/// source address.
 pub fn reject_unmatched(mad: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
     let (header, message) = CmMessage::parse_mad(mad).ok()?;
     let answer = match message {
@@ -162,6 +165,14 @@ pub fn reject_unmatched(mad: &[u8; MAD_LEN]) -> Option<[u8; MAD_LEN]> {
             status: sidr_status::UNSUPPORTED,
             service_id: req.service_id,
             ..CmSidrRep::default()
+        }),
+        // A DREQ for a connection nobody holds (its process is gone): the
+        // kernel's CM answers it with a DREP (`cm_issue_drep`), so the
+        // peer's disconnection ends at once instead of after its retries.
+        CmMessage::Dreq(dreq) => CmMessage::Drep(CmDrep {
+            local_comm_id: dreq.remote_comm_id,
+            remote_comm_id: dreq.local_comm_id,
+            ..CmDrep::default()
         }),
         _ => return None,
     };

@@ -378,10 +378,28 @@ fn cm_messages_reach_the_holder_of_their_comm_id() {
     raw.send_to(&good, to).unwrap();
     assert_eq!(next_mad(&mut b).1, for_b[0]);
     quiet(&mut [&mut a, &mut b, &mut c]);
+
+    // A DREQ for a connection whose holder is gone: the daemon answers
+    // with a DREP, as the kernel's CM does, so the peer does not retry.
+    let gone = CmDreq {
+        local_comm_id: comm_id(&a, 7),
+        remote_comm_id: *comm_ids_of(free).start() + 3,
+        ..CmDreq::default()
+    };
+    a.send_gsi(h.ip, &mad(CmMessage::Dreq(gone), 7)).unwrap();
+    let (_, answer) = next_mad(&mut a);
+    let (header, CmMessage::Drep(drep)) = CmMessage::parse_mad(&answer).unwrap() else {
+        panic!("not a DREP");
+    };
+    assert_eq!(header.tid, 7);
+    assert_eq!(
+        (drep.local_comm_id, drep.remote_comm_id),
+        (gone.remote_comm_id, gone.local_comm_id)
+    );
     drop((a, b, c));
     let stats = h.stats();
     assert_eq!(
         (stats.gsi_unrouted, stats.gsi_dropped, stats.gsi_answered),
-        (1, 4, 0)
+        (2, 4, 1)
     );
 }

@@ -7,10 +7,12 @@
 //! four libc functions are exported with glibc's symbol versions, so in
 //! preload mode they come first for every library of the process, as
 //! libibverbs' functions do (`preload.rs`). Each is one atomic load and
-//! the real function for anything but a channel: `open` of that path
-//! when the kernel has no rdma_cm (with one, its devices keep it, and
-//! softverbs devices are not reachable through rdma_cm), and the
-//! descriptors that open gave.
+//! the real function for anything but a channel: an `open` of that path
+//! in a process with softverbs devices, and the descriptors it gave.
+//! Where the kernel has an rdma_cm too, the process uses softverbs'
+//! (one rdma_cm serves a process for now; `SOFTVERBS_RDMA_CM=kernel`
+//! gives it the kernel's instead), and `fstat` reports the kernel file's
+//! device number, which librdmacm compares with what netlink told it.
 //!
 //! A command runs in the process ([`service`]); its response is copied
 //! to the pointer the command names, as the kernel's `copy_to_user`
@@ -91,14 +93,11 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
     let Some(real) = real_open() else {
         return enosys(-1);
     };
-    // SAFETY: the caller's path and flags, as it gave them.
-    let fd = unsafe { real(path, flags, mode) };
     // SAFETY: libc's contract: a NUL-terminated string (checked non-NULL).
-    if fd >= 0 || path.is_null() || unsafe { CStr::from_ptr(path) } != DEVICE {
-        return fd;
-    }
-    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-        return fd;
+    let ours = !path.is_null() && unsafe { CStr::from_ptr(path) } == DEVICE && emulated();
+    if !ours {
+        // SAFETY: the caller's path and flags, as it gave them.
+        return unsafe { real(path, flags, mode) };
     }
     guard(-1, || match service::get() {
         Ok(s) => match s.open_channel() {
@@ -120,6 +119,25 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
             -1
         }
     })
+}
+
+/// Whether this process's rdma_cm is softverbs': it has softverbs devices
+/// and was not told to use the kernel's.
+fn emulated() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let kernel = std::env::var("SOFTVERBS_RDMA_CM").is_ok_and(|v| v == "kernel");
+        !kernel && crate::device::all().next().is_some()
+    })
+}
+
+/// The device number a channel reports: the kernel rdma_cm file's, if
+/// there is one (librdmacm checks it against netlink's answer), else the
+/// misc device the kernel would give it.
+fn device_number() -> libc::dev_t {
+    std::fs::metadata(DEVICE.to_str().unwrap_or_default())
+        .map(|m| std::os::unix::fs::MetadataExt::rdev(&m))
+        .unwrap_or_else(|_| libc::makedev(10, 58))
 }
 
 fn set_nonblocking(fd: c_int) {
@@ -150,7 +168,7 @@ pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
     // SAFETY: a zeroed `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     st.st_mode = libc::S_IFCHR | 0o666;
-    st.st_rdev = libc::makedev(10, 58);
+    st.st_rdev = device_number();
     st.st_nlink = 1;
     st.st_blksize = 4096;
     // SAFETY: libc's contract: `buf` is a writable `struct stat` the

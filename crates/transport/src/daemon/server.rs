@@ -895,7 +895,10 @@ impl Daemon {
                 let block = usize::from(gsi::block_of_comm_id(id));
                 match self.owners.get(block).copied().flatten() {
                     Some(owner) => return To::Client(Some(owner)),
-                    None => self.stats.gsi_unrouted += 1,
+                    None => {
+                        self.stats.gsi_unrouted += 1;
+                        self.answer_unmatched(slot, &mad, src, dst);
+                    }
                 }
             }
             GsiRoute::Drop => self.stats.gsi_dropped += 1,
@@ -903,13 +906,16 @@ impl Daemon {
         To::Handled
     }
 
-    /// Answers a REQ or SIDR_REQ nobody listens for, as the kernel's CM
-    /// does: to QP1 at the request's source address, UDP 4791, from the
+    /// Answers a REQ or SIDR_REQ nobody listens for, or a DREQ nobody
+    /// holds, as the kernel's CM does: to QP1 at the request's source address, UDP 4791, from the
     /// daemon's socket on the address it arrived at.
     fn answer_unmatched(&mut self, slot: usize, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr) {
         let mut to = src; // a link-local source keeps its scope
         to.set_port(ROCE_PORT);
-        let answer = gsi::reject_unmatched(mad).and_then(|a| gsi::gsi_packet(dst, to, &a).ok());
+        let Some(answer) = gsi::reject_unmatched(mad) else {
+            return; // nothing the kernel's CM would answer
+        };
+        let answer = gsi::gsi_packet(dst, to, &answer).ok();
         let socket = self
             .udp
             .get(slot)
