@@ -229,6 +229,19 @@ pub struct EventConn {
     pub rnr_retry_count: u8,
 }
 
+/// The `param.ud` of an event of a UD id: the peer's QP, Q_Key and
+/// address, and the private data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventUd {
+    pub qp_num: u32,
+    pub qkey: u32,
+    /// The peer's GID (an address handle's `grh.dgid`); zero: no address.
+    pub dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub private_data: Vec<u8>,
+}
+
 /// One event as GET_EVENT returns it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Event {
@@ -237,6 +250,8 @@ pub struct Event {
     pub event: u32,
     pub status: i32,
     pub conn: EventConn,
+    /// For a UD id, `param.ud` instead of `param.conn`.
+    pub ud: Option<EventUd>,
 }
 
 impl Event {
@@ -248,6 +263,24 @@ impl Event {
         out[12..16].copy_from_slice(&self.event.to_ne_bytes());
         out[16..20].copy_from_slice(&self.status.to_ne_bytes());
         let p = 20;
+        if let Some(ud) = &self.ud {
+            out[p..p + 4].copy_from_slice(&ud.qp_num.to_ne_bytes());
+            out[p + 4..p + 8].copy_from_slice(&ud.qkey.to_ne_bytes());
+            // ah_attr (struct ib_uverbs_ah_attr) at 8: grh.dgid, the GID
+            // index, hop limit; is_global and the port when there is one.
+            if ud.dgid != [0; 16] {
+                let ah = p + 8;
+                out[ah..ah + 16].copy_from_slice(&ud.dgid);
+                out[ah + 20] = ud.sgid_index;
+                out[ah + 21] = ud.hop_limit;
+                out[ah + 29] = 1;
+                out[ah + 30] = 1;
+            }
+            let len = ud.private_data.len().min(PRIVATE_DATA_MAX);
+            out[p + 40..p + 40 + len].copy_from_slice(&ud.private_data[..len]);
+            out[p + 296] = len as u8;
+            return out;
+        }
         let c = &self.conn;
         out[p..p + 4].copy_from_slice(&c.qp_num.to_ne_bytes());
         let len = c.private_data.len().min(PRIVATE_DATA_MAX);
@@ -377,6 +410,7 @@ mod tests {
                 rnr_retry_count: 7,
                 ..EventConn::default()
             },
+            ud: None,
         };
         let b = e.encode();
         assert_eq!(&b[0..8], &0x1122_3344_5566_7788u64.to_ne_bytes());

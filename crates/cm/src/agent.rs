@@ -1,11 +1,15 @@
 //! The process's rdma_cm: librdmacm's commands, the ids and their
 //! channels' event queues, and the IB CM exchange with peers.
 
-use crate::abi::{self, cmd, event, qp_mask, Command, ConnParam, Event, EventConn, QpAttr, EINVAL};
+use crate::abi::{
+    self, cmd, event, qp_mask, Command, ConnParam, Event, EventConn, EventUd, QpAttr, EINVAL,
+};
 use crate::id::{CmId, Conn, Reservation, Retransmit, State};
 use softverbs_wire::cm::{
-    CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu, CmaHdr, IpServiceId,
-    MessageKind, TransportType, CMA_HDR_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
+    sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu, CmSidrRep,
+    CmSidrReq, CmaHdr, IpServiceId, MessageKind, TransportType, CMA_HDR_LEN,
+    IP_SIDR_REQ_USER_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
+    SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use softverbs_wire::{Psn, Qpn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -51,6 +55,10 @@ const PACKET_LIFE_TIME: u8 = 18;
 const ACK_TIMEOUT: u8 = PACKET_LIFE_TIME + 1;
 /// Hop limit of the GRH (an IP TTL).
 const HOP_LIMIT: u8 = 64;
+/// `IBV_QPT_UD`.
+const UD: u8 = 4;
+/// The Q_Key of every UD id of the IP port spaces (`RDMA_UDP_QKEY`).
+const UDP_QKEY: u32 = 0x0123_4567;
 /// A RoCE GID table index for a device's address (softverbs numbers its
 /// GIDs as rxe does: index 1 is the address).
 const SGID_INDEX: u8 = 1;
@@ -272,6 +280,7 @@ impl Agent {
             event: kind,
             status,
             conn,
+            ud: None,
         };
         let channel = id.channel;
         self.queue(channel, ev, handle);
@@ -287,8 +296,7 @@ impl Agent {
             0x013F => c.u8(26)?,
             _ => return Err(EINVAL),
         };
-        let handle = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        let handle = self.new_handle();
         self.ids
             .insert(handle, CmId::new(handle, uid, channel, ps, qp_type));
         Ok(Reply::Respond {
@@ -533,8 +541,8 @@ impl Agent {
         if !param.valid || id.state != State::Idle || !id.route_resolved {
             return Err(EINVAL);
         }
-        if id.qp_type == 4 {
-            return Err(ENOSYS); // UD service ID resolution (SIDR): not yet
+        if id.qp_type == UD {
+            return self.sidr_req(now, handle, &param);
         }
         let (Some(src), Some(dst), Some(device)) = (id.src, id.dst, id.device) else {
             return Err(EINVAL);
@@ -609,7 +617,23 @@ impl Agent {
         let uid = c.u64(8)?;
         let param = ConnParam::parse(c, 16)?;
         let handle = c.u32(288)?;
-        let state = self.id(handle)?.state;
+        let id = self.id(handle)?;
+        let state = id.state;
+        if id.qp_type == UD {
+            if state != State::ReqRcvd {
+                return Err(EINVAL);
+            }
+            self.sidr_rep(
+                handle,
+                sidr_status::SUCCESS,
+                param.qp_num,
+                &param.private_data,
+            )?;
+            let id = self.id_mut(handle)?;
+            id.uid = uid;
+            id.state = State::Established;
+            return Ok(Reply::Done);
+        }
         match (state, param.valid) {
             (State::ReqRcvd, true) => self.send_rep(now, handle, uid, &param),
             // librdmacm's ACCEPT after CONNECT_RESPONSE: the RTU.
@@ -680,6 +704,11 @@ impl Agent {
         };
         let data = c.bytes(16, len.min(abi::PRIVATE_DATA_MAX))?.to_vec();
         let id = self.id(handle)?.clone();
+        if id.qp_type == UD && id.state == State::ReqRcvd {
+            self.sidr_rep(handle, sidr_status::REJECT, 0, &data)?;
+            self.id_mut(handle)?.state = State::Closed;
+            return Ok(Reply::Done);
+        }
         let kind = match id.state {
             State::ReqRcvd => MessageKind::Req,
             State::RepRcvd => MessageKind::Rep,
@@ -732,9 +761,9 @@ impl Agent {
         match qp_state {
             QPS_INIT => {
                 a.mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT;
-                if id.qp_type == 4 {
+                if id.qp_type == UD {
                     a.mask |= qp_mask::QKEY;
-                    a.qkey = 0x0123_4567; // RDMA_UDP_QKEY
+                    a.qkey = UDP_QKEY;
                 } else {
                     a.mask |= qp_mask::ACCESS_FLAGS;
                     if conn.started {
@@ -744,6 +773,11 @@ impl Agent {
                         }
                     }
                 }
+            }
+            QPS_RTR if id.qp_type == UD => a.mask = qp_mask::STATE,
+            QPS_RTS if id.qp_type == UD => {
+                a.mask = qp_mask::STATE | qp_mask::SQ_PSN;
+                a.sq_psn = conn.seq_num;
             }
             QPS_RTR => {
                 let peer = conn
@@ -863,7 +897,16 @@ impl Agent {
             return;
         };
         match msg {
-            CmMessage::Req(req) => self.on_req(now, src, dst, header.tid, &req),
+            CmMessage::SidrReq(req) => self.on_sidr_req(src, dst, header.tid, &req),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(&rep),
+            _ => self.handle_connected(now, src, dst, header.tid, msg),
+        }
+    }
+
+    /// The connected services' messages (all but SIDR).
+    fn handle_connected(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, msg: CmMessage) {
+        match msg {
+            CmMessage::Req(req) => self.on_req(now, src, dst, tid, &req),
             CmMessage::Rep(rep) => self.on_rep(&rep),
             CmMessage::Rtu(rtu) => {
                 if let Some(h) = self.by_comm(rtu.remote_comm_id, State::RepSent) {
@@ -879,7 +922,7 @@ impl Agent {
                     }
                 }
             }
-            CmMessage::Dreq(dreq) => self.on_dreq(now, src, dst, header.tid, &dreq),
+            CmMessage::Dreq(dreq) => self.on_dreq(now, src, dst, tid, &dreq),
             CmMessage::Drep(drep) => {
                 if let Some(h) = self.by_comm(drep.remote_comm_id, State::DreqSent) {
                     self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
@@ -888,6 +931,195 @@ impl Agent {
             }
             CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {}
         }
+    }
+
+    /// A UD id's CONNECT: a SIDR_REQ asks the peer for the QP and Q_Key
+    /// behind the service.
+    fn sidr_req(&mut self, now: Nanos, handle: u32, param: &ConnParam) -> Result<Reply, i32> {
+        let id = self.id(handle)?;
+        let (Some(src), Some(dst), Some(device)) = (id.src, id.dst, id.device) else {
+            return Err(EINVAL);
+        };
+        if param.private_data.len() > IP_SIDR_REQ_USER_DATA_LEN {
+            return Err(EINVAL);
+        }
+        let private_data = CmaHdr { src, dst: dst.ip() }
+            .prepend::<SIDR_REQ_PRIVATE_DATA_LEN>(&param.private_data)
+            .map_err(|_| EINVAL)?;
+        let service_id = IpServiceId {
+            port_space: softverbs_wire::cm::PortSpace::from_u16(id.ps).ok_or(EINVAL)?,
+            port: dst.port(),
+        }
+        .to_u64();
+        let comm = self.alloc_comm_id(device);
+        let tid = u64::from(self.rng.u32(..)) << 32 | u64::from(comm);
+        let req = CmSidrReq {
+            request_id: comm,
+            pkey: 0xFFFF,
+            service_id,
+            private_data,
+        };
+        let mad = mad_of(&CmMessage::SidrReq(req), tid)?;
+        let id = self.id_mut(handle)?;
+        id.conn = Conn {
+            local_comm_id: comm,
+            tid,
+            peer_ip: Some(dst.ip()),
+            started: true,
+            ..Conn::default()
+        };
+        id.state = State::ReqSent;
+        self.send(src.ip(), dst.ip(), mad);
+        self.arm(handle, mad, now, iba_time(CM_RESPONSE_TIMEOUT));
+        Ok(Reply::Done)
+    }
+
+    fn on_sidr_req(&mut self, src: IpAddr, dst: IpAddr, tid: u64, req: &CmSidrReq) {
+        if self
+            .ids
+            .values()
+            .any(|i| i.conn.remote_comm_id == req.request_id && i.conn.peer_ip == Some(src))
+        {
+            return; // sent again while the consumer decides
+        }
+        let Ok((hdr, user)) = CmaHdr::split(&req.private_data) else {
+            return;
+        };
+        let Some(service) = IpServiceId::from_u64(req.service_id) else {
+            return;
+        };
+        let Some(listener) = self.listener_for(service, dst) else {
+            let rep = CmSidrRep {
+                request_id: req.request_id,
+                status: sidr_status::UNSUPPORTED,
+                service_id: req.service_id,
+                ..CmSidrRep::default()
+            };
+            if let Ok(mad) = mad_of(&CmMessage::SidrRep(rep), tid) {
+                self.send(dst, src, mad);
+            }
+            return;
+        };
+        let Some(device) = self.device_of(dst) else {
+            return;
+        };
+        let handle = self.new_handle();
+        let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
+        id.state = State::ReqRcvd;
+        id.device = Some(device);
+        id.reserved = listener.reserved;
+        id.src = Some(SocketAddr::new(dst, service.port));
+        id.dst = Some(hdr.src);
+        id.addr_resolved = true;
+        id.route_resolved = true;
+        id.conn = Conn {
+            remote_comm_id: req.request_id,
+            tid,
+            peer_ip: Some(src),
+            started: true,
+            ..Conn::default()
+        };
+        self.ids.insert(handle, id);
+        let ev = Event {
+            uid: listener.uid,
+            id: handle,
+            event: event::CONNECT_REQUEST,
+            ud: Some(EventUd {
+                private_data: user.to_vec(),
+                ..EventUd::default()
+            }),
+            ..Event::default()
+        };
+        self.queue(listener.channel, ev, listener.handle);
+    }
+
+    /// A UD id's ACCEPT or REJECT: the SIDR_REP, with our QP and Q_Key or
+    /// a refusal.
+    fn sidr_rep(&mut self, handle: u32, status: u8, qpn: u32, data: &[u8]) -> Result<(), i32> {
+        if data.len() > SIDR_REP_PRIVATE_DATA_LEN {
+            return Err(EINVAL);
+        }
+        let id = self.id(handle)?.clone();
+        let mut private_data = [0u8; SIDR_REP_PRIVATE_DATA_LEN];
+        private_data[..data.len()].copy_from_slice(data);
+        let service_id = IpServiceId {
+            port_space: softverbs_wire::cm::PortSpace::from_u16(id.ps).ok_or(EINVAL)?,
+            port: id.src.map_or(0, |s| s.port()),
+        }
+        .to_u64();
+        let rep = CmSidrRep {
+            request_id: id.conn.remote_comm_id,
+            status,
+            qpn: Qpn::new_masked(qpn),
+            service_id,
+            qkey: UDP_QKEY,
+            private_data,
+            ..CmSidrRep::default()
+        };
+        self.send_to_peer(&id, &CmMessage::SidrRep(rep))
+    }
+
+    fn on_sidr_rep(&mut self, rep: &CmSidrRep) {
+        let Some(h) = self.by_comm(rep.request_id, State::ReqSent) else {
+            return;
+        };
+        let Some(id) = self.ids.get_mut(&h) else {
+            return;
+        };
+        id.retransmit = None;
+        let peer = id.conn.peer_ip;
+        if rep.status != sidr_status::SUCCESS {
+            id.state = State::Closed;
+            let ev = EventConn::default();
+            self.notify_id(h, event::UNREACHABLE, i32::from(rep.status), ev);
+            return;
+        }
+        id.state = State::Established;
+        id.conn.remote_qpn = rep.qpn.get();
+        let ud = EventUd {
+            qp_num: rep.qpn.get(),
+            qkey: rep.qkey,
+            dgid: peer.map(abi::gid_of).unwrap_or_default(),
+            sgid_index: SGID_INDEX,
+            hop_limit: HOP_LIMIT,
+            private_data: rep.private_data.to_vec(),
+        };
+        self.notify_ud(h, event::ESTABLISHED, ud);
+    }
+
+    fn notify_ud(&mut self, handle: u32, kind: u32, ud: EventUd) {
+        let Some(id) = self.ids.get(&handle) else {
+            return;
+        };
+        let ev = Event {
+            uid: id.uid,
+            id: handle,
+            event: kind,
+            ud: Some(ud),
+            ..Event::default()
+        };
+        let channel = id.channel;
+        self.queue(channel, ev, handle);
+    }
+
+    /// The listening id a request for `service` to `dst` goes to.
+    fn listener_for(&self, service: IpServiceId, dst: IpAddr) -> Option<CmId> {
+        self.ids
+            .values()
+            .find(|i| {
+                i.state == State::Listening
+                    && i.ps == service.port_space as u16
+                    && i.reserved.is_some_and(|r| {
+                        r.port == service.port && (r.ip.is_unspecified() || same_ip(r.ip, dst))
+                    })
+            })
+            .cloned()
+    }
+
+    fn new_handle(&mut self) -> u32 {
+        let handle = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        handle
     }
 
     fn by_comm_any(&self, comm: u32) -> Option<u32> {
@@ -921,22 +1153,14 @@ impl Agent {
         let Some(service) = IpServiceId::from_u64(req.service_id) else {
             return;
         };
-        let listener = self.ids.values().find(|i| {
-            i.state == State::Listening
-                && i.ps == service.port_space as u16
-                && i.reserved.is_some_and(|r| {
-                    r.port == service.port && (r.ip.is_unspecified() || same_ip(r.ip, dst))
-                })
-        });
-        let Some(listener) = listener.cloned() else {
+        let Some(listener) = self.listener_for(service, dst) else {
             // The daemon gave us a REQ we no longer listen for.
             return self.refuse(src, dst, tid, req, 8);
         };
         let Some(device) = self.device_of(dst) else {
             return;
         };
-        let handle = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        let handle = self.new_handle();
         let comm = self.alloc_comm_id(device);
         let seq = self.rng.u32(..) & 0xFF_FFFF;
         let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
@@ -979,6 +1203,7 @@ impl Agent {
                 retry_count: req.retry_count,
                 rnr_retry_count: req.rnr_retry_count,
             },
+            ud: None,
         };
         let _ = now;
         self.queue(listener.channel, ev, listener.handle);

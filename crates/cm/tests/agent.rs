@@ -86,10 +86,14 @@ impl Side {
     }
 
     fn create(&mut self, uid: u64) -> u32 {
+        self.create_in(uid, PS_TCP)
+    }
+
+    fn create_in(&mut self, uid: u64, ps: u16) -> u32 {
         let mut b = cmd_buf(cmd::CREATE_ID, 32, 4);
         put64(&mut b, 8, uid);
         put64(&mut b, 16, 0x1000);
-        put16(&mut b, 24, PS_TCP);
+        put16(&mut b, 24, ps);
         u32::from_ne_bytes(self.ok(&b)[..4].try_into().unwrap())
     }
 
@@ -511,4 +515,78 @@ fn a_dreq_for_a_connection_gone_here_is_answered_at_once() {
         (event::DISCONNECTED, 0),
         "a DREP, not a timeout"
     );
+}
+
+const PS_UDP: u16 = 0x0111;
+
+/// A UD listener on 10.0.0.2:7000 and a client that resolved it.
+fn ud_pair(listen: bool) -> (Side, Side, u32) {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    if listen {
+        let l = server.create_in(100, PS_UDP);
+        server.bind(l, "0.0.0.0:7000").unwrap();
+        server.listen(l);
+    }
+    let id = client.create_in(200, PS_UDP);
+    client.resolve(id, "10.0.0.2:7000".parse().unwrap());
+    (client, server, id)
+}
+
+#[test]
+fn a_ud_id_learns_the_peers_qp_and_qkey_through_sidr() {
+    let (mut client, mut server, cid) = ud_pair(true);
+    let init = client.qp_attr(cid, 1);
+    assert_eq!(get32(&init, 20), 0x0123_4567, "RDMA_UDP_QKEY");
+    client.connect(cid, 0x333, b"ud hello");
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!((req.event, req.uid), (event::CONNECT_REQUEST, 100));
+    server
+        .accept(req.id, 300, 0x444, b"ud world", true)
+        .unwrap();
+    exchange(&mut client, &mut server);
+    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
+    put64(&mut g, 8, 1);
+    let Ok(Reply::Respond { bytes, .. }) = client.run(&g) else {
+        panic!("no event");
+    };
+    assert_eq!(get32(&bytes, 12), event::ESTABLISHED);
+    assert_eq!(get32(&bytes, 20), 0x444, "the peer's QP");
+    assert_eq!(get32(&bytes, 24), 0x0123_4567, "its Q_Key");
+    assert_eq!(
+        &bytes[28..44],
+        &abi::gid_of(server.ip),
+        "an address handle to it"
+    );
+    assert_eq!(bytes[49], 64, "hop limit");
+    assert_eq!((bytes[57], bytes[58]), (1, 1), "is_global, port");
+    // param.ud's private data at 60, its length at 316.
+    assert_eq!(&bytes[60..68], b"ud world");
+    assert_eq!(bytes[316], 136, "a SIDR_REP's whole private data");
+    assert_eq!(get32(&client.qp_attr(cid, 2), 0), 1, "RTR: the state alone");
+}
+
+#[test]
+fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
+    let (mut client, mut server, cid) = ud_pair(false);
+    client.connect(cid, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!(
+        (ev.event, ev.status),
+        (event::UNREACHABLE, 1),
+        "no such service"
+    );
+
+    let (mut client, mut server, cid) = ud_pair(true);
+    client.connect(cid, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    let mut b = cmd_buf(cmd::REJECT, 272, 0);
+    put32(&mut b, 8, req.id);
+    server.ok(&b);
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2), "rejected");
 }
