@@ -139,6 +139,19 @@ pub struct Agent {
     next_comm: u32,
     /// Channels whose queue went from empty to not empty since asked.
     readied: Vec<i32>,
+    /// Multicast joins, by handle (from [`MC_HANDLES`] up).
+    joins: BTreeMap<u32, Join>,
+}
+
+/// Multicast join handles are apart from id handles: an event counts in
+/// one or the other.
+const MC_HANDLES: u32 = 0x8000_0000;
+
+/// A multicast join of an id.
+#[derive(Debug, Clone)]
+struct Join {
+    id: u32,
+    events_reported: u32,
 }
 
 impl Agent {
@@ -154,6 +167,7 @@ impl Agent {
             next_comm: rng.u32(1..0xF_FFFF),
             rng,
             readied: Vec::new(),
+            joins: BTreeMap::new(),
         }
     }
 
@@ -243,7 +257,9 @@ impl Agent {
             // refused at BIND), so librdmacm sends none of these;
             // multicast is not offered yet (docs/supported.md).
             cmd::QUERY | cmd::RESOLVE_ADDR | cmd::GET_OPTION => Err(ENOSYS),
-            cmd::JOIN_IP_MCAST | cmd::JOIN_MCAST | cmd::LEAVE_MCAST => Err(ENOSYS),
+            cmd::JOIN_IP_MCAST => self.join(&c),
+            cmd::LEAVE_MCAST => self.leave(&c),
+            cmd::JOIN_MCAST => Err(ENOSYS),
             _ => Err(EINVAL),
         }
     }
@@ -337,6 +353,18 @@ impl Agent {
                 self.send_rej(&id, kind, REJ_TIMEOUT, &[]);
             }
             _ => {}
+        }
+        let joins: Vec<u32> = self
+            .joins
+            .iter()
+            .filter(|(_, j)| j.id == handle)
+            .map(|(&mc, _)| mc)
+            .collect();
+        for mc in joins {
+            self.joins.remove(&mc);
+            for q in self.channels.values_mut() {
+                q.retain(|q| q.counts_for != mc);
+            }
         }
         if let Some(r) = id.reserved {
             // An id a REQ created shares its listener's reservation.
@@ -835,6 +863,8 @@ impl Agent {
         };
         if let Some(id) = self.ids.get_mut(&q.counts_for) {
             id.events_reported += 1;
+        } else if let Some(join) = self.joins.get_mut(&q.counts_for) {
+            join.events_reported += 1;
         }
         let len = usize::from(c.out).min(abi::EVENT_LEN);
         Ok(Reply::Respond {
@@ -860,6 +890,63 @@ impl Agent {
             self.established(handle);
         }
         Ok(Reply::Done)
+    }
+
+    /// JOIN_IP_MCAST: on RoCE a join needs no subnet manager; the group's
+    /// address is its GID, and MULTICAST_JOIN says how to reach it (QP
+    /// 0xFFFFFF, the UD Q_Key). The application then attaches its QP,
+    /// and the device joins the IP group (`ibv_attach_mcast`).
+    fn join(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let uid = c.u64(16)?;
+        let group = c.sockaddr(24, 28)?.ok_or(EINVAL)?.ip();
+        let handle = c.u32(52)?;
+        let id = self.id(handle)?;
+        if !group.is_multicast() || id.device.is_none() || id.qp_type != UD {
+            return Err(EINVAL);
+        }
+        let channel = id.channel;
+        let mc = MC_HANDLES | self.new_handle();
+        self.joins.insert(
+            mc,
+            Join {
+                id: handle,
+                events_reported: 0,
+            },
+        );
+        let ev = Event {
+            uid,
+            id: handle,
+            event: event::MULTICAST_JOIN,
+            ud: Some(EventUd {
+                qp_num: 0xFF_FFFF,
+                qkey: UDP_QKEY,
+                dgid: abi::gid_of(group),
+                sgid_index: SGID_INDEX,
+                hop_limit: HOP_LIMIT,
+                private_data: Vec::new(),
+            }),
+            ..Event::default()
+        };
+        self.queue(channel, ev, mc);
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: mc.to_ne_bytes().to_vec(),
+        })
+    }
+
+    /// LEAVE_MCAST: the join's events not handed out go with it.
+    fn leave(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let mc = c.u32(16)?;
+        let join = self.joins.remove(&mc).ok_or(ENOENT)?;
+        for q in self.channels.values_mut() {
+            q.retain(|q| q.counts_for != mc);
+        }
+        Ok(Reply::Respond {
+            addr: response,
+            bytes: join.events_reported.to_ne_bytes().to_vec(),
+        })
     }
 
     fn migrate_id(&mut self, channel: i32, c: &Command<'_>) -> Result<Reply, i32> {

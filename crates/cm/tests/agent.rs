@@ -590,3 +590,39 @@ fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
     let ev = client.event();
     assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2), "rejected");
 }
+
+#[test]
+fn a_multicast_join_says_how_to_reach_the_group_and_leave_counts_it() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create_in(5, PS_UDP);
+    s.bind(id, "10.0.0.2:0").unwrap();
+    let mut j = cmd_buf(cmd::JOIN_IP_MCAST, 56, 4);
+    put64(&mut j, 8, 0x10);
+    put64(&mut j, 16, 77);
+    abi::put_sockaddr(&mut j[24..52], "239.1.2.3:0".parse().unwrap());
+    put32(&mut j, 52, id);
+    let mc = get32(&s.ok(&j), 0);
+    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
+    put64(&mut g, 8, 1);
+    let Ok(Reply::Respond { bytes, .. }) = s.run(&g) else {
+        panic!("no event");
+    };
+    assert_eq!(
+        u64::from_ne_bytes(bytes[0..8].try_into().unwrap()),
+        77,
+        "the join's uid"
+    );
+    assert_eq!(get32(&bytes, 12), 12, "MULTICAST_JOIN");
+    assert_eq!(
+        (get32(&bytes, 20), get32(&bytes, 24)),
+        (0xFF_FFFF, 0x0123_4567)
+    );
+    assert_eq!(&bytes[28..44], &abi::gid_of("239.1.2.3".parse().unwrap()));
+    let mut l = cmd_buf(cmd::LEAVE_MCAST, 24, 4);
+    put64(&mut l, 8, 0x10);
+    put32(&mut l, 16, mc);
+    assert_eq!(get32(&s.ok(&l), 0), 1, "one event of the join handed out");
+    assert_eq!(s.run(&l), Err(2), "left already");
+    abi::put_sockaddr(&mut j[24..52], "10.1.2.3:0".parse().unwrap());
+    assert_eq!(s.run(&j), Err(22), "not a group");
+}
