@@ -111,6 +111,42 @@ impl Slot {
     }
 }
 
+/// The name, as the dynamic linker has it, of a loaded library whose file
+/// name starts with `prefix` (e.g. `librdmacm.so`).
+pub fn loaded(prefix: &str) -> Option<std::ffi::CString> {
+    struct Find<'a> {
+        prefix: &'a str,
+        found: Option<std::ffi::CString>,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our `data`.
+        let (info, find) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: a non-NULL dlpi_name is a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+        let file = name
+            .to_bytes()
+            .rsplit(|&b| b == b'/')
+            .next()
+            .unwrap_or_default();
+        if !file.starts_with(find.prefix.as_bytes()) {
+            return 0;
+        }
+        find.found = Some(name.to_owned());
+        1
+    }
+    let mut find = Find {
+        prefix,
+        found: None,
+    };
+    // SAFETY: the callback only reads the info it is given and writes
+    // through `data`, which points to `find` for the whole call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
+    find.found
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

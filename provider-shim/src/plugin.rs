@@ -59,6 +59,9 @@ extern "C" fn constructor() {
             Ok(()) => unsafe { crate::libibverbs::verbs_register_driver_34(&DEVICE_OPS.0) },
             Err(e) => softverbs_transport::say!("softverbs: plugin mode unavailable: {e}"),
         }
+        if let Err(e) = crate::rdma_cm::install_in_librdmacm() {
+            softverbs_transport::say!("softverbs: rdma_cm unavailable in plugin mode: {e}");
+        }
     })
 }
 

@@ -2,7 +2,8 @@
 # Plugin mode: softverbs as a genuine rdma-core provider, no LD_PRELOAD.
 # Installs it (`make install`), creates the device entries (`softverbs
 # setup`), runs ibv_devices, ibv_rc_pingpong (also -e: completion
-# channels), ib_write_bw and an async event check on loopback, then tears
+# channels), ib_write_bw, rping over rdma_cm and an async event check on
+# loopback, then tears
 # down and uninstalls, putting back whatever softverbs installation or
 # setup was there before.
 # Needs root; without it the script fails under CI=true and otherwise
@@ -113,6 +114,30 @@ pair "ibv_rc_pingpong -e (completion channels)" "$iters" ibv_rc_pingpong -d soft
 pair "ib_write_bw" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 0
 pair "ibv_rc_pingpong -g 1" "$iters" ibv_rc_pingpong -d softverbs0 -g 1
 pair "ib_write_bw -x 1" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 1
+# rdma_cm: librdmacm's calls on its device file reach softverbs through
+# its GOT. An rdma_cm listener has no socket to wait for: until the
+# server listens, a connection is rejected, and only then is the client
+# started again (bounded).
+cm_pair() {
+  local name="rping over rdma_cm (plugin mode)"
+  n=$((n + 1)); local port=$((PORT_BASE + n)) crc=124 deadline=$((SECONDS + 30))
+  timeout 60 rping -s -a 127.0.0.1 -p $port -C 10 -V > "$log/srv" 2>&1 &
+  local srv=$!
+  while [ $SECONDS -lt $deadline ]; do
+    timeout 30 rping -c -a 127.0.0.1 -p $port -C 10 -V > "$log/cli" 2>&1
+    crc=$?
+    grep -q REJECTED "$log/cli" && kill -0 $srv 2>/dev/null || break
+  done
+  [ $crc -ne 0 ] && kill $srv 2>/dev/null
+  wait $srv; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+    ok "$name"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name" "$log/both"
+  fi
+}
+cm_pair
 # Async events reach ibv_get_async_event in this mode too.
 if cc -O1 -o "$log/async_events" "$root/tests/programs/async_events.c" -libverbs 2> "$log/cc"; then
   one "ibv_get_async_event (SRQ limit, last WQE)" "async events ok" "$log/async_events"

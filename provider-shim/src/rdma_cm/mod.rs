@@ -77,6 +77,34 @@ pub fn resolve() {
     let _ = (real_open(), real_write(), real_close(), real_fstat());
 }
 
+/// Plugin mode: libibverbs loaded this library with its own scope, so the
+/// four functions above come first for nobody. librdmacm, already loaded
+/// when it asks libibverbs for devices (its init does so before it opens
+/// the device file), calls them through its GOT: those four slots are
+/// pointed at ours (`got.rs`, as `ioctl.rs` does for libibverbs). A
+/// librdmacm loaded later is not reached (docs/supported.md).
+pub fn install_in_librdmacm() -> Result<(), String> {
+    let Some(path) = crate::got::loaded("librdmacm.so") else {
+        return Ok(()); // no rdma_cm user in this process (yet)
+    };
+    // The private functions: within this library a reference to an
+    // exported one goes through its own GOT, which in this mode holds
+    // libc's.
+    let ours: [(&[u8], usize); 4] = [
+        (b"open", cm_open as OpenFn as usize),
+        (b"write", cm_write as WriteFn as usize),
+        (b"close", cm_close as CloseFn as usize),
+        (b"fstat", cm_fstat as FstatFn as usize),
+    ];
+    for (symbol, function) in ours {
+        let slot = crate::got::find_slot(&path, symbol)?;
+        // SAFETY: each function has the C type of the libc function of
+        // that name.
+        unsafe { slot.replace(function) }?;
+    }
+    Ok(())
+}
+
 fn enosys<T>(fail: T) -> T {
     set_errno(libc::ENOSYS);
     fail
@@ -90,6 +118,15 @@ fn enosys<T>(fail: T) -> T {
 /// libc's contract: `path` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's arguments, under the same contract.
+    unsafe { cm_open(path, flags, mode) }
+}
+
+/// [`open`] itself, at an address of this library's own.
+///
+/// # Safety
+/// As [`open`].
+unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     let Some(real) = real_open() else {
         return enosys(-1);
     };
@@ -154,6 +191,15 @@ fn set_nonblocking(fd: c_int) {
 /// libc's contract: `buf` points to a `struct stat` the caller owns.
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's arguments, under the same contract.
+    unsafe { cm_fstat(fd, buf) }
+}
+
+/// [`fstat`] itself, at an address of this library's own.
+///
+/// # Safety
+/// As [`fstat`].
+unsafe extern "C" fn cm_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
     if !fds::is_channel(fd) {
         let Some(real) = real_fstat() else {
             return enosys(-1);
@@ -184,6 +230,15 @@ pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
 /// libc's contract.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    // SAFETY: the caller's arguments, under the same contract.
+    unsafe { cm_close(fd) }
+}
+
+/// [`close`] itself, at an address of this library's own.
+///
+/// # Safety
+/// As [`close`].
+unsafe extern "C" fn cm_close(fd: c_int) -> c_int {
     if fds::is_channel(fd) {
         guard((), || {
             if let Ok(s) = service::get() {
@@ -204,6 +259,15 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// libc's contract: `buf` holds `count` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+    // SAFETY: the caller's arguments, under the same contract.
+    unsafe { cm_write(fd, buf, count) }
+}
+
+/// [`write`] itself, at an address of this library's own.
+///
+/// # Safety
+/// As [`write`].
+unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
     if !fds::is_channel(fd) {
         let Some(real) = real_write() else {
             return enosys(-1);
