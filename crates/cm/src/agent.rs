@@ -367,11 +367,7 @@ impl Agent {
             }
         }
         if let Some(r) = id.reserved {
-            // An id a REQ created shares its listener's reservation.
-            let shared = self.ids.values().any(|o| o.reserved == Some(r));
-            if !shared {
-                ports.release(r.ps, r.ip, r.port);
-            }
+            ports.release(r.ps, r.ip, r.port);
         }
         let orphans: Vec<u32> = self
             .channels
@@ -1094,7 +1090,10 @@ impl Agent {
         let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
         id.state = State::ReqRcvd;
         id.device = Some(device);
-        id.reserved = listener.reserved;
+        // The listener holds the port: destroying it releases the port
+        // even while this connection lives, as in the kernel (a server
+        // may bind it again at once).
+        id.reserved = None;
         id.src = Some(SocketAddr::new(dst, service.port));
         id.dst = Some(hdr.src);
         id.addr_resolved = true;
@@ -1253,7 +1252,10 @@ impl Agent {
         let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
         id.state = State::ReqRcvd;
         id.device = Some(device);
-        id.reserved = listener.reserved;
+        // The listener holds the port: destroying it releases the port
+        // even while this connection lives, as in the kernel (a server
+        // may bind it again at once).
+        id.reserved = None;
         id.src = Some(SocketAddr::new(dst, service.port));
         id.dst = Some(hdr.src);
         id.addr_resolved = true;

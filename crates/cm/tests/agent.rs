@@ -626,3 +626,19 @@ fn a_multicast_join_says_how_to_reach_the_group_and_leave_counts_it() {
     abi::put_sockaddr(&mut j[24..52], "10.1.2.3:0".parse().unwrap());
     assert_eq!(s.run(&j), Err(22), "not a group");
 }
+
+#[test]
+fn destroying_a_listener_frees_its_port_while_its_connections_live() {
+    let (_client, mut server, _, sid) = requested(b"");
+    let listener = 1; // the first id the server made
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, listener);
+    server.ok(&d);
+    let again = server.create(101);
+    server.bind(again, "0.0.0.0:7471").unwrap();
+    assert!(
+        server.qp_attr(sid, 1).len() == 144,
+        "the connection's id lives"
+    );
+}

@@ -194,6 +194,16 @@ impl Service {
         let reply = agent.command(now, fd, buf, &mut Ports(endpoints));
         inner.flush();
         drop(inner);
+        if tracing() {
+            let cmd = buf
+                .get(..4)
+                .map_or(u32::MAX, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            let answer = match &reply {
+                Ok(Reply::Respond { bytes, .. }) => format!("{} bytes", bytes.len()),
+                other => format!("{other:?}"),
+            };
+            softverbs_transport::say!("softverbs rdma_cm: channel {fd} command {cmd}: {answer}");
+        }
         // A retransmission may now be due before the thread's sleep ends.
         let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
         match reply? {
@@ -291,6 +301,13 @@ impl Inner {
             }
         }
     }
+}
+
+/// `SOFTVERBS_CM_TRACE=1`: every command and its answer on standard
+/// error, for debugging a program's use of rdma_cm.
+fn tracing() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SOFTVERBS_CM_TRACE").is_some_and(|v| v == "1"))
 }
 
 /// One address, IPv4 or IPv4-mapped alike.
