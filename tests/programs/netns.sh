@@ -3,7 +3,8 @@
 # each with its own address and its own softverbs device configuration,
 # run ibv_rc_pingpong and ib_write_bw across the link, over GID index 0
 # (link-local) and 1 (the address), with IPv4 and with IPv6 device
-# addresses. Needs root (to
+# addresses, UD multicast, and rdma_cm (rping, udaddy: the IB CM between
+# the two namespaces' daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -114,6 +115,44 @@ if cc -O1 -o "$log/mcast" "$(dirname "$(readlink -f "$0")")/mcast.c" -libverbs 2
 else
   fail=$((fail + 1)); echo "FAIL UD multicast (compile)"; cat "$log/cc"
 fi
+
+# rdma_cm between the hosts: the IB CM's MADs cross the veth to the other
+# namespace's daemon. An rdma_cm listener has no socket to wait for: until
+# the server in A listens, a connection is rejected (invalid service ID)
+# or, for UD, unreachable, and only then is the client in B started again,
+# until its deadline. cm_across NAME PROGRAM SERVER_ARGS -- CLIENT_ARGS...
+cm_across() {
+  local name=$1 prog=$2; shift 2
+  local s_args=() c_args=()
+  while [ "$1" != -- ]; do s_args+=("$1"); shift; done
+  shift; c_args=("$@")
+  local crc=124 deadline=$((SECONDS + 30))
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" \
+    timeout 60 "$prog" "${s_args[@]}" > "$log/srv" 2>&1 &
+  local srv=$!
+  while [ $SECONDS -lt $deadline ]; do
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
+      timeout 30 "$prog" "${c_args[@]}" > "$log/cli" 2>&1
+    crc=$?
+    grep -Eq "REJECTED|UNREACHABLE" "$log/cli" && kill -0 $srv 2>/dev/null || break
+  done
+  [ $crc -ne 0 ] && kill $srv 2>/dev/null
+  wait $srv; local src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (client $crc, server $src)"
+    sed 's/^/    client: /' "$log/cli" | tail -n 8; sed 's/^/    server: /' "$log/srv" | tail -n 8
+  fi
+}
+dev_a=$ip_a; dev_b=$ip_b
+cm_across "rping over rdma_cm between namespaces" rping -s -a "$ip_a" -p 7471 -C 50 -V \
+  -- -c -a "$ip_a" -p 7471 -C 50 -V
+# udaddy's port is fixed (7174).
+cm_across "udaddy (UD over rdma_cm) between namespaces" udaddy -b "$ip_a" -- -s "$ip_a"
+dev_a=$ip6_a; dev_b=$ip6_b
+cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
+  rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
