@@ -244,36 +244,49 @@ cm_address() {
   esac
 }
 
-# cm_run NAME SERVER_SIDE CLIENT_SIDE FAMILY: rping over rdma_cm, the
-# InfiniBand CM on the wire: the server side listens on its address, the
-# client connects, 10 pings are sent and verified (-V), both disconnect.
+# cm_run NAME SERVER_SIDE CLIENT_SIDE FAMILY [PROGRAM]: a program over
+# rdma_cm, the InfiniBand CM on the wire: the server side listens on its
+# address, the client connects. rping (the default): 10 pings sent and
+# verified (-V), then both disconnect; ib_write_bw -R: perftest's
+# bandwidth row; udaddy: UD over rdma_cm (SIDR), datagrams both ways.
 # An rdma_cm listener has no socket to wait for: until the server
-# listens, a connection is rejected (invalid service ID), and the client
-# is started again, on that condition only, until CASE_TIMEOUT.
+# listens, a connection is rejected (invalid service ID) or, for UD,
+# unreachable, and the client is started again, on that condition only,
+# until CASE_TIMEOUT.
 cm_run() {
-  local name=$1 s_side=$2 c_side=$3 fam=$4
+  local name=$1 s_side=$2 c_side=$3 fam=$4 prog=${5:-rping}
   [[ "$name" =~ $FILTER ]] || return 0
   n=$((n + 1)); port=$((port + 1))
   local pre dev gid addr s_pre c_pre srv_addr
   side "$s_side" "$fam"; s_pre=("${pre[@]}")
   side "$c_side" "$fam"; c_pre=("${pre[@]}")
   srv_addr=$(cm_address "$s_side" "$fam")
+  local s_args c_args expect=.
+  case "$prog" in
+    rping) s_args=(rping -s -a "$srv_addr" -p "$port" -C 10 -V)
+           c_args=(rping -c -a "$srv_addr" -p "$port" -C 10 -V) ;;
+    ib_write_bw) s_args=(ib_write_bw -R -p "$port" -s 65536 -n 100)
+                 c_args=(ib_write_bw -R -p "$port" -s 65536 -n 100 "$srv_addr")
+                 expect='^ +[0-9]+ +[0-9]+ +[0-9.]+' ;;
+    udaddy) s_args=(udaddy -b "$srv_addr"); c_args=(udaddy -s "$srv_addr") ;;
+  esac
   local sv_case=
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
   [ -n "$sv_case" ] && observe_start
   local t0=$SECONDS src crc=124 deadline=$((SECONDS + CASE_TIMEOUT))
-  "${s_pre[@]}" timeout "$CASE_TIMEOUT" rping -s -a "$srv_addr" -p "$port" -C 10 -V > "$log/srv" 2>&1 &
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "${s_args[@]}" > "$log/srv" 2>&1 &
   local srv=$!
   while [ $SECONDS -lt $deadline ]; do
-    "${c_pre[@]}" timeout "$CASE_TIMEOUT" rping -c -a "$srv_addr" -p "$port" -C 10 -V > "$log/cli" 2>&1
+    "${c_pre[@]}" timeout "$CASE_TIMEOUT" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
-    grep -q REJECTED "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # perftest names a rejection by its event number: "CM event ... 8".
+    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; src=$?
   local took=$((SECONDS - t0))
   [ -n "$sv_case" ] && observe_stop
-  if [ "$crc" = 0 ] && [ "$src" = 0 ]; then
+  if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -Eq "$expect" "$log/cli"; then
     pass=$((pass + 1)); echo "ok   $name (${took} s)"
   else
     fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
@@ -419,6 +432,10 @@ for fam in ipv4 ipv6; do
   cm_run "rxe-softverbs $fam rping (rdma_cm, rxe server)" rxe0 softverbs "$fam"
   cm_run "rxe-softverbs $fam rping (rdma_cm, softverbs server)" softverbs rxe0 "$fam"
 done
+cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, rxe server)" rxe0 softverbs ipv4 ib_write_bw
+cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, softverbs server)" softverbs rxe0 ipv4 ib_write_bw
+cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 udaddy
+cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
 
 # UD multicast, both directions, IPv4 and IPv6 groups.
 for fam in ipv4 ipv6; do
