@@ -1087,17 +1087,13 @@ impl Agent {
             return;
         };
         let handle = self.new_handle();
-        let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
-        id.state = State::ReqRcvd;
-        id.device = Some(device);
-        // The listener holds the port: destroying it releases the port
-        // even while this connection lives, as in the kernel (a server
-        // may bind it again at once).
-        id.reserved = None;
-        id.src = Some(SocketAddr::new(dst, service.port));
-        id.dst = Some(hdr.src);
-        id.addr_resolved = true;
-        id.route_resolved = true;
+        let mut id = requested_id(
+            handle,
+            &listener,
+            device,
+            SocketAddr::new(dst, service.port),
+            hdr.src,
+        );
         id.conn = Conn {
             remote_comm_id: req.request_id,
             tid,
@@ -1249,17 +1245,13 @@ impl Agent {
         let handle = self.new_handle();
         let comm = self.alloc_comm_id(device);
         let seq = self.rng.u32(..) & 0xFF_FFFF;
-        let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
-        id.state = State::ReqRcvd;
-        id.device = Some(device);
-        // The listener holds the port: destroying it releases the port
-        // even while this connection lives, as in the kernel (a server
-        // may bind it again at once).
-        id.reserved = None;
-        id.src = Some(SocketAddr::new(dst, service.port));
-        id.dst = Some(hdr.src);
-        id.addr_resolved = true;
-        id.route_resolved = true;
+        let mut id = requested_id(
+            handle,
+            &listener,
+            device,
+            SocketAddr::new(dst, service.port),
+            hdr.src,
+        );
         id.conn = Conn {
             local_comm_id: comm,
             remote_comm_id: req.local_comm_id,
@@ -1539,6 +1531,28 @@ impl Agent {
         };
         let _ = self.send_to_peer(id, &CmMessage::Rej(rej));
     }
+}
+
+/// The id a connection request (REQ or SIDR_REQ) to `listener` makes,
+/// bound to device `device` at `local`, from `peer`. It does not hold the
+/// listener's port: destroying the listener releases the port while this
+/// connection lives, as in the kernel (a server may bind it again at
+/// once).
+fn requested_id(
+    handle: u32,
+    listener: &CmId,
+    device: usize,
+    local: SocketAddr,
+    peer: SocketAddr,
+) -> CmId {
+    let mut id = CmId::new(handle, 0, listener.channel, listener.ps, listener.qp_type);
+    id.state = State::ReqRcvd;
+    id.device = Some(device);
+    id.src = Some(local);
+    id.dst = Some(peer);
+    id.addr_resolved = true;
+    id.route_resolved = true;
+    id
 }
 
 /// The id's own and its peer's addresses.
