@@ -166,10 +166,31 @@ impl Qp {
     }
 }
 
-/// Checks requested caps against the device and returns the actual ones:
-/// each exactly as requested (so each >= requested, seed 002), except that
+/// Checks requested caps against the device and returns the actual ones
+/// (each >= requested, seed 002): as requested, except that a send WR's
+/// room serves SGEs and inline data alike, as in rxe (`rxe_init_sq`):
+/// `max_inline_data` is at least 16 bytes per send SGE and `max_send_sge`
+/// as many SGEs as that room holds (programs such as rdma_xclient post 16
+/// inline bytes on a QP created with one SGE and no inline data); and
 /// with an SRQ the receive caps are ignored and reported as 0 because the
 /// QP has no receive queue of its own.
+/// rxe's send WR room: the larger of the SGEs' (16 bytes each) and the
+/// inline data's, both reported from it, within the device's limits.
+fn send_room(req: &QpCap, limits: &DeviceLimits) -> QpCap {
+    let room = req
+        .max_inline_data
+        .max(req.max_send_sge.saturating_mul(SGE_BYTES))
+        .min(limits.max_inline_data.max(req.max_inline_data));
+    QpCap {
+        max_inline_data: room,
+        max_send_sge: req.max_send_sge.max((room / SGE_BYTES).min(limits.max_sge)),
+        ..*req
+    }
+}
+
+/// Bytes of a `struct ib_sge` in a send WR.
+const SGE_BYTES: u32 = 16;
+
 pub(crate) fn actual_caps(req: &QpCap, has_srq: bool, limits: &DeviceLimits) -> VerbsResult<QpCap> {
     ensure(
         req.max_send_wr <= limits.max_qp_wr,
@@ -183,6 +204,7 @@ pub(crate) fn actual_caps(req: &QpCap, has_srq: bool, limits: &DeviceLimits) -> 
         req.max_inline_data <= limits.max_inline_data,
         einval("max_inline_data above the device limit"),
     )?;
+    let req = &send_room(req, limits);
     if has_srq {
         return Ok(QpCap {
             max_recv_wr: 0,

@@ -51,6 +51,20 @@ fn caps_written_back_are_at_least_the_request() {
     assert_eq!(init_back.srq, None);
 }
 
+/// rxe's send WR room: one SGE and no inline data still lets 16 inline
+/// bytes through (rdma_xclient relies on it), and inline room brings SGEs.
+#[test]
+fn the_send_room_serves_sges_and_inline_data_alike() {
+    let mut f = fixture();
+    let mut init = f.init_attr(QpType::Rc, None);
+    for (sge, inline, want_sge, want_inline) in [(1, 0, 1, 16), (2, 64, 4, 64), (0, 0, 0, 0)] {
+        init.cap.max_send_sge = sge;
+        init.cap.max_inline_data = inline;
+        let c = f.e.create_qp(f.pd, &init).unwrap().cap;
+        assert_eq!((c.max_send_sge, c.max_inline_data), (want_sge, want_inline));
+    }
+}
+
 #[test]
 fn caps_above_device_limits_are_einval() {
     let mut f = fixture();

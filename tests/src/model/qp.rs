@@ -59,7 +59,9 @@ impl Model {
     /// `ibv_create_qp`: the type first (anything but RC, UC, UD is
     /// EOPNOTSUPP), then the objects, the UC + SRQ combination and the caps
     /// (EINVAL). Returns the type and the actual caps: as requested, except
-    /// that with an SRQ the receive caps are ignored and read 0.
+    /// that the send WR's room is rxe's (inline data at least 16 bytes per
+    /// send SGE, SGEs as many as the room holds) and that with an SRQ the
+    /// receive caps are ignored and read 0.
     pub fn check_create_qp(&self, pd: PdId, init: &QpInitAttr) -> Outcome<(QpType, QpCap)> {
         let ty = type_from_raw(init.qp_type).ok_or(EOPNOTSUPP)?;
         require(self.pds.contains(&pd), EINVAL)?;
@@ -75,6 +77,15 @@ impl Model {
             EINVAL,
         )?;
         require(c.max_inline_data <= MAX_INLINE_DATA, EINVAL)?;
+        // rxe's send WR room: inline data gets 16 bytes per send SGE at
+        // least, and the SGEs as many as that room holds.
+        let room =
+            (c.max_send_sge * 16).clamp(c.max_inline_data, MAX_INLINE_DATA.max(c.max_inline_data));
+        let c = QpCap {
+            max_inline_data: room,
+            max_send_sge: c.max_send_sge.max((room / 16).min(MAX_SGE)),
+            ..c
+        };
         if init.srq.is_some() {
             return Ok((
                 ty,
