@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a fresh Debian machine:
 # rdma-core's libraries and programs (the provider links libibverbs; the
-# tests run ibverbs-utils and perftest; iproute2 and ethtool set up the
+# tests run ibverbs-utils, perftest, and rdmacm-utils and qperf over
+# rdma_cm; iproute2 and ethtool set up the
 # network namespaces of root tests; tshark decodes the capture test's
 # pcap files), the Rust toolchain components and
 # a Python venv with scapy (the independent RoCE implementation the wire
@@ -9,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark"
+packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark
+  rdmacm-utils librdmacm-dev qperf"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -115,6 +115,31 @@ fn next_mad(e: &mut Endpoint) -> (FrameHeader, [u8; MAD_LEN]) {
     (h, mad)
 }
 
+/// The MADs of the next `n` packets to reach `e` (within 5 s), however
+/// they are framed.
+fn next_mads(e: &mut Endpoint, n: usize) -> Vec<[u8; MAD_LEN]> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while got.len() < n {
+        e.receive(|h, bytes| {
+            let segment = usize::from(h.segment).max(1);
+            got.extend(
+                bytes
+                    .chunks(segment)
+                    .filter_map(|p| parse_gsi(h.src, h.dst, p)),
+            );
+        })
+        .unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} packets arrived",
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(2)); // the poll interval
+    }
+    got
+}
+
 /// Nothing reaches any of `es` for a while.
 fn quiet(es: &mut [&mut Endpoint]) {
     std::thread::sleep(Duration::from_millis(300));
@@ -396,10 +421,47 @@ fn cm_messages_reach_the_holder_of_their_comm_id() {
         (drep.local_comm_id, drep.remote_comm_id),
         (gone.remote_comm_id, gone.local_comm_id)
     );
-    drop((a, b, c));
+    // b learnt two connections (the REP and the RTU routed to it): when it
+    // goes, a, their other end, gets a DREQ for each from the daemon.
+    drop(b);
+    for m in next_mads(&mut a, 2) {
+        assert!(matches!(
+            CmMessage::parse_mad(&m),
+            Ok((_, CmMessage::Dreq(_)))
+        ));
+    }
+    drop((a, c));
     let stats = h.stats();
     assert_eq!(
         (stats.gsi_unrouted, stats.gsi_dropped, stats.gsi_answered),
-        (2, 4, 1)
+        (2, 4, 3)
+    );
+}
+
+/// A client killed with live connections: its rdma_cm dies with it, so the
+/// daemon, which saw the connection's REP routed to it, sends its peer the
+/// DREQ the kernel's rdma_cm would have sent for a killed process.
+#[test]
+fn the_peers_of_a_client_gone_get_its_dreq() {
+    let h = host();
+    let (mut active, mut passive) = (h.endpoint(), h.endpoint());
+    let rep = CmRep {
+        local_comm_id: comm_id(&passive, 3),
+        remote_comm_id: comm_id(&active, 4),
+        ..CmRep::default()
+    };
+    passive
+        .send_gsi(h.ip, &mad(CmMessage::Rep(rep), 9))
+        .unwrap();
+    next_mad(&mut active);
+    drop(active);
+    let (_, answer) = next_mad(&mut passive);
+    let (_, CmMessage::Dreq(dreq)) = CmMessage::parse_mad(&answer).unwrap() else {
+        panic!("not a DREQ");
+    };
+    assert_eq!(
+        (dreq.local_comm_id, dreq.remote_comm_id),
+        (rep.remote_comm_id, rep.local_comm_id),
+        "from the dead end, to the living one"
     );
 }

@@ -201,7 +201,27 @@ pub struct Daemon {
     capture: Option<Capture>,
     /// The rdma_cm port space: (port space, port) -> who holds it where.
     ports: HashMap<(u16, u16), Vec<Reservation>>,
+    /// Connections of this host's clients, learnt from the REPs and RTUs
+    /// routed to them: our end's comm ID -> the peer's end. When a client
+    /// dies, its peers get the DREQ its rdma_cm would have sent (the
+    /// kernel's rdma_cm outlives a killed process; a client's does not).
+    cm_peers: HashMap<u32, CmPeer>,
 }
+
+/// The far end of a connection of a client (`cm_peers`).
+#[derive(Debug, Clone, Copy)]
+struct CmPeer {
+    comm_id: u32,
+    /// Where its messages came from (its QP1).
+    addr: SocketAddr,
+    /// The address they came to, and the UDP socket slot it is.
+    local: SocketAddr,
+    slot: usize,
+}
+
+/// Connections `cm_peers` remembers at most (a bound on what a flood of
+/// REPs could make the daemon hold).
+const CM_PEERS_MAX: usize = 1 << 16;
 
 impl Daemon {
     /// Listens on the abstract socket; EADDRINUSE means a daemon already
@@ -234,6 +254,7 @@ impl Daemon {
             stats: DaemonStats::default(),
             capture: None,
             ports: HashMap::new(),
+            cm_peers: HashMap::new(),
         })
     }
 
@@ -766,11 +787,14 @@ impl Daemon {
         if let Some(data) = &client.data {
             let _ = registry.deregister(&mut SourceFd(&data.as_raw_fd()));
         }
-        for owner in &mut self.owners {
+        let mut blocks = Vec::new();
+        for (block, owner) in self.owners.iter_mut().enumerate() {
             if *owner == Some(id) {
                 *owner = None;
+                blocks.push(block);
             }
         }
+        self.disconnect_peers_of(&blocks);
         self.ports.retain(|_, holders| {
             holders.retain(|r| r.client != id);
             !holders.is_empty()
@@ -894,7 +918,10 @@ impl Daemon {
             GsiRoute::CommId(id) => {
                 let block = usize::from(gsi::block_of_comm_id(id));
                 match self.owners.get(block).copied().flatten() {
-                    Some(owner) => return To::Client(Some(owner)),
+                    Some(owner) => {
+                        self.note_connection(&mad, slot, src, dst);
+                        return To::Client(Some(owner));
+                    }
                     None => {
                         self.stats.gsi_unrouted += 1;
                         self.answer_unmatched(slot, &mad, src, dst);
@@ -904,6 +931,73 @@ impl Daemon {
             GsiRoute::Drop => self.stats.gsi_dropped += 1,
         }
         To::Handled
+    }
+
+    /// Keeps what a CM message routed to a client says of its connection:
+    /// a REP or RTU makes it known, a DREQ, DREP or REJ ends it.
+    fn note_connection(&mut self, mad: &[u8; 256], slot: usize, src: SocketAddr, dst: SocketAddr) {
+        use softverbs_wire::cm::CmMessage;
+        let Ok((_, msg)) = CmMessage::parse_mad(mad) else {
+            return;
+        };
+        let (ours, theirs) = match msg {
+            CmMessage::Rep(m) => (m.remote_comm_id, Some(m.local_comm_id)),
+            CmMessage::Rtu(m) => (m.remote_comm_id, Some(m.local_comm_id)),
+            CmMessage::Dreq(m) => (m.remote_comm_id, None),
+            CmMessage::Drep(m) => (m.remote_comm_id, None),
+            CmMessage::Rej(m) => (m.remote_comm_id, None),
+            _ => return,
+        };
+        match theirs {
+            Some(comm_id) if self.cm_peers.len() < CM_PEERS_MAX => {
+                let peer = CmPeer {
+                    comm_id,
+                    addr: src,
+                    local: dst,
+                    slot,
+                };
+                self.cm_peers.insert(ours, peer);
+            }
+            Some(_) => {}
+            None => {
+                self.cm_peers.remove(&ours);
+            }
+        }
+    }
+
+    /// Client `id` is gone with its rdma_cm: the peers of its connections
+    /// get a DREQ from its comm ID, as the kernel's rdma_cm sends one when
+    /// a dead process's file is released, so they see DISCONNECTED.
+    fn disconnect_peers_of(&mut self, blocks: &[usize]) {
+        let dead: Vec<(u32, CmPeer)> = self
+            .cm_peers
+            .iter()
+            .filter(|(ours, _)| blocks.contains(&usize::from(gsi::block_of_comm_id(**ours))))
+            .map(|(ours, peer)| (*ours, *peer))
+            .collect();
+        for (ours, peer) in dead {
+            self.cm_peers.remove(&ours);
+            let dreq = softverbs_wire::cm::CmDreq {
+                local_comm_id: ours,
+                remote_comm_id: peer.comm_id,
+                ..Default::default()
+            };
+            let mut mad = [0u8; 256];
+            let message = softverbs_wire::cm::CmMessage::Dreq(dreq);
+            if message.emit_mad(u64::from(ours), 0, &mut mad).is_err() {
+                continue;
+            }
+            let mut to = peer.addr;
+            to.set_port(ROCE_PORT);
+            let Ok(packet) = gsi::gsi_packet(peer.local, to, &mad) else {
+                continue;
+            };
+            if let Some(r) = self.udp.get(peer.slot).and_then(Option::as_ref) {
+                if r.socket.send_to(&packet, to).is_ok() {
+                    self.stats.gsi_answered += 1;
+                }
+            }
+        }
     }
 
     /// Answers a REQ or SIDR_REQ nobody listens for, or a DREQ nobody
