@@ -40,35 +40,38 @@ type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type FstatFn = unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
 
-/// The next definition of a glibc function.
-fn next(cache: &OnceLock<usize>, name: &CStr, version: &CStr) -> usize {
+/// The next definition of a libc function: glibc's, or another preloaded
+/// library's that wraps it in turn (rsockets' `librspreload.so` wraps
+/// `write` and `close` too, and must see the calls we pass on), so the
+/// default version, not a named one.
+fn next(cache: &OnceLock<usize>, name: &CStr) -> usize {
     *cache.get_or_init(|| {
-        // SAFETY: both strings are NUL-terminated; dlvsym only reads them.
-        unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) as usize }
+        // SAFETY: the string is NUL-terminated; dlsym only reads it.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
     })
 }
 
 macro_rules! next_fn {
-    ($name:literal, $version:literal, $ty:ty) => {{
+    ($name:literal, $ty:ty) => {{
         static CACHE: OnceLock<usize> = OnceLock::new();
-        let addr = next(&CACHE, $name, $version);
-        // SAFETY: glibc's function of that name and version has this type;
-        // a missing one (0) is None.
+        let addr = next(&CACHE, $name);
+        // SAFETY: libc's function of that name has this type (so has a
+        // wrapper of it); a missing one (0) is None.
         (addr != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(addr) })
     }};
 }
 
 fn real_open() -> Option<OpenFn> {
-    next_fn!(c"open", c"GLIBC_2.2.5", OpenFn)
+    next_fn!(c"open", OpenFn)
 }
 fn real_write() -> Option<WriteFn> {
-    next_fn!(c"write", c"GLIBC_2.2.5", WriteFn)
+    next_fn!(c"write", WriteFn)
 }
 fn real_close() -> Option<CloseFn> {
-    next_fn!(c"close", c"GLIBC_2.2.5", CloseFn)
+    next_fn!(c"close", CloseFn)
 }
 fn real_fstat() -> Option<FstatFn> {
-    next_fn!(c"fstat", c"GLIBC_2.33", FstatFn)
+    next_fn!(c"fstat", FstatFn)
 }
 
 /// Looks the real functions up now, at load time, so a `write` from a
