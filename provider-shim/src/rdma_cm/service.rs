@@ -46,6 +46,9 @@ pub struct Service {
     wake: OwnedFd,
     /// The thread was started.
     serving: std::sync::atomic::AtomicBool,
+    /// The process the service runs in: a child made by `fork` shares the
+    /// channels' descriptors but not the rdma_cm behind them.
+    pid: u32,
 }
 
 static SERVICE: OnceLock<Result<Arc<Service>, String>> = OnceLock::new();
@@ -127,6 +130,7 @@ impl Service {
             clock: Clock::start(),
             wake,
             serving: std::sync::atomic::AtomicBool::new(false),
+            pid: std::process::id(),
         };
         Ok(service)
     }
@@ -173,6 +177,11 @@ impl Service {
     /// releases the file. The caller closes the descriptor itself.
     pub fn close_channel(&self, fd: RawFd) {
         fds::set_channel(fd, false);
+        if std::process::id() != self.pid {
+            // A forked child closing its copy: as with the kernel's file,
+            // the parent's ids live on.
+            return;
+        }
         let mut inner = self.inner.lock();
         let Inner {
             agent, endpoints, ..
