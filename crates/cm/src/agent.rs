@@ -19,6 +19,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 pub type Nanos = u64;
 
 const ENOSPC: i32 = 28;
+const EBADF: i32 = 9;
 const ENOSYS: i32 = 38;
 const EADDRNOTAVAIL: i32 = 99;
 const EAFNOSUPPORT: i32 = 97;
@@ -41,7 +42,7 @@ const REMOTE_ATOMIC: u32 = 8;
 const COMM_EST: u32 = 4;
 
 /// REJ reasons (IBTA table 112).
-const REJ_TIMEOUT: u16 = 1;
+const REJ_TIMEOUT: u16 = 4;
 const REJ_CONSUMER: u16 = 28;
 const REJ_VENDOR_ECE: u16 = 35;
 
@@ -55,6 +56,8 @@ const PACKET_LIFE_TIME: u8 = 18;
 const ACK_TIMEOUT: u8 = PACKET_LIFE_TIME + 1;
 /// Hop limit of the GRH (an IP TTL).
 const HOP_LIMIT: u8 = 64;
+/// `IBV_QPT_RC`.
+const RC: u8 = 2;
 /// `IBV_QPT_UD`.
 const UD: u8 = 4;
 /// The Q_Key of every UD id of the IP port spaces (`RDMA_UDP_QKEY`).
@@ -234,7 +237,9 @@ impl Agent {
         ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
         let c = Command::parse(buf)?;
-        self.open_channel(channel);
+        if !self.channels.contains_key(&channel) {
+            return Err(EBADF); // closed (or never opened) here
+        }
         match c.cmd {
             cmd::CREATE_ID => self.create_id(channel, &c),
             cmd::DESTROY_ID => self.destroy_id(&c, ports),
@@ -341,7 +346,13 @@ impl Agent {
             return;
         };
         match id.state {
-            State::Established | State::RepRcvd => self.send_dreq(&id),
+            // A UD id has no connection: a request it holds is refused.
+            State::ReqRcvd if id.qp_type == UD => {
+                let _ = self.sidr_rep_of(&id, sidr_status::REJECT, 0, &[]);
+            }
+            _ if id.qp_type == UD => {}
+            State::Established => self.send_dreq(&id),
+            State::RepRcvd => self.send_rej(&id, MessageKind::Rep, REJ_CONSUMER, &[]),
             State::DreqRcvd => self.send_drep(&id),
             State::ReqRcvd => self.send_rej(&id, MessageKind::Req, REJ_CONSUMER, &[]),
             State::ReqSent | State::RepSent => {
@@ -751,6 +762,9 @@ impl Agent {
     fn disconnect(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
         let handle = c.u32(8)?;
         let id = self.id(handle)?.clone();
+        if id.qp_type == UD {
+            return Err(EINVAL); // no connection to end
+        }
         match id.state {
             State::Established | State::RepSent | State::RepRcvd => {
                 let mad = self.dreq_mad(&id)?;
@@ -812,9 +826,11 @@ impl Agent {
                     | qp_mask::AV
                     | qp_mask::PATH_MTU
                     | qp_mask::DEST_QPN
-                    | qp_mask::RQ_PSN
-                    | qp_mask::MAX_DEST_RD_ATOMIC
-                    | qp_mask::MIN_RNR_TIMER;
+                    | qp_mask::RQ_PSN;
+                if id.qp_type == RC {
+                    // UC has no responder resources and no RNR NAKs.
+                    a.mask |= qp_mask::MAX_DEST_RD_ATOMIC | qp_mask::MIN_RNR_TIMER;
+                }
                 a.dgid = abi::gid_of(peer);
                 a.sgid_index = SGID_INDEX;
                 a.hop_limit = HOP_LIMIT;
@@ -828,12 +844,14 @@ impl Agent {
                 if conn.remote_qpn == 0 {
                     return Err(EINVAL);
                 }
-                a.mask = qp_mask::STATE
-                    | qp_mask::SQ_PSN
-                    | qp_mask::TIMEOUT
-                    | qp_mask::RETRY_CNT
-                    | qp_mask::RNR_RETRY
-                    | qp_mask::MAX_QP_RD_ATOMIC;
+                a.mask = qp_mask::STATE | qp_mask::SQ_PSN;
+                if id.qp_type == RC {
+                    // UC neither retransmits nor reads.
+                    a.mask |= qp_mask::TIMEOUT
+                        | qp_mask::RETRY_CNT
+                        | qp_mask::RNR_RETRY
+                        | qp_mask::MAX_QP_RD_ATOMIC;
+                }
                 a.sq_psn = conn.remote_psn;
                 a.timeout = ACK_TIMEOUT;
                 a.retry_cnt = conn.retry_count;
@@ -957,14 +975,20 @@ impl Agent {
         let reported = id.events_reported;
         let moved: Vec<Queued> = match self.channels.get_mut(&old) {
             Some(q) => {
-                let (mine, rest): (Vec<_>, Vec<_>) =
-                    q.drain(..).partition(|e| e.event.id == handle);
+                // Its events, and for a listener the connection requests
+                // it has not handed out (the ids they made move too).
+                let (mine, rest): (Vec<_>, Vec<_>) = q
+                    .drain(..)
+                    .partition(|e| e.counts_for == handle || e.event.id == handle);
                 q.extend(rest);
                 mine
             }
             None => Vec::new(),
         };
         for e in moved {
+            if let Some(made) = self.ids.get_mut(&e.event.id) {
+                made.channel = channel;
+            }
             self.queue(channel, e.event, e.counts_for);
         }
         Ok(Reply::Respond {
@@ -1118,10 +1142,14 @@ impl Agent {
     /// A UD id's ACCEPT or REJECT: the SIDR_REP, with our QP and Q_Key or
     /// a refusal.
     fn sidr_rep(&mut self, handle: u32, status: u8, qpn: u32, data: &[u8]) -> Result<(), i32> {
+        let id = self.id(handle)?.clone();
+        self.sidr_rep_of(&id, status, qpn, data)
+    }
+
+    fn sidr_rep_of(&mut self, id: &CmId, status: u8, qpn: u32, data: &[u8]) -> Result<(), i32> {
         if data.len() > SIDR_REP_PRIVATE_DATA_LEN {
             return Err(EINVAL);
         }
-        let id = self.id(handle)?.clone();
         let mut private_data = [0u8; SIDR_REP_PRIVATE_DATA_LEN];
         private_data[..data.len()].copy_from_slice(data);
         let service_id = IpServiceId {
@@ -1138,7 +1166,7 @@ impl Agent {
             private_data,
             ..CmSidrRep::default()
         };
-        self.send_to_peer(&id, &CmMessage::SidrRep(rep))
+        self.send_to_peer(id, &CmMessage::SidrRep(rep))
     }
 
     fn on_sidr_rep(&mut self, rep: &CmSidrRep) {

@@ -642,3 +642,37 @@ fn destroying_a_listener_frees_its_port_while_its_connections_live() {
         "the connection's id lives"
     );
 }
+
+#[test]
+fn a_uc_connection_gets_uc_attributes_and_a_closed_channel_is_ebadf() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    // RDMA_PS_IB with IBV_QPT_UC, both ends.
+    let uc = |side: &mut Side, uid: u64| {
+        let mut b = cmd_buf(cmd::CREATE_ID, 32, 4);
+        put64(&mut b, 8, uid);
+        put64(&mut b, 16, 0x1000);
+        put16(&mut b, 24, 0x013F);
+        b[26] = 3;
+        get32(&side.ok(&b), 0)
+    };
+    let l = uc(&mut server, 1);
+    server.bind(l, "0.0.0.0:7").unwrap();
+    server.listen(l);
+    let id = uc(&mut client, 2);
+    client.resolve(id, "10.0.0.2:7".parse().unwrap());
+    client.connect(id, 9, &[]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    let rtr = server.qp_attr(req.id, 2);
+    let rts = server.qp_attr(req.id, 3);
+    let (rd_atomic, rnr_timer) = (1 << 17, 1 << 15);
+    assert_eq!(
+        get32(&rtr, 0) & (rd_atomic | rnr_timer),
+        0,
+        "no RC-only RTR bits"
+    );
+    assert_eq!(get32(&rts, 0), 1 | 1 << 16, "RTS: the state and the SQ PSN");
+    server.agent.close_channel(CH, &mut server.ports);
+    assert_eq!(server.simple(cmd::DISCONNECT, req.id), Err(9), "EBADF");
+}

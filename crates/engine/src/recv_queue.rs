@@ -123,7 +123,12 @@ impl RecvQueue {
         for i in self.first_free()..self.wrs.len() {
             match share.push(&self.wrs[i]) {
                 Some(seq) => self.wrs[i].seq = seq,
-                None => return, // no room: stays unshared
+                None => {
+                    // No room: the queue stays unshared, and peers find
+                    // the ring empty.
+                    share.claim_all();
+                    return;
+                }
             }
         }
         self.share = Some(share);

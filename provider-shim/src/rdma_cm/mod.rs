@@ -292,6 +292,7 @@ unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> is
 fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
     let service = service::get().map_err(|_| libc::EBADF)?;
     let bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
+    check_event_buffer(&bytes)?;
     loop {
         match service.command(fd, &bytes)? {
             Some(Reply::Respond { addr, bytes }) => return write_caller(addr, &bytes),
@@ -308,20 +309,57 @@ fn nonblocking(fd: c_int) -> bool {
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
-/// Blocks until channel `fd` has an event (EINTR if a signal came).
-fn wait_readable(fd: c_int) -> Result<(), i32> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+/// GET_EVENT hands an event out only if it can be written: its response
+/// buffer is written (with zeros) first, and a bad one is EFAULT before
+/// any event leaves the queue, as the kernel keeps the event then.
+fn check_event_buffer(cmd: &[u8]) -> Result<(), i32> {
+    let word = |at: usize, n: usize| cmd.get(at..at + n);
+    let is_get_event =
+        word(0, 4).is_some_and(|w| w == softverbs_cm::abi::cmd::GET_EVENT.to_ne_bytes());
+    let (Some(out), Some(addr)) = (word(6, 2), word(8, 8)) else {
+        return Ok(());
     };
-    // SAFETY: one live pollfd.
-    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINTR));
+    if !is_get_event {
+        return Ok(());
     }
-    Ok(())
+    let out = usize::from(u16::from_ne_bytes([out[0], out[1]])).min(softverbs_cm::abi::EVENT_LEN);
+    let addr = u64::from_ne_bytes(addr.try_into().unwrap_or_default());
+    write_caller(addr, &vec![0; out])
+}
+
+/// Blocks until channel `fd` has an event. A signal restarts the wait, as
+/// the kernel restarts the command (SA_RESTART, the common case). A
+/// channel closed by another thread meanwhile keeps this one waiting for
+/// good: the kernel's file lives until the blocked command returns, and
+/// none comes (rping's CM thread sits there while its main thread closes
+/// the channel and exits).
+fn wait_readable(fd: c_int) -> Result<(), i32> {
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                e => return Err(e.unwrap_or(libc::EIO)),
+            }
+        }
+        if p.revents & (libc::POLLNVAL | libc::POLLHUP | libc::POLLERR) != 0 {
+            wait_for_ever();
+        }
+        return Ok(());
+    }
+}
+
+/// Sleeps until the process ends (signals are handled and slept through).
+fn wait_for_ever() -> ! {
+    loop {
+        // SAFETY: poll on no descriptors only sleeps.
+        unsafe { libc::poll(std::ptr::null_mut(), 0, -1) };
+    }
 }
 
 /// Copies `len` bytes of the caller's memory at `addr`: EFAULT where it

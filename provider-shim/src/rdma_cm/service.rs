@@ -159,6 +159,12 @@ impl Service {
             return Err(io::Error::from_raw_os_error(libc::EMFILE));
         }
         let mut inner = self.inner.lock();
+        // A channel of this number closed without close(2) (dup2 over it,
+        // close_range): its ids go now, not into the new channel.
+        let Inner {
+            agent, endpoints, ..
+        } = &mut *inner;
+        agent.close_channel(fd, &mut Ports(endpoints));
         inner.agent.open_channel(fd);
         inner.channels.insert(
             fd,
@@ -176,12 +182,13 @@ impl Service {
     /// The application closes channel `fd`: its ids go, as when the kernel
     /// releases the file. The caller closes the descriptor itself.
     pub fn close_channel(&self, fd: RawFd) {
-        fds::set_channel(fd, false);
         if std::process::id() != self.pid {
             // A forked child closing its copy: as with the kernel's file,
-            // the parent's ids live on.
+            // the parent's ids live on (and a vfork child shares the
+            // parent's memory, so not even the mark is cleared).
             return;
         }
+        fds::set_channel(fd, false);
         let mut inner = self.inner.lock();
         let Inner {
             agent, endpoints, ..
@@ -298,7 +305,10 @@ impl Inner {
         for (&fd, io) in self.channels.iter_mut() {
             let want = self.agent.has_events(fd);
             if want && !io.signalled {
-                io.signalled = nix::unistd::write(&io.ours, &[1]).is_ok();
+                // MSG_NOSIGNAL: the application may have closed its end.
+                let flags = nix::sys::socket::MsgFlags::MSG_NOSIGNAL
+                    | nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+                io.signalled = nix::sys::socket::send(io.ours.as_raw_fd(), &[1], flags).is_ok();
             } else if !want && io.signalled {
                 let mut b = [0u8; 1];
                 // SAFETY: `fd` is the application's end of this channel,

@@ -949,7 +949,14 @@ impl Daemon {
             _ => return,
         };
         match theirs {
-            Some(comm_id) if self.cm_peers.len() < CM_PEERS_MAX => {
+            Some(comm_id) => {
+                if self.cm_peers.len() >= CM_PEERS_MAX && !self.cm_peers.contains_key(&ours) {
+                    // Full (connections that ended unseen): one goes, so
+                    // new ones are still known.
+                    if let Some(&old) = self.cm_peers.keys().next() {
+                        self.cm_peers.remove(&old);
+                    }
+                }
                 let peer = CmPeer {
                     comm_id,
                     addr: src,
@@ -958,7 +965,6 @@ impl Daemon {
                 };
                 self.cm_peers.insert(ours, peer);
             }
-            Some(_) => {}
             None => {
                 self.cm_peers.remove(&ours);
             }

@@ -43,6 +43,9 @@ pub const LAYOUT: RegionLayout = RegionLayout {
 /// only way to reach this).
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
+/// How far apart the index bases of two rings are (2^40 WRs a ring).
+const RING_BASE_STEP: u64 = 1 << 40;
+
 /// A receive queue's ring in the arena.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
@@ -55,6 +58,8 @@ pub struct OwnRegion {
     view: RegionView,
     fd: OwnedFd,
     arena: Arena,
+    /// The index base of the last ring made (see `new_ring`).
+    next_ring_base: u64,
     /// The rings of QPs' own receive queues, by QP number.
     rings: HashMap<u32, Ring>,
     srq_rings: HashMap<SrqId, Ring>,
@@ -88,6 +93,7 @@ impl OwnRegion {
             view,
             fd,
             arena,
+            next_ring_base: 0,
             rings: HashMap::new(),
             srq_rings: HashMap::new(),
             paths: HashMap::new(),
@@ -207,14 +213,18 @@ impl OwnRegion {
         let (capacity, max_sge) = (capacity.max(1), max_sge.max(1));
         let words = RecvRing::words_for(capacity, max_sge)?;
         let offset = self.arena.alloc(words)?;
-        // A fresh extent reads as an empty ring (zeros); a reused one was
-        // emptied by claim_all when its queue went, and keeps its indices,
-        // so a peer holding an old index claims nothing of the new queue.
         let at = RingRef {
             offset,
             capacity,
             max_sge,
         };
+        // The extent may hold an old ring's slots (the arena reuses and
+        // merges freed extents): the index words are set before anyone
+        // sees the ring, from a base no earlier ring used, so a peer
+        // holding an old index claims nothing, and a delivery of an old
+        // ring names a number no WR of this one has.
+        self.next_ring_base += RING_BASE_STEP;
+        self.view.recv_ring(at)?.start_at(self.next_ring_base);
         Some(Ring { at, words })
     }
 

@@ -85,11 +85,14 @@ impl<'a> RecvRing<'a> {
         })
     }
 
-    /// Empties the ring: for the owner, before it publishes a new ring.
-    pub fn reset(&self) {
-        for index in [PRODUCER, CONSUMER] {
+    /// Makes the ring empty with both indices at `base`: for the owner,
+    /// before it publishes a ring on an extent that may hold anything (a
+    /// freed ring's slots). A base no earlier ring of the region used
+    /// keeps every index, and so every receive WR's number, unique.
+    pub fn start_at(&self, base: u64) {
+        for index in [CONSUMER, PRODUCER] {
             if let Some(word) = self.words.get(index) {
-                word.store(0, Ordering::Release);
+                word.store(base, Ordering::Release);
             }
         }
     }
