@@ -261,7 +261,9 @@ cm_run() {
   side "$s_side" "$fam"; s_pre=("${pre[@]}")
   side "$c_side" "$fam"; c_pre=("${pre[@]}")
   srv_addr=$(cm_address "$s_side" "$fam")
-  local s_args c_args expect=.
+  # rping -V and udaddy print nothing of note on success: their exit
+  # statuses say it; perftest's result row is checked.
+  local s_args c_args expect=
   case "$prog" in
     rping) s_args=(rping -s -a "$srv_addr" -p "$port" -C 10 -V)
            c_args=(rping -c -a "$srv_addr" -p "$port" -C 10 -V) ;;
@@ -286,7 +288,7 @@ cm_run() {
   wait $srv; src=$?
   local took=$((SECONDS - t0))
   [ -n "$sv_case" ] && observe_stop
-  if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -Eq "$expect" "$log/cli"; then
+  if [ "$crc" = 0 ] && [ "$src" = 0 ] && { [ -z "$expect" ] || grep -Eq "$expect" "$log/cli"; }; then
     pass=$((pass + 1)); echo "ok   $name (${took} s)"
   else
     fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
