@@ -163,7 +163,16 @@ case_run() {
   fi
   local took=$((SECONDS - t0))
   [ -n "$sv_case" ] && observe_stop
-  if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -Eq "$expect" "$log/cli"; then
+  pair_result "$name" "$took" "$crc" "$src" "$expect" "$sv_case"
+}
+
+# pair_result NAME SECONDS CLIENT_RC SERVER_RC EXPECT SV_CASE: a client and
+# server case passes when both exited 0 and the client printed EXPECT (if
+# any); a failure shows the end of both logs, and for a softverbs case
+# what the wire saw.
+pair_result() {
+  local name=$1 took=$2 crc=$3 src=$4 expect=$5 sv_case=$6
+  if [ "$crc" = 0 ] && [ "$src" = 0 ] && { [ -z "$expect" ] || grep -Eq "$expect" "$log/cli"; }; then
     pass=$((pass + 1)); echo "ok   $name (${took} s)"
   else
     fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
@@ -288,14 +297,7 @@ cm_run() {
   wait $srv; src=$?
   local took=$((SECONDS - t0))
   [ -n "$sv_case" ] && observe_stop
-  if [ "$crc" = 0 ] && [ "$src" = 0 ] && { [ -z "$expect" ] || grep -Eq "$expect" "$log/cli"; }; then
-    pass=$((pass + 1)); echo "ok   $name (${took} s)"
-  else
-    fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
-    tail -n 4 "$log/cli" | sed 's/^/    client: /'
-    tail -n 4 "$log/srv" | sed 's/^/    server: /'
-    [ -n "$sv_case" ] && observe_report
-  fi
+  pair_result "$name" "$took" "$crc" "$src" "$expect" "$sv_case"
 }
 
 # status RC: an exit status in words (timeout(1) says 124, a kill 143).

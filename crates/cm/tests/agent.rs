@@ -676,3 +676,34 @@ fn a_uc_connection_gets_uc_attributes_and_a_closed_channel_is_ebadf() {
     server.agent.close_channel(CH, &mut server.ports);
     assert_eq!(server.simple(cmd::DISCONNECT, req.id), Err(9), "EBADF");
 }
+
+#[test]
+fn notify_comm_est_stands_for_a_lost_rtu() {
+    let (mut client, mut server, _, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    // The client's RTU never comes; the server's QP got a packet.
+    let mut n = cmd_buf(cmd::NOTIFY, 16, 0);
+    put32(&mut n, 8, sid);
+    put32(&mut n, 12, 4); // IBV_EVENT_COMM_EST
+    server.ok(&n);
+    let est = server.event();
+    assert_eq!((est.event, est.uid), (event::ESTABLISHED, 300));
+}
+
+#[test]
+fn set_option_takes_the_id_options_and_refuses_others() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create(1);
+    let option = |level: u32, name: u32| {
+        let mut b = cmd_buf(cmd::SET_OPTION, 32, 0);
+        put32(&mut b, 16, id);
+        put32(&mut b, 20, level);
+        put32(&mut b, 24, name);
+        b
+    };
+    for name in 0..=3 {
+        assert_eq!(s.run(&option(0, name)), Ok(Reply::Done), "id option {name}");
+    }
+    assert_eq!(s.run(&option(1, 1)), Err(38), "an IB path record: ENOSYS");
+}
