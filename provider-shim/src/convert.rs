@@ -183,5 +183,6 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.src_qp = w.src_qp;
     c.wc_flags = w.wc_flags;
     c.pkey_index = w.pkey_index;
+    c.sl = w.sl;
     c
 }

@@ -206,5 +206,5 @@ reader!(read_qp_num -> u32, 0, |w| w.qp_num);
 reader!(read_src_qp -> u32, 0, |w| w.src_qp);
 reader!(read_wc_flags -> c_uint, 0, |w| w.wc_flags);
 reader!(read_slid -> u32, 0, |_w| 0);
-reader!(read_sl -> u8, 0, |_w| 0);
+reader!(read_sl -> u8, 0, |w| w.sl);
 reader!(read_dlid_path_bits -> u8, 0, |_w| 0);

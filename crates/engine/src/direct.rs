@@ -25,7 +25,7 @@ use crate::gid::Gid;
 use crate::handles::{PdId, QpId};
 use crate::mr_table::{remote_addr, scatter_plan, sge_total, LocalAccessError};
 use crate::qp_state::{QpState, QpType};
-use crate::responder::{grh_bytes, GRH_LEN};
+use crate::responder::{grh_bytes, ud_sl, GRH_LEN};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
 use slotmap::{Key, KeyData};
@@ -552,6 +552,7 @@ fn receive_datagram(
         byte_len: GRH_LEN as u32 + op.len,
         src_qp: op.src_qpn,
         wc_flags: wc_flags::GRH,
+        sl: ud_sl(ud.dst_gid),
         ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
     };
     if let DirectKind::Send { imm: Some(imm), .. } = op.kind {

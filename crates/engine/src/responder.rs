@@ -693,6 +693,7 @@ impl Qp {
         let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, data.len() as u32);
         wc.src_qp = deth.src_qp.get();
         wc.wc_flags |= wc_flags::GRH;
+        wc.sl = ud_sl(dst_gid);
         if let Some(imm) = pkt.imm() {
             wc.imm_data_or_inv_rkey = imm;
             wc.wc_flags |= wc_flags::WITH_IMM;
@@ -870,6 +871,15 @@ pub(crate) fn grh_bytes(
         grh[GRH_LEN - ip.len()..].copy_from_slice(ip);
     }
     grh
+}
+
+/// `ibv_wc.sl` of a UD receive addressed to `dst` (see
+/// [`crate::wc::SL_ROCE_V2_IPV4`]).
+pub(crate) fn ud_sl(dst: crate::gid::Gid) -> u8 {
+    match dst.to_ip() {
+        std::net::IpAddr::V4(_) => crate::wc::SL_ROCE_V2_IPV4,
+        std::net::IpAddr::V6(_) => 0,
+    }
 }
 
 fn ipv6(ip: std::net::IpAddr) -> std::net::Ipv6Addr {

@@ -109,7 +109,15 @@ pub struct WorkCompletion {
     pub wc_flags: u32,
     /// P_Key index (UD).
     pub pkey_index: u16,
+    /// `ibv_wc.sl`. RoCE has no service level; a UD receive reports
+    /// mlx5's convention instead, the packet's network header type (2 for
+    /// RoCEv2 over IPv4, else 0), which UCX 1.13 reads to find the IPv4
+    /// header in the GRH area.
+    pub sl: u8,
 }
+
+/// `ibv_wc.sl` of a UD receive whose packet travelled over IPv4.
+pub const SL_ROCE_V2_IPV4: u8 = 2;
 
 impl WorkCompletion {
     /// A flushed WR: status WR_FLUSH_ERR, nothing transferred.
@@ -125,6 +133,7 @@ impl WorkCompletion {
             src_qp: 0,
             wc_flags: 0,
             pkey_index: 0,
+            sl: 0,
         }
     }
 }

@@ -282,6 +282,7 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
         wc.wc_flags & (wc_flags::GRH | wc_flags::WITH_IMM),
         wc_flags::GRH | wc_flags::WITH_IMM
     );
+    assert_eq!(wc.sl, 2, "mlx5's packet type for RoCEv2 over IPv4");
     let grh = p.b.mem.slice(MEM_BASE + 0x3000, 40);
     assert_eq!(
         &grh[..20],

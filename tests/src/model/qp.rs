@@ -244,5 +244,6 @@ pub(crate) fn flushed_recv(wr_id: u64, qp_num: u32) -> WorkCompletion {
         src_qp: 0,
         wc_flags: 0,
         pkey_index: 0,
+        sl: 0,
     }
 }

@@ -60,7 +60,7 @@ impl Delivery {
                 wc.wr_id,
                 wc.status as u64 | (wc.opcode as u64) << 32,
                 u64::from(wc.byte_len) | u64::from(wc.imm_data_or_inv_rkey) << 32,
-                u64::from(wc.wc_flags) | u64::from(solicited) << 32,
+                u64::from(wc.wc_flags) | u64::from(solicited) << 32 | u64::from(wc.sl) << 40,
                 u64::from(wc.src_qp) | u64::from(wc.qp_num) << 32,
                 seq,
             ],
@@ -93,6 +93,7 @@ impl Delivery {
                     src_qp: r[5] as u32,
                     wc_flags: r[4] as u32,
                     pkey_index: 0,
+                    sl: (r[4] >> 40) as u8,
                 };
                 let solicited = r[4] >> 32 & 1 == 1;
                 Some(Delivery::Received {
@@ -153,6 +154,7 @@ mod tests {
             src_qp: 0,
             wc_flags: 2,
             pkey_index: 0,
+            sl: 2,
         };
         let all = [
             Delivery::Received {
