@@ -4,7 +4,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs pyverbs demo install uninstall clean
+.PHONY: all build test fmt fmt-check clippy unit crosscheck deps sim shim programs ecosystem pyverbs demo install uninstall clean
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 # Everything CI checks, in the order that fails fastest.
-test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs wire-peer capture interop
+test: deps fmt-check clippy crosscheck sim unit fuzz-smoke pyverbs programs ecosystem wire-peer capture interop
 
 # Toolchain components and the Python venv used by the cross-checks.
 deps:
@@ -105,6 +105,14 @@ programs: shim
 	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
 	tests/programs/plugin.sh $(SHIM_SO)
+
+# Verbs stacks that inspect the system, under `softverbs run` (no root):
+# the device view (sysfs, /dev/infiniband, dlopen users), UCX, libfabric,
+# Open MPI over UCX across two network namespaces, and Rust bindings.
+# Installs what it needs (tests/ecosystem/deps.sh).
+.PHONY: ecosystem
+ecosystem: shim
+	tests/ecosystem/run.sh $(SHIM_SO)
 
 # Interoperability with the kernel's Soft-RoCE (rxe), in a VM booting
 # Debian's own kernel under QEMU (software emulation, no network device):

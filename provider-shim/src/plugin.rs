@@ -4,9 +4,10 @@
 //! provider, whose match table claims those devices and whose
 //! `alloc_device` builds them from the softverbs configuration.
 //!
-//! The same library is also used in preload mode, where it must not
-//! register: the preload device list already holds the soft devices, and a
-//! second, sysfs-found copy of each would be listed twice.
+//! The same library is also used in preload mode, where it registers only
+//! once it has written the device view (`device_view`): libibverbs then
+//! finds the soft devices in that view as in plugin mode, and the preload
+//! device list adds only those libibverbs did not list.
 
 use crate::device::{self, DEVICE_OPS};
 use crate::ffi::*;
@@ -50,30 +51,55 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     guard((), || {
         crate::rdma_cm::resolve();
-        if !loaded_as_plugin() {
-            return;
-        }
-        match crate::ioctl::install() {
-            // SAFETY: DEVICE_OPS is a static table that outlives libibverbs'
-            // use of it.
-            Ok(()) => unsafe { crate::libibverbs::verbs_register_driver_34(&DEVICE_OPS.0) },
-            Err(e) => softverbs_transport::say!("softverbs: plugin mode unavailable: {e}"),
-        }
-        if let Err(e) = crate::rdma_cm::install_in_librdmacm() {
-            softverbs_transport::say!("softverbs: rdma_cm unavailable in plugin mode: {e}");
+        match mode() {
+            Mode::Plugin => {
+                register("plugin mode unavailable");
+                if let Err(e) = crate::rdma_cm::install_in_librdmacm() {
+                    softverbs_transport::say!("softverbs: rdma_cm unavailable in plugin mode: {e}");
+                }
+            }
+            Mode::Preload => {
+                if crate::device_view::establish() {
+                    register("no device view");
+                }
+            }
+            Mode::Neither => {}
         }
     })
 }
 
-/// True when libibverbs loaded this library as a provider, and no
+/// Registers the provider with libibverbs, once its kernel commands are
+/// served (`ioctl.rs`).
+fn register(otherwise: &str) {
+    match crate::ioctl::install() {
+        // SAFETY: DEVICE_OPS is a static table that outlives libibverbs'
+        // use of it.
+        Ok(()) => unsafe { crate::libibverbs::verbs_register_driver_34(&DEVICE_OPS.0) },
+        Err(e) => softverbs_transport::say!("softverbs: {otherwise}: {e}"),
+    }
+}
+
+/// How this copy of the library serves the process.
+#[derive(Debug, PartialEq, Eq)]
+enum Mode {
+    /// libibverbs loaded it as a provider; see [`mode`].
+    Plugin,
+    /// It is the process's `ibv_get_device_list` (LD_PRELOAD).
+    Preload,
+    /// Another copy serves the process (a preloaded one, when libibverbs
+    /// also loads the installed provider), or this is not the provider.
+    Neither,
+}
+
+/// Plugin when libibverbs loaded this library as a provider and no
 /// softverbs library serves the process in preload mode. A preloaded
 /// softverbs replaces `ibv_get_device_list` process-wide, so plugin mode
 /// is on exactly when the global definition of that symbol is
 /// libibverbs' own, or there is none (libibverbs loaded RTLD_LOCAL, as by
-/// Python's pyverbs). A provider dlopened with RTLD_LOCAL is not in the
-/// global scope; a program that links the Rust crate statically is not a
-/// `-rdmav34.so` at all.
-fn loaded_as_plugin() -> bool {
+/// Python's pyverbs), and preload mode when it is this library's. A
+/// provider dlopened with RTLD_LOCAL is not in the global scope; a program
+/// that links the Rust crate statically is not a `-rdmav34.so` at all.
+fn mode() -> Mode {
     let ours = object_of(constructor as *const c_void);
     let is_provider = ours
         .as_deref()
@@ -91,11 +117,15 @@ fn loaded_as_plugin() -> bool {
         )
     };
     let libibverbs = object_of(crate::libibverbs::verbs_register_driver_34 as *const c_void);
-    let not_replaced = match object_of(listing) {
-        None => true,
-        found => found == libibverbs,
-    };
-    is_provider && libibverbs.is_some() && not_replaced
+    if !is_provider || libibverbs.is_none() {
+        return Mode::Neither;
+    }
+    match object_of(listing) {
+        None => Mode::Plugin,
+        found if found == libibverbs => Mode::Plugin,
+        found if found == ours => Mode::Preload,
+        _ => Mode::Neither,
+    }
 }
 
 /// The file of the loaded object that contains `addr`.

@@ -42,7 +42,10 @@ macro_rules! real_fn {
 
 type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 
-/// `ibv_get_device_list`: the real devices followed by the soft ones.
+/// `ibv_get_device_list`: libibverbs' list (the real devices, and the
+/// soft ones it found in the device view) followed by the soft devices it
+/// did not list (there was no view, or the kernel's netlink listed the
+/// devices instead of sysfs).
 ///
 /// # Safety
 /// Called through libibverbs with the pointers its C contract promises
@@ -68,7 +71,15 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
         if let Some(e) = device::config_error() {
             softverbs_transport::say!("softverbs: {e}");
         }
-        for d in device::all() {
+        let listed: Vec<&str> = all
+            .iter()
+            .filter_map(|&d| soft(d))
+            .map(|d| d.config.name.as_str())
+            .collect();
+        let missing: Vec<_> = device::all()
+            .filter(|&d| soft(d).is_some_and(|s| !listed.contains(&s.config.name.as_str())))
+            .collect();
+        for d in missing {
             device::hold(d);
             all.push(d);
         }

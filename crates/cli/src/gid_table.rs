@@ -2,27 +2,12 @@
 //! sysfs look-alike lists it: every entry RoCE v2, in table order.
 
 use softverbs_config::SoftDevice;
-use softverbs_engine::Gid;
 use std::net::Ipv6Addr;
-
-/// The populated GID entries of `d`'s port 1, with their indexes.
-pub fn entries(d: &SoftDevice) -> Vec<(usize, Gid)> {
-    let cfg = d.device_config(0);
-    let gids = cfg
-        .ports
-        .first()
-        .map(|p| p.gids.clone())
-        .unwrap_or_default();
-    gids.into_iter()
-        .enumerate()
-        .filter(|(_, g)| !g.is_zero())
-        .collect()
-}
 
 /// One line per entry, as `ibv_devinfo -v` shows them (compact IPv6 text),
 /// saying which address a link-local GID travels as.
 pub fn lines(d: &SoftDevice) -> Vec<String> {
-    entries(d)
+    d.gid_entries()
         .into_iter()
         .map(|(i, g)| {
             let text = Ipv6Addr::from(g.0);

@@ -25,7 +25,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 /// One configured soft device.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SoftDevice {
     /// Device name, as `ibv_get_device_name` returns it.
     pub name: String,
@@ -118,6 +118,21 @@ impl SoftDevice {
             active_mtu: Mtu::largest_fitting(link_mtu).unwrap_or(Mtu::Mtu256),
         }];
         cfg
+    }
+
+    /// The populated GID entries of port 1, with their indexes, in table
+    /// order (every one RoCE v2).
+    pub fn gid_entries(&self) -> Vec<(usize, Gid)> {
+        let cfg = self.device_config(0);
+        let gids = cfg
+            .ports
+            .first()
+            .map(|p| p.gids.clone())
+            .unwrap_or_default();
+        gids.into_iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_zero())
+            .collect()
     }
 
     /// A stable node GUID: our vendor prefix and a hash of name and address.

@@ -2,6 +2,7 @@
 //! `softverbs` command (see [`config`] for the format).
 
 mod config;
+pub mod sysfs_tree;
 pub use softverbs_transport::netif;
 
 pub use config::{parse_file, parse_inline, Config, ConfigError, SoftDevice};

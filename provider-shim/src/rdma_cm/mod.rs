@@ -40,38 +40,17 @@ type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type FstatFn = unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
 
-/// The next definition of a libc function: glibc's, or another preloaded
-/// library's that wraps it in turn (rsockets' `librspreload.so` wraps
-/// `write` and `close` too, and must see the calls we pass on), so the
-/// default version, not a named one.
-fn next(cache: &OnceLock<usize>, name: &CStr) -> usize {
-    *cache.get_or_init(|| {
-        // SAFETY: the string is NUL-terminated; dlsym only reads it.
-        unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
-    })
-}
-
-macro_rules! next_fn {
-    ($name:literal, $ty:ty) => {{
-        static CACHE: OnceLock<usize> = OnceLock::new();
-        let addr = next(&CACHE, $name);
-        // SAFETY: libc's function of that name has this type (so has a
-        // wrapper of it); a missing one (0) is None.
-        (addr != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(addr) })
-    }};
-}
-
 fn real_open() -> Option<OpenFn> {
-    next_fn!(c"open", OpenFn)
+    crate::next_fn!(c"open", OpenFn)
 }
 fn real_write() -> Option<WriteFn> {
-    next_fn!(c"write", WriteFn)
+    crate::next_fn!(c"write", WriteFn)
 }
 fn real_close() -> Option<CloseFn> {
-    next_fn!(c"close", CloseFn)
+    crate::next_fn!(c"close", CloseFn)
 }
 fn real_fstat() -> Option<FstatFn> {
-    next_fn!(c"fstat", FstatFn)
+    crate::next_fn!(c"fstat", FstatFn)
 }
 
 /// Looks the real functions up now, at load time, so a `write` from a
@@ -113,33 +92,20 @@ fn enosys<T>(fail: T) -> T {
     fail
 }
 
-/// `open(2)`. The mode is read as the third argument whether or not the
-/// caller passed one (the x86-64 calling convention makes that harmless),
-/// and passed on unchanged.
+/// `open(2)` of the rdma_cm device in a process whose rdma_cm is ours:
+/// Some(a new channel, or -1 with errno set); None for any other open.
+/// (The exported `open` is `crate::device_view::interpose::open`.)
 ///
 /// # Safety
-/// libc's contract: `path` is a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    // SAFETY: the caller's arguments, under the same contract.
-    unsafe { cm_open(path, flags, mode) }
+/// `path` is NULL or a NUL-terminated string (libc's contract for open).
+pub unsafe fn open_if_channel(path: *const c_char, flags: c_int) -> Option<c_int> {
+    // SAFETY: per the contract (checked non-NULL).
+    let ours = !path.is_null() && unsafe { CStr::from_ptr(path) } == DEVICE && emulated();
+    ours.then(|| guard(-1, || open_channel(flags)))
 }
 
-/// [`open`] itself, at an address of this library's own.
-///
-/// # Safety
-/// As [`open`].
-unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let Some(real) = real_open() else {
-        return enosys(-1);
-    };
-    // SAFETY: libc's contract: a NUL-terminated string (checked non-NULL).
-    let ours = !path.is_null() && unsafe { CStr::from_ptr(path) } == DEVICE && emulated();
-    if !ours {
-        // SAFETY: the caller's path and flags, as it gave them.
-        return unsafe { real(path, flags, mode) };
-    }
-    guard(-1, || match service::get() {
+fn open_channel(flags: c_int) -> c_int {
+    match service::get() {
         Ok(s) => match s.open_channel() {
             Ok(fd) => {
                 s.run_in_background();
@@ -158,7 +124,23 @@ unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) ->
             set_errno(libc::ENOENT);
             -1
         }
-    })
+    }
+}
+
+/// `open` for librdmacm in plugin mode (its GOT slot).
+///
+/// # Safety
+/// libc's contract: `path` is a NUL-terminated string.
+unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's path, under open's contract.
+    if let Some(result) = unsafe { open_if_channel(path, flags) } {
+        return result;
+    }
+    let Some(real) = real_open() else {
+        return enosys(-1);
+    };
+    // SAFETY: the caller's path and flags, as it gave them.
+    unsafe { real(path, flags, mode) }
 }
 
 /// Whether this process's rdma_cm is softverbs': it has softverbs devices

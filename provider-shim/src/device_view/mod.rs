@@ -1,0 +1,236 @@
+//! The device view (preload mode): the soft devices as files, where
+//! stacks that inspect the system look for RDMA devices, with no root.
+//!
+//! UCX, Open MPI and libfabric read `/sys/class/infiniband*` and
+//! `/dev/infiniband` themselves, and programs that `dlopen` libibverbs
+//! call its own `ibv_get_device_list`, past the preloaded one. So when
+//! this library is preloaded it writes a per-user sysfs look-alike holding
+//! the soft devices beside the real ones (`softverbs_config::sysfs_tree`),
+//! points `SYSFS_PATH` at it (libibverbs' own discovery, and every child
+//! process, then finds the soft devices), registers the provider with
+//! libibverbs as plugin mode does, and redirects the path lookups of the
+//! process's libc calls under `/sys/class/infiniband*` and
+//! `/dev/infiniband` into the view ([`interpose`]). Why interposition and
+//! not a user and mount namespace: docs/architecture.md, "The device view".
+//!
+//! The view's directory is named by a hash of everything it holds, so it
+//! is written once, atomically (a rename), and shared by every process of
+//! the user with the same devices; it is never changed after, so a child
+//! that outlives its parent still finds it.
+
+pub mod interpose;
+mod location;
+
+use softverbs_config::sysfs_tree;
+use softverbs_config::{Config, SoftDevice};
+use std::ffi::{CStr, CString};
+use std::hash::{Hash, Hasher};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The view this process redirects to: set once, by the constructor.
+static VIEW: OnceLock<View> = OnceLock::new();
+
+/// Where the view's two halves are.
+#[derive(Debug)]
+pub struct View {
+    /// Stands in for `/sys` (what `SYSFS_PATH` names).
+    sys: Vec<u8>,
+    /// Stands in for `/dev/infiniband`.
+    dev: Vec<u8>,
+}
+
+/// The view, once established (never while it is being built, so the
+/// interposers, which Rust's own file calls reach too, pass through).
+pub fn get() -> Option<&'static View> {
+    VIEW.get()
+}
+
+/// Builds (or finds) the view and points `SYSFS_PATH` at it; false, with
+/// the reason said once, when the process keeps plain preload mode.
+pub fn establish() -> bool {
+    match build() {
+        Ok(Some(view)) => {
+            let sys = CString::new(view.sys.clone()).unwrap_or_default();
+            // SAFETY: called from the library's constructor, before the
+            // program's main and its threads; both strings are
+            // NUL-terminated.
+            unsafe { libc::setenv(c"SYSFS_PATH".as_ptr(), sys.as_ptr(), 1) };
+            VIEW.set(view).is_ok()
+        }
+        Ok(None) => false,
+        Err(why) => {
+            softverbs_transport::say!(
+                "softverbs: no device view ({why}); programs that read sysfs or dlopen libibverbs will not see the soft devices"
+            );
+            false
+        }
+    }
+}
+
+fn build() -> Result<Option<View>, String> {
+    let Ok(config) = Config::load() else {
+        return Ok(None); // said where devices are listed
+    };
+    if config.devices.is_empty() {
+        return Ok(None);
+    }
+    let real_sys = real_sys();
+    let home = location::user_directory()?;
+    let dir = match inherited(&home, &real_sys, &config.devices) {
+        Some(dir) => dir,
+        None => {
+            let base = sysfs_tree::uverbs_base(&real_sys);
+            let name = format!(
+                "view-{:016x}",
+                fingerprint(&config.devices, &real_sys, base)
+            );
+            let dir = home.join(name);
+            if !dir.join("sys").is_dir() {
+                write_once(&home, &dir, &config.devices, &real_sys, base)
+                    .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+            }
+            dir
+        }
+    };
+    Ok(Some(View {
+        sys: dir.join("sys").as_os_str().as_bytes().to_vec(),
+        dev: dir.join("dev/infiniband").as_os_str().as_bytes().to_vec(),
+    }))
+}
+
+/// The view a parent process established (its `SYSFS_PATH`, inherited):
+/// one of this user's views, with these devices, used as it is.
+fn inherited(home: &Path, sys: &Path, devices: &[SoftDevice]) -> Option<PathBuf> {
+    let dir = sys.parent()?;
+    let named = dir.file_name()?.to_str()?.starts_with("view-");
+    let has = |d: &SoftDevice| sys.join("class/infiniband").join(&d.name).is_dir();
+    let ours = named && dir.parent()? == home && sys.file_name()? == "sys";
+    (ours && devices.iter().all(has)).then(|| dir.to_path_buf())
+}
+
+/// What the real system is, as libibverbs would read it: `SYSFS_PATH`
+/// when the user set one (a tree `softverbs setup` wrote), else `/sys`.
+fn real_sys() -> PathBuf {
+    match std::env::var_os("SYSFS_PATH") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from("/sys"),
+    }
+}
+
+/// Names a view by everything that goes into it: the devices (whose GIDs
+/// and network devices follow from their addresses), where the real
+/// entries are and which there are, and this library's version.
+fn fingerprint(devices: &[SoftDevice], real_sys: &Path, base: usize) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    (devices, real_sys, base).hash(&mut h);
+    for d in devices {
+        softverbs_config::netif::ifindex_of(d.ip).hash(&mut h);
+    }
+    for dir in [
+        real_sys.join("class"),
+        real_sys.join("class/infiniband"),
+        real_sys.join("class/infiniband_verbs"),
+        PathBuf::from("/dev/infiniband"),
+    ] {
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        names.sort();
+        (dir, names).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Writes the view in a private directory and renames it into place; a
+/// process that lost the race uses the winner's (they are the same).
+fn write_once(
+    home: &Path,
+    dir: &Path,
+    devices: &[SoftDevice],
+    real_sys: &Path,
+    base: usize,
+) -> std::io::Result<()> {
+    let unique = format!("tmp-{}-{:x}", std::process::id(), fastrand::u64(..));
+    let tmp = home.join(unique);
+    let written =
+        sysfs_tree::write_tree(&tmp.join("sys"), real_sys, devices, base).and_then(|()| {
+            let dev = tmp.join("dev/infiniband");
+            sysfs_tree::write_cdev_dir(&dev, Path::new("/dev/infiniband"), devices.len(), base)
+        });
+    let placed = written.and_then(|()| std::fs::rename(&tmp, dir));
+    let _ = sysfs_tree::remove_tree(&tmp);
+    match placed {
+        Err(_) if dir.join("sys").is_dir() => Ok(()),
+        other => other,
+    }
+}
+
+/// The view's name for `path`, written into `buf`, if `path` is one the
+/// view stands in for: `/sys/class/infiniband*` and `/dev/infiniband`
+/// with what is below them.
+pub fn redirect<'b>(path: &CStr, buf: &'b mut [u8; libc::PATH_MAX as usize]) -> Option<&'b CStr> {
+    let view = get()?;
+    let bytes = path.to_bytes();
+    let (base, rest) = if bytes.starts_with(b"/sys/class/infiniband") {
+        (view.sys.as_slice(), &bytes[b"/sys".len()..])
+    } else if let Some(rest) = bytes.strip_prefix(b"/dev/infiniband") {
+        if !(rest.is_empty() || rest[0] == b'/') {
+            return None;
+        }
+        (view.dev.as_slice(), rest)
+    } else {
+        return None;
+    };
+    let len = base.len() + rest.len();
+    if len >= buf.len() {
+        return None;
+    }
+    buf[..base.len()].copy_from_slice(base);
+    buf[base.len()..len].copy_from_slice(rest);
+    buf[len] = 0;
+    CStr::from_bytes_with_nul(&buf[..=len]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> &'static View {
+        VIEW.get_or_init(|| View {
+            sys: b"/v/sys".to_vec(),
+            dev: b"/v/dev/infiniband".to_vec(),
+        })
+    }
+
+    fn redirected(path: &CStr) -> Option<String> {
+        view();
+        let mut buf = [0u8; libc::PATH_MAX as usize];
+        redirect(path, &mut buf).map(|p| p.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn only_the_rdma_paths_are_redirected() {
+        assert_eq!(
+            redirected(c"/sys/class/infiniband/softverbs0/ports/1/state").as_deref(),
+            Some("/v/sys/class/infiniband/softverbs0/ports/1/state")
+        );
+        assert_eq!(
+            redirected(c"/sys/class/infiniband_verbs").as_deref(),
+            Some("/v/sys/class/infiniband_verbs")
+        );
+        assert_eq!(
+            redirected(c"/dev/infiniband/uverbs1").as_deref(),
+            Some("/v/dev/infiniband/uverbs1")
+        );
+        assert_eq!(
+            redirected(c"/dev/infiniband").as_deref(),
+            Some("/v/dev/infiniband")
+        );
+        assert_eq!(redirected(c"/dev/infinibandx"), None);
+        assert_eq!(redirected(c"/sys/class/net/lo"), None);
+        assert_eq!(redirected(c"sys/class/infiniband"), None);
+    }
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# libfabric 1.17's verbs provider over softverbs, under `softverbs run`:
+# `fi_info -p verbs` offers MSG and RDM endpoints on softverbs0, and
+# fi_pingpong runs with its data checks (-c) over `verbs;ofi_rxm` (RDM)
+# and plain verbs (MSG, connected through rdma_cm), server and client as
+# two processes on loopback. Prints "N passed, M failed" last.
+# Usage: libfabric.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+CLI=$(dirname "$SO")/softverbs
+here=$(dirname "$(readlink -f "$0")")
+. "$here/../programs/lib.sh"
+log=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 20; }
+
+command -v fi_pingpong >/dev/null || cannot_run "libfabric (tests/ecosystem/libfabric.sh)" "fi_pingpong is not installed (Debian package libfabric-bin)"
+sv() { env -u LD_PRELOAD "$CLI" run -- "$@"; }
+
+sv fi_info -p verbs > "$log/info" 2>&1
+for ep in FI_EP_MSG FI_EP_RDM; do
+  if grep -B3 "type: $ep" "$log/info" | grep -q "domain: softverbs0$"; then
+    ok "fi_info -p verbs offers $ep on softverbs0"
+  else
+    bad "fi_info -p verbs offers $ep on softverbs0" "$log/info"
+  fi
+done
+
+# pingpong NAME PROVIDER EP: fi_pingpong server, then once its control
+# port listens, the client; both exit 0 with data checks on.
+port=$((20000 + RANDOM % 20000))
+pingpong() {
+  local name=$1 prov=$2 ep=$3
+  port=$((port + 1))
+  sv timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -B "$port" > "$log/srv" 2>&1 &
+  local srv=$! crc
+  if wait_listen "$port" "" $srv 2> "$log/cli"; then
+    sv timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -P "$port" 127.0.0.1 > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2>/dev/null
+  fi
+  wait $srv; local src=$?
+  # The last size (1 MiB) completed all its iterations on both sides.
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "^1m +200 +=200 " "$log/cli"; then
+    ok "$name"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name" "$log/both"
+  fi
+}
+pingpong 'fi_pingpong -p "verbs;ofi_rxm" -e rdm -c' "verbs;ofi_rxm" rdm
+pingpong 'fi_pingpong -p verbs -e msg -c' verbs msg
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `make ecosystem`: installs what the stacks need, then runs each script
+# of this directory and sums their "N passed, M failed" lines. Exits
+# non-zero if any failed. Usage: run.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+here=$(dirname "$(readlink -f "$0")")
+"$here/deps.sh" || exit 1
+pass=0; fail=0
+for script in device_view ucx libfabric mpi; do
+  echo "== $script"
+  out=$("$here/$script.sh" "$SO" 2>&1 | tee /dev/stderr | tail -n 1)
+  p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' <<< "$out")
+  f=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' <<< "$out")
+  if [ -z "$p" ]; then
+    echo "FAIL $script.sh ended without its summary line"; f=1; p=0
+  fi
+  pass=$((pass + p)); fail=$((fail + f))
+done
+echo "ecosystem: $pass passed, $fail failed"
+[ $fail -eq 0 ]

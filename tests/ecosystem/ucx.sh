@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# UCX 1.13 over softverbs, with no UCX_* workaround: `ucx_info -d` lists
+# rc_verbs and ud_verbs on softverbs0:1, and ucx_perftest runs its UCP
+# tests (tag, put, get, active messages) with UCX_TLS set to
+# rc_verbs,ud_verbs, to ud_verbs and to rc, and the UCT tests of each
+# transport on the device directly, server and client as two processes
+# started by `softverbs run` on loopback. Prints "N passed, M failed" last.
+# Usage: ucx.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+CLI=$(dirname "$SO")/softverbs
+here=$(dirname "$(readlink -f "$0")")
+. "$here/../programs/lib.sh"
+log=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
+PORT_BASE=$((20000 + RANDOM % 20000))
+pass=0; fail=0; n=0
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 20; }
+
+command -v ucx_perftest >/dev/null || cannot_run "UCX (tests/ecosystem/ucx.sh)" "ucx_perftest is not installed (Debian package ucx-utils)"
+
+export UCX_NET_DEVICES=softverbs0:1
+sv() { env -u LD_PRELOAD "$CLI" run -- "$@"; }
+
+sv ucx_info -d > "$log/info" 2>&1
+for tl in rc_verbs ud_verbs; do
+  if grep -A1 "Transport: $tl" "$log/info" | grep -q "Device: softverbs0:1"; then
+    ok "ucx_info -d lists $tl on softverbs0:1"
+  else
+    bad "ucx_info -d lists $tl on softverbs0:1" "$log/info"
+  fi
+done
+
+# perf NAME ARGS...: ucx_perftest server, then once it listens a client
+# with ARGS; both must exit 0 and the client print its final line.
+perf() {
+  local name=$1; shift
+  n=$((n + 1)); local port=$((PORT_BASE + n))
+  sv timeout 60 ucx_perftest -p "$port" > "$log/srv" 2>&1 &
+  local srv=$! crc
+  if wait_listen "$port" "" $srv 2> "$log/cli"; then
+    sv timeout 60 ucx_perftest -p "$port" "$@" 127.0.0.1 > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2>/dev/null
+  fi
+  wait $srv; local src=$?
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "^Final:" "$log/cli"; then
+    ok "$name"
+  else
+    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    bad "$name" "$log/both"
+  fi
+}
+
+for tls in rc_verbs,ud_verbs ud_verbs rc; do
+  for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_lat; do
+    UCX_TLS=$tls perf "UCX_TLS=$tls ucx_perftest -t $t" -t "$t" -n 2000
+  done
+done
+for t in put_bw am_lat fadd; do
+  perf "UCT rc_verbs -t $t" -d softverbs0:1 -x rc_verbs -t "$t" -n 2000
+done
+# rc_verbs has no short get (only rc_mlx5 does): RDMA READ into a bounce
+# buffer and into the user's registered buffer.
+for d in bcopy zcopy; do
+  perf "UCT rc_verbs -t get -D $d" -d softverbs0:1 -x rc_verbs -t get -D $d -s 8192 -n 1000
+done
+for t in am_lat am_bw; do
+  perf "UCT ud_verbs -t $t" -d softverbs0:1 -x ud_verbs -t "$t" -n 2000
+done
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
