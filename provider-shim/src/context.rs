@@ -54,7 +54,8 @@ pub unsafe extern "C" fn alloc_context(
         let Some(dev) = soft(device) else {
             return std::ptr::null_mut();
         };
-        let cmd_fd = if cmd_fd < 0 {
+        let cmd_fd_given = cmd_fd >= 0;
+        let cmd_fd = if !cmd_fd_given {
             placeholder_cmd_fd()
         } else {
             cmd_fd
@@ -73,6 +74,9 @@ pub unsafe extern "C" fn alloc_context(
         } as *mut SoftContext;
         if raw.is_null() {
             return std::ptr::null_mut();
+        }
+        if cmd_fd_given && crate::device_view::get().is_some() {
+            become_placeholder(cmd_fd);
         }
         match ContextState::open(dev) {
             Ok((state, async_reader)) => {
@@ -169,6 +173,26 @@ fn placeholder_cmd_fd() -> c_int {
     // SAFETY: a NUL-terminated name; the descriptor is handed to
     // libibverbs, which owns it from here on.
     unsafe { libc::memfd_create(CMD_FD_NAME.as_ptr(), libc::MFD_CLOEXEC) }
+}
+
+/// In the device view libibverbs opens the soft device's command file (a
+/// link to `/dev/full`) as `cmd_fd`; the placeholder takes its place under
+/// the same number, so that `ibv_import_device` knows it as in preload
+/// mode. No `write(2)` reaches it any more: libibverbs' probe while it set
+/// the context up (through `ioctl.rs`) made it send every command as an
+/// ioctl, which `ioctl.rs` serves.
+fn become_placeholder(cmd_fd: c_int) {
+    let placeholder = placeholder_cmd_fd();
+    if placeholder < 0 {
+        return; // keeps /dev/full: only the import's answer differs
+    }
+    // SAFETY: both are descriptors of this process; dup3 atomically
+    // replaces libibverbs' file under the number it owns, and the spare
+    // copy is ours to close.
+    unsafe {
+        libc::dup3(placeholder, cmd_fd, libc::O_CLOEXEC);
+        libc::close(placeholder);
+    }
 }
 
 /// The memfd name of a preload-mode context's `cmd_fd`.

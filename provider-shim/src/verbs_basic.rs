@@ -124,6 +124,9 @@ fn fill_device_attr(a: &DeviceAttr, out: &mut ibv_device_attr) {
     out.max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
     out.atomic_cap = a.atomic_cap as _;
     out.max_ah = a.max_ah as _;
+    out.max_mcast_grp = a.max_mcast_grp as _;
+    out.max_mcast_qp_attach = a.max_mcast_qp_attach as _;
+    out.max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
     out.max_srq = a.max_srq as _;
     out.max_srq_wr = a.max_srq_wr as _;
     out.max_srq_sge = a.max_srq_sge as _;

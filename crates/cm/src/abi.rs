@@ -75,6 +75,7 @@ pub struct Command<'a> {
     pub cmd: u32,
     pub out: u16,
     buf: &'a [u8],
+    data: &'a [u8],
 }
 
 impl<'a> Command<'a> {
@@ -88,11 +89,20 @@ impl<'a> Command<'a> {
         if HEADER_LEN + usize::from(inlen) > buf.len() {
             return Err(EINVAL);
         }
+        let end = HEADER_LEN + usize::from(inlen);
         Ok(Command {
             cmd,
             out,
-            buf: &buf[..HEADER_LEN + usize::from(inlen)],
+            buf: &buf[..end],
+            data: &buf[end..],
         })
+    }
+
+    /// What follows the command: user memory the command points at,
+    /// copied in by the caller as the kernel's `copy_from_user` would
+    /// (SET_OPTION's value).
+    pub fn data(&self) -> &'a [u8] {
+        self.data
     }
 
     /// The body's bytes from `at`, `len` of them; EINVAL when short.

@@ -25,6 +25,7 @@ const EADDRNOTAVAIL: i32 = 99;
 const EAFNOSUPPORT: i32 = 97;
 const ETIMEDOUT: i32 = 110;
 const ENOENT: i32 = 2;
+const EFAULT: i32 = 14;
 
 /// AF_IB: librdmacm probes it at init; refusing it selects the IP-only
 /// command set for the whole process (docs/rdma-cm.md, 1.3).
@@ -834,6 +835,7 @@ impl Agent {
                 a.dgid = abi::gid_of(peer);
                 a.sgid_index = SGID_INDEX;
                 a.hop_limit = HOP_LIMIT;
+                a.traffic_class = id.tos.unwrap_or(0);
                 a.is_global = true;
                 a.path_mtu = u32::from(d.path_mtu);
                 a.dest_qp_num = conn.remote_qpn;
@@ -853,7 +855,7 @@ impl Agent {
                         | qp_mask::MAX_QP_RD_ATOMIC;
                 }
                 a.sq_psn = conn.remote_psn;
-                a.timeout = ACK_TIMEOUT;
+                a.timeout = id.ack_timeout.unwrap_or(ACK_TIMEOUT);
                 a.retry_cnt = conn.retry_count;
                 a.rnr_retry = conn.rnr_retry_count;
                 a.max_rd_atomic = conn.initiator_depth;
@@ -887,14 +889,28 @@ impl Agent {
         })
     }
 
+    /// SET_OPTION, its value in the command's data (`abi::Command::data`).
+    /// The kernel's checks: each option's exact size, ACK_TIMEOUT on RC
+    /// ids only.
     fn set_option(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
-        self.id(c.u32(16)?)?;
-        match (c.u32(20)?, c.u32(24)?) {
-            // TOS, REUSEADDR, AFONLY, ACK_TIMEOUT: accepted, and the
-            // defaults stay (softverbs' port space has no reuse).
-            (0, 0..=3) => Ok(Reply::Done),
-            _ => Err(ENOSYS),
+        let (level, name, len) = (c.u32(20)?, c.u32(24)?, c.u32(28)?);
+        let value = c.data().get(..len as usize).ok_or(EFAULT)?;
+        let id = self.id_mut(c.u32(16)?)?;
+        let byte = || match value {
+            [b] => Ok(*b),
+            _ => Err(EINVAL),
+        };
+        match (level, name) {
+            (0, 0) => id.tos = Some(byte()?),
+            // REUSEADDR, AFONLY: an int each; accepted, and the defaults
+            // stay (softverbs' port space has no reuse).
+            (0, 1 | 2) if len == 4 => {}
+            (0, 1 | 2) => return Err(EINVAL),
+            (0, 3) if id.qp_type != RC => return Err(EINVAL),
+            (0, 3) => id.ack_timeout = Some(byte()?),
+            _ => return Err(ENOSYS),
         }
+        Ok(Reply::Done)
     }
 
     fn notify(&mut self, c: &Command<'_>) -> Result<Reply, i32> {

@@ -74,6 +74,10 @@ pub(crate) struct CmId {
     pub(crate) retransmit: Option<Retransmit>,
     /// When a TimeWait id's TIMEWAIT_EXIT is due.
     pub(crate) timewait_until: Option<u64>,
+    /// `RDMA_OPTION_ID_TOS`: the traffic class of the connection's path.
+    pub(crate) tos: Option<u8>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's ACK timeout at RTS.
+    pub(crate) ack_timeout: Option<u8>,
 }
 
 /// The connection's parameters, both ends'.
@@ -120,6 +124,8 @@ impl CmId {
             conn: Conn::default(),
             retransmit: None,
             timewait_until: None,
+            tos: None,
+            ack_timeout: None,
         }
     }
 }

@@ -695,15 +695,60 @@ fn notify_comm_est_stands_for_a_lost_rtu() {
 fn set_option_takes_the_id_options_and_refuses_others() {
     let mut s = Side::new("10.0.0.2", 0x20);
     let id = s.create(1);
-    let option = |level: u32, name: u32| {
+    // The value follows the command, as the provider copies it in.
+    let option = |level: u32, name: u32, value: &[u8]| {
         let mut b = cmd_buf(cmd::SET_OPTION, 32, 0);
         put32(&mut b, 16, id);
         put32(&mut b, 20, level);
         put32(&mut b, 24, name);
+        put32(&mut b, 28, value.len() as u32);
+        b.extend_from_slice(value);
         b
     };
-    for name in 0..=3 {
-        assert_eq!(s.run(&option(0, name)), Ok(Reply::Done), "id option {name}");
+    let int = 1i32.to_ne_bytes();
+    for (name, value) in [(0, &[3u8][..]), (1, &int), (2, &int), (3, &[20])] {
+        assert_eq!(
+            s.run(&option(0, name, value)),
+            Ok(Reply::Done),
+            "id option {name}"
+        );
     }
-    assert_eq!(s.run(&option(1, 1)), Err(38), "an IB path record: ENOSYS");
+    assert_eq!(s.run(&option(0, 0, &int)), Err(22), "TOS is one byte");
+    assert_eq!(s.run(&option(0, 1, &[1])), Err(22), "REUSEADDR is an int");
+    assert_eq!(
+        s.run(&option(1, 1, &[0; 72])),
+        Err(38),
+        "an IB path record: ENOSYS"
+    );
+    let mut short = option(0, 3, &[20]);
+    short.pop();
+    assert_eq!(s.run(&short), Err(14), "a value that is not there: EFAULT");
+}
+
+#[test]
+fn the_ack_timeout_and_tos_options_reach_the_qp_attributes() {
+    let (_client, mut server, _cid, sid) = requested(b"");
+    assert_eq!(
+        server.qp_attr(sid, RTS)[134],
+        19,
+        "the default: packet life time + 1"
+    );
+    for (name, value) in [(0u32, 0x48u8), (3, 21)] {
+        let mut b = cmd_buf(cmd::SET_OPTION, 32, 0);
+        put32(&mut b, 16, sid);
+        put32(&mut b, 24, name);
+        put32(&mut b, 28, 1);
+        b.push(value);
+        server.ok(&b);
+    }
+    assert_eq!(
+        server.qp_attr(sid, RTS)[134],
+        21,
+        "RDMA_OPTION_ID_ACK_TIMEOUT"
+    );
+    assert_eq!(
+        server.qp_attr(sid, RTR)[62],
+        0x48,
+        "RDMA_OPTION_ID_TOS: the traffic class"
+    );
 }

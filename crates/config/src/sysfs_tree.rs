@@ -164,6 +164,13 @@ fn write_device(dir: &Path, d: &SoftDevice) -> io::Result<()> {
         &format!("softverbs:N{}", d.name),
     )?;
     write(&dir.join("device/numa_node"), "-1")?;
+    // The network device the address is on, as a kernel RoCE device's
+    // parent lists its own (pyverbs finds the device's address this way).
+    if let Some(name) = interface_name(d) {
+        let net = dir.join("device/net");
+        fs::create_dir_all(&net)?;
+        std::os::unix::fs::symlink(Path::new("/sys/class/net").join(&name), net.join(&name))?;
+    }
     write_port(&dir.join("ports/1"), d, &cfg)
 }
 
@@ -349,6 +356,10 @@ mod tests {
             assert_eq!(read(port.join(format!("gid_attrs/ndevs/{i}"))), "lo\n");
         }
         assert!(!port.join("gid_attrs/types/2").exists());
+        assert_eq!(
+            fs::read_link(dev.join("device/net/lo")).unwrap(),
+            Path::new("/sys/class/net/lo")
+        );
         assert_eq!(read(port.join("state")), "4: ACTIVE\n");
         assert_eq!(read(port.join("rate")), "25 Gb/sec (1X EDR)\n");
         assert!(class.join("net").is_dir() && root.join("devices").is_dir());

@@ -23,6 +23,7 @@ mod location;
 
 use softverbs_config::sysfs_tree;
 use softverbs_config::{Config, SoftDevice};
+use std::ffi::OsStr;
 use std::ffi::{CStr, CString};
 use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
@@ -121,10 +122,18 @@ fn real_sys() -> PathBuf {
 
 /// Names a view by everything that goes into it: the devices (whose GIDs
 /// and network devices follow from their addresses), where the real
-/// entries are and which there are, and this library's version.
+/// entries are and which there are, and this build of the library (its
+/// file's identity, so that a rebuilt library writing a different tree
+/// never reuses an older one's).
 fn fingerprint(devices: &[SoftDevice], real_sys: &Path, base: usize) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env!("CARGO_PKG_VERSION").hash(&mut h);
+    let library = crate::plugin::object_of(fingerprint as *const std::ffi::c_void)
+        .and_then(|path| std::fs::metadata(OsStr::from_bytes(path.to_bytes())).ok());
+    if let Some(m) = library {
+        (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()).hash(&mut h);
+    }
     (devices, real_sys, base).hash(&mut h);
     for d in devices {
         softverbs_config::netif::ifindex_of(d.ip).hash(&mut h);

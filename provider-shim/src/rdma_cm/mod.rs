@@ -273,8 +273,9 @@ unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> is
 /// on a blocking channel with none queued.
 fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
     let service = service::get().map_err(|_| libc::EBADF)?;
-    let bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
+    let mut bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
     check_event_buffer(&bytes)?;
+    copy_option_value(&mut bytes)?;
     loop {
         match service.command(fd, &bytes)? {
             Some(Reply::Respond { addr, bytes }) => return write_caller(addr, &bytes),
@@ -307,6 +308,32 @@ fn check_event_buffer(cmd: &[u8]) -> Result<(), i32> {
     let out = usize::from(u16::from_ne_bytes([out[0], out[1]])).min(softverbs_cm::abi::EVENT_LEN);
     let addr = u64::from_ne_bytes(addr.try_into().unwrap_or_default());
     write_caller(addr, &vec![0; out])
+}
+
+/// SET_OPTION points at its value: it is copied in after the command (the
+/// agent reads it there, `softverbs_cm::abi::Command::data`), as the
+/// kernel copies it from the caller; a bad pointer is EFAULT.
+fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
+    use softverbs_cm::abi::{cmd::SET_OPTION, HEADER_LEN};
+    /// The largest value an option has (an array of path records).
+    const MAX_VALUE: usize = 4096;
+    let word = |at: usize| {
+        cmd.get(at..at + 4)
+            .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    if word(0) != Some(SET_OPTION) || cmd.len() < HEADER_LEN + 24 {
+        return Ok(());
+    }
+    let inlen = usize::from(u16::from_ne_bytes([cmd[4], cmd[5]]));
+    let optval = u64::from_ne_bytes(cmd[8..16].try_into().unwrap_or_default());
+    let optlen = word(28).unwrap_or(0) as usize;
+    if optlen > MAX_VALUE {
+        return Err(libc::EINVAL);
+    }
+    let value = read_caller(optval, optlen)?;
+    cmd.truncate(HEADER_LEN + inlen);
+    cmd.extend_from_slice(&value);
+    Ok(())
 }
 
 /// Blocks until channel `fd` has an event. A signal restarts the wait, as
