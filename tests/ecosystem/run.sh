@@ -7,7 +7,7 @@ SO=$(readlink -f "$1")
 here=$(dirname "$(readlink -f "$0")")
 "$here/deps.sh" || exit 1
 pass=0; fail=0
-for script in device_view ucx libfabric mpi; do
+for script in device_view ucx libfabric mpi rust; do
   echo "== $script"
   out=$("$here/$script.sh" "$SO" 2>&1 | tee /dev/stderr | tail -n 1)
   p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' <<< "$out")

@@ -191,6 +191,8 @@ pub struct PeerQp {
     pub max_dest_rd_atomic: u8,
     /// Its Q_Key (UD).
     pub qkey: u32,
+    /// Its incarnation (how many times it was reset, wrapping).
+    pub incarnation: u16,
 }
 
 /// The async event a target QP raises when a request fails there.
@@ -239,8 +241,10 @@ pub trait DirectTarget: MrLookup {
     fn deliver(&mut self, seq: u64, wc: WorkCompletion, solicited: bool);
     /// The target QP got its first request in RTR (IBV_EVENT_COMM_EST).
     fn comm_est(&mut self);
-    /// The target QP enters the error state, raising `event`.
-    fn fail(&mut self, event: TargetEvent);
+    /// The target QP, in the incarnation `incarnation` the request found,
+    /// enters the error state, raising `event` (a QP reset since is left
+    /// alone).
+    fn fail(&mut self, incarnation: u16, event: TargetEvent);
     /// An access begins: MRs looked up from now until `access_end` must
     /// stay where they are (`ibv_dereg_mr` waits).
     fn access_begin(&mut self) {}
@@ -305,7 +309,7 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
                 // A receive WR whose memory is unusable: it completed in
                 // error and the target QP fails; the sender's datagram
                 // was sent all the same.
-                target.fail(TargetEvent::None);
+                target.fail(qp.incarnation, TargetEvent::None);
                 DirectOutcome::Done
             }
         };
@@ -314,8 +318,8 @@ pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
     target.access_end();
     match result {
         Ok(outcome) | Err(Stop::Outcome(outcome)) => outcome,
-        Err(Stop::Fault(fault)) if qp.qp_type == QpType::Uc => uc_fault(target, fault),
-        Err(Stop::Fault(fault)) => rc_fault(target, fault),
+        Err(Stop::Fault(fault)) if qp.qp_type == QpType::Uc => uc_fault(target, &qp, fault),
+        Err(Stop::Fault(fault)) => rc_fault(target, &qp, fault),
     }
 }
 
@@ -349,7 +353,7 @@ fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
 }
 
 /// A fatal RC request error: the NAK, the event, the error state.
-fn rc_fault(target: &mut dyn DirectTarget, fault: Fault) -> DirectOutcome {
+fn rc_fault(target: &mut dyn DirectTarget, qp: &PeerQp, fault: Fault) -> DirectOutcome {
     let (nak, event) = match fault {
         Fault::Access => (NakKind::RemoteAccess, TargetEvent::AccessErr),
         Fault::Invalid | Fault::Receive(WcStatus::LocLenErr) => {
@@ -357,15 +361,15 @@ fn rc_fault(target: &mut dyn DirectTarget, fault: Fault) -> DirectOutcome {
         }
         Fault::Receive(_) => (NakKind::RemoteOperational, TargetEvent::None),
     };
-    target.fail(event);
+    target.fail(qp.incarnation, event);
     DirectOutcome::Nak(nak)
 }
 
 /// UC has no NAKs: the message is dropped and the QP goes on, except
 /// that a receive WR whose memory is unusable fails the QP.
-fn uc_fault(target: &mut dyn DirectTarget, fault: Fault) -> DirectOutcome {
+fn uc_fault(target: &mut dyn DirectTarget, qp: &PeerQp, fault: Fault) -> DirectOutcome {
     if let Fault::Receive(_) = fault {
-        target.fail(TargetEvent::None);
+        target.fail(qp.incarnation, TargetEvent::None);
     }
     DirectOutcome::Done
 }

@@ -117,7 +117,7 @@ impl DirectTarget for EngineTarget<'_> {
         self.engine.apply_comm_est(self.qpn);
     }
 
-    fn fail(&mut self, event: TargetEvent) {
-        self.engine.apply_fault(self.qpn, event);
+    fn fail(&mut self, incarnation: u16, event: TargetEvent) {
+        self.engine.apply_fault(self.qpn, incarnation, event);
     }
 }

@@ -103,6 +103,7 @@ impl Engine {
             min_rnr_timer: qp.attr.min_rnr_timer,
             max_dest_rd_atomic: qp.attr.max_dest_rd_atomic,
             qkey: qp.attr.qkey,
+            incarnation: qp.incarnation,
         })
     }
 
@@ -194,13 +195,13 @@ impl Engine {
 
     /// A peer's request failed at QP `qpn`: it enters the error state
     /// with `event`, as on a NAK the responder sends.
-    pub fn apply_fault(&mut self, qpn: u32, event: TargetEvent) {
+    pub fn apply_fault(&mut self, qpn: u32, incarnation: u16, event: TargetEvent) {
         let Some(id) = self.qp_by_num(qpn) else {
             return;
         };
         self.with_qp(id, |qp, ctx| {
             // A fault from before a reset is about a connection gone.
-            if !receiving(qp.state) {
+            if qp.incarnation != incarnation || !receiving(qp.state) {
                 return;
             }
             match event {

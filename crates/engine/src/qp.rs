@@ -41,6 +41,10 @@ pub(crate) struct Qp {
     pub(crate) resp: Responder,
     /// On the same-host path: the requester hands out whole operations
     /// instead of packets (`requester_direct.rs`).
+    /// How many times the QP went back to RESET (wrapping): a
+    /// same-host peer's fault names the incarnation it saw, so a fault
+    /// found before a reset never fails the QP after it.
+    pub(crate) incarnation: u16,
     pub(crate) direct: bool,
 }
 
@@ -73,6 +77,7 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             direct: false,
+            incarnation: 0,
         }
     }
 
@@ -135,6 +140,7 @@ impl Qp {
     /// Back to RESET: queues emptied without completions, transport state
     /// forgotten.
     pub(crate) fn reset(&mut self) {
+        self.incarnation = self.incarnation.wrapping_add(1);
         self.sq.clear();
         self.rq.clear();
         self.req = Requester::default();

@@ -7,6 +7,7 @@
 mod common;
 use common::pair::*;
 use common::*;
+use softverbs_engine::direct::TargetEvent;
 use softverbs_engine::*;
 
 /// What a run leaves behind on both nodes.
@@ -599,6 +600,31 @@ fn a_stale_delivery_from_before_a_reset_completes_nothing() {
     );
     assert!(p.b.poll().is_empty());
     assert_eq!(p.b.e.peek_recv(qpn).map(|w| w.wr_id), Some(1));
+}
+
+#[test]
+fn a_fault_found_before_a_reset_leaves_the_qp_alone_after_it() {
+    let mut p = Pair::same_host();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let qpn = p.b.e.qp_num(qb).unwrap();
+    let found = p.b.e.peer_qp(qb).unwrap().incarnation;
+    // The owner resets its QP and brings it up again before the fault a
+    // peer found in the old incarnation arrives.
+    p.b.e
+        .modify_qp(qb, &attr(QpState::Reset), QpAttrMask::STATE)
+        .unwrap();
+    p.bring_up_b(QpType::Rc, qa, qb, Link::default());
+    assert_ne!(p.b.e.peer_qp(qb).unwrap().incarnation, found);
+    p.b.e.apply_fault(qpn, found, TargetEvent::AccessErr);
+    assert_eq!(p.b.e.peer_qp(qb).unwrap().state, QpState::Rts);
+    assert!(
+        p.b.e.poll_event().is_none(),
+        "no event for the old connection"
+    );
+    // A fault in the current incarnation fails it.
+    let now = p.b.e.peer_qp(qb).unwrap().incarnation;
+    p.b.e.apply_fault(qpn, now, TargetEvent::AccessErr);
+    assert_eq!(p.b.e.peer_qp(qb).unwrap().state, QpState::Err);
 }
 
 /// A UD datagram from a's QP to b's: `len` bytes of `byte` at offset 0,

@@ -37,6 +37,9 @@ pub enum Delivery {
     Fault {
         /// The QP.
         qpn: u32,
+        /// The QP's incarnation the request found (a fault from before a
+        /// reset is dropped).
+        incarnation: u16,
         /// The event it raises.
         event: TargetEvent,
     },
@@ -65,13 +68,17 @@ impl Delivery {
                 seq,
             ],
             Delivery::CommEst { qpn } => [head(COMM_EST, qpn), 0, 0, 0, 0, 0, 0],
-            Delivery::Fault { qpn, event } => {
+            Delivery::Fault {
+                qpn,
+                incarnation,
+                event,
+            } => {
                 let code = match event {
                     TargetEvent::None => 0,
                     TargetEvent::AccessErr => 1,
                     TargetEvent::ReqErr => 2,
                 };
-                [head(FAULT, qpn), code, 0, 0, 0, 0, 0]
+                [head(FAULT, qpn), code, u64::from(incarnation), 0, 0, 0, 0]
             }
         }
     }
@@ -111,7 +118,11 @@ impl Delivery {
                     2 => TargetEvent::ReqErr,
                     _ => return None,
                 };
-                Some(Delivery::Fault { qpn, event })
+                Some(Delivery::Fault {
+                    qpn,
+                    incarnation: r[2] as u16,
+                    event,
+                })
             }
             _ => None,
         }
@@ -166,6 +177,7 @@ mod tests {
             Delivery::CommEst { qpn: 7 },
             Delivery::Fault {
                 qpn: 0xff_ffff,
+                incarnation: 0xfffe,
                 event: TargetEvent::AccessErr,
             },
         ];

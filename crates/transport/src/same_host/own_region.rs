@@ -253,6 +253,7 @@ impl OwnRegion {
         let info = QpInfo {
             qpn,
             state: q.state as u8,
+            incarnation: q.incarnation,
             qp_type: q.qp_type as u8,
             path: self.path_of(qpn),
             min_rnr_timer: q.min_rnr_timer,
@@ -324,7 +325,11 @@ impl OwnRegion {
                     engine.apply_delivery(qpn, seq, wc, solicited);
                 }
                 Some(Delivery::CommEst { qpn }) => engine.apply_comm_est(qpn),
-                Some(Delivery::Fault { qpn, event }) => engine.apply_fault(qpn, event),
+                Some(Delivery::Fault {
+                    qpn,
+                    incarnation,
+                    event,
+                }) => engine.apply_fault(qpn, incarnation, event),
                 None => {}
             }
         }

@@ -132,6 +132,7 @@ impl DirectTarget for PeerTarget<'_> {
             min_rnr_timer: q.min_rnr_timer,
             max_dest_rd_atomic: q.max_dest_rd_atomic,
             qkey: q.qkey,
+            incarnation: q.incarnation,
         })
     }
 
@@ -219,12 +220,19 @@ impl DirectTarget for PeerTarget<'_> {
         }
     }
 
-    fn fail(&mut self, event: TargetEvent) {
+    fn fail(&mut self, incarnation: u16, event: TargetEvent) {
         // Seen at once by every later request; the owner's engine takes
-        // the QP through the error state when it applies the fault.
-        self.region.qps().set_state(self.qpn, QpState::Err as u8);
+        // the QP through the error state when it applies the fault. A QP
+        // reset since keeps its new incarnation's state, and the owner
+        // drops the fault.
+        let qps = self.region.qps();
+        qps.set_state(self.qpn, incarnation, QpState::Err as u8);
         let qpn = self.qpn;
-        self.push(Delivery::Fault { qpn, event });
+        self.push(Delivery::Fault {
+            qpn,
+            incarnation,
+            event,
+        });
     }
 
     fn access_begin(&mut self) {

@@ -4,11 +4,13 @@
 //! Open addressing by QP number (see [`super::probing`]). Each entry has
 //! two parts:
 //!
-//! * the *state word*, `qpn<<32 | tag<<8 | state`, which is both the
-//!   table's key and occupancy tag and the QP's state. Peers change it too:
+//! * the *state word*, `qpn<<32 | incarnation<<16 | tag<<8 | state`,
+//!   which is both the table's key and occupancy tag and the QP's state
+//!   and incarnation (how many times it was reset). Peers change it too:
 //!   a requester that finds a fault on the target moves the target QP to
-//!   the error state, with a compare-and-swap that names the QPN, so it
-//!   can only hit the QP it looked up;
+//!   the error state, with a compare-and-swap that names the QPN and the
+//!   incarnation it found, so it can only hit the QP it looked up, never
+//!   the same QP after a reset;
 //! * the *fields*, under a seqlock (see [`super::seqlock`]) that only the
 //!   owner writes.
 //!
@@ -18,7 +20,9 @@
 //! overwritten: the publish fails with [`QpPublishError::StateChanged`]
 //! instead (and leaves the fields as they were), the owner adopts that
 //! state (takes its error path) and publishes again; a publish whose
-//! state is the one in the word always goes through. The owner changes
+//! state is the one in the word always goes through, and so does one of
+//! a new incarnation (a reset QP starts afresh, whatever a peer found in
+//! the old one). The owner changes
 //! the state word only inside its seqlock windows and a reader reads it
 //! inside its seqlocked read of the fields, so a snapshot's state and
 //! fields are from one publish (a peer's change touches the state only,
@@ -69,6 +73,8 @@ pub struct QpInfo {
     pub qpn: u32,
     /// State, in the engine's encoding.
     pub state: u8,
+    /// How many times the QP was reset (wrapping).
+    pub incarnation: u16,
     /// Transport type, in the engine's encoding.
     pub qp_type: u8,
     /// Which path the QP uses, in the embedder's encoding.
@@ -109,7 +115,7 @@ impl QpInfo {
         ]
     }
 
-    fn decode(qpn: u32, state: u8, fields: &[u64; FIELDS]) -> Self {
+    fn decode(qpn: u32, word: u64, fields: &[u64; FIELDS]) -> Self {
         let [small, pd, dest_qkey, mtu_rq, rq_offset, rq_sizes] = *fields;
         let rq = (mtu_rq >> 32 & 1 == 1).then_some(RingRef {
             offset: rq_offset,
@@ -118,7 +124,8 @@ impl QpInfo {
         });
         QpInfo {
             qpn,
-            state,
+            state: state_of(word),
+            incarnation: incarnation_of(word),
             qp_type: small as u8,
             path: (small >> 8) as u8,
             min_rnr_timer: (small >> 16) as u8,
@@ -165,8 +172,15 @@ impl fmt::Display for QpPublishError {
 
 impl std::error::Error for QpPublishError {}
 
-fn live_word(qpn: u32, state: u8) -> u64 {
-    u64::from(qpn) << 32 | TAG_LIVE << 8 | u64::from(state)
+fn live_word(info: &QpInfo) -> u64 {
+    u64::from(info.qpn) << 32
+        | u64::from(info.incarnation) << 16
+        | TAG_LIVE << 8
+        | u64::from(info.state)
+}
+
+fn incarnation_of(word: u64) -> u16 {
+    (word >> 16) as u16
 }
 
 fn tag(word: u64) -> u64 {
@@ -279,7 +293,7 @@ impl<'a> QpTable<'a> {
             let snapshot = seqlock::read(entry.seq, entry.snapshot)?;
             let [fields @ .., word] = snapshot;
             if holds(word, qpn) {
-                return Some(QpInfo::decode(qpn, state_of(word), &fields));
+                return Some(QpInfo::decode(qpn, word, &fields));
             }
             // Withdrawn, or the slot reused, since the probe: look again.
             seqlock::back_off(attempt);
@@ -287,14 +301,18 @@ impl<'a> QpTable<'a> {
         None
     }
 
-    /// Moves QP `qpn` to `state`, whatever state it is in; for peers (a
-    /// requester that finds a fault moves the target to the error
-    /// state). Returns whether the QP is published and now in `state`.
-    pub fn set_state(&self, qpn: u32, state: u8) -> bool {
+    /// Moves QP `qpn`, in incarnation `incarnation`, to `state`, whatever
+    /// state it is in; for peers (a requester that finds a fault moves the
+    /// target to the error state). Returns whether the QP is published in
+    /// that incarnation and now in `state`.
+    pub fn set_state(&self, qpn: u32, incarnation: u16, state: u8) -> bool {
         for attempt in 0..CAS_ATTEMPTS {
             let Some((slot, word)) = self.find(qpn) else {
                 return false;
             };
+            if incarnation_of(word) != incarnation {
+                return false;
+            }
             if state_of(word) == state {
                 return true;
             }
@@ -328,9 +346,7 @@ impl<'a> QpTable<'a> {
             .store(u64::from(info.state), Ordering::Relaxed);
         // Peers never write an empty or tombstone word, so a store is
         // enough; release publishes the fields with it to the probe.
-        entry
-            .state
-            .store(live_word(info.qpn, info.state), Ordering::Release);
+        entry.state.store(live_word(info), Ordering::Release);
         seqlock::end(entry.seq, even);
         live.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -343,11 +359,12 @@ impl<'a> QpTable<'a> {
         let entry = self.entry(slot).ok_or(QpPublishError::Full)?;
         let old = entry.fields.each_ref().map(|w| w.load(Ordering::Relaxed));
         let last_published = entry.owner_state.load(Ordering::Relaxed) as u8;
-        let new = live_word(info.qpn, info.state);
+        let new = live_word(info);
         let mut current = entry.state.load(Ordering::Acquire);
         for attempt in 0..CAS_ATTEMPTS {
             let seen = state_of(current);
-            if seen != last_published && seen != info.state {
+            let same_incarnation = incarnation_of(current) == info.incarnation;
+            if same_incarnation && seen != last_published && seen != info.state {
                 return Err(QpPublishError::StateChanged { current: seen });
             }
             let even = seqlock::begin(entry.seq);
@@ -452,6 +469,7 @@ mod tests {
         QpInfo {
             qpn,
             state,
+            incarnation: 0,
             qp_type: 2,
             path: 1,
             min_rnr_timer: 12,
@@ -487,9 +505,34 @@ mod tests {
         assert!(table.withdraw(0x1000));
         assert!(!table.withdraw(0x1000));
         assert_eq!(table.lookup(0x1000), None);
-        assert!(!table.set_state(0x1000, ERR));
+        assert!(!table.set_state(0x1000, 0, ERR));
         table.publish(&qp(0x2000, RTS)).unwrap();
         assert_eq!(table.lookup(0x2000), Some(qp(0x2000, RTS)));
+    }
+
+    #[test]
+    fn a_reset_qp_starts_afresh_whatever_a_peer_found_in_the_old_one() {
+        let words = part(2);
+        let table = QpTable::new(&words, 2);
+        table.publish(&qp(7, RTS)).unwrap();
+        // A peer fails the QP, and the owner resets it before it hears:
+        // the reset goes through, a new incarnation.
+        assert!(table.set_state(7, 0, ERR));
+        let reset = QpInfo {
+            incarnation: 1,
+            ..qp(7, RESET)
+        };
+        table.publish(&reset).unwrap();
+        let again = QpInfo {
+            incarnation: 1,
+            ..qp(7, RTS)
+        };
+        table.publish(&again).unwrap();
+        assert_eq!(table.lookup(7), Some(again));
+        // A peer that found the old incarnation cannot touch the new one.
+        assert!(!table.set_state(7, 0, ERR));
+        assert_eq!(table.lookup(7).map(|q| q.state), Some(RTS));
+        assert!(table.set_state(7, 1, ERR));
     }
 
     #[test]
@@ -497,7 +540,7 @@ mod tests {
         let words = part(2);
         let table = QpTable::new(&words, 2);
         table.publish(&qp(7, RTS)).unwrap();
-        assert!(table.set_state(7, ERR));
+        assert!(table.set_state(7, 0, ERR));
         assert_eq!(table.lookup(7).map(|q| q.state), Some(ERR));
         // The owner, unaware, publishes a change: refused, nothing written.
         let changed = QpInfo {
@@ -521,14 +564,14 @@ mod tests {
         let short = QpTable::new(&words[..20], 4);
         assert_eq!(short.publish(&qp(1, RTS)), Err(QpPublishError::Full));
         assert_eq!(short.lookup(1), None);
-        assert!(!short.set_state(1, ERR));
+        assert!(!short.set_state(1, 0, ERR));
         for (i, w) in words.iter().enumerate() {
             w.store(0x5555_5555_5555_5555 ^ (i as u64) << 1, Ordering::Relaxed);
         }
         let table = QpTable::new(&words, 4);
         for qpn in 0..32 {
             let _ = table.lookup(qpn);
-            let _ = table.set_state(qpn, ERR);
+            let _ = table.set_state(qpn, 0, ERR);
         }
     }
 
@@ -590,7 +633,7 @@ mod tests {
                 while table.lookup(42).is_none_or(|info| info.pd < 1_000) {
                     std::thread::yield_now();
                 }
-                assert!(table.set_state(42, ERR));
+                assert!(table.set_state(42, 0, ERR));
                 errored.store(true, Ordering::SeqCst);
             });
             let mut n = 0u64;

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Rust bindings over softverbs, unchanged, at pinned versions from
+# crates.io: sideway 0.4.3 (rdma-mummy-sys loads libibverbs with dlopen)
+# runs its whole test suite and its ibv_devinfo, show_gids and rc_pingpong
+# examples; the ibverbs crate 0.9.2 (jonhoo) runs its loopback example,
+# which uses GID index 1. Everything runs under `softverbs run`. The
+# crates build into target/ecosystem-crates (kept between runs).
+# Prints "N passed, M failed" last. Usage: rust.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+CLI=$(dirname "$SO")/softverbs
+here=$(dirname "$(readlink -f "$0")")
+. "$here/../programs/lib.sh"
+SIDEWAY=0.4.3
+IBVERBS=0.9.2
+log=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
+export CARGO_TARGET_DIR=$(dirname "$SO")/../ecosystem-crates
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 25; }
+one() {
+  local name=$1 expect=$2; shift 2
+  timeout 300 "$@" > "$log/out" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
+}
+sv=(env -u LD_PRELOAD "$CLI" run --)
+
+# The crates' sources, as a downstream user gets them: fetched by cargo
+# for a scratch package that depends on the pinned versions.
+mkdir -p "$log/fetch/src"
+cat > "$log/fetch/Cargo.toml" <<TOML
+[package]
+name = "fetch"
+version = "0.0.0"
+edition = "2021"
+[dependencies]
+sideway = "=$SIDEWAY"
+ibverbs = "=$IBVERBS"
+TOML
+echo 'fn main() {}' > "$log/fetch/src/main.rs"
+if ! cargo fetch --manifest-path "$log/fetch/Cargo.toml" > "$log/fetch.out" 2>&1; then
+  cannot_run "Rust bindings (tests/ecosystem/rust.sh)" "cargo cannot fetch sideway $SIDEWAY and ibverbs $IBVERBS from crates.io: $(tail -n 3 "$log/fetch.out")"
+fi
+registry=${CARGO_HOME:-$HOME/.cargo}/registry/src
+source_of() { find "$registry" -mindepth 2 -maxdepth 2 -name "$1" -type d | head -n 1; }
+for crate in sideway-$SIDEWAY ibverbs-$IBVERBS; do
+  cp -r "$(source_of "$crate")" "$log/$crate"
+done
+
+# sideway: its own lock file; tests build once, then run under softverbs.
+cd "$log/sideway-$SIDEWAY"
+if cargo test --locked --no-run > "$log/build" 2>&1 && cargo build --locked --examples >> "$log/build" 2>&1; then
+  one "sideway $SIDEWAY: cargo test (unit, integration, doc tests)" "^test result: ok" \
+    "${sv[@]}" cargo test --locked
+  grep -q "test result: FAILED" "$log/out" && bad "sideway: a test binary failed" "$log/out"
+  ex=$CARGO_TARGET_DIR/debug/examples
+  one "sideway ibv_devinfo example" "softverbs0" "${sv[@]}" "$ex/ibv_devinfo"
+  one "sideway show_gids example" "softverbs0 .*127\.0\.0\.1 .*RoCEv2" "${sv[@]}" "$ex/show_gids"
+  port=$((20000 + RANDOM % 20000))
+  "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port > "$log/srv" 2>&1 &
+  srv=$!
+  if wait_listen $port "" $srv 2> "$log/cli"; then
+    "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port 127.0.0.1 > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $srv 2>/dev/null
+  fi
+  wait $srv; src=$?
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "iters in" "$log/cli"; then
+    ok "sideway rc_pingpong example, server and client"
+  else
+    cat "$log/srv" >> "$log/cli"; echo "client $crc, server $src" >> "$log/cli"
+    bad "sideway rc_pingpong example, server and client" "$log/cli"
+  fi
+else
+  bad "sideway $SIDEWAY builds" "$log/build"
+fi
+
+cd "$log/ibverbs-$IBVERBS"
+if cargo build --locked --examples > "$log/build" 2>&1; then
+  one "ibverbs $IBVERBS loopback example (GID index 1), unchanged" "^received$" \
+    "${sv[@]}" "$CARGO_TARGET_DIR/debug/examples/loopback"
+else
+  bad "ibverbs $IBVERBS builds" "$log/build"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
