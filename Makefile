@@ -109,7 +109,7 @@ programs: shim
 # Verbs stacks that inspect the system, under `softverbs run` (no root):
 # the device view (sysfs, /dev/infiniband, dlopen users), UCX, libfabric,
 # Open MPI over UCX across two network namespaces, and Rust bindings.
-# Installs what it needs (tests/ecosystem/deps.sh).
+# Installs what it needs (scripts/setup-deps.sh).
 .PHONY: ecosystem
 ecosystem: shim
 	tests/ecosystem/run.sh $(SHIM_SO)

@@ -4,14 +4,17 @@
 # tests run ibverbs-utils, perftest, and rdmacm-utils and qperf over
 # rdma_cm; iproute2 and ethtool set up the
 # network namespaces of root tests; tshark decodes the capture test's
-# pcap files), the Rust toolchain components and
+# pcap files; UCX, libfabric and Open MPI, and cmake and libclang for the
+# Rust bindings' build scripts, for `make ecosystem`), the Rust toolchain
+# components and
 # a Python venv with scapy (the independent RoCE implementation the wire
 # crate is checked against). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark
-  rdmacm-utils librdmacm-dev qperf"
+  rdmacm-utils librdmacm-dev qperf ucx-utils libfabric-bin openmpi-bin libopenmpi-dev
+  util-linux cmake libclang-dev"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `make ecosystem`: installs what the stacks need, then runs each script
+# `make ecosystem`: installs what the stacks need (scripts/setup-deps.sh),
+# then runs each script
 # of this directory and sums their "N passed, M failed" lines. Exits
 # non-zero if any failed. Usage: run.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
 here=$(dirname "$(readlink -f "$0")")
-"$here/deps.sh" || exit 1
+"$here/../../scripts/setup-deps.sh" || exit 1
 pass=0; fail=0
 for script in device_view ucx libfabric mpi rust; do
   echo "== $script"

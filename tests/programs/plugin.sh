@@ -2,8 +2,8 @@
 # Plugin mode: softverbs as a genuine rdma-core provider, no LD_PRELOAD.
 # Installs it (`make install`), creates the device entries (`softverbs
 # setup`), runs ibv_devices, ibv_rc_pingpong (also -e: completion
-# channels), ib_write_bw, rping over rdma_cm and an async event check on
-# loopback, then tears
+# channels), ib_write_bw, rping over rdma_cm, an async event check, a
+# program that dlopens libibverbs and UCX on loopback, then tears
 # down and uninstalls, putting back whatever softverbs installation or
 # setup was there before.
 # Needs root; without it the script fails under CI=true and otherwise
@@ -155,6 +155,22 @@ if cc -O1 -o "$log/app_mistakes" "$root/tests/programs/app_mistakes.c" -libverbs
   one "application mistakes are errors, not crashes" "app mistakes ok" "$log/app_mistakes"
 else
   bad "application mistakes (compile)" "$log/cc"
+fi
+# Programs that dlopen libibverbs, and UCX, find the device here too.
+if cc -O1 -o "$log/dlopen_verbs" "$root/tests/ecosystem/dlopen_verbs.c" -ldl 2> "$log/cc"; then
+  one "dlopen(libibverbs) users find, open and use softverbs0" "dlopen verbs ok" "$log/dlopen_verbs" softverbs0
+else
+  bad "dlopen users (compile)" "$log/cc"
+fi
+if command -v ucx_perftest > /dev/null; then
+  export UCX_NET_DEVICES=softverbs0:1
+  one "ucx_info -d lists rc_verbs on softverbs0:1" "Transport: rc_verbs" ucx_info -d
+  UCX_TLS=rc_verbs,ud_verbs pair "ucx_perftest tag_lat (rc_verbs, ud_verbs)" "^Final:" \
+    ucx_perftest -t tag_lat -n 1000
+  UCX_TLS=ud_verbs pair "ucx_perftest tag_bw (ud_verbs)" "^Final:" ucx_perftest -t tag_bw -n 1000
+  unset UCX_NET_DEVICES
+else
+  bad "UCX in plugin mode" <(echo "ucx_perftest is not installed (make ecosystem installs ucx-utils)")
 fi
 unset SYSFS_PATH
 
