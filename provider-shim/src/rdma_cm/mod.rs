@@ -4,9 +4,11 @@
 //!
 //! librdmacm opens `/dev/infiniband/rdma_cm`, checks with `fstat` that it
 //! is a character device, `write`s commands to it and `close`s it. These
-//! four libc functions are exported with glibc's symbol versions, so in
-//! preload mode they come first for every library of the process, as
-//! libibverbs' functions do (`preload.rs`). Each is one atomic load and
+//! four libc functions are exported with glibc's symbol versions (`open`
+//! by `crate::device_view::interpose`, which asks [`open_if_channel`]
+//! first), so in preload mode they come first for every library of the
+//! process, as libibverbs' functions do (`preload.rs`). Each is one
+//! atomic load and
 //! the real function for anything but a channel: an `open` of that path
 //! in a process with softverbs devices, and the descriptors it gave.
 //! Where the kernel has an rdma_cm too, the process uses softverbs'
