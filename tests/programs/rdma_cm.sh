@@ -8,14 +8,16 @@
 # qperf -cm1. Each is checked on its exit status and on what it prints
 # (rping's data lines against the pattern rping writes, verified
 # transfers, result rows); a client of a port nobody listens on must fail
-# at once with the REJ the kernel's CM sends (reason 8), and the client of
-# a server killed mid-connection must be disconnected at once. Prints
+# at once with the REJ the kernel's CM sends (reason 8), the client of
+# a server killed mid-connection must be disconnected at once, and a
+# forked child uses rdma_cm of its own. Prints
 # "N passed, M failed" last and exits
 # non-zero on any failure.
 # Usage: rdma_cm.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
-. "$(dirname "$(readlink -f "$0")")/lib.sh"
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
 ip=127.79.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
 export LD_PRELOAD=$SO
 export SOFTVERBS_DEVICES="softverbs0=$ip"
@@ -435,6 +437,26 @@ no_listener() {
   fi
 }
 no_listener
+
+# rdma_cm in a forked child (tests/programs/cm_fork.c): a parent that has
+# used rdma_cm forks; the child's own ids connect (to a port nobody
+# listens on: REJECTED) with the CM answering in the child, then the
+# parent's do.
+fork_child() {
+  local name="rdma_cm in a forked child and its parent"
+  local port; next_port port
+  if ! cc -O1 -o "$log/cm_fork" "$here/cm_fork.c" -lrdmacm -libverbs 2> "$log/fork.out"; then
+    bad "$name (compile)" "$log/fork.out"; return
+  fi
+  timeout 30 "$log/cm_fork" "$ip" $port > "$log/fork.out" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -q "cm fork ok" "$log/fork.out"; then
+    ok "$name"
+  else
+    echo "exit $rc" >> "$log/fork.out"; bad "$name" "$log/fork.out"
+  fi
+}
+fork_child
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

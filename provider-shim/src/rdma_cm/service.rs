@@ -51,13 +51,29 @@ pub struct Service {
     pid: u32,
 }
 
-static SERVICE: OnceLock<Result<Arc<Service>, String>> = OnceLock::new();
+/// The process's service, with the process id it was started in.
+static SERVICE: Mutex<Option<(u32, Result<Arc<Service>, String>)>> = Mutex::new(None);
 
-/// The service, started at the first use; why not, if it cannot be.
+/// The service, started at the first use in this process; why not, if it
+/// cannot be. A forked child starts its own: it has no copy of its
+/// parent's thread, and its parent's daemon sessions and state are the
+/// parent's (the kernel gives a child that opens the device a file of its
+/// own too). The parent's service is left as it is, never dropped: a
+/// thread of the parent may have held its lock at the fork.
 pub fn get() -> Result<Arc<Service>, String> {
-    SERVICE
-        .get_or_init(|| Service::start().map(Arc::new))
-        .clone()
+    let pid = std::process::id();
+    let mut current = SERVICE.lock();
+    if let Some((owner, service)) = &*current {
+        if *owner == pid {
+            return service.clone();
+        }
+    }
+    if let Some((_, Ok(parents))) = current.take() {
+        std::mem::forget(parents);
+    }
+    let service = Service::start().map(Arc::new);
+    *current = Some((pid, service.clone()));
+    service
 }
 
 /// The port space, through the daemon sessions.
