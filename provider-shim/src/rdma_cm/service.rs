@@ -51,8 +51,11 @@ pub struct Service {
     pid: u32,
 }
 
+/// A started service, or why it could not start.
+type Started = Result<Arc<Service>, String>;
+
 /// The process's service, with the process id it was started in.
-static SERVICE: Mutex<Option<(u32, Result<Arc<Service>, String>)>> = Mutex::new(None);
+static SERVICE: Mutex<Option<(u32, Started)>> = Mutex::new(None);
 
 /// The service, started at the first use in this process; why not, if it
 /// cannot be. A forked child starts its own: it has no copy of its
@@ -60,7 +63,7 @@ static SERVICE: Mutex<Option<(u32, Result<Arc<Service>, String>)>> = Mutex::new(
 /// parent's (the kernel gives a child that opens the device a file of its
 /// own too). The parent's service is left as it is, never dropped: a
 /// thread of the parent may have held its lock at the fork.
-pub fn get() -> Result<Arc<Service>, String> {
+pub fn get() -> Started {
     let pid = std::process::id();
     let mut current = SERVICE.lock();
     if let Some((owner, service)) = &*current {
