@@ -228,7 +228,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 unsafe extern "C" fn cm_close(fd: c_int) -> c_int {
     if fds::is_channel(fd) {
         guard((), || {
-            if let Ok(s) = service::get() {
+            if let Some(s) = service::existing() {
                 s.close_channel(fd);
             }
         });

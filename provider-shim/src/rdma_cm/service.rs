@@ -79,6 +79,14 @@ pub fn get() -> Started {
     service
 }
 
+/// The service there is, this process's or the parent's it was forked
+/// from, without starting one: closing a descriptor must not start a
+/// service, least of all in a vfork child, which shares its parent's
+/// memory and may not start threads.
+pub fn existing() -> Option<Arc<Service>> {
+    SERVICE.lock().as_ref().and_then(|(_, s)| s.as_ref().ok().cloned())
+}
+
 /// The port space, through the daemon sessions.
 struct Ports<'a>(&'a mut [(IpAddr, Endpoint)]);
 
