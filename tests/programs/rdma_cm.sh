@@ -9,8 +9,8 @@
 # (rping's data lines against the pattern rping writes, verified
 # transfers, result rows); a client of a port nobody listens on must fail
 # at once with the REJ the kernel's CM sends (reason 8), the client of
-# a server killed mid-connection must be disconnected at once, and a
-# forked child uses rdma_cm of its own. Prints
+# a server killed mid-connection must be disconnected at once, a forked
+# child uses rdma_cm of its own, and a channel closed by dup2 is gone. Prints
 # "N passed, M failed" last and exits
 # non-zero on any failure.
 # Usage: rdma_cm.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -438,25 +438,28 @@ no_listener() {
 }
 no_listener
 
-# rdma_cm in a forked child (tests/programs/cm_fork.c): a parent that has
-# used rdma_cm forks; the child's own ids connect (to a port nobody
-# listens on: REJECTED) with the CM answering in the child, then the
-# parent's do.
-fork_child() {
-  local name="rdma_cm in a forked child and its parent"
-  local port; next_port port
-  if ! cc -O1 -o "$log/cm_fork" "$here/cm_fork.c" -lrdmacm -libverbs 2> "$log/fork.out"; then
-    bad "$name (compile)" "$log/fork.out"; return
+# c_case NAME PROGRAM EXPECT ARGS...: builds tests/programs/PROGRAM.c and
+# runs it with ARGS; it must exit 0 and print EXPECT.
+c_case() {
+  local name=$1 prog=$2 expect=$3; shift 3
+  if ! cc -O1 -o "$log/$prog" "$here/$prog.c" -lrdmacm -libverbs 2> "$log/$prog.out"; then
+    bad "$name (compile)" "$log/$prog.out"; return
   fi
-  timeout 30 "$log/cm_fork" "$ip" $port > "$log/fork.out" 2>&1
+  timeout 30 "$log/$prog" "$@" > "$log/$prog.out" 2>&1
   local rc=$?
-  if [ $rc -eq 0 ] && grep -q "cm fork ok" "$log/fork.out"; then
+  if [ $rc -eq 0 ] && grep -q "$expect" "$log/$prog.out"; then
     ok "$name"
   else
-    echo "exit $rc" >> "$log/fork.out"; bad "$name" "$log/fork.out"
+    echo "exit $rc" >> "$log/$prog.out"; bad "$name" "$log/$prog.out"
   fi
 }
-fork_child
+# A parent that has used rdma_cm forks; the child's own ids connect (to a
+# port nobody listens on: REJECTED) with the CM answering in the child,
+# then the parent's do.
+next_port fork_port
+c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
+# A channel closed by dup2 over it is no channel any more.
+c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

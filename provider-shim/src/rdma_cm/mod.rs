@@ -55,6 +55,21 @@ fn real_fstat() -> Option<FstatFn> {
     crate::next_fn!(c"fstat", FstatFn)
 }
 
+/// Whether `fd` is a channel: marked as one (one atomic load for any
+/// other descriptor), and still that channel's file.
+fn is_channel_now(fd: c_int) -> bool {
+    fds::is_channel(fd) && service::existing().is_some_and(|s| s.still_channel(fd))
+}
+
+/// `fstat` of the file itself, past this library's stand-in.
+fn real_file_stat(fd: c_int) -> Option<libc::stat> {
+    let real = real_fstat()?;
+    // SAFETY: a zeroed `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: glibc's fstat writes one `stat` we own.
+    (unsafe { real(fd, &mut st) } == 0).then_some(st)
+}
+
 /// Looks the real functions up now, at load time, so a `write` from a
 /// signal handler never runs the dynamic linker.
 pub fn resolve() {
@@ -187,7 +202,7 @@ pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
 /// # Safety
 /// As [`fstat`].
 unsafe extern "C" fn cm_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
-    if !fds::is_channel(fd) {
+    if !is_channel_now(fd) {
         let Some(real) = real_fstat() else {
             return enosys(-1);
         };
@@ -255,7 +270,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> i
 /// # Safety
 /// As [`write`].
 unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
-    if !fds::is_channel(fd) {
+    if !is_channel_now(fd) {
         let Some(real) = real_write() else {
             return enosys(-1);
         };

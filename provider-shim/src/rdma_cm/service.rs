@@ -27,6 +27,9 @@ struct ChannelIo {
     ours: OwnedFd,
     /// A byte is waiting in the application's end.
     signalled: bool,
+    /// The application's end as a file (device, inode): the descriptor
+    /// number may come to name another file without close(2).
+    file: (u64, u64),
 }
 
 /// What the lock guards.
@@ -84,7 +87,17 @@ pub fn get() -> Started {
 /// service, least of all in a vfork child, which shares its parent's
 /// memory and may not start threads.
 pub fn existing() -> Option<Arc<Service>> {
-    SERVICE.lock().as_ref().and_then(|(_, s)| s.as_ref().ok().cloned())
+    SERVICE
+        .lock()
+        .as_ref()
+        .and_then(|(_, s)| s.as_ref().ok().cloned())
+}
+
+/// The device and inode of the file `fd` names (glibc's own `fstat`:
+/// this library's is the channels' stand-in).
+fn file_of(fd: RawFd) -> Option<(u64, u64)> {
+    let st = super::real_file_stat(fd)?;
+    Some((st.st_dev, st.st_ino))
 }
 
 /// The port space, through the daemon sessions.
@@ -193,17 +206,35 @@ impl Service {
         } = &mut *inner;
         agent.close_channel(fd, &mut Ports(endpoints));
         inner.agent.open_channel(fd);
+        let file = file_of(app.as_raw_fd()).unwrap_or_default();
         inner.channels.insert(
             fd,
             ChannelIo {
                 ours,
                 signalled: false,
+                file,
             },
         );
         fds::set_channel(fd, true);
         // The application owns this end from now on (it closes it).
         let _ = std::os::fd::IntoRawFd::into_raw_fd(app);
         Ok(fd)
+    }
+
+    /// Whether `fd`, marked as a channel, still names that channel's file.
+    /// A channel closed without close(2) (`dup2` over it, `close_range`)
+    /// keeps its mark until then; it is closed now, and the number is the
+    /// other file's again. (A channel this service does not know, one a
+    /// forked child inherited, stays a channel: its commands are EBADF.)
+    pub fn still_channel(&self, fd: RawFd) -> bool {
+        let known = self.inner.lock().channels.get(&fd).map(|c| c.file);
+        match known {
+            Some(file) if Some(file) != file_of(fd) => {
+                self.close_channel(fd);
+                false
+            }
+            _ => true,
+        }
     }
 
     /// The application closes channel `fd`: its ids go, as when the kernel
