@@ -14,7 +14,7 @@ log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 20; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v fi_pingpong >/dev/null || cannot_run "libfabric (tests/ecosystem/libfabric.sh)" "fi_pingpong is not installed (Debian package libfabric-bin)"
 sv() { env -u LD_PRELOAD "$CLI" run -- "$@"; }
@@ -47,7 +47,7 @@ pingpong() {
   if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "^1m +200 +=200 " "$log/cli"; then
     ok "$name"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
     bad "$name" "$log/both"
   fi
 }

@@ -16,7 +16,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 PORT_BASE=$((20000 + RANDOM % 20000))
 pass=0; fail=0; n=0
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 20; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v ucx_perftest >/dev/null || cannot_run "UCX (tests/ecosystem/ucx.sh)" "ucx_perftest is not installed (Debian package ucx-utils)"
 
@@ -49,7 +49,7 @@ perf() {
   if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "^Final:" "$log/cli"; then
     ok "$name"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
     bad "$name" "$log/both"
   fi
 }

@@ -58,6 +58,14 @@ wait_output() {
   done
 }
 
+# both_logs CLIENT_EXIT SERVER_EXIT CLIENT_LOG SERVER_LOG: a failed
+# client/server pair's report, short enough for a failure listing: each
+# side's exit status and the end of its output.
+both_logs() {
+  echo "--- client, exit $1"; tail -n 12 "$3"
+  echo "--- server, exit $2"; tail -n 12 "$4"
+}
+
 # cannot_run NAME REASON: for a test script that cannot run here (no root,
 # a missing tool). Under CI=true that is a failure with its reason, so
 # a CI run never passes on tests it did not run; elsewhere the script is

@@ -51,7 +51,7 @@ trap cleanup EXIT
 pass=0; fail=0; n=0
 PORT_BASE=$((20000 + RANDOM % 20000))
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 15; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 # one NAME EXPECT CMD...: passes if CMD exits 0 and its output matches EXPECT.
 one() {
@@ -79,7 +79,7 @@ pair() {
   if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
     ok "$name"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
     bad "$name" "$log/both"
   fi
 }
@@ -133,7 +133,7 @@ cm_pair() {
   if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
     ok "$name"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
     bad "$name" "$log/both"
   fi
 }

@@ -14,7 +14,7 @@ here=$(dirname "$(readlink -f "$0")")
 . "$here/lib.sh"
 
 ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 15; }
+bad()  { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 # one NAME EXPECT CMD...: runs CMD alone; passes if it exits 0 and its
 # output matches the extended regex EXPECT.
@@ -46,7 +46,7 @@ pair() {
   if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
     ok "$name"
   else
-    { echo "client exit $crc, server exit $src"; echo "--- client"; cat "$log/cli"; echo "--- server"; cat "$log/srv"; } > "$log/both"
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
     bad "$name" "$log/both"
   fi
 }
