@@ -96,7 +96,8 @@ pub fn install() -> Result<(), String> {
 /// The path libibverbs was loaded from and its `execute_ioctl`.
 fn libibverbs_execute_ioctl() -> Result<(std::ffi::CString, usize), String> {
     let anchor = crate::libibverbs::verbs_register_driver_34 as *const std::ffi::c_void;
-    let path = crate::plugin::object_of(anchor).ok_or("libibverbs is not loaded")?;
+    let object = crate::plugin::object_of(anchor).ok_or("libibverbs is not loaded")?;
+    let path = object.file.to_owned();
     // SAFETY: RTLD_NOLOAD only returns a handle to the loaded library
     // (taking a reference, dropped below); dlvsym reads two C strings.
     let original = unsafe {

@@ -58,11 +58,9 @@ extern "C" fn constructor() {
                     softverbs_transport::say!("softverbs: rdma_cm unavailable in plugin mode: {e}");
                 }
             }
-            Mode::Preload => {
-                if crate::device_view::establish() {
-                    register("no device view");
-                }
-            }
+            // The view, and with it the registration, comes at the first
+            // need of it (device_view).
+            Mode::Preload => crate::device_view::enable(),
             Mode::Neither => {}
         }
     })
@@ -70,7 +68,7 @@ extern "C" fn constructor() {
 
 /// Registers the provider with libibverbs, once its kernel commands are
 /// served (`ioctl.rs`).
-fn register(otherwise: &str) {
+pub(crate) fn register(otherwise: &str) {
     match crate::ioctl::install() {
         // SAFETY: DEVICE_OPS is a static table that outlives libibverbs'
         // use of it.
@@ -100,10 +98,10 @@ enum Mode {
 /// provider dlopened with RTLD_LOCAL is not in the global scope; a program
 /// that links the Rust crate statically is not a `-rdmav34.so` at all.
 fn mode() -> Mode {
+    // Objects are told apart by their load address; nothing here
+    // allocates (the constructor runs before the program's main).
     let ours = object_of(constructor as *const c_void);
-    let is_provider = ours
-        .as_deref()
-        .is_some_and(|p| p.to_bytes().ends_with(b"-rdmav34.so"));
+    let is_provider = ours.is_some_and(|o| o.file.to_bytes().ends_with(b"-rdmav34.so"));
     // The handle of the main program searches the global scope only (not
     // this library's own, which RTLD_DEFAULT would include).
     // SAFETY: dlopen(NULL) returns the (never unloaded) main program;
@@ -117,19 +115,31 @@ fn mode() -> Mode {
         )
     };
     let libibverbs = object_of(crate::libibverbs::verbs_register_driver_34 as *const c_void);
-    if !is_provider || libibverbs.is_none() {
+    let (Some(ours), Some(libibverbs)) = (ours, libibverbs) else {
+        return Mode::Neither;
+    };
+    if !is_provider {
         return Mode::Neither;
     }
     match object_of(listing) {
         None => Mode::Plugin,
-        found if found == libibverbs => Mode::Plugin,
-        found if found == ours => Mode::Preload,
+        Some(found) if found.base == libibverbs.base => Mode::Plugin,
+        Some(found) if found.base == ours.base => Mode::Preload,
         _ => Mode::Neither,
     }
 }
 
-/// The file of the loaded object that contains `addr`.
-pub(crate) fn object_of(addr: *const c_void) -> Option<std::ffi::CString> {
+/// A loaded object: where it is loaded, and its file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Object {
+    /// Its load address, which tells it from every other loaded object.
+    pub base: usize,
+    /// Its file name, as the dynamic linker holds it.
+    pub file: &'static CStr,
+}
+
+/// The loaded object that contains `addr`.
+pub(crate) fn object_of(addr: *const c_void) -> Option<Object> {
     if addr.is_null() {
         return None;
     }
@@ -140,12 +150,17 @@ pub(crate) fn object_of(addr: *const c_void) -> Option<std::ffi::CString> {
         dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: dladdr only writes `info`; dli_fname, when set, is a
-    // NUL-terminated string owned by the dynamic linker.
+    // NUL-terminated string the dynamic linker keeps while the object is
+    // loaded, and the objects asked about here (this library, libibverbs,
+    // which it links) stay loaded as long as this library's code runs.
     unsafe {
         if libc::dladdr(addr, &mut info) == 0 || info.dli_fname.is_null() {
             return None;
         }
-        Some(CStr::from_ptr(info.dli_fname).to_owned())
+        Some(Object {
+            base: info.dli_fbase as usize,
+            file: CStr::from_ptr(info.dli_fname),
+        })
     }
 }
 

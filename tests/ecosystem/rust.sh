@@ -3,7 +3,9 @@
 # crates.io: sideway 0.4.3 (rdma-mummy-sys loads libibverbs with dlopen)
 # runs its whole test suite and its ibv_devinfo, show_gids and rc_pingpong
 # examples; the ibverbs crate 0.9.2 (jonhoo) runs its loopback example,
-# which uses GID index 1. Everything runs under `softverbs run`. The
+# which uses GID index 1; rdma-sys 0.3.0's server and client examples
+# connect through librdmacm and exchange a message. Everything runs under
+# `softverbs run`. The
 # crates build into target/ecosystem-crates (kept between runs).
 # Prints "N passed, M failed" last. Usage: rust.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -13,6 +15,7 @@ here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
 SIDEWAY=0.4.3
 IBVERBS=0.9.2
+RDMA_SYS=0.3.0
 log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 export CARGO_TARGET_DIR=$(dirname "$SO")/../ecosystem-crates
@@ -38,14 +41,15 @@ edition = "2021"
 [dependencies]
 sideway = "=$SIDEWAY"
 ibverbs = "=$IBVERBS"
+rdma-sys = "=$RDMA_SYS"
 TOML
 echo 'fn main() {}' > "$log/fetch/src/main.rs"
 if ! cargo fetch --manifest-path "$log/fetch/Cargo.toml" > "$log/fetch.out" 2>&1; then
-  cannot_run "Rust bindings (tests/ecosystem/rust.sh)" "cargo cannot fetch sideway $SIDEWAY and ibverbs $IBVERBS from crates.io: $(tail -n 3 "$log/fetch.out")"
+  cannot_run "Rust bindings (tests/ecosystem/rust.sh)" "cargo cannot fetch sideway $SIDEWAY, ibverbs $IBVERBS and rdma-sys $RDMA_SYS from crates.io: $(tail -n 3 "$log/fetch.out")"
 fi
 registry=${CARGO_HOME:-$HOME/.cargo}/registry/src
 source_of() { find "$registry" -mindepth 2 -maxdepth 2 -name "$1" -type d | head -n 1; }
-for crate in sideway-$SIDEWAY ibverbs-$IBVERBS; do
+for crate in sideway-$SIDEWAY ibverbs-$IBVERBS rdma-sys-$RDMA_SYS; do
   cp -r "$(source_of "$crate")" "$log/$crate"
 done
 
@@ -84,6 +88,31 @@ if cargo build --locked --examples > "$log/build" 2>&1; then
     "${sv[@]}" "$CARGO_TARGET_DIR/debug/examples/loopback"
 else
   bad "ibverbs $IBVERBS builds" "$log/build"
+fi
+
+# rdma-sys: the server listens on 0.0.0.0:7471 (rdma_cm's port space)
+# and says nothing; it is ready once its LISTEN was answered
+# (SOFTVERBS_CM_TRACE). Both exit 0 whatever
+# happens, so each must print the message it received.
+cd "$log/rdma-sys-$RDMA_SYS"
+if cargo build --locked --release --examples > "$log/build" 2>&1; then
+  ex=$CARGO_TARGET_DIR/release/examples
+  SOFTVERBS_CM_TRACE=1 "${sv[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
+  srv=$!
+  if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then
+    "${sv[@]}" timeout 60 "$ex/client" 127.0.0.1 7471 > "$log/cli" 2>&1
+  else
+    kill $srv 2>/dev/null
+  fi
+  wait $srv
+  if grep -q "recv msg : \[1, 1," "$log/srv" && grep -q "recv msg : \[1, 1," "$log/cli"; then
+    ok "rdma-sys $RDMA_SYS server and client examples, unchanged"
+  else
+    cat "$log/srv" >> "$log/cli"
+    bad "rdma-sys $RDMA_SYS server and client examples, unchanged" "$log/cli"
+  fi
+else
+  bad "rdma-sys $RDMA_SYS builds" "$log/build"
 fi
 
 echo "$pass passed, $fail failed"

@@ -18,13 +18,16 @@ use std::os::raw::{c_char, c_int, c_uint, c_void};
 
 /// Calls `f` with the view's name for `path` if it has one, else `path`.
 fn with_path<T>(path: *const c_char, f: impl FnOnce(*const c_char) -> T) -> T {
-    if path.is_null() || super::get().is_none() {
+    if path.is_null() {
         return f(path);
     }
-    let mut buf = [0u8; libc::PATH_MAX as usize];
     // SAFETY: libc's contract for every function here: a non-NULL path is
     // a NUL-terminated string, unchanged during the call.
     let given = unsafe { CStr::from_ptr(path) };
+    if !super::in_view(given.to_bytes()) {
+        return f(path);
+    }
+    let mut buf = [0u8; libc::PATH_MAX as usize];
     match super::redirect(given, &mut buf) {
         Some(view) => f(view.as_ptr()),
         None => f(path),

@@ -4,68 +4,96 @@
 //! UCX, Open MPI and libfabric read `/sys/class/infiniband*` and
 //! `/dev/infiniband` themselves, and programs that `dlopen` libibverbs
 //! call its own `ibv_get_device_list`, past the preloaded one. So when
-//! this library is preloaded it writes a per-user sysfs look-alike holding
-//! the soft devices beside the real ones (`softverbs_config::sysfs_tree`),
-//! points `SYSFS_PATH` at it (libibverbs' own discovery, and every child
-//! process, then finds the soft devices), registers the provider with
-//! libibverbs as plugin mode does, and redirects the path lookups of the
-//! process's libc calls under `/sys/class/infiniband*` and
-//! `/dev/infiniband` into the view ([`interpose`]). Why interposition and
-//! not a user and mount namespace: docs/architecture.md, "The device view".
+//! this library is preloaded, the process's libc calls that look up a
+//! path under those directories are redirected ([`interpose`]) into a
+//! per-user sysfs look-alike that holds the soft devices beside the real
+//! ones (`softverbs_config::sysfs_tree`), and the provider is registered
+//! with libibverbs as plugin mode registers it: libibverbs' own discovery,
+//! which reads the same paths, then finds the soft devices too. Why
+//! interposition and not a user and mount namespace: docs/architecture.md,
+//! "The device view".
 //!
-//! The view's directory is named by a hash of everything it holds, so it
-//! is written once, atomically (a rename), and shared by every process of
-//! the user with the same devices; it is never changed after, so a child
-//! that outlives its parent still finds it.
+//! The view is made at the first look at one of those paths (or the
+//! first device list), not when the library loads: a process that never
+//! looks pays nothing, and nothing of ours touches the program's heap
+//! before its `main` (a program that reads past the end of a string it
+//! allocated, as rdma-sys' example client does, finds what it would find
+//! without softverbs). Its directory is named by a hash of everything it
+//! holds, so it is written once, atomically (a rename), and shared by
+//! every process of the user with the same devices; it is never changed
+//! after, so a child that outlives its parent still finds it.
 
 pub mod interpose;
 mod location;
 
 use softverbs_config::sysfs_tree;
 use softverbs_config::{Config, SoftDevice};
-use std::ffi::OsStr;
-use std::ffi::{CStr, CString};
+use std::cell::Cell;
+use std::ffi::{CStr, OsStr};
 use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-/// The view this process redirects to: set once, by the constructor.
-static VIEW: OnceLock<View> = OnceLock::new();
+/// This library serves the process in preload mode (set by its
+/// constructor): only then are paths redirected.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The view, once made (`None`: it could not be; said once).
+static VIEW: OnceLock<Option<View>> = OnceLock::new();
+
+thread_local! {
+    /// This thread is making the view: its own file calls (which reach
+    /// the interposers too) see the real paths.
+    static MAKING: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Where the view's two halves are.
 #[derive(Debug)]
 pub struct View {
-    /// Stands in for `/sys` (what `SYSFS_PATH` names).
+    /// Stands in for `/sys`.
     sys: Vec<u8>,
     /// Stands in for `/dev/infiniband`.
     dev: Vec<u8>,
 }
 
-/// The view, once established (never while it is being built, so the
-/// interposers, which Rust's own file calls reach too, pass through).
-pub fn get() -> Option<&'static View> {
-    VIEW.get()
+/// Preload mode: paths are redirected from now on, the view made at the
+/// first that needs it. Called by the library's constructor, which must
+/// not allocate (see the module doc).
+pub fn enable() {
+    ENABLED.store(true, Ordering::Release);
 }
 
-/// Builds (or finds) the view and points `SYSFS_PATH` at it; false, with
-/// the reason said once, when the process keeps plain preload mode.
-pub fn establish() -> bool {
+/// The view, made now if this is the first need of it; `None` in plugin
+/// mode, while this thread makes it, or when it could not be made. Other
+/// threads wait for the one making it.
+pub fn get() -> Option<&'static View> {
+    if !ENABLED.load(Ordering::Acquire) || MAKING.with(Cell::get) {
+        return None;
+    }
+    VIEW.get_or_init(|| {
+        MAKING.with(|m| m.set(true));
+        let view = make();
+        MAKING.with(|m| m.set(false));
+        view
+    })
+    .as_ref()
+}
+
+/// Makes the view and registers the provider with libibverbs, which finds
+/// the soft devices in it from then on.
+fn make() -> Option<View> {
     match build() {
         Ok(Some(view)) => {
-            let sys = CString::new(view.sys.clone()).unwrap_or_default();
-            // SAFETY: called from the library's constructor, before the
-            // program's main and its threads; both strings are
-            // NUL-terminated.
-            unsafe { libc::setenv(c"SYSFS_PATH".as_ptr(), sys.as_ptr(), 1) };
-            VIEW.set(view).is_ok()
+            crate::plugin::register("no device view");
+            Some(view)
         }
-        Ok(None) => false,
+        Ok(None) => None,
         Err(why) => {
             softverbs_transport::say!(
                 "softverbs: no device view ({why}); programs that read sysfs or dlopen libibverbs will not see the soft devices"
             );
-            false
+            None
         }
     }
 }
@@ -79,36 +107,20 @@ fn build() -> Result<Option<View>, String> {
     }
     let real_sys = real_sys();
     let home = location::user_directory()?;
-    let dir = match inherited(&home, &real_sys, &config.devices) {
-        Some(dir) => dir,
-        None => {
-            let base = sysfs_tree::uverbs_base(&real_sys);
-            let name = format!(
-                "view-{:016x}",
-                fingerprint(&config.devices, &real_sys, base)
-            );
-            let dir = home.join(name);
-            if !dir.join("sys").is_dir() {
-                write_once(&home, &dir, &config.devices, &real_sys, base)
-                    .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
-            }
-            dir
-        }
-    };
+    let base = sysfs_tree::uverbs_base(&real_sys);
+    let name = format!(
+        "view-{:016x}",
+        fingerprint(&config.devices, &real_sys, base)
+    );
+    let dir = home.join(name);
+    if !dir.join("sys").is_dir() {
+        write_once(&home, &dir, &config.devices, &real_sys, base)
+            .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+    }
     Ok(Some(View {
         sys: dir.join("sys").as_os_str().as_bytes().to_vec(),
         dev: dir.join("dev/infiniband").as_os_str().as_bytes().to_vec(),
     }))
-}
-
-/// The view a parent process established (its `SYSFS_PATH`, inherited):
-/// one of this user's views, with these devices, used as it is.
-fn inherited(home: &Path, sys: &Path, devices: &[SoftDevice]) -> Option<PathBuf> {
-    let dir = sys.parent()?;
-    let named = dir.file_name()?.to_str()?.starts_with("view-");
-    let has = |d: &SoftDevice| sys.join("class/infiniband").join(&d.name).is_dir();
-    let ours = named && dir.parent()? == home && sys.file_name()? == "sys";
-    (ours && devices.iter().all(has)).then(|| dir.to_path_buf())
 }
 
 /// What the real system is, as libibverbs would read it: `SYSFS_PATH`
@@ -130,7 +142,7 @@ fn fingerprint(devices: &[SoftDevice], real_sys: &Path, base: usize) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env!("CARGO_PKG_VERSION").hash(&mut h);
     let library = crate::plugin::object_of(fingerprint as *const std::ffi::c_void)
-        .and_then(|path| std::fs::metadata(OsStr::from_bytes(path.to_bytes())).ok());
+        .and_then(|o| std::fs::metadata(OsStr::from_bytes(o.file.to_bytes())).ok());
     if let Some(m) = library {
         (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()).hash(&mut h);
     }
@@ -177,19 +189,24 @@ fn write_once(
     }
 }
 
+/// Whether the view stands in for `path` (a prefix compare: every path
+/// the process looks up passes here).
+pub fn in_view(path: &[u8]) -> bool {
+    path.starts_with(b"/sys/class/infiniband") || path.starts_with(b"/dev/infiniband")
+}
+
 /// The view's name for `path`, written into `buf`, if `path` is one the
 /// view stands in for: `/sys/class/infiniband*` and `/dev/infiniband`
 /// with what is below them.
 pub fn redirect<'b>(path: &CStr, buf: &'b mut [u8; libc::PATH_MAX as usize]) -> Option<&'b CStr> {
-    let view = get()?;
     let bytes = path.to_bytes();
     let (base, rest) = if bytes.starts_with(b"/sys/class/infiniband") {
-        (view.sys.as_slice(), &bytes[b"/sys".len()..])
+        (get()?.sys.as_slice(), &bytes[b"/sys".len()..])
     } else if let Some(rest) = bytes.strip_prefix(b"/dev/infiniband") {
         if !(rest.is_empty() || rest[0] == b'/') {
             return None;
         }
-        (view.dev.as_slice(), rest)
+        (get()?.dev.as_slice(), rest)
     } else {
         return None;
     };
@@ -208,10 +225,15 @@ mod tests {
     use super::*;
 
     fn view() -> &'static View {
-        VIEW.get_or_init(|| View {
-            sys: b"/v/sys".to_vec(),
-            dev: b"/v/dev/infiniband".to_vec(),
+        enable();
+        VIEW.get_or_init(|| {
+            Some(View {
+                sys: b"/v/sys".to_vec(),
+                dev: b"/v/dev/infiniband".to_vec(),
+            })
         })
+        .as_ref()
+        .unwrap()
     }
 
     fn redirected(path: &CStr) -> Option<String> {
