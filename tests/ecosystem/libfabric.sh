@@ -17,9 +17,9 @@ ok()  { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v fi_pingpong >/dev/null || cannot_run "libfabric (tests/ecosystem/libfabric.sh)" "fi_pingpong is not installed (Debian package libfabric-bin)"
-sv() { env -u LD_PRELOAD "$CLI" run -- "$@"; }
+. "$here/mode.sh"
 
-sv fi_info -p verbs > "$log/info" 2>&1
+"${sv[@]}" fi_info -p verbs > "$log/info" 2>&1
 for ep in FI_EP_MSG FI_EP_RDM; do
   if grep -B3 "type: $ep" "$log/info" | grep -q "domain: softverbs0$"; then
     ok "fi_info -p verbs offers $ep on softverbs0"
@@ -34,10 +34,10 @@ port=$((20000 + RANDOM % 20000))
 pingpong() {
   local name=$1 prov=$2 ep=$3
   port=$((port + 1))
-  sv timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -B "$port" > "$log/srv" 2>&1 &
+  "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -B "$port" > "$log/srv" 2>&1 &
   local srv=$! crc
   if wait_listen "$port" "" $srv 2> "$log/cli"; then
-    sv timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -P "$port" 127.0.0.1 > "$log/cli" 2>&1
+    "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -P "$port" 127.0.0.1 > "$log/cli" 2>&1
     crc=$?
   else
     crc="not started"; kill $srv 2>/dev/null

@@ -27,6 +27,7 @@ cleanup() {
   rm -rf "$log"
 }
 trap cleanup EXIT
+. "$here/mode.sh"
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
@@ -60,7 +61,7 @@ case \$host in
   $ip_b) ns=$b ;;
   *) ns=$a ;;
 esac
-exec ip netns exec "\$ns" env SOFTVERBS_DEVICES=softverbs0=\$host "$CLI" run -- sh -c "\$*"
+exec ip netns exec "\$ns" env SOFTVERBS_DEVICES=softverbs0=\$host $(printf '%q ' "${sv[@]}") sh -c "\$*"
 AGENT
 chmod 755 "$log/agent"
 
@@ -70,7 +71,7 @@ mpi=(mpirun --allow-run-as-root -np 4 --host "$ip_a:2,$ip_b:2"
   -x UCX_NET_DEVICES=softverbs0:1 -x UCX_TLS=rc_verbs,ud_verbs,self
   "$log/mpi_check")
 ip netns exec "$a" env -u LD_PRELOAD SOFTVERBS_DEVICES="softverbs0=$ip_a" HOME="$log" \
-  timeout 120 "$CLI" run -- "${mpi[@]}" > "$log/out" 2>&1
+  timeout 120 "${sv[@]}" "${mpi[@]}" > "$log/out" 2>&1
 rc=$?
 per_host() { grep -c "^rank [0-9] on softverbs0=$1\$" "$log/out"; }
 if [ $rc -eq 0 ] && grep -q "mpi check ok: 4 ranks" "$log/out" &&

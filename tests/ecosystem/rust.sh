@@ -28,7 +28,7 @@ one() {
   local rc=$?
   if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
 }
-sv=(env -u LD_PRELOAD "$CLI" run --)
+. "$here/mode.sh"
 
 # The crates' sources, as a downstream user gets them: fetched by cargo
 # for a scratch package that depends on the pinned versions.
@@ -55,9 +55,17 @@ done
 
 # sideway: its own lock file; tests build once, then run under softverbs.
 cd "$log/sideway-$SIDEWAY"
+# In plugin mode nothing stands in for /sys/class/infiniband (there is no
+# view without the preload), and one test reads it directly to compare
+# with the verbs: it is left out there, and said (docs/supported.md).
+skip=()
+if [ "${SOFTVERBS_MODE:-}" = plugin ]; then
+  skip=(-- --skip ibverbs::device_context::tests::test_query_gid_table_fallback)
+  echo "note: plugin mode leaves out sideway's test_query_gid_table_fallback (it reads /sys/class/infiniband itself)"
+fi
 if cargo test --locked --no-run > "$log/build" 2>&1 && cargo build --locked --examples >> "$log/build" 2>&1; then
   one "sideway $SIDEWAY: cargo test (unit, integration, doc tests)" "^test result: ok" \
-    "${sv[@]}" cargo test --locked
+    "${sv[@]}" cargo test --locked "${skip[@]}"
   grep -q "test result: FAILED" "$log/out" && bad "sideway: a test binary failed" "$log/out"
   ex=$CARGO_TARGET_DIR/debug/examples
   one "sideway ibv_devinfo example" "softverbs0" "${sv[@]}" "$ex/ibv_devinfo"

@@ -21,9 +21,9 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 command -v ucx_perftest >/dev/null || cannot_run "UCX (tests/ecosystem/ucx.sh)" "ucx_perftest is not installed (Debian package ucx-utils)"
 
 export UCX_NET_DEVICES=softverbs0:1
-sv() { env -u LD_PRELOAD "$CLI" run -- "$@"; }
+. "$here/mode.sh"
 
-sv ucx_info -d > "$log/info" 2>&1
+"${sv[@]}" ucx_info -d > "$log/info" 2>&1
 for tl in rc_verbs ud_verbs; do
   if grep -A1 "Transport: $tl" "$log/info" | grep -q "Device: softverbs0:1"; then
     ok "ucx_info -d lists $tl on softverbs0:1"
@@ -37,10 +37,10 @@ done
 perf() {
   local name=$1; shift
   n=$((n + 1)); local port=$((PORT_BASE + n))
-  sv timeout 60 ucx_perftest -p "$port" > "$log/srv" 2>&1 &
+  "${sv[@]}" timeout 60 ucx_perftest -p "$port" > "$log/srv" 2>&1 &
   local srv=$! crc
   if wait_listen "$port" "" $srv 2> "$log/cli"; then
-    sv timeout 60 ucx_perftest -p "$port" "$@" 127.0.0.1 > "$log/cli" 2>&1
+    "${sv[@]}" timeout 60 ucx_perftest -p "$port" "$@" 127.0.0.1 > "$log/cli" 2>&1
     crc=$?
   else
     crc="not started"; kill $srv 2>/dev/null

@@ -3,7 +3,8 @@
 # Installs it (`make install`), creates the device entries (`softverbs
 # setup`), runs ibv_devices, ibv_rc_pingpong (also -e: completion
 # channels), ib_write_bw, rping over rdma_cm, an async event check, a
-# program that dlopens libibverbs and UCX on loopback, then tears
+# program that dlopens libibverbs, and the ecosystem's UCX, libfabric,
+# Open MPI and Rust checks (tests/ecosystem), then tears
 # down and uninstalls, putting back whatever softverbs installation or
 # setup was there before.
 # Needs root; without it the script fails under CI=true and otherwise
@@ -162,16 +163,20 @@ if cc -O1 -o "$log/dlopen_verbs" "$root/tests/ecosystem/dlopen_verbs.c" -ldl 2> 
 else
   bad "dlopen users (compile)" "$log/cc"
 fi
-if command -v ucx_perftest > /dev/null; then
-  export UCX_NET_DEVICES=softverbs0:1
-  one "ucx_info -d lists rc_verbs on softverbs0:1" "Transport: rc_verbs" ucx_info -d
-  UCX_TLS=rc_verbs,ud_verbs pair "ucx_perftest tag_lat (rc_verbs, ud_verbs)" "^Final:" \
-    ucx_perftest -t tag_lat -n 1000
-  UCX_TLS=ud_verbs pair "ucx_perftest tag_bw (ud_verbs)" "^Final:" ucx_perftest -t tag_bw -n 1000
-  unset UCX_NET_DEVICES
-else
-  bad "UCX in plugin mode" <(echo "ucx_perftest is not installed (make ecosystem installs ucx-utils)")
-fi
+# The ecosystem's stacks (tests/ecosystem) in this mode: UCX, libfabric,
+# Open MPI across two namespaces, the Rust bindings.
+for script in ucx libfabric mpi rust; do
+  SOFTVERBS_MODE=plugin "$root/tests/ecosystem/$script.sh" "$SO" > "$log/$script.out" 2>&1
+  sed '$d; s/^\(ok  \|FAIL\) /\1 plugin mode: /' "$log/$script.out"
+  counts=$(tail -n 1 "$log/$script.out")
+  p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' <<< "$counts")
+  f=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' <<< "$counts")
+  if [ -z "$p" ]; then
+    bad "plugin mode: tests/ecosystem/$script.sh ended without its summary" "$log/$script.out"
+  else
+    pass=$((pass + p)); fail=$((fail + f))
+  fi
+done
 unset SYSFS_PATH
 
 one "softverbs teardown" "removed" /usr/local/bin/softverbs teardown

@@ -8,7 +8,7 @@ use crate::slots::qpns_of;
 use nix::sys::socket::sockopt::{RcvBufForce, UdpGroSegment};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 use softverbs_wire::mad::MAD_LEN;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
@@ -263,8 +263,27 @@ pub fn bind_udp_shared(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     bind_udp_as(addr, true)
 }
 
+/// A UDP socket made by the system call itself, not libc's `socket()`:
+/// another preloaded library that wraps `socket()` (rsockets'
+/// `librspreload.so` turns stream sockets into rsockets, and from rdma-core
+/// 63 datagram sockets too) must not take softverbs' own transport.
+fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
+    use rustix::net::{ipproto, AddressFamily, SocketFlags, SocketType};
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::INET,
+        SocketAddr::V6(_) => AddressFamily::INET6,
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        Some(ipproto::UDP),
+    )?;
+    Ok(Socket::from(fd))
+}
+
 fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let socket = udp_socket(addr)?;
     if shared {
         socket.set_reuse_port(true)?;
     }
