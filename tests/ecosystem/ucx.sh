@@ -67,6 +67,8 @@ done
 for d in bcopy zcopy; do
   perf "UCT rc_verbs -t get -D $d" -d softverbs0:1 -x rc_verbs -t get -D $d -s 8192 -n 1000
 done
+# UCT's ud_verbs offers active messages only (UCX answers put, get and
+# atomics on it with "does not support operation", whatever the device).
 for t in am_lat am_bw; do
   perf "UCT ud_verbs -t $t" -d softverbs0:1 -x ud_verbs -t "$t" -n 2000
 done
