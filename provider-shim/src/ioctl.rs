@@ -88,16 +88,16 @@ static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
 pub fn install() -> Result<(), String> {
     let (path, original) = libibverbs_execute_ioctl()?;
     ORIGINAL.store(original, Ordering::SeqCst);
-    let slot = crate::got::find_slot(&path, b"execute_ioctl")?;
+    let slot = crate::got::find_slot(path, b"execute_ioctl")?;
     // SAFETY: our function has execute_ioctl's C type.
     unsafe { slot.replace(execute_ioctl as ExecuteIoctl as usize) }.map(drop)
 }
 
 /// The path libibverbs was loaded from and its `execute_ioctl`.
-fn libibverbs_execute_ioctl() -> Result<(std::ffi::CString, usize), String> {
+fn libibverbs_execute_ioctl() -> Result<(&'static std::ffi::CStr, usize), String> {
     let anchor = crate::libibverbs::verbs_register_driver_34 as *const std::ffi::c_void;
     let object = crate::plugin::object_of(anchor).ok_or("libibverbs is not loaded")?;
-    let path = object.file.to_owned();
+    let path = object.file;
     // SAFETY: RTLD_NOLOAD only returns a handle to the loaded library
     // (taking a reference, dropped below); dlvsym reads two C strings.
     let original = unsafe {

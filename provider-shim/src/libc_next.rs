@@ -26,3 +26,10 @@ macro_rules! next_fn {
         (addr != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(addr) })
     }};
 }
+
+/// What a replaced libc function answers when there is no next
+/// definition (never with glibc): `fail`, errno ENOSYS.
+pub fn enosys<T>(fail: T) -> T {
+    crate::guard::set_errno(libc::ENOSYS);
+    fail
+}

@@ -58,9 +58,16 @@ extern "C" fn constructor() {
                     softverbs_transport::say!("softverbs: rdma_cm unavailable in plugin mode: {e}");
                 }
             }
-            // The view, and with it the registration, comes at the first
-            // need of it (device_view).
-            Mode::Preload => crate::device_view::enable(),
+            // Registered now, while the loader's locks are free (the
+            // view comes at the first need of it, device_view); neither
+            // allocates on success, so the program's heap is as without
+            // softverbs when its main starts.
+            Mode::Preload => {
+                register("no device view");
+                if let Some(ours) = object_of(constructor as *const c_void) {
+                    crate::device_view::enable(ours.file);
+                }
+            }
             Mode::Neither => {}
         }
     })

@@ -53,7 +53,7 @@ type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard(std::ptr::null_mut(), || {
-        // The view registers the provider with libibverbs before it lists.
+        // The view, before libibverbs looks at sysfs.
         let _ = crate::device_view::get();
         let real_list = real_fn!(c"ibv_get_device_list", c"IBVERBS_1.1", GetDeviceList)
             // SAFETY: calling the real function with our caller's argument

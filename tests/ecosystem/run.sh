@@ -6,13 +6,13 @@
 set -u
 SO=$(readlink -f "$1")
 here=$(dirname "$(readlink -f "$0")")
+. "$here/../programs/lib.sh"
 "$here/../../scripts/setup-deps.sh" || exit 1
 pass=0; fail=0
 for script in device_view ucx libfabric mpi rust; do
   echo "== $script"
   out=$("$here/$script.sh" "$SO" 2>&1 | tee /dev/stderr | tail -n 1)
-  p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' <<< "$out")
-  f=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' <<< "$out")
+  read -r p f <<< "$(counts_of "$out")"
   if [ -z "$p" ]; then
     echo "FAIL $script.sh ended without its summary line"; f=1; p=0
   fi

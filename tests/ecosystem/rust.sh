@@ -50,11 +50,16 @@ fi
 registry=${CARGO_HOME:-$HOME/.cargo}/registry/src
 source_of() { find "$registry" -mindepth 2 -maxdepth 2 -name "$1" -type d | head -n 1; }
 for crate in sideway-$SIDEWAY ibverbs-$IBVERBS rdma-sys-$RDMA_SYS; do
-  cp -r "$(source_of "$crate")" "$log/$crate"
+  src=$(source_of "$crate")
+  if [ -z "$src" ] || ! cp -r "$src" "$log/$crate"; then
+    echo "cargo fetched no $crate into $registry" > "$log/fetch.out"
+    bad "the sources of $crate" "$log/fetch.out"
+    echo "$pass passed, $fail failed"; exit 1
+  fi
 done
 
 # sideway: its own lock file; tests build once, then run under softverbs.
-cd "$log/sideway-$SIDEWAY"
+cd "$log/sideway-$SIDEWAY" || exit 1
 # In plugin mode nothing stands in for /sys/class/infiniband (there is no
 # view without the preload), and one test reads it directly to compare
 # with the verbs: it is left out there, and said (docs/supported.md).
@@ -90,7 +95,7 @@ else
   bad "sideway $SIDEWAY builds" "$log/build"
 fi
 
-cd "$log/ibverbs-$IBVERBS"
+cd "$log/ibverbs-$IBVERBS" || exit 1
 if cargo build --locked --examples > "$log/build" 2>&1; then
   one "ibverbs $IBVERBS loopback example (GID index 1), unchanged" "^received$" \
     "${sv[@]}" "$CARGO_TARGET_DIR/debug/examples/loopback"
@@ -102,7 +107,7 @@ fi
 # and says nothing; it is ready once its LISTEN was answered
 # (SOFTVERBS_CM_TRACE). Both exit 0 whatever
 # happens, so each must print the message it received.
-cd "$log/rdma-sys-$RDMA_SYS"
+cd "$log/rdma-sys-$RDMA_SYS" || exit 1
 if cargo build --locked --release --examples > "$log/build" 2>&1; then
   ex=$CARGO_TARGET_DIR/release/examples
   SOFTVERBS_CM_TRACE=1 "${sv[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &

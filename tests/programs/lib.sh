@@ -66,6 +66,12 @@ both_logs() {
   echo "--- server, exit $2"; tail -n 12 "$4"
 }
 
+# counts_of LINE: "P F" from a script's last line "P passed, F failed...",
+# nothing when the line is not that.
+counts_of() {
+  sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' <<< "$1"
+}
+
 # cannot_run NAME REASON: for a test script that cannot run here (no root,
 # a missing tool). Under CI=true that is a failure with its reason, so
 # a CI run never passes on tests it did not run; elsewhere the script is

@@ -168,9 +168,7 @@ fi
 for script in ucx libfabric mpi rust; do
   SOFTVERBS_MODE=plugin "$root/tests/ecosystem/$script.sh" "$SO" > "$log/$script.out" 2>&1
   sed '$d; s/^\(ok  \|FAIL\) /\1 plugin mode: /' "$log/$script.out"
-  counts=$(tail -n 1 "$log/$script.out")
-  p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' <<< "$counts")
-  f=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' <<< "$counts")
+  read -r p f <<< "$(counts_of "$(tail -n 1 "$log/$script.out")")"
   if [ -z "$p" ]; then
     bad "plugin mode: tests/ecosystem/$script.sh ended without its summary" "$log/$script.out"
   else

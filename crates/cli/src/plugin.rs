@@ -30,11 +30,13 @@ pub fn setup() -> Result<(), String> {
     require_root("setup")?;
     let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
     let cdevs = Path::new(CDEV_DIR);
-    remove_cdevs(cdevs).map_err(|e| format!("cannot clean {CDEV_DIR}: {e}"))?;
     let (sys, root) = (Path::new("/sys"), Path::new(SYSFS_ROOT));
     let base = sysfs_tree::uverbs_base(sys);
     let numbers = base..base + config.devices.len();
+    // Checked before anything changes: an earlier setup stays whole if
+    // this one cannot be made (its own links count as free).
     check_cdevs_free(cdevs, numbers.clone())?;
+    remove_cdevs(cdevs).map_err(|e| format!("cannot clean {CDEV_DIR}: {e}"))?;
     sysfs_tree::write_tree(root, sys, &config.devices, base)
         .map_err(|e| format!("cannot write {SYSFS_ROOT}: {e}"))?;
     link_cdevs(cdevs, numbers.clone()).map_err(|e| format!("cannot write {CDEV_DIR}: {e}"))?;

@@ -893,9 +893,10 @@ impl Agent {
     /// The kernel's checks: each option's exact size, ACK_TIMEOUT on RC
     /// ids only.
     fn set_option(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
-        let (level, name, len) = (c.u32(20)?, c.u32(24)?, c.u32(28)?);
+        let (handle, level, name, len) = (c.u32(16)?, c.u32(20)?, c.u32(24)?, c.u32(28)?);
+        self.id(handle)?;
         let value = c.data().get(..len as usize).ok_or(EFAULT)?;
-        let id = self.id_mut(c.u32(16)?)?;
+        let id = self.id_mut(handle)?;
         let byte = || match value {
             [b] => Ok(*b),
             _ => Err(EINVAL),

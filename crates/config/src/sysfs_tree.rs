@@ -3,9 +3,9 @@
 //! real ones.
 //!
 //! Two users: `softverbs setup` (root, plugin mode) writes it once for the
-//! host, and the preloaded provider writes a per-user copy that it points
-//! `SYSFS_PATH` and its path interposers at (the provider's
-//! `device_view`). The tree stands in for `/sys`: every top-level entry of
+//! host, and the preloaded provider writes a per-user copy that its path
+//! interposers redirect `/sys/class/infiniband*` and `/dev/infiniband`
+//! into (the provider's `device_view`). The tree stands in for `/sys`: every top-level entry of
 //! the real one, and of its `class/`, is a link to the real entry, except
 //! `class/infiniband` and `class/infiniband_verbs`, which are directories
 //! holding links to the real devices' entries and directories for the soft

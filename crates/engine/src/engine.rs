@@ -38,6 +38,9 @@ pub struct Engine {
     pub(crate) mcast: crate::mcast::McastTable,
     pub(crate) keys: KeyAllocator,
     pub(crate) qpns: QpnAllocator,
+    /// The incarnation the next QP starts at: a QP number used again
+    /// starts where no fault about its earlier holder can match.
+    pub(crate) next_incarnation: u16,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) comp_events: VecDeque<CqId>,
     pub(crate) schedule: Schedule,
@@ -61,6 +64,7 @@ impl Engine {
             device_attr: config.device_attr(),
             keys: KeyAllocator::new(config.seed),
             qpns: QpnAllocator::new(config.qpn_base..config.qpn_limit),
+            next_incarnation: 0,
             config,
             pds: SlotMap::with_key(),
             mrs: MrTable::default(),

@@ -41,11 +41,12 @@ pub(crate) struct Qp {
     pub(crate) resp: Responder,
     /// On the same-host path: the requester hands out whole operations
     /// instead of packets (`requester_direct.rs`).
-    /// How many times the QP went back to RESET (wrapping): a
-    /// same-host peer's fault names the incarnation it saw, so a fault
-    /// found before a reset never fails the QP after it.
-    pub(crate) incarnation: u16,
     pub(crate) direct: bool,
+    /// Which life of its QP number this is: set at creation (the engine
+    /// numbers them) and counted up at every RESET (wrapping), so a
+    /// same-host peer's fault, which names the incarnation it found,
+    /// never fails the QP after a reset, nor a later QP of that number.
+    pub(crate) incarnation: u16,
 }
 
 impl Qp {

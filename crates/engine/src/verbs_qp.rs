@@ -61,6 +61,11 @@ impl Engine {
         let id = self
             .qps
             .insert_with_key(|id| Qp::new(id, pd, qp_num, qp_type, init, cap, port_mtu));
+        if let Some(qp) = self.qps.get_mut(id) {
+            qp.incarnation = self.next_incarnation;
+            // Far past any reset count the QP before it reached.
+            self.next_incarnation = self.next_incarnation.wrapping_add(1 << 8);
+        }
         self.qp_by_num.insert(qp_num, id);
         self.qp_changed(id, qp_num);
         self.take_qp_references(id);

@@ -6,12 +6,16 @@
 //! The set is what stacks use to look at devices: the `open` family
 //! (with glibc's fortified `__open_2` variants, and `fopen`, whose
 //! internal open does not come back through these symbols), `opendir`,
-//! the `stat` family, `access`, `readlink`, `realpath` and the extended
-//! attribute lookups (`ls -l` asks for them). A call relative
+//! the `stat` family (with the `__xstat` entry points of programs built
+//! against glibc before 2.33), `access`, `readlink` and `realpath` (with
+//! their fortified `_chk` variants) and the extended attribute lookups
+//! (`ls -l` asks for them). Every open asks `rdma_cm` first: an open of
+//! its device may be one of softverbs' channels. A call relative
 //! to a directory descriptor is redirected only for an absolute path,
 //! which ignores the descriptor. `open` also serves the rdma_cm device
 //! (`crate::rdma_cm`). The version script gives each glibc's version.
 
+use crate::libc_next::enosys;
 use crate::rdma_cm;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -27,16 +31,20 @@ fn with_path<T>(path: *const c_char, f: impl FnOnce(*const c_char) -> T) -> T {
     if !super::in_view(given.to_bytes()) {
         return f(path);
     }
+    in_view(given, f)
+}
+
+/// [`with_path`] for a path the view stands in for, apart so that the
+/// path buffer is on the stack only for those (not in the frame of every
+/// `open` and `stat` of the process, nor of a signal handler's).
+#[cold]
+#[inline(never)]
+fn in_view<T>(given: &CStr, f: impl FnOnce(*const c_char) -> T) -> T {
     let mut buf = [0u8; libc::PATH_MAX as usize];
     match super::redirect(given, &mut buf) {
         Some(view) => f(view.as_ptr()),
-        None => f(path),
+        None => f(given.as_ptr()),
     }
-}
-
-fn enosys<T>(fail: T) -> T {
-    crate::guard::set_errno(libc::ENOSYS);
-    fail
 }
 
 type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
@@ -44,13 +52,20 @@ type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
 /// Defines an interposer whose path is argument `$path`: every one is the
 /// same two lines around the next definition of the function.
 macro_rules! redirecting {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $at:ty),*) -> $ret:ty, path = $path:ident, fail = $fail:expr) => {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $at:ty),*) -> $ret:ty, path = $path:ident, fail = $fail:expr $(, channel = $flags:ident)?) => {
         $(#[$doc])*
         ///
         /// # Safety
         /// libc's contract for this function.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $at),*) -> $ret {
+            // An open of the rdma_cm device, if it is ours: a channel.
+            $(
+                // SAFETY: the caller's path, under open's contract.
+                if let Some(result) = unsafe { rdma_cm::open_if_channel($path, $flags) } {
+                    return result;
+                }
+            )?
             // SAFETY: a literal with one NUL, at its end.
             let name = unsafe {
                 CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes())
@@ -97,27 +112,27 @@ pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint)
 
 redirecting!(
     /// glibc's fortified `open` (no mode).
-    fn __open_2(path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1
+    fn __open_2(path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// glibc's fortified `open64` (no mode).
-    fn __open64_2(path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1
+    fn __open64_2(path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// `openat(2)`.
-    fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int, path = path, fail = -1
+    fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// `openat64(2)`.
-    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int, path = path, fail = -1
+    fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// glibc's fortified `openat` (no mode).
-    fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1
+    fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// glibc's fortified `openat64` (no mode).
-    fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1
+    fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, path = path, fail = -1, channel = flags
 );
 redirecting!(
     /// `fopen(3)`.
@@ -195,4 +210,40 @@ redirecting!(
 redirecting!(
     /// `llistxattr(2)`.
     fn llistxattr(path: *const c_char, list: *mut c_char, size: usize) -> isize, path = path, fail = -1
+);
+redirecting!(
+    /// glibc's fortified `realpath`.
+    fn __realpath_chk(path: *const c_char, resolved: *mut c_char, resolvedlen: usize) -> *mut c_char, path = path, fail = std::ptr::null_mut()
+);
+redirecting!(
+    /// glibc's fortified `readlink`.
+    fn __readlink_chk(path: *const c_char, buf: *mut c_char, len: usize, buflen: usize) -> isize, path = path, fail = -1
+);
+redirecting!(
+    /// glibc's fortified `readlinkat`.
+    fn __readlinkat_chk(dirfd: c_int, path: *const c_char, buf: *mut c_char, len: usize, buflen: usize) -> isize, path = path, fail = -1
+);
+redirecting!(
+    /// `stat` as programs built against glibc before 2.33 call it.
+    fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int, path = path, fail = -1
+);
+redirecting!(
+    /// `stat64` as programs built against glibc before 2.33 call it.
+    fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int, path = path, fail = -1
+);
+redirecting!(
+    /// `lstat` as programs built against glibc before 2.33 call it.
+    fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int, path = path, fail = -1
+);
+redirecting!(
+    /// `lstat64` as programs built against glibc before 2.33 call it.
+    fn __lxstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int, path = path, fail = -1
+);
+redirecting!(
+    /// `fstatat` as programs built against glibc before 2.33 call it.
+    fn __fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int, path = path, fail = -1
+);
+redirecting!(
+    /// `fstatat64` as programs built against glibc before 2.33 call it.
+    fn __fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int, path = path, fail = -1
 );

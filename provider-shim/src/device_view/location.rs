@@ -4,14 +4,16 @@
 //! can plant a view (and with it files the user's programs read).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The user's view directory, created if missing.
 pub fn user_directory() -> Result<PathBuf, String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
+    // A runtime directory that is gone (a stale variable) is no reason
+    // to have no view.
     let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("softverbs"),
+        Some(d) if !d.is_empty() && Path::new(&d).is_dir() => PathBuf::from(d).join("softverbs"),
         _ => PathBuf::from(format!("/tmp/softverbs-{uid}")),
     };
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {

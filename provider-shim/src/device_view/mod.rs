@@ -7,9 +7,9 @@
 //! this library is preloaded, the process's libc calls that look up a
 //! path under those directories are redirected ([`interpose`]) into a
 //! per-user sysfs look-alike that holds the soft devices beside the real
-//! ones (`softverbs_config::sysfs_tree`), and the provider is registered
-//! with libibverbs as plugin mode registers it: libibverbs' own discovery,
-//! which reads the same paths, then finds the soft devices too. Why
+//! ones (`softverbs_config::sysfs_tree`); the constructor registered the
+//! provider with libibverbs as plugin mode does, so libibverbs' own
+//! discovery, which reads the same paths, finds the soft devices too. Why
 //! interposition and not a user and mount namespace: docs/architecture.md,
 //! "The device view".
 //!
@@ -33,19 +33,30 @@ use std::ffi::{CStr, OsStr};
 use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// This library serves the process in preload mode (set by its
 /// constructor): only then are paths redirected.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// The view, once made (`None`: it could not be; said once).
+/// This library's file (the view's name covers its build).
+static LIBRARY: OnceLock<&'static CStr> = OnceLock::new();
+/// Where making the view stands: [`IDLE`], [`MAKING`] or [`READY`].
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The process whose thread makes the view (0 until it says): a forked
+/// child finds its parent's pid here if it forked mid-make.
+static MAKER: AtomicU32 = AtomicU32::new(0);
+/// The view, once [`READY`] (`None`: it could not be made; said once).
 static VIEW: OnceLock<Option<View>> = OnceLock::new();
+
+const IDLE: u8 = 0;
+const MAKING: u8 = 1;
+const READY: u8 = 2;
 
 thread_local! {
     /// This thread is making the view: its own file calls (which reach
-    /// the interposers too) see the real paths.
-    static MAKING: Cell<bool> = const { Cell::new(false) };
+    /// the interposers too), and a signal handler's, see the real paths.
+    static MAKER_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Where the view's two halves are.
@@ -58,37 +69,84 @@ pub struct View {
 }
 
 /// Preload mode: paths are redirected from now on, the view made at the
-/// first that needs it. Called by the library's constructor, which must
-/// not allocate (see the module doc).
-pub fn enable() {
+/// first that needs it. Called by the library's constructor with the
+/// library's file; allocates nothing (see the module doc).
+pub fn enable(library: &'static CStr) {
+    let _ = LIBRARY.set(library);
     ENABLED.store(true, Ordering::Release);
 }
 
 /// The view, made now if this is the first need of it; `None` in plugin
 /// mode, while this thread makes it, or when it could not be made. Other
-/// threads wait for the one making it.
+/// threads of the process wait for the one making it (which takes no
+/// lock anyone else may hold: no loader call, no libibverbs call); a
+/// child forked while its parent was making it makes its own.
 pub fn get() -> Option<&'static View> {
-    if !ENABLED.load(Ordering::Acquire) || MAKING.with(Cell::get) {
+    if !ENABLED.load(Ordering::Acquire) || MAKER_THREAD.with(Cell::get) {
         return None;
     }
-    VIEW.get_or_init(|| {
-        MAKING.with(|m| m.set(true));
-        let view = make();
-        MAKING.with(|m| m.set(false));
-        view
-    })
-    .as_ref()
+    let pid = std::process::id();
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => return VIEW.get().and_then(Option::as_ref),
+            IDLE if claim(IDLE, pid) => return make_now(),
+            MAKING => {
+                let maker = MAKER.load(Ordering::Acquire);
+                if maker != 0 && maker != pid && claim_from_parent(maker, pid) {
+                    return make_now();
+                }
+                std::thread::yield_now();
+            }
+            _ => {}
+        }
+    }
 }
 
-/// Makes the view and registers the provider with libibverbs, which finds
-/// the soft devices in it from then on.
+/// Takes the making of the view from state `from`.
+fn claim(from: u8, pid: u32) -> bool {
+    MAKER_THREAD.with(|m| m.set(true));
+    let won = STATE
+        .compare_exchange(from, MAKING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok();
+    if won {
+        MAKER.store(pid, Ordering::Release);
+    } else {
+        MAKER_THREAD.with(|m| m.set(false));
+    }
+    won
+}
+
+/// A forked child whose parent was making the view: the parent's thread
+/// did not come along, so the child makes it.
+fn claim_from_parent(parent: u32, pid: u32) -> bool {
+    MAKER_THREAD.with(|m| m.set(true));
+    let won = MAKER
+        .compare_exchange(parent, pid, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok();
+    if !won {
+        MAKER_THREAD.with(|m| m.set(false));
+    }
+    won
+}
+
+/// Makes the view (this thread claimed it): errno as the caller left it,
+/// a panic only a missing view.
+fn make_now() -> Option<&'static View> {
+    let errno = crate::guard::errno();
+    let view = crate::guard::guard(None, make);
+    let _ = VIEW.set(view);
+    STATE.store(READY, Ordering::Release);
+    MAKER_THREAD.with(|m| m.set(false));
+    crate::guard::set_errno(errno);
+    VIEW.get().and_then(Option::as_ref)
+}
+
+/// Makes the view: the files only. The provider was registered with
+/// libibverbs by the constructor, and libibverbs finds the soft devices
+/// in the view once its reads of sysfs come here.
 fn make() -> Option<View> {
     match build() {
-        Ok(Some(view)) => {
-            crate::plugin::register("no device view");
-            Some(view)
-        }
-        Ok(None) => None,
+        Ok(view) => view,
         Err(why) => {
             softverbs_transport::say!(
                 "softverbs: no device view ({why}); programs that read sysfs or dlopen libibverbs will not see the soft devices"
@@ -141,8 +199,9 @@ fn fingerprint(devices: &[SoftDevice], real_sys: &Path, base: usize) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env!("CARGO_PKG_VERSION").hash(&mut h);
-    let library = crate::plugin::object_of(fingerprint as *const std::ffi::c_void)
-        .and_then(|o| std::fs::metadata(OsStr::from_bytes(o.file.to_bytes())).ok());
+    let library = LIBRARY
+        .get()
+        .and_then(|file| std::fs::metadata(OsStr::from_bytes(file.to_bytes())).ok());
     if let Some(m) = library {
         (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()).hash(&mut h);
     }
@@ -181,7 +240,9 @@ fn write_once(
             let dev = tmp.join("dev/infiniband");
             sysfs_tree::write_cdev_dir(&dev, Path::new("/dev/infiniband"), devices.len(), base)
         });
-    let placed = written.and_then(|()| std::fs::rename(&tmp, dir));
+    let placed = written
+        .and_then(|()| seal(&tmp))
+        .and_then(|()| std::fs::rename(&tmp, dir));
     let _ = sysfs_tree::remove_tree(&tmp);
     match placed {
         Err(_) if dir.join("sys").is_dir() => Ok(()),
@@ -193,6 +254,23 @@ fn write_once(
 /// the process looks up passes here).
 pub fn in_view(path: &[u8]) -> bool {
     path.starts_with(b"/sys/class/infiniband") || path.starts_with(b"/dev/infiniband")
+}
+
+/// Makes every file under `dir` read-only: the view is shared by all of
+/// the user's processes and must not change under them (a program that
+/// opens a sysfs file for writing gets EACCES, as from sysfs).
+fn seal(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            seal(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o444))?;
+        }
+    }
+    Ok(())
 }
 
 /// The view's name for `path`, written into `buf`, if `path` is one the
@@ -225,7 +303,8 @@ mod tests {
     use super::*;
 
     fn view() -> &'static View {
-        enable();
+        enable(c"/nonexistent");
+        STATE.store(READY, Ordering::Release);
         VIEW.get_or_init(|| {
             Some(View {
                 sys: b"/v/sys".to_vec(),

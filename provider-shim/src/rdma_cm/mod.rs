@@ -27,6 +27,7 @@ mod fds;
 pub mod service;
 
 use crate::guard::{guard, set_errno};
+use crate::libc_next::enosys;
 use softverbs_cm::Reply;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -56,9 +57,30 @@ fn real_fstat() -> Option<FstatFn> {
 }
 
 /// Whether `fd` is a channel: marked as one (one atomic load for any
-/// other descriptor), and still that channel's file.
+/// other descriptor), and still that channel's file. A channel closed
+/// without close(2) (`dup2` over it, `close_range`) keeps its mark until
+/// then: it is closed now, and the number is the other file's again.
+/// Nothing here takes a lock (a forked child may ask).
 fn is_channel_now(fd: c_int) -> bool {
-    fds::is_channel(fd) && service::existing().is_some_and(|s| s.still_channel(fd))
+    if !fds::is_channel(fd) {
+        return false;
+    }
+    if file_of(fd).is_some_and(|f| fds::file(fd) == Some(f)) {
+        return true;
+    }
+    // Only the process that opened the channel forgets it: a child's
+    // descriptor table is its own, and a vfork child shares the parent's
+    // memory, marks included.
+    if let Some(s) = service::existing() {
+        s.close_channel(fd);
+    }
+    false
+}
+
+/// The device and inode of the file `fd` names.
+fn file_of(fd: c_int) -> Option<(u64, u64)> {
+    let st = real_file_stat(fd)?;
+    Some((st.st_dev, st.st_ino))
 }
 
 /// `fstat` of the file itself, past this library's stand-in.
@@ -102,11 +124,6 @@ pub fn install_in_librdmacm() -> Result<(), String> {
         unsafe { slot.replace(function) }?;
     }
     Ok(())
-}
-
-fn enosys<T>(fail: T) -> T {
-    set_errno(libc::ENOSYS);
-    fail
 }
 
 /// `open(2)` of the rdma_cm device in a process whose rdma_cm is ours:
@@ -241,7 +258,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// # Safety
 /// As [`close`].
 unsafe extern "C" fn cm_close(fd: c_int) -> c_int {
-    if fds::is_channel(fd) {
+    if is_channel_now(fd) {
         guard((), || {
             if let Some(s) = service::existing() {
                 s.close_channel(fd);
@@ -329,7 +346,9 @@ fn check_event_buffer(cmd: &[u8]) -> Result<(), i32> {
 
 /// SET_OPTION points at its value: it is copied in after the command (the
 /// agent reads it there, `softverbs_cm::abi::Command::data`), as the
-/// kernel copies it from the caller; a bad pointer is EFAULT.
+/// kernel copies it from the caller. A value that cannot be read is left
+/// out, and the agent answers EFAULT once it has checked the id, as the
+/// kernel does; a command shorter than it says is the agent's EINVAL.
 fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
     use softverbs_cm::abi::{cmd::SET_OPTION, HEADER_LEN};
     /// The largest value an option has (an array of path records).
@@ -341,15 +360,19 @@ fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
     if word(0) != Some(SET_OPTION) || cmd.len() < HEADER_LEN + 24 {
         return Ok(());
     }
-    let inlen = usize::from(u16::from_ne_bytes([cmd[4], cmd[5]]));
+    let end = HEADER_LEN + usize::from(u16::from_ne_bytes([cmd[4], cmd[5]]));
+    if cmd.len() < end {
+        return Ok(());
+    }
     let optval = u64::from_ne_bytes(cmd[8..16].try_into().unwrap_or_default());
     let optlen = word(28).unwrap_or(0) as usize;
     if optlen > MAX_VALUE {
         return Err(libc::EINVAL);
     }
-    let value = read_caller(optval, optlen)?;
-    cmd.truncate(HEADER_LEN + inlen);
-    cmd.extend_from_slice(&value);
+    cmd.truncate(end);
+    if let Ok(value) = read_caller(optval, optlen) {
+        cmd.extend_from_slice(&value);
+    }
     Ok(())
 }
 

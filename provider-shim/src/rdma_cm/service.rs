@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
 
 /// One channel's descriptors.
@@ -27,9 +28,6 @@ struct ChannelIo {
     ours: OwnedFd,
     /// A byte is waiting in the application's end.
     signalled: bool,
-    /// The application's end as a file (device, inode): the descriptor
-    /// number may come to name another file without close(2).
-    file: (u64, u64),
 }
 
 /// What the lock guards.
@@ -59,6 +57,10 @@ type Started = Result<Arc<Service>, String>;
 
 /// The process's service, with the process id it was started in.
 static SERVICE: Mutex<Option<(u32, Started)>> = Mutex::new(None);
+/// The process id the service was started in, read without the lock: a
+/// forked child must not take the lock (a thread of its parent may have
+/// held it at the fork).
+static SERVICE_PID: AtomicU32 = AtomicU32::new(0);
 
 /// The service, started at the first use in this process; why not, if it
 /// cannot be. A forked child starts its own: it has no copy of its
@@ -79,25 +81,23 @@ pub fn get() -> Started {
     }
     let service = Service::start().map(Arc::new);
     *current = Some((pid, service.clone()));
+    SERVICE_PID.store(pid, std::sync::atomic::Ordering::Release);
     service
 }
 
-/// The service there is, this process's or the parent's it was forked
-/// from, without starting one: closing a descriptor must not start a
-/// service, least of all in a vfork child, which shares its parent's
-/// memory and may not start threads.
+/// This process's service, if it has started one, without starting one:
+/// closing a descriptor must not start a service, least of all in a vfork
+/// child, which shares its parent's memory and may not start threads. A
+/// forked child has none until it opens a channel of its own (the
+/// channels it inherited are its parent's).
 pub fn existing() -> Option<Arc<Service>> {
+    if SERVICE_PID.load(std::sync::atomic::Ordering::Acquire) != std::process::id() {
+        return None;
+    }
     SERVICE
         .lock()
         .as_ref()
         .and_then(|(_, s)| s.as_ref().ok().cloned())
-}
-
-/// The device and inode of the file `fd` names (glibc's own `fstat`:
-/// this library's is the channels' stand-in).
-fn file_of(fd: RawFd) -> Option<(u64, u64)> {
-    let st = super::real_file_stat(fd)?;
-    Some((st.st_dev, st.st_ino))
 }
 
 /// The port space, through the daemon sessions.
@@ -198,6 +198,7 @@ impl Service {
         if fd >= fds::MAX_FD {
             return Err(io::Error::from_raw_os_error(libc::EMFILE));
         }
+        let file = super::file_of(fd).ok_or_else(io::Error::last_os_error)?;
         let mut inner = self.inner.lock();
         // A channel of this number closed without close(2) (dup2 over it,
         // close_range): its ids go now, not into the new channel.
@@ -206,35 +207,18 @@ impl Service {
         } = &mut *inner;
         agent.close_channel(fd, &mut Ports(endpoints));
         inner.agent.open_channel(fd);
-        let file = file_of(app.as_raw_fd()).unwrap_or_default();
         inner.channels.insert(
             fd,
             ChannelIo {
                 ours,
                 signalled: false,
-                file,
             },
         );
+        fds::set_file(fd, file);
         fds::set_channel(fd, true);
         // The application owns this end from now on (it closes it).
         let _ = std::os::fd::IntoRawFd::into_raw_fd(app);
         Ok(fd)
-    }
-
-    /// Whether `fd`, marked as a channel, still names that channel's file.
-    /// A channel closed without close(2) (`dup2` over it, `close_range`)
-    /// keeps its mark until then; it is closed now, and the number is the
-    /// other file's again. (A channel this service does not know, one a
-    /// forked child inherited, stays a channel: its commands are EBADF.)
-    pub fn still_channel(&self, fd: RawFd) -> bool {
-        let known = self.inner.lock().channels.get(&fd).map(|c| c.file);
-        match known {
-            Some(file) if Some(file) != file_of(fd) => {
-                self.close_channel(fd);
-                false
-            }
-            _ => true,
-        }
     }
 
     /// The application closes channel `fd`: its ids go, as when the kernel
