@@ -408,6 +408,27 @@ PROGRAMS=(
   "imm|${IMM:-imm_pingpong-not-built}"
 )
 
+# softverbs beside a kernel RDMA device in one process: a preloaded
+# process lists both (libibverbs lists the rxe devices over netlink, the
+# preload adds softverbs0), its device view shows both, and rxe0 opens and
+# answers there as without softverbs.
+beside() {
+  local name=$1 expect=$2; shift 2
+  [[ "$name" =~ $FILTER ]] || return 0
+  if "${SV_PRE[@]}" SOFTVERBS_DEVICES=softverbs0=10.11.0.2/1500 "$@" > "$log/beside" 2>&1 &&
+    grep -Eq "$expect" "$log/beside"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name"; tail -n 8 "$log/beside" | sed 's/^/    /'
+  fi
+}
+beside "beside rxe: ibv_devices lists rxe0 and softverbs0" "rxe0 .*softverbs0" \
+  sh -c 'echo $(ibv_devices | awk "NR > 2 { print \$1 }" | sort)'
+beside "beside rxe: the device view holds rxe0 and softverbs0" "rxe0 .*softverbs0" \
+  sh -c 'echo $(ls /sys/class/infiniband)'
+beside "beside rxe: rxe0 opens and is active in a preloaded process" "PORT_ACTIVE" \
+  ibv_devinfo -d rxe0
+
 # rxe against rxe first: every program, so that a softverbs case that
 # fails is known to pass between two standard peers in this very VM.
 for fam in ipv4 ipv6; do
