@@ -14,16 +14,6 @@ log=$(mktemp -d)
 bin=
 trap 'rm -rf "$log" ${bin:+"$bin"}' EXIT
 pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 20; }
-
-# one NAME EXPECT CMD...: CMD must exit 0 and print a line matching EXPECT.
-one() {
-  local name=$1 expect=$2; shift 2
-  timeout 60 "$@" > "$log/out" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
-}
 sv=(env -u LD_PRELOAD "$CLI" run --)
 
 one "port state in /sys/class/infiniband" "^4: ACTIVE$" "${sv[@]}" cat /sys/class/infiniband/softverbs0/ports/1/state
@@ -44,6 +34,15 @@ if cc -O1 -o "$log/dlopen_verbs" "$here/dlopen_verbs.c" -ldl 2> "$log/cc"; then
   fi
 else
   bad "dlopen users (compile)" "$log/cc"
+fi
+
+# The entry points of fortified builds and of programs built against
+# glibc before 2.33 reach the view too.
+if cc -O2 -D_FORTIFY_SOURCE=2 -o "$log/fortified_paths" "$here/fortified_paths.c" -ldl 2> "$log/cc"; then
+  one "fortified realpath and readlink, and __xstat, see the view" "fortified paths ok" \
+    "${sv[@]}" "$log/fortified_paths"
+else
+  bad "fortified path calls (compile)" "$log/cc"
 fi
 
 # A real device (a sysfs tree of one, read through SYSFS_PATH as

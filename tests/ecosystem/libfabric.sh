@@ -13,8 +13,6 @@ here=$(dirname "$(readlink -f "$0")")
 log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v fi_pingpong >/dev/null || cannot_run "libfabric (tests/ecosystem/libfabric.sh)" "fi_pingpong is not installed (Debian package libfabric-bin)"
 . "$here/mode.sh"
@@ -32,24 +30,12 @@ done
 # port listens, the client; both exit 0 with data checks on.
 port=$((20000 + RANDOM % 20000))
 pingpong() {
-  local name=$1 prov=$2 ep=$3
+  local name=$1 prov=$2 ep=$3 crc src
   port=$((port + 1))
-  "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -B "$port" > "$log/srv" 2>&1 &
-  local srv=$! crc
-  if wait_listen "$port" "" $srv 2> "$log/cli"; then
-    "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -P "$port" 127.0.0.1 > "$log/cli" 2>&1
-    crc=$?
-  else
-    crc="not started"; kill $srv 2>/dev/null
-  fi
-  wait $srv; local src=$?
+  serve_then_connect $port "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -B "$port" \
+    --then "${sv[@]}" timeout 60 fi_pingpong -p "$prov" -e "$ep" -c -I 200 -P "$port" 127.0.0.1
   # The last size (1 MiB) completed all its iterations on both sides.
-  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "^1m +200 +=200 " "$log/cli"; then
-    ok "$name"
-  else
-    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
-    bad "$name" "$log/both"
-  fi
+  pair_verdict "$name" "^1m +200 +=200 "
 }
 pingpong 'fi_pingpong -p "verbs;ofi_rxm" -e rdm -c' "verbs;ofi_rxm" rdm
 pingpong 'fi_pingpong -p verbs -e msg -c' verbs msg

@@ -29,8 +29,6 @@ cleanup() {
 trap cleanup EXIT
 . "$here/mode.sh"
 pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v mpicc >/dev/null || cannot_run "Open MPI (tests/ecosystem/mpi.sh)" "mpicc is not installed (Debian packages openmpi-bin, libopenmpi-dev)"
 if ! ip netns add "$a" 2>"$log/err"; then

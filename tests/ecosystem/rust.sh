@@ -20,14 +20,7 @@ log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 export CARGO_TARGET_DIR=$(dirname "$SO")/../ecosystem-crates
 pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 25; }
-one() {
-  local name=$1 expect=$2; shift 2
-  timeout 300 "$@" > "$log/out" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
-}
+ONE_TIMEOUT=300
 . "$here/mode.sh"
 
 # The crates' sources, as a downstream user gets them: fetched by cargo
@@ -76,21 +69,9 @@ if cargo test --locked --no-run > "$log/build" 2>&1 && cargo build --locked --ex
   one "sideway ibv_devinfo example" "softverbs0" "${sv[@]}" "$ex/ibv_devinfo"
   one "sideway show_gids example" "softverbs0 .*127\.0\.0\.1 .*RoCEv2" "${sv[@]}" "$ex/show_gids"
   port=$((20000 + RANDOM % 20000))
-  "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port > "$log/srv" 2>&1 &
-  srv=$!
-  if wait_listen $port "" $srv 2> "$log/cli"; then
-    "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port 127.0.0.1 > "$log/cli" 2>&1
-    crc=$?
-  else
-    crc="not started"; kill $srv 2>/dev/null
-  fi
-  wait $srv; src=$?
-  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "iters in" "$log/cli"; then
-    ok "sideway rc_pingpong example, server and client"
-  else
-    cat "$log/srv" >> "$log/cli"; echo "client $crc, server $src" >> "$log/cli"
-    bad "sideway rc_pingpong example, server and client" "$log/cli"
-  fi
+  serve_then_connect $port "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port \
+    --then "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port 127.0.0.1
+  pair_verdict "sideway rc_pingpong example, server and client" "iters in"
 else
   bad "sideway $SIDEWAY builds" "$log/build"
 fi

@@ -15,8 +15,6 @@ log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
 PORT_BASE=$((20000 + RANDOM % 20000))
 pass=0; fail=0; n=0
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
 
 command -v ucx_perftest >/dev/null || cannot_run "UCX (tests/ecosystem/ucx.sh)" "ucx_perftest is not installed (Debian package ucx-utils)"
 
@@ -36,22 +34,10 @@ done
 # with ARGS; both must exit 0 and the client print its final line.
 perf() {
   local name=$1; shift
-  n=$((n + 1)); local port=$((PORT_BASE + n))
-  "${sv[@]}" timeout 60 ucx_perftest -p "$port" > "$log/srv" 2>&1 &
-  local srv=$! crc
-  if wait_listen "$port" "" $srv 2> "$log/cli"; then
-    "${sv[@]}" timeout 60 ucx_perftest -p "$port" "$@" 127.0.0.1 > "$log/cli" 2>&1
-    crc=$?
-  else
-    crc="not started"; kill $srv 2>/dev/null
-  fi
-  wait $srv; local src=$?
-  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "^Final:" "$log/cli"; then
-    ok "$name"
-  else
-    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
-    bad "$name" "$log/both"
-  fi
+  n=$((n + 1)); local port=$((PORT_BASE + n)) crc src
+  serve_then_connect $port "${sv[@]}" timeout 60 ucx_perftest -p "$port" \
+    --then "${sv[@]}" timeout 60 ucx_perftest -p "$port" "$@" 127.0.0.1
+  pair_verdict "$name" "^Final:"
 }
 
 for tls in rc_verbs,ud_verbs ud_verbs rc; do

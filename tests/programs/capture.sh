@@ -46,8 +46,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 15; }
+BAD_LINES=15
 
 # wait_line FILE TEXT PID: returns once FILE holds TEXT; fails if PID
 # exits first or after 10 s.

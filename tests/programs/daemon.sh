@@ -23,8 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 15; }
+BAD_LINES=15
 daemons() { pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET" | wc -l; }
 # next_port VAR: a fresh TCP port into VAR (no subshell: n must advance).
 next_port() { n=$((n + 1)); printf -v "$1" %d $((PORT_BASE + n)); }

@@ -58,6 +58,53 @@ wait_output() {
   done
 }
 
+# The verdicts of a test script: each script sets pass=0 fail=0 and a
+# scratch directory $log. ok NAME counts a pass; bad NAME FILE counts a
+# failure and shows the end of FILE (BAD_LINES lines, 30 by default); one NAME EXPECT CMD... runs CMD
+# (bounded by ONE_TIMEOUT seconds, 60 by default) and passes if it exits
+# 0 and prints a line matching the extended regex EXPECT.
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n "${BAD_LINES:-30}"; }
+one() {
+  local name=$1 expect=$2; shift 2
+  timeout "${ONE_TIMEOUT:-60}" "$@" > "$log/out" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
+}
+
+# serve_then_connect PORT SERVER... --then CLIENT...: runs SERVER in the
+# background and, once it listens on TCP PORT, CLIENT; their output goes
+# to $log/srv and $log/cli, their exit statuses to $src and $crc ("not
+# started" when the server never listened, and it is stopped).
+serve_then_connect() {
+  local port=$1 server=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != --then ]; do server+=("$1"); shift; done
+  shift
+  "${server[@]}" > "$log/srv" 2>&1 &
+  local pid=$!
+  if wait_listen "$port" "" $pid 2> "$log/cli"; then
+    "$@" > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"; kill $pid 2>/dev/null
+  fi
+  wait $pid
+  src=$?
+}
+
+# pair_verdict NAME EXPECT: the verdict of serve_then_connect: both exited
+# 0 and the client printed a line matching EXPECT (if not empty: rping
+# prints nothing when it succeeds).
+pair_verdict() {
+  if [ "$crc" = 0 ] && [ "$src" = 0 ] && { [ -z "$2" ] || grep -Eq "$2" "$log/cli"; }; then
+    ok "$1"
+  else
+    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
+    bad "$1" "$log/both"
+  fi
+}
+
 # both_logs CLIENT_EXIT SERVER_EXIT CLIENT_LOG SERVER_LOG: a failed
 # client/server pair's report, short enough for a failure listing: each
 # side's exit status and the end of its output.

@@ -51,38 +51,13 @@ trap cleanup EXIT
 
 pass=0; fail=0; n=0
 PORT_BASE=$((20000 + RANDOM % 20000))
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
-
-# one NAME EXPECT CMD...: passes if CMD exits 0 and its output matches EXPECT.
-one() {
-  local name=$1 expect=$2; shift 2
-  timeout 60 "$@" > "$log/out" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
-}
-
 # pair NAME EXPECT CMD...: CMD as server and, once it listens, CMD
 # 127.0.0.1 as client.
 pair() {
   local name=$1 expect=$2; shift 2
-  n=$((n + 1)); local port=$((PORT_BASE + n))
-  timeout 60 "$@" -p $port > "$log/srv" 2>&1 &
-  local srv=$!
-  local crc
-  if wait_listen $port "" $srv 2> "$log/cli"; then
-    timeout 60 "$@" -p $port 127.0.0.1 > "$log/cli" 2>&1
-    crc=$?
-  else
-    crc="not started"; kill $srv 2>/dev/null
-  fi
-  wait $srv; local src=$?
-  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
-    ok "$name"
-  else
-    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
-    bad "$name" "$log/both"
-  fi
+  n=$((n + 1)); local port=$((PORT_BASE + n)) crc src
+  serve_then_connect $port timeout 60 "$@" -p $port --then timeout 60 "$@" -p $port 127.0.0.1
+  pair_verdict "$name" "$expect"
 }
 
 # The devices setup creates come from this configuration, and so do the
@@ -131,12 +106,7 @@ cm_pair() {
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; local src=$?
-  if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
-    ok "$name"
-  else
-    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
-    bad "$name" "$log/both"
-  fi
+  pair_verdict "$name" ""
 }
 cm_pair
 # Async events reach ibv_get_async_event in this mode too.

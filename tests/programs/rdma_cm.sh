@@ -41,8 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 45; }
+BAD_LINES=45
 next_port() { n=$((n + 1)); printf -v "$1" %d $((PORT_BASE + n)); }
 
 

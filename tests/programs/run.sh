@@ -13,42 +13,16 @@ trap 'rm -rf "$log"; kill $(jobs -p) 2>/dev/null' EXIT
 here=$(dirname "$(readlink -f "$0")")
 . "$here/lib.sh"
 
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/    /' "$2" | tail -n 30; }
-
-# one NAME EXPECT CMD...: runs CMD alone; passes if it exits 0 and its
-# output matches the extended regex EXPECT.
-one() {
-  local name=$1 expect=$2; shift 2
-  timeout 30 "$@" > "$log/out" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -Eq "$expect" "$log/out"; then ok "$name"; else echo "exit $rc" >> "$log/out"; bad "$name" "$log/out"; fi
-}
+ONE_TIMEOUT=30
 
 # pair NAME EXPECT CMD...: runs CMD as a server and, once it listens,
 # CMD 127.0.0.1 as a client on a fresh TCP port; both must exit 0 and the
 # client's output match EXPECT.
 pair() {
   local name=$1 expect=$2; shift 2
-  n=$((n + 1)); local port=$((PORT_BASE + n))
-  local cmd=("$@")
-  local flag=-p
-  timeout 60 "${cmd[@]}" $flag $port > "$log/srv" 2>&1 &
-  local srv=$!
-  local crc
-  if wait_listen $port "" $srv 2> "$log/cli"; then
-    timeout 60 "${cmd[@]}" $flag $port 127.0.0.1 > "$log/cli" 2>&1
-    crc=$?
-  else
-    crc="not started"; kill $srv 2>/dev/null
-  fi
-  wait $srv; local src=$?
-  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
-    ok "$name"
-  else
-    both_logs "$crc" "$src" "$log/cli" "$log/srv" > "$log/both"
-    bad "$name" "$log/both"
-  fi
+  n=$((n + 1)); local port=$((PORT_BASE + n)) crc src
+  serve_then_connect $port timeout 60 "$@" -p $port --then timeout 60 "$@" -p $port 127.0.0.1
+  pair_verdict "$name" "$expect"
 }
 
 # The softverbs command, from the same build.

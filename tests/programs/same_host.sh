@@ -31,8 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 20; }
+BAD_LINES=20
 next_port() { n=$((n + 1)); printf -v "$1" %d $((PORT_BASE + n)); }
 # An error any of these programs prints when a completion fails.
 ERRORS='[Ee]rror|Couldn.t|[Ff]ailed|status'

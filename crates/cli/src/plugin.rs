@@ -140,28 +140,11 @@ fn remove_tree(root: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    /// A test directory that removes itself.
-    struct TempDir(PathBuf);
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn temp(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("softverbs-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
 
     #[test]
     fn cdev_links_are_ours_and_others_are_left_alone() {
-        let t = temp("cdev");
-        let dir = t.0.join("infiniband");
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("infiniband");
         link_cdevs(&dir, 0..2).unwrap();
         assert!(is_ours(&dir.join("uverbs1")));
         fs::write(dir.join("uverbs2"), "").unwrap();

@@ -273,22 +273,6 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    /// A test directory that removes itself.
-    struct TempDir(PathBuf);
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn temp(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("softverbs-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
     fn read(path: PathBuf) -> String {
         fs::read_to_string(path).unwrap()
     }
@@ -316,9 +300,9 @@ mod tests {
 
     #[test]
     fn the_tree_has_what_libibverbs_reads() {
-        let t = temp("tree");
-        let root = t.0.join("run/sysfs");
-        let sys = real_sys(&t.0);
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("run/sysfs");
+        let sys = real_sys(t.path());
         let d = device();
         let base = uverbs_base(&sys);
         assert_eq!(base, 3);
@@ -375,11 +359,11 @@ mod tests {
 
     #[test]
     fn a_tree_read_as_the_real_one_does_not_list_a_soft_device_twice() {
-        let t = temp("twice");
-        let sys = real_sys(&t.0);
-        let first = t.0.join("first");
+        let t = tempfile::tempdir().unwrap();
+        let sys = real_sys(t.path());
+        let first = t.path().join("first");
         write_tree(&first, &sys, &[device()], 3).unwrap();
-        let second = t.0.join("second");
+        let second = t.path().join("second");
         write_tree(&second, &first, &[device()], uverbs_base(&first)).unwrap();
         let verbs: Vec<_> = fs::read_dir(second.join("class/infiniband_verbs"))
             .unwrap()
@@ -391,11 +375,11 @@ mod tests {
 
     #[test]
     fn the_command_directory_links_real_and_soft_entries() {
-        let t = temp("cdev");
-        let real = t.0.join("real");
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("real");
         fs::create_dir_all(&real).unwrap();
         fs::write(real.join("uverbs0"), "").unwrap();
-        let dev = t.0.join("view");
+        let dev = t.path().join("view");
         write_cdev_dir(&dev, &real, 2, 1).unwrap();
         assert_eq!(
             fs::read_link(dev.join("uverbs0")).unwrap(),
