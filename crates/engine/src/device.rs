@@ -285,6 +285,12 @@ pub struct DeviceConfig {
     pub qpn_base: u32,
     /// End (exclusive) of the first QP number range.
     pub qpn_limit: u32,
+    /// Most request bytes an RC QP keeps unacknowledged on the wire, and
+    /// most a READ request asks for at once. A transport over sockets sizes
+    /// it to half the peer's receive buffer: a window that fits is never
+    /// dropped for want of room, however late the peer runs
+    /// ([`Self::DEFAULT_SEND_WINDOW`] otherwise).
+    pub send_window_bytes: u32,
 }
 
 impl DeviceConfig {
@@ -304,8 +310,13 @@ impl DeviceConfig {
             seed,
             qpn_base: 0x11,
             qpn_limit: 1 << 24,
+            send_window_bytes: DeviceConfig::DEFAULT_SEND_WINDOW,
         }
     }
+
+    /// The send window of a device whose peers' buffers are not known:
+    /// 1024 packets of the largest MTU.
+    pub const DEFAULT_SEND_WINDOW: u32 = 4 << 20;
 
     /// The capability flags this engine honours.
     pub const CAP_FLAGS: u32 = cap_flags::CURR_QP_STATE_MOD

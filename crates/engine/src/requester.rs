@@ -24,8 +24,11 @@ use std::collections::VecDeque;
 
 /// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
 const MAX_UNACKED_PSNS: i32 = 1024;
-/// A request packet asks for an ACK at least this often.
+/// A request packet asks for an ACK at least this often (and at least four
+/// times per send window, so that the window keeps opening).
 const ACK_REQ_INTERVAL: u32 = 16;
+/// The smallest send window, in packets.
+const MIN_WINDOW_PKTS: u32 = 2;
 
 /// What a send WR does, as the requester sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +76,11 @@ pub(crate) struct InFlight {
     pub(crate) next_pkt: u32,
     /// READ response packets received, in order.
     pub(crate) resp_pkts: u32,
+    /// A READ on the wire: the response packet at which the request last
+    /// sent ends. A READ larger than the send window is asked for one
+    /// window at a time ([`Qp::read_request_end`]), so that its responses
+    /// fit the requester's receive buffer; `npkts` otherwise.
+    pub(crate) req_end: u32,
     /// Some packet of the WR was transmitted (so an ACK may cover it).
     pub(crate) sent_once: bool,
     pub(crate) done: bool,
@@ -227,6 +235,9 @@ impl Qp {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
+        if !self.within_window(ctx, idx) {
+            return None;
+        }
         let Some((sgid, dgid)) = request_gids(self, ctx, idx) else {
             self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
             return None;
@@ -254,6 +265,15 @@ impl Qp {
                 continue;
             }
             let entry = &self.req.inflight[self.req.send_idx];
+            if entry.op == ReqOp::Read
+                && !entry.done
+                && entry.all_sent()
+                && entry.req_end < entry.npkts
+            {
+                // Its next part is asked for once this part is in; later
+                // WRs' PSNs come after all of its responses, so they wait.
+                return None;
+            }
             if entry.done || entry.all_sent() {
                 self.req.send_idx += 1;
                 continue;
@@ -318,6 +338,7 @@ impl Qp {
             len,
             next_pkt: 0,
             resp_pkts: 0,
+            req_end: npkts,
             sent_once: false,
             done: false,
             status: WcStatus::Success,
@@ -357,10 +378,59 @@ impl Qp {
         }
     }
 
+    /// Packets an RC QP may have unacknowledged on the wire: the device's
+    /// send window in path MTUs.
+    fn window_pkts(&self, ctx: &Ctx<'_>) -> u32 {
+        (ctx.config.send_window_bytes / self.mtu()).clamp(MIN_WINDOW_PKTS, MAX_UNACKED_PSNS as u32)
+    }
+
+    /// Whether the next packet of entry `idx` may leave: for RC, its PSN
+    /// (a READ request's, the first response it asks for) lies within the
+    /// send window from the oldest unacknowledged PSN. Without this, a
+    /// peer that the scheduler has not run for a while finds more in its
+    /// socket than the buffer holds, and the rest is lost (then resent
+    /// after a timeout, and under load retried until RETRY_EXC_ERR).
+    /// UC and UD have no acknowledgements and no window.
+    fn within_window(&self, ctx: &Ctx<'_>, idx: usize) -> bool {
+        if self.qp_type != QpType::Rc {
+            return true;
+        }
+        let e = &self.req.inflight[idx];
+        let psn = e.first_psn.wrapping_add(if e.op.is_rd_atomic() {
+            e.resp_pkts
+        } else {
+            e.next_pkt
+        });
+        let window = self.window_pkts(ctx) as i32;
+        self.req
+            .oldest_unacked()
+            .is_none_or(|oldest| oldest.distance(psn) < window)
+    }
+
+    /// The response packet at which a READ request sent now for entry `e`
+    /// ends: the READ is asked for in parts of one send window, at fixed
+    /// boundaries, so a part asked for again ends where it first did and
+    /// its responses' FIRST/LAST marks never disagree with a late one.
+    fn read_request_end(&self, ctx: &Ctx<'_>, e: &InFlight) -> u32 {
+        let window = self.window_pkts(ctx);
+        (e.resp_pkts / window + 1)
+            .saturating_mul(window)
+            .min(e.npkts)
+    }
+
+    /// How often, in packets, a request asks for an ACK.
+    fn ack_req_interval(&self, ctx: &Ctx<'_>) -> u32 {
+        (self.window_pkts(ctx) / 4).clamp(1, ACK_REQ_INTERVAL)
+    }
+
     /// Bookkeeping after a packet of entry `idx` went out.
     fn after_transmit(&mut self, ctx: &mut Ctx<'_>, idx: usize, now: Nanos) {
         let reliable = self.qp_type == QpType::Rc;
+        let read_end = self.read_request_end(ctx, &self.req.inflight[idx]);
         let entry = &mut self.req.inflight[idx];
+        if entry.op == ReqOp::Read {
+            entry.req_end = read_end;
+        }
         entry.sent_once = true;
         entry.next_pkt = if entry.op.is_rd_atomic() {
             entry.npkts
@@ -451,10 +521,11 @@ impl Qp {
             }
             ReqOp::Read => {
                 let offset = e.resp_pkts * mtu;
+                let end = self.read_request_end(ctx, e).saturating_mul(mtu).min(e.len);
                 ext.reth = Some(Reth {
                     va: e.wqe.rdma.remote_addr.wrapping_add(u64::from(offset)),
                     rkey: e.wqe.rdma.rkey,
-                    dma_len: e.len - offset.min(e.len),
+                    dma_len: end - offset.min(end),
                 });
             }
             ReqOp::CmpSwap | ReqOp::FetchAdd => {
@@ -488,8 +559,8 @@ impl Qp {
             ext.deth = Some(self.deth_of(e));
         }
         let solicited = last && e.wqe.send_flags & send_flags::SOLICITED != 0;
-        let ack_req =
-            self.qp_type == QpType::Rc && (last || self.req.since_ack_req + 1 >= ACK_REQ_INTERVAL);
+        let ack_req = self.qp_type == QpType::Rc
+            && (last || self.req.since_ack_req + 1 >= self.ack_req_interval(ctx));
         self.req.since_ack_req = if ack_req {
             0
         } else {
@@ -729,8 +800,9 @@ impl Qp {
         let offset = e.resp_pkts * mtu;
         let want = (e.len - offset.min(e.len)).min(mtu) as usize;
         // A re-requested READ restarts with READ_RESP_FIRST at the PSN it
-        // asked for, so only "is this the last packet" is checked.
-        let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.npkts);
+        // asked for, so only "is this the last packet" (of the part asked
+        // for) is checked.
+        let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.req_end);
         if !last_ok || pkt.payload().len() != want {
             self.fail_requester(ctx, idx, WcStatus::BadRespErr);
             return false;
@@ -751,6 +823,8 @@ impl Qp {
         if e.resp_pkts == e.npkts {
             e.done = true;
             self.req.rd_atomic -= 1;
+        } else if e.resp_pkts == e.req_end {
+            e.next_pkt = 0; // the next part is asked for
         }
         true
     }

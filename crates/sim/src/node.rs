@@ -37,6 +37,17 @@ pub fn gid_of(index: usize) -> Gid {
     Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, last))
 }
 
+/// The send window of a workload's nodes: mostly the default, but often
+/// a few packets, so that RC QPs wait for ACKs with packets still to send
+/// and READs longer than the window are asked for in parts.
+fn send_window(seed: u64) -> u32 {
+    match seed % 3 {
+        0 => DeviceConfig::DEFAULT_SEND_WINDOW,
+        1 => 512,  // the smallest window at every MTU: 2 packets
+        _ => 5000, // 4 packets of 1024 bytes, 19 of 256
+    }
+}
+
 /// The remote (iova) address of local address `addr`.
 pub fn iova(addr: u64) -> u64 {
     addr + IOVA_OFFSET
@@ -50,6 +61,7 @@ impl Node {
         let mut config = DeviceConfig::loopback(seed.wrapping_mul(2).wrapping_add(index as u64));
         config.ports[0].gids = vec![gid_of(index)];
         config.qpn_base = 0x100 * (index as u32 + 1);
+        config.send_window_bytes = send_window(seed);
         let mut engine = Engine::new(config);
         let mut mem = FlatMemory::new(arena.base(), arena.size());
         fastrand::Rng::with_seed(seed ^ index as u64)

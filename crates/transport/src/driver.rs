@@ -155,6 +155,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let mut device = cfg.device;
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
+        device.send_window_bytes = endpoint.send_window();
         let mut engine = Engine::new(device);
         let mut endpoint = endpoint;
         let same_host = start_same_host(cross, &mut endpoint, &mut engine, cfg.ip);

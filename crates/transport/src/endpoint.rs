@@ -5,7 +5,7 @@
 use crate::daemon::protocol::FrameHeader;
 use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
 use crate::slots::qpns_of;
-use nix::sys::socket::sockopt::{RcvBufForce, UdpGroSegment};
+use nix::sys::socket::sockopt::{RcvBufForce, SndBufForce, UdpGroSegment};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
 use socket2::Socket;
@@ -20,6 +20,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 const SOCKET_BUFFER: usize = 4 << 20;
 /// The receive buffer asked for past `rmem_max` where that is allowed.
 const FORCED_RECV_BUFFER: usize = 32 << 20;
+/// Sets both socket buffers (bytes) instead of the defaults above, past
+/// `rmem_max`/`wmem_max` where that is allowed: to run as a host with
+/// other limits would (`make test` runs its load test with a non-root
+/// user's default buffer this way).
+const SOCKET_BUFFER_VAR: &str = "SOFTVERBS_SOCKET_BUFFER";
 
 /// A context's socket and daemon session, and the slots (blocks of QP
 /// numbers) it holds.
@@ -138,6 +143,23 @@ impl Endpoint {
             crate::capture::sent(Some(flow), packet.len(), &packet);
         }
         Ok(())
+    }
+
+    /// The send window for the engine
+    /// ([`softverbs_engine::DeviceConfig::send_window_bytes`]): half the
+    /// receive buffer packets arrive in, which is the size asked for (the
+    /// kernel reports twice that, the other half for its bookkeeping), so
+    /// a peer set up as this host is never sent more than it holds. Peers
+    /// on this host are set up alike; another host's softverbs should be.
+    pub fn send_window(&self) -> u32 {
+        let buffer = match self.session.direct() {
+            Some(socket) => socket2::SockRef::from(socket).recv_buffer_size(),
+            None => socket2::SockRef::from(&self.socket).recv_buffer_size(),
+        };
+        let default = softverbs_engine::DeviceConfig::DEFAULT_SEND_WINDOW;
+        buffer.map_or(default, |b| {
+            u32::try_from(b / 2).unwrap_or(default).min(default)
+        })
     }
 
     /// The sending socket's address.
@@ -290,14 +312,7 @@ fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
-    // Bigger buffers are a wish, not a requirement (rmem_max may cap them).
-    // A burst of READ responses from a fast peer meets a receiver that
-    // the scheduler has not run yet; where allowed (CAP_NET_ADMIN), the
-    // buffer goes past rmem_max, as deep as a NIC's.
-    if setsockopt(&socket, RcvBufForce, &FORCED_RECV_BUFFER).is_err() {
-        let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
-    }
-    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    size_buffers(&socket);
     socket.set_nonblocking(true)?;
     // Packets of one message, sent as one GSO batch, then arrive as one
     // datagram (see recv_segments); a kernel without UDP GRO delivers them
@@ -316,6 +331,37 @@ fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket
     }
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// Bigger buffers are a wish, not a requirement (rmem_max may cap them).
+/// A burst from a fast peer meets a receiver that the scheduler has not
+/// run yet; where allowed (CAP_NET_ADMIN), the receive buffer goes past
+/// rmem_max, as deep as a NIC's. The send window (`Endpoint::send_window`)
+/// follows what the receive buffer became.
+fn size_buffers(socket: &Socket) {
+    let (recv, send) = match configured_buffer() {
+        Some(n) => (n, n),
+        None => (FORCED_RECV_BUFFER, SOCKET_BUFFER),
+    };
+    let fallback = recv.min(SOCKET_BUFFER);
+    if setsockopt(socket, RcvBufForce, &recv).is_err() {
+        let _ = socket.set_recv_buffer_size(fallback);
+    }
+    if setsockopt(socket, SndBufForce, &send).is_err() {
+        let _ = socket.set_send_buffer_size(send);
+    }
+}
+
+/// `SOFTVERBS_SOCKET_BUFFER`, if set to a size in bytes (at least 4 KiB).
+fn configured_buffer() -> Option<usize> {
+    let value = std::env::var(SOCKET_BUFFER_VAR).ok()?;
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= 4096 => Some(n),
+        _ => {
+            crate::say!("softverbs: {SOCKET_BUFFER_VAR}={value} is not a size of 4096 bytes or more; ignored");
+            None
+        }
+    }
 }
 
 // UDP_NO_CHECK6_RX: accept IPv6 UDP datagrams with a zero checksum. nix

@@ -19,10 +19,11 @@ pub struct Node {
 }
 
 impl Node {
-    fn new(host: u8, qpn_base: u32) -> Node {
+    fn new(host: u8, qpn_base: u32, send_window: u32) -> Node {
         let mut cfg = DeviceConfig::loopback(u64::from(host));
         cfg.ports[0].gids = vec![Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host))];
         cfg.qpn_base = qpn_base;
+        cfg.send_window_bytes = send_window;
         let mut e = Engine::new(cfg);
         let pd = e.alloc_pd().unwrap();
         let (cq, _) = e.create_cq(4096, 0).unwrap();
@@ -123,9 +124,15 @@ impl Default for Link {
 
 impl Pair {
     pub fn new() -> Pair {
+        Pair::with_window(DeviceConfig::DEFAULT_SEND_WINDOW)
+    }
+
+    /// A pair whose devices have a send window of `bytes`
+    /// (`DeviceConfig::send_window_bytes`).
+    pub fn with_window(bytes: u32) -> Pair {
         Pair {
-            a: Node::new(1, 0x100),
-            b: Node::new(2, 0x200),
+            a: Node::new(1, 0x100, bytes),
+            b: Node::new(2, 0x200, bytes),
             now: 0,
             filter: Box::new(|_, _| Fate::Deliver),
             same_host: false,

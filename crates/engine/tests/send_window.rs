@@ -1,0 +1,178 @@
+//! The send window (`DeviceConfig::send_window_bytes`): an RC QP keeps at
+//! most a window of packets unacknowledged, and a READ longer than the
+//! window is asked for one window at a time, so what one QP sends never
+//! overflows a peer's receive buffer sized to the window.
+
+mod common;
+use common::pair::*;
+use softverbs_engine::*;
+use softverbs_wire::{OpKind, Psn};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// 4 packets of the links' 1024-byte MTU.
+const WINDOW: u32 = 4 * 1024;
+
+fn pattern(n: &mut Node, offset: u64, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+    n.mem.write(MEM_BASE + offset, &data).unwrap();
+    data
+}
+
+fn read_wr(sge: &[Sge], remote: u64, rkey: u32) -> SendWr<'_> {
+    SendWr {
+        rdma: RdmaTarget {
+            remote_addr: MEM_BASE + remote,
+            rkey,
+        },
+        ..wr(1, send_opcode::RDMA_READ, sge)
+    }
+}
+
+/// What a test saw on the wire: request PSNs beyond the window from the
+/// last acknowledged PSN, READ requests' lengths, NAKs.
+#[derive(Default)]
+struct Seen {
+    acked: Option<Psn>,
+    beyond_window: Vec<u32>,
+    read_lengths: Vec<u32>,
+    naks: usize,
+    requests: usize,
+}
+
+/// A filter recording `Seen` and delivering everything but the packets
+/// `drop` picks (by the count of packets of that kind so far).
+fn watch(p: &mut Pair, first_psn: u32, drop: fn(OpKind, usize) -> bool) -> Rc<RefCell<Seen>> {
+    let seen = Rc::new(RefCell::new(Seen {
+        acked: Some(Psn::new_masked(first_psn.wrapping_sub(1))),
+        ..Seen::default()
+    }));
+    let record = seen.clone();
+    let mut counts = std::collections::HashMap::new();
+    p.filter = Box::new(move |from_a, v| {
+        let mut s = record.borrow_mut();
+        let kind = v.opcode().kind();
+        let n = counts.entry((from_a, kind)).or_insert(0usize);
+        *n += 1;
+        if drop(kind, *n) {
+            return Fate::Drop;
+        }
+        if from_a {
+            s.requests += 1;
+            let ahead = s.acked.map_or(0, |a| a.distance(v.psn()));
+            if ahead > (WINDOW / 1024) as i32 {
+                s.beyond_window.push(v.psn().get());
+            }
+            if kind == OpKind::ReadRequest {
+                s.read_lengths.push(v.reth().map_or(0, |r| r.dma_len));
+            }
+        } else if kind == OpKind::Ack {
+            if v.aeth().is_some_and(|a| a.syndrome.is_nak()) {
+                s.naks += 1;
+            } else {
+                s.acked = Some(v.psn());
+            }
+        }
+        Fate::Deliver
+    });
+    seen
+}
+
+/// A 40 KiB WRITE (40 packets) leaves 4 packets at a time: no request
+/// packet is sent more than the window past the last acknowledged PSN,
+/// and the data arrives whole.
+#[test]
+fn unacknowledged_packets_stay_within_the_window() {
+    let mut p = Pair::with_window(WINDOW);
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.a, 0, 40 * 1024);
+    let sge = [p.a.sge(0, 40 * 1024)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let seen = watch(&mut p, link.psn_a, |_, _| false);
+    p.run(10_000);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x2_0000, 40 * 1024), &data[..]);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let s = seen.borrow();
+    assert_eq!(
+        s.beyond_window,
+        Vec::<u32>::new(),
+        "PSNs sent past the window"
+    );
+    assert_eq!((s.requests, s.naks), (40, 0), "no packet was resent");
+}
+
+/// A READ of 10 KiB with a 4 KiB window is asked for in three parts of
+/// at most the window, each once its predecessor's responses are in; a
+/// WRITE and a SEND posted after it wait for its last part (their PSNs
+/// follow all of its responses) and nothing is NAKed.
+#[test]
+fn a_read_longer_than_the_window_is_asked_for_in_parts() {
+    let mut p = Pair::with_window(WINDOW);
+    let link = Link::default();
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.b, 0x1_0000, 10 * 1024);
+    let sge = [p.a.sge(0x4_0000, 10 * 1024)];
+    p.a.e
+        .post_send(qa, &read_wr(&sge, 0x1_0000, p.b.key))
+        .unwrap();
+    let small = [p.a.sge(0, 100)];
+    let mut w = wr(2, send_opcode::RDMA_WRITE, &small);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let rsge = [p.b.sge(0x9_0000, 100)];
+    p.b.e
+        .post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 9,
+                sg_list: &rsge,
+            },
+        )
+        .unwrap();
+    p.a.e
+        .post_send(qa, &wr(3, send_opcode::SEND, &small))
+        .unwrap();
+    let seen = watch(&mut p, link.psn_a, |_, _| false);
+    p.run(10_000);
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x4_0000, 10 * 1024), &data[..]);
+    let done: Vec<_> = p.a.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    let ok = WcStatus::Success;
+    assert_eq!(done, [(1, ok), (2, ok), (3, ok)]);
+    let s = seen.borrow();
+    assert_eq!(s.read_lengths, [4096, 4096, 2048]);
+    assert_eq!(s.naks, 0);
+}
+
+/// A response lost in the middle of a part is asked for again up to the
+/// same part's end: the responses' FIRST/LAST marks keep matching what
+/// the requester expects, and the READ completes with every byte.
+#[test]
+fn a_lost_response_of_a_part_is_asked_for_again_to_the_parts_end() {
+    let mut p = Pair::with_window(WINDOW);
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.b, 0x1_0000, 10 * 1024);
+    let sge = [p.a.sge(0x4_0000, 10 * 1024)];
+    p.a.e
+        .post_send(qa, &read_wr(&sge, 0x1_0000, p.b.key))
+        .unwrap();
+    // The 6th response: the second of the second part.
+    let seen = watch(&mut p, link.psn_a, |kind, n| {
+        kind == OpKind::ReadResponse && n == 6
+    });
+    p.run(10_000);
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x4_0000, 10 * 1024), &data[..]);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    // Parts: 4 packets, 4 (the 2nd lost: asked again from the 6th packet
+    // to the part's end, 3 packets), 2.
+    assert_eq!(seen.borrow().read_lengths, [4096, 4096, 3072, 2048]);
+}
