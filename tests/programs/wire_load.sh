@@ -5,12 +5,18 @@
 # 2 CPU-bound processes:
 #   - 8 ib_write_bw pairs at once between two network namespaces joined by
 #     a veth pair,
-#   - ib_write_bw -a and ib_read_bw -a (every size to 8 MiB) on loopback,
-# all with perftest's default QP timeout (14: 67 ms) and retry count (7).
-# Every program must exit 0 without an error completion, and neither
-# namespace's kernel may count a UDP datagram dropped for want of buffer
-# room (UdpRcvbufErrors, UdpSndbufErrors, UdpInErrors): the send window
-# keeps what a QP has in flight within the peer's buffer. Needs root (the
+#   - ib_write_bw -a and ib_read_bw -a (every size to 8 MiB), and
+#     ib_write_bw -q 4 (four QPs into one peer), on loopback,
+# all with perftest's default QP timeout (14: 67 ms) and retry count (7);
+# then ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s (tbf), so
+# the sending socket runs out of room. Every program must exit 0 without
+# an error completion; neither namespace's kernel may count a UDP datagram
+# dropped for want of buffer room (UdpRcvbufErrors, UdpInErrors) nor a
+# queue drop one (tc -s qdisc): the send window keeps what a QP has in flight within the
+# peer's buffer; and no context may have left a packet unsent or dropped
+# one on receipt (SOFTVERBS_STATS): a socket without room is waited for.
+# Packets sent again (only a timeout can cause them here) are counted and
+# printed. Needs root (the
 # namespaces); fails under CI=true without it, skips loudly elsewhere.
 # Prints "N passed, M failed" last. Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -48,18 +54,24 @@ for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
 ip -n "$a" link set "${tag}x" up
 ip -n "$b" link set "${tag}y" up
 
-export SOFTVERBS_SHM=0 SOFTVERBS_SOCKET_BUFFER=212992
+export SOFTVERBS_SHM=0 SOFTVERBS_SOCKET_BUFFER=212992 SOFTVERBS_STATS=1
 # on_ns NS DEVICE_IP CMD...: CMD in namespace NS over softverbs0 on DEVICE_IP.
 on_ns() {
   local ns=$1 dev=$2; shift 2
   ip netns exec "$ns" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev" "$@"
 }
-# The namespaces' kernel UDP counters start at 0: they are ours alone.
+# Datagrams the namespaces' kernels dropped: their counters start at 0,
+# they are ours alone. (UdpSndbufErrors is not one: it also counts every
+# send that met EAGAIN, which loses nothing.)
 drops() {
   local ns
   for ns in "$a" "$b"; do
-    ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpSndbufErrors UdpInErrors |
+    ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpInErrors |
       awk -v ns="$ns" 'NR > 1 && $2 != 0 { print ns ": " $1 " " $2 }'
+    tc -n "$ns" -s qdisc show |
+      awk -v ns="$ns" '/^qdisc/ { q = $2 " on " $5 }
+        /\(dropped/ { d = $0; sub(/.*\(dropped /, "", d); sub(/,.*/, "", d)
+                      if (d + 0 > 0) print ns ": qdisc " q " dropped " d }'
   done
 }
 
@@ -97,6 +109,7 @@ verdict() {
     [ $all_ok = 1 ] && [ $# -gt 0 ] || echo "a client did not start or exited non-zero" >> "$log/report"
     bad "$name" "$log/report"
   fi
+  cat "$log"/*.cli "$log"/*.srv | grep -o 'softverbs: softverbs0 (pid.*' >> "$log/stats"
   rm -f "$log"/*.cli "$log"/*.srv
 }
 
@@ -115,8 +128,36 @@ for test in ib_write_bw ib_read_bw; do
   pair "$test" "$a" "$ip_a" "$a" "$ip_a" 18700 "$test" -x 1 -a -n "$ITERS" && c=$cli || c=""
   verdict "$test -a on loopback beside 2 busy processes" $c
 done
+# Four QPs of one context into one peer share its send budget.
+pair q4 "$a" "$ip_a" "$a" "$ip_a" 18701 ib_write_bw -x 1 -q 4 -n 3000 && c=$cli || c=""
+verdict "ib_write_bw -q 4 on loopback beside 2 busy processes" $c
 
 pkill -9 -f "wire-load-busy-$$"
+
+# A sending socket without room: the veth from B to A at 400 Mbit/s with
+# a queue deeper than the socket's send buffer, so the queue holds the
+# socket's packets and sending meets EAGAIN instead of a qdisc drop.
+# The client's send buffer (32 KiB, 64 KiB as the kernel counts) is
+# smaller than its send window (208 KiB), so the queue always fills it.
+ip netns exec "$b" tc qdisc add dev "${tag}y" root tbf rate 400mbit burst 64kb limit 8mb
+SOFTVERBS_SOCKET_BUFFER=212992,32768 \
+  pair slow "$a" "$ip_a" "$b" "$ip_b" 18800 ib_write_bw -x 1 -q 4 -n 400 && c=$cli || c=""
+wait $c 2>/dev/null; waits=$(grep -o '[0-9]* waits for socket room' "$log/slow.cli" | cut -d' ' -f1)
+verdict "ib_write_bw -q 4 over a veth at 400 Mbit/s" $c
+if [ "${waits:-0}" -gt 0 ]; then
+  ok "the sender waited for socket room ($waits times) instead of dropping"
+else
+  echo "client: ${waits:-no} waits for socket room" > "$log/waits"
+  bad "the sender waited for socket room" "$log/waits"
+fi
+
+# Every context's counters: nothing unsent, nothing dropped on receipt.
+if [ -s "$log/stats" ] && ! grep -Ev ' 0 not sent, 0 dropped on receipt' "$log/stats" > "$log/lossy"; then
+  ok "no packet unsent or dropped on receipt ($(wc -l < "$log/stats") contexts)"
+else
+  bad "no packet unsent or dropped on receipt" "$log/lossy"
+fi
+awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "resent,") r += $i } END { print "packets resent (timeouts under load):", r + 0 }' "$log/stats"
 lost=$(drops)
 if [ -z "$lost" ]; then
   ok "no UDP datagram dropped for want of buffer room"

@@ -71,6 +71,7 @@ impl Engine {
         buf: &mut [u8],
     ) -> Option<Transmit> {
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut resent_now = 0;
         let sent = self.with_qp(id, |qp, ctx| {
             // Responses first; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
@@ -88,8 +89,10 @@ impl Engine {
             if qp.direct && !qp.ud_wire_next(ctx) {
                 return None; // its requests go out whole (`poll_direct`)
             }
+            let resent = qp.req.resent;
             let (len, src_gid, dst_gid) =
                 qp.requester_transmit(ctx, now, mem, buf, &mut scratch)?;
+            resent_now = qp.req.resent - resent;
             Some(Transmit {
                 len,
                 src_gid,
@@ -97,6 +100,7 @@ impl Engine {
             })
         });
         self.scratch = scratch;
+        self.stats.tx_resent += resent_now;
         sent.flatten()
     }
 
@@ -220,9 +224,14 @@ impl Engine {
     }
 }
 
-/// Packets the engine dropped on receipt, by reason.
+/// Packets the engine dropped on receipt, by reason, and request packets
+/// it sent again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DatapathStats {
+    /// Request packets sent again (after a loss, a timeout or an RNR
+    /// wait): none where nothing is lost and every receive WR is posted
+    /// in time.
+    pub tx_resent: u64,
     /// Could not be parsed (truncated, unknown opcode, bad pad).
     pub rx_malformed: u64,
     /// Addressed to a QP number that does not exist.

@@ -19,6 +19,7 @@ use crate::objects::{Ah, Cq, Pd};
 use crate::qp::Qp;
 use crate::qp_state::QpState;
 use crate::schedule::Schedule;
+use crate::send_budget::SendBudget;
 use crate::srq::Srq;
 use slotmap::SlotMap;
 use std::collections::{HashMap, VecDeque};
@@ -45,6 +46,7 @@ pub struct Engine {
     pub(crate) comp_events: VecDeque<CqId>,
     pub(crate) schedule: Schedule,
     pub(crate) stats: DatapathStats,
+    pub(crate) send_budget: SendBudget,
     /// Reused buffer for packet payloads.
     pub(crate) scratch: Vec<u8>,
     /// QPs whose published view may have changed (`poll_qp_change`).
@@ -78,6 +80,7 @@ impl Engine {
             comp_events: VecDeque::new(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
+            send_budget: SendBudget::default(),
             scratch: Vec::new(),
             qp_changes: Vec::new(),
             mr_changes: Vec::new(),
@@ -104,11 +107,28 @@ impl Engine {
             ctx.event(AsyncEvent::QpFatal(id));
             qp.enter_error(&mut ctx);
         }
+        let short_of_room = ctx.short_of_room;
+        let in_flight = qp.bytes_in_flight();
+        let was = std::mem::replace(&mut qp.charged, in_flight);
         let (after, qpn) = (qp.state, qp.qp_num);
+        let freed = self.send_budget.recharge(was, in_flight);
+        if short_of_room {
+            self.send_budget.wait(id);
+        }
+        if freed {
+            self.wake_budget_waiters();
+        }
         if after != before {
             self.qp_changed(id, qpn);
         }
         Some(out)
+    }
+
+    /// Wakes the QPs the send budget turned away: room was freed.
+    pub(crate) fn wake_budget_waiters(&mut self) {
+        for qp in self.send_budget.take_waiters() {
+            self.schedule.wake_transmit(qp);
+        }
     }
 
     /// One QP, mutably, beside a view of everything else it may touch.
@@ -122,9 +142,11 @@ impl Engine {
             qps,
             events,
             comp_events,
+            send_budget,
             ..
         } = self;
         let qp = qps.get_mut(id)?;
+        let send_room = send_budget.room(config.send_window_bytes);
         let ctx = Ctx {
             config,
             mrs,
@@ -134,6 +156,8 @@ impl Engine {
             events,
             comp_events,
             lost_completion: false,
+            send_room,
+            short_of_room: false,
         };
         Some((qp, ctx))
     }

@@ -42,6 +42,7 @@ mod requester;
 mod requester_direct;
 mod responder;
 mod schedule;
+mod send_budget;
 mod srq;
 mod srq_limit;
 mod time;

@@ -47,6 +47,10 @@ pub(crate) struct Qp {
     /// same-host peer's fault, which names the incarnation it found,
     /// never fails the QP after a reset, nor a later QP of that number.
     pub(crate) incarnation: u16,
+    /// What the context's send budget holds charged to this QP
+    /// (`send_budget.rs`); kept through resets, which empty the requester
+    /// but not the budget until the next recharge.
+    pub(crate) charged: u64,
 }
 
 impl Qp {
@@ -79,6 +83,7 @@ impl Qp {
             resp: Responder::default(),
             direct: false,
             incarnation: 0,
+            charged: 0,
         }
     }
 

@@ -119,6 +119,12 @@ pub(crate) struct Requester {
     since_ack_req: u32,
     /// The last PSN the responder is known to have received.
     acked: Psn,
+    /// The PSN after every one sent so far: a packet before it is sent
+    /// again.
+    sent_end: Psn,
+    /// Request packets sent again (go-back-N after a loss, a timeout or
+    /// an RNR wait), for diagnostics.
+    pub(crate) resent: u64,
     /// A go-back started by a PSN sequence NAK is under way: further NAKs
     /// are ignored until the requester makes progress (as rxe does), so a
     /// burst of NAKs for one loss costs one retry.
@@ -140,6 +146,8 @@ impl Requester {
         *self = Requester {
             next_psn: Psn::new_masked(sq_psn),
             acked: Psn::new_masked(sq_psn).wrapping_sub(1),
+            sent_end: Psn::new_masked(sq_psn),
+            resent: self.resent,
             retry_left: retry_cnt,
             rnr_left: rnr_retry,
             ..Requester::default()
@@ -152,6 +160,8 @@ impl Requester {
         *self = Requester {
             next_psn: self.next_psn,
             acked: self.next_psn.wrapping_sub(1),
+            sent_end: self.next_psn,
+            resent: self.resent,
             ..Requester::default()
         };
     }
@@ -386,25 +396,54 @@ impl Qp {
 
     /// Whether the next packet of entry `idx` may leave: for RC, its PSN
     /// (a READ request's, the first response it asks for) lies within the
-    /// send window from the oldest unacknowledged PSN. Without this, a
-    /// peer that the scheduler has not run for a while finds more in its
-    /// socket than the buffer holds, and the rest is lost (then resent
-    /// after a timeout, and under load retried until RETRY_EXC_ERR).
-    /// UC and UD have no acknowledgements and no window.
-    fn within_window(&self, ctx: &Ctx<'_>, idx: usize) -> bool {
+    /// send window from the oldest unacknowledged PSN, and the PSNs it
+    /// newly puts in flight fit the context's send budget
+    /// (`send_budget.rs`; else the QP waits for room, `short_of_room`).
+    /// Without this, a peer that the scheduler has not run for a while
+    /// finds more in its socket than the buffer holds, and the rest is lost
+    /// (then resent after a timeout, and under load retried until
+    /// RETRY_EXC_ERR). UC and UD have no acknowledgements and no window.
+    fn within_window(&self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
         if self.qp_type != QpType::Rc {
             return true;
         }
         let e = &self.req.inflight[idx];
-        let psn = e.first_psn.wrapping_add(if e.op.is_rd_atomic() {
-            e.resp_pkts
+        let (psn, end) = if e.op.is_rd_atomic() {
+            let end = self.read_request_end(ctx, e);
+            (
+                e.first_psn.wrapping_add(e.resp_pkts),
+                e.first_psn.wrapping_add(end),
+            )
         } else {
-            e.next_pkt
-        });
+            let psn = e.first_psn.wrapping_add(e.next_pkt);
+            (psn, psn.wrapping_add(1))
+        };
         let window = self.window_pkts(ctx) as i32;
-        self.req
+        let in_window = self
+            .req
             .oldest_unacked()
-            .is_none_or(|oldest| oldest.distance(psn) < window)
+            .is_none_or(|oldest| oldest.distance(psn) < window);
+        let opens = self.req.sent_end.distance(end).max(0) as u64;
+        let needs = opens * u64::from(self.mtu());
+        if in_window && needs > ctx.send_room {
+            ctx.short_of_room = true;
+            return false;
+        }
+        in_window
+    }
+
+    /// Bytes this RC QP has in flight, charged to the context's send
+    /// budget: its PSNs from the oldest unacknowledged one up to the last
+    /// sent (READ responses asked for included), in path MTUs.
+    pub(crate) fn bytes_in_flight(&self) -> u64 {
+        if self.qp_type != QpType::Rc {
+            return 0;
+        }
+        let pkts = self
+            .req
+            .oldest_unacked()
+            .map_or(0, |oldest| oldest.distance(self.req.sent_end).max(0));
+        pkts as u64 * u64::from(self.mtu())
     }
 
     /// The response packet at which a READ request sent now for entry `e`
@@ -430,6 +469,18 @@ impl Qp {
         let entry = &mut self.req.inflight[idx];
         if entry.op == ReqOp::Read {
             entry.req_end = read_end;
+        }
+        let (psn, end) = if entry.op.is_rd_atomic() {
+            let psn = entry.first_psn.wrapping_add(entry.resp_pkts);
+            (psn, entry.first_psn.wrapping_add(entry.req_end))
+        } else {
+            let psn = entry.first_psn.wrapping_add(entry.next_pkt);
+            (psn, psn.wrapping_add(1))
+        };
+        if psn.distance(self.req.sent_end) > 0 {
+            self.req.resent += 1;
+        } else {
+            self.req.sent_end = end;
         }
         entry.sent_once = true;
         entry.next_pkt = if entry.op.is_rd_atomic() {
@@ -648,8 +699,19 @@ impl Qp {
         }
     }
 
+    /// Whether packets are in flight, so that a missing answer means a
+    /// loss. On the wire that is PSNs sent and not acknowledged: a WR
+    /// partly sent whose packets are all acknowledged waits for its own
+    /// window or the context's send budget, not for an answer, and must
+    /// not use up transport retries (as an RNR wait must not). On the
+    /// same-host path, an operation handed out and not yet answered.
     fn has_unacked(&self) -> bool {
-        self.req.inflight.iter().any(|e| !e.done && e.sent_once)
+        if self.direct {
+            return self.req.inflight.iter().any(|e| !e.done && e.sent_once);
+        }
+        self.req
+            .oldest_unacked()
+            .is_some_and(|oldest| oldest.distance(self.req.sent_end) > 0)
     }
 
     fn on_ack(&mut self, ctx: &mut Ctx<'_>, now: Nanos, pkt: &PacketView<'_>) -> bool {

@@ -100,6 +100,9 @@ impl Engine {
             crate::error::ebusy("QP attached to a multicast group"),
         )?;
         let qp = self.qps.remove(id).ok_or(einval("unknown QP"))?;
+        if self.send_budget.recharge(qp.charged, 0) {
+            self.wake_budget_waiters();
+        }
         self.qp_by_num.remove(&qp.qp_num);
         self.forget_completions(&qp);
         self.schedule.forget(id);

@@ -387,6 +387,8 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
     assert!(same(p.b.mem.slice(MEM_BASE + 0x4000, 4096), &data));
     assert_eq!(p.b.poll().len(), 1);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    // Go-back-N from the lost 2nd of 4 packets: 2, 3 and 4 again.
+    assert_eq!(p.a.e.stats().tx_resent, 3);
 }
 
 #[test]

@@ -105,6 +105,7 @@ fn unacknowledged_packets_stay_within_the_window() {
         "PSNs sent past the window"
     );
     assert_eq!((s.requests, s.naks), (40, 0), "no packet was resent");
+    assert_eq!(p.a.e.stats().tx_resent, 0);
 }
 
 /// A READ of 10 KiB with a 4 KiB window is asked for in three parts of
@@ -175,4 +176,79 @@ fn a_lost_response_of_a_part_is_asked_for_again_to_the_parts_end() {
     // Parts: 4 packets, 4 (the 2nd lost: asked again from the 6th packet
     // to the part's end, 3 packets), 2.
     assert_eq!(seen.borrow().read_lengths, [4096, 4096, 3072, 2048]);
+    assert_eq!(
+        p.a.e.stats().tx_resent,
+        1,
+        "the one READ request asked again"
+    );
+}
+
+/// Two QPs of one context writing at once share its send budget: the
+/// packets both have unacknowledged never exceed one window, and both
+/// writes complete whole.
+#[test]
+fn qps_of_one_context_share_one_window() {
+    let mut p = Pair::with_window(WINDOW);
+    let link = Link::default();
+    let (qa1, qb1) = p.connect(QpType::Rc, link);
+    let (qa2, qb2) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.a, 0, 20 * 1024);
+    let sge = [p.a.sge(0, 20 * 1024)];
+    for (i, qp) in [qa1, qa2].into_iter().enumerate() {
+        let mut w = wr(i as u64, send_opcode::RDMA_WRITE, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x2_0000 + i as u64 * 0x1_0000,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qp, &w).unwrap();
+    }
+    // Per connection, keyed by the responder's QP number (requests are
+    // addressed to it; its ACKs to the requester's, mapped back): the
+    // first PSN not acknowledged and the PSN after the highest sent.
+    let num = |e: &Engine, q| e.qp_num(q).unwrap();
+    let responder_of = std::collections::HashMap::from([
+        (num(&p.a.e, qa1), num(&p.b.e, qb1)),
+        (num(&p.a.e, qa2), num(&p.b.e, qb2)),
+    ]);
+    let start = Psn::new_masked(link.psn_a);
+    let mut flights: std::collections::HashMap<u32, (Psn, Psn)> = responder_of
+        .values()
+        .map(|&qb| (qb, (start, start)))
+        .collect();
+    let most = Rc::new(RefCell::new(0i32));
+    let record = most.clone();
+    p.filter = Box::new(move |from_a, v| {
+        let qp = v.dest_qp().get();
+        if from_a {
+            let f = flights.get_mut(&qp).expect("a request to a known QP");
+            let end = v.psn().wrapping_add(1);
+            if f.1.distance(end) > 0 {
+                f.1 = end;
+            }
+        } else if v.opcode().kind() == OpKind::Ack {
+            let f = flights
+                .get_mut(&responder_of[&qp])
+                .expect("an ACK to a known QP");
+            let next = v.psn().wrapping_add(1);
+            if f.0.distance(next) > 0 {
+                f.0 = next;
+            }
+        }
+        let total: i32 = flights.values().map(|f| f.0.distance(f.1)).sum();
+        let mut m = record.borrow_mut();
+        *m = (*m).max(total);
+        Fate::Deliver
+    });
+    p.run(10_000);
+    let done: Vec<_> = p.a.poll().iter().map(|c| c.status).collect();
+    assert_eq!(done, [WcStatus::Success; 2]);
+    for i in 0..2u64 {
+        let written = p.b.mem.slice(MEM_BASE + 0x2_0000 + i * 0x1_0000, 20 * 1024);
+        assert_eq!(written, &data[..]);
+    }
+    assert_eq!(
+        *most.borrow(),
+        (WINDOW / 1024) as i32,
+        "one window between both QPs"
+    );
 }

@@ -20,7 +20,7 @@
 use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::endpoint::Endpoint;
-use crate::io_step::{Io, IoStats};
+use crate::io_step::{Io, IoStats, StepBy};
 use crate::same_host::host::{SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
@@ -40,6 +40,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 const WAKER: Token = Token(usize::MAX);
+/// Set (and not `0`), a context prints its packet counters when it
+/// closes ([`State::summary`]).
+const STATS_VAR: &str = "SOFTVERBS_STATS";
+/// The sending socket, polled for room while packets wait for it.
+const SEND_ROOM: Token = Token(3);
 
 /// Receives what the engine reports, from whichever thread made progress.
 /// Implementations must be quick and must not call back into the driver
@@ -94,6 +99,10 @@ struct State<M> {
     same_host: Option<SameHost>,
     /// The deadline the progress thread sleeps towards (None: no timer).
     thread_deadline: Option<Nanos>,
+    /// The sending socket is registered with the progress thread's poller
+    /// for room (only while packets wait for it: registered for good, it
+    /// would wake the thread for every datagram the device sends).
+    waiting_for_room: bool,
 }
 
 struct Shared<M> {
@@ -173,6 +182,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 io: Io::new(endpoint),
                 same_host,
                 thread_deadline: None,
+                waiting_for_room: false,
             }),
             clock: Clock::start(),
             waker: Waker::new(poll.registry(), WAKER)?,
@@ -206,7 +216,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             sh.apply_deliveries(&mut state.engine);
         }
         let result = verb(&mut state.engine, &mut state.mem);
-        self.shared.step(state);
+        self.shared.step(state, StepBy::Verb);
         Ok(result)
     }
 
@@ -285,6 +295,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
 
 impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
     fn drop(&mut self) {
+        if std::env::var_os(STATS_VAR).is_some_and(|v| v != "0") {
+            crate::say!("{}", self.shared.state.lock().summary());
+        }
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.shared.waker.wake();
         if let Some(thread) = self.thread.take() {
@@ -305,7 +318,7 @@ impl<M: HostMemory> Shared<M> {
 
     /// One progress step, then the reports, then a wake-up of the progress
     /// thread if it sleeps past the engine's new earliest deadline.
-    fn step(&self, state: &mut State<M>) {
+    fn step(&self, state: &mut State<M>, by: StepBy) {
         let State {
             engine,
             mem,
@@ -326,12 +339,16 @@ impl<M: HostMemory> Shared<M> {
                     mem,
                     locks: sh.locks(),
                 };
-                io.step(engine, &mut locked, now);
+                io.step(engine, &mut locked, now, by);
             }
-            None => io.step(engine, mem, now),
+            None => io.step(engine, mem, now, by),
         }
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
+        }
+        if io.blocked() != state.waiting_for_room {
+            self.wait_for_room(io, io.blocked());
+            state.waiting_for_room = io.blocked();
         }
         if io.link_down && !was_down {
             // The daemon is gone: stop polling its closed socket, which
@@ -360,6 +377,51 @@ impl<M: HostMemory> Shared<M> {
             state.thread_deadline = deadline;
             let _ = self.waker.wake();
         }
+    }
+}
+
+impl<M> State<M> {
+    /// One line of what the context's packets met: sent, received, sent
+    /// again, dropped on receipt and why, and waits for socket room.
+    fn summary(&self) -> String {
+        let io = self.io.stats;
+        let e = self.engine.stats();
+        let refused = e.rx_malformed
+            + e.rx_unknown_qp
+            + e.rx_wrong_transport
+            + e.rx_wrong_address
+            + e.rx_bad_pkey;
+        format!(
+            "softverbs: {} (pid {}): {} packets sent, {} received, {} resent, {} not sent, \
+             {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
+             {} waits for socket room",
+            self.engine.config().name,
+            std::process::id(),
+            io.tx,
+            io.rx,
+            e.tx_resent,
+            io.tx_dropped,
+            io.rx_bad_icrc + refused,
+            io.rx_bad_icrc,
+            refused,
+            io.tx_waits,
+        )
+    }
+}
+
+impl<M> Shared<M> {
+    /// Starts (`on`) or stops polling the sending socket for room. The
+    /// poller is edge-triggered: a socket that has room by the time it is
+    /// registered reports it at once, so no wake-up is missed.
+    fn wait_for_room(&self, io: &Io, on: bool) {
+        let fd = io.endpoint.socket().as_raw_fd();
+        let mut source = SourceFd(&fd);
+        let _ = if on {
+            self.registry
+                .register(&mut source, SEND_ROOM, Interest::WRITABLE)
+        } else {
+            self.registry.deregister(&mut source)
+        };
     }
 }
 
@@ -425,7 +487,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             if shared.inject_panic.swap(false, Ordering::AcqRel) {
                 panic!("injected progress-thread panic");
             }
-            shared.step(&mut state);
+            shared.step(&mut state, StepBy::ProgressThread);
             let deadline = state.engine.poll_timeout();
             state.thread_deadline = deadline;
             let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());

@@ -20,10 +20,11 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 const SOCKET_BUFFER: usize = 4 << 20;
 /// The receive buffer asked for past `rmem_max` where that is allowed.
 const FORCED_RECV_BUFFER: usize = 32 << 20;
-/// Sets both socket buffers (bytes) instead of the defaults above, past
-/// `rmem_max`/`wmem_max` where that is allowed: to run as a host with
-/// other limits would (`make test` runs its load test with a non-root
-/// user's default buffer this way).
+/// Sets the socket buffers (bytes: `RECV` for both, or `RECV,SEND`)
+/// instead of the defaults above, past `rmem_max`/`wmem_max` where that is
+/// allowed: to run as a host with other limits would (`make test` runs its
+/// load test with a non-root user's default buffer this way, and makes a
+/// sending socket run out of room with a small send buffer).
 const SOCKET_BUFFER_VAR: &str = "SOFTVERBS_SOCKET_BUFFER";
 
 /// A context's socket and daemon session, and the slots (blocks of QP
@@ -339,10 +340,7 @@ fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket
 /// rmem_max, as deep as a NIC's. The send window (`Endpoint::send_window`)
 /// follows what the receive buffer became.
 fn size_buffers(socket: &Socket) {
-    let (recv, send) = match configured_buffer() {
-        Some(n) => (n, n),
-        None => (FORCED_RECV_BUFFER, SOCKET_BUFFER),
-    };
+    let (recv, send) = configured_buffers().unwrap_or((FORCED_RECV_BUFFER, SOCKET_BUFFER));
     let fallback = recv.min(SOCKET_BUFFER);
     if setsockopt(socket, RcvBufForce, &recv).is_err() {
         let _ = socket.set_recv_buffer_size(fallback);
@@ -352,15 +350,24 @@ fn size_buffers(socket: &Socket) {
     }
 }
 
-/// `SOFTVERBS_SOCKET_BUFFER`, if set to a size in bytes (at least 4 KiB).
-fn configured_buffer() -> Option<usize> {
+/// `SOFTVERBS_SOCKET_BUFFER`, if set: the receive and send buffer sizes.
+fn configured_buffers() -> Option<(usize, usize)> {
     let value = std::env::var(SOCKET_BUFFER_VAR).ok()?;
-    match value.trim().parse::<usize>() {
-        Ok(n) if n >= 4096 => Some(n),
-        _ => {
-            crate::say!("softverbs: {SOCKET_BUFFER_VAR}={value} is not a size of 4096 bytes or more; ignored");
-            None
-        }
+    let parsed = parse_buffers(&value);
+    if parsed.is_none() {
+        crate::say!(
+            "softverbs: {SOCKET_BUFFER_VAR}={value} is not RECV or RECV,SEND in bytes (each 4096 or more); ignored"
+        );
+    }
+    parsed
+}
+
+/// `RECV` (both buffers) or `RECV,SEND`, in bytes, each at least 4 KiB.
+fn parse_buffers(value: &str) -> Option<(usize, usize)> {
+    let size = |s: &str| s.trim().parse::<usize>().ok().filter(|&n| n >= 4096);
+    match value.split_once(',') {
+        None => size(value).map(|n| (n, n)),
+        Some((recv, send)) => Some((size(recv)?, size(send)?)),
     }
 }
 
@@ -381,6 +388,15 @@ sockopt_impl!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_buffer_sizes_parse_as_one_or_two_sizes() {
+        assert_eq!(parse_buffers("212992"), Some((212992, 212992)));
+        assert_eq!(parse_buffers(" 212992 , 65536"), Some((212992, 65536)));
+        for bad in ["", "12", "4096,", "a,4096", "4096,4096,4096", "-1"] {
+            assert_eq!(parse_buffers(bad), None, "{bad:?}");
+        }
+    }
 
     /// A GSO batch comes back as the same packets, whether the kernel
     /// coalesced them (GRO) or delivered them one by one.

@@ -19,9 +19,21 @@ pub struct IoStats {
     pub rx_bad_icrc: u64,
     /// Datagrams sent.
     pub tx: u64,
-    /// Packets dropped because a socket would not take them (the
-    /// reliable transport resends).
+    /// Packets dropped because they could not be sent (an unreachable
+    /// destination; the reliable transport resends).
     pub tx_dropped: u64,
+    /// Times the socket had no room and sending waited for it.
+    pub tx_waits: u64,
+}
+
+/// Who makes a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepBy {
+    /// A verb, on the application's thread.
+    Verb,
+    /// The progress thread, woken by its poller (a datagram, a timer, or
+    /// room in the sending socket).
+    ProgressThread,
 }
 
 /// The endpoint, buffer and counters a step works with.
@@ -48,12 +60,18 @@ impl Io {
     }
 
     /// Receives everything waiting, then sends everything due.
-    pub(crate) fn step(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+    pub(crate) fn step(
+        &mut self,
+        engine: &mut Engine,
+        mem: &mut dyn HostMemory,
+        now: Nanos,
+        by: StepBy,
+    ) {
         self.receive_all(engine, mem, now);
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
         }
-        self.send_all(engine, mem, now);
+        self.send_all(engine, mem, now, by);
     }
 
     fn receive_all(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
@@ -85,7 +103,19 @@ impl Io {
         }
     }
 
-    fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos) {
+    /// Whether packets wait for the sending socket to have room; nothing
+    /// more is taken from the engine until it has.
+    pub(crate) fn blocked(&self) -> bool {
+        self.batch.blocked()
+    }
+
+    /// Sends what waits for room, then every packet the engine has, until
+    /// the socket has no more room (then the rest stays in the engine,
+    /// which is where packets wait best: nothing is built twice). Only the
+    /// progress thread tries a socket that had no room again: it is woken
+    /// when there is room, while a verb spinning in `ibv_poll_cq` would
+    /// try a full socket a million times a second.
+    fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos, by: StepBy) {
         let Io {
             endpoint,
             stats,
@@ -94,6 +124,15 @@ impl Io {
             ..
         } = self;
         let socket = SockRef::from(endpoint.socket());
+        if batch.blocked() {
+            if by == StepBy::Verb {
+                return;
+            }
+            stats.count(batch.flush(&socket));
+            if batch.blocked() {
+                return;
+            }
+        }
         while let Some(t) = engine.poll_transmit(now, mem, buf) {
             let packet = &buf[..t.len];
             let Some(dst) = crate::gid_addr::socket_addr(t.dst_gid, endpoint.local(), ROCE_PORT)
@@ -104,8 +143,13 @@ impl Io {
             // Sealed by the batch, which knows the IPv4 identification
             // the packet's place in a GSO send gives it.
             stats.count(batch.push(&socket, packet, endpoint.local(), dst));
+            if batch.blocked() {
+                stats.tx_waits += 1;
+                return;
+            }
         }
         stats.count(batch.flush(&socket));
+        stats.tx_waits += u64::from(batch.blocked());
     }
 }
 

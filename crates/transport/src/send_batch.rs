@@ -21,6 +21,13 @@
 //! leaves alone, or after GSO was refused, with 0. IPv6 has no
 //! identification. crates/transport/tests/ip_identification.rs checks the
 //! numbering against a capture.
+//!
+//! A socket that has no room (EAGAIN: its send buffer is full of packets
+//! the device has not sent yet) refuses a batch without losing it: the
+//! batch stays queued, with a packet that arrived meanwhile held beside
+//! it, and the caller stops asking the engine for packets and waits for
+//! the socket to become writable ([`SendBatch::blocked`]). Dropping it
+//! would cost a local ACK timeout per batch.
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
 use socket2::{SockAddr, SockRef};
@@ -34,6 +41,34 @@ const MAX_SEGMENTS: usize = 64;
 /// A GSO send is one UDP datagram before segmentation: at most 64 KiB,
 /// less the IPv6 and UDP headers.
 const MAX_BATCH_BYTES: usize = 65_535 - 40 - 8;
+
+/// Where a batch's datagrams go: a UDP socket, or a test's stand-in.
+pub(crate) trait DatagramOut {
+    /// One `sendmsg` of `buf` that the kernel cuts into `segment`-byte
+    /// datagrams (the last may be shorter).
+    fn send_segmented(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize>;
+    /// One datagram.
+    fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize>;
+}
+
+impl DatagramOut for SockRef<'_> {
+    fn send_segmented(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
+        let gso = segment as u16;
+        let addr = SockaddrStorage::from(dst);
+        sendmsg(
+            self.as_raw_fd(),
+            &[IoSlice::new(buf)],
+            &[ControlMessage::UdpGsoSegments(&gso)],
+            MsgFlags::empty(),
+            Some(&addr),
+        )
+        .map_err(io::Error::from)
+    }
+
+    fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        self.send_to(packet, &SockAddr::from(dst))
+    }
+}
 
 /// Packets waiting to leave together.
 #[derive(Debug)]
@@ -51,6 +86,14 @@ pub(crate) struct SendBatch {
     count: usize,
     /// GSO refused once (old kernel, odd route): send one by one from then on.
     gso_off: bool,
+    /// Bytes at the start of `buf` already sent (one by one, before the
+    /// socket had no more room).
+    sent_bytes: usize,
+    /// The socket had no room for the queued packets: they wait for it.
+    blocked: bool,
+    /// A packet that could not join the waiting batch, unsealed, with its
+    /// source and destination; it joins once the batch has left.
+    held: Option<(Vec<u8>, SocketAddr, SocketAddr)>,
 }
 
 /// What a flush did.
@@ -70,7 +113,17 @@ impl SendBatch {
             segment: 0,
             count: 0,
             gso_off: false,
+            sent_bytes: 0,
+            blocked: false,
+            held: None,
         }
+    }
+
+    /// Whether packets wait for the socket to have room: the caller must
+    /// not push more until [`SendBatch::flush`] has sent them (once the
+    /// socket is writable again).
+    pub(crate) fn blocked(&self) -> bool {
+        self.blocked
     }
 
     /// Adds a packet (BTH through ICRC field) going from the socket's
@@ -80,19 +133,26 @@ impl SendBatch {
     /// send have one size, so a shorter packet closes the batch. A packet
     /// that cannot be sealed (addresses of two families, too long) is
     /// dropped and counted.
+    /// If the queued packets cannot leave for want of room, the packet is
+    /// held until they have, and the batch is [`SendBatch::blocked`].
     pub(crate) fn push(
         &mut self,
-        socket: &SockRef<'_>,
+        socket: &impl DatagramOut,
         packet: &[u8],
         src: SocketAddr,
         dst: SocketAddr,
     ) -> Sent {
+        debug_assert!(self.held.is_none(), "pushed while blocked");
         let Ok(flow) = Flow::from_sockets(src, dst) else {
             return Sent::dropped(1);
         };
         let mut sent = Sent::default();
         if !self.fits(packet, dst) {
             sent = self.flush(socket);
+            if self.blocked {
+                self.held = Some((packet.to_vec(), src, dst));
+                return sent;
+            }
         }
         if !self.append_sealed(packet, flow, dst) {
             sent.dropped += 1;
@@ -143,29 +203,55 @@ impl SendBatch {
                 && self.buf.len() + len <= MAX_BATCH_BYTES)
     }
 
-    /// Sends everything queued.
-    pub(crate) fn flush(&mut self, socket: &SockRef<'_>) -> Sent {
-        let Some(dst) = self.dst.take() else {
+    /// Sends everything queued, then queues the held packet if there is
+    /// one. A socket without room leaves the batch queued and
+    /// [`SendBatch::blocked`].
+    pub(crate) fn flush(&mut self, socket: &impl DatagramOut) -> Sent {
+        let mut sent = self.send_queued(socket);
+        if self.blocked {
+            return sent;
+        }
+        if let Some((packet, src, dst)) = self.held.take() {
+            let more = self.push(socket, &packet, src, dst);
+            sent.packets += more.packets;
+            sent.dropped += more.dropped;
+        }
+        sent
+    }
+
+    fn send_queued(&mut self, socket: &impl DatagramOut) -> Sent {
+        let Some(dst) = self.dst else {
             return Sent::default();
         };
-        let count = std::mem::take(&mut self.count) as u64;
+        let count = self.count as u64;
         let mut sent = Sent::default();
+        self.blocked = false;
         let gso = count > 1 && !self.gso_off;
-        match gso.then(|| send_segmented(socket, &self.buf, self.segment, dst)) {
+        match gso.then(|| socket.send_segmented(&self.buf, self.segment, dst)) {
             Some(Ok(_)) => sent.packets = count,
+            Some(Err(e)) if no_room(&e) => {
+                self.blocked = true;
+                return sent;
+            }
             Some(Err(e)) if gso_refused(&e) => {
                 self.gso_off = true;
                 self.reseal_alone();
                 sent = self.send_each(socket, dst);
             }
-            // A full socket buffer (or an unreachable peer) drops the whole
-            // batch; the reliable transport resends, as for one packet.
+            // An unreachable peer (ICMP seen) loses the batch; the
+            // reliable transport resends, as for one packet.
             Some(Err(_)) => sent.dropped = count,
             None => sent = self.send_each(socket, dst),
         }
+        if self.blocked {
+            return sent;
+        }
         crate::capture::sent(self.flow, self.segment, &self.buf);
         self.buf.clear();
+        self.dst = None;
         self.flow = None;
+        self.count = 0;
+        self.sent_bytes = 0;
         sent
     }
 
@@ -179,14 +265,20 @@ impl SendBatch {
         }
     }
 
-    fn send_each(&self, socket: &SockRef<'_>, dst: SocketAddr) -> Sent {
+    /// Sends the queued packets not yet sent one datagram at a time, up
+    /// to the first the socket has no room for.
+    fn send_each(&mut self, socket: &impl DatagramOut, dst: SocketAddr) -> Sent {
         let mut sent = Sent::default();
-        let addr = SockAddr::from(dst);
-        for packet in self.buf.chunks(self.segment) {
-            match socket.send_to(packet, &addr) {
+        for packet in self.buf[self.sent_bytes..].chunks(self.segment) {
+            match socket.send_one(packet, dst) {
                 Ok(_) => sent.packets += 1,
+                Err(e) if no_room(&e) => {
+                    self.blocked = true;
+                    return sent;
+                }
                 Err(_) => sent.dropped += 1,
             }
+            self.sent_bytes += packet.len();
         }
         sent
     }
@@ -210,6 +302,12 @@ fn block_of(packet: &[u8]) -> u16 {
     crate::slots::slot_of(qpn)
 }
 
+/// The errors that say the socket has no room now (its send buffer holds
+/// what the device has not sent yet): wait for it to be writable.
+fn no_room(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
 /// The errors with which Linux refuses a GSO send it cannot do (no
 /// UDP_SEGMENT support, or a segment too big for the route), as opposed to
 /// a full buffer or an unreachable destination.
@@ -218,26 +316,6 @@ fn gso_refused(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
     )
-}
-
-/// One `sendmsg` of `buf` that the kernel cuts into `segment`-byte
-/// datagrams (the last may be shorter).
-fn send_segmented(
-    socket: &SockRef<'_>,
-    buf: &[u8],
-    segment: usize,
-    dst: SocketAddr,
-) -> io::Result<usize> {
-    let gso = segment as u16;
-    let addr = SockaddrStorage::from(dst);
-    sendmsg(
-        socket.as_raw_fd(),
-        &[IoSlice::new(buf)],
-        &[ControlMessage::UdpGsoSegments(&gso)],
-        MsgFlags::empty(),
-        Some(&addr),
-    )
-    .map_err(io::Error::from)
 }
 
 #[cfg(test)]
@@ -254,6 +332,12 @@ mod tests {
         let mut p = vec![fill; len];
         p[5..8].copy_from_slice(&[0x00, 0x10, 0x00]);
         p
+    }
+
+    impl Sent {
+        fn with_packets(self, packets: u64) -> Sent {
+            Sent { packets, ..self }
+        }
     }
 
     fn recv_sealed(rx: &UdpSocket, from: SocketAddr) -> (Vec<u8>, Option<u16>) {
@@ -310,6 +394,7 @@ mod tests {
         assert_eq!(batch.send_each(sock, dst).packets, 3);
         batch.buf.clear();
         batch.count = 0;
+        batch.sent_bytes = 0;
         batch.gso_off = true;
         assert_eq!(batch.push(sock, &packet(3, 500), src, dst).packets, 1);
         for i in 0..4u8 {
@@ -333,6 +418,116 @@ mod tests {
         batch.flush(sock);
         assert_eq!(recv_sealed(&rx, src), (packet(1, 496), Some(0)));
         assert_eq!(recv_sealed(&rx, src), (other[..496].to_vec(), Some(0)));
+    }
+
+    /// A socket stand-in with room for `room` more datagrams (None: any
+    /// number; then EAGAIN), refusing GSO if told to, recording every
+    /// datagram it took.
+    #[derive(Default)]
+    struct Room {
+        room: std::cell::Cell<Option<u32>>,
+        no_gso: bool,
+        datagrams: std::cell::RefCell<Vec<(SocketAddr, Vec<u8>)>>,
+    }
+
+    impl Room {
+        fn take(&self, n: usize) -> io::Result<()> {
+            let Some(left) = self.room.get() else {
+                return Ok(());
+            };
+            let rest = left
+                .checked_sub(n as u32)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EAGAIN))?;
+            self.room.set(Some(rest));
+            Ok(())
+        }
+    }
+
+    impl DatagramOut for Room {
+        fn send_segmented(&self, buf: &[u8], seg: usize, dst: SocketAddr) -> io::Result<usize> {
+            if self.no_gso {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.take(buf.len().div_ceil(seg))?;
+            let mut d = self.datagrams.borrow_mut();
+            d.extend(buf.chunks(seg).map(|p| (dst, p.to_vec())));
+            Ok(buf.len())
+        }
+
+        fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize> {
+            self.take(1)?;
+            self.datagrams.borrow_mut().push((dst, packet.to_vec()));
+            Ok(packet.len())
+        }
+    }
+
+    fn unsealed(d: &(SocketAddr, Vec<u8>)) -> (SocketAddr, Vec<u8>) {
+        (d.0, d.1[..d.1.len() - 4].to_vec())
+    }
+
+    /// A GSO batch the socket has no room for stays queued (nothing is
+    /// dropped); a packet for another destination is held beside it; once
+    /// there is room both leave, in order, each exactly once.
+    #[test]
+    fn a_batch_without_room_waits_and_nothing_is_lost() {
+        let room = Room::default();
+        let src: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let (d1, d2): (SocketAddr, SocketAddr) = (
+            "127.0.0.2:4791".parse().unwrap(),
+            "127.0.0.3:4791".parse().unwrap(),
+        );
+        let mut batch = SendBatch::new();
+        let packets: Vec<Vec<u8>> = (0..3u8).map(|i| packet(i, 600)).collect();
+        for p in &packets {
+            assert_eq!(batch.push(&room, p, src, d1), Sent::default());
+        }
+        room.room.set(Some(0));
+        let other = packet(9, 600);
+        assert_eq!(batch.push(&room, &other, src, d2), Sent::default());
+        assert!(batch.blocked(), "no room: the batch waits");
+        assert_eq!(batch.flush(&room), Sent::default());
+        assert!(batch.blocked(), "still no room");
+        room.room.set(None);
+        assert_eq!(
+            batch.flush(&room).packets,
+            3,
+            "the batch, then the held packet queued"
+        );
+        assert!(!batch.blocked());
+        assert_eq!(batch.flush(&room).packets, 1);
+        let got: Vec<_> = room.datagrams.borrow().iter().map(unsealed).collect();
+        let want: Vec<_> = packets
+            .iter()
+            .map(|p| (d1, p[..596].to_vec()))
+            .chain([(d2, other[..596].to_vec())])
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    /// Sent one by one (GSO refused), a batch the socket runs out of room
+    /// for in the middle goes on from the first packet not sent.
+    #[test]
+    fn packets_sent_one_by_one_resume_after_the_last_sent() {
+        let room = Room {
+            no_gso: true,
+            room: std::cell::Cell::new(Some(1)),
+            ..Room::default()
+        };
+        let src: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut batch = SendBatch::new();
+        let packets: Vec<Vec<u8>> = (0..3u8).map(|i| packet(i, 500)).collect();
+        for p in &packets {
+            batch.push(&room, p, src, dst);
+        }
+        assert_eq!(batch.flush(&room), Sent::default().with_packets(1));
+        assert!(batch.blocked());
+        room.room.set(None);
+        assert_eq!(batch.flush(&room), Sent::default().with_packets(2));
+        assert!(!batch.blocked());
+        let got: Vec<_> = room.datagrams.borrow().iter().map(unsealed).collect();
+        let want: Vec<_> = packets.iter().map(|p| (dst, p[..496].to_vec())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
