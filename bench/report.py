@@ -42,6 +42,11 @@ TARGET_CPU_VS_TCP = 0.5  # CPU seconds per GB <= 0.5x TCP's
 TARGET_QP_BYTES = 64 * 1024  # memory per idle RC QP <= 64 KiB
 TARGET_COLLAPSE = 2.0  # each size within 2x of its neighbours' trend
 
+# The targets of issue 13 (the wire path, SOFTVERBS_SHM=0).
+WIRE_BW_VS_TCP = 1.0  # ib_{write,read,send}_bw at 64 KiB >= 1.0x TCP
+WIRE_CPU_VS_TCP = 1.0  # CPU seconds per GB <= 1.0x TCP's
+WIRE_LAT_VS_UDP = 1.5  # send at 2 B <= 1.5x the UDP half RTT, read <= 1.5x the RTT
+
 
 def read(path):
     try:
@@ -84,9 +89,9 @@ def perftest_rows(text, ncols):
 class Results:
     """Everything measured, parsed from the results directory."""
 
-    def __init__(self, root):
+    def __init__(self, root, perftest="perftest"):
         self.root = Path(root)
-        pt = self.root / "perftest"
+        pt = self.root / perftest
         self.bw = {}  # (test, size) -> GB/s
         self.cpu = {}  # (test, size) -> CPU s per GB
         self.failed = []
@@ -357,6 +362,102 @@ def headline(r):
     return rows
 
 
+def wire_headline(w):
+    """The wire path's rows against issue 13's targets: (measure,
+    softverbs, baseline, ratio, target)."""
+    rows = []
+    k64 = 65536
+    tcp_name = f"TCP loopback, iperf3 ({fmt(w.tcp_gbs)} GB/s)"
+    for t in BW_TESTS:
+        v = ratio(w.bw.get((t, k64)), w.tcp_gbs)
+        target = f">= {WIRE_BW_VS_TCP}x: {verdict(v, WIRE_BW_VS_TCP, True)}"
+        rows.append((f"ib_{t}_bw 64 KiB, GB/s", fmt(w.bw.get((t, k64))), tcp_name, v, target))
+    for t in BW_TESTS:
+        c = w.cpu.get((t, k64))
+        v = ratio(c, w.tcp_cpu)
+        rows.append(
+            (
+                f"ib_{t}_bw 64 KiB, CPU s/GB",
+                fmt(c),
+                f"TCP loopback, iperf3 ({fmt(w.tcp_cpu)} s/GB)",
+                v,
+                f"<= {WIRE_CPU_VS_TCP}x: {verdict(v, WIRE_CPU_VS_TCP, False)}",
+            )
+        )
+    for t in LAT_TESTS:
+        lat = w.lat.get((t, 2))
+        base = w.udp.get(("busy", 2))
+        factor = 2 if t == "read" else 1
+        base_v = base[0] * factor if base else None
+        v = ratio(lat[0] if lat else None, base_v)
+        what = "RTT" if t == "read" else "half RTT"
+        # ib_write_lat's target is only "not bound to the scheduler tick":
+        # reported, not judged here.
+        target = "" if t == "write" else f"<= {WIRE_LAT_VS_UDP}x: {verdict(v, WIRE_LAT_VS_UDP, False)}"
+        rows.append(
+            (
+                f"ib_{t}_lat 2 B, median us",
+                fmt(lat[0] if lat else None),
+                f"UDP ping-pong {what}, spinning ({fmt(base_v)} us)",
+                v,
+                target,
+            )
+        )
+    worst = None
+    for t in BW_TESTS:
+        for s, v in w.collapse(t).items():
+            dev = max(v, 1 / v)
+            if worst is None or dev > worst[0]:
+                worst = (dev, t, s, v)
+    rows.append(
+        (
+            "worst size vs its neighbours' trend",
+            f"{worst[3]:.2f}x (ib_{worst[1]}_bw {size_name(worst[2])})" if worst else "n/a",
+            "its neighbours' trend",
+            worst[0] if worst else None,
+            f"within {TARGET_COLLAPSE}x: {verdict(worst[0] if worst else None, TARGET_COLLAPSE, False)}",
+        )
+    )
+    return rows
+
+
+def wire_section(w, header, sweep_header):
+    """The doc's section on the wire path."""
+    rows = [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in wire_headline(w)]
+    verdicts = "\n".join(
+        f"- {measure}: **{target.split(': ', 1)[1]}**" + (f" ({v:.2f}x)" if v is not None else "")
+        for measure, _, _, v, target in wire_headline(w)
+        if target
+    )
+    lat = "\n".join(
+        "| " + " | ".join([f"ib_{t}_lat", size_name(s)] + ([fmt(x) for x in w.lat[t, s]] if (t, s) in w.lat else ["n/a"] * 3)) + " |"
+        for t in LAT_TESTS
+        for s in (2, 4096)
+    )
+    missing = ("\nNot measured on the wire path in this run: " + ", ".join(w.failed) + "\n") if w.failed else ""
+    return f"""## The wire path (issue 13)
+
+The same perftest runs with `SOFTVERBS_SHM=0`: every operation travels as
+RoCEv2 packets over UDP on loopback, through the sockets, as between two
+hosts.
+
+{md_table(header, rows)}
+
+{verdicts}
+
+Latency on the wire:
+
+| test | size | median us | mean us | p99 us |
+|---|---|---|---|---|
+{lat}
+
+Bandwidth sweep on the wire:
+
+{md_table(sweep_header, sweep_rows(w))}
+{missing}
+"""
+
+
 def md_table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -486,6 +587,7 @@ def main():
     args = ap.parse_args()
 
     r = Results(args.results)
+    w = Results(args.results, "perftest_wire")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     m = machine()
     load = read(Path(args.results) / "loadavg").split()
@@ -493,6 +595,8 @@ def main():
     rows = [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in headline(r)]
 
     print(text_table(header, rows))
+    print("\nthe wire path (SOFTVERBS_SHM=0):")
+    print(text_table(header, [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in wire_headline(w)]))
     if r.failed:
         print("\nnot measured (see " + args.results + "): " + ", ".join(r.failed))
 
@@ -643,6 +747,7 @@ bytes moved; iperf3's is {fmt(r.tcp_cpu)} s/GB. "vs trend" is the size's
 bandwidth over the geometric mean of its two neighbours' (extrapolated at
 the ends): the target is every size within 0.5 to 2.
 
+{wire_section(w, header, sweep_header)}
 ## Latency
 
 | test | size | median us | mean us | p99 us |

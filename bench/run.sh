@@ -35,7 +35,7 @@ OUT=${BENCH_OUT:-$ROOT/target/bench}
 SV=$ROOT/target/release/softverbs
 BIN=$ROOT/target/release
 rm -rf "$OUT"
-mkdir -p "$OUT"/{perftest,baselines,scale,engine,bin}
+mkdir -p "$OUT"/{perftest,perftest_wire,baselines,scale,engine,bin}
 START=$(date +%s)
 # The 1-minute load average at the start and the end, for the report: a
 # busy machine shows in the numbers.
@@ -86,6 +86,11 @@ step() { echo "== $* ($(($(date +%s) - START)) s)"; }
 PT="-d softverbs0 -x 0"
 SIZES=$(for i in $(seq 1 20); do echo $((1 << i)); done)   # 2 B .. 1 MiB
 
+# perftests DIR LABEL: the bandwidth sweep and the latency tests below,
+# their outputs in DIR.
+perftests() {
+local dir=$1 label=$2
+
 # Bandwidth: one run per size rather than -a, which goes to 8 MiB and
 # uses one iteration count for all sizes; here each size moves 256 MiB
 # (at most 50,000 messages, so 1 MiB gets 256 and 2 B gets 50,000), so
@@ -94,12 +99,12 @@ SIZES=$(for i in $(seq 1 20); do echo $((1 << i)); done)   # 2 B .. 1 MiB
 # measures the setup cost (device, memory registration, connection), which
 # the report subtracts from the CPU seconds of the others.
 for t in write read send; do
-  step "ib_${t}_bw: sizes 2 B to 1 MiB"
-  pair "$OUT/perftest" "bw_${t}_setup" ib_${t}_bw $PT -s 2 -n 5
+  step "$label: ib_${t}_bw: sizes 2 B to 1 MiB"
+  pair "$dir" "bw_${t}_setup" ib_${t}_bw $PT -s 2 -n 5
   for s in $SIZES; do
     n=$(( (256 << 20) / s ))
     n=$(( n > 50000 ? 50000 : n ))
-    pair "$OUT/perftest" "bw_${t}_$s" ib_${t}_bw $PT -s $s -n $n
+    pair "$dir" "bw_${t}_$s" ib_${t}_bw $PT -s $s -n $n
   done
 done
 
@@ -108,10 +113,16 @@ done
 # for read.
 for t in send write read; do
   for s in 2 4096; do
-    step "ib_${t}_lat -s $s"
-    pair "$OUT/perftest" "lat_${t}_$s" ib_${t}_lat $PT -s $s -n 2000
+    step "$label: ib_${t}_lat -s $s"
+    pair "$dir" "lat_${t}_$s" ib_${t}_lat $PT -s $s -n 2000
   done
 done
+}
+
+# The default path between two processes of one host (same host), then
+# the wire path forced (SOFTVERBS_SHM=0), as between hosts (issue 13).
+perftests "$OUT/perftest" "same host"
+SOFTVERBS_SHM=0 perftests "$OUT/perftest_wire" "wire"
 
 # --- baselines, in the same run -----------------------------------------
 step "iperf3: loopback TCP, one stream, 5 s"

@@ -70,14 +70,13 @@ impl Engine {
         mem: &dyn HostMemory,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let mut scratch = std::mem::take(&mut self.scratch);
         let mut resent_now = 0;
         let sent = self.with_qp(id, |qp, ctx| {
             // Responses first; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
             while qp.responder_pending() {
                 let gids = response_gids(qp, ctx);
-                if let Some(len) = qp.responder_transmit(ctx, mem, buf, &mut scratch) {
+                if let Some(len) = qp.responder_transmit(ctx, mem, buf) {
                     let (src_gid, dst_gid) = gids?;
                     return Some(Transmit {
                         len,
@@ -90,8 +89,7 @@ impl Engine {
                 return None; // its requests go out whole (`poll_direct`)
             }
             let resent = qp.req.resent;
-            let (len, src_gid, dst_gid) =
-                qp.requester_transmit(ctx, now, mem, buf, &mut scratch)?;
+            let (len, src_gid, dst_gid) = qp.requester_transmit(ctx, now, mem, buf)?;
             resent_now = qp.req.resent - resent;
             Some(Transmit {
                 len,
@@ -99,7 +97,6 @@ impl Engine {
                 dst_gid,
             })
         });
-        self.scratch = scratch;
         self.stats.tx_resent += resent_now;
         sent.flatten()
     }

@@ -21,8 +21,9 @@ use crate::qp_state::QpState;
 use crate::schedule::Schedule;
 use crate::send_budget::SendBudget;
 use crate::srq::Srq;
+use rustc_hash::FxHashMap;
 use slotmap::SlotMap;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// One device context and every object created in it.
 #[derive(Debug)]
@@ -35,7 +36,9 @@ pub struct Engine {
     pub(crate) cqs: SlotMap<CqId, Cq>,
     pub(crate) srqs: SlotMap<SrqId, Srq>,
     pub(crate) qps: SlotMap<QpId, Qp>,
-    pub(crate) qp_by_num: HashMap<u32, QpId>,
+    /// QP numbers to QPs, looked up for every packet: Fx hashing, as
+    /// the numbers are ours, not an attacker's choice of keys.
+    pub(crate) qp_by_num: FxHashMap<u32, QpId>,
     pub(crate) mcast: crate::mcast::McastTable,
     pub(crate) keys: KeyAllocator,
     pub(crate) qpns: QpnAllocator,
@@ -47,8 +50,6 @@ pub struct Engine {
     pub(crate) schedule: Schedule,
     pub(crate) stats: DatapathStats,
     pub(crate) send_budget: SendBudget,
-    /// Reused buffer for packet payloads.
-    pub(crate) scratch: Vec<u8>,
     /// QPs whose published view may have changed (`poll_qp_change`).
     pub(crate) qp_changes: Vec<(QpId, u32)>,
     /// Keys of MRs whose published view may have changed.
@@ -75,13 +76,12 @@ impl Engine {
             srqs: SlotMap::with_key(),
             qps: SlotMap::with_key(),
             mcast: Default::default(),
-            qp_by_num: HashMap::new(),
+            qp_by_num: FxHashMap::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             send_budget: SendBudget::default(),
-            scratch: Vec::new(),
             qp_changes: Vec::new(),
             mr_changes: Vec::new(),
             srq_changes: Vec::new(),

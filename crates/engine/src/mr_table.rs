@@ -10,15 +10,17 @@ use crate::handles::{MrId, PdId};
 use crate::memory::HostMemory;
 use crate::objects::{range_inside, Mr};
 use crate::wr::Sge;
+use rustc_hash::FxHashMap;
 use slotmap::SlotMap;
-use std::collections::HashMap;
 
 /// The registered MRs, found by handle or by key.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
     mrs: SlotMap<MrId, Mr>,
     /// The key of every registered MR.
-    by_key: HashMap<u32, MrId>,
+    /// Keys to MRs, looked up for every packet and SGE: Fx hashing (the
+    /// keys are ours; a peer only chooses what it looks up).
+    by_key: FxHashMap<u32, MrId>,
 }
 
 /// Why a remote access was refused; each maps to a NAK code.

@@ -223,11 +223,13 @@ impl Requester {
     }
 }
 
-/// One request packet ready to be written.
-struct Request<'a> {
+/// One request packet ready to be written: its headers, and which bytes
+/// of the WR's message it carries.
+struct Request {
     bth: Bth,
     ext: ExtHeaders,
-    payload: &'a [u8],
+    payload_offset: u64,
+    payload_len: usize,
 }
 
 impl Qp {
@@ -239,7 +241,6 @@ impl Qp {
         now: Nanos,
         mem: &dyn HostMemory,
         buf: &mut [u8],
-        scratch: &mut Vec<u8>,
     ) -> Option<(usize, Gid, Gid)> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
             return None;
@@ -252,7 +253,7 @@ impl Qp {
             self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
             return None;
         };
-        match self.build_request(ctx, idx, mem, buf, scratch) {
+        match self.build_request(ctx, idx, mem, buf) {
             Ok(len) => {
                 self.after_transmit(ctx, idx, now);
                 Some((len, sgid, dgid))
@@ -498,33 +499,31 @@ impl Qp {
         }
     }
 
-    /// Builds the packet `next_pkt` of entry `idx`.
+    /// Builds the packet `next_pkt` of entry `idx`: the headers, then the
+    /// payload gathered from the WR's memory straight into its place in
+    /// `buf` (no staging copy).
     fn build_request(
         &mut self,
         ctx: &Ctx<'_>,
         idx: usize,
         mem: &dyn HostMemory,
         buf: &mut [u8],
-        scratch: &mut Vec<u8>,
     ) -> Result<usize, WcStatus> {
-        let request = self.plan_request(ctx, idx, mem, scratch)?;
+        let request = self.plan_request(ctx, idx)?;
         let builder = PacketBuilder {
             bth: request.bth,
             ext: request.ext,
-            payload: request.payload,
+            payload: &[],
         };
-        builder
-            .build_unsealed(buf)
-            .map_err(|_| WcStatus::GeneralErr)
+        let (len, payload) = builder
+            .build_around(buf, request.payload_len)
+            .map_err(|_| WcStatus::GeneralErr)?;
+        let e = &self.req.inflight[idx];
+        gather_payload(ctx, self.pd, e, request.payload_offset, mem, payload)?;
+        Ok(len)
     }
 
-    fn plan_request<'s>(
-        &mut self,
-        ctx: &Ctx<'_>,
-        idx: usize,
-        mem: &dyn HostMemory,
-        scratch: &'s mut Vec<u8>,
-    ) -> Result<Request<'s>, WcStatus> {
+    fn plan_request(&mut self, ctx: &Ctx<'_>, idx: usize) -> Result<Request, WcStatus> {
         let mtu = self.mtu();
         let transport = transport_of(self.qp_type);
         let e = &self.req.inflight[idx];
@@ -546,7 +545,7 @@ impl Qp {
             .first_psn
             .wrapping_add(if e.op.is_rd_atomic() { e.resp_pkts } else { k });
         let mut ext = ExtHeaders::default();
-        let mut payload_len = 0;
+        let (mut payload_offset, mut payload_len) = (0, 0);
         match e.op {
             ReqOp::Send(_) | ReqOp::Write(_) => {
                 let offset = k * mtu;
@@ -560,15 +559,7 @@ impl Qp {
                         dma_len: e.len,
                     });
                 }
-                gather_payload(
-                    ctx,
-                    self.pd,
-                    e,
-                    u64::from(offset),
-                    payload_len,
-                    mem,
-                    scratch,
-                )?;
+                payload_offset = u64::from(offset);
             }
             ReqOp::Read => {
                 let offset = e.resp_pkts * mtu;
@@ -623,7 +614,8 @@ impl Qp {
         Ok(Request {
             bth,
             ext,
-            payload: &scratch[..payload_len],
+            payload_offset,
+            payload_len,
         })
     }
 
@@ -1032,23 +1024,19 @@ fn position_of(k: u32, npkts: u32, single: bool) -> Position {
     }
 }
 
-/// Copies the payload of one packet into `scratch`.
+/// Copies the payload of one packet, the WR's message from `offset` on,
+/// into `out` (its place in the packet).
 fn gather_payload(
     ctx: &Ctx<'_>,
     pd: crate::handles::PdId,
     e: &InFlight,
     offset: u64,
-    len: usize,
     mem: &dyn HostMemory,
-    scratch: &mut Vec<u8>,
+    out: &mut [u8],
 ) -> Result<(), WcStatus> {
-    if scratch.len() < len {
-        scratch.resize(len, 0);
-    }
-    let out = &mut scratch[..len];
     if e.wqe.send_flags & send_flags::INLINE != 0 {
         let start = offset as usize;
-        out.copy_from_slice(&e.wqe.inline_data[start..start + len]);
+        out.copy_from_slice(&e.wqe.inline_data[start..start + out.len()]);
         return Ok(());
     }
     ctx.mrs

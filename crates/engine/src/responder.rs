@@ -748,7 +748,6 @@ impl Qp {
         ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
         buf: &mut [u8],
-        scratch: &mut Vec<u8>,
     ) -> Option<usize> {
         let response = self.resp.out.pop_front()?;
         let dest_qp = Qpn::new_masked(self.attr.dest_qp_num);
@@ -757,13 +756,15 @@ impl Qp {
         let ok = ack(Syndrome::Ack {
             credits: Syndrome::NO_CREDIT_COUNT,
         });
-        let (opcode, psn, ext, payload_len) = match response {
+        // A READ response's data is read from memory straight into its
+        // place in the packet once the headers are written.
+        let (opcode, psn, ext, read) = match response {
             Response::Ack { psn, syndrome } => {
                 let ext = ExtHeaders {
                     aeth: Some(ack(syndrome)),
                     ..ExtHeaders::default()
                 };
-                (Opcode::RcAck, psn, ext, 0)
+                (Opcode::RcAck, psn, ext, None)
             }
             Response::Atomic { psn, orig } => {
                 let ext = ExtHeaders {
@@ -771,7 +772,7 @@ impl Qp {
                     atomic_ack_eth: Some(AtomicAckEth { orig_data: orig }),
                     ..ExtHeaders::default()
                 };
-                (Opcode::RcAtomicAck, psn, ext, 0)
+                (Opcode::RcAtomicAck, psn, ext, None)
             }
             Response::Read {
                 psn,
@@ -804,13 +805,6 @@ impl Qp {
                     aeth: (position != Position::Middle).then_some(ok),
                     ..ExtHeaders::default()
                 };
-                if scratch.len() < len as usize {
-                    scratch.resize(len as usize, 0);
-                }
-                if len > 0 && mem.read(addr, &mut scratch[..len as usize]).is_err() {
-                    self.read_access_lost(ctx, psn);
-                    return None;
-                }
                 if !last {
                     let next = Response::Read {
                         psn: psn.wrapping_add(1),
@@ -822,15 +816,23 @@ impl Qp {
                     };
                     self.resp.out.push_front(next);
                 }
-                (opcode, psn, ext, len as usize)
+                (opcode, psn, ext, Some((addr, len as usize)))
             }
         };
         let builder = softverbs_wire::PacketBuilder {
             bth: Bth::new(opcode, dest_qp, psn),
             ext,
-            payload: &scratch[..payload_len],
+            payload: &[],
         };
-        builder.build_unsealed(buf).ok()
+        let payload_len = read.map_or(0, |(_, len)| len);
+        let (len, payload) = builder.build_around(buf, payload_len).ok()?;
+        if let Some((addr, n)) = read.filter(|&(_, n)| n > 0) {
+            if mem.read(addr, &mut payload[..n]).is_err() {
+                self.read_access_lost(ctx, psn);
+                return None;
+            }
+        }
+        Some(len)
     }
 
     /// The MR of a READ being answered was deregistered

@@ -393,22 +393,37 @@ impl<'p> PacketBuilder<'p> {
     /// later, e.g. with [`crate::icrc::seal`] and real IP headers); returns
     /// its length.
     pub fn build_unsealed(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let (len, payload) = self.build_around(buf, self.payload.len())?;
+        payload.copy_from_slice(self.payload);
+        Ok(len)
+    }
+
+    /// Writes the packet's headers, pad and zero ICRC field around a
+    /// payload of `payload_len` bytes (the builder's own `payload` is not
+    /// used) and returns the packet's length and the payload's place in
+    /// `buf`, for the caller to fill: data read from application memory
+    /// then lands in the packet once, with no staging copy.
+    pub fn build_around<'b>(
+        &self,
+        buf: &'b mut [u8],
+        payload_len: usize,
+    ) -> Result<(usize, &'b mut [u8]), WireError> {
         let opcode = self.bth.opcode;
         self.ext.check(opcode)?;
-        if !opcode.has_payload() && !self.payload.is_empty() {
+        if !opcode.has_payload() && payload_len != 0 {
             return Err(WireError::UnexpectedPayload {
                 opcode,
-                len: self.payload.len(),
+                len: payload_len,
             });
         }
-        let len = self.wire_len();
+        let len = packet_len(opcode, payload_len);
         let available = buf.len();
         let out = buf.get_mut(..len).ok_or(WireError::BufferTooSmall {
             header: HeaderKind::Packet,
             needed: len,
             available,
         })?;
-        let pad = pad_len(self.payload.len());
+        let pad = pad_len(payload_len);
         let bth = Bth {
             // pad_len is at most 3.
             pad_count: pad as u8,
@@ -418,11 +433,10 @@ impl<'p> PacketBuilder<'p> {
         let (bth_bytes, ext_bytes) = headers.split_at_mut(BTH_LEN);
         bth.write(bth_bytes)?;
         self.ext.write(opcode, ext_bytes)?;
-        let (payload, trailer) = body.split_at_mut(self.payload.len());
-        payload.copy_from_slice(self.payload);
+        let (payload, trailer) = body.split_at_mut(payload_len);
         // Pad and ICRC field.
         trailer.fill(0);
-        Ok(len)
+        Ok((len, payload))
     }
 }
 
