@@ -14,6 +14,7 @@
 mod access;
 mod ah_attr;
 mod attr_mask;
+mod completer;
 mod ctx;
 mod datapath;
 mod device;
@@ -23,6 +24,7 @@ mod direct_path;
 mod engine;
 mod error;
 mod event;
+mod flow_control;
 mod gid;
 mod gid_route;
 mod handles;

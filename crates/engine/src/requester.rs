@@ -1,11 +1,13 @@
-//! The requester: turns send WRs into request packets and completes them.
+//! The requester: turns send WRs into request packets.
 //!
 //! Started WRs move from the QP's send queue into `inflight`, where each
 //! owns a fixed PSN range. Transmission walks `inflight` from `send_idx`;
 //! a go-back-N resend only moves `send_idx` and the packet cursors back.
-//! RC WRs complete when acknowledged (SEND, WRITE) or answered (READ,
-//! atomics); UC and UD WRs complete once their last packet is out. WRs
-//! always complete in posting order.
+//! How much may be in flight is flow_control.rs; what comes back, and the
+//! completions, are the completer's (completer.rs): RC WRs complete when
+//! acknowledged (SEND, WRITE) or answered (READ, atomics); UC and UD WRs
+//! complete once their last packet is out. WRs always complete in posting
+//! order.
 
 use crate::ctx::Ctx;
 use crate::gid::Gid;
@@ -13,22 +15,16 @@ use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
-use crate::time::{ack_timeout, rnr_delay, Nanos};
-use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::time::{ack_timeout, Nanos};
+use crate::wc::WcStatus;
 use crate::wr::{send_flags, send_opcode, SendWqe};
 use softverbs_wire::{
-    AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt, NakCode, OpKind, Opcode, PacketBuilder,
-    PacketView, Position, Psn, Qpn, Reth, Suffix, Syndrome, Transport,
+    AtomicEth, Bth, Deth, ExtHeaders, Ieth, ImmDt, OpKind, Opcode, PacketBuilder, Position, Psn,
+    Qpn, Reth, Suffix, Transport,
 };
 use std::collections::VecDeque;
 
-/// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
-const MAX_UNACKED_PSNS: i32 = 1024;
-/// A request packet asks for an ACK at least this often (and at least four
-/// times per send window, so that the window keeps opening).
-const ACK_REQ_INTERVAL: u32 = 16;
-/// The smallest send window, in packets.
-const MIN_WINDOW_PKTS: u32 = 2;
+use crate::flow_control::MAX_UNACKED_PSNS;
 
 /// What a send WR does, as the requester sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +91,7 @@ impl InFlight {
         self.first_psn.wrapping_add(self.npkts.saturating_sub(1))
     }
 
-    fn contains(&self, psn: Psn) -> bool {
+    pub(crate) fn contains(&self, psn: Psn) -> bool {
         let d = self.first_psn.distance(psn);
         d >= 0 && (d as u32) < self.npkts
     }
@@ -111,24 +107,24 @@ pub(crate) struct Requester {
     pub(crate) inflight: VecDeque<InFlight>,
     pub(crate) next_psn: Psn,
     pub(crate) send_idx: usize,
-    retry_left: u8,
-    rnr_left: u8,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
     pub(crate) retransmit_at: Option<Nanos>,
     pub(crate) rnr_resume: Option<(Nanos, Psn)>,
     pub(crate) rd_atomic: u32,
-    since_ack_req: u32,
+    pub(crate) since_ack_req: u32,
     /// The last PSN the responder is known to have received.
-    acked: Psn,
+    pub(crate) acked: Psn,
     /// The PSN after every one sent so far: a packet before it is sent
     /// again.
-    sent_end: Psn,
+    pub(crate) sent_end: Psn,
     /// Request packets sent again (go-back-N after a loss, a timeout or
     /// an RNR wait), for diagnostics.
     pub(crate) resent: u64,
     /// A go-back started by a PSN sequence NAK is under way: further NAKs
     /// are ignored until the requester makes progress (as rxe does), so a
     /// burst of NAKs for one loss costs one retry.
-    retrying: bool,
+    pub(crate) retrying: bool,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered
@@ -204,7 +200,7 @@ impl Requester {
 
     /// The oldest READ or atomic still waiting for its response: responses
     /// come back in request order, so only it can be answered next.
-    fn oldest_rd_atomic(&self) -> Option<usize> {
+    pub(crate) fn oldest_rd_atomic(&self) -> Option<usize> {
         self.inflight
             .iter()
             .position(|e| !e.done && e.op.is_rd_atomic())
@@ -389,80 +385,6 @@ impl Qp {
         }
     }
 
-    /// Packets an RC QP may have unacknowledged on the wire: the device's
-    /// send window in path MTUs.
-    fn window_pkts(&self, ctx: &Ctx<'_>) -> u32 {
-        (ctx.config.send_window_bytes / self.mtu()).clamp(MIN_WINDOW_PKTS, MAX_UNACKED_PSNS as u32)
-    }
-
-    /// Whether the next packet of entry `idx` may leave: for RC, its PSN
-    /// (a READ request's, the first response it asks for) lies within the
-    /// send window from the oldest unacknowledged PSN, and the PSNs it
-    /// newly puts in flight fit the context's send budget
-    /// (`send_budget.rs`; else the QP waits for room, `short_of_room`).
-    /// Without this, a peer that the scheduler has not run for a while
-    /// finds more in its socket than the buffer holds, and the rest is lost
-    /// (then resent after a timeout, and under load retried until
-    /// RETRY_EXC_ERR). UC and UD have no acknowledgements and no window.
-    fn within_window(&self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
-        if self.qp_type != QpType::Rc {
-            return true;
-        }
-        let e = &self.req.inflight[idx];
-        let (psn, end) = if e.op.is_rd_atomic() {
-            let end = self.read_request_end(ctx, e);
-            (
-                e.first_psn.wrapping_add(e.resp_pkts),
-                e.first_psn.wrapping_add(end),
-            )
-        } else {
-            let psn = e.first_psn.wrapping_add(e.next_pkt);
-            (psn, psn.wrapping_add(1))
-        };
-        let window = self.window_pkts(ctx) as i32;
-        let in_window = self
-            .req
-            .oldest_unacked()
-            .is_none_or(|oldest| oldest.distance(psn) < window);
-        let opens = self.req.sent_end.distance(end).max(0) as u64;
-        let needs = opens * u64::from(self.mtu());
-        if in_window && needs > ctx.send_room {
-            ctx.short_of_room = true;
-            return false;
-        }
-        in_window
-    }
-
-    /// Bytes this RC QP has in flight, charged to the context's send
-    /// budget: its PSNs from the oldest unacknowledged one up to the last
-    /// sent (READ responses asked for included), in path MTUs.
-    pub(crate) fn bytes_in_flight(&self) -> u64 {
-        if self.qp_type != QpType::Rc {
-            return 0;
-        }
-        let pkts = self
-            .req
-            .oldest_unacked()
-            .map_or(0, |oldest| oldest.distance(self.req.sent_end).max(0));
-        pkts as u64 * u64::from(self.mtu())
-    }
-
-    /// The response packet at which a READ request sent now for entry `e`
-    /// ends: the READ is asked for in parts of one send window, at fixed
-    /// boundaries, so a part asked for again ends where it first did and
-    /// its responses' FIRST/LAST marks never disagree with a late one.
-    fn read_request_end(&self, ctx: &Ctx<'_>, e: &InFlight) -> u32 {
-        let window = self.window_pkts(ctx);
-        (e.resp_pkts / window + 1)
-            .saturating_mul(window)
-            .min(e.npkts)
-    }
-
-    /// How often, in packets, a request asks for an ACK.
-    fn ack_req_interval(&self, ctx: &Ctx<'_>) -> u32 {
-        (self.window_pkts(ctx) / 4).clamp(1, ACK_REQ_INTERVAL)
-    }
-
     /// Bookkeeping after a packet of entry `idx` went out.
     fn after_transmit(&mut self, ctx: &mut Ctx<'_>, idx: usize, now: Nanos) {
         let reliable = self.qp_type == QpType::Rc;
@@ -640,370 +562,6 @@ impl Qp {
             src_qp: Qpn::new_masked(self.qp_num),
         }
     }
-
-    /// Handles a response (ACK, NAK, READ response, atomic ACK) of an RC QP.
-    pub(crate) fn requester_receive(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        now: Nanos,
-        pkt: &PacketView<'_>,
-        mem: &mut dyn HostMemory,
-    ) {
-        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        let progress = match pkt.opcode().kind() {
-            OpKind::Ack => self.on_ack(ctx, now, pkt),
-            OpKind::ReadResponse => self.on_read_response(ctx, pkt, mem),
-            OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
-            _ => false,
-        };
-        if progress && self.state != QpState::Err {
-            let seq_nak = matches!(
-                pkt.aeth().map(|a| a.syndrome),
-                Some(Syndrome::Nak(NakCode::PsnSequenceError))
-            );
-            self.on_progress(seq_nak);
-        }
-        self.retire(ctx);
-        self.keep_retransmit_timer(now);
-    }
-
-    /// The responder confirmed new PSNs: the retry budgets start again.
-    pub(crate) fn on_progress(&mut self, seq_nak: bool) {
-        self.req.retrying = seq_nak;
-        self.req.retry_left = self.attr.retry_cnt;
-        self.req.rnr_left = self.attr.rnr_retry;
-        self.req.retransmit_at = None;
-    }
-
-    /// While anything sent is unacknowledged a local ACK timeout runs,
-    /// except during an RNR wait: waiting for the responder's receive WRs
-    /// must not use up transport retries.
-    pub(crate) fn keep_retransmit_timer(&mut self, now: Nanos) {
-        let waiting = self.req.rnr_resume.is_some();
-        if self.state != QpState::Err
-            && self.req.retransmit_at.is_none()
-            && !waiting
-            && self.has_unacked()
-        {
-            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
-        }
-    }
-
-    /// Whether packets are in flight, so that a missing answer means a
-    /// loss. On the wire that is PSNs sent and not acknowledged: a WR
-    /// partly sent whose packets are all acknowledged waits for its own
-    /// window or the context's send budget, not for an answer, and must
-    /// not use up transport retries (as an RNR wait must not). On the
-    /// same-host path, an operation handed out and not yet answered.
-    fn has_unacked(&self) -> bool {
-        if self.direct {
-            return self.req.inflight.iter().any(|e| !e.done && e.sent_once);
-        }
-        self.req
-            .oldest_unacked()
-            .is_some_and(|oldest| oldest.distance(self.req.sent_end) > 0)
-    }
-
-    fn on_ack(&mut self, ctx: &mut Ctx<'_>, now: Nanos, pkt: &PacketView<'_>) -> bool {
-        let Some(aeth) = pkt.aeth() else {
-            return false;
-        };
-        let psn = pkt.psn();
-        match aeth.syndrome {
-            Syndrome::Ack { .. } => self.ack_through(psn),
-            Syndrome::RnrNak { timer } => {
-                // The PSNs it acknowledges reset the budgets first, so
-                // that this RNR NAK is counted against the new budget
-                // instead of being undone by the reset.
-                if self.ack_through(psn.wrapping_sub(1)) {
-                    self.on_progress(false);
-                }
-                // A late RNR NAK for a PSN already acknowledged is stale.
-                if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
-                    self.on_rnr_nak(ctx, now, psn, timer);
-                }
-                false
-            }
-            Syndrome::Nak(NakCode::PsnSequenceError) => {
-                let progress = self.ack_through(psn.wrapping_sub(1));
-                let stale = self
-                    .req
-                    .oldest_unacked()
-                    .is_none_or(|o| o.distance(psn) < 0);
-                // During an RNR wait the resend is already scheduled.
-                let waiting = self.req.rnr_resume.is_some();
-                if stale || waiting || (self.req.retrying && !progress) {
-                    return progress;
-                }
-                if !progress && !self.consume_retry(ctx) {
-                    return false;
-                }
-                self.req.go_back(psn);
-                self.req.retrying = true;
-                progress
-            }
-            Syndrome::Nak(code) => {
-                self.ack_through(psn.wrapping_sub(1));
-                if let Some(idx) = self
-                    .req
-                    .inflight
-                    .iter()
-                    .position(|e| !e.done && e.contains(psn))
-                {
-                    self.fail_requester(ctx, idx, nak_status(code));
-                }
-                false
-            }
-        }
-    }
-
-    /// Acknowledges every SEND and WRITE whose PSNs are all at or before
-    /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
-    /// its response: it is requested again. Returns whether the requester
-    /// made progress (newly acknowledged PSNs).
-    pub(crate) fn ack_through(&mut self, psn: Psn) -> bool {
-        if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
-            return false; // acknowledges PSNs never sent: ignore
-        }
-        // PSNs the responder newly confirms are progress even when no WR
-        // finishes (the middle of a long message).
-        let mut progress = self.req.acked.distance(psn) > 0;
-        if progress {
-            self.req.acked = psn;
-        }
-        let mut lost = None;
-        for e in self
-            .req
-            .inflight
-            .iter_mut()
-            .filter(|e| !e.done && e.npkts > 0)
-        {
-            if !e.sent_once || e.last_psn().distance(psn) < 0 {
-                break;
-            }
-            if e.op.is_rd_atomic() {
-                lost = Some(e.first_psn.wrapping_add(e.resp_pkts));
-                break;
-            }
-            e.done = true;
-            progress = true;
-        }
-        if let Some(p) = lost {
-            self.req.go_back(p);
-        }
-        progress
-    }
-
-    pub(crate) fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
-        if self.attr.rnr_retry != 7 {
-            if self.req.rnr_left == 0 {
-                if let Some(idx) = self
-                    .req
-                    .inflight
-                    .iter()
-                    .position(|e| !e.done && e.contains(psn))
-                {
-                    self.fail_requester(ctx, idx, WcStatus::RnrRetryExcErr);
-                }
-                return;
-            }
-            self.req.rnr_left -= 1;
-        }
-        self.req.go_back(psn);
-        self.req.retransmit_at = None;
-        self.req.rnr_resume = Some((now + rnr_delay(timer), psn));
-    }
-
-    /// Uses one transport retry; on exhaustion fails the oldest unacked WR
-    /// with RETRY_EXC_ERR and returns false.
-    fn consume_retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        if self.req.retry_left > 0 {
-            self.req.retry_left -= 1;
-            return true;
-        }
-        if let Some(idx) = self
-            .req
-            .inflight
-            .iter()
-            .position(|e| !e.done && e.npkts > 0)
-        {
-            self.fail_requester(ctx, idx, WcStatus::RetryExcErr);
-        }
-        false
-    }
-
-    fn on_read_response(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        pkt: &PacketView<'_>,
-        mem: &mut dyn HostMemory,
-    ) -> bool {
-        let Some(idx) = self.req.oldest_rd_atomic() else {
-            return false;
-        };
-        let e = &self.req.inflight[idx];
-        let expected = e.first_psn.wrapping_add(e.resp_pkts);
-        if e.op != ReqOp::Read || pkt.psn() != expected {
-            return self.implied_nak(ctx, expected, pkt.psn());
-        }
-        self.ack_through(e.first_psn.wrapping_sub(1));
-        let mtu = self.mtu();
-        let e = &self.req.inflight[idx];
-        let offset = e.resp_pkts * mtu;
-        let want = (e.len - offset.min(e.len)).min(mtu) as usize;
-        // A re-requested READ restarts with READ_RESP_FIRST at the PSN it
-        // asked for, so only "is this the last packet" (of the part asked
-        // for) is checked.
-        let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.req_end);
-        if !last_ok || pkt.payload().len() != want {
-            self.fail_requester(ctx, idx, WcStatus::BadRespErr);
-            return false;
-        }
-        let written = ctx.mrs.scatter(
-            mem,
-            self.pd,
-            &e.wqe.sg_list,
-            u64::from(offset),
-            pkt.payload(),
-        );
-        if let Err(err) = written {
-            self.fail_requester(ctx, idx, local_status(err));
-            return false;
-        }
-        let e = &mut self.req.inflight[idx];
-        e.resp_pkts += 1;
-        if e.resp_pkts == e.npkts {
-            e.done = true;
-            self.req.rd_atomic -= 1;
-        } else if e.resp_pkts == e.req_end {
-            e.next_pkt = 0; // the next part is asked for
-        }
-        true
-    }
-
-    fn on_atomic_ack(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        pkt: &PacketView<'_>,
-        mem: &mut dyn HostMemory,
-    ) -> bool {
-        let Some(idx) = self.req.oldest_rd_atomic() else {
-            return false;
-        };
-        let e = &self.req.inflight[idx];
-        let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
-        let expected = e.first_psn.wrapping_add(e.resp_pkts);
-        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
-        else {
-            return self.implied_nak(ctx, expected, pkt.psn());
-        };
-        self.ack_through(e.first_psn.wrapping_sub(1));
-        let e = &self.req.inflight[idx];
-        let orig = ack.orig_data.to_ne_bytes();
-        if let Err(err) = ctx.mrs.scatter(mem, self.pd, &e.wqe.sg_list, 0, &orig) {
-            self.fail_requester(ctx, idx, local_status(err));
-            return false;
-        }
-        self.req.inflight[idx].done = true;
-        self.req.rd_atomic -= 1;
-        true
-    }
-
-    /// A response for a PSN after `expected`, the one the oldest READ or
-    /// atomic waits for: responses come in order, so the ones between were
-    /// lost. As for a PSN sequence error NAK (rxe: `check_psn` in rxe_comp.c),
-    /// the requester asks again from `expected` at once instead of waiting
-    /// for the local ACK timeout; a burst of such responses for one loss
-    /// costs one retry. Older (duplicate) PSNs and PSNs never sent are
-    /// ignored. Never progress, so always false.
-    fn implied_nak(&mut self, ctx: &mut Ctx<'_>, expected: Psn, psn: Psn) -> bool {
-        let ahead = expected.distance(psn) > 0;
-        let sent = self.req.next_psn.wrapping_sub(1).distance(psn) <= 0;
-        let waiting = self.req.rnr_resume.is_some();
-        if !ahead || !sent || waiting || self.req.retrying {
-            return false;
-        }
-        if self.consume_retry(ctx) {
-            self.req.go_back(expected);
-            self.req.retrying = true;
-        }
-        false
-    }
-
-    /// Timer expiry: the end of an RNR wait, or the local ACK timeout.
-    pub(crate) fn requester_timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
-        if let Some((at, psn)) = self.req.rnr_resume {
-            if at <= now {
-                self.req.rnr_resume = None;
-                self.req.go_back(psn);
-            }
-        }
-        if self.req.retransmit_at.is_some_and(|at| at <= now) {
-            self.req.retransmit_at = None;
-            self.req.retrying = false;
-            self.req.direct_stalled = false;
-            if self.consume_retry(ctx) {
-                if let Some(psn) = self.req.oldest_unacked() {
-                    self.req.go_back(psn);
-                }
-            }
-        }
-        self.keep_retransmit_timer(now);
-    }
-
-    /// Completes finished WRs at the head of `inflight`, in order.
-    pub(crate) fn retire(&mut self, ctx: &mut Ctx<'_>) {
-        while self.req.inflight.front().is_some_and(|e| e.done) {
-            let e = self.req.inflight.pop_front().expect("front checked");
-            self.req.send_idx = self.req.send_idx.saturating_sub(1);
-            if e.wqe.signaled || e.status != WcStatus::Success {
-                let wc = self.send_completion(&e);
-                ctx.complete(self.send_cq, wc, false);
-            }
-        }
-        if self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {
-            self.req.drain_notify = false;
-            ctx.event(crate::event::AsyncEvent::SqDrained(self.id));
-        }
-    }
-
-    fn send_completion(&self, e: &InFlight) -> WorkCompletion {
-        let byte_len = match e.op {
-            ReqOp::Read => e.len,
-            ReqOp::CmpSwap | ReqOp::FetchAdd => 8,
-            _ => 0,
-        };
-        WorkCompletion {
-            byte_len,
-            status: e.status,
-            ..WorkCompletion::flushed(e.wqe.wr_id, WcOpcode::of_send(e.wqe.opcode), self.qp_num)
-        }
-    }
-
-    /// A WR failed: it completes with `status`, earlier unfinished WRs and
-    /// every later one are flushed, and the QP enters the error state (RC)
-    /// or the send queue error state (UC, UD: IBTA 10.3.1, SQEr). A send
-    /// queue that stops in error has not drained: no SQ_DRAINED (IBTA
-    /// 11.6.3; rxe raises it only on success).
-    pub(crate) fn fail_requester(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
-        for (i, e) in self.req.inflight.iter_mut().enumerate() {
-            if i == idx {
-                e.status = status;
-            } else if !e.done {
-                e.status = WcStatus::WrFlushErr;
-            }
-            e.done = true;
-        }
-        self.req.drain_notify = false;
-        self.retire(ctx);
-        if self.qp_type == QpType::Rc {
-            self.enter_error(ctx);
-        } else {
-            self.enter_send_error(ctx);
-        }
-    }
 }
 
 pub(crate) fn transport_of(ty: QpType) -> Transport {
@@ -1044,23 +602,6 @@ fn gather_payload(
         .map_err(local_status)
 }
 
-pub(crate) fn local_status(err: LocalAccessError) -> WcStatus {
-    match err {
-        LocalAccessError::Protection => WcStatus::LocProtErr,
-        LocalAccessError::Length => WcStatus::LocLenErr,
-    }
-}
-
-/// The requester's completion status for a NAK (IBTA; ibv_poll_cq(3)).
-fn nak_status(code: NakCode) -> WcStatus {
-    match code {
-        NakCode::InvalidRequest | NakCode::PsnSequenceError => WcStatus::RemInvReqErr,
-        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
-    }
-}
-
 /// Source and destination GIDs of a request: the QP's path, or for UD the
 /// WR's address handle (which must still exist).
 pub(crate) fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
@@ -1082,4 +623,12 @@ pub(crate) fn response_gids(qp: &Qp, ctx: &Ctx<'_>) -> Option<(Gid, Gid)> {
     let av = qp.attr.ah_attr;
     let sgid = ctx.config.gid(av.port_num, u32::from(av.grh.sgid_index))?;
     Some((sgid, av.grh.dgid))
+}
+
+/// The completion status of a local access error.
+pub(crate) fn local_status(err: LocalAccessError) -> WcStatus {
+    match err {
+        LocalAccessError::Protection => WcStatus::LocProtErr,
+        LocalAccessError::Length => WcStatus::LocLenErr,
+    }
 }

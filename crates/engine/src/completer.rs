@@ -1,0 +1,391 @@
+//! The completer: what comes back for an RC QP's requests. ACKs and NAKs
+//! retire WRs, READ responses and atomic ACKs carry their data, a gap
+//! or a sequence NAK sends the requester back (go-back-N), the local ACK
+//! and RNR timers retry, and WRs complete in posting order. As rxe keeps
+//! `rxe_comp.c` apart from `rxe_req.c`: the requester (requester.rs)
+//! turns WRs into packets, this side decides what became of them.
+
+use crate::ctx::Ctx;
+use crate::memory::HostMemory;
+use crate::qp::Qp;
+use crate::qp_state::{QpState, QpType};
+use crate::requester::{local_status, InFlight, ReqOp};
+use crate::time::{ack_timeout, rnr_delay, Nanos};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use softverbs_wire::{NakCode, OpKind, PacketView, Psn, Syndrome};
+
+impl Qp {
+    /// Handles a response (ACK, NAK, READ response, atomic ACK) of an RC QP.
+    pub(crate) fn requester_receive(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        now: Nanos,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) {
+        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let progress = match pkt.opcode().kind() {
+            OpKind::Ack => self.on_ack(ctx, now, pkt),
+            OpKind::ReadResponse => self.on_read_response(ctx, pkt, mem),
+            OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
+            _ => false,
+        };
+        if progress && self.state != QpState::Err {
+            let seq_nak = matches!(
+                pkt.aeth().map(|a| a.syndrome),
+                Some(Syndrome::Nak(NakCode::PsnSequenceError))
+            );
+            self.on_progress(seq_nak);
+        }
+        self.retire(ctx);
+        self.keep_retransmit_timer(now);
+    }
+
+    /// The responder confirmed new PSNs: the retry budgets start again.
+    pub(crate) fn on_progress(&mut self, seq_nak: bool) {
+        self.req.retrying = seq_nak;
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        self.req.retransmit_at = None;
+    }
+
+    /// While anything sent is unacknowledged a local ACK timeout runs,
+    /// except during an RNR wait: waiting for the responder's receive WRs
+    /// must not use up transport retries.
+    pub(crate) fn keep_retransmit_timer(&mut self, now: Nanos) {
+        let waiting = self.req.rnr_resume.is_some();
+        if self.state != QpState::Err
+            && self.req.retransmit_at.is_none()
+            && !waiting
+            && self.has_unacked()
+        {
+            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
+        }
+    }
+
+    /// Whether packets are in flight, so that a missing answer means a
+    /// loss. On the wire that is PSNs sent and not acknowledged: a WR
+    /// partly sent whose packets are all acknowledged waits for its own
+    /// window or the context's send budget, not for an answer, and must
+    /// not use up transport retries (as an RNR wait must not). On the
+    /// same-host path, an operation handed out and not yet answered.
+    fn has_unacked(&self) -> bool {
+        if self.direct {
+            return self.req.inflight.iter().any(|e| !e.done && e.sent_once);
+        }
+        self.req
+            .oldest_unacked()
+            .is_some_and(|oldest| oldest.distance(self.req.sent_end) > 0)
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, now: Nanos, pkt: &PacketView<'_>) -> bool {
+        let Some(aeth) = pkt.aeth() else {
+            return false;
+        };
+        let psn = pkt.psn();
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => self.ack_through(psn),
+            Syndrome::RnrNak { timer } => {
+                // The PSNs it acknowledges reset the budgets first, so
+                // that this RNR NAK is counted against the new budget
+                // instead of being undone by the reset.
+                if self.ack_through(psn.wrapping_sub(1)) {
+                    self.on_progress(false);
+                }
+                // A late RNR NAK for a PSN already acknowledged is stale.
+                if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
+                    self.on_rnr_nak(ctx, now, psn, timer);
+                }
+                false
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                let progress = self.ack_through(psn.wrapping_sub(1));
+                let stale = self
+                    .req
+                    .oldest_unacked()
+                    .is_none_or(|o| o.distance(psn) < 0);
+                // During an RNR wait the resend is already scheduled.
+                let waiting = self.req.rnr_resume.is_some();
+                if stale || waiting || (self.req.retrying && !progress) {
+                    return progress;
+                }
+                if !progress && !self.consume_retry(ctx) {
+                    return false;
+                }
+                self.req.go_back(psn);
+                self.req.retrying = true;
+                progress
+            }
+            Syndrome::Nak(code) => {
+                self.ack_through(psn.wrapping_sub(1));
+                if let Some(idx) = self
+                    .req
+                    .inflight
+                    .iter()
+                    .position(|e| !e.done && e.contains(psn))
+                {
+                    self.fail_requester(ctx, idx, nak_status(code));
+                }
+                false
+            }
+        }
+    }
+
+    /// Acknowledges every SEND and WRITE whose PSNs are all at or before
+    /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
+    /// its response: it is requested again. Returns whether the requester
+    /// made progress (newly acknowledged PSNs).
+    pub(crate) fn ack_through(&mut self, psn: Psn) -> bool {
+        if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
+            return false; // acknowledges PSNs never sent: ignore
+        }
+        // PSNs the responder newly confirms are progress even when no WR
+        // finishes (the middle of a long message).
+        let mut progress = self.req.acked.distance(psn) > 0;
+        if progress {
+            self.req.acked = psn;
+        }
+        let mut lost = None;
+        for e in self
+            .req
+            .inflight
+            .iter_mut()
+            .filter(|e| !e.done && e.npkts > 0)
+        {
+            if !e.sent_once || e.last_psn().distance(psn) < 0 {
+                break;
+            }
+            if e.op.is_rd_atomic() {
+                lost = Some(e.first_psn.wrapping_add(e.resp_pkts));
+                break;
+            }
+            e.done = true;
+            progress = true;
+        }
+        if let Some(p) = lost {
+            self.req.go_back(p);
+        }
+        progress
+    }
+
+    pub(crate) fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
+        if self.attr.rnr_retry != 7 {
+            if self.req.rnr_left == 0 {
+                if let Some(idx) = self
+                    .req
+                    .inflight
+                    .iter()
+                    .position(|e| !e.done && e.contains(psn))
+                {
+                    self.fail_requester(ctx, idx, WcStatus::RnrRetryExcErr);
+                }
+                return;
+            }
+            self.req.rnr_left -= 1;
+        }
+        self.req.go_back(psn);
+        self.req.retransmit_at = None;
+        self.req.rnr_resume = Some((now + rnr_delay(timer), psn));
+    }
+
+    /// Uses one transport retry; on exhaustion fails the oldest unacked WR
+    /// with RETRY_EXC_ERR and returns false.
+    fn consume_retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.req.retry_left > 0 {
+            self.req.retry_left -= 1;
+            return true;
+        }
+        if let Some(idx) = self
+            .req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.npkts > 0)
+        {
+            self.fail_requester(ctx, idx, WcStatus::RetryExcErr);
+        }
+        false
+    }
+
+    fn on_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> bool {
+        let Some(idx) = self.req.oldest_rd_atomic() else {
+            return false;
+        };
+        let e = &self.req.inflight[idx];
+        let expected = e.first_psn.wrapping_add(e.resp_pkts);
+        if e.op != ReqOp::Read || pkt.psn() != expected {
+            return self.implied_nak(ctx, expected, pkt.psn());
+        }
+        self.ack_through(e.first_psn.wrapping_sub(1));
+        let mtu = self.mtu();
+        let e = &self.req.inflight[idx];
+        let offset = e.resp_pkts * mtu;
+        let want = (e.len - offset.min(e.len)).min(mtu) as usize;
+        // A re-requested READ restarts with READ_RESP_FIRST at the PSN it
+        // asked for, so only "is this the last packet" (of the part asked
+        // for) is checked.
+        let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.req_end);
+        if !last_ok || pkt.payload().len() != want {
+            self.fail_requester(ctx, idx, WcStatus::BadRespErr);
+            return false;
+        }
+        let written = ctx.mrs.scatter(
+            mem,
+            self.pd,
+            &e.wqe.sg_list,
+            u64::from(offset),
+            pkt.payload(),
+        );
+        if let Err(err) = written {
+            self.fail_requester(ctx, idx, local_status(err));
+            return false;
+        }
+        let e = &mut self.req.inflight[idx];
+        e.resp_pkts += 1;
+        if e.resp_pkts == e.npkts {
+            e.done = true;
+            self.req.rd_atomic -= 1;
+        } else if e.resp_pkts == e.req_end {
+            e.next_pkt = 0; // the next part is asked for
+        }
+        true
+    }
+
+    fn on_atomic_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> bool {
+        let Some(idx) = self.req.oldest_rd_atomic() else {
+            return false;
+        };
+        let e = &self.req.inflight[idx];
+        let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
+        let expected = e.first_psn.wrapping_add(e.resp_pkts);
+        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
+        else {
+            return self.implied_nak(ctx, expected, pkt.psn());
+        };
+        self.ack_through(e.first_psn.wrapping_sub(1));
+        let e = &self.req.inflight[idx];
+        let orig = ack.orig_data.to_ne_bytes();
+        if let Err(err) = ctx.mrs.scatter(mem, self.pd, &e.wqe.sg_list, 0, &orig) {
+            self.fail_requester(ctx, idx, local_status(err));
+            return false;
+        }
+        self.req.inflight[idx].done = true;
+        self.req.rd_atomic -= 1;
+        true
+    }
+
+    /// A response for a PSN after `expected`, the one the oldest READ or
+    /// atomic waits for: responses come in order, so the ones between were
+    /// lost. As for a PSN sequence error NAK (rxe: `check_psn` in rxe_comp.c),
+    /// the requester asks again from `expected` at once instead of waiting
+    /// for the local ACK timeout; a burst of such responses for one loss
+    /// costs one retry. Older (duplicate) PSNs and PSNs never sent are
+    /// ignored. Never progress, so always false.
+    fn implied_nak(&mut self, ctx: &mut Ctx<'_>, expected: Psn, psn: Psn) -> bool {
+        let ahead = expected.distance(psn) > 0;
+        let sent = self.req.next_psn.wrapping_sub(1).distance(psn) <= 0;
+        let waiting = self.req.rnr_resume.is_some();
+        if !ahead || !sent || waiting || self.req.retrying {
+            return false;
+        }
+        if self.consume_retry(ctx) {
+            self.req.go_back(expected);
+            self.req.retrying = true;
+        }
+        false
+    }
+
+    /// Timer expiry: the end of an RNR wait, or the local ACK timeout.
+    pub(crate) fn requester_timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
+        if let Some((at, psn)) = self.req.rnr_resume {
+            if at <= now {
+                self.req.rnr_resume = None;
+                self.req.go_back(psn);
+            }
+        }
+        if self.req.retransmit_at.is_some_and(|at| at <= now) {
+            self.req.retransmit_at = None;
+            self.req.retrying = false;
+            self.req.direct_stalled = false;
+            if self.consume_retry(ctx) {
+                if let Some(psn) = self.req.oldest_unacked() {
+                    self.req.go_back(psn);
+                }
+            }
+        }
+        self.keep_retransmit_timer(now);
+    }
+
+    /// Completes finished WRs at the head of `inflight`, in order.
+    pub(crate) fn retire(&mut self, ctx: &mut Ctx<'_>) {
+        while self.req.inflight.front().is_some_and(|e| e.done) {
+            let e = self.req.inflight.pop_front().expect("front checked");
+            self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            if e.wqe.signaled || e.status != WcStatus::Success {
+                let wc = self.send_completion(&e);
+                ctx.complete(self.send_cq, wc, false);
+            }
+        }
+        if self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {
+            self.req.drain_notify = false;
+            ctx.event(crate::event::AsyncEvent::SqDrained(self.id));
+        }
+    }
+
+    fn send_completion(&self, e: &InFlight) -> WorkCompletion {
+        let byte_len = match e.op {
+            ReqOp::Read => e.len,
+            ReqOp::CmpSwap | ReqOp::FetchAdd => 8,
+            _ => 0,
+        };
+        WorkCompletion {
+            byte_len,
+            status: e.status,
+            ..WorkCompletion::flushed(e.wqe.wr_id, WcOpcode::of_send(e.wqe.opcode), self.qp_num)
+        }
+    }
+
+    /// A WR failed: it completes with `status`, earlier unfinished WRs and
+    /// every later one are flushed, and the QP enters the error state (RC)
+    /// or the send queue error state (UC, UD: IBTA 10.3.1, SQEr). A send
+    /// queue that stops in error has not drained: no SQ_DRAINED (IBTA
+    /// 11.6.3; rxe raises it only on success).
+    pub(crate) fn fail_requester(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
+        for (i, e) in self.req.inflight.iter_mut().enumerate() {
+            if i == idx {
+                e.status = status;
+            } else if !e.done {
+                e.status = WcStatus::WrFlushErr;
+            }
+            e.done = true;
+        }
+        self.req.drain_notify = false;
+        self.retire(ctx);
+        if self.qp_type == QpType::Rc {
+            self.enter_error(ctx);
+        } else {
+            self.enter_send_error(ctx);
+        }
+    }
+}
+
+/// The requester's completion status for a NAK (IBTA; ibv_poll_cq(3)).
+fn nak_status(code: NakCode) -> WcStatus {
+    match code {
+        NakCode::InvalidRequest | NakCode::PsnSequenceError => WcStatus::RemInvReqErr,
+        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+    }
+}

@@ -1,0 +1,95 @@
+//! Flow control on the wire: how much an RC QP may have in flight. A QP
+//! keeps at most a send window of packets unacknowledged, a READ longer
+//! than the window is asked for in parts, and what every QP of the context
+//! has in flight shares the context's send budget (send_budget.rs), so
+//! that a peer's receive buffer sized to the window never overflows
+//! (architecture.md, "Nothing is lost for want of room").
+
+use crate::ctx::Ctx;
+use crate::qp::Qp;
+use crate::qp_state::QpType;
+use crate::requester::InFlight;
+
+/// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
+pub(crate) const MAX_UNACKED_PSNS: i32 = 1024;
+/// A request packet asks for an ACK at least this often (and at least four
+/// times per send window, so that the window keeps opening).
+const ACK_REQ_INTERVAL: u32 = 16;
+/// The smallest send window, in packets.
+const MIN_WINDOW_PKTS: u32 = 2;
+
+impl Qp {
+    /// Packets an RC QP may have unacknowledged on the wire: the device's
+    /// send window in path MTUs.
+    pub(crate) fn window_pkts(&self, ctx: &Ctx<'_>) -> u32 {
+        (ctx.config.send_window_bytes / self.mtu()).clamp(MIN_WINDOW_PKTS, MAX_UNACKED_PSNS as u32)
+    }
+
+    /// Whether the next packet of entry `idx` may leave: for RC, its PSN
+    /// (a READ request's, the first response it asks for) lies within the
+    /// send window from the oldest unacknowledged PSN, and the PSNs it
+    /// newly puts in flight fit the context's send budget
+    /// (`send_budget.rs`; else the QP waits for room, `short_of_room`).
+    /// Without this, a peer that the scheduler has not run for a while
+    /// finds more in its socket than the buffer holds, and the rest is lost
+    /// (then resent after a timeout, and under load retried until
+    /// RETRY_EXC_ERR). UC and UD have no acknowledgements and no window.
+    pub(crate) fn within_window(&self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
+        if self.qp_type != QpType::Rc {
+            return true;
+        }
+        let e = &self.req.inflight[idx];
+        let (psn, end) = if e.op.is_rd_atomic() {
+            let end = self.read_request_end(ctx, e);
+            (
+                e.first_psn.wrapping_add(e.resp_pkts),
+                e.first_psn.wrapping_add(end),
+            )
+        } else {
+            let psn = e.first_psn.wrapping_add(e.next_pkt);
+            (psn, psn.wrapping_add(1))
+        };
+        let window = self.window_pkts(ctx) as i32;
+        let in_window = self
+            .req
+            .oldest_unacked()
+            .is_none_or(|oldest| oldest.distance(psn) < window);
+        let opens = self.req.sent_end.distance(end).max(0) as u64;
+        let needs = opens * u64::from(self.mtu());
+        if in_window && needs > ctx.send_room {
+            ctx.short_of_room = true;
+            return false;
+        }
+        in_window
+    }
+
+    /// Bytes this RC QP has in flight, charged to the context's send
+    /// budget: its PSNs from the oldest unacknowledged one up to the last
+    /// sent (READ responses asked for included), in path MTUs.
+    pub(crate) fn bytes_in_flight(&self) -> u64 {
+        if self.qp_type != QpType::Rc {
+            return 0;
+        }
+        let pkts = self
+            .req
+            .oldest_unacked()
+            .map_or(0, |oldest| oldest.distance(self.req.sent_end).max(0));
+        pkts as u64 * u64::from(self.mtu())
+    }
+
+    /// The response packet at which a READ request sent now for entry `e`
+    /// ends: the READ is asked for in parts of one send window, at fixed
+    /// boundaries, so a part asked for again ends where it first did and
+    /// its responses' FIRST/LAST marks never disagree with a late one.
+    pub(crate) fn read_request_end(&self, ctx: &Ctx<'_>, e: &InFlight) -> u32 {
+        let window = self.window_pkts(ctx);
+        (e.resp_pkts / window + 1)
+            .saturating_mul(window)
+            .min(e.npkts)
+    }
+
+    /// How often, in packets, a request asks for an ACK.
+    pub(crate) fn ack_req_interval(&self, ctx: &Ctx<'_>) -> u32 {
+        (self.window_pkts(ctx) / 4).clamp(1, ACK_REQ_INTERVAL)
+    }
+}
