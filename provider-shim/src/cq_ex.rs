@@ -112,17 +112,15 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
     if q.is_empty() {
         // SAFETY: our CQ (a plain field read); its context is ours.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq as *mut ibv_cq)) };
-        // Allocates only when there are completions: a CQ spun on while
-        // empty costs no allocation.
-        let mut got = Vec::new();
+        // Into the CQ's own queue, whose room stays once grown: no
+        // allocation in the steady state.
         if st
             .driver
-            .with(|e, _| e.poll_cq(id, BATCH, &mut got))
+            .with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
             .is_err()
         {
             return libc::EINVAL;
         }
-        q.extend(got);
     }
     let Some(wc) = q.front() else {
         return libc::ENOENT;

@@ -20,8 +20,8 @@ use crate::guard::guard;
 use crate::verbs_basic::{err, null, SoftAh};
 use crate::verbs_qp::{create_qp, inline_bytes, qp_id, sges, SoftQp};
 use softverbs_engine::{
-    send_flags, send_opcode, AtomicTarget, ErrorKind, QpId, RdmaTarget, SendWr, Sge, UdTarget,
-    VerbsError, VerbsResult,
+    send_flags, send_opcode, AtomicTarget, ErrorKind, InlineData, QpId, RdmaTarget, SendWr, Sge,
+    SgeList, UdTarget, VerbsError, VerbsResult,
 };
 use std::os::raw::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
@@ -43,8 +43,8 @@ struct BuiltWr {
     wr_id: u64,
     opcode: u32,
     flags: u32,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
+    sges: SgeList,
+    inline: InlineData,
     imm_or_inv: u32,
     rdma: RdmaTarget,
     atomic: AtomicTarget,
@@ -345,7 +345,7 @@ wr_set_sge(lkey: u32, addr: u64, length: u32) |qp, lkey, addr, length| {
     // SAFETY: as wr_send.
     unsafe {
         set(qp, |w, _| {
-            w.sges = vec![sge];
+            w.sges = SgeList::from_slice(&[sge]);
             Ok(())
         })
     }

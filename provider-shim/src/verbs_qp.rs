@@ -6,9 +6,9 @@ use crate::ffi::*;
 use crate::guard::{guard, verb};
 use crate::verbs_basic::{cq_id, err, null, pd_id, SoftAh};
 use softverbs_engine::{
-    send_flags, AtomicTarget, Engine, ErrorKind, QpAttrMask, QpCap, QpId, QpInitAttr, RdmaTarget,
-    RecvWr, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsError, VerbsResult,
-    QPN_EXHAUSTED,
+    send_flags, AtomicTarget, Engine, ErrorKind, InlineData, QpAttrMask, QpCap, QpId, QpInitAttr,
+    RdmaTarget, RecvWr, SendWr, Sge, SgeList, SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsError,
+    VerbsResult, QPN_EXHAUSTED,
 };
 use std::os::raw::c_int;
 
@@ -207,7 +207,7 @@ const fn einval(reason: &'static str) -> VerbsError {
 ///
 /// # Safety
 /// `sg_list` points to `num_sge` SGEs whenever `0 < num_sge <= max_sge`.
-pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> VerbsResult<Vec<Sge>> {
+pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> VerbsResult<SgeList> {
     let Ok(n) = u32::try_from(num_sge) else {
         return Err(einval("negative num_sge"));
     };
@@ -215,7 +215,7 @@ pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Ver
         return Err(einval("num_sge above the queue's max_sge"));
     }
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(SgeList::new());
     }
     if sg_list.is_null() {
         return Err(einval("num_sge > 0 with a NULL sg_list"));
@@ -235,12 +235,12 @@ pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Ver
 /// The bytes of an inline WR, copied out of the application's buffers at
 /// post time as IBV_SEND_INLINE promises (their keys are not checked).
 /// Their total is checked against `max_inline` before anything is copied.
-pub fn inline_bytes(sges: &[Sge], max_inline: u32) -> VerbsResult<Vec<u8>> {
+pub fn inline_bytes(sges: &[Sge], max_inline: u32) -> VerbsResult<InlineData> {
     let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
     if total > u64::from(max_inline) {
         return Err(einval("inline data above max_inline_data"));
     }
-    let mut data = Vec::with_capacity(total as usize);
+    let mut data = InlineData::with_capacity(total as usize);
     for s in sges {
         // SAFETY: an inline WR's SGEs name application memory readable now
         // (the verbs contract for IBV_SEND_INLINE; a bad pointer here
@@ -310,7 +310,7 @@ unsafe fn post_one_send(
     let inline = if w.send_flags & send_flags::INLINE != 0 {
         inline_bytes(&list, cap.max_inline_data)?
     } else {
-        Vec::new()
+        InlineData::new()
     };
     // SAFETY: the WR's unions are read as the QP type means them.
     let sw = unsafe { send_wr(w, &list, &inline, is_ud) }?;

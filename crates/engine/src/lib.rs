@@ -86,6 +86,6 @@ pub use verbs_qp::QpCreated;
 pub use verbs_resources::ReregMr;
 pub use wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{
-    opcode_allowed, send_flags, send_opcode, AtomicTarget, RdmaTarget, RecvWqe, RecvWr, SendWr,
-    Sge, UdTarget,
+    opcode_allowed, send_flags, send_opcode, AtomicTarget, InlineData, RdmaTarget, RecvWqe, RecvWr,
+    SendWr, Sge, SgeList, UdTarget,
 };

@@ -12,6 +12,7 @@ use crate::objects::{range_inside, Mr};
 use crate::wr::Sge;
 use rustc_hash::FxHashMap;
 use slotmap::SlotMap;
+use smallvec::SmallVec;
 
 /// The registered MRs, found by handle or by key.
 #[derive(Debug, Default)]
@@ -207,6 +208,10 @@ pub(crate) fn local_sge_ok(
         })
 }
 
+/// The address ranges of a gather or scatter, in order: one per SGE
+/// touched, the common few inline (no allocation per packet).
+pub(crate) type SegPlan = SmallVec<[Seg; 4]>;
+
 /// The address ranges that `len` bytes written `offset` bytes into the
 /// buffer an SGE list describes land in, after checking that the list is
 /// long enough (Length) and every SGE touched is inside a live MR of `pd`
@@ -217,8 +222,8 @@ pub(crate) fn scatter_plan(
     sges: &[Sge],
     offset: u64,
     len: u64,
-) -> Result<Vec<Seg>, LocalAccessError> {
-    let pieces: Vec<_> = sge_pieces(sges, offset, len as usize).collect();
+) -> Result<SegPlan, LocalAccessError> {
+    let pieces: SmallVec<[_; 4]> = sge_pieces(sges, offset, len as usize).collect();
     let covered: u64 = pieces.iter().map(|p| p.2 as u64).sum();
     if covered != len {
         return Err(LocalAccessError::Length);
@@ -248,8 +253,8 @@ pub(crate) fn gather_plan(
     offset: u64,
     len: u64,
     need: AccessFlags,
-) -> Result<Vec<Seg>, LocalAccessError> {
-    let mut out = Vec::with_capacity(sges.len());
+) -> Result<SegPlan, LocalAccessError> {
+    let mut out = SegPlan::new();
     let mut covered = 0;
     for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
         if !local_sge_ok(mrs, pd, sge, need) {

@@ -25,7 +25,9 @@ use crate::mr_table::sge_total;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::ReqOp;
 use crate::wc::{WcOpcode, WorkCompletion};
-use crate::wr::{opcode_allowed, send_flags, RecvWqe, RecvWr, SendWqe, SendWr, Sge};
+use crate::wr::{
+    opcode_allowed, send_flags, InlineData, RecvWqe, RecvWr, SendWqe, SendWr, Sge, SgeList,
+};
 
 impl Engine {
     /// `ibv_post_recv` for one WR.
@@ -208,14 +210,14 @@ fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> SendWqe {
         send_flags: wr.send_flags,
         signaled: sq_sig_all || wr.send_flags & send_flags::SIGNALED != 0,
         sg_list: if inline {
-            Box::default()
+            SgeList::new()
         } else {
             wr.sg_list.into()
         },
         inline_data: if inline {
             wr.inline_data.into()
         } else {
-            Box::default()
+            InlineData::new()
         },
         imm_data_or_inv_rkey: wr.imm_data_or_inv_rkey,
         rdma: wr.rdma,

@@ -226,7 +226,7 @@ mod tests {
     fn wqe(wr_id: u64) -> RecvWqe {
         RecvWqe {
             wr_id,
-            sg_list: Box::new([Sge::default()]),
+            sg_list: [Sge::default()].as_slice().into(),
             seq: 0,
         }
     }

@@ -191,7 +191,7 @@ impl Qp {
             u64::from(e.len),
             need,
         )
-        .map(Payload::Memory)
+        .map(|plan| Payload::Memory(plan.into_vec()))
         .map_err(local_status)
     }
 

@@ -1,22 +1,28 @@
 //! Which QPs have packets to send and when QP timers expire.
 //!
 //! `poll_transmit` serves QPs round-robin from a ready queue instead of
-//! scanning every QP, and timer deadlines sit in an ordered set, so the cost
+//! scanning every QP, and timer deadlines sit in a min-heap, so the cost
 //! of a packet or a timer does not grow with the number of idle QPs. The
 //! per-QP marks are secondary maps indexed by the QP's slot, not hash
-//! tables: hashing QP ids was 5% of a sender's CPU.
+//! tables: hashing QP ids was 5% of a sender's CPU. Nothing here allocates
+//! once grown: a timer moved or cleared leaves its old heap entry behind,
+//! skipped when it surfaces (its QP's deadline no longer matches), where an
+//! ordered set would allocate a node for nearly every timer set.
 
 use crate::handles::QpId;
 use crate::time::Nanos;
 use slotmap::SecondaryMap;
-use std::collections::{BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// The engine's transmit and timer schedule.
 #[derive(Debug, Default)]
 pub(crate) struct Schedule {
     ready: VecDeque<QpId>,
     queued: SecondaryMap<QpId, ()>,
-    timers: BTreeSet<(Nanos, QpId)>,
+    /// Deadlines, earliest on top; an entry whose QP's `deadline` differs
+    /// is stale. The top is never stale (`drop_stale`).
+    timers: BinaryHeap<Reverse<(Nanos, QpId)>>,
     deadline: SecondaryMap<QpId, Nanos>,
     /// QPs on the same-host path: woken into `direct_ready`, served by
     /// `poll_direct` instead of `poll_transmit`.
@@ -76,23 +82,46 @@ impl Schedule {
         if self.deadline.get(qp).copied() == at {
             return;
         }
-        if let Some(old) = self.deadline.remove(qp) {
-            self.timers.remove(&(old, qp));
+        match at {
+            Some(at) => {
+                self.deadline.insert(qp, at);
+                self.timers.push(Reverse((at, qp)));
+            }
+            None => {
+                self.deadline.remove(qp);
+            }
         }
-        if let Some(at) = at {
-            self.deadline.insert(qp, at);
-            self.timers.insert((at, qp));
+        self.drop_stale();
+    }
+
+    /// Pops stale entries off the top, so the top is a live deadline; and
+    /// rebuilds the heap from the live deadlines when stale ones are most
+    /// of it (timers moved later and later, as retransmission timers are,
+    /// bury theirs).
+    fn drop_stale(&mut self) {
+        while let Some(&Reverse((at, qp))) = self.timers.peek() {
+            if self.deadline.get(qp) == Some(&at) {
+                break;
+            }
+            self.timers.pop();
+        }
+        if self.timers.len() > 64 && self.timers.len() > 4 * self.deadline.len() {
+            let live = self.deadline.iter().map(|(qp, &at)| Reverse((at, qp)));
+            let mut heap = std::mem::take(&mut self.timers).into_vec();
+            heap.clear();
+            heap.extend(live);
+            self.timers = BinaryHeap::from(heap);
         }
     }
 
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
-        self.timers.first().map(|&(at, _)| at)
+        self.timers.peek().map(|&Reverse((at, _))| at)
     }
 
     /// A QP whose deadline is at or before `now`; its timer is cleared.
     pub(crate) fn pop_expired(&mut self, now: Nanos) -> Option<QpId> {
-        let &(at, qp) = self.timers.first()?;
+        let &Reverse((at, qp)) = self.timers.peek()?;
         if at > now {
             return None;
         }

@@ -209,9 +209,21 @@ impl Engine {
         max: usize,
         out: &mut Vec<WorkCompletion>,
     ) -> VerbsResult<usize> {
+        self.poll_cq_with(cq, max, |wc| out.push(wc))
+    }
+
+    /// `ibv_poll_cq` handing each completion, oldest first, to `take`
+    /// (up to `max`); returns how many. A provider writes them straight
+    /// into the caller's array, with no buffer in between.
+    pub fn poll_cq_with(
+        &mut self,
+        cq: CqId,
+        max: usize,
+        take: impl FnMut(WorkCompletion),
+    ) -> VerbsResult<usize> {
         let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
         let n = max.min(c.entries.len());
-        out.extend(c.entries.drain(..n));
+        c.entries.drain(..n).for_each(take);
         Ok(n)
     }
 }

@@ -25,13 +25,21 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
+/// A WR's SGEs as a queue holds them: the common few inline, so posting
+/// a WR allocates nothing.
+pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+
+/// A send WR's inline data as the send queue holds it: small messages
+/// inline, so posting one allocates nothing.
+pub type InlineData = smallvec::SmallVec<[u8; 64]>;
+
 /// A receive WR held by a receive queue or SRQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWqe {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where received data goes.
-    pub sg_list: Box<[Sge]>,
+    pub sg_list: SgeList,
     /// Its number in its queue, unique for the queue's life: what a
     /// same-host peer's delivery names (`recv_queue.rs`).
     pub seq: u64,
@@ -183,9 +191,9 @@ pub struct SendWqe {
     /// Whether a successful completion is reported.
     pub signaled: bool,
     /// Gathered data.
-    pub sg_list: Box<[Sge]>,
+    pub sg_list: SgeList,
     /// Inline payload.
-    pub inline_data: Box<[u8]>,
+    pub inline_data: InlineData,
     /// Immediate data or rkey to invalidate.
     pub imm_data_or_inv_rkey: u32,
     /// RDMA target.
