@@ -190,9 +190,18 @@ impl Endpoint {
     }
 
     /// Hands every packet waiting to `frame`: the datagrams on the
-    /// steered socket, then the frames the daemon passed on.
-    pub fn receive(&mut self, mut frame: impl FnMut(FrameHeader, &[u8])) -> io::Result<()> {
+    /// steered socket, then, with `from_daemon` or when there is no
+    /// steered socket, the frames the daemon passed on.
+    pub fn receive(
+        &mut self,
+        from_daemon: bool,
+        mut frame: impl FnMut(FrameHeader, &[u8]),
+    ) -> io::Result<()> {
+        let steered = self.session.direct().is_some();
         self.receive_direct(&mut frame);
+        if steered && !from_daemon {
+            return Ok(());
+        }
         self.session.receive(frame)
     }
 

@@ -67,19 +67,30 @@ impl Io {
         now: Nanos,
         by: StepBy,
     ) {
-        self.receive_all(engine, mem, now);
+        self.receive_all(engine, mem, now, by);
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
         }
         self.send_all(engine, mem, now, by);
     }
 
-    fn receive_all(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+    /// Receives what waits. With a steered socket, the daemon's stream
+    /// carries only multicast datagrams and CM messages, which are not
+    /// worth a system call on every verb: only the progress thread, woken
+    /// by its poller when the stream has data, reads it then.
+    fn receive_all(
+        &mut self,
+        engine: &mut Engine,
+        mem: &mut dyn HostMemory,
+        now: Nanos,
+        by: StepBy,
+    ) {
         if self.link_down {
             return;
         }
         let stats = &mut self.stats;
-        let got = self.endpoint.receive(|frame, packets| {
+        let from_daemon = by == StepBy::ProgressThread;
+        let got = self.endpoint.receive(from_daemon, |frame, packets| {
             let Ok(flow) = Flow::from_sockets(frame.src, frame.dst) else {
                 stats.rx_bad_icrc += 1;
                 return;

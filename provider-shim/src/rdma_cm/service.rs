@@ -322,7 +322,7 @@ impl Inner {
             agent, endpoints, ..
         } = self;
         for (_, endpoint) in endpoints.iter_mut() {
-            let _ = endpoint.receive(|hdr, bytes| {
+            let _ = endpoint.receive(true, |hdr, bytes| {
                 let seg = usize::from(hdr.segment).max(1);
                 for packet in bytes.chunks(seg) {
                     if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
