@@ -344,22 +344,25 @@ def headline(r):
             f"<= 1.0x: {verdict(ratio(per_qp, TARGET_QP_BYTES), 1.0, False)}",
         )
     )
+    rows.append(worst_trend_row(r))
+    return rows
+
+
+def worst_trend_row(r):
+    """The headline row of the size furthest from its neighbours' trend."""
     worst = None
     for t in BW_TESTS:
         for s, v in r.collapse(t).items():
             dev = max(v, 1 / v)
             if worst is None or dev > worst[0]:
                 worst = (dev, t, s, v)
-    rows.append(
-        (
-            "worst size vs its neighbours' trend",
-            f"{worst[3]:.2f}x (ib_{worst[1]}_bw {size_name(worst[2])})" if worst else "n/a",
-            "its neighbours' trend",
-            worst[0] if worst else None,
-            f"within {TARGET_COLLAPSE}x: {verdict(worst[0] if worst else None, TARGET_COLLAPSE, False)}",
-        )
+    return (
+        "worst size vs its neighbours' trend",
+        f"{worst[3]:.2f}x (ib_{worst[1]}_bw {size_name(worst[2])})" if worst else "n/a",
+        "its neighbours' trend",
+        worst[0] if worst else None,
+        f"within {TARGET_COLLAPSE}x: {verdict(worst[0] if worst else None, TARGET_COLLAPSE, False)}",
     )
-    return rows
 
 
 def wire_headline(w):
@@ -403,21 +406,7 @@ def wire_headline(w):
                 target,
             )
         )
-    worst = None
-    for t in BW_TESTS:
-        for s, v in w.collapse(t).items():
-            dev = max(v, 1 / v)
-            if worst is None or dev > worst[0]:
-                worst = (dev, t, s, v)
-    rows.append(
-        (
-            "worst size vs its neighbours' trend",
-            f"{worst[3]:.2f}x (ib_{worst[1]}_bw {size_name(worst[2])})" if worst else "n/a",
-            "its neighbours' trend",
-            worst[0] if worst else None,
-            f"within {TARGET_COLLAPSE}x: {verdict(worst[0] if worst else None, TARGET_COLLAPSE, False)}",
-        )
-    )
+    rows.append(worst_trend_row(w))
     return rows
 
 

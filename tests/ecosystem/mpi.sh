@@ -31,19 +31,8 @@ trap cleanup EXIT
 pass=0; fail=0
 
 command -v mpicc >/dev/null || cannot_run "Open MPI (tests/ecosystem/mpi.sh)" "mpicc is not installed (Debian packages openmpi-bin, libopenmpi-dev)"
-if ! ip netns add "$a" 2>"$log/err"; then
-  cannot_run "Open MPI between network namespaces (tests/ecosystem/mpi.sh)" \
-    "cannot create a network namespace ($(cat "$log/err")); it needs root"
-fi
-ip netns add "$b"
-ip link add "${tag}x" type veth peer name "${tag}y"
-ip link set "${tag}x" netns "$a"
-ip link set "${tag}y" netns "$b"
-ip -n "$a" addr add "$ip_a/24" dev "${tag}x"
-ip -n "$b" addr add "$ip_b/24" dev "${tag}y"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "${tag}x" up
-ip -n "$b" link set "${tag}y" up
+two_hosts "Open MPI between network namespaces (tests/ecosystem/mpi.sh)" \
+  "$a" "$b" "$tag" "$ip_a" "$ip_b"
 
 if ! mpicc -O1 -o "$log/mpi_check" "$here/mpi_check.c" 2> "$log/cc"; then
   bad "MPI check program (compile)" "$log/cc"

@@ -58,6 +58,27 @@ wait_output() {
   done
 }
 
+# two_hosts WHAT NS_A NS_B LINK IP_A IP_B: two network namespaces joined
+# by a veth pair (LINKx in NS_A with IP_A/24, LINKy in NS_B with IP_B/24),
+# links and loopback up: two hosts on one machine. Needs root; without
+# it, WHAT cannot run (cannot_run, which exits the calling script).
+two_hosts() {
+  local what=$1 a=$2 b=$3 link=$4 ip_a=$5 ip_b=$6 err
+  if ! err=$(ip netns add "$a" 2>&1); then
+    cannot_run "$what" "cannot create a network namespace ($err); it needs root"
+  fi
+  ip netns add "$b"
+  ip link add "${link}x" type veth peer name "${link}y"
+  ip link set "${link}x" netns "$a"
+  ip link set "${link}y" netns "$b"
+  ip -n "$a" addr add "$ip_a/24" dev "${link}x"
+  ip -n "$b" addr add "$ip_b/24" dev "${link}y"
+  local ns
+  for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+  ip -n "$a" link set "${link}x" up
+  ip -n "$b" link set "${link}y" up
+}
+
 # The verdicts of a test script: each script sets pass=0 fail=0 and a
 # scratch directory $log. ok NAME counts a pass; bad NAME FILE counts a
 # failure and shows the end of FILE (BAD_LINES lines, 30 by default); one NAME EXPECT CMD... runs CMD

@@ -25,24 +25,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! ip netns add "$a" 2>"$log/err"; then
-  cannot_run "softverbs between network namespaces (tests/programs/netns.sh)" \
-    "cannot create a network namespace ($(cat "$log/err")); it needs root"
-fi
-ip netns add "$b"
-ip link add "${tag}x" type veth peer name "${tag}y"
-ip link set "${tag}x" netns "$a"
-ip link set "${tag}y" netns "$b"
-ip -n "$a" addr add "$ip_a/24" dev "${tag}x"
-ip -n "$b" addr add "$ip_b/24" dev "${tag}y"
+two_hosts "softverbs between network namespaces (tests/programs/netns.sh)" \
+  "$a" "$b" "$tag" "$ip_a" "$ip_b"
 # nodad: usable at once (a tentative address cannot be bound).
 ip -n "$a" addr add "$ip6_a/64" dev "${tag}x" nodad
 ip -n "$b" addr add "$ip6_b/64" dev "${tag}y" nodad
-for ns in "$a" "$b"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$a" link set "${tag}x" up
-ip -n "$b" link set "${tag}y" up
 
 pass=0; fail=0; n=0
 # across NAME EXPECT CMD...: server in A (its device on $dev_a), then,

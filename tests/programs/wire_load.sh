@@ -40,19 +40,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! ip netns add "$a" 2>"$log/err"; then
-  cannot_run "the wire path under load (tests/programs/wire_load.sh)" \
-    "cannot create a network namespace ($(cat "$log/err")); it needs root"
-fi
-ip netns add "$b"
-ip link add "${tag}x" type veth peer name "${tag}y"
-ip link set "${tag}x" netns "$a"
-ip link set "${tag}y" netns "$b"
-ip -n "$a" addr add "$ip_a/24" dev "${tag}x"
-ip -n "$b" addr add "$ip_b/24" dev "${tag}y"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "${tag}x" up
-ip -n "$b" link set "${tag}y" up
+two_hosts "the wire path under load (tests/programs/wire_load.sh)" \
+  "$a" "$b" "$tag" "$ip_a" "$ip_b"
 
 export SOFTVERBS_SHM=0 SOFTVERBS_SOCKET_BUFFER=212992 SOFTVERBS_STATS=1
 # on_ns NS DEVICE_IP CMD...: CMD in namespace NS over softverbs0 on DEVICE_IP.
