@@ -2,10 +2,11 @@
 //! endpoints, and a progress thread.
 //!
 //! Threading model: all state sits behind one mutex. Verbs run on the
-//! caller's thread ([`Driver::with`]) and then make progress right there
-//! (receive, run due timers, transmit), so a `post_send` leaves at once and
-//! a `poll_cq` spinning on an empty CQ pulls packets in itself, with no
-//! thread hand-off on the fast path. The progress thread sleeps in the
+//! caller's thread ([`Driver::with`]) between two halves of progress made
+//! right there: what arrived is received first, so a `poll_cq` returns the
+//! completion a packet just made; due timers and transmission follow, so a
+//! `post_send` leaves at once. A `poll_cq` spinning on an empty CQ pulls
+//! packets in itself, with no thread hand-off on the fast path. The progress thread sleeps in the
 //! poller until a datagram arrives, a timer is due or a verb moved the
 //! earliest deadline forward, so a program blocked in `ibv_get_cq_event`
 //! is served without anyone busy-polling.
@@ -203,7 +204,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         })
     }
 
-    /// Runs `verb` on the engine, then makes progress on this thread;
+    /// Receives what arrived, runs `verb` on the engine, then makes the
+    /// rest of the progress (timers, transmission) on this thread;
     /// [`DeviceFailed`] once the progress thread has failed.
     pub fn try_with<R>(
         &self,
@@ -215,6 +217,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // What peers delivered is seen by this very verb (a poll_cq).
             sh.apply_deliveries(&mut state.engine);
         }
+        self.shared.receive(state);
         let result = verb(&mut state.engine, &mut state.mem);
         self.shared.step(state, StepBy::Verb);
         Ok(result)
@@ -316,6 +319,21 @@ impl<M: HostMemory> Shared<M> {
         Ok(state)
     }
 
+    /// What arrived, into the engine, before a verb runs (`Io::receive`).
+    fn receive(&self, state: &mut State<M>) {
+        let State {
+            engine,
+            mem,
+            io,
+            same_host,
+            ..
+        } = state;
+        let now = self.clock.now();
+        with_wire_memory(mem, same_host.as_ref(), |mem| {
+            io.receive(engine, mem, now, StepBy::Verb)
+        });
+    }
+
     /// One progress step, then the reports, then a wake-up of the progress
     /// thread if it sleeps past the engine's new earliest deadline.
     fn step(&self, state: &mut State<M>, by: StepBy) {
@@ -326,23 +344,13 @@ impl<M: HostMemory> Shared<M> {
             same_host,
             ..
         } = state;
-        let was_down = io.link_down;
         let now = self.clock.now();
         // Same-host work first too: a QP it moves back to the wire (its
         // peer chose the wire) sends its packets in this very step.
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }
-        match same_host.as_ref() {
-            Some(sh) => {
-                let mut locked = LockedAtomics {
-                    mem,
-                    locks: sh.locks(),
-                };
-                io.step(engine, &mut locked, now, by);
-            }
-            None => io.step(engine, mem, now, by),
-        }
+        with_wire_memory(mem, same_host.as_ref(), |mem| io.step(engine, mem, now, by));
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }
@@ -350,7 +358,8 @@ impl<M: HostMemory> Shared<M> {
             self.wait_for_room(io, io.blocked());
             state.waiting_for_room = io.blocked();
         }
-        if io.link_down && !was_down {
+        if io.link_down && !io.link_down_handled {
+            io.link_down_handled = true;
             // The daemon is gone: stop polling its closed socket, which
             // would otherwise be readable forever, and leave its steering
             // group, in which a new daemon would otherwise find us.
@@ -422,6 +431,23 @@ impl<M> Shared<M> {
         } else {
             self.registry.deregister(&mut source)
         };
+    }
+}
+
+/// Runs `f` on the memory requests from the wire reach: with the
+/// same-host path on, through its atomic locks, so that an RDMA atomic is
+/// atomic against same-host peers' too.
+fn with_wire_memory<M: HostMemory, R>(
+    mem: &mut M,
+    same_host: Option<&SameHost>,
+    f: impl FnOnce(&mut dyn HostMemory) -> R,
+) -> R {
+    match same_host {
+        Some(sh) => f(&mut LockedAtomics {
+            mem,
+            locks: sh.locks(),
+        }),
+        None => f(mem),
     }
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct Io {
     /// The daemon's session broke (it died): nothing arrives any more, and
     /// the engine's timers fail what waits, as with a dead link.
     pub(crate) link_down: bool,
+    /// The driver has stopped polling the dead daemon's sockets.
+    pub(crate) link_down_handled: bool,
     buf: Vec<u8>,
     batch: SendBatch,
 }
@@ -54,12 +56,15 @@ impl Io {
             endpoint,
             stats: IoStats::default(),
             link_down: false,
+            link_down_handled: false,
             batch: SendBatch::new(),
             buf: vec![0; softverbs_engine::MAX_PACKET_LEN],
         }
     }
 
-    /// Receives everything waiting, then sends everything due.
+    /// Receives everything waiting (unless a verb's step, which received
+    /// before the verb ran: [`Io::receive`]), runs due timers, then sends
+    /// everything due.
     pub(crate) fn step(
         &mut self,
         engine: &mut Engine,
@@ -67,18 +72,22 @@ impl Io {
         now: Nanos,
         by: StepBy,
     ) {
-        self.receive_all(engine, mem, now, by);
+        if by == StepBy::ProgressThread {
+            self.receive(engine, mem, now, by);
+        }
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
         }
         self.send_all(engine, mem, now, by);
     }
 
-    /// Receives what waits. With a steered socket, the daemon's stream
-    /// carries only multicast datagrams and CM messages, which are not
-    /// worth a system call on every verb: only the progress thread, woken
-    /// by its poller when the stream has data, reads it then.
-    fn receive_all(
+    /// Receives what waits. A verb receives before it runs, so that an
+    /// `ibv_poll_cq` returns what arrived for it at once, not on its next
+    /// call. With a steered socket, the daemon's stream carries only
+    /// multicast datagrams and CM messages, which are not worth a system
+    /// call on every verb: only the progress thread, woken by its poller
+    /// when the stream has data, reads it then.
+    pub(crate) fn receive(
         &mut self,
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
