@@ -36,11 +36,17 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 const WAKER: Token = Token(usize::MAX);
+/// How long the progress thread keeps polling after a datagram arrived
+/// while the application makes no verb calls, before it sleeps again.
+const LINGER: Nanos = 100_000;
+/// No verb for this long: the application is not polling, so the
+/// progress thread is the only one to take packets in.
+const APP_IDLE: Nanos = 50_000;
 /// Set (and not `0`), a context prints its packet counters when it
 /// closes ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
@@ -115,6 +121,8 @@ struct Shared<M> {
     stop: AtomicBool,
     /// Set (under the state lock) when the progress thread panicked.
     failed: AtomicBool,
+    /// When the application last ran a verb (clock nanoseconds).
+    last_verb: AtomicU64,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -191,6 +199,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             notify,
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            last_verb: AtomicU64::new(0),
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
@@ -220,6 +229,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.shared.receive(state);
         let result = verb(&mut state.engine, &mut state.mem);
         self.shared.step(state, StepBy::Verb);
+        let now = self.shared.clock.now();
+        self.shared.last_verb.store(now, Ordering::Relaxed);
         Ok(result)
     }
 
@@ -501,8 +512,18 @@ impl Drop for FailOnUnwind<'_> {
     }
 }
 
+/// The progress thread's loop: a step, then sleep in the poller until a
+/// datagram, a timer or a wake-up. While datagrams keep arriving and the
+/// application makes no verb calls (a responder serving READs, a target of
+/// WRITEs), it polls without sleeping for `LINGER` after each: waking a
+/// sleeping thread costs tens of microseconds (a blocking UDP ping-pong
+/// takes 35 us per half round trip on the 2-CPU machine of perf.md), which
+/// would otherwise be the READ's latency. An application that polls takes
+/// the packets in itself, and the thread then sleeps so as not to contend
+/// with it for the driver lock.
 fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
+    let mut linger_until: Nanos = 0;
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
             let Ok(mut state) = shared.lock() else {
@@ -513,11 +534,17 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             if shared.inject_panic.swap(false, Ordering::AcqRel) {
                 panic!("injected progress-thread panic");
             }
+            let received = state.io.stats.rx;
             shared.step(&mut state, StepBy::ProgressThread);
+            let now = shared.clock.now();
+            if state.io.stats.rx != received {
+                linger_until = now + LINGER;
+            }
+            let app_idle = now.saturating_sub(shared.last_verb.load(Ordering::Relaxed)) > APP_IDLE;
             let deadline = state.engine.poll_timeout();
             state.thread_deadline = deadline;
             let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
-            if delivered {
+            if delivered || (app_idle && now < linger_until) {
                 Some(std::time::Duration::ZERO)
             } else {
                 deadline.map(|at| shared.clock.until(at))
