@@ -11,7 +11,11 @@ here=$(dirname "$(readlink -f "$0")")
 pass=0; fail=0
 for script in device_view ucx libfabric mpi rust; do
   echo "== $script"
-  out=$("$here/$script.sh" "$SO" 2>&1 | tee /dev/stderr | tail -n 1)
+  # Shown as it runs through this script's own standard error: `tee
+  # /dev/stderr` would open the file behind it again, truncating a log
+  # that make test's output is redirected to (CI lost everything before
+  # this point that way).
+  out=$("$here/$script.sh" "$SO" 2>&1 | tee >(cat >&2) | tail -n 1)
   read -r p f <<< "$(counts_of "$out")"
   if [ -z "$p" ]; then
     echo "FAIL $script.sh ended without its summary line"; f=1; p=0
