@@ -133,6 +133,7 @@ impl SendBatch {
     /// send have one size, so a shorter packet closes the batch. A packet
     /// that cannot be sealed (addresses of two families, too long) is
     /// dropped and counted.
+    ///
     /// If the queued packets cannot leave for want of room, the packet is
     /// held until they have, and the batch is [`SendBatch::blocked`].
     pub(crate) fn push(
