@@ -20,10 +20,7 @@ log=$(mktemp -d)
 chmod 755 "$log"
 cleanup() {
   kill $(jobs -p) 2>/dev/null
-  ip netns pids "$a" 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns pids "$b" 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  remove_two_hosts "$a" "$b"
   rm -rf "$log"
 }
 trap cleanup EXIT

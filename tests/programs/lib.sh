@@ -79,6 +79,17 @@ two_hosts() {
   ip -n "$b" link set "${link}y" up
 }
 
+# remove_two_hosts NS_A NS_B: undoes two_hosts, for a cleanup trap: every
+# process still in either namespace (a daemon started on demand there,
+# say) is killed, then the namespaces (and the veth pair) go.
+remove_two_hosts() {
+  local ns
+  for ns in "$@"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+}
+
 # The verdicts of a test script: each script sets pass=0 fail=0 and a
 # scratch directory $log. ok NAME counts a pass; bad NAME FILE counts a
 # failure and shows the end of FILE (BAD_LINES lines, 30 by default); one NAME EXPECT CMD... runs CMD

@@ -19,8 +19,7 @@ log=$(mktemp -d)
 
 cleanup() {
   kill $(jobs -p) 2>/dev/null
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  remove_two_hosts "$a" "$b"
   rm -rf "$log"
 }
 trap cleanup EXIT

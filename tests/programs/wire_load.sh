@@ -32,10 +32,7 @@ pass=0; fail=0
 cleanup() {
   kill -9 $(jobs -p) 2>/dev/null
   pkill -9 -f "wire-load-busy-$$" 2>/dev/null
-  ip netns pids "$a" 2>/dev/null | xargs -r kill -9
-  ip netns pids "$b" 2>/dev/null | xargs -r kill -9
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
+  remove_two_hosts "$a" "$b"
   rm -rf "$log"
 }
 trap cleanup EXIT

@@ -214,11 +214,10 @@ impl Qp {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some(idx) = self.req.oldest_rd_atomic() else {
+        let Some((idx, expected)) = self.awaited_response() else {
             return false;
         };
         let e = &self.req.inflight[idx];
-        let expected = e.first_psn.wrapping_add(e.resp_pkts);
         if e.op != ReqOp::Read || pkt.psn() != expected {
             return self.implied_nak(ctx, expected, pkt.psn());
         }
@@ -263,12 +262,11 @@ impl Qp {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some(idx) = self.req.oldest_rd_atomic() else {
+        let Some((idx, expected)) = self.awaited_response() else {
             return false;
         };
         let e = &self.req.inflight[idx];
         let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
-        let expected = e.first_psn.wrapping_add(e.resp_pkts);
         let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
         else {
             return self.implied_nak(ctx, expected, pkt.psn());
@@ -283,6 +281,14 @@ impl Qp {
         self.req.inflight[idx].done = true;
         self.req.rd_atomic -= 1;
         true
+    }
+
+    /// The READ or atomic the next response answers (the oldest waiting:
+    /// responses come in request order) and the PSN it must carry.
+    fn awaited_response(&self) -> Option<(usize, Psn)> {
+        let idx = self.req.oldest_rd_atomic()?;
+        let e = &self.req.inflight[idx];
+        Some((idx, e.first_psn.wrapping_add(e.resp_pkts)))
     }
 
     /// A response for a PSN after `expected`, the one the oldest READ or

@@ -138,3 +138,59 @@ impl Schedule {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slotmap::SlotMap;
+
+    /// A timer moved many times leaves stale heap entries behind: moved
+    /// later, they surface first and are dropped at once; moved earlier,
+    /// they are buried, and the heap is rebuilt before they pile up. Only
+    /// the live deadline ever fires.
+    #[test]
+    fn a_timer_moved_many_times_fires_once_at_its_last_deadline() {
+        let mut ids = SlotMap::<QpId, ()>::with_key();
+        let (a, b) = (ids.insert(()), ids.insert(()));
+        let mut s = Schedule::default();
+        s.set_timer(b, Some(5_000_000));
+        for i in 1..=1000 {
+            s.set_timer(a, Some(i * 10));
+            assert!(
+                s.timers.len() <= 2,
+                "moved later: {} entries",
+                s.timers.len()
+            );
+        }
+        for i in 1..=1000 {
+            s.set_timer(a, Some(1_010_000 - i * 10));
+            assert!(
+                s.timers.len() <= 65,
+                "moved earlier: {} entries",
+                s.timers.len()
+            );
+        }
+        assert_eq!(s.next_deadline(), Some(1_000_000));
+        assert_eq!(s.pop_expired(999_999), None);
+        assert_eq!(s.pop_expired(1_000_000), Some(a));
+        assert_eq!(s.pop_expired(4_999_999), None, "a fired once");
+        assert_eq!(s.next_deadline(), Some(5_000_000));
+        s.set_timer(b, None);
+        assert_eq!((s.next_deadline(), s.pop_expired(u64::MAX)), (None, None));
+    }
+
+    /// A timer moved earlier fires at the earlier time, and a forgotten
+    /// QP's timer never fires.
+    #[test]
+    fn a_timer_moved_earlier_or_forgotten() {
+        let mut ids = SlotMap::<QpId, ()>::with_key();
+        let (a, b) = (ids.insert(()), ids.insert(()));
+        let mut s = Schedule::default();
+        s.set_timer(a, Some(100));
+        s.set_timer(a, Some(50));
+        s.set_timer(b, Some(70));
+        s.forget(b);
+        assert_eq!(s.pop_expired(1_000), Some(a));
+        assert_eq!(s.pop_expired(1_000), None);
+    }
+}

@@ -252,3 +252,64 @@ fn qps_of_one_context_share_one_window() {
         "one window between both QPs"
     );
 }
+
+/// A QP whose packets are all lost holds the context's whole budget, so a
+/// second QP's WRITE waits; when the first QP is destroyed, or moved to
+/// the error state, its share comes back and the second QP's WRITE goes
+/// out and completes.
+#[test]
+fn a_qp_destroyed_or_failed_gives_its_budget_back() {
+    for destroy in [true, false] {
+        let mut p = Pair::with_window(WINDOW);
+        let link = Link::default();
+        let (qa1, qb1) = p.connect(QpType::Rc, link);
+        let (qa2, _) = p.connect(QpType::Rc, link);
+        let lost = p.b.e.qp_num(qb1).unwrap();
+        let sge = [p.a.sge(0, 8 * 1024)];
+        let rkey = p.b.key;
+        let write = |id| SendWr {
+            rdma: RdmaTarget {
+                remote_addr: MEM_BASE + 0x2_0000,
+                rkey,
+            },
+            ..wr(id, send_opcode::RDMA_WRITE, &sge)
+        };
+        let sent = Rc::new(RefCell::new(0usize));
+        let count = sent.clone();
+        p.filter = Box::new(move |from_a, v| {
+            if from_a && v.dest_qp().get() == lost {
+                return Fate::Drop;
+            }
+            *count.borrow_mut() += usize::from(from_a);
+            Fate::Deliver
+        });
+        // The first QP fills the budget: its window, 4 packets, all lost.
+        p.a.e.post_send(qa1, &write(0)).unwrap();
+        p.run(4);
+        p.a.e.post_send(qa2, &write(1)).unwrap();
+        let mut buf = vec![0u8; MAX_PACKET_LEN];
+        let next = p.a.e.poll_transmit(p.now, &p.a.mem, &mut buf);
+        assert!(next.is_none(), "the second QP waits for room");
+        if destroy {
+            p.a.e.destroy_qp(qa1).unwrap();
+        } else {
+            let err = QpAttr {
+                qp_state: QpState::Err as u32,
+                ..QpAttr::default()
+            };
+            p.a.e.modify_qp(qa1, &err, QpAttrMask::STATE).unwrap();
+        }
+        p.run(1000);
+        assert_eq!(
+            *sent.borrow(),
+            8,
+            "destroy {destroy}: the second QP's packets"
+        );
+        let done: Vec<_> = p.a.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+        let mut want = vec![(1, WcStatus::Success)];
+        if !destroy {
+            want.insert(0, (0, WcStatus::WrFlushErr));
+        }
+        assert_eq!(done, want, "destroy {destroy}");
+    }
+}

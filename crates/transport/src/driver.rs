@@ -6,10 +6,12 @@
 //! right there: what arrived is received first, so a `poll_cq` returns the
 //! completion a packet just made; due timers and transmission follow, so a
 //! `post_send` leaves at once. A `poll_cq` spinning on an empty CQ pulls
-//! packets in itself, with no thread hand-off on the fast path. The progress thread sleeps in the
-//! poller until a datagram arrives, a timer is due or a verb moved the
-//! earliest deadline forward, so a program blocked in `ibv_get_cq_event`
-//! is served without anyone busy-polling.
+//! packets in itself, with no thread hand-off on the fast path. The
+//! progress thread sleeps in the poller until a datagram arrives, a timer
+//! is due or a verb moved the earliest deadline forward, so a program
+//! blocked in `ibv_get_cq_event` is served without anyone busy-polling;
+//! while datagrams keep coming and no verb runs, it polls on for a moment
+//! after each instead of sleeping (`progress_loop`).
 //!
 //! A panic in the progress thread leaves the engine's state half changed,
 //! so the device fails for good, as a NIC that hits a firmware fault
