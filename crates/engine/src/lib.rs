@@ -49,6 +49,7 @@ mod srq;
 mod srq_limit;
 mod time;
 mod transition;
+mod transmit;
 mod verbs_qp;
 mod verbs_resources;
 mod verbs_srq;
@@ -58,7 +59,7 @@ mod wr;
 pub use access::AccessFlags;
 pub use ah_attr::{AhAttr, GlobalRoute};
 pub use attr_mask::{QpAttrMask, SrqAttrMask};
-pub use datapath::{DatapathStats, Transmit, MAX_PACKET_LEN};
+pub use datapath::DatapathStats;
 pub use device::{
     cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,
     LINK_LAYER_ETHERNET, PHYS_STATE_LINK_UP, PORT_ACTIVE,
@@ -82,6 +83,7 @@ pub use srq::SrqAttr;
 pub use srq_limit::SrqLimit;
 pub use time::{ack_timeout, rnr_delay, Nanos};
 pub use transition::{mask_allowed, transition_rule, TransitionRule};
+pub use transmit::{PacketSink, Reservation, Route, Transmit, MAX_PACKET_LEN};
 pub use verbs_qp::QpCreated;
 pub use verbs_resources::ReregMr;
 pub use wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};

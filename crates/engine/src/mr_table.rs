@@ -110,7 +110,7 @@ impl MrTable {
     }
 
     /// Copies `out.len()` bytes starting `offset` bytes into the data the
-    /// SGE list describes.
+    /// SGE list describes, calling `landed` with each piece once copied.
     pub(crate) fn gather(
         &self,
         mem: &dyn HostMemory,
@@ -118,6 +118,7 @@ impl MrTable {
         sges: &[Sge],
         offset: u64,
         out: &mut [u8],
+        landed: &mut dyn FnMut(&[u8]),
     ) -> Result<(), LocalAccessError> {
         let pieces = gather_plan(
             self,
@@ -130,8 +131,10 @@ impl MrTable {
         let mut done = 0;
         for piece in pieces {
             let take = piece.len as usize;
-            mem.read(piece.addr, &mut out[done..done + take])
+            let piece_out = &mut out[done..done + take];
+            mem.read(piece.addr, piece_out)
                 .map_err(|_| LocalAccessError::Protection)?;
+            landed(piece_out);
             done += take;
         }
         Ok(())

@@ -16,6 +16,7 @@ use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::time::{ack_timeout, Nanos};
+use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::WcStatus;
 use crate::wr::{send_flags, send_opcode, SendWqe};
 use softverbs_wire::{
@@ -229,15 +230,15 @@ struct Request {
 }
 
 impl Qp {
-    /// Writes the next request packet into `buf`; `None` if the requester
-    /// has nothing to send now.
+    /// Writes the next request packet into `sink`; `None` if the
+    /// requester has nothing to send now.
     pub(crate) fn requester_transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         now: Nanos,
         mem: &dyn HostMemory,
-        buf: &mut [u8],
-    ) -> Option<(usize, Gid, Gid)> {
+        sink: &mut dyn PacketSink,
+    ) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
             return None;
         }
@@ -245,14 +246,14 @@ impl Qp {
         if !self.within_window(ctx, idx) {
             return None;
         }
-        let Some((sgid, dgid)) = request_gids(self, ctx, idx) else {
+        let Some(gids) = request_gids(self, ctx, idx) else {
             self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
             return None;
         };
-        match self.build_request(ctx, idx, mem, buf) {
-            Ok(len) => {
+        match self.build_request(ctx, idx, mem, gids, sink) {
+            Ok(sent) => {
                 self.after_transmit(ctx, idx, now);
-                Some((len, sgid, dgid))
+                Some(sent)
             }
             Err(status) => {
                 self.fail_requester(ctx, idx, status);
@@ -421,28 +422,39 @@ impl Qp {
         }
     }
 
-    /// Builds the packet `next_pkt` of entry `idx`: the headers, then the
-    /// payload gathered from the WR's memory straight into its place in
-    /// `buf` (no staging copy).
+    /// Writes the packet `next_pkt` of entry `idx` into `sink`: the
+    /// headers, then the payload gathered from the WR's memory straight
+    /// into its place (no staging copy).
     fn build_request(
         &mut self,
         ctx: &Ctx<'_>,
         idx: usize,
         mem: &dyn HostMemory,
-        buf: &mut [u8],
-    ) -> Result<usize, WcStatus> {
+        gids: (Gid, Gid),
+        sink: &mut dyn PacketSink,
+    ) -> Result<Transmit, WcStatus> {
         let request = self.plan_request(ctx, idx)?;
         let builder = PacketBuilder {
             bth: request.bth,
             ext: request.ext,
             payload: &[],
         };
-        let (len, payload) = builder
-            .build_around(buf, request.payload_len)
-            .map_err(|_| WcStatus::GeneralErr)?;
         let e = &self.req.inflight[idx];
-        gather_payload(ctx, self.pd, e, request.payload_offset, mem, payload)?;
-        Ok(len)
+        let fill = |payload: &mut [u8], landed: &mut dyn FnMut(&[u8])| {
+            gather_payload(
+                ctx,
+                self.pd,
+                e,
+                request.payload_offset,
+                mem,
+                payload,
+                landed,
+            )
+        };
+        emit(sink, gids, &builder, request.payload_len, fill).map_err(|e| match e {
+            EmitError::Build => WcStatus::GeneralErr,
+            EmitError::Fill(status) => status,
+        })
     }
 
     fn plan_request(&mut self, ctx: &Ctx<'_>, idx: usize) -> Result<Request, WcStatus> {
@@ -591,14 +603,16 @@ fn gather_payload(
     offset: u64,
     mem: &dyn HostMemory,
     out: &mut [u8],
+    landed: &mut dyn FnMut(&[u8]),
 ) -> Result<(), WcStatus> {
     if e.wqe.send_flags & send_flags::INLINE != 0 {
         let start = offset as usize;
         out.copy_from_slice(&e.wqe.inline_data[start..start + out.len()]);
+        landed(out);
         return Ok(());
     }
     ctx.mrs
-        .gather(mem, pd, &e.wqe.sg_list, offset, out)
+        .gather(mem, pd, &e.wqe.sg_list, offset, out, landed)
         .map_err(local_status)
 }
 

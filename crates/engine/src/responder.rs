@@ -11,11 +11,13 @@
 use crate::access::AccessFlags;
 use crate::ctx::Ctx;
 use crate::event::AsyncEvent;
-use crate::memory::HostMemory;
+use crate::gid::Gid;
+use crate::memory::{HostMemory, MemResult};
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::local_status;
+use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
 use softverbs_wire::{
@@ -742,14 +744,17 @@ impl Qp {
         ctx.complete(self.recv_cq, wc, false);
     }
 
-    /// Writes the next response packet into `buf`.
+    /// Writes the next response packet into `sink`, sent back along the
+    /// QP's path (`gids`; without them the response is dropped).
     pub(crate) fn responder_transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
-        buf: &mut [u8],
-    ) -> Option<usize> {
+        gids: Option<(Gid, Gid)>,
+        sink: &mut dyn PacketSink,
+    ) -> Option<Transmit> {
         let response = self.resp.out.pop_front()?;
+        let gids = gids?;
         let dest_qp = Qpn::new_masked(self.attr.dest_qp_num);
         let msn = self.resp.msn();
         let ack = |syndrome| Aeth { syndrome, msn };
@@ -824,15 +829,23 @@ impl Qp {
             ext,
             payload: &[],
         };
-        let payload_len = read.map_or(0, |(_, len)| len);
-        let (len, payload) = builder.build_around(buf, payload_len).ok()?;
-        if let Some((addr, n)) = read.filter(|&(_, n)| n > 0) {
-            if mem.read(addr, &mut payload[..n]).is_err() {
-                self.read_access_lost(ctx, psn);
-                return None;
+        let (addr, payload_len) = read.unwrap_or_default();
+        let fill = |payload: &mut [u8], landed: &mut dyn FnMut(&[u8])| -> MemResult<()> {
+            if payload.is_empty() {
+                return Ok(());
             }
+            mem.read(addr, payload)?;
+            landed(payload);
+            Ok(())
+        };
+        match emit(sink, gids, &builder, payload_len, fill) {
+            Ok(sent) => Some(sent),
+            Err(EmitError::Fill(_)) => {
+                self.read_access_lost(ctx, psn);
+                None
+            }
+            Err(EmitError::Build) => None,
         }
-        Some(len)
     }
 
     /// The MR of a READ being answered was deregistered

@@ -420,7 +420,8 @@ mod tests {
         let mut batch = crate::send_batch::SendBatch::new();
         let sock = socket2::SockRef::from(&tx);
         for p in &sent {
-            batch.push(&sock, p, tx.local_addr().unwrap(), rx.local_addr().unwrap());
+            let (src, dst) = (tx.local_addr().unwrap(), rx.local_addr().unwrap());
+            crate::send_batch::push(&mut batch, &sock, p, src, dst);
         }
         batch.flush(&sock);
         let mut got = Vec::new();

@@ -1,14 +1,17 @@
 //! One step of progress: every packet the daemon passed on goes into the
 //! engine (after its ICRC is checked), due timers run, and every packet
-//! the engine has to send goes out to UDP 4791, sealed with its ICRC (by
-//! the send batch, which knows each packet's IPv4 identification).
+//! the engine has to send goes out to UDP 4791. The engine writes each
+//! packet straight into the send batch, ICRC included, started by the
+//! batch from the IP and UDP headers (it knows each packet's IPv4
+//! identification).
 
 use crate::daemon::ROCE_PORT;
 use crate::endpoint::Endpoint;
-use crate::send_batch::{SendBatch, Sent};
+use crate::send_batch::{DatagramOut, SendBatch, Sent};
 use socket2::SockRef;
-use softverbs_engine::{Engine, Gid, HostMemory, Nanos};
+use softverbs_engine::{Engine, Gid, HostMemory, Nanos, PacketSink, Reservation, Route};
 use softverbs_wire::Flow;
+use std::net::SocketAddr;
 
 /// Counters of what the socket layer did, for diagnostics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,7 +49,6 @@ pub(crate) struct Io {
     pub(crate) link_down: bool,
     /// The driver has stopped polling the dead daemon's sockets.
     pub(crate) link_down_handled: bool,
-    buf: Vec<u8>,
     batch: SendBatch,
 }
 
@@ -58,7 +60,6 @@ impl Io {
             link_down: false,
             link_down_handled: false,
             batch: SendBatch::new(),
-            buf: vec![0; softverbs_engine::MAX_PACKET_LEN],
         }
     }
 
@@ -139,7 +140,6 @@ impl Io {
         let Io {
             endpoint,
             stats,
-            buf,
             batch,
             ..
         } = self;
@@ -153,23 +153,44 @@ impl Io {
                 return;
             }
         }
-        while let Some(t) = engine.poll_transmit(now, mem, buf) {
-            let packet = &buf[..t.len];
-            let Some(dst) = crate::gid_addr::socket_addr(t.dst_gid, endpoint.local(), ROCE_PORT)
-            else {
-                stats.tx_dropped += 1;
-                continue;
-            };
-            // Sealed by the batch, which knows the IPv4 identification
-            // the packet's place in a GSO send gives it.
-            stats.count(batch.push(&socket, packet, endpoint.local(), dst));
-            if batch.blocked() {
-                stats.tx_waits += 1;
+        let mut sink = BatchSink {
+            batch,
+            socket: &socket,
+            local: endpoint.local(),
+            stats,
+        };
+        while engine.poll_transmit_to(now, mem, &mut sink).is_some() {
+            if sink.batch.blocked() {
+                sink.stats.tx_waits += 1;
                 return;
             }
         }
+        let BatchSink { batch, stats, .. } = sink;
         stats.count(batch.flush(&socket));
         stats.tx_waits += u64::from(batch.blocked());
+    }
+}
+
+/// The engine writes its packets straight into the send batch, each to
+/// the RoCEv2 port of its destination GID's address.
+struct BatchSink<'a, S> {
+    batch: &'a mut SendBatch,
+    socket: &'a S,
+    local: SocketAddr,
+    stats: &'a mut IoStats,
+}
+
+impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
+    fn reserve(&mut self, route: &Route, len: usize) -> Reservation<'_> {
+        let dst = crate::gid_addr::socket_addr(route.dst_gid, self.local, ROCE_PORT);
+        let block = crate::slots::slot_of(route.dest_qpn);
+        let (sent, reservation) = self.batch.reserve(self.socket, self.local, dst, block, len);
+        self.stats.count(sent);
+        reservation
+    }
+
+    fn commit(&mut self) {
+        self.stats.count(self.batch.commit(self.socket));
     }
 }
 

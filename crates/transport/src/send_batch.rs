@@ -5,8 +5,10 @@
 //! (docs/perf-profile.md). Where the kernel refuses GSO, packets go one by
 //! one, as before.
 //!
-//! Packets are sealed here, once their place is known, because the ICRC
-//! covers the IPv4 identification and the kernel chooses it by place. The
+//! The engine writes each packet straight into the batch's buffer
+//! ([`SendBatch::reserve`], [`SendBatch::commit`]), computing its ICRC as
+//! it copies the payload, from a start the batch gives: the ICRC covers
+//! the IPv4 identification, and the kernel chooses it by place. The
 //! sockets are unconnected and set `IP_PMTUDISC_DO` (endpoint.rs), so a
 //! datagram sent alone carries identification 0, and the segments of one
 //! GSO send carry 0, 1, 2, ... Measured on Linux 6.18 (as root, in a fresh
@@ -24,14 +26,17 @@
 //!
 //! A socket that has no room (EAGAIN: its send buffer is full of packets
 //! the device has not sent yet) refuses a batch without losing it: the
-//! batch stays queued, with a packet that arrived meanwhile held beside
-//! it, and the caller stops asking the engine for packets and waits for
-//! the socket to become writable ([`SendBatch::blocked`]). Dropping it
-//! would cost a local ACK timeout per batch.
+//! batch stays queued, a packet being written meanwhile is held right
+//! after it (sealed as the first of the next batch, and moved to the
+//! front once the batch has left), and the caller stops asking the engine
+//! for packets and waits for the socket to become writable
+//! ([`SendBatch::blocked`]). Dropping it would cost a local ACK timeout
+//! per batch.
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
 use socket2::{SockAddr, SockRef};
-use softverbs_wire::Flow;
+use softverbs_engine::{Reservation, MAX_PACKET_LEN};
+use softverbs_wire::{Flow, Icrc};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -70,17 +75,23 @@ impl DatagramOut for SockRef<'_> {
     }
 }
 
-/// Packets waiting to leave together.
+/// Packets waiting to leave together, written in place by the engine
+/// ([`SendBatch::reserve`], then [`SendBatch::commit`]).
 #[derive(Debug)]
 pub(crate) struct SendBatch {
-    buf: Vec<u8>,
+    /// The queued packets, then room for one more: a held packet, or the
+    /// one being written.
+    buf: Box<[u8]>,
+    /// Bytes of queued packets at the start of `buf`.
+    len: usize,
     dst: Option<SocketAddr>,
     /// The QP-number block (`slots`) of the queued packets' destination:
     /// a batch goes to one block, so that a receiver that steers by block
     /// (the daemon's SO_REUSEPORT group) never gets another's packets in
     /// a coalesced datagram.
     block: Option<u16>,
-    /// The flow of the queued packets, to seal them.
+    /// The flow of the queued packets, to seal them again if GSO is
+    /// refused.
     flow: Option<Flow>,
     segment: usize,
     count: usize,
@@ -91,9 +102,38 @@ pub(crate) struct SendBatch {
     sent_bytes: usize,
     /// The socket had no room for the queued packets: they wait for it.
     blocked: bool,
-    /// A packet that could not join the waiting batch, unsealed, with its
-    /// source and destination; it joins once the batch has left.
-    held: Option<(Vec<u8>, SocketAddr, SocketAddr)>,
+    /// The packet being written: where it goes once committed.
+    pending: Option<Placement>,
+    /// A packet written while the batch could not leave, right after the
+    /// queued ones and sealed as the first of the next batch; it joins
+    /// once the batch has left.
+    held: Option<Packet>,
+    /// Room for a packet that will be dropped (no address for its
+    /// destination, or no flow between the addresses).
+    discard: Box<[u8]>,
+    /// The ICRC of the packet being written, started here and finished
+    /// by the engine.
+    icrc: Option<Icrc>,
+}
+
+/// A packet's length and where it goes.
+#[derive(Debug, Clone, Copy)]
+struct Packet {
+    len: usize,
+    dst: SocketAddr,
+    block: u16,
+    flow: Flow,
+}
+
+/// Where the packet being written goes when committed.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// After the queued packets, as one of them.
+    Queued(Packet),
+    /// After the queued packets, held until they have left.
+    Held(Packet),
+    /// Nowhere: dropped and counted.
+    Dropped,
 }
 
 /// What a flush did.
@@ -106,7 +146,8 @@ pub(crate) struct Sent {
 impl SendBatch {
     pub(crate) fn new() -> SendBatch {
         SendBatch {
-            buf: Vec::with_capacity(MAX_BATCH_BYTES),
+            buf: vec![0; MAX_BATCH_BYTES + MAX_PACKET_LEN].into_boxed_slice(),
+            len: 0,
             dst: None,
             block: None,
             flow: None,
@@ -115,105 +156,140 @@ impl SendBatch {
             gso_off: false,
             sent_bytes: 0,
             blocked: false,
+            pending: None,
             held: None,
+            discard: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
+            icrc: None,
         }
     }
 
     /// Whether packets wait for the socket to have room: the caller must
-    /// not push more until [`SendBatch::flush`] has sent them (once the
+    /// not reserve more until [`SendBatch::flush`] has sent them (once the
     /// socket is writable again).
     pub(crate) fn blocked(&self) -> bool {
         self.blocked
     }
 
-    /// Adds a packet (BTH through ICRC field) going from the socket's
-    /// address `src` to `dst`, first sending what is queued if the packet
-    /// cannot join it, and seals it with the IPv4 identification its place
-    /// gives it (see the module docs). All segments but the last of a GSO
-    /// send have one size, so a shorter packet closes the batch. A packet
-    /// that cannot be sealed (addresses of two families, too long) is
-    /// dropped and counted.
-    ///
-    /// If the queued packets cannot leave for want of room, the packet is
-    /// held until they have, and the batch is [`SendBatch::blocked`].
-    pub(crate) fn push(
+    /// Room for the next packet, `len` bytes (BTH through ICRC) from the
+    /// socket's address `src` to `dst` (`None`: no address, dropped) and
+    /// QP-number block `block`, with its ICRC started for the IPv4
+    /// identification its place gives it (see the module docs). If the
+    /// packet cannot join the queued ones (another destination or block,
+    /// longer than the segment, the batch full), they are sent first; if
+    /// they cannot leave for want of room, the packet is held after them
+    /// until they have, and the batch is [`SendBatch::blocked`].
+    pub(crate) fn reserve(
         &mut self,
         socket: &impl DatagramOut,
-        packet: &[u8],
         src: SocketAddr,
-        dst: SocketAddr,
-    ) -> Sent {
-        debug_assert!(self.held.is_none(), "pushed while blocked");
-        let Ok(flow) = Flow::from_sockets(src, dst) else {
-            return Sent::dropped(1);
+        dst: Option<SocketAddr>,
+        block: u16,
+        len: usize,
+    ) -> (Sent, Reservation<'_>) {
+        debug_assert!(self.held.is_none(), "reserved while blocked");
+        let flow = dst.and_then(|dst| Some((dst, Flow::from_sockets(src, dst).ok()?)));
+        let Some((dst, flow)) = flow.filter(|_| self.held.is_none() && len <= MAX_PACKET_LEN)
+        else {
+            return (Sent::default(), self.reserve_dropped(len));
+        };
+        let packet = Packet {
+            len,
+            dst,
+            block,
+            flow,
         };
         let mut sent = Sent::default();
-        if !self.fits(packet, dst) {
+        if !self.fits(&packet) {
             sent = self.flush(socket);
-            if self.blocked {
-                self.held = Some((packet.to_vec(), src, dst));
-                return sent;
-            }
         }
-        if !self.append_sealed(packet, flow, dst) {
-            sent.dropped += 1;
-            return sent;
+        // A held packet leads the next batch, so it is sealed as the first.
+        let (placement, identification) = if self.blocked {
+            (Placement::Held(packet), 0)
+        } else if self.gso_off {
+            (Placement::Queued(packet), 0)
+        } else {
+            (Placement::Queued(packet), self.count)
+        };
+        // At most MAX_SEGMENTS (64) packets are queued.
+        let icrc = u16::try_from(identification)
+            .ok()
+            .and_then(|id| flow.icrc_start(len, id).ok());
+        if icrc.is_none() {
+            return (sent, self.reserve_dropped(len));
         }
-        if packet.len() < self.segment || self.gso_off {
-            let more = self.flush(socket);
-            sent.packets += more.packets;
-            sent.dropped += more.dropped;
-        }
-        sent
+        self.icrc = icrc;
+        self.pending = Some(placement);
+        let start = self.len;
+        let reservation = Reservation {
+            buf: &mut self.buf[start..start + len],
+            icrc: self.icrc.as_mut(),
+        };
+        (sent, reservation)
     }
 
-    /// Appends `packet` sealed as segment `count` of a GSO send (or as a
-    /// datagram of its own when GSO is off); false if it cannot be sealed.
-    fn append_sealed(&mut self, packet: &[u8], flow: Flow, dst: SocketAddr) -> bool {
-        let identification = if self.gso_off { 0 } else { self.count };
-        // At most MAX_SEGMENTS (64) packets are queued.
-        let Ok(identification) = u16::try_from(identification) else {
-            return false;
-        };
-        let start = self.buf.len();
-        self.buf.extend_from_slice(packet);
-        if flow
-            .seal_with_identification(&mut self.buf[start..], identification)
-            .is_err()
-        {
-            self.buf.truncate(start);
-            return false;
+    fn reserve_dropped(&mut self, len: usize) -> Reservation<'_> {
+        self.pending = Some(Placement::Dropped);
+        let end = len.min(self.discard.len());
+        Reservation {
+            buf: &mut self.discard[..end],
+            icrc: None,
         }
+    }
+
+    /// The packet last reserved is written: it joins the queued ones (a
+    /// packet shorter than the segment closes the batch and is sent with
+    /// it), or is held, or is dropped and counted.
+    pub(crate) fn commit(&mut self, socket: &impl DatagramOut) -> Sent {
+        match self.pending.take() {
+            Some(Placement::Queued(packet)) => self.queue(socket, packet),
+            Some(Placement::Held(packet)) => {
+                self.held = Some(packet);
+                Sent::default()
+            }
+            Some(Placement::Dropped) => Sent::dropped(1),
+            None => Sent::default(),
+        }
+    }
+
+    /// Counts in the packet written right after the queued ones.
+    fn queue(&mut self, socket: &impl DatagramOut, packet: Packet) -> Sent {
         if self.count == 0 {
-            self.dst = Some(dst);
-            self.block = Some(block_of(packet));
-            self.flow = Some(flow);
-            self.segment = packet.len();
+            self.dst = Some(packet.dst);
+            self.block = Some(packet.block);
+            self.flow = Some(packet.flow);
+            self.segment = packet.len;
         }
         self.count += 1;
-        true
+        self.len += packet.len;
+        if packet.len < self.segment || self.gso_off {
+            return self.flush(socket);
+        }
+        Sent::default()
     }
 
-    fn fits(&self, packet: &[u8], dst: SocketAddr) -> bool {
-        let len = packet.len();
+    fn fits(&self, packet: &Packet) -> bool {
         self.count == 0
-            || (self.dst == Some(dst)
-                && self.block == Some(block_of(packet))
-                && len <= self.segment
+            || (self.dst == Some(packet.dst)
+                && self.block == Some(packet.block)
+                && packet.len <= self.segment
                 && self.count < MAX_SEGMENTS
-                && self.buf.len() + len <= MAX_BATCH_BYTES)
+                && self.len + packet.len <= MAX_BATCH_BYTES)
     }
 
     /// Sends everything queued, then queues the held packet if there is
     /// one. A socket without room leaves the batch queued and
     /// [`SendBatch::blocked`].
     pub(crate) fn flush(&mut self, socket: &impl DatagramOut) -> Sent {
+        let start = self.len;
         let mut sent = self.send_queued(socket);
         if self.blocked {
             return sent;
         }
-        if let Some((packet, src, dst)) = self.held.take() {
-            let more = self.push(socket, &packet, src, dst);
+        if let Some(packet) = self.held.take() {
+            // The batch has left: the held packet moves to the front, the
+            // place it was sealed for.
+            self.buf.copy_within(start..start + packet.len, 0);
+            let more = self.queue(socket, packet);
             sent.packets += more.packets;
             sent.dropped += more.dropped;
         }
@@ -228,7 +304,8 @@ impl SendBatch {
         let mut sent = Sent::default();
         self.blocked = false;
         let gso = count > 1 && !self.gso_off;
-        match gso.then(|| socket.send_segmented(&self.buf, self.segment, dst)) {
+        let queued = &self.buf[..self.len];
+        match gso.then(|| socket.send_segmented(queued, self.segment, dst)) {
             Some(Ok(_)) => sent.packets = count,
             Some(Err(e)) if no_room(&e) => {
                 self.blocked = true;
@@ -247,8 +324,8 @@ impl SendBatch {
         if self.blocked {
             return sent;
         }
-        crate::capture::sent(self.flow, self.segment, &self.buf);
-        self.buf.clear();
+        crate::capture::sent(self.flow, self.segment, &self.buf[..self.len]);
+        self.len = 0;
         self.dst = None;
         self.flow = None;
         self.count = 0;
@@ -260,7 +337,7 @@ impl SendBatch {
     /// all but the first were sealed as later GSO segments.
     fn reseal_alone(&mut self) {
         let Some(flow) = self.flow else { return };
-        for packet in self.buf.chunks_mut(self.segment).skip(1) {
+        for packet in self.buf[..self.len].chunks_mut(self.segment).skip(1) {
             // Sealed once already, so it cannot fail now.
             let _ = flow.seal(packet);
         }
@@ -270,7 +347,7 @@ impl SendBatch {
     /// to the first the socket has no room for.
     fn send_each(&mut self, socket: &impl DatagramOut, dst: SocketAddr) -> Sent {
         let mut sent = Sent::default();
-        for packet in self.buf[self.sent_bytes..].chunks(self.segment) {
+        for packet in self.buf[self.sent_bytes..self.len].chunks(self.segment) {
             match socket.send_one(packet, dst) {
                 Ok(_) => sent.packets += 1,
                 Err(e) if no_room(&e) => {
@@ -294,15 +371,6 @@ impl Sent {
     }
 }
 
-/// The QP-number block of a packet's destination QP (BTH bytes 5..8).
-fn block_of(packet: &[u8]) -> u16 {
-    let qpn = match packet.get(5..8) {
-        Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
-        None => 0,
-    };
-    crate::slots::slot_of(qpn)
-}
-
 /// The errors that say the socket has no room now (its send buffer holds
 /// what the device has not sent yet): wait for it to be writable.
 fn no_room(e: &io::Error) -> bool {
@@ -320,13 +388,37 @@ fn gso_refused(e: &io::Error) -> bool {
 }
 
 #[cfg(test)]
+/// What the engine does with a packet (BTH through ICRC field):
+/// reserves room for it, writes it there with the ICRC the batch
+/// started, and commits it.
+pub(crate) fn push(
+    batch: &mut SendBatch,
+    socket: &impl DatagramOut,
+    packet: &[u8],
+    src: SocketAddr,
+    dst: SocketAddr,
+) -> Sent {
+    let qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
+    let block = crate::slots::slot_of(qpn);
+    let (mut sent, room) = batch.reserve(socket, src, Some(dst), block, packet.len());
+    let covered = packet.len() - 4;
+    if let Some(icrc) = room.icrc {
+        room.buf[..covered].copy_from_slice(&packet[..covered]);
+        icrc.roce_headers(&packet[..12]).unwrap();
+        icrc.update(&packet[12..covered]);
+        room.buf[covered..].copy_from_slice(&icrc.finish().to_le_bytes());
+    }
+    let more = batch.commit(socket);
+    sent.packets += more.packets;
+    sent.dropped += more.dropped;
+    sent
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::net::UdpSocket;
 
-    /// Receives one datagram and checks its ICRC without knowing the
-    /// identification: the payload and the identification it was sealed
-    /// with.
     /// A packet of `len` bytes filled with `fill`, for QP block 1 (its
     /// BTH destination QPN 0x001000): packets of one batch go to one block.
     fn packet(fill: u8, len: usize) -> Vec<u8> {
@@ -341,6 +433,9 @@ mod tests {
         }
     }
 
+    /// Receives one datagram and checks its ICRC without knowing the
+    /// identification: the payload and the identification it was sealed
+    /// with.
     fn recv_sealed(rx: &UdpSocket, from: SocketAddr) -> (Vec<u8>, Option<u16>) {
         let mut buf = [0u8; 2000];
         let n = rx.recv(&mut buf).unwrap();
@@ -365,11 +460,11 @@ mod tests {
         let packets: Vec<Vec<u8>> = (0..5u8).map(|i| packet(i, 1000)).collect();
         let mut sent = Sent::default();
         for p in &packets {
-            sent.packets += batch.push(sock, p, src, d1).packets;
+            sent.packets += push(&mut batch, sock, p, src, d1).packets;
         }
         let (short, other) = (packet(9, 300), packet(7, 1000));
-        sent.packets += batch.push(sock, &short, src, d1).packets; // shorter: flushes
-        sent.packets += batch.push(sock, &other, src, d2).packets;
+        sent.packets += push(&mut batch, sock, &short, src, d1).packets; // shorter: flushes
+        sent.packets += push(&mut batch, sock, &other, src, d2).packets;
         sent.packets += batch.flush(sock).packets;
         assert_eq!(sent.packets, 7);
         for (i, p) in packets.iter().enumerate() {
@@ -389,15 +484,15 @@ mod tests {
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         for i in 0..3u8 {
-            batch.push(sock, &packet(i, 500), src, dst);
+            push(&mut batch, sock, &packet(i, 500), src, dst);
         }
         batch.reseal_alone();
         assert_eq!(batch.send_each(sock, dst).packets, 3);
-        batch.buf.clear();
+        batch.len = 0;
         batch.count = 0;
         batch.sent_bytes = 0;
         batch.gso_off = true;
-        assert_eq!(batch.push(sock, &packet(3, 500), src, dst).packets, 1);
+        assert_eq!(push(&mut batch, sock, &packet(3, 500), src, dst).packets, 1);
         for i in 0..4u8 {
             assert_eq!(recv_sealed(&rx, src), (packet(i, 496), Some(0)));
         }
@@ -414,8 +509,8 @@ mod tests {
         let mut batch = SendBatch::new();
         let mut other = packet(2, 500);
         other[5..8].copy_from_slice(&[0x00, 0x20, 0x00]); // block 2
-        batch.push(sock, &packet(1, 500), src, dst);
-        batch.push(sock, &other, src, dst);
+        push(&mut batch, sock, &packet(1, 500), src, dst);
+        push(&mut batch, sock, &other, src, dst);
         batch.flush(sock);
         assert_eq!(recv_sealed(&rx, src), (packet(1, 496), Some(0)));
         assert_eq!(recv_sealed(&rx, src), (other[..496].to_vec(), Some(0)));
@@ -468,7 +563,8 @@ mod tests {
 
     /// A GSO batch the socket has no room for stays queued (nothing is
     /// dropped); a packet for another destination is held beside it; once
-    /// there is room both leave, in order, each exactly once.
+    /// there is room both leave, in order, each exactly once, each with
+    /// a valid ICRC.
     #[test]
     fn a_batch_without_room_waits_and_nothing_is_lost() {
         let room = Room::default();
@@ -480,11 +576,11 @@ mod tests {
         let mut batch = SendBatch::new();
         let packets: Vec<Vec<u8>> = (0..3u8).map(|i| packet(i, 600)).collect();
         for p in &packets {
-            assert_eq!(batch.push(&room, p, src, d1), Sent::default());
+            assert_eq!(push(&mut batch, &room, p, src, d1), Sent::default());
         }
         room.room.set(Some(0));
         let other = packet(9, 600);
-        assert_eq!(batch.push(&room, &other, src, d2), Sent::default());
+        assert_eq!(push(&mut batch, &room, &other, src, d2), Sent::default());
         assert!(batch.blocked(), "no room: the batch waits");
         assert_eq!(batch.flush(&room), Sent::default());
         assert!(batch.blocked(), "still no room");
@@ -503,6 +599,18 @@ mod tests {
             .chain([(d2, other[..596].to_vec())])
             .collect();
         assert_eq!(got, want);
+        // Each is sealed for its place: the held packet, written after the
+        // waiting batch, for the front of the next.
+        let ids: Vec<_> = room
+            .datagrams
+            .borrow()
+            .iter()
+            .map(|(dst, p)| {
+                let flow = Flow::from_sockets(src, *dst).unwrap();
+                flow.verify_recovering_identification(p).unwrap()
+            })
+            .collect();
+        assert_eq!(ids, [Some(0), Some(1), Some(2), Some(0)]);
     }
 
     /// Sent one by one (GSO refused), a batch the socket runs out of room
@@ -519,7 +627,7 @@ mod tests {
         let mut batch = SendBatch::new();
         let packets: Vec<Vec<u8>> = (0..3u8).map(|i| packet(i, 500)).collect();
         for p in &packets {
-            batch.push(&room, p, src, dst);
+            push(&mut batch, &room, p, src, dst);
         }
         assert_eq!(batch.flush(&room), Sent::default().with_packets(1));
         assert!(batch.blocked());
@@ -531,15 +639,26 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// A packet with no address to go to, or between addresses of two
+    /// families, or longer than any the engine builds, is dropped and
+    /// counted; the batch goes on.
     #[test]
-    fn a_packet_that_cannot_be_sealed_is_dropped() {
+    fn a_packet_that_cannot_be_sent_is_dropped() {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         let src = tx.local_addr().unwrap();
         let v6: SocketAddr = "[::1]:4791".parse().unwrap();
-        assert_eq!(batch.push(sock, &[0; 100], src, v6), Sent::dropped(1));
-        assert_eq!(batch.push(sock, &[0; 3], src, src), Sent::dropped(1));
+        assert_eq!(
+            push(&mut batch, sock, &packet(1, 100), src, v6),
+            Sent::dropped(1)
+        );
+        let long = packet(1, MAX_PACKET_LEN + 1);
+        assert_eq!(push(&mut batch, sock, &long, src, src), Sent::dropped(1));
+        let (sent, room) = batch.reserve(sock, src, None, 1, 100);
+        assert!(room.icrc.is_none());
+        assert_eq!(sent, Sent::default());
+        assert_eq!(batch.commit(sock), Sent::dropped(1));
         assert_eq!(batch.flush(sock), Sent::default());
     }
 }

@@ -48,7 +48,7 @@ const ONES: u8 = 0xFF;
 pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
     let mut scratch = [0u8; IPV4_MAX_HEADER_LEN];
     let ip = masked_ipv4(ip_header, &mut scratch)?;
-    crc_over(ip, udp_header, covered)
+    crc_over(Icrc::after_masked(ip, udp_header)?, covered)
 }
 
 /// Computes the ICRC of a RoCEv2 packet carried over IPv6; the arguments
@@ -56,7 +56,7 @@ pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<
 /// headers: RoCEv2 puts UDP right after the fixed header).
 pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
     let ip = masked_ipv6(ip_header)?;
-    crc_over(&ip, udp_header, covered)
+    crc_over(Icrc::after_masked(&ip, udp_header)?, covered)
 }
 
 /// Computes the ICRC over either IP version, chosen by the version nibble
@@ -121,9 +121,8 @@ pub(crate) fn check(computed: u32, found: u32) -> Result<(), WireError> {
     }
 }
 
-/// The CRC of the masked pseudo-packet, given the already masked IP header.
-fn crc_over(masked_ip: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
-    let udp = masked_udp(udp_header)?;
+/// The ICRC of `covered` (BTH through pad) continuing `icrc`.
+fn crc_over(mut icrc: Icrc, covered: &[u8]) -> Result<u32, WireError> {
     let (bth, rest) = covered
         .split_first_chunk::<BTH_LEN>()
         .ok_or(WireError::Truncated {
@@ -131,16 +130,110 @@ fn crc_over(masked_ip: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, 
             needed: BTH_LEN,
             available: covered.len(),
         })?;
-    let mut bth = *bth;
-    // FECN, BECN and the reserved bits may be set by the network.
-    bth[4] = ONES;
+    icrc.roce_headers(bth)?;
+    icrc.update(rest);
+    Ok(icrc.finish())
+}
 
-    let mut hasher = Hasher::new_with_initial(MASKED_LRH_STATE);
-    hasher.update(masked_ip);
-    hasher.update(&udp);
-    hasher.update(&bth);
-    hasher.update(rest);
-    Ok(hasher.finalize())
+/// Bytes gathered before they are hashed together: the longest IPv4
+/// header, UDP, BTH and the longest extension headers (RETH and ImmDt, or
+/// an AtomicETH) fit, with room for a pad.
+const PENDING_LEN: usize = 128;
+
+/// Pieces shorter than this are gathered rather than hashed alone.
+const SHORT_PIECE: usize = 64;
+
+/// The ICRC of one packet, computed while the packet is written (as a
+/// NIC computes it while the data streams through): started from the IP
+/// and UDP headers the packet will leave with, then fed the BTH and
+/// extension headers ([`Icrc::roce_headers`]), the payload piece by piece
+/// as it is copied, and the pad ([`Icrc::update`]), in order.
+///
+/// The few bytes of headers are gathered on the stack and hashed together
+/// with what follows: crc32fast hashes long inputs with carry-less
+/// multiplication but short ones through tables, and four short updates
+/// per packet cost as much as a 4 KiB payload (docs/perf-profile.md).
+#[derive(Clone)]
+pub struct Icrc {
+    hasher: Hasher,
+    pending: [u8; PENDING_LEN],
+    pending_len: usize,
+}
+
+impl std::fmt::Debug for Icrc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Icrc")
+            .field("pending_len", &self.pending_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Icrc {
+    /// Starts the ICRC of a packet with these IP (either version) and UDP
+    /// headers; fails as [`icrc`] does on a malformed header.
+    pub fn start(ip_header: &[u8], udp_header: &[u8]) -> Result<Icrc, WireError> {
+        match ip_header.first().map(|b| b >> 4) {
+            Some(6) => Icrc::after_masked(&masked_ipv6(ip_header)?, udp_header),
+            _ => {
+                let mut scratch = [0u8; IPV4_MAX_HEADER_LEN];
+                Icrc::after_masked(masked_ipv4(ip_header, &mut scratch)?, udp_header)
+            }
+        }
+    }
+
+    fn after_masked(masked_ip: &[u8], udp_header: &[u8]) -> Result<Icrc, WireError> {
+        let mut icrc = Icrc {
+            hasher: Hasher::new_with_initial(MASKED_LRH_STATE),
+            pending: [0; PENDING_LEN],
+            pending_len: 0,
+        };
+        icrc.update(masked_ip);
+        icrc.update(&masked_udp(udp_header)?);
+        Ok(icrc)
+    }
+
+    /// Feeds the BTH and the extension headers after it (the BTH's
+    /// FECN, BECN and reserved bits are covered as ones: the network may
+    /// set them). Fails if `headers` is shorter than a BTH.
+    pub fn roce_headers(&mut self, headers: &[u8]) -> Result<(), WireError> {
+        let (bth, ext) = headers
+            .split_first_chunk::<BTH_LEN>()
+            .ok_or(WireError::Truncated {
+                header: HeaderKind::Bth,
+                needed: BTH_LEN,
+                available: headers.len(),
+            })?;
+        let mut bth = *bth;
+        bth[4] = ONES;
+        self.update(&bth);
+        self.update(ext);
+        Ok(())
+    }
+
+    /// Feeds the next bytes of the packet.
+    pub fn update(&mut self, bytes: &[u8]) {
+        let end = self.pending_len + bytes.len();
+        if bytes.len() < SHORT_PIECE && end <= PENDING_LEN {
+            self.pending[self.pending_len..end].copy_from_slice(bytes);
+            self.pending_len = end;
+            return;
+        }
+        self.flush();
+        self.hasher.update(bytes);
+    }
+
+    fn flush(&mut self) {
+        self.hasher.update(&self.pending[..self.pending_len]);
+        self.pending_len = 0;
+    }
+
+    /// The ICRC of everything fed (the value the packet carries, as
+    /// little-endian bytes in its last four). The ICRC is then spent:
+    /// feeding it more is meaningless.
+    pub fn finish(&mut self) -> u32 {
+        self.flush();
+        self.hasher.clone().finalize()
+    }
 }
 
 fn bad(header: HeaderKind, reason: &'static str) -> WireError {
@@ -369,5 +462,38 @@ mod tests {
         ));
         assert!(seal(ip, udp, &mut [0u8; 3]).is_err());
         assert!(verify(ip, udp, &[0u8; 3]).is_err());
+    }
+
+    /// Fed in any pieces, short or long, an [`Icrc`] gives the ICRC of
+    /// the whole: a plain CRC over the masked pseudo-packet (LRH ones,
+    /// masked IP and UDP headers, BTH with byte 4 as ones, the rest).
+    #[test]
+    fn fed_in_pieces_it_equals_the_crc_of_the_whole() {
+        use proptest::prelude::*;
+        let pkt = unhex(SCAPY_PACKET);
+        let (ip, rest) = pkt.split_at(20);
+        let (udp, _) = rest.split_at(8);
+        let strategy = (
+            proptest::collection::vec(any::<u8>(), BTH_LEN..5000),
+            proptest::collection::vec(1usize..300, 0..40),
+        );
+        proptest!(|((covered, cuts) in strategy)| {
+            let mut icrc = Icrc::start(ip, udp).unwrap();
+            let (bth, mut rest) = covered.split_at(BTH_LEN);
+            icrc.roce_headers(bth).unwrap();
+            for cut in cuts {
+                let (piece, after) = rest.split_at(cut.min(rest.len()));
+                icrc.update(piece);
+                rest = after;
+            }
+            icrc.update(rest);
+            let mut pseudo = [0xFF; 8].to_vec();
+            let mut scratch = [0u8; IPV4_MAX_HEADER_LEN];
+            pseudo.extend_from_slice(masked_ipv4(ip, &mut scratch).unwrap());
+            pseudo.extend_from_slice(&masked_udp(udp).unwrap());
+            pseudo.extend_from_slice(&covered);
+            pseudo[8 + 20 + 8 + 4] = ONES;
+            prop_assert_eq!(icrc.finish(), crc32fast::hash(&pseudo));
+        });
     }
 }

@@ -233,6 +233,19 @@ impl Flow {
         icrc::icrc(headers.ip(), headers.udp(), covered)
     }
 
+    /// Starts the ICRC of a packet of this flow, `roce_len` bytes from
+    /// the BTH through the ICRC, carrying the given IPv4 identification
+    /// (ignored for IPv6), for its writer to feed the rest as it writes
+    /// it ([`icrc::Icrc`]).
+    pub fn icrc_start(
+        &self,
+        roce_len: usize,
+        identification: u16,
+    ) -> Result<icrc::Icrc, WireError> {
+        let headers = self.headers_with_identification(roce_len, identification)?;
+        icrc::Icrc::start(headers.ip(), headers.udp())
+    }
+
     /// Computes the ICRC of `packet` (BTH through ICRC) for IPv4
     /// identification 0 and stores it in its last four bytes.
     pub fn seal(&self, packet: &mut [u8]) -> Result<(), WireError> {

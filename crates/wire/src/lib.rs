@@ -56,6 +56,7 @@ pub use bth::Bth;
 pub use error::{HeaderKind, WireError};
 pub use ext::{AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth};
 pub use header::Header;
+pub use icrc::Icrc;
 pub use ip::{Flow, IpPacket, IpPair, IpUdpHeaders};
 pub use opcode::{Direction, ExtHeader, OpKind, Opcode, OpcodeInfo, Position, Suffix, Transport};
 pub use packet::{packet_len, pad_len, payload_len, ExtHeaders, PacketBuilder, PacketView};

@@ -3,7 +3,7 @@
 //! to the next timer whenever the wire is idle.
 
 use super::*;
-use softverbs_wire::PacketView;
+use softverbs_wire::{Flow, PacketView};
 use std::net::Ipv4Addr;
 
 pub const MEM_BASE: u64 = 0x1000_0000;
@@ -209,10 +209,12 @@ impl Pair {
     }
 
     /// Moves packets and time until both sides are idle, or `budget`
-    /// packets have moved. Returns the packets moved.
+    /// packets have moved. Returns the packets moved. Every packet is
+    /// written as the transport has it written, with its ICRC started by
+    /// the sink, and must carry a valid ICRC.
     pub fn run(&mut self, budget: usize) -> usize {
         let mut moved = 0;
-        let mut buf = vec![0u8; MAX_PACKET_LEN];
+        let mut sink = SealingSink::default();
         while moved < budget {
             let direct = self.run_direct();
             moved += direct;
@@ -223,10 +225,10 @@ impl Pair {
                 } else {
                     (&mut self.b, &mut self.a)
                 };
-                while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut buf) {
+                while let Some(t) = src.e.poll_transmit_to(self.now, &src.mem, &mut sink) {
                     any = true;
                     moved += 1;
-                    let pkt = &buf[..t.len];
+                    let pkt = sink.sealed(&t);
                     let fate =
                         PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
                     let copies = match fate {
@@ -335,5 +337,49 @@ pub fn wr(wr_id: u64, opcode: u32, sges: &[Sge]) -> SendWr<'_> {
         rdma: RdmaTarget::default(),
         atomic: AtomicTarget::default(),
         ud: None,
+    }
+}
+
+/// A sink like the transport's send batch, one packet at a time: it
+/// starts each packet's ICRC from the IP and UDP headers of its route
+/// (IPv4 identification 0) and keeps the last packet committed.
+#[derive(Default)]
+pub struct SealingSink {
+    buf: Vec<u8>,
+    icrc: Option<softverbs_wire::Icrc>,
+    flow: Option<Flow>,
+    committed: bool,
+}
+
+impl PacketSink for SealingSink {
+    fn reserve(&mut self, route: &Route, len: usize) -> Reservation<'_> {
+        let port = |gid: Gid| std::net::SocketAddr::new(gid.to_ip(), 4791);
+        let flow = Flow::from_sockets(port(route.src_gid), port(route.dst_gid)).unwrap();
+        self.icrc = Some(flow.icrc_start(len, 0).unwrap());
+        self.flow = Some(flow);
+        self.committed = false;
+        self.buf.clear();
+        self.buf.resize(len, 0xA5);
+        Reservation {
+            buf: &mut self.buf,
+            icrc: self.icrc.as_mut(),
+        }
+    }
+
+    fn commit(&mut self) {
+        self.committed = true;
+    }
+}
+
+impl SealingSink {
+    /// The packet `t` says was sent: committed, as long as said, with a
+    /// valid ICRC.
+    pub fn sealed(&self, t: &Transmit) -> &[u8] {
+        assert!(self.committed, "a packet returned but not committed");
+        assert_eq!(self.buf.len(), t.len);
+        let flow = self.flow.as_ref().unwrap();
+        flow.verify(&self.buf)
+            .unwrap_or_else(|e| panic!("packet {:02x?}: {e}", &self.buf[..12]));
+        &self.buf
     }
 }
