@@ -13,7 +13,7 @@ use crate::call_lock::CallLock;
 use crate::context::state;
 use crate::ffi::*;
 use crate::guard::guard;
-use crate::verbs_basic::{cq_id, cq_polled, create_cq_locked, null};
+use crate::verbs_basic::{cq_id, cq_polled, cq_ring, create_cq_locked, null};
 use softverbs_engine::WorkCompletion;
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_uint};
@@ -110,14 +110,19 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         q.pop_front();
     }
     if q.is_empty() {
-        // SAFETY: our CQ (a plain field read); its context is ours.
-        let (st, id) = unsafe { (state((*cq).context), cq_id(cq as *mut ibv_cq)) };
+        // SAFETY: our CQ (plain field reads); its context is ours.
+        let (st, id, ring) = unsafe {
+            let plain = cq as *mut ibv_cq;
+            (state((*cq).context), cq_id(plain), cq_ring(plain))
+        };
         // Into the CQ's own queue, whose room stays once grown: no
-        // allocation in the steady state.
-        if st
-            .driver
-            .with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
-            .is_err()
+        // allocation in the steady state. Completions already there are
+        // taken without the driver lock (as `ibv_poll_cq` does).
+        if ring.pop_with(BATCH, |w| q.push_back(w)) == 0
+            && st
+                .driver
+                .with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
+                .is_err()
         {
             return libc::EINVAL;
         }

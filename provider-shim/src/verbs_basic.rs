@@ -11,10 +11,11 @@ use crate::device::copy_name;
 use crate::ffi::*;
 use crate::guard::{guard, set_errno, verb};
 use softverbs_engine::{
-    AhId, CqId, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
+    AhId, CqId, CqRing, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
 };
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
 
 /// `errno` of a failed verb.
 pub fn err(e: VerbsError) -> c_int {
@@ -60,6 +61,9 @@ pub struct SoftCq {
     /// CQ's lock: `ibv_poll_cq` is one critical section,
     /// `ibv_start_poll` .. `ibv_end_poll` another.
     pub polled: CallLock<VecDeque<WorkCompletion>>,
+    /// The engine's completions of this CQ, taken without the driver lock
+    /// while there are some.
+    pub ring: Arc<CqRing>,
 }
 
 /// An AH.
@@ -99,6 +103,18 @@ pub unsafe fn cq_polled<'a>(cq: *mut ibv_cq) -> &'a CallLock<VecDeque<WorkComple
     // SAFETY: our CQs are SoftCq; the reference covers only the provider's
     // own field, never the ibv_cq others write.
     unsafe { &(*(cq as *mut SoftCq)).polled }
+}
+
+/// The engine's completions of a CQ made by softverbs.
+///
+/// # Safety
+/// `cq` is a live CQ of one of our contexts; the reference is not used
+/// after it is destroyed.
+pub unsafe fn cq_ring<'a>(cq: *mut ibv_cq) -> &'a CqRing {
+    // SAFETY: our CQs are SoftCq; the reference covers only the provider's
+    // own field, which is never written after creation, never the ibv_cq
+    // others write. CqRing is Sync: threads share it through its lock.
+    unsafe { &(*(cq as *mut SoftCq)).ring }
 }
 
 fn fill_device_attr(a: &DeviceAttr, out: &mut ibv_device_attr) {
@@ -404,10 +420,11 @@ pub unsafe fn create_cq_locked(
         if cqe < 0 || comp_vector < 0 {
             return null(libc::EINVAL);
         }
-        let (id, actual) = match st
-            .driver
-            .with(|e, _| e.create_cq(cqe as u32, comp_vector as u32))
-        {
+        let created = st.driver.with(|e, _| {
+            let (id, actual) = e.create_cq(cqe as u32, comp_vector as u32)?;
+            Ok((id, actual, e.cq_ring(id)?))
+        });
+        let (id, actual, ring) = match created {
             Ok(r) => r,
             Err(e) => return null(err(e)),
         };
@@ -417,6 +434,7 @@ pub unsafe fn create_cq_locked(
             vcq,
             id,
             polled: CallLock::new(VecDeque::new(), locked),
+            ring,
         }));
         let writer = crate::preload::channel_writer(st, channel);
         st.events.add_cq(id, ptr as usize, writer);
@@ -478,7 +496,8 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
         // SAFETY: one of our CQs.
-        let (st, id, polled) = unsafe { (state((*cq).context), cq_id(cq), cq_polled(cq)) };
+        let (st, id, polled, ring) =
+            unsafe { (state((*cq).context), cq_id(cq), cq_polled(cq), cq_ring(cq)) };
         let max = num_entries.max(0) as usize;
         // Each completion goes straight into the caller's array: slot i
         // for the i-th, i < max <= num_entries, since each source hands
@@ -495,14 +514,21 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
                 put(i, &w);
             }
             let mut next = earlier;
-            let fresh = st.driver.with(|e, _| {
-                e.poll_cq_with(id, max - earlier, |w| {
-                    put(next, &w);
-                    next += 1;
-                })
-            });
-            match fresh {
-                Ok(n) => (earlier + n) as c_int,
+            let mut take = |w: WorkCompletion| {
+                put(next, &w);
+                next += 1;
+            };
+            // Completions already there are taken without the driver
+            // lock, which the progress thread may hold while it works;
+            // only a poll that finds none receives what may have come.
+            if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
+                return next as c_int;
+            }
+            match st
+                .driver
+                .with(|e, _| e.poll_cq_with(id, max - earlier, take))
+            {
+                Ok(_) => next as c_int,
                 Err(_) => -1,
             }
         })

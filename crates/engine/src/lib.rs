@@ -15,6 +15,7 @@ mod access;
 mod ah_attr;
 mod attr_mask;
 mod completer;
+mod cq_ring;
 mod ctx;
 mod datapath;
 mod device;
@@ -59,6 +60,7 @@ mod wr;
 pub use access::AccessFlags;
 pub use ah_attr::{AhAttr, GlobalRoute};
 pub use attr_mask::{QpAttrMask, SrqAttrMask};
+pub use cq_ring::CqRing;
 pub use datapath::DatapathStats;
 pub use device::{
     cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,

@@ -3,9 +3,10 @@
 
 use crate::access::AccessFlags;
 use crate::ah_attr::AhAttr;
+use crate::cq_ring::CqRing;
 use crate::handles::PdId;
 use crate::wc::WorkCompletion;
-use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// How many other objects still reference an object; a referenced object
 /// cannot be destroyed (EBUSY), as with the kernel's `usecnt`.
@@ -75,7 +76,8 @@ pub(crate) struct Cq {
     /// Capacity (the actual `cqe`).
     pub(crate) cqe: u32,
     pub(crate) comp_vector: u32,
-    pub(crate) entries: VecDeque<WorkCompletion>,
+    /// The completions, shared with the threads polling them.
+    pub(crate) entries: Arc<CqRing>,
     /// Set once the CQ overran; IBV_EVENT_CQ_ERR was raised.
     pub(crate) overrun: bool,
     /// Armed by `ibv_req_notify_cq`: `Some(solicited_only)`.
@@ -88,7 +90,7 @@ impl Cq {
         Cq {
             cqe,
             comp_vector,
-            entries: VecDeque::new(),
+            entries: Arc::default(),
             overrun: false,
             notify: None,
             users: UseCount::default(),
@@ -105,11 +107,10 @@ impl Cq {
 
     /// Adds a completion; returns false when the CQ is full (overrun).
     pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
-        if self.entries.len() >= self.cqe as usize {
+        if !self.entries.push_within(wc, self.cqe as usize) {
             self.overrun = true;
             return false;
         }
-        self.entries.push_back(wc);
         true
     }
 }

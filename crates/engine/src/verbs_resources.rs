@@ -2,11 +2,13 @@
 
 use crate::access::AccessFlags;
 use crate::ah_attr::AhAttr;
+use crate::cq_ring::CqRing;
 use crate::engine::Engine;
 use crate::error::{ebusy, einval, enomem, ensure, eopnotsupp, VerbsResult};
 use crate::handles::{AhId, CqId, MrId, PdId};
 use crate::objects::{Ah, Cq, Mr, Pd};
 use crate::wc::WorkCompletion;
+use std::sync::Arc;
 
 /// What `ibv_rereg_mr` changes (`None`: keep).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -221,10 +223,15 @@ impl Engine {
         max: usize,
         take: impl FnMut(WorkCompletion),
     ) -> VerbsResult<usize> {
-        let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
-        let n = max.min(c.entries.len());
-        c.entries.drain(..n).for_each(take);
-        Ok(n)
+        let c = self.cqs.get(cq).ok_or(einval("unknown CQ"))?;
+        Ok(c.entries.pop_with(max, take))
+    }
+
+    /// The completions of CQ `cq`, for polling them without the engine
+    /// (see [`CqRing`]).
+    pub fn cq_ring(&self, cq: CqId) -> VerbsResult<Arc<CqRing>> {
+        let c = self.cqs.get(cq).ok_or(einval("unknown CQ"))?;
+        Ok(c.entries.clone())
     }
 }
 
