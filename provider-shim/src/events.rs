@@ -244,6 +244,12 @@ impl Notify for EventSink {
             shut_down(writer.as_raw_fd());
         }
     }
+
+    fn progress_thread_started(&self) {
+        // Without it, latency is bound to the scheduler's slice when the
+        // application spins on every CPU; nothing else depends on it.
+        let _ = crate::thread_slice::ask_for_short_slice();
+    }
 }
 
 impl EventSink {

@@ -18,7 +18,8 @@
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`cross_process`]: other
 //!   processes' memory and shared regions for the same-host path;
-//!   [`guard`]: no panic crosses C;
+//!   [`guard`]: no panic crosses C; [`thread_slice`]: the progress
+//!   thread's time slice;
 //! * [`ffi`]: the C declarations; [`libibverbs`]: its private entry points.
 
 #![allow(unsafe_code)]
@@ -47,6 +48,7 @@ pub mod preload;
 pub mod process_memory;
 pub mod qp_ex;
 pub mod rdma_cm;
+pub mod thread_slice;
 pub mod verbs_basic;
 pub mod verbs_mcast;
 pub mod verbs_qp;

@@ -1,7 +1,7 @@
 //! Layout of the C-ABI declarations in `softverbs_shim::ffi`.
 //!
-//! * Public types (verbs.h): one table below lists every declared struct,
-//!   union and field. From it the test writes a C program that includes the
+//! * Public types (verbs.h, and `sched_attr` of linux/sched/types.h): one
+//!   table below lists every declared struct, union and field. From it the test writes a C program that includes the
 //!   system's `<infiniband/verbs.h>` and prints `sizeof`, `_Alignof` and
 //!   `offsetof` of each, compiles it with `cc`, runs it and compares every
 //!   number with Rust's. The same table checks the constants of verbs.h.
@@ -135,6 +135,10 @@ fn public_checks() -> Vec<Check> {
     let mut checks = Vec::new();
     let v = &mut checks;
 
+    c_struct! { v, "struct sched_attr", sched_attr {
+        size, sched_policy, sched_flags, sched_nice, sched_priority, sched_runtime,
+        sched_deadline, sched_period, sched_util_min, sched_util_max,
+    } }
     c_union! { v, "union ibv_gid", ibv_gid { raw: [u8; 16], global: ibv_gid_global } }
     c_struct! { v, &member_type("union ibv_gid", "global"), ibv_gid_global { subnet_prefix, interface_id } }
     c_struct! { v, "struct ibv_gid_entry", ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex } }
@@ -445,7 +449,10 @@ fn run_c(checks: &[Check]) -> std::collections::BTreeMap<String, i128> {
     let bin = dir.join("layout");
 
     let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\nint main(void)\n{\n",
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
+         /* glibc (through verbs.h) defines sched_param too */\n\
+         #define sched_param linux_sched_param\n#include <linux/sched/types.h>\n\
+         #undef sched_param\n\nint main(void)\n{\n",
     );
     for ch in checks {
         let _ = writeln!(

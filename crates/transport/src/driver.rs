@@ -67,6 +67,10 @@ pub trait Notify: Send + Sync {
     /// IBV_EVENT_DEVICE_FATAL and wake everyone waiting for an event,
     /// since no more will come. Runs once, without the driver's lock.
     fn device_fatal(&self);
+    /// Runs first on the progress thread, without the driver's lock: a
+    /// place to set how it is scheduled (the provider asks for a short
+    /// time slice, `thread_slice.rs`).
+    fn progress_thread_started(&self) {}
 }
 
 /// A verb on a device whose progress thread failed: the engine's state
@@ -493,6 +497,7 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     faults.add(Signal::SIGSEGV);
     faults.add(Signal::SIGBUS);
     let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&faults), None);
+    shared.notify.progress_thread_started();
     let run = catch_unwind(AssertUnwindSafe(|| progress_loop(shared, poll)));
     if run.is_err() {
         // The panic hook has printed what happened.

@@ -5,6 +5,8 @@
 //!   header by `tests/layout.rs`).
 //! * [`private`]: types of rdma-core's `libibverbs/driver.h` (checked against
 //!   the measured numbers in `docs/rdma-core-provider-abi.md`).
+//! * [`sched`]: `struct sched_attr` of `<linux/sched/types.h>` (checked
+//!   like [`public`]).
 //! * [`consts`]: enum values and flags, named exactly as in C.
 //!
 //! Naming: a Rust type is named exactly like its C struct/union and a field
@@ -31,10 +33,12 @@
 pub mod consts;
 pub mod private;
 pub mod public;
+pub mod sched;
 
 pub use consts::*;
 pub use private::*;
 pub use public::*;
+pub use sched::*;
 
 /// A type whose all-zero value (zero integers, NULL pointers, `None`
 /// function pointers, statically initialised pthread objects) is valid.
