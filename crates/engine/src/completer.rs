@@ -7,23 +7,23 @@
 
 use crate::ctx::Ctx;
 use crate::memory::HostMemory;
-use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::{local_status, InFlight, ReqOp};
+use crate::send_side::SendSide;
 use crate::time::{ack_timeout, rnr_delay, Nanos};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use softverbs_wire::{NakCode, OpKind, PacketView, Psn, Syndrome};
 
-impl Qp {
+impl SendSide<'_> {
     /// Handles a response (ACK, NAK, READ response, atomic ACK) of an RC QP.
-    pub(crate) fn requester_receive(
+    pub(crate) fn receive_response(
         &mut self,
         ctx: &mut Ctx<'_>,
         now: Nanos,
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) {
-        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if self.qp_type != QpType::Rc || !matches!(*self.state, QpState::Rts | QpState::Sqd) {
             return;
         }
         let progress = match pkt.opcode().kind() {
@@ -32,7 +32,7 @@ impl Qp {
             OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
             _ => false,
         };
-        if progress && self.state != QpState::Err {
+        if progress && *self.state != QpState::Err {
             let seq_nak = matches!(
                 pkt.aeth().map(|a| a.syndrome),
                 Some(Syndrome::Nak(NakCode::PsnSequenceError))
@@ -56,7 +56,7 @@ impl Qp {
     /// must not use up transport retries.
     pub(crate) fn keep_retransmit_timer(&mut self, now: Nanos) {
         let waiting = self.req.rnr_resume.is_some();
-        if self.state != QpState::Err
+        if *self.state != QpState::Err
             && self.req.retransmit_at.is_none()
             && !waiting
             && self.has_unacked()
@@ -313,7 +313,7 @@ impl Qp {
     }
 
     /// Timer expiry: the end of an RNR wait, or the local ACK timeout.
-    pub(crate) fn requester_timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
+    pub(crate) fn timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
         if let Some((at, psn)) = self.req.rnr_resume {
             if at <= now {
                 self.req.rnr_resume = None;
@@ -343,7 +343,7 @@ impl Qp {
                 ctx.complete(self.send_cq, wc, false);
             }
         }
-        if self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {
+        if *self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {
             self.req.drain_notify = false;
             ctx.event(crate::event::AsyncEvent::SqDrained(self.id));
         }

@@ -187,7 +187,7 @@ fn from_the_peer(qp: &Qp, ctx: &Ctx<'_>, src_gid: Gid, dst_gid: Gid) -> bool {
         return true;
     }
     let local = dst_gid.to_ip();
-    response_gids(qp, ctx).is_some_and(|(ours, peer)| {
+    response_gids(&qp.attr, ctx).is_some_and(|(ours, peer)| {
         ours.same_endpoint(dst_gid, local) && peer.same_endpoint(src_gid, local)
     })
 }

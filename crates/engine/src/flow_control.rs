@@ -6,9 +6,9 @@
 //! (architecture.md, "Nothing is lost for want of room").
 
 use crate::ctx::Ctx;
-use crate::qp::Qp;
 use crate::qp_state::QpType;
 use crate::requester::InFlight;
+use crate::send_side::SendSide;
 
 /// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
 pub(crate) const MAX_UNACKED_PSNS: i32 = 1024;
@@ -18,7 +18,7 @@ const ACK_REQ_INTERVAL: u32 = 16;
 /// The smallest send window, in packets.
 const MIN_WINDOW_PKTS: u32 = 2;
 
-impl Qp {
+impl SendSide<'_> {
     /// Packets an RC QP may have unacknowledged on the wire: the device's
     /// send window in path MTUs.
     pub(crate) fn window_pkts(&self, ctx: &Ctx<'_>) -> u32 {

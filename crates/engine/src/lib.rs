@@ -46,6 +46,7 @@ mod requester_direct;
 mod responder;
 mod schedule;
 mod send_budget;
+mod send_side;
 mod srq;
 mod srq_limit;
 mod time;

@@ -98,11 +98,12 @@ impl Qp {
     /// SRQ-attached QP raises IBV_EVENT_QP_LAST_WQE_REACHED (no more WQEs
     /// will be taken from the SRQ).
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state == QpState::Err {
-            return;
-        }
-        self.state = QpState::Err;
-        self.flush_send_queue(ctx);
+        self.with_send_side(ctx, |side, ctx| side.enter_error(ctx));
+    }
+
+    /// The receive half of entering the error state, after the send half
+    /// (`SendSide::enter_error`).
+    pub(crate) fn flush_receive_side(&mut self, ctx: &mut Ctx<'_>) {
         let receiving = self.resp.take_receive_wqe();
         for wqe in receiving.into_iter().chain(self.rq.drain_all()) {
             ctx.complete(
@@ -111,36 +112,15 @@ impl Qp {
                 false,
             );
         }
-        self.req = Requester::default();
         self.resp.stop();
         if self.srq.is_some() {
             ctx.event(AsyncEvent::QpLastWqeReached(self.id));
         }
     }
 
-    /// A UC or UD send WR failed (IBTA 10.3.1, Send Queue Error): the send
-    /// queue is flushed and stops, the receive queue goes on working, and
-    /// SQE -> RTS resumes sending from the next PSN.
-    pub(crate) fn enter_send_error(&mut self, ctx: &mut Ctx<'_>) {
-        self.state = QpState::Sqe;
-        self.flush_send_queue(ctx);
-        self.req.restart_after_send_error();
-    }
-
-    /// Completes every started and queued send WR with WR_FLUSH_ERR, in
-    /// posting order.
-    fn flush_send_queue(&mut self, ctx: &mut Ctx<'_>) {
-        let flushed: Vec<_> = self
-            .req
-            .inflight
-            .drain(..)
-            .map(|e| e.wqe)
-            .chain(self.sq.drain(..))
-            .map(|w| WorkCompletion::flushed(w.wr_id, WcOpcode::of_send(w.opcode), self.qp_num))
-            .collect();
-        for wc in flushed {
-            ctx.complete(self.send_cq, wc, false);
-        }
+    /// Path MTU in bytes: the QP's for RC/UC, the port's for UD.
+    pub(crate) fn mtu(&self) -> u32 {
+        path_mtu(self.qp_type, &self.attr, self.port_mtu)
     }
 
     /// Back to RESET: queues emptied without completions, transport state
@@ -175,6 +155,15 @@ impl Qp {
             qp_type: self.qp_type as u32,
             sq_sig_all: self.sq_sig_all,
         }
+    }
+}
+
+/// Path MTU in bytes: the one set for RC/UC (the port's if none was),
+/// the port's for UD.
+pub(crate) fn path_mtu(qp_type: QpType, attr: &QpAttr, port_mtu: u32) -> u32 {
+    match qp_type {
+        QpType::Ud => port_mtu,
+        _ => crate::mtu::Mtu::from_raw(attr.path_mtu).map_or(port_mtu, |m| m.bytes()),
     }
 }
 

@@ -13,8 +13,9 @@ use crate::ctx::Ctx;
 use crate::gid::Gid;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
-use crate::qp::Qp;
+use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
+use crate::send_side::SendSide;
 use crate::time::{ack_timeout, Nanos};
 use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::WcStatus;
@@ -229,17 +230,17 @@ struct Request {
     payload_len: usize,
 }
 
-impl Qp {
+impl SendSide<'_> {
     /// Writes the next request packet into `sink`; `None` if the
     /// requester has nothing to send now.
-    pub(crate) fn requester_transmit(
+    pub(crate) fn transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         now: Nanos,
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
     ) -> Option<Transmit> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
+        if !matches!(*self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
@@ -293,7 +294,7 @@ impl Qp {
     /// Starts the next posted WR if the rules allow: only in RTS, within
     /// the PSN window, after a fence, and within max_rd_atomic.
     pub(crate) fn start_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        if self.state != QpState::Rts {
+        if *self.state != QpState::Rts {
             return false;
         }
         let Some(wqe) = self.sq.front() else {
@@ -375,14 +376,6 @@ impl Qp {
             self.fail_requester(ctx, idx, status);
         } else {
             self.retire(ctx);
-        }
-    }
-
-    /// Path MTU in bytes: the QP's for RC/UC, the port's for UD.
-    pub(crate) fn mtu(&self) -> u32 {
-        match self.qp_type {
-            QpType::Ud => self.port_mtu,
-            _ => crate::mtu::Mtu::from_raw(self.attr.path_mtu).map_or(self.port_mtu, |m| m.bytes()),
         }
     }
 
@@ -618,7 +611,7 @@ fn gather_payload(
 
 /// Source and destination GIDs of a request: the QP's path, or for UD the
 /// WR's address handle (which must still exist).
-pub(crate) fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
+pub(crate) fn request_gids(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
     let av = match qp.qp_type {
         QpType::Ud => ctx.ahs.get(qp.req.inflight.get(idx)?.wqe.ud?.ah)?.attr,
         _ => qp.attr.ah_attr,
@@ -632,9 +625,10 @@ pub(crate) fn request_gids(qp: &Qp, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, G
     Some((sgid, av.grh.dgid))
 }
 
-/// Source and destination GIDs of a response: back along the QP's path.
-pub(crate) fn response_gids(qp: &Qp, ctx: &Ctx<'_>) -> Option<(Gid, Gid)> {
-    let av = qp.attr.ah_attr;
+/// Source and destination GIDs of a response: back along the QP's path
+/// (`attr`, the QP's attributes).
+pub(crate) fn response_gids(attr: &QpAttr, ctx: &Ctx<'_>) -> Option<(Gid, Gid)> {
+    let av = attr.ah_attr;
     let sgid = ctx.config.gid(av.port_num, u32::from(av.grh.sgid_index))?;
     Some((sgid, av.grh.dgid))
 }

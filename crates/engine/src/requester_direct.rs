@@ -17,22 +17,22 @@ use crate::gid::Gid;
 use crate::mcast::MULTICAST_QPN;
 use crate::memory::HostMemory;
 use crate::mr_table::gather_plan;
-use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::{local_status, request_gids, ReqOp};
+use crate::send_side::SendSide;
 use crate::time::Nanos;
 use crate::wc::WcStatus;
 use crate::wr::send_flags;
 use softverbs_wire::{Psn, Suffix};
 
-impl Qp {
+impl SendSide<'_> {
     /// The next operation to execute at the peer, if the rules allow one
     /// now (the same rules that let a packet go out).
     pub(crate) fn direct_next(&mut self, ctx: &mut Ctx<'_>, now: Nanos) -> Option<DirectOp> {
         let req = &self.req;
         let blocked =
             req.rnr_resume.is_some() || req.direct_pending.is_some() || req.direct_stalled;
-        if !self.direct || !matches!(self.state, QpState::Rts | QpState::Sqd) || blocked {
+        if !self.direct || !matches!(*self.state, QpState::Rts | QpState::Sqd) || blocked {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
@@ -218,7 +218,7 @@ impl Qp {
             return;
         };
         let progress = self.apply_outcome(ctx, now, idx, outcome, mem);
-        if progress && self.state != QpState::Err {
+        if progress && *self.state != QpState::Err {
             self.on_progress(false);
         }
         self.retire(ctx);

@@ -200,7 +200,7 @@ impl Engine {
             // Responses first; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
             while qp.responder_pending() {
-                let gids = response_gids(qp, ctx);
+                let gids = response_gids(&qp.attr, ctx);
                 if let Some(sent) = qp.responder_transmit(ctx, mem, gids, sink) {
                     return Some(sent);
                 }
