@@ -46,6 +46,13 @@ TARGET_COLLAPSE = 2.0  # each size within 2x of its neighbours' trend
 WIRE_BW_VS_TCP = 1.0  # ib_{write,read,send}_bw at 64 KiB >= 1.0x TCP
 WIRE_CPU_VS_TCP = 1.0  # CPU seconds per GB <= 1.0x TCP's
 WIRE_LAT_VS_UDP = 1.5  # send at 2 B <= 1.5x the UDP half RTT, read <= 1.5x the RTT
+# Against kernel rxe in the VM (issue 13; bench/rxe_vm.sh): softverbs'
+# bandwidth >= 1.0x rxe's, its latency <= 1.0x, and under 1% loss its
+# throughput kept (as a fraction of its own lossless) >= rxe's.
+RXE_BW_VS_RXE = 1.0
+RXE_LAT_VS_RXE = 1.0
+RXE_VM_BW = ["write", "read", "send"]
+RXE_VM_LAT = ["send", "read", "write"]
 
 
 def read(path):
@@ -447,6 +454,368 @@ Bandwidth sweep on the wire:
 """
 
 
+
+class RxeVm:
+    """The side-by-side run against rxe in the VM (bench/rxe_vm.sh, which
+    leaves RESULTS/rxe_vm/guest.out in sections written by
+    bench/rxe_vm_guest.sh), or why it is missing."""
+
+    def __init__(self, root):
+        d = Path(root) / "rxe_vm"
+        self.missing = None
+        self.sections = {}  # (setup, test, role, run) -> (header fields, lines)
+        self.info = {}  # key -> [values, in order]
+        self.bw = {}  # (setup, test) -> MB/s (10^6 B/s)
+        self.lat = {}  # (setup, test) -> (typical us, avg us, p99 us)
+        self.resent = {}  # test -> (packets sent, resent) of softverbs' requester
+        self.errors = {}  # (setup, test) -> why the run failed
+        self.failed = []
+        self.status = read(d / "status").split()
+        self.load = read(d / "loadavg").split()
+        boot = re.search(r"booted in (\d+) s \(kernel ([^,]+)", read(d / "vm.err"))
+        self.boot = (boot.group(1), boot.group(2)) if boot else None
+        self.tick = guest_tick_us(self.boot[1]) if self.boot else None
+        if not d.is_dir():
+            self.missing = f"bench/rxe_vm.sh did not run (no {d})"
+            return
+        text = read(d / "guest.out")
+        current = None
+        run = "1"
+        done = False
+        for line in text.splitlines():
+            if line.startswith("@@bench-info "):
+                key, _, value = line[len("@@bench-info "):].partition(" ")
+                self.info.setdefault(key, []).append(value)
+            elif line.startswith("@@bench-done"):
+                done = True
+            elif line.startswith("@@bench "):
+                f = line.split()
+                current = None
+                if len(f) >= 4:
+                    fields = dict(x.split("=", 1) for x in f[4:] if "=" in x)
+                    role = f[3]
+                    if not role.endswith("-stderr"):
+                        run = fields.get("run", "1")
+                    # A stderr section belongs to the run of the section before it.
+                    current = (f[1], f[2], role, run)
+                    self.sections[current] = (fields, [])
+            elif current:
+                self.sections[current][1].append(line)
+        if read(d / "missing").strip():
+            self.missing = read(d / "missing").strip()
+        elif not self.sections:
+            self.missing = "the VM run left no output (see " + str(d) + ")"
+        elif not done:
+            self.missing = "the guest stopped before its last program (see " + str(d / "guest.out") + ")"
+        self.runs = {}  # (setup, test) -> every run's figure (MB/s, or median us)
+        self.lat_runs = {}  # (setup, test) -> every run's (typical, avg, p99)
+        bad = {}  # (setup, test) -> why each run that gave no figure failed
+        for (setup, test, role, run), (fields, lines) in self.sections.items():
+            if role != "client":
+                continue
+            out = "\n".join(lines)
+            rc = fields.get("rc")
+            srv_rc = self.sections.get((setup, test, "server", run), ({}, []))[0].get("rc")
+            err = "\n".join(self.sections.get((setup, test, "client-stderr", run), ({}, []))[1])
+            self.runs.setdefault((setup, test), [])
+            if rc != "0" or srv_rc != "0":
+                st = re.search(r"Failed status (\d+)", err)
+                why = f"client exit {rc}, server exit {srv_rc}"
+                if st:
+                    why += f"; completion status {st.group(1)}" + (
+                        " (IBV_WC_RETRY_EXC_ERR: transport retry counter exceeded)" if st.group(1) == "12" else "")
+                bad.setdefault((setup, test), []).append(why)
+                continue
+            rows = perftest_rows(out, 9 if test.endswith("_lat") else 5)
+            if rows and not test.endswith("_lat") and rows[-1][3] == 0:
+                # perftest prints 0.00 where its clock calibration failed;
+                # the server's row (the same run seen from the other end)
+                # stands in when it has a figure.
+                srv = perftest_rows("\n".join(self.sections.get((setup, test, "server", run), ({}, []))[1]), 5)
+                rows = srv if srv and srv[-1][3] > 0 else []
+            if not rows:
+                # perftest prints "inf" when its clock calibration fails.
+                why = "no result row" + (" (perftest's clock calibration failed)" if "Correlation" in err else "")
+                bad.setdefault((setup, test), []).append(why)
+                continue
+            r = rows[-1]
+            if test.endswith("_lat"):
+                self.lat_runs.setdefault((setup, test), []).append((r[4], r[5], r[7]))
+                self.runs[setup, test].append(r[4])
+            else:
+                self.runs[setup, test].append(r[3] * MIB / 1e6)
+            if setup == "softverbs":
+                m = re.search(r"(\d+) packets sent, (\d+) received, (\d+) resent", err)
+                if m:
+                    sent, resent = self.resent.get(test, (0, 0))
+                    self.resent[test] = (sent + int(m.group(1)), resent + int(m.group(3)))
+        # Each side's best run: the highest bandwidth, the lowest median.
+        for key, vals in self.runs.items():
+            if key in self.lat_runs:
+                self.lat[key] = min(self.lat_runs[key])
+            elif vals:
+                self.bw[key] = max(vals)
+        for key, whys in bad.items():
+            setup, test = key
+            if key in self.bw or key in self.lat:
+                self.failed.append(f"{setup} {test}: {len(whys)} of {len(whys) + len(self.runs[key])} runs "
+                                   f"gave no figure ({'; '.join(sorted(set(whys)))})")
+            else:
+                self.errors[key] = "; ".join(sorted(set(whys)))
+                self.failed.append(f"{setup} {test} ({self.errors[key]})")
+
+    def tick_bound(self, us):
+        """Whether a median latency is half the guest's scheduler tick or
+        more: a wait for the tick, not a cost per message."""
+        return bool(self.tick) and us >= 0.5 * self.tick
+
+    def spread(self, setup, test):
+        """Every run's figure, when there were several."""
+        vals = self.runs.get((setup, test), [])
+        return ", ".join(fmt(x) for x in vals) if len(vals) > 1 else ""
+
+    def netem(self, label):
+        """(packets that left, sends dropped) over the devices of one
+        netem phase ("rxe", "softverbs", "softverbs-gso")."""
+        for v in self.info.get("netem", []):
+            if v.split(" ", 1)[0] == label:
+                sent = sum(int(x) for x in re.findall(r"sent=(\d+)", v))
+                dropped = sum(int(x) for x in re.findall(r"dropped=(\d+)", v))
+                return sent, dropped
+        return None
+
+    def rows(self):
+        """(measure, rxe, softverbs, ratio, target) per program."""
+        rows = []
+        for t in RXE_VM_BW:
+            a, b = self.bw.get(("rxe", f"{t}_bw")), self.bw.get(("softverbs", f"{t}_bw"))
+            v = ratio(b, a)
+            rows.append((f"ib_{t}_bw 64 KiB, MB/s", fmt(a), fmt(b), v,
+                         f">= {RXE_BW_VS_RXE}x: {verdict(v, RXE_BW_VS_RXE, True)}"))
+        for t in RXE_VM_LAT:
+            a, b = self.lat.get(("rxe", f"{t}_lat")), self.lat.get(("softverbs", f"{t}_lat"))
+            v = ratio(b[0] if b else None, a[0] if a else None)
+            judged = verdict(v, RXE_LAT_VS_RXE, False)
+            if v is not None and self.tick_bound(a[0]) and (self.tick_bound(b[0]) or judged == "met"):
+                # rxe waited for the scheduler tick: no comparison of the two.
+                judged = "inconclusive: rxe's figure is tick-bound"
+            rows.append((f"ib_{t}_lat 2 B, median us", fmt(a[0] if a else None),
+                         fmt(b[0] if b else None), v,
+                         f"<= {RXE_LAT_VS_RXE}x: {judged}"))
+        return rows
+
+    def loss_rows(self):
+        """Per bandwidth test: rxe's and softverbs' throughput under loss as
+        a fraction of their own lossless throughput, and the target
+        (softverbs keeps at least rxe's fraction)."""
+        rows = []
+        for t in RXE_VM_BW:
+            rl, rx = self.bw.get(("rxe", f"{t}_bw_ref")), self.bw.get(("rxe", f"{t}_bw_loss1"))
+            sl, sx = self.bw.get(("softverbs", f"{t}_bw_nogso")), self.bw.get(("softverbs", f"{t}_bw_loss1"))
+            gl, gx = self.bw.get(("softverbs", f"{t}_bw_ref")), self.bw.get(("softverbs", f"{t}_bw_loss1_gso"))
+            rf, sf, gf = ratio(rx, rl), ratio(sx, sl), ratio(gx, gl)
+            v = ratio(sf, rf)
+            target = f">= rxe's: {verdict(v, 1.0, True)}"
+            sv_err = self.errors.get(("softverbs", f"{t}_bw_loss1"))
+            if sx is None and sv_err and rx is not None:
+                target = f">= rxe's: missed: softverbs' run failed ({sv_err})"
+
+            def kept(x, base, err):
+                if x is None and err:
+                    return "failed"
+                return f"{fmt(x)} / {fmt(base)} = {fmt(ratio(x, base), 2)}"
+
+            rows.append((
+                f"ib_{t}_bw 64 KiB",
+                kept(rx, rl, self.errors.get(("rxe", f"{t}_bw_loss1"))),
+                kept(sx, sl, sv_err),
+                kept(gx, gl, self.errors.get(("softverbs", f"{t}_bw_loss1_gso"))),
+                v,
+                target,
+            ))
+        return rows
+
+
+def guest_tick_us(kernel):
+    """The scheduler tick of the VM's kernel in microseconds, from its
+    config in /boot (CONFIG_HZ), or None."""
+    hz = re.search(r"^CONFIG_HZ=(\d+)$", read(f"/boot/config-{kernel}"), re.M) if kernel else None
+    return 1e6 / int(hz.group(1)) if hz else None
+
+
+def rxe_vm_text(v):
+    """The printed summary of the comparison against rxe."""
+    if v.missing and not v.bw and not v.lat:
+        return f"against rxe in a VM: not measured: {v.missing}"
+    out = ["against rxe in a VM (QEMU TCG, 2 vCPUs: emulated, see docs/perf.md):"]
+    out.append(text_table(["measure", "rxe", "softverbs", "softverbs/rxe", "target"],
+                          [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in v.rows()]))
+    out.append("\nunder 1% loss, throughput kept (lossy / lossless MB/s):")
+    out.append(text_table(["test", "rxe", "softverbs, per packet", "softverbs, GSO", "softverbs/rxe", "target"],
+                          [(a, b, c, d, f"{e:.2f}x" if e is not None else "n/a", f) for a, b, c, d, e, f in v.loss_rows()]))
+    if v.missing:
+        out.append(f"incomplete: {v.missing}")
+    if v.failed:
+        out.append("not measured in the VM: " + ", ".join(v.failed))
+    return "\n".join(out)
+
+
+def rxe_vm_section(v):
+    """The doc's section on the comparison against rxe."""
+    head = """## Against kernel rxe in a VM (issue 13)
+
+The same perftest programs, side by side in one VM session
+(`bench/rxe_vm.sh`, which boots the interop VM of `make interop`,
+tests/interop/README.md, and runs `bench/rxe_vm_guest.sh` in it): rxe
+against rxe (`rxe_xa`, `rxe_xb` on the two ends of a veth pair) and
+softverbs against softverbs (preload mode, one network namespace per end
+of another veth pair, `SOFTVERBS_SHM=0`: the wire path, each namespace
+with its own daemon). Both at path MTU 1024 (`-m 1024`, veth MTU 1500),
+RC, GID index of the IPv4 address, IPv4; for each program rxe runs first,
+then softverbs.
+
+**Caveat: the VM is emulated.** QEMU with TCG (every guest instruction
+translated in software, no KVM), 2 vCPUs, 1.5 GiB, Debian's kernel, on the
+machine above and sharing its cores with whatever else runs there. The
+figures are a hundred times below the host's and compare the two
+implementations' code paths under emulation (rxe in the guest's kernel,
+softverbs in its user space with its progress threads and daemon), not
+what either does on real hardware.
+"""
+    if v.missing and not v.bw and not v.lat:
+        return head + f"\n**Not measured: {v.missing}.**\n\n"
+    st = v.status
+    run = []
+    if v.boot:
+        run.append(f"kernel {v.boot[1]}, booted in {v.boot[0]} s")
+    if len(st) >= 2:
+        run.append(f"the whole VM session took {st[1]} s")
+    setup = dict(re.findall(r"(\w+)=(\S+)", (v.info.get("setup") or [""])[0]))
+    if setup:
+        run.append(f"guest setup {setup.get('seconds', '?')} s, {setup.get('cpus', '?')} vCPUs")
+    if len(v.load) >= 2:
+        run.append(f"host load average {v.load[0]} before, {v.load[1]} after")
+    rows = [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in v.rows()]
+    spread_rows = [
+        (f"ib_{t}", v.spread("rxe", t) or "n/a", v.spread("softverbs", t) or "n/a")
+        for t in [f"{x}_bw" for x in RXE_VM_BW] + [f"{x}_lat" for x in RXE_VM_LAT]
+    ]
+    verdicts = "\n".join(
+        f"- {m}: **{t.split(': ', 1)[1]}**" + (f" ({d:.2f}x)" if d is not None else "")
+        for m, _, _, d, t in v.rows()
+    )
+    kernel = v.boot[1] if v.boot else setup.get("kernel")
+    tick = v.tick
+    bound = [
+        f"{who} `ib_{t}_lat` ({fmt(v.lat[who, f'{t}_lat'][0])} us)"
+        for t in RXE_VM_LAT
+        for who in ("rxe", "softverbs")
+        if (who, f"{t}_lat") in v.lat and v.tick_bound(v.lat[who, f"{t}_lat"][0])
+    ]
+    if bound:
+        verdicts += f"""
+
+**Tick-bound latencies:** {", ".join(bound)}: half the guest's scheduler
+tick ({fmt(tick)} us, CONFIG_HZ of {kernel}) or more. perftest's two
+processes both spin, one on each of the VM's 2 vCPUs, so anything else
+that must run for a message to get through waits for the next tick:
+softverbs' progress thread where no verb call takes the packets in
+(`ib_write_lat` polls memory, not the CQ; the responder of `ib_read_lat`
+makes no verb call at all), and for rxe presumably its packet processing
+once the kernel defers softirqs to ksoftirqd (it does when they overrun
+their time budget, which emulation makes likely; not traced here). Such
+a figure says which side needed a thread scheduled in that run, and
+varies with the host's load from one session to the next (in a session
+where nothing waits for the tick, rxe's `ib_send_lat` is tens of
+microseconds); it is not a cost per message. A comparison where rxe's figure is tick-bound is
+marked inconclusive rather than met."""
+    loss = [(a, b, c, d, f"{e:.2f}x" if e is not None else "n/a", f) for a, b, c, d, e, f in v.loss_rows()]
+    loss_verdicts = "\n".join(
+        f"- {a} under 1% loss: **{f.split(': ', 1)[1]}**" + (f" (softverbs keeps {e:.2f}x rxe's fraction)" if e is not None else "")
+        for a, _, _, _, e, f in v.loss_rows()
+    )
+    sizes = dict(re.findall(r"(\w+)=(\S+)", (v.info.get("sizes") or [""])[0]))
+    loss_iters = sizes.get("loss_iters", "?")
+    drops = []
+    for label, name in (("rxe", "rxe"), ("softverbs", "softverbs, per packet"),
+                        ("softverbs-gso", "softverbs, GSO")):
+        n = v.netem(label)
+        if n and n[0]:
+            unit = "sends (of up to 64 packets)" if label == "softverbs-gso" else "packets"
+            drops.append(f"{name}: {n[1]:,} {unit} dropped, {n[0]:,} packets passed"
+                         + ("" if label == "softverbs-gso" else f" ({100 * n[1] / (n[0] + n[1]):.2f}%)"))
+    resent = ", ".join(
+        f"{t.replace('_loss1', '').replace('_gso', ' (GSO)')}: {r:,} of {s:,}"
+        for t, (s, r) in sorted(v.resent.items()) if "loss1" in t
+    )
+    lossless_resent = ", ".join(
+        f"{t}: {r:,}" for t, (s, r) in sorted(v.resent.items()) if "loss1" not in t and r
+    )
+    rxe_counters = "; ".join(v.info.get("rxe-counters", []))
+    udp = "; ".join(
+        f"after {x.split(' ', 1)[0]}: " + (
+            " ".join(f for f in x.split()[1:] if not f.endswith("=0")) or "none")
+        for x in v.info.get("udp-drops", [])
+    )
+    msgs = (v.info.get("rxe-kernel-messages") or [""])[0].strip()
+    notes = f"""
+Run: {"; ".join(run) or "n/a"}.
+
+{md_table(["measure", "rxe", "softverbs", "softverbs/rxe", "target"], rows)}
+
+{verdicts}
+
+Every run (the table shows each side's best: highest bandwidth, lowest
+median):
+
+{md_table(["program", "rxe", "softverbs"], spread_rows)}
+
+Bandwidth in MB/s (10^6 bytes per second: perftest's MiB/s converted) of
+`ib_{{write,read,send}}_bw -m 1024 -s 65536 -n {sizes.get("bw_iters", "?")}` (the client's
+figure, or the server's where perftest's clock calibration failed in the
+client and it printed 0.00); latency the median (`t_typical`) of `ib_{{send,read,write}}_lat -m
+1024 -s 2 -n {sizes.get("lat_iters", "?")}` (half a round trip for send and write, the whole READ
+round trip for read: the same definition on both sides). Each lossless
+program ran {sizes.get("repeat", "?")} times, rxe then softverbs each time; a run perftest could
+not time (its clock calibration sometimes fails under emulation: "inf")
+counts as no figure.
+
+### Under 1% loss
+
+{md_table(["test", "rxe: lossy / lossless MB/s = kept", "softverbs, each packet alone", "softverbs with GSO (bursty loss)", "softverbs/rxe", "target"], loss)}
+
+{loss_verdicts}
+
+`tc qdisc add dev DEV root netem loss 1% limit 100000` on both ends of
+each veth (both directions: data, ACKs and READ responses alike; the
+queue limit raised so that nothing but the random loss drops). netem
+decides per skb, and softverbs sends up to 64 packets in one skb with UDP
+segmentation offload (GSO), which stays whole through the qdisc: 1% of
+those would be 1% of *bursts* lost, where rxe, which sends every packet
+as its own skb, loses 1% of its packets one at a time. So the judged
+comparison has softverbs send each packet alone too (transmit checksum
+offload off on its veths, so the kernel refuses GSO and softverbs falls
+back to one datagram per packet), against its own lossless throughput
+sent the same way; the GSO column is the default configuration under the
+same netem, for the record. Every figure here is one run of
+`-n {loss_iters}` (64 KiB messages), each lossless reference measured the
+same way in the same session just before the lossy runs.
+Dropped by netem: {"; ".join(drops) or "n/a"}.
+Packets softverbs' requester sent again (SOFTVERBS_STATS=1, resent of
+sent): {resent or "n/a"}{f"; without loss: {lossless_resent}" if lossless_resent else ""}.
+Datagrams the kernel dropped in softverbs' namespaces for want of buffer
+room or as errors (UdpRcvbufErrors, UdpInErrors, UdpSndbufErrors,
+cumulative): {udp or "n/a"}.
+rxe's counters that moved (requester `rxe_xb`, responder `rxe_xa`):
+{rxe_counters or "n/a"}.{f" rxe's kernel messages during the session: {msgs}" if msgs else ""}
+"""
+    tail = ""
+    if v.missing:
+        tail += f"\nIncomplete: {v.missing}.\n"
+    if v.failed:
+        tail += "\nNot measured in the VM: " + ", ".join(v.failed) + ".\n"
+    return head + notes + tail + "\n"
+
 def md_table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -588,6 +957,8 @@ def main():
     print(text_table(header, [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e) for a, b, c, d, e in wire_headline(w)]))
     if r.failed:
         print("\nnot measured (see " + args.results + "): " + ", ".join(r.failed))
+    vm = RxeVm(args.results)
+    print("\n" + rxe_vm_text(vm))
 
     title = f"softverbs perftest sweep, loopback - {m['CPU']}, {m['logical CPUs']} CPUs - {now}"
     plot(r, args.plot, title)
@@ -737,7 +1108,7 @@ bandwidth over the geometric mean of its two neighbours' (extrapolated at
 the ends): the target is every size within 0.5 to 2.
 
 {wire_section(w, header, sweep_header)}
-## Latency
+{rxe_vm_section(vm)}## Latency
 
 | test | size | median us | mean us | p99 us |
 |---|---|---|---|---|

@@ -2,7 +2,8 @@
 # The measurements of `make bench` (see bench/README.md). Runs, in one go on
 # loopback: perftest over softverbs (bandwidth sweep and latency), the raw
 # baselines (iperf3 TCP, UDP ping-pong, memcpy), the scale benchmarks (C
-# programs through the real provider) and the engine-alone benchmark. Each
+# programs through the real provider) and the engine-alone benchmark; then
+# softverbs against kernel rxe in an emulated VM (bench/rxe_vm.sh). Each
 # program's raw output goes to $OUT (target/bench by default); then
 # bench/report.py turns it into the table, docs/perf.md and the plot.
 #
@@ -175,6 +176,14 @@ cargo bench -q -p softverbs-engine --bench engine > "$OUT/engine/engine" 2> "$OU
 step "checked access to registered memory (process_vm_readv/writev)"
 timeout $LIMIT target/release/examples/checked_memory > "$OUT/engine/checked_memory" 2>&1 \
   || echo "bench: checked_memory failed" >&2
+
+# --- against kernel rxe, in a VM ----------------------------------------
+# Last: the same perftest programs over rxe and over softverbs side by
+# side in one emulated VM session, then under 1% netem loss
+# (bench/rxe_vm.sh, 3 to 6 minutes). A VM that cannot start leaves
+# $OUT/rxe_vm/missing with the reason, which the report shows.
+step "against rxe in a VM (bench/rxe_vm.sh)"
+bench/rxe_vm.sh "$OUT" || echo "bench: bench/rxe_vm.sh failed" >&2
 
 # --- the report ----------------------------------------------------------
 ELAPSED=$(($(date +%s) - START))

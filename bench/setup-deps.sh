@@ -3,7 +3,9 @@
 # which it runs first for rdma-core, perftest and the Rust components):
 # iperf3 for the loopback TCP baseline, GNU time for the CPU seconds of each
 # process, python3-matplotlib (Debian's, used through /usr/bin/python3) for
-# the plot, and a C compiler for the scale benchmarks. Kept apart from
+# the plot, a C compiler for the scale benchmarks, and the interop VM's
+# packages for the comparison against rxe (bench/rxe_vm.sh; not fatal:
+# without them the report says that comparison was not measured). Kept apart from
 # `make test`'s dependencies on purpose: CI does not run benchmarks.
 # Idempotent.
 set -euo pipefail
@@ -23,3 +25,9 @@ if [ -n "$missing" ]; then
   # no, which is what we want (the benchmark starts its own server).
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
+
+# The VM of the comparison against kernel rxe (tests/interop/deps.sh).
+# bench/run.sh runs in a network namespace of its own, where apt cannot
+# reach anything, so they are installed here.
+. tests/interop/deps.sh
+ensure_host_deps || echo "bench/setup-deps: the comparison against rxe (bench/rxe_vm.sh) will not run" >&2
