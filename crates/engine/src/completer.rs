@@ -322,12 +322,16 @@ impl SendSide<'_> {
         }
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
             self.req.retransmit_at = None;
-            self.req.retrying = false;
             self.req.direct_stalled = false;
             if self.consume_retry(ctx) {
                 if let Some(psn) = self.req.oldest_unacked() {
                     self.req.go_back(psn);
                 }
+                // Responses already on their way from before the go-back
+                // arrive out of sequence: they are no new loss, and must
+                // not send the requester back (and use up a retry) again
+                // before anything new is acknowledged.
+                self.req.retrying = true;
             }
         }
         self.keep_retransmit_timer(now);

@@ -123,9 +123,11 @@ pub(crate) struct Requester {
     /// Request packets sent again (go-back-N after a loss, a timeout or
     /// an RNR wait), for diagnostics.
     pub(crate) resent: u64,
-    /// A go-back started by a PSN sequence NAK is under way: further NAKs
-    /// are ignored until the requester makes progress (as rxe does), so a
-    /// burst of NAKs for one loss costs one retry.
+    /// A go-back (after a PSN sequence NAK, a gap in READ responses or a
+    /// local ACK timeout) is under way: further NAKs and gaps are ignored
+    /// until the requester makes progress (as rxe does), so a burst of
+    /// them for one loss, or responses sent before the go-back arriving
+    /// after it, cost one retry.
     pub(crate) retrying: bool,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,

@@ -70,18 +70,15 @@ pub(crate) enum Response {
 }
 
 impl Response {
-    /// Whether this is a READ response stream whose remaining PSNs
-    /// include `psn`.
-    fn read_covers(&self, psn: Psn, mtu: u32) -> bool {
+    /// Whether this is a READ response stream with PSNs left at or after
+    /// `psn`: one that includes it, or one of a later READ.
+    fn read_reaches(&self, psn: Psn, mtu: u32) -> bool {
         match *self {
             Response::Read {
                 psn: first,
                 remaining,
                 ..
-            } => {
-                let d = first.distance(psn);
-                d >= 0 && (d as u32) < remaining.div_ceil(mtu).max(1)
-            }
+            } => first.distance(psn) < remaining.div_ceil(mtu).max(1) as i32,
             _ => false,
         }
     }
@@ -263,13 +260,18 @@ impl Qp {
         let psn = pkt.psn();
         match pkt.opcode().kind() {
             OpKind::ReadRequest => {
-                // The requester asks again from `psn`: a response stream
-                // still queued for the same READ is superseded. The READ
-                // is re-executed with its rkey checked again; an MR gone
-                // since is a remote access error as for a new READ (rxe
-                // `read_reply` rechecks the MR of a replay).
+                // The requester asks again from `psn`, and goes back to
+                // it: it drops every response after `psn` until then and
+                // asks again for every later READ too. So the responses
+                // still queued from `psn` on (the rest of this READ's
+                // stream, later READs') are superseded; sent, they would
+                // only reach a requester that drops them, each taken for
+                // a new loss. The READ is re-executed with its rkey
+                // checked again; an MR gone since is a remote access error
+                // as for a new READ (rxe `read_reply` rechecks the MR of a
+                // replay).
                 let mtu = self.mtu();
-                self.resp.out.retain(|r| !r.read_covers(psn, mtu));
+                self.resp.out.retain(|r| !r.read_reaches(psn, mtu));
                 if let Err(fault) = self.queue_read(ctx, pkt, true) {
                     self.rc_fault(ctx, psn, fault);
                 }
