@@ -48,7 +48,7 @@ const ONES: u8 = 0xFF;
 pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
     let mut scratch = [0u8; IPV4_MAX_HEADER_LEN];
     let ip = masked_ipv4(ip_header, &mut scratch)?;
-    crc_over(Icrc::after_masked(ip, udp_header)?, covered)
+    crc_over(ip, udp_header, covered)
 }
 
 /// Computes the ICRC of a RoCEv2 packet carried over IPv6; the arguments
@@ -56,7 +56,7 @@ pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<
 /// headers: RoCEv2 puts UDP right after the fixed header).
 pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
     let ip = masked_ipv6(ip_header)?;
-    crc_over(Icrc::after_masked(&ip, udp_header)?, covered)
+    crc_over(&ip, udp_header, covered)
 }
 
 /// Computes the ICRC over either IP version, chosen by the version nibble
@@ -121,8 +121,10 @@ pub(crate) fn check(computed: u32, found: u32) -> Result<(), WireError> {
     }
 }
 
-/// The ICRC of `covered` (BTH through pad) continuing `icrc`.
-fn crc_over(mut icrc: Icrc, covered: &[u8]) -> Result<u32, WireError> {
+/// The ICRC of `covered` (BTH through pad) under the already masked IP
+/// header and `udp_header`: the masked headers and the BTH are hashed as
+/// one run of bytes, then the rest where it lies (no copy of the payload).
+fn crc_over(masked_ip: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32, WireError> {
     let (bth, rest) = covered
         .split_first_chunk::<BTH_LEN>()
         .ok_or(WireError::Truncated {
@@ -130,41 +132,37 @@ fn crc_over(mut icrc: Icrc, covered: &[u8]) -> Result<u32, WireError> {
             needed: BTH_LEN,
             available: covered.len(),
         })?;
-    icrc.roce_headers(bth)?;
-    icrc.update(rest);
-    Ok(icrc.finish())
+    let mut headers = [0u8; IPV4_MAX_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
+    let ip_end = masked_ip.len();
+    let udp_end = ip_end + UDP_HEADER_LEN;
+    let end = udp_end + BTH_LEN;
+    headers
+        .get_mut(..ip_end)
+        .ok_or(bad(HeaderKind::Ipv4, "header too long"))?
+        .copy_from_slice(masked_ip);
+    headers[ip_end..udp_end].copy_from_slice(&masked_udp(udp_header)?);
+    headers[udp_end..end].copy_from_slice(bth);
+    // FECN, BECN and the reserved bits may be set by the network.
+    headers[udp_end + 4] = ONES;
+    let mut hasher = Hasher::new_with_initial(MASKED_LRH_STATE);
+    hasher.update(&headers[..end]);
+    hasher.update(rest);
+    Ok(hasher.finalize())
 }
-
-/// Bytes gathered before they are hashed together: the longest IPv4
-/// header, UDP, BTH and the longest extension headers (RETH and ImmDt, or
-/// an AtomicETH) fit, with room for a pad.
-const PENDING_LEN: usize = 128;
-
-/// Pieces shorter than this are gathered rather than hashed alone.
-const SHORT_PIECE: usize = 64;
 
 /// The ICRC of one packet, computed while the packet is written (as a
 /// NIC computes it while the data streams through): started from the IP
 /// and UDP headers the packet will leave with, then fed the BTH and
 /// extension headers ([`Icrc::roce_headers`]), the payload piece by piece
 /// as it is copied, and the pad ([`Icrc::update`]), in order.
-///
-/// The few bytes of headers are gathered on the stack and hashed together
-/// with what follows: crc32fast hashes long inputs with carry-less
-/// multiplication but short ones through tables, and four short updates
-/// per packet cost as much as a 4 KiB payload (docs/perf-profile.md).
 #[derive(Clone)]
 pub struct Icrc {
     hasher: Hasher,
-    pending: [u8; PENDING_LEN],
-    pending_len: usize,
 }
 
 impl std::fmt::Debug for Icrc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Icrc")
-            .field("pending_len", &self.pending_len)
-            .finish_non_exhaustive()
+        f.debug_struct("Icrc").finish_non_exhaustive()
     }
 }
 
@@ -172,24 +170,16 @@ impl Icrc {
     /// Starts the ICRC of a packet with these IP (either version) and UDP
     /// headers; fails as [`icrc`] does on a malformed header.
     pub fn start(ip_header: &[u8], udp_header: &[u8]) -> Result<Icrc, WireError> {
+        let mut hasher = Hasher::new_with_initial(MASKED_LRH_STATE);
         match ip_header.first().map(|b| b >> 4) {
-            Some(6) => Icrc::after_masked(&masked_ipv6(ip_header)?, udp_header),
+            Some(6) => hasher.update(&masked_ipv6(ip_header)?),
             _ => {
                 let mut scratch = [0u8; IPV4_MAX_HEADER_LEN];
-                Icrc::after_masked(masked_ipv4(ip_header, &mut scratch)?, udp_header)
+                hasher.update(masked_ipv4(ip_header, &mut scratch)?);
             }
         }
-    }
-
-    fn after_masked(masked_ip: &[u8], udp_header: &[u8]) -> Result<Icrc, WireError> {
-        let mut icrc = Icrc {
-            hasher: Hasher::new_with_initial(MASKED_LRH_STATE),
-            pending: [0; PENDING_LEN],
-            pending_len: 0,
-        };
-        icrc.update(masked_ip);
-        icrc.update(&masked_udp(udp_header)?);
-        Ok(icrc)
+        hasher.update(&masked_udp(udp_header)?);
+        Ok(Icrc { hasher })
     }
 
     /// Feeds the BTH and the extension headers after it (the BTH's
@@ -205,33 +195,19 @@ impl Icrc {
             })?;
         let mut bth = *bth;
         bth[4] = ONES;
-        self.update(&bth);
-        self.update(ext);
+        self.hasher.update(&bth);
+        self.hasher.update(ext);
         Ok(())
     }
 
     /// Feeds the next bytes of the packet.
     pub fn update(&mut self, bytes: &[u8]) {
-        let end = self.pending_len + bytes.len();
-        if bytes.len() < SHORT_PIECE && end <= PENDING_LEN {
-            self.pending[self.pending_len..end].copy_from_slice(bytes);
-            self.pending_len = end;
-            return;
-        }
-        self.flush();
         self.hasher.update(bytes);
     }
 
-    fn flush(&mut self) {
-        self.hasher.update(&self.pending[..self.pending_len]);
-        self.pending_len = 0;
-    }
-
     /// The ICRC of everything fed (the value the packet carries, as
-    /// little-endian bytes in its last four). The ICRC is then spent:
-    /// feeding it more is meaningless.
-    pub fn finish(&mut self) -> u32 {
-        self.flush();
+    /// little-endian bytes in its last four).
+    pub fn finish(&self) -> u32 {
         self.hasher.clone().finalize()
     }
 }
