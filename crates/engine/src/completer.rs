@@ -38,6 +38,9 @@ impl SendSide<'_> {
                 Some(Syndrome::Nak(NakCode::PsnSequenceError))
             );
             self.on_progress(seq_nak);
+            if !seq_nak {
+                self.on_acked(ctx);
+            }
         }
         self.retire(ctx);
         self.keep_retransmit_timer(now);
@@ -116,6 +119,7 @@ impl SendSide<'_> {
                 }
                 self.req.go_back(psn);
                 self.req.retrying = true;
+                self.on_loss(ctx);
                 progress
             }
             Syndrome::Nak(code) => {
@@ -308,6 +312,7 @@ impl SendSide<'_> {
         if self.consume_retry(ctx) {
             self.req.go_back(expected);
             self.req.retrying = true;
+            self.on_loss(ctx);
         }
         false
     }
@@ -326,6 +331,7 @@ impl SendSide<'_> {
             if self.consume_retry(ctx) {
                 if let Some(psn) = self.req.oldest_unacked() {
                     self.req.go_back(psn);
+                    self.on_loss(ctx);
                 }
                 // Responses already on their way from before the go-back
                 // arrive out of sequence: they are no new loss, and must

@@ -49,7 +49,7 @@ impl SendSide<'_> {
             let psn = e.first_psn.wrapping_add(e.next_pkt);
             (psn, psn.wrapping_add(1))
         };
-        let window = self.window_pkts(ctx) as i32;
+        let window = self.loss_limited_window(ctx) as i32;
         let in_window = self
             .req
             .oldest_unacked()
@@ -61,6 +61,33 @@ impl SendSide<'_> {
             return false;
         }
         in_window
+    }
+
+    /// The send window, or less after a loss: a go-back resends every
+    /// packet in flight after the lost one, so while packets are being
+    /// lost, fewer in flight waste less (under 1% loss, with a window of
+    /// 1,024 packets nearly every packet was sent again). The loss window
+    /// halves at every go-back for a loss and grows by half at every ACK
+    /// that acknowledges something new, back to the send window.
+    pub(crate) fn loss_limited_window(&self, ctx: &Ctx<'_>) -> u32 {
+        let window = self.window_pkts(ctx);
+        self.req.loss_window.map_or(window, |w| w.min(window))
+    }
+
+    /// A go-back for a lost packet: the loss window halves.
+    pub(crate) fn on_loss(&mut self, ctx: &Ctx<'_>) {
+        let now = self.loss_limited_window(ctx);
+        self.req.loss_window = Some((now / 2).max(MIN_WINDOW_PKTS));
+    }
+
+    /// New PSNs acknowledged: the loss window grows back.
+    pub(crate) fn on_acked(&mut self, ctx: &Ctx<'_>) {
+        let window = self.window_pkts(ctx);
+        self.req.loss_window = self
+            .req
+            .loss_window
+            .map(|w| w + w / 2 + 1)
+            .filter(|&w| w < window);
     }
 
     /// Bytes this RC QP has in flight, charged to the context's send

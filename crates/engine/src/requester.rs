@@ -129,6 +129,9 @@ pub(crate) struct Requester {
     /// them for one loss, or responses sent before the go-back arriving
     /// after it, cost one retry.
     pub(crate) retrying: bool,
+    /// Packets the QP may keep unacknowledged since its last loss, when
+    /// fewer than the send window (`flow_control.rs`, loss window).
+    pub(crate) loss_window: Option<u32>,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered

@@ -394,3 +394,54 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
     assert!(done.iter().all(|wc| wc.status == WcStatus::Success));
     assert_eq!(p.a.mem.slice(MEM_BASE + 0x4_0000, 4 * 4096), &data[..]);
 }
+
+/// After a loss the requester keeps fewer packets in flight: a go-back
+/// resends everything after the lost packet, so while packets are being
+/// lost a full window wastes a window per loss. The loss window halves
+/// at the go-back and grows back with the ACKs; the data arrives whole.
+#[test]
+fn after_a_loss_fewer_packets_are_in_flight() {
+    let mut p = Pair::with_window(8 * 1024);
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.a, 0, 32 * 1024);
+    let sge = [p.a.sge(0, 32 * 1024)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    // The requests of each turn of the wire, and which turn saw the NAK.
+    let bursts = Rc::new(RefCell::new(vec![Vec::new()]));
+    let record = bursts.clone();
+    let (mut sent, mut from_a_last) = (0, true);
+    p.filter = Box::new(move |from_a, v| {
+        let mut b = record.borrow_mut();
+        if from_a && !from_a_last {
+            b.push(Vec::new());
+        }
+        from_a_last = from_a;
+        if from_a {
+            sent += 1;
+            b.last_mut().unwrap().push(v.psn().get());
+            if sent == 5 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    p.run(10_000);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x2_0000, 32 * 1024), &data[..]);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let first = link.psn_a;
+    let bursts = bursts.borrow();
+    assert_eq!(
+        bursts[0],
+        (first..first + 8).collect::<Vec<_>>(),
+        "a window"
+    );
+    // The NAK for the 5th sends the requester back: 4 packets, half the
+    // window, from the lost one.
+    assert_eq!(bursts[1], (first + 4..first + 8).collect::<Vec<_>>());
+}
