@@ -41,6 +41,7 @@ mod qp_attr;
 mod qp_modify;
 mod qp_state;
 mod recv_queue;
+mod recv_side;
 mod requester;
 mod requester_direct;
 mod responder;

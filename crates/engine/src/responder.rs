@@ -14,8 +14,8 @@ use crate::event::AsyncEvent;
 use crate::gid::Gid;
 use crate::memory::{HostMemory, MemResult};
 use crate::mr_table::{sge_total, LocalAccessError};
-use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
+use crate::recv_side::RecvSide;
 use crate::requester::local_status;
 use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
@@ -125,6 +125,11 @@ impl Responder {
         }
     }
 
+    /// Whether responses are queued.
+    pub(crate) fn pending(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The QP entered ERR and executes nothing more. Queued ACKs, NAKs and
     /// atomic ACKs answer requests already executed (or report the error
     /// that stopped the QP) and still go out; READ responses are produced
@@ -174,9 +179,9 @@ enum Fault {
     NotReady,
 }
 
-impl Qp {
+impl RecvSide<'_> {
     /// Handles a request packet addressed to this QP.
-    pub(crate) fn responder_receive(
+    pub(crate) fn receive(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketView<'_>,
@@ -253,7 +258,7 @@ impl Qp {
         if let Some(event) = event {
             ctx.event(event);
         }
-        self.enter_error(ctx);
+        self.enter_error();
     }
 
     fn rc_duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) {
@@ -653,7 +658,7 @@ impl Qp {
     fn uc_fault(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
         self.uc_abandon(ctx);
         match fault {
-            Fault::Receive(_) => self.enter_error(ctx),
+            Fault::Receive(_) => self.enter_error(),
             _ => self.resp.uc_dropping = true,
         }
     }
@@ -691,7 +696,7 @@ impl Qp {
         data.extend_from_slice(pkt.payload());
         if let Err(err) = ctx.mrs.scatter(mem, self.pd, &wqe.sg_list, 0, &data) {
             self.fail_receive(ctx, &wqe, local_status(err));
-            self.enter_error(ctx);
+            self.enter_error();
             return;
         }
         let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, data.len() as u32);
@@ -748,7 +753,7 @@ impl Qp {
 
     /// Writes the next response packet into `sink`, sent back along the
     /// QP's path (`gids`; without them the response is dropped).
-    pub(crate) fn responder_transmit(
+    pub(crate) fn transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
@@ -858,11 +863,6 @@ impl Qp {
     fn read_access_lost(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         self.resp.out.clear();
         self.rc_fault(ctx, psn, Fault::Access);
-    }
-
-    /// Whether the responder has responses queued.
-    pub(crate) fn responder_pending(&self) -> bool {
-        !self.resp.out.is_empty()
     }
 }
 
