@@ -37,7 +37,7 @@
 set -u
 SO=$(readlink -f "$1")
 here=$(dirname "$(readlink -f "$0")")
-. "$here/../tests/programs/lib.sh" # wait_listen, two_hosts, remove_two_hosts
+. "$here/../tests/programs/lib.sh" # wait_listen, wait_pair, two_hosts, remove_two_hosts
 . "$here/../tests/interop/links.sh" # setup_rxe_pair, gid_of
 log=$(mktemp -d)
 export WAIT_LISTEN_SECONDS=60
@@ -106,22 +106,14 @@ run() {
       s_pre=("${SV_A[@]}"); c_pre=("${SV_B[@]}"); srv_addr=10.13.0.1; ns=sva
       s_args=(-d softverbs0 -x "$gid_sa"); c_args=(-d softverbs0 -x "$gid_sb") ;;
   esac
-  local t0=$SECONDS src=timeout crc="not started" srv cli first st
+  local t0=$SECONDS src=timeout crc="not started" srv cli
   "${s_pre[@]}" timeout "$LIMIT" "$@" "${s_args[@]}" -p "$port" > "$log/srv" 2> "$log/srv.err" &
   srv=$!
   : > "$log/cli"
   if wait_listen "$port" "$ns" $srv 2> "$log/cli.err"; then
     "${c_pre[@]}" timeout "$LIMIT" "$@" "${c_args[@]}" -p "$port" "$srv_addr" > "$log/cli" 2> "$log/cli.err" &
     cli=$!
-    # A side that fails ends the run at once: the other would only wait.
-    wait -n -p first $srv $cli; st=$?
-    if [ "$first" = "$cli" ]; then
-      crc=$st; [ $crc -ne 0 ] && kill $srv 2>/dev/null
-      wait $srv; src=$?
-    else
-      src=$st; [ $src -ne 0 ] && kill $cli 2>/dev/null
-      wait $cli; crc=$?
-    fi
+    wait_pair $srv $cli
   else
     kill $srv 2>/dev/null; wait $srv; src=$?
   fi
@@ -246,33 +238,29 @@ if netem "${RXE_LINKS[@]}" add; then
 else
   info loss "not measured: tc qdisc add ... netem failed (sch_netem?)"
 fi
+# sv_lossy SUFFIX NETEM_LABEL HOW: softverbs' bandwidth tests under the
+# loss on both softverbs links, as runs "<test>_bw_loss1SUFFIX".
+sv_lossy() {
+  netem "${SV_LINKS[@]}" add || return 0
+  info loss "$LOSS on svx and svy (both directions), softverbs $3"
+  for t in write read send; do
+    run softverbs "${t}_bw_loss1$1" ib_${t}_bw $LBW
+  done
+  info netem "$2 $(netem_stats "${SV_LINKS[@]}")"
+  udp_drops "loss1$1"
+  netem "${SV_LINKS[@]}" del
+}
 if tx_csum off; then
   for t in write read send; do
     run softverbs "${t}_bw_nogso" ib_${t}_bw $LBW
   done
   udp_drops nogso
-  if netem "${SV_LINKS[@]}" add; then
-    info loss "$LOSS on svx and svy (both directions), softverbs without GSO"
-    for t in write read send; do
-      run softverbs "${t}_bw_loss1" ib_${t}_bw $LBW
-    done
-    info netem "softverbs $(netem_stats "${SV_LINKS[@]}")"
-    udp_drops loss1
-    netem "${SV_LINKS[@]}" del
-  fi
+  sv_lossy "" softverbs "without GSO"
   tx_csum on
 else
   info loss "softverbs without GSO not measured: ethtool -K tx off failed"
 fi
-if netem "${SV_LINKS[@]}" add; then
-  info loss "$LOSS on svx and svy (both directions), softverbs with GSO"
-  for t in write read send; do
-    run softverbs "${t}_bw_loss1_gso" ib_${t}_bw $LBW
-  done
-  info netem "softverbs-gso $(netem_stats "${SV_LINKS[@]}")"
-  udp_drops loss1_gso
-  netem "${SV_LINKS[@]}" del
-fi
+sv_lossy _gso softverbs-gso "with GSO"
 info rxe-kernel-messages "$(dmesg | grep -o 'rdma_rxe: .*' | sort | uniq -c | awk '{ c = $1; $1 = ""; printf "%s x%d; ", substr($0, 2), c }')"
 info total "seconds=$((SECONDS - started))"
 echo "@@bench-done"

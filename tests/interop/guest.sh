@@ -109,17 +109,7 @@ case_run() {
   if wait_listen "$port" "$ns" $srv 2> "$log/cli"; then
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$@" "${c_args[@]}" "$srv_addr" > "$log/cli" 2>&1 &
     cli=$!
-    # Whichever ends first: a failure ends the case at once (the other
-    # side would only wait for its timeout); a success waits for the other.
-    local first st
-    wait -n -p first $srv $cli; st=$?
-    if [ "$first" = "$cli" ]; then
-      crc=$st; [ $crc -ne 0 ] && kill $srv 2>/dev/null
-      wait $srv; src=$?
-    else
-      src=$st; [ $src -ne 0 ] && kill $cli 2>/dev/null
-      wait $cli; crc=$?
-    fi
+    wait_pair $srv $cli
   else
     kill $srv 2>/dev/null; wait $srv; src=$?
   fi

@@ -125,6 +125,22 @@ serve_then_connect() {
   src=$?
 }
 
+# wait_pair SERVER_PID CLIENT_PID: waits for both; whichever ends first
+# with a failure stops the other at once (it would only wait for its
+# timeout), a success waits for the other. Sets $src and $crc to their
+# exit statuses.
+wait_pair() {
+  local srv=$1 cli=$2 first st
+  wait -n -p first "$srv" "$cli"; st=$?
+  if [ "$first" = "$cli" ]; then
+    crc=$st; [ "$crc" -ne 0 ] && kill "$srv" 2>/dev/null
+    wait "$srv"; src=$?
+  else
+    src=$st; [ "$src" -ne 0 ] && kill "$cli" 2>/dev/null
+    wait "$cli"; crc=$?
+  fi
+}
+
 # pair_verdict NAME EXPECT: the verdict of serve_then_connect: both exited
 # 0 and the client printed a line matching EXPECT (if not empty: rping
 # prints nothing when it succeeds).
