@@ -16,10 +16,18 @@ use std::io;
 /// The slice the progress thread asks for: Linux's smallest (0.1 ms).
 const PROGRESS_SLICE_NS: u64 = 100_000;
 
-/// Asks for a short slice for the calling thread (`SCHED_OTHER` stays its
-/// policy, its nice value unchanged).
+/// Asks for a short slice for the calling thread if it runs under the
+/// fair scheduler (`SCHED_OTHER`, its nice value unchanged); a thread of
+/// an application run under a real-time policy keeps it, since a
+/// real-time application's spinning threads would starve a fair one.
 pub fn ask_for_short_slice() -> io::Result<()> {
-    let attr = sched_attr {
+    // SAFETY: sched_getscheduler takes a plain integer (0: the calling
+    // thread) and touches no memory of ours.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy != libc::SCHED_OTHER {
+        return Ok(());
+    }
+    let mut attr = sched_attr {
         size: std::mem::size_of::<sched_attr>() as u32,
         sched_policy: libc::SCHED_OTHER as u32,
         sched_nice: nice_now(),
@@ -28,8 +36,17 @@ pub fn ask_for_short_slice() -> io::Result<()> {
     };
     // SAFETY: sched_setattr(pid 0 = the calling thread, attr, flags 0)
     // reads `attr.size` bytes from `attr`, a live local of exactly that
-    // size that nothing else references, and writes nothing of ours.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const sched_attr, 0u32) };
+    // size that nothing else references; it writes into it only to report
+    // the size it knows (E2BIG), through the pointer, which is mutable
+    // and exclusive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0,
+            &mut attr as *mut sched_attr,
+            0u32,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {

@@ -68,7 +68,9 @@ impl SendSide<'_> {
     /// lost, fewer in flight waste less (under 1% loss, with a window of
     /// 1,024 packets nearly every packet was sent again). The loss window
     /// halves at every go-back for a loss and grows by half at every ACK
-    /// that acknowledges something new, back to the send window.
+    /// that acknowledges something new, back to the send window. It holds
+    /// back new requests; a READ part already asked for still brings a
+    /// send window of responses.
     pub(crate) fn loss_limited_window(&self, ctx: &Ctx<'_>) -> u32 {
         let window = self.window_pkts(ctx);
         self.req.loss_window.map_or(window, |w| w.min(window))
@@ -115,8 +117,12 @@ impl SendSide<'_> {
             .min(e.npkts)
     }
 
-    /// How often, in packets, a request asks for an ACK.
+    /// How often, in packets, a request asks for an ACK: at least four
+    /// times per window in force, the loss window included, so that a
+    /// full window always asks for the ACK that opens it (with ACKs asked
+    /// for more rarely than the window allows packets, a small loss window
+    /// waited for the local ACK timeout each time it filled).
     pub(crate) fn ack_req_interval(&self, ctx: &Ctx<'_>) -> u32 {
-        (self.window_pkts(ctx) / 4).clamp(1, ACK_REQ_INTERVAL)
+        (self.loss_limited_window(ctx) / 4).clamp(1, ACK_REQ_INTERVAL)
     }
 }

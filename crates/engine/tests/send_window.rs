@@ -445,3 +445,44 @@ fn after_a_loss_fewer_packets_are_in_flight() {
     // window, from the lost one.
     assert_eq!(bursts[1], (first + 4..first + 8).collect::<Vec<_>>());
 }
+
+/// A loss window smaller than the interval at which a full send window
+/// asks for ACKs still asks for one before it fills. The link loses every
+/// packet through three local ACK timeouts (each halves the loss window:
+/// 64 packets, then 32, 16, 8), then comes back: the rest of the WRITE
+/// goes on at the pace of its ACKs, with no further timeout (4.2 ms each
+/// here; the wire runs 1 us per packet). Asking for ACKs as rarely as the
+/// full window allows, every window of 8 packets waited for a timeout.
+#[test]
+fn a_small_loss_window_still_asks_for_acks() {
+    let mut p = Pair::with_window(64 * 1024);
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data = pattern(&mut p.a, 0, 256 * 1024);
+    let sge = [p.a.sge(0, 256 * 1024)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x4_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let mut sent = 0;
+    p.filter = Box::new(move |from_a, _| {
+        if from_a {
+            sent += 1;
+            if sent <= 64 + 32 + 16 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    p.run(100_000);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x4_0000, 256 * 1024), &data[..]);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let timeout = 4_096 << link.timeout;
+    assert!(
+        p.now < 4 * timeout,
+        "more than the three timeouts of the outage: {} ns",
+        p.now
+    );
+}
