@@ -1,0 +1,282 @@
+//! The rules of one device at run time: the embedders (the engine for
+//! verbs, the transport for packets) ask at fixed points whether a rule
+//! fires, and the answer depends only on the rules, the seed and the
+//! sequence of questions, so a run repeats.
+
+use crate::rule::{Action, Filter, PacketAction, QpErrorWhen, Queue, Rule, Select};
+use crate::spec::FaultSpec;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// The rules that apply to one device, with their counters.
+#[derive(Debug)]
+pub struct Faults {
+    rules: Vec<(Rule, Count)>,
+    rng: fastrand::Rng,
+    /// WRs posted per QP number, for `qp_error after=N`.
+    posted: HashMap<u32, u64>,
+}
+
+/// What the completion rules do to one completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompletionFault {
+    /// Report this status and vendor_err instead of success.
+    pub fail: Option<(u32, u32)>,
+    /// Hold it back this long.
+    pub delay: Option<Duration>,
+}
+
+/// A rule's matches and firings so far.
+#[derive(Debug, Default, Clone, Copy)]
+struct Count {
+    matched: u64,
+    bytes: u64,
+    fired: u64,
+}
+
+/// Which rules a [`Faults`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Rules on verbs: posts, completions, QP errors (the engine's).
+    Verbs,
+    /// Rules on packets (the transport's).
+    Packets,
+}
+
+impl Faults {
+    /// The rules of `spec` for device `device` of one `part`, or `None`
+    /// if there are none. Each part has its own generator, so that packet
+    /// decisions do not shift verbs decisions.
+    pub fn new(spec: &FaultSpec, device: &str, part: Part) -> Option<Faults> {
+        let rules: Vec<_> = spec
+            .rules
+            .iter()
+            .filter(|r| r.filter.device.as_deref().is_none_or(|d| d == device))
+            .filter(|r| r.is_packet_rule() == (part == Part::Packets))
+            .map(|r| (r.clone(), Count::default()))
+            .collect();
+        let salt = match part {
+            Part::Verbs => 0,
+            Part::Packets => 0x9E37_79B9_7F4A_7C15,
+        };
+        (!rules.is_empty()).then(|| Faults {
+            rules,
+            rng: fastrand::Rng::with_seed(spec.seed ^ salt),
+            posted: HashMap::new(),
+        })
+    }
+
+    /// A WR of `bytes` is posted to `queue` of QP `qp`: the errno the post
+    /// returns instead, if a rule fires.
+    pub fn post(&mut self, queue: Queue, qp: u32, opcode: Option<u32>, bytes: u64) -> Option<i32> {
+        self.first(bytes, |r| match r.action {
+            Action::FailPost { queue: q, errno } if q == queue && on_qp(&r.filter, qp) => {
+                (r.filter.opcode.is_none() || r.filter.opcode == opcode).then_some(errno)
+            }
+            _ => None,
+        })
+    }
+
+    /// A WR was posted to QP `qp`: whether it must now enter the error
+    /// state (`qp_error after=N`, counted per QP).
+    pub fn posted(&mut self, qp: u32) -> bool {
+        let n = self.posted.entry(qp).or_default();
+        *n += 1;
+        let n = *n;
+        self.rules.iter().any(|(r, _)| {
+            r.action == Action::QpError(QpErrorWhen::AfterOps(n)) && on_qp(&r.filter, qp)
+        })
+    }
+
+    /// QP number `qp` was destroyed: a QP that gets its number again
+    /// counts its WRs from zero.
+    pub fn forget_qp(&mut self, qp: u32) {
+        self.posted.remove(&qp);
+    }
+
+    /// A successful completion of `opcode` (`ibv_wc_opcode`) and
+    /// `byte_len` on QP `qp`: what the rules do to it.
+    pub fn completion(&mut self, qp: u32, opcode: u32, byte_len: u32) -> CompletionFault {
+        let bytes = u64::from(byte_len);
+        let admits = |r: &Rule| on_qp(&r.filter, qp) && r.filter.opcode.is_none_or(|o| o == opcode);
+        let fail = self.first(bytes, |r| match r.action {
+            Action::FailCompletion { status, vendor_err } if admits(r) => {
+                Some((status, vendor_err))
+            }
+            _ => None,
+        });
+        let delay = self.first(bytes, |r| match r.action {
+            Action::DelayCompletion(d) if admits(r) => Some(d),
+            _ => None,
+        });
+        CompletionFault { fail, delay }
+    }
+
+    /// The `qp_error at=TIME` rules: which QP (None: every QP) and when,
+    /// after the device was opened.
+    pub fn timed_qp_errors(&self) -> impl Iterator<Item = (Option<u32>, Duration)> + '_ {
+        self.rules.iter().filter_map(|(r, _)| match r.action {
+            Action::QpError(QpErrorWhen::At(at)) => Some((r.filter.qp, at)),
+            _ => None,
+        })
+    }
+
+    /// A packet of `len` bytes for local QP `qp` arrived from `peer`: what
+    /// happens to it, if a rule fires.
+    pub fn packet(&mut self, qp: u32, peer: IpAddr, len: usize) -> Option<PacketAction> {
+        self.first(len as u64, |r| match r.action {
+            Action::Packet(a)
+                if on_qp(&r.filter, qp) && r.filter.peer.is_none_or(|p| p == peer) =>
+            {
+                Some(a)
+            }
+            _ => None,
+        })
+    }
+
+    /// A number below `n` from the seeded generator (which byte a
+    /// corruption flips).
+    pub fn below(&mut self, n: usize) -> usize {
+        self.rng.usize(..n.max(1))
+    }
+
+    /// The first rule whose filter `admits` the event (giving its value)
+    /// and whose selector fires. Every admitting rule counts the event,
+    /// fired or not, so each rule's `every=` and `nth=` count its own
+    /// matches.
+    fn first<T>(&mut self, bytes: u64, mut admits: impl FnMut(&Rule) -> Option<T>) -> Option<T> {
+        let mut out = None;
+        for (rule, count) in &mut self.rules {
+            let Some(value) = admits(rule) else { continue };
+            // `fires` first: it counts the match even once a rule decided.
+            if fires(&rule.select, count, bytes, &mut self.rng) && out.is_none() {
+                out = Some(value);
+            }
+        }
+        out
+    }
+}
+
+fn on_qp(filter: &Filter, qp: u32) -> bool {
+    filter.qp.is_none_or(|q| q == qp)
+}
+
+/// Counts one match of `bytes` and says whether it fires.
+fn fires(select: &Select, count: &mut Count, bytes: u64, rng: &mut fastrand::Rng) -> bool {
+    count.matched += 1;
+    let n = count.matched;
+    let before = count.bytes;
+    count.bytes = count.bytes.saturating_add(bytes);
+    let chosen = n > select.after
+        && before >= select.after_bytes
+        && select.nth.is_none_or(|k| n == k)
+        && select.every.is_none_or(|k| n.is_multiple_of(k))
+        && select.count.is_none_or(|c| count.fired < c)
+        && select.prob.is_none_or(|p| rng.f64() < p);
+    if chosen {
+        count.fired += 1;
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn faults(text: &str, part: Part) -> Faults {
+        Faults::new(&FaultSpec::parse(text).unwrap(), "softverbs0", part).unwrap()
+    }
+
+    #[test]
+    fn every_nth_after_and_count() {
+        let mut f = faults("post_send every=3 errno=ENOMEM", Part::Verbs);
+        let got: Vec<_> = (0..7).map(|_| f.post(Queue::Send, 1, Some(0), 8)).collect();
+        assert_eq!(got, [None, None, Some(12), None, None, Some(12), None]);
+        let mut f = faults(
+            "post_recv nth=2 errno=EAGAIN; post_recv after=3 count=1 errno=EIO",
+            Part::Verbs,
+        );
+        let got: Vec<_> = (0..6).map(|_| f.post(Queue::Recv, 1, None, 8)).collect();
+        assert_eq!(got, [None, Some(11), None, Some(5), None, None]);
+        // Another queue is not matched.
+        assert_eq!(f.post(Queue::Send, 1, Some(0), 8), None);
+    }
+
+    #[test]
+    fn filters_by_qp_opcode_and_device() {
+        let mut f = faults("post_send qp=7 opcode=RDMA_READ errno=EINVAL", Part::Verbs);
+        assert_eq!(f.post(Queue::Send, 7, Some(0), 8), None);
+        assert_eq!(f.post(Queue::Send, 8, Some(4), 8), None);
+        assert_eq!(f.post(Queue::Send, 7, Some(4), 8), Some(22));
+        let spec = FaultSpec::parse("packet drop device=other").unwrap();
+        assert!(Faults::new(&spec, "softverbs0", Part::Packets).is_none());
+        assert!(Faults::new(&spec, "other", Part::Verbs).is_none());
+    }
+
+    #[test]
+    fn after_bytes_counts_earlier_matches() {
+        let mut f = faults(
+            "completion after_bytes=100 status=RETRY_EXC_ERR",
+            Part::Verbs,
+        );
+        assert_eq!(f.completion(1, 0, 60).fail, None);
+        assert_eq!(f.completion(1, 0, 60).fail, None);
+        assert_eq!(f.completion(1, 0, 1).fail, Some((12, 0)));
+    }
+
+    #[test]
+    fn completions_fail_and_delay_independently() {
+        let mut f = faults(
+            "completion opcode=RECV status=REM_OP_ERR vendor_err=7; completion delay=3ms",
+            Part::Verbs,
+        );
+        let recv = f.completion(1, 128, 4);
+        assert_eq!(
+            (recv.fail, recv.delay),
+            (Some((11, 7)), Some(Duration::from_millis(3)))
+        );
+        assert_eq!(f.completion(1, 0, 4).fail, None);
+    }
+
+    #[test]
+    fn qp_errors_count_per_qp() {
+        let mut f = faults("qp_error after=2; qp_error qp=9 at=1s", Part::Verbs);
+        assert!(!f.posted(1));
+        assert!(!f.posted(2));
+        assert!(f.posted(1));
+        assert!(!f.posted(1));
+        f.forget_qp(1);
+        assert!(!f.posted(1));
+        assert!(f.posted(1));
+        let timed: Vec<_> = f.timed_qp_errors().collect();
+        assert_eq!(timed, [(Some(9), Duration::from_secs(1))]);
+    }
+
+    #[test]
+    fn probabilities_repeat_with_the_seed() {
+        let run = |text: &str| {
+            let mut f = faults(text, Part::Packets);
+            (0..1000)
+                .map(|_| f.packet(1, "10.0.0.1".parse().unwrap(), 100).is_some())
+                .collect::<Vec<_>>()
+        };
+        let a = run("seed=5; packet drop prob=10%");
+        assert_eq!(a, run("seed=5; packet drop prob=10%"));
+        assert_ne!(a, run("seed=6; packet drop prob=10%"));
+        let dropped = a.iter().filter(|&&d| d).count();
+        assert!((50..150).contains(&dropped), "{dropped}");
+    }
+
+    #[test]
+    fn packets_filter_by_peer_and_the_first_firing_rule_decides() {
+        let mut f = faults(
+            "packet drop peer=10.0.0.2 nth=1; packet duplicate",
+            Part::Packets,
+        );
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        assert_eq!(f.packet(1, a, 10), Some(PacketAction::Duplicate));
+        assert_eq!(f.packet(1, b, 10), Some(PacketAction::Drop));
+        assert_eq!(f.packet(1, b, 10), Some(PacketAction::Duplicate));
+    }
+}

@@ -1,0 +1,143 @@
+//! The names a rule may use for errno values, completion statuses and
+//! opcodes, with the numbers of Linux and of rdma-core's `verbs.h` (the
+//! public ABI, so they cannot change). Names are case-insensitive and may
+//! carry verbs.h's prefix (`IBV_WC_`, `IBV_WR_`); a plain number is taken
+//! as it is.
+
+/// errno values a verb may plausibly return.
+const ERRNOS: &[(&str, i32)] = &[
+    ("EPERM", 1),
+    ("ENOENT", 2),
+    ("EINTR", 4),
+    ("EIO", 5),
+    ("EAGAIN", 11),
+    ("ENOMEM", 12),
+    ("EFAULT", 14),
+    ("EBUSY", 16),
+    ("EINVAL", 22),
+    ("ENOSPC", 28),
+    ("EOPNOTSUPP", 95),
+    ("ENETDOWN", 100),
+    ("ENETUNREACH", 101),
+    ("ECONNRESET", 104),
+    ("ETIMEDOUT", 110),
+    ("ECONNREFUSED", 111),
+];
+
+/// `enum ibv_wc_status`.
+const WC_STATUSES: &[(&str, u32)] = &[
+    ("SUCCESS", 0),
+    ("LOC_LEN_ERR", 1),
+    ("LOC_QP_OP_ERR", 2),
+    ("LOC_EEC_OP_ERR", 3),
+    ("LOC_PROT_ERR", 4),
+    ("WR_FLUSH_ERR", 5),
+    ("MW_BIND_ERR", 6),
+    ("BAD_RESP_ERR", 7),
+    ("LOC_ACCESS_ERR", 8),
+    ("REM_INV_REQ_ERR", 9),
+    ("REM_ACCESS_ERR", 10),
+    ("REM_OP_ERR", 11),
+    ("RETRY_EXC_ERR", 12),
+    ("RNR_RETRY_EXC_ERR", 13),
+    ("LOC_RDD_VIOL_ERR", 14),
+    ("REM_INV_RD_REQ_ERR", 15),
+    ("REM_ABORT_ERR", 16),
+    ("INV_EECN_ERR", 17),
+    ("INV_EEC_STATE_ERR", 18),
+    ("FATAL_ERR", 19),
+    ("RESP_TIMEOUT_ERR", 20),
+    ("GENERAL_ERR", 21),
+    ("TM_ERR", 22),
+    ("TM_RNDV_INCOMPLETE", 23),
+];
+
+/// `enum ibv_wr_opcode`.
+const WR_OPCODES: &[(&str, u32)] = &[
+    ("RDMA_WRITE", 0),
+    ("RDMA_WRITE_WITH_IMM", 1),
+    ("SEND", 2),
+    ("SEND_WITH_IMM", 3),
+    ("RDMA_READ", 4),
+    ("ATOMIC_CMP_AND_SWP", 5),
+    ("ATOMIC_FETCH_AND_ADD", 6),
+    ("LOCAL_INV", 7),
+    ("BIND_MW", 8),
+    ("SEND_WITH_INV", 9),
+];
+
+/// `enum ibv_wc_opcode`.
+const WC_OPCODES: &[(&str, u32)] = &[
+    ("SEND", 0),
+    ("RDMA_WRITE", 1),
+    ("RDMA_READ", 2),
+    ("COMP_SWAP", 3),
+    ("FETCH_ADD", 4),
+    ("BIND_MW", 5),
+    ("LOCAL_INV", 6),
+    ("RECV", 128),
+    ("RECV_RDMA_WITH_IMM", 129),
+];
+
+/// An errno by name (`ENOMEM`) or number.
+pub fn errno(text: &str) -> Option<i32> {
+    lookup(ERRNOS, "", text).or_else(|| text.parse().ok().filter(|&n| n > 0))
+}
+
+/// An `ibv_wc_status` by name (`RETRY_EXC_ERR`, `IBV_WC_RETRY_EXC_ERR`) or
+/// number.
+pub fn wc_status(text: &str) -> Option<u32> {
+    lookup(WC_STATUSES, "IBV_WC_", text).or_else(|| number(WC_STATUSES, text))
+}
+
+/// An `ibv_wr_opcode` by name (`RDMA_WRITE`, `IBV_WR_RDMA_WRITE`) or number.
+pub fn wr_opcode(text: &str) -> Option<u32> {
+    lookup(WR_OPCODES, "IBV_WR_", text).or_else(|| number(WR_OPCODES, text))
+}
+
+/// An `ibv_wc_opcode` by name (`RECV`, `IBV_WC_RECV`) or number.
+pub fn wc_opcode(text: &str) -> Option<u32> {
+    lookup(WC_OPCODES, "IBV_WC_", text).or_else(|| number(WC_OPCODES, text))
+}
+
+/// The name of an `ibv_wc_status` number, for messages.
+pub fn wc_status_name(status: u32) -> &'static str {
+    WC_STATUSES
+        .iter()
+        .find(|(_, n)| *n == status)
+        .map_or("UNKNOWN", |(name, _)| name)
+}
+
+fn lookup<T: Copy>(table: &[(&str, T)], prefix: &str, text: &str) -> Option<T> {
+    let upper = text.to_ascii_uppercase();
+    let bare = upper.strip_prefix(prefix).unwrap_or(&upper);
+    table
+        .iter()
+        .find(|(name, _)| *name == bare)
+        .map(|(_, v)| *v)
+}
+
+/// A number that is one of the table's values.
+fn number(table: &[(&str, u32)], text: &str) -> Option<u32> {
+    let n: u32 = text.parse().ok()?;
+    table.iter().any(|(_, v)| *v == n).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_and_without_prefix_and_numbers() {
+        assert_eq!(wc_status("RETRY_EXC_ERR"), Some(12));
+        assert_eq!(wc_status("ibv_wc_rem_access_err"), Some(10));
+        assert_eq!(wc_status("13"), Some(13));
+        assert_eq!(wc_status("99"), None);
+        assert_eq!(wr_opcode("IBV_WR_RDMA_READ"), Some(4));
+        assert_eq!(wc_opcode("recv_rdma_with_imm"), Some(129));
+        assert_eq!(errno("ENOMEM"), Some(12));
+        assert_eq!(errno("7"), Some(7));
+        assert_eq!(errno("ENOTATHING"), None);
+        assert_eq!(wc_status_name(13), "RNR_RETRY_EXC_ERR");
+    }
+}

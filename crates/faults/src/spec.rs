@@ -1,0 +1,365 @@
+//! Parsing `SOFTVERBS_FAULTS`: the grammar is in docs/fault-injection.md.
+//!
+//! A rule is a kind followed by words: `key=value` pairs (filters, a
+//! selector, the action's arguments) and, for packet rules, the action's
+//! name. Rules are separated by newlines or `;`; `#` starts a comment.
+
+use crate::names;
+use crate::rule::{Action, Filter, PacketAction, QpErrorWhen, Queue, Rule, Select};
+use std::time::Duration;
+
+/// The environment variable holding the rules, or the path of a file
+/// holding them.
+pub const ENV: &str = "SOFTVERBS_FAULTS";
+
+/// The seed used when the rules name none: runs repeat unless asked not
+/// to.
+pub const DEFAULT_SEED: u64 = 1;
+
+/// A parsed set of rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpec {
+    /// Seeds the generator of `prob=` selectors.
+    pub seed: u64,
+    /// In the order written; the first that fires decides.
+    pub rules: Vec<Rule>,
+}
+
+/// A rule that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{ENV}: rule {line} (`{text}`): {message}")]
+pub struct ParseError {
+    /// The rule's line or item number, from 1.
+    pub line: usize,
+    /// The rule's text.
+    pub text: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl FaultSpec {
+    /// The rules of `SOFTVERBS_FAULTS`: its value, or the file it names.
+    /// `Ok(None)` when it is unset or empty.
+    pub fn from_env() -> Result<Option<FaultSpec>, ParseError> {
+        let Some(value) = std::env::var_os(ENV).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let value = value.to_string_lossy().into_owned();
+        let path = std::path::Path::new(&value);
+        let text = if path.is_file() {
+            std::fs::read_to_string(path).map_err(|e| ParseError {
+                line: 0,
+                text: value.clone(),
+                message: format!("cannot read the file: {e}"),
+            })?
+        } else {
+            value
+        };
+        FaultSpec::parse(&text).map(Some)
+    }
+
+    /// Parses rules from text.
+    pub fn parse(text: &str) -> Result<FaultSpec, ParseError> {
+        let mut spec = FaultSpec {
+            seed: DEFAULT_SEED,
+            rules: Vec::new(),
+        };
+        let items = text
+            .lines()
+            .flat_map(|l| l.split('#').next().unwrap_or("").split(';'));
+        for (i, item) in items
+            .map(str::trim)
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+        {
+            let line = i + 1;
+            let fail = |message: String| ParseError {
+                line,
+                text: item.to_string(),
+                message,
+            };
+            if let Some(seed) = item.strip_prefix("seed=") {
+                spec.seed = seed
+                    .trim()
+                    .parse()
+                    .map_err(|_| fail("seed is not a number".into()))?;
+                continue;
+            }
+            spec.rules.push(parse_rule(line, item).map_err(fail)?);
+        }
+        Ok(spec)
+    }
+
+    /// Whether a rule acts on packets.
+    pub fn has_packet_rules(&self) -> bool {
+        self.rules.iter().any(Rule::is_packet_rule)
+    }
+}
+
+/// The words of one rule, parsed into it.
+fn parse_rule(line: usize, item: &str) -> Result<Rule, String> {
+    let mut words = item.split_whitespace();
+    let kind = words.next().unwrap_or_default();
+    let mut b = Builder::default();
+    for word in words {
+        match word.split_once('=') {
+            Some((key, value)) => b.pair(kind, key, value)?,
+            None => b.bare(kind, word)?,
+        }
+    }
+    let action = b.action(kind)?;
+    Ok(Rule {
+        line,
+        filter: b.filter,
+        select: b.select,
+        action,
+    })
+}
+
+/// What the words of a rule said so far.
+#[derive(Default)]
+struct Builder {
+    filter: Filter,
+    select: Select,
+    errno: Option<i32>,
+    status: Option<u32>,
+    vendor_err: u32,
+    delay: Option<Duration>,
+    at: Option<Duration>,
+    packet: Option<PacketAction>,
+}
+
+impl Builder {
+    fn pair(&mut self, kind: &str, key: &str, value: &str) -> Result<(), String> {
+        let bad = || format!("bad value for {key}: `{value}`");
+        match key {
+            "device" => self.filter.device = Some(value.to_string()),
+            "qp" => self.filter.qp = Some(parse_u32(value).ok_or_else(bad)?),
+            "opcode" => {
+                let code = match kind {
+                    "post_send" => names::wr_opcode(value),
+                    "completion" => names::wc_opcode(value),
+                    _ => return Err(format!("opcode= does not apply to {kind}")),
+                };
+                self.filter.opcode = Some(code.ok_or_else(bad)?);
+            }
+            "peer" => self.filter.peer = Some(value.parse().map_err(|_| bad())?),
+            "every" => self.select.every = Some(positive(value).ok_or_else(bad)?),
+            "nth" => self.select.nth = Some(positive(value).ok_or_else(bad)?),
+            "after" => self.select.after = parse_size(value).ok_or_else(bad)?,
+            "after_bytes" => self.select.after_bytes = parse_size(value).ok_or_else(bad)?,
+            "count" => self.select.count = Some(parse_size(value).ok_or_else(bad)?),
+            "prob" => self.select.prob = Some(parse_prob(value).ok_or_else(bad)?),
+            "errno" => self.errno = Some(names::errno(value).ok_or_else(bad)?),
+            "status" => self.status = Some(names::wc_status(value).ok_or_else(bad)?),
+            "vendor_err" => self.vendor_err = parse_u32(value).ok_or_else(bad)?,
+            "delay" => self.delay = Some(parse_duration(value).ok_or_else(bad)?),
+            "at" => self.at = Some(parse_duration(value).ok_or_else(bad)?),
+            _ => return Err(format!("unknown key `{key}`")),
+        }
+        Ok(())
+    }
+
+    fn bare(&mut self, kind: &str, word: &str) -> Result<(), String> {
+        let action = match (kind, word) {
+            ("packet", "drop") => PacketAction::Drop,
+            ("packet", "duplicate") => PacketAction::Duplicate,
+            ("packet", "reorder") => PacketAction::Reorder,
+            ("packet", "corrupt") => PacketAction::Corrupt,
+            _ => {
+                return Err(format!(
+                    "unknown word `{word}` (keys are written key=value)"
+                ))
+            }
+        };
+        if self.packet.replace(action).is_some() {
+            return Err("a packet rule has one action".into());
+        }
+        Ok(())
+    }
+
+    /// The action of a rule of `kind`, checking that it has what it needs
+    /// and nothing another kind takes.
+    fn action(&mut self, kind: &str) -> Result<Action, String> {
+        let queue = match kind {
+            "post_send" => Some(Queue::Send),
+            "post_recv" => Some(Queue::Recv),
+            "post_srq_recv" => Some(Queue::SrqRecv),
+            _ => None,
+        };
+        if kind != "packet" && self.filter.peer.is_some() {
+            return Err("peer= applies to packet rules only".into());
+        }
+        if let Some(queue) = queue {
+            let errno = self.errno.ok_or("a post rule needs errno=")?;
+            return Ok(Action::FailPost { queue, errno });
+        }
+        match kind {
+            "completion" => match (self.status, self.delay) {
+                (Some(status), None) if status != 0 => Ok(Action::FailCompletion {
+                    status,
+                    vendor_err: self.vendor_err,
+                }),
+                (None, Some(d)) => Ok(Action::DelayCompletion(d)),
+                _ => Err("a completion rule needs one of status= (an error) and delay=".into()),
+            },
+            "qp_error" => self.qp_error(),
+            "packet" => match (self.packet, self.delay) {
+                (Some(a), None) => Ok(Action::Packet(a)),
+                (None, Some(d)) => Ok(Action::Packet(PacketAction::Delay(d))),
+                _ => Err("a packet rule needs one of drop, duplicate, reorder, corrupt and delay=".into()),
+            },
+            "" => Err("empty rule".into()),
+            _ => Err(format!(
+                "unknown rule kind `{kind}` (post_send, post_recv, post_srq_recv, completion, qp_error, packet)"
+            )),
+        }
+    }
+
+    /// `qp_error after=N` or `qp_error at=TIME`: `after` here counts the
+    /// QP's own WRs, so it is taken out of the selector.
+    fn qp_error(&mut self) -> Result<Action, String> {
+        let after = std::mem::take(&mut self.select.after);
+        if self.select != Select::default() {
+            return Err("qp_error takes after= or at=, no other selector".into());
+        }
+        match (after, self.at) {
+            (n, None) if n > 0 => Ok(Action::QpError(QpErrorWhen::AfterOps(n))),
+            (0, Some(at)) => Ok(Action::QpError(QpErrorWhen::At(at))),
+            _ => Err("qp_error needs one of after=N (N > 0) and at=TIME".into()),
+        }
+    }
+}
+
+/// A decimal or `0x` hexadecimal number.
+fn parse_u32(text: &str) -> Option<u32> {
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+fn positive(text: &str) -> Option<u64> {
+    parse_size(text).filter(|&n| n > 0)
+}
+
+/// A count or size, with an optional binary suffix (`64K`, `1M`, `2G`).
+fn parse_size(text: &str) -> Option<u64> {
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'k' | b'K' => (&text[..text.len() - 1], 10),
+        b'm' | b'M' => (&text[..text.len() - 1], 20),
+        b'g' | b'G' => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// A probability: `0.01` or `1%`.
+fn parse_prob(text: &str) -> Option<f64> {
+    let p = match text.strip_suffix('%') {
+        Some(pct) => pct.parse::<f64>().ok()? / 100.0,
+        None => text.parse().ok()?,
+    };
+    (0.0..=1.0).contains(&p).then_some(p)
+}
+
+/// A duration with its unit (`5ms`, `2s`, `100us`).
+fn parse_duration(text: &str) -> Option<Duration> {
+    humantime::parse_duration(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Rule {
+        let spec = FaultSpec::parse(text).unwrap();
+        assert_eq!(spec.rules.len(), 1, "{text}");
+        spec.rules[0].clone()
+    }
+
+    #[test]
+    fn every_kind_parses() {
+        let r = one("post_send qp=0x11 opcode=RDMA_WRITE every=3 errno=ENOMEM");
+        assert_eq!(
+            r.action,
+            Action::FailPost {
+                queue: Queue::Send,
+                errno: 12
+            }
+        );
+        assert_eq!(
+            (r.filter.qp, r.filter.opcode, r.select.every),
+            (Some(0x11), Some(0), Some(3))
+        );
+        let r = one("completion opcode=recv after_bytes=1M status=IBV_WC_REM_ACCESS_ERR");
+        assert_eq!(
+            r.action,
+            Action::FailCompletion {
+                status: 10,
+                vendor_err: 0
+            }
+        );
+        assert_eq!(
+            (r.filter.opcode, r.select.after_bytes),
+            (Some(128), 1 << 20)
+        );
+        assert_eq!(
+            one("completion delay=5ms").action,
+            Action::DelayCompletion(Duration::from_millis(5))
+        );
+        assert_eq!(
+            one("qp_error after=100").action,
+            Action::QpError(QpErrorWhen::AfterOps(100))
+        );
+        assert_eq!(
+            one("qp_error at=2s").action,
+            Action::QpError(QpErrorWhen::At(Duration::from_secs(2)))
+        );
+        let r = one("packet drop prob=1% peer=10.0.0.2 device=softverbs0");
+        assert_eq!(r.action, Action::Packet(PacketAction::Drop));
+        assert_eq!(r.select.prob, Some(0.01));
+        assert_eq!(r.filter.peer, Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(r.filter.device.as_deref(), Some("softverbs0"));
+        assert_eq!(
+            one("packet delay=2ms").action,
+            Action::Packet(PacketAction::Delay(Duration::from_millis(2)))
+        );
+    }
+
+    #[test]
+    fn lists_seeds_and_comments() {
+        let spec =
+            FaultSpec::parse("seed=42; packet duplicate # twice\n\n post_recv errno=EAGAIN nth=2")
+                .unwrap();
+        assert_eq!(spec.seed, 42);
+        assert_eq!(spec.rules.len(), 2);
+        assert!(spec.has_packet_rules());
+        assert_eq!(FaultSpec::parse("").unwrap().seed, DEFAULT_SEED);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (text, says) in [
+            ("post_send every=3", "needs errno="),
+            ("completion status=SUCCESS", "needs one of status="),
+            (
+                "completion status=RETRY_EXC_ERR delay=1ms",
+                "needs one of status=",
+            ),
+            ("packet", "needs one of drop"),
+            ("packet drop corrupt", "one action"),
+            ("qp_error", "needs one of after="),
+            ("qp_error after=3 every=2", "no other selector"),
+            ("post_recv opcode=SEND errno=EINVAL", "does not apply"),
+            ("completion peer=1.2.3.4 delay=1ms", "packet rules only"),
+            ("packet drop prob=150%", "bad value for prob"),
+            ("packet drop speed=3", "unknown key"),
+            ("explode", "unknown rule kind"),
+            ("seed=x", "seed is not a number"),
+        ] {
+            let e = FaultSpec::parse(text).unwrap_err();
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+    }
+}
