@@ -5,6 +5,7 @@
 
 use crate::device::DeviceConfig;
 use crate::event::AsyncEvent;
+use crate::fault_points::{FaultState, Verdict};
 use crate::handles::{AhId, CqId, SrqId};
 use crate::mr_table::MrTable;
 use crate::objects::{Ah, Cq};
@@ -31,39 +32,41 @@ pub(crate) struct Ctx<'a> {
     /// Set when the QP had a packet to send and no room for it: it waits
     /// for room.
     pub(crate) short_of_room: bool,
+    /// The fault rules, if the device has any (`fault_points.rs`).
+    pub(crate) faults: Option<&'a mut FaultState>,
+    /// Set when a rule reported one of this QP's completions as failed:
+    /// the QP enters the error state, as on a device that failed the WR.
+    pub(crate) injected_error: bool,
 }
 
 impl Ctx<'_> {
-    /// Queues a completion. On overrun the completion is lost and
-    /// IBV_EVENT_CQ_ERR is raised once; returns false then. If the CQ was
-    /// armed by `ibv_req_notify_cq` and this completion qualifies (any
-    /// completion, or for solicited-only a solicited or failed one), a
-    /// completion event is queued and the CQ disarmed.
-    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(cq) else {
-            return false;
-        };
-        let was_overrun = c.overrun;
-        if !c.push(wc) {
-            self.lost_completion = true;
-            if !was_overrun {
-                self.events.push_back(AsyncEvent::CqErr(cq));
+    /// Queues a completion ([`queue_completion`]) once the fault rules,
+    /// if any, had their say; false if it was lost to an overrun (noted in
+    /// `lost_completion`) or its CQ is gone.
+    pub(crate) fn complete(&mut self, cq: CqId, mut wc: WorkCompletion, solicited: bool) -> bool {
+        if let Some(faults) = self.faults.as_deref_mut() {
+            if self.injected_error && wc.status == WcStatus::Success {
+                // This QP's WR already failed by a rule in this piece of
+                // work: later ones are flushed, as the error state would.
+                wc.status = WcStatus::WrFlushErr;
             }
-            return false;
+            let verdict = faults.on_completion(cq, &mut wc, solicited, &mut self.injected_error);
+            if verdict == Verdict::Held {
+                return true;
+            }
         }
-        let qualifies =
-            |solicited_only: bool| !solicited_only || solicited || wc.status != WcStatus::Success;
-        if c.notify.is_some_and(qualifies) {
-            c.notify = None;
-            self.comp_events.push_back(cq);
-        }
-        true
+        let queued = queue_completion(self.cqs, self.events, self.comp_events, cq, wc, solicited);
+        self.lost_completion |= queued == Queued::Lost;
+        queued == Queued::InCq
     }
 
     /// Removes the completions of QP `qp_num` from `cq` (QP reset).
     pub(crate) fn forget_completions(&mut self, cq: CqId, qp_num: u32) {
         if let Some(c) = self.cqs.get_mut(cq) {
             c.forget_qp(qp_num);
+        }
+        if let Some(faults) = self.faults.as_deref_mut() {
+            faults.forget(cq, qp_num);
         }
     }
 
@@ -83,4 +86,47 @@ impl Ctx<'_> {
             self.events.push_back(AsyncEvent::SrqLimitReached(id));
         }
     }
+}
+
+/// What became of a completion [`queue_completion`] was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Queued {
+    /// It is in the CQ.
+    InCq,
+    /// The CQ overran: it is lost (its QP can no longer report its work).
+    Lost,
+    /// The CQ no longer exists.
+    NoCq,
+}
+
+/// Queues a completion. On overrun the completion is lost and
+/// IBV_EVENT_CQ_ERR is raised once. If the CQ was armed by
+/// `ibv_req_notify_cq` and this completion qualifies (any completion, or
+/// for solicited-only a solicited or failed one), a completion event is
+/// queued and the CQ disarmed.
+pub(crate) fn queue_completion(
+    cqs: &mut SlotMap<CqId, Cq>,
+    events: &mut VecDeque<AsyncEvent>,
+    comp_events: &mut VecDeque<CqId>,
+    cq: CqId,
+    wc: WorkCompletion,
+    solicited: bool,
+) -> Queued {
+    let Some(c) = cqs.get_mut(cq) else {
+        return Queued::NoCq;
+    };
+    let was_overrun = c.overrun;
+    if !c.push(wc) {
+        if !was_overrun {
+            events.push_back(AsyncEvent::CqErr(cq));
+        }
+        return Queued::Lost;
+    }
+    let qualifies =
+        |solicited_only: bool| !solicited_only || solicited || wc.status != WcStatus::Success;
+    if c.notify.is_some_and(qualifies) {
+        c.notify = None;
+        comp_events.push_back(cq);
+    }
+    Queued::InCq
 }

@@ -32,6 +32,7 @@ impl Engine {
         packet: &[u8],
         mem: &mut dyn HostMemory,
     ) {
+        self.note_fault_time(now);
         let Ok(pkt) = PacketView::parse(packet) else {
             self.stats.rx_malformed += 1;
             return;
@@ -98,6 +99,9 @@ impl Engine {
 
     /// Runs the timers due at `now` (local ACK timeout, end of RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.fault_deadline().is_some_and(|at| at <= now) {
+            self.run_fault_timers(now);
+        }
         while let Some(id) = self.schedule.pop_expired(now) {
             self.with_qp(id, |qp, ctx| qp.requester_timeout(ctx, now));
             self.schedule.wake(id);
@@ -107,7 +111,11 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.schedule.next_deadline()
+        let timers = self.schedule.next_deadline();
+        match self.fault_deadline() {
+            Some(at) => Some(timers.map_or(at, |t| t.min(at))),
+            None => timers,
+        }
     }
 
     /// `ibv_req_notify_cq`: the next completion (with `solicited_only`, the

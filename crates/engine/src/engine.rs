@@ -11,6 +11,7 @@ use crate::datapath::DatapathStats;
 use crate::device::{DeviceAttr, DeviceConfig, PortAttr};
 use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
+use crate::fault_points::FaultState;
 use crate::gid::Gid;
 use crate::handles::{AhId, CqId, PdId, QpId, SrqId};
 use crate::keys::{KeyAllocator, QpnAllocator};
@@ -58,6 +59,8 @@ pub struct Engine {
     pub(crate) srq_changes: Vec<SrqId>,
     /// Whether `qp_changes` and `mr_changes` are kept (`track_changes`).
     pub(crate) track_changes: bool,
+    /// Fault rules (`Engine::set_faults`), boxed: most engines have none.
+    pub(crate) faults: Option<Box<FaultState>>,
 }
 
 impl Engine {
@@ -86,6 +89,7 @@ impl Engine {
             mr_changes: Vec::new(),
             srq_changes: Vec::new(),
             track_changes: false,
+            faults: None,
         }
     }
 
@@ -105,6 +109,9 @@ impl Engine {
         let out = work(qp, &mut ctx);
         if ctx.lost_completion && qp.state != QpState::Err {
             ctx.event(AsyncEvent::QpFatal(id));
+            qp.enter_error(&mut ctx);
+        }
+        if ctx.injected_error && qp.state != QpState::Err {
             qp.enter_error(&mut ctx);
         }
         let short_of_room = ctx.short_of_room;
@@ -143,6 +150,7 @@ impl Engine {
             events,
             comp_events,
             send_budget,
+            faults,
             ..
         } = self;
         let qp = qps.get_mut(id)?;
@@ -158,6 +166,8 @@ impl Engine {
             lost_completion: false,
             send_room,
             short_of_room: false,
+            faults: faults.as_deref_mut(),
+            injected_error: false,
         };
         Some((qp, ctx))
     }

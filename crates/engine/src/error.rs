@@ -18,6 +18,8 @@ pub enum ErrorKind {
     NotSupported,
     /// EFAULT: memory the verb was given is not mapped as it must be.
     BadAddress,
+    /// An errno a fault rule chose (`SOFTVERBS_FAULTS`).
+    Chosen(i32),
 }
 
 impl ErrorKind {
@@ -29,6 +31,7 @@ impl ErrorKind {
             ErrorKind::NoMemory => 12,
             ErrorKind::NotSupported => 95,
             ErrorKind::BadAddress => 14,
+            ErrorKind::Chosen(errno) => errno,
         }
     }
 }
@@ -41,6 +44,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NoMemory => "ENOMEM",
             ErrorKind::NotSupported => "EOPNOTSUPP",
             ErrorKind::BadAddress => "EFAULT",
+            ErrorKind::Chosen(errno) => return write!(f, "errno {errno}"),
         };
         f.write_str(s)
     }
@@ -60,6 +64,14 @@ impl VerbsError {
     /// The errno value a C caller sees.
     pub const fn errno(&self) -> i32 {
         self.kind.errno()
+    }
+
+    /// The error a fault rule gives a post.
+    pub const fn chosen(errno: i32) -> VerbsError {
+        VerbsError {
+            kind: ErrorKind::Chosen(errno),
+            reason: "a fault rule (SOFTVERBS_FAULTS) refused the WR",
+        }
     }
 }
 

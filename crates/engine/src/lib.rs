@@ -25,6 +25,7 @@ mod direct_path;
 mod engine;
 mod error;
 mod event;
+mod fault_points;
 mod flow_control;
 mod gid;
 mod gid_route;

@@ -28,6 +28,7 @@ use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::{
     opcode_allowed, send_flags, InlineData, RecvWqe, RecvWr, SendWqe, SendWr, Sge, SgeList,
 };
+use softverbs_faults::Queue;
 
 impl Engine {
     /// `ibv_post_recv` for one WR.
@@ -48,6 +49,9 @@ impl Engine {
             qp.rq.len() < qp.cap.max_recv_wr as usize,
             enomem("receive queue full"),
         )?;
+        let qp_num = qp.qp_num;
+        self.post_fault(Queue::Recv, qp_num, None, sge_total(wr.sg_list))?;
+        let qp = &mut self.qps[id];
         if qp.state == QpState::Err {
             self.with_qp(id, |qp, ctx| {
                 let wc = WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp.qp_num);
@@ -56,6 +60,7 @@ impl Engine {
         } else {
             qp.rq.post(RecvWqe::new(wr));
         }
+        self.count_post(id);
         Ok(())
     }
 
@@ -69,6 +74,8 @@ impl Engine {
         check_recv_length(wr.sg_list)?;
         let srq = &mut self.srqs[id];
         ensure(srq.queue.len() < srq.max_wr as usize, enomem("SRQ full"))?;
+        self.post_fault(Queue::SrqRecv, u32::MAX, None, sge_total(wr.sg_list))?;
+        let srq = &mut self.srqs[id];
         srq.queue.post(RecvWqe::new(wr));
         Ok(())
     }
@@ -90,8 +97,15 @@ impl Engine {
             self.check_send(id, wr)?;
         }
         self.check_send_room(id, wrs.len())?;
+        if self.faults.is_some() {
+            let qp_num = self.qps[id].qp_num;
+            for wr in wrs {
+                self.post_fault(Queue::Send, qp_num, Some(wr.opcode), send_len(wr))?;
+            }
+        }
         for wr in wrs {
             self.enqueue_send(id, wr);
+            self.count_post(id);
         }
         Ok(())
     }
@@ -223,5 +237,14 @@ fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> SendWqe {
         rdma: wr.rdma,
         atomic: wr.atomic,
         ud: wr.ud,
+    }
+}
+
+/// The bytes a send WR carries: its inline data or its SGEs.
+fn send_len(wr: &SendWr<'_>) -> u64 {
+    if wr.send_flags & send_flags::INLINE != 0 {
+        wr.inline_data.len() as u64
+    } else {
+        sge_total(wr.sg_list)
     }
 }

@@ -169,6 +169,7 @@ impl Engine {
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
     ) -> Option<Transmit> {
+        self.note_fault_time(now);
         while let Some(id) = self.schedule.next_ready() {
             let sent = self.transmit_one(id, now, mem, sink);
             self.sync_timer(id);

@@ -105,6 +105,7 @@ impl Engine {
         }
         self.qp_by_num.remove(&qp.qp_num);
         self.forget_completions(&qp);
+        self.forget_fault_counts(qp.qp_num);
         self.schedule.forget(id);
         self.qp_changed(id, qp.qp_num);
         self.pds[qp.pd].users.put();

@@ -10,10 +10,14 @@ pub enum WcStatus {
     LocLenErr = 1,
     /// IBV_WC_LOC_QP_OP_ERR
     LocQpOpErr = 2,
+    /// IBV_WC_LOC_EEC_OP_ERR (reliable datagram; only injected)
+    LocEecOpErr = 3,
     /// IBV_WC_LOC_PROT_ERR
     LocProtErr = 4,
     /// IBV_WC_WR_FLUSH_ERR
     WrFlushErr = 5,
+    /// IBV_WC_MW_BIND_ERR (only injected)
+    MwBindErr = 6,
     /// IBV_WC_BAD_RESP_ERR
     BadRespErr = 7,
     /// IBV_WC_LOC_ACCESS_ERR
@@ -28,12 +32,64 @@ pub enum WcStatus {
     RetryExcErr = 12,
     /// IBV_WC_RNR_RETRY_EXC_ERR
     RnrRetryExcErr = 13,
+    /// IBV_WC_LOC_RDD_VIOL_ERR (reliable datagram; only injected)
+    LocRddViolErr = 14,
     /// IBV_WC_REM_INV_RD_REQ_ERR
     RemInvRdReqErr = 15,
+    /// IBV_WC_REM_ABORT_ERR (only injected)
+    RemAbortErr = 16,
+    /// IBV_WC_INV_EECN_ERR (reliable datagram; only injected)
+    InvEecnErr = 17,
+    /// IBV_WC_INV_EEC_STATE_ERR (reliable datagram; only injected)
+    InvEecStateErr = 18,
     /// IBV_WC_FATAL_ERR
     FatalErr = 19,
+    /// IBV_WC_RESP_TIMEOUT_ERR (only injected)
+    RespTimeoutErr = 20,
     /// IBV_WC_GENERAL_ERR
     GeneralErr = 21,
+    /// IBV_WC_TM_ERR (tag matching; only injected)
+    TmErr = 22,
+    /// IBV_WC_TM_RNDV_INCOMPLETE (tag matching; only injected)
+    TmRndvIncomplete = 23,
+}
+
+impl WcStatus {
+    /// Every status, in `enum ibv_wc_status` order.
+    const ALL: [WcStatus; 24] = {
+        use WcStatus::*;
+        [
+            Success,
+            LocLenErr,
+            LocQpOpErr,
+            LocEecOpErr,
+            LocProtErr,
+            WrFlushErr,
+            MwBindErr,
+            BadRespErr,
+            LocAccessErr,
+            RemInvReqErr,
+            RemAccessErr,
+            RemOpErr,
+            RetryExcErr,
+            RnrRetryExcErr,
+            LocRddViolErr,
+            RemInvRdReqErr,
+            RemAbortErr,
+            InvEecnErr,
+            InvEecStateErr,
+            FatalErr,
+            RespTimeoutErr,
+            GeneralErr,
+            TmErr,
+            TmRndvIncomplete,
+        ]
+    };
+
+    /// The status of an `enum ibv_wc_status` value.
+    pub fn from_c(value: u32) -> Option<WcStatus> {
+        WcStatus::ALL.get(value as usize).copied()
+    }
 }
 
 /// `enum ibv_wc_opcode`.
@@ -135,5 +191,18 @@ impl WorkCompletion {
             pkey_index: 0,
             sl: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WcStatus;
+
+    #[test]
+    fn every_status_converts_from_its_c_value() {
+        for value in 0..24 {
+            assert_eq!(WcStatus::from_c(value).map(|s| s as u32), Some(value));
+        }
+        assert_eq!(WcStatus::from_c(24), None);
     }
 }

@@ -214,37 +214,53 @@ impl Pair {
     /// the sink, and must carry a valid ICRC.
     pub fn run(&mut self, budget: usize) -> usize {
         let mut moved = 0;
-        let mut sink = SealingSink::default();
         while moved < budget {
-            let direct = self.run_direct();
-            moved += direct;
-            let mut any = direct > 0;
-            for from_a in [true, false] {
-                let (src, dst) = if from_a {
-                    (&mut self.a, &mut self.b)
-                } else {
-                    (&mut self.b, &mut self.a)
-                };
-                while let Some(t) = src.e.poll_transmit_to(self.now, &src.mem, &mut sink) {
-                    any = true;
-                    moved += 1;
-                    let pkt = sink.sealed(&t);
-                    let fate =
-                        PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
-                    let copies = match fate {
-                        Fate::Deliver => 1,
-                        Fate::Drop => 0,
-                        Fate::Duplicate => 2,
-                    };
-                    for _ in 0..copies {
-                        dst.e
-                            .handle_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
-                    }
-                    self.now += 1_000;
-                }
-            }
-            if !any && !self.advance_to_timer() {
+            let now = self.move_packets();
+            moved += now;
+            if now == 0 && !self.advance_to_timer() {
                 break;
+            }
+        }
+        moved
+    }
+
+    /// Moves packets until none is left to send, without letting time
+    /// reach any timer. Returns the packets moved.
+    pub fn exchange(&mut self) -> usize {
+        let mut moved = 0;
+        loop {
+            match self.move_packets() {
+                0 => return moved,
+                n => moved += n,
+            }
+        }
+    }
+
+    /// One round: same-host operations, then what each side has to send.
+    fn move_packets(&mut self) -> usize {
+        let mut sink = SealingSink::default();
+        let mut moved = self.run_direct();
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            while let Some(t) = src.e.poll_transmit_to(self.now, &src.mem, &mut sink) {
+                moved += 1;
+                let pkt = sink.sealed(&t);
+                let fate =
+                    PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
+                let copies = match fate {
+                    Fate::Deliver => 1,
+                    Fate::Drop => 0,
+                    Fate::Duplicate => 2,
+                };
+                for _ in 0..copies {
+                    dst.e
+                        .handle_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
+                }
+                self.now += 1_000;
             }
         }
         moved
