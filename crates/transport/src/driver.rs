@@ -24,6 +24,7 @@ use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats, StepBy};
+use crate::packet_faults::PacketFaults;
 use crate::same_host::host::{SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
@@ -34,6 +35,7 @@ use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
 };
+use softverbs_faults::{FaultSpec, Faults, Part};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -162,6 +164,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         cross: Option<Arc<dyn CrossProcess>>,
     ) -> io::Result<Driver<M>> {
         crate::capture::open_from_env()?;
+        let faults = FaultSpec::from_env()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let endpoint = Endpoint::open(cfg.ip, &cfg.daemon)?;
         let poll = Poll::new()?;
         poll.registry().register(
@@ -180,9 +184,18 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
         device.send_window_bytes = endpoint.send_window();
+        let clock = Clock::start();
         let mut engine = Engine::new(device);
-        let mut endpoint = endpoint;
-        let same_host = start_same_host(cross, &mut endpoint, &mut engine, cfg.ip);
+        let mut io = Io::new(endpoint);
+        if let Some(spec) = &faults {
+            let name = engine.config().name.clone();
+            if let Some(rules) = Faults::new(spec, &name, Part::Verbs) {
+                engine.set_faults(rules, clock.now());
+            }
+            io.packet_faults = Faults::new(spec, &name, Part::Packets).map(PacketFaults::new);
+        }
+        let endpoint = &mut io.endpoint;
+        let same_host = start_same_host(cross, endpoint, &mut engine, cfg.ip);
         if let Some(sh) = &same_host {
             poll.registry().register(
                 &mut SourceFd(&sh.doorbell().as_raw_fd()),
@@ -194,12 +207,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             state: Mutex::new(State {
                 engine,
                 mem,
-                io: Io::new(endpoint),
+                io,
                 same_host,
                 thread_deadline: None,
                 waiting_for_room: false,
             }),
-            clock: Clock::start(),
+            clock,
             waker: Waker::new(poll.registry(), WAKER)?,
             registry: poll.registry().try_clone()?,
             notify,
@@ -396,7 +409,7 @@ impl<M: HostMemory> Shared<M> {
         while let Some(event) = engine.poll_event() {
             self.notify.async_event(event);
         }
-        let deadline = engine.poll_timeout();
+        let deadline = state.deadline();
         let sooner = match (deadline, state.thread_deadline) {
             (Some(d), Some(t)) => d < t,
             (Some(_), None) => true,
@@ -410,6 +423,16 @@ impl<M: HostMemory> Shared<M> {
 }
 
 impl<M> State<M> {
+    /// The earliest of the engine's timers and the packets fault rules
+    /// hold.
+    fn deadline(&self) -> Option<Nanos> {
+        let timers = self.engine.poll_timeout();
+        match self.io.held_deadline() {
+            Some(at) => Some(timers.map_or(at, |t| t.min(at))),
+            None => timers,
+        }
+    }
+
     /// One line of what the context's packets met: sent, received, sent
     /// again, dropped on receipt and why, and waits for socket room.
     fn summary(&self) -> String {
@@ -423,7 +446,7 @@ impl<M> State<M> {
         format!(
             "softverbs: {} (pid {}): {} packets sent, {} received, {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
-             {} waits for socket room",
+             {} waits for socket room{}",
             self.engine.config().name,
             std::process::id(),
             io.tx,
@@ -434,6 +457,10 @@ impl<M> State<M> {
             io.rx_bad_icrc,
             refused,
             io.tx_waits,
+            match io.rx_dropped_by_rule {
+                0 => String::new(),
+                n => format!(", {n} dropped by a fault rule"),
+            },
         )
     }
 }
@@ -551,7 +578,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 linger_until = now + LINGER;
             }
             let app_idle = now.saturating_sub(shared.last_verb.load(Ordering::Relaxed)) > APP_IDLE;
-            let deadline = state.engine.poll_timeout();
+            let deadline = state.deadline();
             state.thread_deadline = deadline;
             let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
             if delivered || (app_idle && now < linger_until) {

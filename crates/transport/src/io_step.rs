@@ -7,6 +7,7 @@
 
 use crate::daemon::ROCE_PORT;
 use crate::endpoint::Endpoint;
+use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
 use socket2::SockRef;
 use softverbs_engine::{Engine, Gid, HostMemory, Nanos, PacketSink, Reservation, Route};
@@ -27,6 +28,8 @@ pub struct IoStats {
     pub tx_dropped: u64,
     /// Times the socket had no room and sending waited for it.
     pub tx_waits: u64,
+    /// Datagrams a packet rule of `SOFTVERBS_FAULTS` dropped.
+    pub rx_dropped_by_rule: u64,
 }
 
 /// Who makes a step.
@@ -50,6 +53,8 @@ pub(crate) struct Io {
     /// The driver has stopped polling the dead daemon's sockets.
     pub(crate) link_down_handled: bool,
     batch: SendBatch,
+    /// Packet rules of `SOFTVERBS_FAULTS`, if any.
+    pub(crate) packet_faults: Option<PacketFaults>,
 }
 
 impl Io {
@@ -60,6 +65,7 @@ impl Io {
             link_down: false,
             link_down_handled: false,
             batch: SendBatch::new(),
+            packet_faults: None,
         }
     }
 
@@ -75,6 +81,8 @@ impl Io {
     ) {
         if by == StepBy::ProgressThread {
             self.receive(engine, mem, now, by);
+        } else {
+            self.release_held(engine, mem, now);
         }
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
@@ -98,30 +106,58 @@ impl Io {
         if self.link_down {
             return;
         }
-        let stats = &mut self.stats;
+        let Io {
+            endpoint,
+            stats,
+            packet_faults,
+            ..
+        } = self;
         let from_daemon = by == StepBy::ProgressThread;
-        let got = self.endpoint.receive(from_daemon, |frame, packets| {
-            let Ok(flow) = Flow::from_sockets(frame.src, frame.dst) else {
+        let got = endpoint.receive(from_daemon, |frame, packets| {
+            let Some(from) = Arrival::of(frame.src, frame.dst) else {
                 stats.rx_bad_icrc += 1;
                 return;
             };
-            let (src, dst) = (Gid::from_ip(frame.src.ip()), Gid::from_ip(frame.dst.ip()));
             for packet in packets.chunks(usize::from(frame.segment).max(1)) {
                 stats.rx += 1;
-                // The IPv4 identification is not visible here: recovered
-                // from the ICRC (softverbs_wire::identification); IPv6 is
-                // checked exactly.
-                if flow.verify_recovering_identification(packet).is_err() {
-                    stats.rx_bad_icrc += 1;
+                let Some(faults) = packet_faults.as_mut() else {
+                    deliver(engine, mem, stats, &from, packet, now);
                     continue;
+                };
+                match faults.decide(now, frame.src, frame.dst, packet) {
+                    Fate::Deliver(copies) => {
+                        stats.rx_dropped_by_rule += u64::from(copies == 0);
+                        for _ in 0..copies {
+                            deliver(engine, mem, stats, &from, packet, now);
+                            faults.delivered();
+                        }
+                    }
+                    Fate::Corrupted(bytes) => deliver(engine, mem, stats, &from, &bytes, now),
+                    Fate::Held => {}
                 }
-                crate::capture::received(&flow, packet);
-                engine.handle_packet(now, src, dst, packet, mem);
             }
         });
         if got.is_err() {
             self.link_down = true;
         }
+        self.release_held(engine, mem, now);
+    }
+
+    /// Delivers the packets fault rules held back that are due.
+    fn release_held(&mut self, engine: &mut Engine, mem: &mut dyn HostMemory, now: Nanos) {
+        let Some(faults) = self.packet_faults.as_mut() else {
+            return;
+        };
+        for held in faults.take_due(now) {
+            if let Some(from) = Arrival::of(held.src, held.dst) {
+                deliver(engine, mem, &mut self.stats, &from, &held.bytes, now);
+            }
+        }
+    }
+
+    /// When a packet held by a fault rule is due.
+    pub(crate) fn held_deadline(&self) -> Option<Nanos> {
+        self.packet_faults.as_ref().and_then(PacketFaults::next_deadline)
     }
 
     /// Whether packets wait for the sending socket to have room; nothing
@@ -192,6 +228,44 @@ impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
     fn commit(&mut self) {
         self.stats.count(self.batch.commit(self.socket));
     }
+}
+
+/// Where a datagram came from and went to: its flow (for the ICRC) and
+/// GIDs (for the engine).
+struct Arrival {
+    flow: Flow,
+    src: Gid,
+    dst: Gid,
+}
+
+impl Arrival {
+    /// None for addresses RoCE cannot carry (mixed families).
+    fn of(src: SocketAddr, dst: SocketAddr) -> Option<Arrival> {
+        Some(Arrival {
+            flow: Flow::from_sockets(src, dst).ok()?,
+            src: Gid::from_ip(src.ip()),
+            dst: Gid::from_ip(dst.ip()),
+        })
+    }
+}
+
+/// One received packet into the engine, once its ICRC holds.
+fn deliver(
+    engine: &mut Engine,
+    mem: &mut dyn HostMemory,
+    stats: &mut IoStats,
+    from: &Arrival,
+    packet: &[u8],
+    now: Nanos,
+) {
+    // The IPv4 identification is not visible here: recovered from the
+    // ICRC (softverbs_wire::identification); IPv6 is checked exactly.
+    if from.flow.verify_recovering_identification(packet).is_err() {
+        stats.rx_bad_icrc += 1;
+        return;
+    }
+    crate::capture::received(&from.flow, packet);
+    engine.handle_packet(now, from.src, from.dst, packet, mem);
 }
 
 impl IoStats {

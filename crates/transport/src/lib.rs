@@ -10,7 +10,8 @@
 //! * [`gsi`]: the CM's MADs on QP1, as packets, and how the daemon
 //!   routes them;
 //! * [`clock`]: the engine's time base;
-//! * [`capture`]: packet capture to pcap files (`SOFTVERBS_PCAP`).
+//! * [`capture`]: packet capture to pcap files (`SOFTVERBS_PCAP`);
+//! * `packet_faults`: the packet rules of `SOFTVERBS_FAULTS`.
 //!
 //! Every packet is sealed with its ICRC on the way out and checked on the
 //! way in; a packet with a bad ICRC is dropped and counted.
@@ -23,6 +24,7 @@ pub mod endpoint;
 pub mod gid_addr;
 pub mod gsi;
 mod io_step;
+mod packet_faults;
 pub mod netif;
 pub mod same_host;
 pub mod say;

@@ -33,13 +33,19 @@ pub enum ShmMode {
 
 impl ShmMode {
     /// From the environment (`SOFTVERBS_SHM`). Unset, a process that
-    /// captures its packets (`SOFTVERBS_PCAP`) uses the wire, since the
-    /// same-host path has no packets to capture.
+    /// captures its packets (`SOFTVERBS_PCAP`) or has packet fault rules
+    /// (`SOFTVERBS_FAULTS`) uses the wire, since the same-host path has no
+    /// packets to capture or disturb.
     pub fn from_env() -> ShmMode {
+        let packet_rules = || {
+            softverbs_faults::FaultSpec::from_env()
+                .is_ok_and(|spec| spec.is_some_and(|s| s.has_packet_rules()))
+        };
         match std::env::var("SOFTVERBS_SHM").as_deref() {
             Ok("0") => ShmMode::Off,
             Ok("1") => ShmMode::Required,
             _ if std::env::var_os("SOFTVERBS_PCAP").is_some() => ShmMode::Off,
+            _ if packet_rules() => ShmMode::Off,
             _ => ShmMode::Auto,
         }
     }
