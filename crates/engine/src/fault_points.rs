@@ -152,6 +152,13 @@ impl Engine {
         self.faults = Some(Box::new(FaultState::new(rules, now)));
     }
 
+    /// The embedder's clock as it starts a piece of work that may
+    /// complete WRs without a call that carries the time (a verb, the
+    /// same-host path's deliveries): a completion delay counts from it.
+    pub fn set_time(&mut self, now: Nanos) {
+        self.note_fault_time(now);
+    }
+
     /// The time of the call the engine is in, for delays.
     pub(crate) fn note_fault_time(&mut self, now: Nanos) {
         if let Some(f) = self.faults.as_deref_mut() {

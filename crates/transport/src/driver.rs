@@ -241,16 +241,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     ) -> Result<R, DeviceFailed> {
         let mut guard = self.shared.lock()?;
         let state = &mut *guard;
-        if let Some(sh) = state.same_host.as_mut() {
-            // What peers delivered is seen by this very verb (a poll_cq).
-            sh.apply_deliveries(&mut state.engine);
-        }
         // One reading of the clock serves the whole verb: a verb takes
         // microseconds (a timer it starts may end that much early, which
         // at worst resends a packet the responder takes as a duplicate),
         // and reading the clock three times per verb was a sixth of a
         // thread spinning in ibv_poll_cq.
         let now = self.shared.clock.now();
+        state.engine.set_time(now);
+        if let Some(sh) = state.same_host.as_mut() {
+            // What peers delivered is seen by this very verb (a poll_cq).
+            sh.apply_deliveries(&mut state.engine);
+        }
         self.shared.receive(state, now);
         let result = verb(&mut state.engine, &mut state.mem);
         self.shared.step(state, StepBy::Verb, now);
@@ -572,7 +573,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 panic!("injected progress-thread panic");
             }
             let received = state.io.stats.rx;
-            shared.step(&mut state, StepBy::ProgressThread, shared.clock.now());
+            let started = shared.clock.now();
+            state.engine.set_time(started);
+            shared.step(&mut state, StepBy::ProgressThread, started);
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;

@@ -157,7 +157,9 @@ impl Io {
 
     /// When a packet held by a fault rule is due.
     pub(crate) fn held_deadline(&self) -> Option<Nanos> {
-        self.packet_faults.as_ref().and_then(PacketFaults::next_deadline)
+        self.packet_faults
+            .as_ref()
+            .and_then(PacketFaults::next_deadline)
     }
 
     /// Whether packets wait for the sending socket to have room; nothing

@@ -151,14 +151,18 @@ mod tests {
     #[test]
     fn drop_duplicate_and_corrupt_by_qp() {
         let (a, b) = (A.parse().unwrap(), B.parse().unwrap());
-        let mut f = faults("packet drop qp=7 nth=1; packet duplicate qp=7 nth=2; packet corrupt qp=8");
+        let mut f =
+            faults("packet drop qp=7 nth=1; packet duplicate qp=7 nth=2; packet corrupt qp=8");
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(0)));
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(2)));
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(1)));
         let Fate::Corrupted(bytes) = f.decide(0, a, b, &bth(8)) else {
             panic!("not corrupted");
         };
-        assert_eq!(bytes.iter().zip(bth(8)).filter(|(x, y)| **x != *y).count(), 1);
+        assert_eq!(
+            bytes.iter().zip(bth(8)).filter(|(x, y)| **x != *y).count(),
+            1
+        );
         let mut f = faults("packet drop peer=10.0.0.2");
         assert!(matches!(f.decide(0, a, b, &bth(1)), Fate::Deliver(1)));
         assert!(matches!(f.decide(0, b, a, &bth(1)), Fate::Deliver(0)));
