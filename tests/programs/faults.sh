@@ -12,7 +12,9 @@
 #   * packet drop, duplicate, reorder, delay and corrupt on both sides:
 #     ibv_rc_pingpong --chk completes with its data intact, on the wire
 #     path the rules choose, and the stats line counts what they did;
-#   * packet peer= and count=: exactly the packets named are dropped.
+#   * packet peer= and count=: exactly the packets named are dropped;
+#   * windows of time (from= until= period=): a flapping link is survived,
+#     a peer that dies ends the connection in RETRY_EXC_ERR.
 # Prints one line per check and "N passed, M failed" last.
 # Usage: faults.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -125,6 +127,19 @@ if grep -q ", 5 dropped by a fault rule" "$log/cli"; then
 else
   bad "packet drop peer= count=5: exactly 5 dropped, none for a peer that sends nothing" "$log/cli"
 fi
+
+# Windows of the device's time: a link down 150 ms of every 500 ms (the
+# 8 tries of a 67 ms timeout outlast each outage), then a peer that dies
+# 200 ms in (the connection ends in RETRY_EXC_ERR).
+faulty "packet drop from= until= period= (a flapping link): ib_write_bw -D 2 completes" "65536 +[0-9]+" "" \
+  "packet drop from=100ms until=250ms period=500ms" ib_write_bw -d softverbs0 -x 0 -s 65536 -D 2
+if grep -Eq "[1-9][0-9]* dropped by a fault rule" "$log/cli"; then
+  ok "a flapping link: the stats line counts the packets its outages dropped"
+else
+  bad "a flapping link: the stats line counts the packets its outages dropped" "$log/cli"
+fi
+client_fails "packet drop from=200ms (a peer that dies): ib_write_bw ends in RETRY_EXC_ERR" \
+  "Failed status 12: wr_id [0-9]+ syndrom 0x0" "packet drop from=200ms" ib_write_bw -d softverbs0 -x 0 -s 65536 -D 2
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -15,6 +15,7 @@ use crate::time::Nanos;
 use crate::wc::{WcStatus, WorkCompletion};
 use softverbs_faults::{Faults, Queue};
 use std::collections::VecDeque;
+use std::time::Duration;
 
 /// A device's rules and what they hold back.
 #[derive(Debug)]
@@ -24,9 +25,11 @@ pub(crate) struct FaultState {
     held: VecDeque<Held>,
     /// `qp_error at=` rules that have not fired: QP filter and when.
     timed: Vec<(Option<u32>, Nanos)>,
-    /// The latest time the engine was given: a delay counts from it
-    /// (verbs that complete a WR at once, a flush, are not given one).
+    /// The latest time the engine was given: a delay counts from it.
     pub(crate) now: Nanos,
+    /// When the rules were set (the device opened): rule windows and
+    /// `at=` count from it.
+    opened: Nanos,
 }
 
 /// A completion held back until `due`.
@@ -59,7 +62,13 @@ impl FaultState {
             held: VecDeque::new(),
             timed,
             now,
+            opened: now,
         }
+    }
+
+    /// The time since the rules were set, as of the latest call.
+    pub(crate) fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.now.saturating_sub(self.opened))
     }
 
     /// When the engine must next be called for a held completion or a
@@ -82,9 +91,8 @@ impl FaultState {
     ) -> Verdict {
         let mut delay = None;
         if wc.status == WcStatus::Success {
-            let f = self
-                .rules
-                .completion(wc.qp_num, wc.opcode as u32, wc.byte_len);
+            let at = self.elapsed();
+            let f = (self.rules).completion(at, wc.qp_num, wc.opcode as u32, wc.byte_len);
             if let Some((status, vendor_err)) = f.fail {
                 wc.status = WcStatus::from_c(status).unwrap_or(WcStatus::GeneralErr);
                 wc.vendor_err = vendor_err;
@@ -141,7 +149,7 @@ impl FaultState {
     }
 }
 
-fn nanos(d: std::time::Duration) -> Nanos {
+fn nanos(d: Duration) -> Nanos {
     Nanos::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
@@ -177,7 +185,7 @@ impl Engine {
         bytes: u64,
     ) -> VerbsResult<()> {
         let faults = self.faults.as_deref_mut();
-        match faults.and_then(|f| f.rules.post(queue, qp_num, opcode, bytes)) {
+        match faults.and_then(|f| f.rules.post(f.elapsed(), queue, qp_num, opcode, bytes)) {
             Some(errno) => Err(VerbsError::chosen(errno)),
             None => Ok(()),
         }

@@ -67,10 +67,18 @@ impl Faults {
         })
     }
 
-    /// A WR of `bytes` is posted to `queue` of QP `qp`: the errno the post
-    /// returns instead, if a rule fires.
-    pub fn post(&mut self, queue: Queue, qp: u32, opcode: Option<u32>, bytes: u64) -> Option<i32> {
-        self.first(bytes, |r| match r.action {
+    /// A WR of `bytes` is posted to `queue` of QP `qp`, `at` this long
+    /// after the device opened: the errno the post returns instead, if a
+    /// rule fires.
+    pub fn post(
+        &mut self,
+        at: Duration,
+        queue: Queue,
+        qp: u32,
+        opcode: Option<u32>,
+        bytes: u64,
+    ) -> Option<i32> {
+        self.first(at, bytes, |r| match r.action {
             Action::FailPost { queue: q, errno } if q == queue && on_qp(&r.filter, qp) => {
                 (r.filter.opcode.is_none() || r.filter.opcode == opcode).then_some(errno)
             }
@@ -97,16 +105,22 @@ impl Faults {
 
     /// A successful completion of `opcode` (`ibv_wc_opcode`) and
     /// `byte_len` on QP `qp`: what the rules do to it.
-    pub fn completion(&mut self, qp: u32, opcode: u32, byte_len: u32) -> CompletionFault {
+    pub fn completion(
+        &mut self,
+        at: Duration,
+        qp: u32,
+        opcode: u32,
+        byte_len: u32,
+    ) -> CompletionFault {
         let bytes = u64::from(byte_len);
         let admits = |r: &Rule| on_qp(&r.filter, qp) && r.filter.opcode.is_none_or(|o| o == opcode);
-        let fail = self.first(bytes, |r| match r.action {
+        let fail = self.first(at, bytes, |r| match r.action {
             Action::FailCompletion { status, vendor_err } if admits(r) => {
                 Some((status, vendor_err))
             }
             _ => None,
         });
-        let delay = self.first(bytes, |r| match r.action {
+        let delay = self.first(at, bytes, |r| match r.action {
             Action::DelayCompletion(d) if admits(r) => Some(d),
             _ => None,
         });
@@ -124,8 +138,14 @@ impl Faults {
 
     /// A packet of `len` bytes for local QP `qp` arrived from `peer`: what
     /// happens to it, if a rule fires.
-    pub fn packet(&mut self, qp: u32, peer: IpAddr, len: usize) -> Option<PacketAction> {
-        self.first(len as u64, |r| match r.action {
+    pub fn packet(
+        &mut self,
+        at: Duration,
+        qp: u32,
+        peer: IpAddr,
+        len: usize,
+    ) -> Option<PacketAction> {
+        self.first(at, len as u64, |r| match r.action {
             Action::Packet(a)
                 if on_qp(&r.filter, qp) && r.filter.peer.is_none_or(|p| p == peer) =>
             {
@@ -142,13 +162,22 @@ impl Faults {
     }
 
     /// The first rule whose filter `admits` the event (giving its value)
-    /// and whose selector fires. Every admitting rule counts the event,
+    /// and whose selector fires at time `at` since the device opened.
+    /// Every admitting rule whose window holds `at` counts the event,
     /// fired or not, so each rule's `every=` and `nth=` count its own
     /// matches.
-    fn first<T>(&mut self, bytes: u64, mut admits: impl FnMut(&Rule) -> Option<T>) -> Option<T> {
+    fn first<T>(
+        &mut self,
+        at: Duration,
+        bytes: u64,
+        mut admits: impl FnMut(&Rule) -> Option<T>,
+    ) -> Option<T> {
         let mut out = None;
         for (rule, count) in &mut self.rules {
             let Some(value) = admits(rule) else { continue };
+            if rule.select.window.is_some_and(|w| !w.contains(at)) {
+                continue;
+            }
             // `fires` first: it counts the match even once a rule decided.
             if fires(&rule.select, count, bytes, &mut self.rng) && out.is_none() {
                 out = Some(value);
@@ -184,6 +213,8 @@ fn fires(select: &Select, count: &mut Count, bytes: u64, rng: &mut fastrand::Rng
 mod tests {
     use super::*;
 
+    const T0: Duration = Duration::ZERO;
+
     fn faults(text: &str, part: Part) -> Faults {
         Faults::new(&FaultSpec::parse(text).unwrap(), "softverbs0", part).unwrap()
     }
@@ -191,24 +222,28 @@ mod tests {
     #[test]
     fn every_nth_after_and_count() {
         let mut f = faults("post_send every=3 errno=ENOMEM", Part::Verbs);
-        let got: Vec<_> = (0..7).map(|_| f.post(Queue::Send, 1, Some(0), 8)).collect();
+        let got: Vec<_> = (0..7)
+            .map(|_| f.post(T0, Queue::Send, 1, Some(0), 8))
+            .collect();
         assert_eq!(got, [None, None, Some(12), None, None, Some(12), None]);
         let mut f = faults(
             "post_recv nth=2 errno=EAGAIN; post_recv after=3 count=1 errno=EIO",
             Part::Verbs,
         );
-        let got: Vec<_> = (0..6).map(|_| f.post(Queue::Recv, 1, None, 8)).collect();
+        let got: Vec<_> = (0..6)
+            .map(|_| f.post(T0, Queue::Recv, 1, None, 8))
+            .collect();
         assert_eq!(got, [None, Some(11), None, Some(5), None, None]);
         // Another queue is not matched.
-        assert_eq!(f.post(Queue::Send, 1, Some(0), 8), None);
+        assert_eq!(f.post(T0, Queue::Send, 1, Some(0), 8), None);
     }
 
     #[test]
     fn filters_by_qp_opcode_and_device() {
         let mut f = faults("post_send qp=7 opcode=RDMA_READ errno=EINVAL", Part::Verbs);
-        assert_eq!(f.post(Queue::Send, 7, Some(0), 8), None);
-        assert_eq!(f.post(Queue::Send, 8, Some(4), 8), None);
-        assert_eq!(f.post(Queue::Send, 7, Some(4), 8), Some(22));
+        assert_eq!(f.post(T0, Queue::Send, 7, Some(0), 8), None);
+        assert_eq!(f.post(T0, Queue::Send, 8, Some(4), 8), None);
+        assert_eq!(f.post(T0, Queue::Send, 7, Some(4), 8), Some(22));
         let spec = FaultSpec::parse("packet drop device=other").unwrap();
         assert!(Faults::new(&spec, "softverbs0", Part::Packets).is_none());
         assert!(Faults::new(&spec, "other", Part::Verbs).is_none());
@@ -220,9 +255,9 @@ mod tests {
             "completion after_bytes=100 status=RETRY_EXC_ERR",
             Part::Verbs,
         );
-        assert_eq!(f.completion(1, 0, 60).fail, None);
-        assert_eq!(f.completion(1, 0, 60).fail, None);
-        assert_eq!(f.completion(1, 0, 1).fail, Some((12, 0)));
+        assert_eq!(f.completion(T0, 1, 0, 60).fail, None);
+        assert_eq!(f.completion(T0, 1, 0, 60).fail, None);
+        assert_eq!(f.completion(T0, 1, 0, 1).fail, Some((12, 0)));
     }
 
     #[test]
@@ -231,12 +266,12 @@ mod tests {
             "completion opcode=RECV status=REM_OP_ERR vendor_err=7; completion delay=3ms",
             Part::Verbs,
         );
-        let recv = f.completion(1, 128, 4);
+        let recv = f.completion(T0, 1, 128, 4);
         assert_eq!(
             (recv.fail, recv.delay),
             (Some((11, 7)), Some(Duration::from_millis(3)))
         );
-        assert_eq!(f.completion(1, 0, 4).fail, None);
+        assert_eq!(f.completion(T0, 1, 0, 4).fail, None);
     }
 
     #[test]
@@ -258,7 +293,7 @@ mod tests {
         let run = |text: &str| {
             let mut f = faults(text, Part::Packets);
             (0..1000)
-                .map(|_| f.packet(1, "10.0.0.1".parse().unwrap(), 100).is_some())
+                .map(|_| f.packet(T0, 1, "10.0.0.1".parse().unwrap(), 100).is_some())
                 .collect::<Vec<_>>()
         };
         let a = run("seed=5; packet drop prob=10%");
@@ -269,14 +304,37 @@ mod tests {
     }
 
     #[test]
+    fn a_window_limits_when_a_rule_fires_and_what_it_counts() {
+        let mut f = faults(
+            "packet drop from=1s until=2s period=10s every=2",
+            Part::Packets,
+        );
+        let peer = "10.0.0.1".parse().unwrap();
+        let mut at = |ms| f.packet(Duration::from_millis(ms), 1, peer, 10).is_some();
+        let got = [
+            at(500),
+            at(1000),
+            at(1500),
+            at(2500),
+            at(11_000),
+            at(19_000),
+        ];
+        assert_eq!(got, [false, false, true, false, false, false]);
+        assert!(
+            at(11_500),
+            "the 4th match in the window, in its second period"
+        );
+    }
+
+    #[test]
     fn packets_filter_by_peer_and_the_first_firing_rule_decides() {
         let mut f = faults(
             "packet drop peer=10.0.0.2 nth=1; packet duplicate",
             Part::Packets,
         );
         let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        assert_eq!(f.packet(1, a, 10), Some(PacketAction::Duplicate));
-        assert_eq!(f.packet(1, b, 10), Some(PacketAction::Drop));
-        assert_eq!(f.packet(1, b, 10), Some(PacketAction::Duplicate));
+        assert_eq!(f.packet(T0, 1, a, 10), Some(PacketAction::Duplicate));
+        assert_eq!(f.packet(T0, 1, b, 10), Some(PacketAction::Drop));
+        assert_eq!(f.packet(T0, 1, b, 10), Some(PacketAction::Duplicate));
     }
 }

@@ -47,6 +47,32 @@ pub struct Select {
     pub prob: Option<f64>,
     /// At most N firings.
     pub count: Option<u64>,
+    /// Only while the device's time is in this window.
+    pub window: Option<Window>,
+}
+
+/// A span of the device's time (since it was opened), repeated every
+/// `period` if set: `from=1s until=1.2s period=2s` is 200 ms at the
+/// start of every second second (a flapping link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Start (0 if not given).
+    pub from: Duration,
+    /// End, exclusive (none: open-ended, or the period's end).
+    pub until: Option<Duration>,
+    /// Repeats with this period.
+    pub period: Option<Duration>,
+}
+
+impl Window {
+    /// Whether time `t` since the device opened is inside.
+    pub fn contains(&self, t: Duration) -> bool {
+        let t = match self.period {
+            Some(p) if !p.is_zero() => Duration::from_nanos((t.as_nanos() % p.as_nanos()) as u64),
+            _ => t,
+        };
+        t >= self.from && self.until.is_none_or(|u| t < u)
+    }
 }
 
 /// What a firing does.

@@ -5,7 +5,7 @@
 //! name. Rules are separated by newlines or `;`; `#` starts a comment.
 
 use crate::names;
-use crate::rule::{Action, Filter, PacketAction, QpErrorWhen, Queue, Rule, Select};
+use crate::rule::{Action, Filter, PacketAction, QpErrorWhen, Queue, Rule, Select, Window};
 use std::time::Duration;
 
 /// The environment variable holding the rules, or the path of a file
@@ -155,6 +155,20 @@ impl Builder {
             "vendor_err" => self.vendor_err = parse_u32(value).ok_or_else(bad)?,
             "delay" => self.delay = Some(parse_duration(value).ok_or_else(bad)?),
             "at" => self.at = Some(parse_duration(value).ok_or_else(bad)?),
+            "from" | "until" | "period" => {
+                let d = parse_duration(value).ok_or_else(bad)?;
+                let w = self.select.window.get_or_insert(Window {
+                    from: Duration::ZERO,
+                    until: None,
+                    period: None,
+                });
+                match key {
+                    "from" => w.from = d,
+                    "until" => w.until = Some(d),
+                    _ if d.is_zero() => return Err(bad()),
+                    _ => w.period = Some(d),
+                }
+            }
             _ => return Err(format!("unknown key `{key}`")),
         }
         Ok(())
@@ -187,6 +201,16 @@ impl Builder {
             "post_srq_recv" => Some(Queue::SrqRecv),
             _ => None,
         };
+        if let Some(Window {
+            from,
+            until: Some(until),
+            ..
+        }) = self.select.window
+        {
+            if until <= from {
+                return Err("until= must come after from=".into());
+            }
+        }
         if kind != "packet" && self.filter.peer.is_some() {
             return Err("peer= applies to packet rules only".into());
         }
@@ -325,6 +349,17 @@ mod tests {
             one("packet delay=2ms").action,
             Action::Packet(PacketAction::Delay(Duration::from_millis(2)))
         );
+        let w = one("packet drop from=1s until=1200ms period=2s")
+            .select
+            .window
+            .unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            (w.from, w.until, w.period),
+            (ms(1000), Some(ms(1200)), Some(ms(2000)))
+        );
+        assert!(!w.contains(ms(999)) && w.contains(ms(1000)) && !w.contains(ms(1200)));
+        assert!(w.contains(ms(5100)) && !w.contains(ms(4100)));
     }
 
     #[test]
@@ -357,6 +392,8 @@ mod tests {
             ("packet drop speed=3", "unknown key"),
             ("explode", "unknown rule kind"),
             ("seed=x", "seed is not a number"),
+            ("packet drop from=2s until=1s", "until= must come after"),
+            ("packet drop period=0s", "bad value for period"),
         ] {
             let e = FaultSpec::parse(text).unwrap_err();
             assert!(e.to_string().contains(says), "{text}: {e}");

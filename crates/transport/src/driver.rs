@@ -192,7 +192,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             if let Some(rules) = Faults::new(spec, &name, Part::Verbs) {
                 engine.set_faults(rules, clock.now());
             }
-            io.packet_faults = Faults::new(spec, &name, Part::Packets).map(PacketFaults::new);
+            let rules = Faults::new(spec, &name, Part::Packets);
+            io.packet_faults = rules.map(|rules| PacketFaults::new(rules, clock.now()));
         }
         let endpoint = &mut io.endpoint;
         let same_host = start_same_host(cross, endpoint, &mut engine, cfg.ip);

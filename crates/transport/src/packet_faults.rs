@@ -7,6 +7,7 @@
 use softverbs_engine::Nanos;
 use softverbs_faults::{Faults, PacketAction};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// How long a packet held for reordering waits for a later one before it
 /// is delivered anyway.
@@ -16,6 +17,8 @@ const REORDER_WAIT: Nanos = 1_000_000;
 #[derive(Debug)]
 pub(crate) struct PacketFaults {
     rules: Faults,
+    /// When the context opened: rule windows count from it.
+    opened: Nanos,
     /// Delayed or reordered packets, in the order they arrived.
     held: Vec<HeldPacket>,
 }
@@ -44,9 +47,10 @@ pub(crate) enum Fate {
 }
 
 impl PacketFaults {
-    pub(crate) fn new(rules: Faults) -> PacketFaults {
+    pub(crate) fn new(rules: Faults, opened: Nanos) -> PacketFaults {
         PacketFaults {
             rules,
+            opened,
             held: Vec::new(),
         }
     }
@@ -60,7 +64,8 @@ impl PacketFaults {
         packet: &[u8],
     ) -> Fate {
         let qp = dest_qp(packet);
-        let Some(action) = self.rules.packet(qp, src.ip(), packet.len()) else {
+        let at = Duration::from_nanos(now.saturating_sub(self.opened));
+        let Some(action) = self.rules.packet(at, qp, src.ip(), packet.len()) else {
             return Fate::Deliver(1);
         };
         let hold = |due, after_next| HeldPacket {
@@ -136,7 +141,7 @@ mod tests {
 
     fn faults(text: &str) -> PacketFaults {
         let spec = FaultSpec::parse(text).unwrap();
-        PacketFaults::new(Faults::new(&spec, "softverbs0", Part::Packets).unwrap())
+        PacketFaults::new(Faults::new(&spec, "softverbs0", Part::Packets).unwrap(), 0)
     }
 
     fn bth(qp: u32) -> Vec<u8> {
