@@ -2,7 +2,7 @@
 //! opcodes, with the numbers of Linux and of rdma-core's `verbs.h` (the
 //! public ABI, so they cannot change). Names are case-insensitive and may
 //! carry verbs.h's prefix (`IBV_WC_`, `IBV_WR_`); a plain number is taken
-//! as it is.
+//! as it is. The verbs trace (`softverbs-trace`) prints the same names.
 
 /// errno values a verb may plausibly return.
 const ERRNOS: &[(&str, i32)] = &[
@@ -100,11 +100,33 @@ pub fn wc_opcode(text: &str) -> Option<u32> {
     lookup(WC_OPCODES, "IBV_WC_", text).or_else(|| number(WC_OPCODES, text))
 }
 
-/// The name of an `ibv_wc_status` number, for messages.
-pub fn wc_status_name(status: u32) -> &'static str {
-    WC_STATUSES
+/// The name of an errno value, or its number.
+pub fn errno_name(errno: i32) -> String {
+    ERRNOS
         .iter()
-        .find(|(_, n)| *n == status)
+        .find(|(_, n)| *n == errno)
+        .map_or_else(|| format!("errno {errno}"), |(name, _)| name.to_string())
+}
+
+/// The name of an `ibv_wc_status` number (`UNKNOWN` for others).
+pub fn wc_status_name(status: u32) -> &'static str {
+    name_of(WC_STATUSES, status)
+}
+
+/// The name of an `ibv_wr_opcode` number (`UNKNOWN` for others).
+pub fn wr_opcode_name(opcode: u32) -> &'static str {
+    name_of(WR_OPCODES, opcode)
+}
+
+/// The name of an `ibv_wc_opcode` number (`UNKNOWN` for others).
+pub fn wc_opcode_name(opcode: u32) -> &'static str {
+    name_of(WC_OPCODES, opcode)
+}
+
+fn name_of(table: &[(&'static str, u32)], value: u32) -> &'static str {
+    table
+        .iter()
+        .find(|(_, n)| *n == value)
         .map_or("UNKNOWN", |(name, _)| name)
 }
 
@@ -139,5 +161,8 @@ mod tests {
         assert_eq!(errno("7"), Some(7));
         assert_eq!(errno("ENOTATHING"), None);
         assert_eq!(wc_status_name(13), "RNR_RETRY_EXC_ERR");
+        assert_eq!((wr_opcode_name(4), wc_opcode_name(129)), ("RDMA_READ", "RECV_RDMA_WITH_IMM"));
+        assert_eq!(wc_opcode_name(77), "UNKNOWN");
+        assert_eq!((errno_name(12), errno_name(77)), ("ENOMEM".to_string(), "errno 77".to_string()));
     }
 }

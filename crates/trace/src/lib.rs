@@ -1,0 +1,15 @@
+//! The verbs trace: `SOFTVERBS_TRACE=FILE` records every verb with its
+//! arguments, result and errno, every completion and every event, one
+//! JSON object per line; `softverbs trace summarize FILE` reads it back.
+//!
+//! * [`record`]: what a line holds;
+//! * [`writer`]: the process's trace file;
+//! * [`summary`]: per-QP statistics of a trace.
+
+pub mod record;
+pub mod summary;
+pub mod writer;
+
+pub use record::{Completion, Event, Line, Record, Verb, Wr};
+pub use summary::Summary;
+pub use writer::{on, open_from_env, write};
