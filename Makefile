@@ -96,7 +96,8 @@ pyverbs: shim
 # rdma_cm rdmacm-utils, perftest -R and qperf) over softverbs
 # in preload mode: two processes on loopback, the wire path under load
 # (nothing lost), then two hosts (network namespaces joined by a veth
-# pair), then plugin mode, then fault injection (SOFTVERBS_FAULTS). The
+# pair), then plugin mode, then fault injection (SOFTVERBS_FAULTS) and
+# the verbs trace (SOFTVERBS_TRACE). The
 # namespaced ones and plugin mode need root: without it they fail under
 # CI=true and are skipped, loudly, elsewhere.
 programs: shim
@@ -105,6 +106,7 @@ programs: shim
 	tests/programs/same_host.sh $(SHIM_SO)
 	tests/programs/wire_load.sh $(SHIM_SO)
 	tests/programs/faults.sh $(SHIM_SO)
+	tests/programs/trace.sh $(SHIM_SO)
 	tests/programs/rdma_cm.sh $(SHIM_SO)
 	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)

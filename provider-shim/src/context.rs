@@ -85,10 +85,20 @@ pub unsafe extern "C" fn alloc_context(
                     (*raw).vctx.context.async_fd = async_reader;
                     (*raw).vctx.context.num_comp_vectors = 1;
                     (*raw).state = Box::into_raw(Box::new(state));
-                    verbs_set_ops(&mut (*raw).vctx, &crate::ops::CONTEXT_OPS.0);
+                    let ops = if softverbs_trace::on() {
+                        &crate::trace_ops::TRACED_OPS
+                    } else {
+                        &crate::ops::CONTEXT_OPS
+                    };
+                    verbs_set_ops(&mut (*raw).vctx, &ops.0);
                 }
                 // SAFETY: a valid pointer to the verbs_context at offset 0.
-                unsafe { &mut (*raw).vctx }
+                let context = unsafe { &mut (*raw).vctx };
+                if softverbs_trace::on() {
+                    // SAFETY: the context just made.
+                    unsafe { crate::trace_ops::opened(&dev.config.name, &mut context.context) };
+                }
+                context
             }
             Err(e) => {
                 softverbs_transport::say!(
@@ -102,6 +112,10 @@ pub unsafe extern "C" fn alloc_context(
                     libc::free(raw.cast());
                 }
                 crate::guard::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                if softverbs_trace::on() {
+                    // SAFETY: no context (a failed open).
+                    unsafe { crate::trace_ops::opened(&dev.config.name, std::ptr::null_mut()) };
+                }
                 std::ptr::null_mut()
             }
         }
@@ -110,6 +124,7 @@ pub unsafe extern "C" fn alloc_context(
 
 impl ContextState {
     fn open(dev: &'static SoftVerbsDevice) -> std::io::Result<(ContextState, c_int)> {
+        softverbs_trace::open_from_env()?;
         let pipe = EventPipe::new()?;
         let reader = pipe.reader.map(IntoRawFd::into_raw_fd).unwrap_or(-1);
         let channels = Channels::default();

@@ -142,7 +142,10 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
 /// `ibv_start_poll` enters the CQ's polling section, which `ibv_end_poll`
 /// leaves; when it fails the application does not call `ibv_end_poll`
 /// (ibv_create_cq_ex(3)), so it leaves the section itself.
-unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+pub(crate) unsafe extern "C" fn start_poll(
+    cq: *mut ibv_cq_ex,
+    _attr: *mut ibv_poll_cq_attr,
+) -> c_int {
     // SAFETY: libibverbs' inline ibv_start_poll passes one of our CQs.
     let lock = unsafe { polled(cq) };
     lock.enter();
@@ -155,7 +158,7 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr
     rc
 }
 
-unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+pub(crate) unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     // SAFETY: one of our CQs, inside the section start_poll entered (the
     // polling API's contract).
     guard(libc::EIO, || unsafe { advance(cq, false) })

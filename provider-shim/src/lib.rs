@@ -14,6 +14,7 @@
 //!   per context; [`events`]: async and completion event descriptors;
 //!   [`event_acks`]: destroys wait for events to be acknowledged;
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
+//!   [`trace_ops`]: the same with the verbs trace (`SOFTVERBS_TRACE`);
 //!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`cross_process`]: other
@@ -49,6 +50,7 @@ pub mod process_memory;
 pub mod qp_ex;
 pub mod rdma_cm;
 pub mod thread_slice;
+pub mod trace_ops;
 pub mod verbs_basic;
 pub mod verbs_mcast;
 pub mod verbs_qp;

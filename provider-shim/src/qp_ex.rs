@@ -452,7 +452,7 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
 /// `ibv_wr_complete`: posts the whole batch or, if any WR is refused,
 /// none of it (ibv_wr_post(3)), returning that WR's errno; then leaves
 /// the critical section.
-unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+pub(crate) unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     // SAFETY: one of our extended QPs, inside the section wr_start entered.
     let lock = unsafe { &builder(qp).batch };
     // SAFETY: inside the section.
@@ -468,6 +468,45 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     // SAFETY: wr_start entered it on this thread.
     unsafe { lock.leave() };
     rc
+}
+
+/// The WRs of the batch this thread is building on `qp`, as the verbs
+/// trace records them.
+///
+/// # Safety
+/// `qp` is one of our extended QPs, and this thread is inside its
+/// critical section (between `ibv_wr_start` and `ibv_wr_complete`).
+pub(crate) unsafe fn batch_for_trace(qp: *mut ibv_qp_ex) -> Vec<softverbs_trace::Wr> {
+    // SAFETY: per the contract.
+    unsafe { with_batch(qp, |b, _| b.wrs.iter().map(BuiltWr::for_trace).collect()) }
+}
+
+impl BuiltWr {
+    fn for_trace(&self) -> softverbs_trace::Wr {
+        use softverbs_engine::send_opcode::*;
+        let target = match self.opcode {
+            RDMA_WRITE | RDMA_WRITE_WITH_IMM | RDMA_READ => {
+                Some((self.rdma.remote_addr, self.rdma.rkey))
+            }
+            ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD => {
+                Some((self.atomic.remote_addr, self.atomic.rkey))
+            }
+            _ => None,
+        };
+        let inline = self.flags & send_flags::INLINE != 0;
+        softverbs_trace::Wr {
+            wr_id: self.wr_id,
+            opcode: softverbs_faults::names::wr_opcode_name(self.opcode).to_string(),
+            len: if inline {
+                self.inline.len() as u64
+            } else {
+                self.sges.iter().map(|s| u64::from(s.length)).sum()
+            },
+            flags: self.flags,
+            remote_addr: target.map(|t| t.0),
+            rkey: target.map(|t| t.1),
+        }
+    }
 }
 
 /// Posts a built batch through the engine's all-or-nothing path.

@@ -4,7 +4,8 @@
 //! `softverbs run -- PROGRAM ARGS` starts PROGRAM with the provider
 //! preloaded (no root, no kernel module); `softverbs devices` prints the
 //! configured devices; `softverbs setup` / `teardown` (root) create and
-//! remove the device entries plugin mode needs (see [`plugin`]).
+//! remove the device entries plugin mode needs (see [`plugin`]);
+//! `softverbs trace summarize FILE` reads a verbs trace.
 
 mod daemon;
 mod gid_table;
@@ -56,6 +57,21 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         pcap: Option<std::path::PathBuf>,
     },
+    /// Read a verbs trace (written with SOFTVERBS_TRACE=FILE).
+    Trace {
+        #[command(subcommand)]
+        command: TraceCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCmd {
+    /// Per-QP statistics: WRs by opcode, bytes, completions, errors,
+    /// failed verbs, and post-to-completion latency.
+    Summarize {
+        /// The trace file (`-` for standard input).
+        file: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -76,6 +92,9 @@ fn main() -> ExitCode {
             detach,
             pcap,
         ),
+        Cmd::Trace {
+            command: TraceCmd::Summarize { file },
+        } => summarize(&file),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -84,6 +103,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints the summary of the trace in `file`.
+fn summarize(file: &std::path::Path) -> Result<(), String> {
+    let summary = if file.as_os_str() == "-" {
+        softverbs_trace::Summary::read(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        softverbs_trace::Summary::read(std::io::BufReader::new(f))
+    };
+    let summary = summary.map_err(|e| format!("{}: {e}", file.display()))?;
+    print!("{summary}");
+    Ok(())
 }
 
 /// Replaces this process with `program`, the provider preloaded.

@@ -182,7 +182,10 @@ fn a_refused_wr_refuses_its_whole_ibv_wr_complete_batch() {
     rules(&mut p.a, p.now, "post_send nth=2 errno=EAGAIN");
     recv(&mut p, qb, 1).unwrap();
     let sge = [p.a.sge(0, 8)];
-    let batch = [wr(1, send_opcode::SEND, &sge), wr(2, send_opcode::SEND, &sge)];
+    let batch = [
+        wr(1, send_opcode::SEND, &sge),
+        wr(2, send_opcode::SEND, &sge),
+    ];
     assert_eq!(p.a.e.post_send_batch(qa, &batch).unwrap_err().errno(), 11);
     p.run(1000);
     assert_eq!(p.a.poll(), [], "nothing of the batch was posted");

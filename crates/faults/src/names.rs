@@ -161,8 +161,14 @@ mod tests {
         assert_eq!(errno("7"), Some(7));
         assert_eq!(errno("ENOTATHING"), None);
         assert_eq!(wc_status_name(13), "RNR_RETRY_EXC_ERR");
-        assert_eq!((wr_opcode_name(4), wc_opcode_name(129)), ("RDMA_READ", "RECV_RDMA_WITH_IMM"));
+        assert_eq!(
+            (wr_opcode_name(4), wc_opcode_name(129)),
+            ("RDMA_READ", "RECV_RDMA_WITH_IMM")
+        );
         assert_eq!(wc_opcode_name(77), "UNKNOWN");
-        assert_eq!((errno_name(12), errno_name(77)), ("ENOMEM".to_string(), "errno 77".to_string()));
+        assert_eq!(
+            (errno_name(12), errno_name(77)),
+            ("ENOMEM".to_string(), "errno 77".to_string())
+        );
     }
 }

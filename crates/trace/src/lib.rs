@@ -10,6 +10,6 @@ pub mod record;
 pub mod summary;
 pub mod writer;
 
-pub use record::{Completion, Event, Line, Record, Verb, Wr};
+pub use record::{address, event_name, Completion, Event, Line, Record, Verb, Wr};
 pub use summary::Summary;
 pub use writer::{on, open_from_env, write};

@@ -1,0 +1,1033 @@
+//! The verbs trace (`SOFTVERBS_TRACE`, the `softverbs_trace` crate) at the
+//! provider's entry points. A context of a tracing process gets
+//! [`TRACED_OPS`] instead of `ops::CONTEXT_OPS`: each member calls the
+//! verb it stands for, then writes a record of its arguments, result and
+//! errno. Extended CQs and QPs get traced polling and `ibv_wr_complete`
+//! members the same way. A process that does not trace never reaches this
+//! module, so tracing off costs nothing per verb.
+//!
+//! The wrappers read only what the verb itself read or wrote (the
+//! caller's WR list up to what was posted, the completions just written,
+//! the attributes passed), and a destroy verb's object only before it is
+//! destroyed. Each record is made under [`guard`], so nothing here can
+//! unwind into C.
+
+use crate::context::state;
+use crate::ffi::*;
+use crate::guard::{errno, guard};
+use crate::verbs_basic as basic;
+use crate::verbs_qp as qps;
+use serde_json::{json, Map, Value};
+use softverbs_faults::names::{wc_opcode_name, wc_status_name, wr_opcode_name};
+use softverbs_trace::{address, event_name, Completion, Event, Record, Verb, Wr};
+use std::os::raw::{c_int, c_void};
+use std::ptr::{addr_of, addr_of_mut};
+
+/// Writes `record` for the device of `context`.
+///
+/// # Safety
+/// `context` is one of our live contexts.
+unsafe fn emit(context: *mut ibv_context, record: Record) {
+    // SAFETY: per the contract.
+    let st = unsafe { state(context) };
+    softverbs_trace::write(&st.device.config.name, record);
+}
+
+/// The record of a verb that returned `ret`, with errno `err` if it
+/// failed.
+fn verb(name: &str, qp: Option<u32>, args: Value, ret: i64, err: i32) -> Record {
+    Record::Verb(Verb {
+        verb: name.to_string(),
+        qp,
+        args: object(args),
+        wrs: Vec::new(),
+        ret,
+        errno: err,
+    })
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Traces a verb returning 0 or an errno.
+///
+/// # Safety
+/// `context` is one of our live contexts; `args` reads only what the
+/// verb's caller passed.
+unsafe fn status(
+    context: *mut ibv_context,
+    name: &str,
+    qp: Option<u32>,
+    ret: c_int,
+    args: impl FnOnce() -> Value,
+) {
+    guard((), || {
+        let err = if ret > 0 { ret } else { 0 };
+        // SAFETY: per the contract.
+        unsafe { emit(context, verb(name, qp, args(), i64::from(ret), err)) };
+    });
+}
+
+/// Traces a verb returning an object (NULL with errno set on failure).
+///
+/// # Safety
+/// As [`status`].
+unsafe fn pointer<T>(
+    context: *mut ibv_context,
+    name: &str,
+    qp: Option<u32>,
+    ret: *mut T,
+    args: impl FnOnce() -> Value,
+) {
+    let err = if ret.is_null() { errno() } else { 0 };
+    guard((), || {
+        let ok = i64::from(!ret.is_null());
+        // SAFETY: per the contract.
+        unsafe { emit(context, verb(name, qp, args(), ok, err)) };
+    });
+}
+
+/// The context members with tracing. Members left NULL are those
+/// `CONTEXT_OPS` leaves NULL.
+pub static TRACED_OPS: crate::ops::ContextOps = crate::ops::ContextOps(verbs_context_ops {
+    query_device_ex: Some(query_device_ex),
+    query_port: Some(query_port),
+    free_context: Some(free_context),
+    alloc_pd: Some(alloc_pd),
+    dealloc_pd: Some(dealloc_pd),
+    reg_mr: Some(reg_mr),
+    dereg_mr: Some(dereg_mr),
+    rereg_mr: Some(rereg_mr),
+    create_cq: Some(create_cq),
+    create_cq_ex: Some(create_cq_ex),
+    destroy_cq: Some(destroy_cq),
+    resize_cq: Some(resize_cq),
+    poll_cq: Some(poll_cq),
+    req_notify_cq: Some(req_notify_cq),
+    create_ah: Some(create_ah),
+    destroy_ah: Some(destroy_ah),
+    create_qp: Some(create_qp),
+    create_qp_ex: Some(create_qp_ex),
+    modify_qp: Some(modify_qp),
+    query_qp: Some(query_qp),
+    destroy_qp: Some(destroy_qp),
+    attach_mcast: Some(attach_mcast),
+    detach_mcast: Some(detach_mcast),
+    post_send: Some(post_send),
+    post_recv: Some(post_recv),
+    create_srq: Some(create_srq),
+    modify_srq: Some(modify_srq),
+    query_srq: Some(query_srq),
+    destroy_srq: Some(destroy_srq),
+    post_srq_recv: Some(post_srq_recv),
+    cq_event: Some(cq_event),
+    async_event: Some(async_event),
+    ..<verbs_context_ops as Zeroed>::ZEROED
+});
+
+/// Traces `ibv_open_device` (the provider's `alloc_context`).
+///
+/// # Safety
+/// `context` is NULL or one of our live contexts.
+pub unsafe fn opened(name: &str, context: *mut ibv_context) {
+    let err = if context.is_null() { errno() } else { 0 };
+    guard((), || {
+        let record = verb(
+            "ibv_open_device",
+            None,
+            Value::Null,
+            i64::from(!context.is_null()),
+            err,
+        );
+        softverbs_trace::write(name, record);
+    });
+}
+
+// Every function below is a member of `TRACED_OPS` or of a traced
+// extended CQ or QP.
+//
+// # Safety (all of them)
+// Called through libibverbs with the pointers its C contract promises,
+// as the verb they wrap; they forward them unchanged.
+
+unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    // SAFETY: forwarded as received (see above).
+    let ret = unsafe { basic::query_device_ex(context, input, attr, attr_size) };
+    // SAFETY: our context; no argument is read.
+    unsafe { status(context, "ibv_query_device_ex", None, ret, || Value::Null) };
+    ret
+}
+
+unsafe extern "C" fn query_port(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::query_port(context, port, attr) };
+    // SAFETY: our context; the state is read only after success.
+    unsafe {
+        status(context, "ibv_query_port", None, ret, || {
+            let state = (ret == 0).then(|| addr_of!((*attr).state).read());
+            json!({ "port": port, "state": state })
+        })
+    };
+    ret
+}
+
+unsafe extern "C" fn free_context(context: *mut ibv_context) {
+    // The record first: the context is gone afterwards.
+    // SAFETY: our context, live until the call below.
+    unsafe { status(context, "ibv_close_device", None, 0, || Value::Null) };
+    // SAFETY: forwarded as received.
+    unsafe { crate::context::free_context(context) };
+}
+
+unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: forwarded as received.
+    let pd = unsafe { basic::alloc_pd(context) };
+    // SAFETY: our context.
+    unsafe {
+        pointer(
+            context,
+            "ibv_alloc_pd",
+            None,
+            pd,
+            || json!({ "pd": address(pd) }),
+        )
+    };
+    pd
+}
+
+unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    // SAFETY: one of our PDs, live until the call below.
+    let context = unsafe { addr_of!((*pd).context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::dealloc_pd(pd) };
+    // SAFETY: our context; only the PD's address is used.
+    unsafe {
+        status(
+            context,
+            "ibv_dealloc_pd",
+            None,
+            ret,
+            || json!({ "pd": address(pd) }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    hca_va: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: one of our PDs.
+    let context = unsafe { addr_of!((*pd).context).read() };
+    // SAFETY: forwarded as received.
+    let mr = unsafe { basic::reg_mr(pd, addr, length, hca_va, access) };
+    // SAFETY: our context; the MR's keys are read only if it was made.
+    unsafe {
+        pointer(context, "ibv_reg_mr", None, mr, || {
+            let keys =
+                (!mr.is_null()).then(|| (addr_of!((*mr).lkey).read(), addr_of!((*mr).rkey).read()));
+            json!({
+                "pd": address(pd), "addr": addr as u64, "length": length, "iova": hca_va,
+                "access": access, "mr": address(mr), "lkey": keys.map(|k| k.0), "rkey": keys.map(|k| k.1),
+            })
+        })
+    };
+    mr
+}
+
+unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> c_int {
+    // SAFETY: one of our MRs, live until the call below.
+    let context = unsafe { addr_of!((*vmr).ibv_mr.context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::dereg_mr(vmr) };
+    // SAFETY: our context; only the MR's address is used.
+    unsafe {
+        status(
+            context,
+            "ibv_dereg_mr",
+            None,
+            ret,
+            || json!({ "mr": address(vmr) }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn rereg_mr(
+    vmr: *mut verbs_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    // SAFETY: one of our MRs.
+    let context = unsafe { addr_of!((*vmr).ibv_mr.context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::rereg_mr(vmr, flags, pd, addr, length, access) };
+    // SAFETY: our context.
+    unsafe {
+        status(
+            context,
+            "ibv_rereg_mr",
+            None,
+            ret,
+            || json!({ "mr": address(vmr), "flags": flags, "addr": addr as u64, "length": length, "access": access }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: forwarded as received.
+    let cq = unsafe { basic::create_cq(context, cqe, channel, comp_vector) };
+    // SAFETY: our context; the CQ's size is read only if it was made.
+    unsafe {
+        pointer(context, "ibv_create_cq", None, cq, || {
+            let actual = (!cq.is_null()).then(|| addr_of!((*cq).cqe).read());
+            json!({ "cqe": cqe, "actual_cqe": actual, "channel": !channel.is_null(), "cq": address(cq) })
+        })
+    };
+    cq
+}
+
+unsafe extern "C" fn create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    // SAFETY: forwarded as received.
+    let cq = unsafe { crate::cq_ex::create_cq_ex(context, attr) };
+    if !cq.is_null() {
+        // SAFETY: a CQ just made, not yet handed out: its polling members
+        // are ours to replace.
+        unsafe {
+            addr_of_mut!((*cq).start_poll).write(Some(start_poll));
+            addr_of_mut!((*cq).next_poll).write(Some(next_poll));
+        }
+    }
+    // SAFETY: our context and the caller's attr.
+    unsafe {
+        pointer(context, "ibv_create_cq_ex", None, cq, || {
+            let a = attr.read();
+            json!({ "cqe": a.cqe, "wc_flags": a.wc_flags, "flags": a.flags, "cq": address(cq) })
+        })
+    };
+    cq
+}
+
+unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: one of our CQs, live until the call below.
+    let context = unsafe { addr_of!((*cq).context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::destroy_cq(cq) };
+    // SAFETY: our context; only the CQ's address is used.
+    unsafe {
+        status(
+            context,
+            "ibv_destroy_cq",
+            None,
+            ret,
+            || json!({ "cq": address(cq) }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: one of our CQs.
+    let context = unsafe { addr_of!((*cq).context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::resize_cq(cq, cqe) };
+    // SAFETY: our context.
+    unsafe {
+        status(
+            context,
+            "ibv_resize_cq",
+            None,
+            ret,
+            || json!({ "cq": address(cq), "cqe": cqe }),
+        )
+    };
+    ret
+}
+
+/// Traces each completion `ibv_poll_cq` returned; a failed poll as a verb.
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: forwarded as received.
+    let n = unsafe { basic::poll_cq(cq, num_entries, wc) };
+    if n == 0 {
+        return n; // empty polls are not recorded: they would drown the rest
+    }
+    let err = if n < 0 { errno() } else { 0 };
+    guard((), || {
+        // SAFETY: one of our CQs.
+        let context = unsafe { addr_of!((*cq).context).read() };
+        if n < 0 {
+            let record = verb(
+                "ibv_poll_cq",
+                None,
+                json!({ "cq": address(cq) }),
+                i64::from(n),
+                err,
+            );
+            // SAFETY: our context.
+            unsafe { emit(context, record) };
+            return;
+        }
+        for i in 0..n as usize {
+            // SAFETY: the poll just wrote `n` completions there; a copy is read.
+            let w = unsafe { wc.add(i).read() };
+            // SAFETY: our context.
+            unsafe { emit(context, Record::Completion(completion(cq as usize, &w))) };
+        }
+    });
+    n
+}
+
+/// A completion as the trace records it.
+fn completion(cq: usize, w: &ibv_wc) -> Completion {
+    const WITH_IMM: u32 = 1 << 1;
+    const WITH_INV: u32 = 1 << 3;
+    // SAFETY: both union members are a u32; reading either is defined.
+    let imm = unsafe { w.u.imm_data };
+    Completion {
+        cq: format!("{cq:#x}"),
+        qp: w.qp_num,
+        wr_id: w.wr_id,
+        status: wc_status_name(w.status).to_string(),
+        opcode: wc_opcode_name(w.opcode).to_string(),
+        byte_len: w.byte_len,
+        imm: (w.wc_flags & (WITH_IMM | WITH_INV) != 0).then_some(imm),
+        wc_flags: w.wc_flags,
+        vendor_err: w.vendor_err,
+        src_qp: w.src_qp,
+    }
+}
+
+/// `ibv_start_poll` of a traced extended CQ: the completion it makes
+/// current is recorded.
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { crate::cq_ex::start_poll(cq, attr) };
+    // SAFETY: on success a completion is current, inside the section.
+    unsafe { current_completion(cq, ret) };
+    ret
+}
+
+/// `ibv_next_poll` of a traced extended CQ.
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { crate::cq_ex::next_poll(cq) };
+    // SAFETY: as in start_poll.
+    unsafe { current_completion(cq, ret) };
+    ret
+}
+
+/// Records the current completion of `cq` through its own readers.
+///
+/// # Safety
+/// `cq` is one of our extended CQs; if `ret` is 0 a completion is current
+/// on this thread.
+unsafe fn current_completion(cq: *mut ibv_cq_ex, ret: c_int) {
+    if ret != 0 {
+        return;
+    }
+    guard((), || {
+        // SAFETY: per the contract: the public fields and the readers of
+        // the current completion (our own functions, set at creation).
+        let (context, w) = unsafe {
+            let mut w = ibv_wc::ZEROED;
+            w.wr_id = addr_of!((*cq).wr_id).read();
+            w.status = addr_of!((*cq).status).read();
+            let read =
+                |f: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>| f.map_or(0, |f| f(cq));
+            w.opcode = read(addr_of!((*cq).read_opcode).read());
+            w.byte_len = read(addr_of!((*cq).read_byte_len).read());
+            w.vendor_err = read(addr_of!((*cq).read_vendor_err).read());
+            w.qp_num = read(addr_of!((*cq).read_qp_num).read());
+            w.src_qp = read(addr_of!((*cq).read_src_qp).read());
+            w.wc_flags = addr_of!((*cq).read_wc_flags).read().map_or(0, |f| f(cq));
+            w.u.imm_data = read(addr_of!((*cq).read_imm_data).read());
+            (addr_of!((*cq).context).read(), w)
+        };
+        // SAFETY: our context.
+        unsafe { emit(context, Record::Completion(completion(cq as usize, &w))) };
+    });
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::req_notify_cq(cq, solicited_only) };
+    // SAFETY: one of our CQs and its context.
+    unsafe {
+        let context = addr_of!((*cq).context).read();
+        status(
+            context,
+            "ibv_req_notify_cq",
+            None,
+            ret,
+            || json!({ "cq": address(cq), "solicited_only": solicited_only != 0 }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    // SAFETY: one of our PDs.
+    let context = unsafe { addr_of!((*pd).context).read() };
+    // SAFETY: forwarded as received.
+    let ah = unsafe { basic::create_ah(pd, attr) };
+    // SAFETY: our context and the caller's attr.
+    unsafe {
+        pointer(context, "ibv_create_ah", None, ah, || {
+            let a = attr.read();
+            json!({
+                "pd": address(pd), "is_global": a.is_global, "dgid": gid(&a.grh.dgid),
+                "sgid_index": a.grh.sgid_index, "port": a.port_num, "ah": address(ah),
+            })
+        })
+    };
+    ah
+}
+
+unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
+    // SAFETY: one of our AHs, live until the call below.
+    let context = unsafe { addr_of!((*ah).context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { basic::destroy_ah(ah) };
+    // SAFETY: our context; only the AH's address is used.
+    unsafe {
+        status(
+            context,
+            "ibv_destroy_ah",
+            None,
+            ret,
+            || json!({ "ah": address(ah) }),
+        )
+    };
+    ret
+}
+
+fn gid(g: &ibv_gid) -> String {
+    crate::convert::gid_from_c(g).to_string()
+}
+
+/// The QP number of a QP that exists.
+///
+/// # Safety
+/// `qp` is NULL or one of our live QPs.
+unsafe fn qp_num(qp: *mut ibv_qp) -> Option<u32> {
+    // SAFETY: per the contract; a plain field read.
+    (!qp.is_null()).then(|| unsafe { addr_of!((*qp).qp_num).read() })
+}
+
+fn init_args(a: &ibv_qp_init_attr) -> Value {
+    json!({
+        "qp_type": a.qp_type, "send_cq": address(a.send_cq), "recv_cq": address(a.recv_cq),
+        "srq": address(a.srq), "max_send_wr": a.cap.max_send_wr, "max_recv_wr": a.cap.max_recv_wr,
+        "max_send_sge": a.cap.max_send_sge, "max_recv_sge": a.cap.max_recv_sge,
+        "max_inline_data": a.cap.max_inline_data, "sq_sig_all": a.sq_sig_all,
+    })
+}
+
+unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    // SAFETY: one of our PDs.
+    let context = unsafe { addr_of!((*pd).context).read() };
+    // SAFETY: forwarded as received.
+    let qp = unsafe { qps::create_qp(pd, attr) };
+    // SAFETY: our context, the caller's attr (with the actual caps
+    // written back on success) and the new QP.
+    unsafe {
+        pointer(context, "ibv_create_qp", qp_num(qp), qp, || {
+            init_args(&attr.read())
+        })
+    };
+    qp
+}
+
+unsafe extern "C" fn create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    // SAFETY: forwarded as received.
+    let qp = unsafe { crate::qp_ex::create_qp_ex(context, attr) };
+    // SAFETY: a QP just made, not yet handed out: its `ibv_wr_complete`
+    // member, if it has one, is ours to replace.
+    unsafe {
+        let x = qp as *mut ibv_qp_ex;
+        if !qp.is_null() && addr_of!((*x).wr_complete).read().is_some() {
+            addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
+        }
+    }
+    // SAFETY: ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields.
+    unsafe {
+        pointer(context, "ibv_create_qp_ex", qp_num(qp), qp, || {
+            let mut args = init_args(&(attr as *const ibv_qp_init_attr).read());
+            args["send_ops_flags"] = json!(addr_of!((*attr).send_ops_flags).read());
+            args
+        })
+    };
+    qp
+}
+
+/// `ibv_wr_complete` of a traced extended QP: the batch is recorded as
+/// the WRs it posts (all or none).
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: one of our extended QPs, inside the section wr_start entered
+    // (the polling API's contract), before the batch is taken.
+    let wrs = guard(Vec::new(), || unsafe { crate::qp_ex::batch_for_trace(qp) });
+    // SAFETY: forwarded as received.
+    let ret = unsafe { crate::qp_ex::wr_complete(qp) };
+    guard((), || {
+        // SAFETY: our QP; its base names its context (plain field reads).
+        let (context, num) = unsafe {
+            let base = addr_of_mut!((*qp).qp_base);
+            (
+                addr_of!((*base).context).read(),
+                addr_of!((*base).qp_num).read(),
+            )
+        };
+        let mut record = Verb {
+            verb: "ibv_wr_complete".into(),
+            qp: Some(num),
+            ret: i64::from(ret),
+            errno: ret.max(0),
+            ..Verb::default()
+        };
+        if ret == 0 {
+            record.wrs = wrs;
+        }
+        // SAFETY: our context.
+        unsafe { emit(context, Record::Verb(record)) };
+    });
+    ret
+}
+
+/// The attributes `modify_qp` was given, by mask.
+fn qp_attr_args(a: &ibv_qp_attr, mask: u32) -> Value {
+    let mut m = Map::new();
+    m.insert("attr_mask".into(), json!(format!("{mask:#x}")));
+    let mut put = |bit: u32, key: &str, v: Value| {
+        if mask & bit != 0 {
+            m.insert(key.into(), v);
+        }
+    };
+    put(IBV_QP_STATE, "qp_state", json!(a.qp_state));
+    put(IBV_QP_CUR_STATE, "cur_qp_state", json!(a.cur_qp_state));
+    put(
+        IBV_QP_ACCESS_FLAGS,
+        "qp_access_flags",
+        json!(a.qp_access_flags),
+    );
+    put(IBV_QP_PKEY_INDEX, "pkey_index", json!(a.pkey_index));
+    put(IBV_QP_PORT, "port_num", json!(a.port_num));
+    put(IBV_QP_QKEY, "qkey", json!(a.qkey));
+    put(IBV_QP_AV, "dgid", json!(gid(&a.ah_attr.grh.dgid)));
+    put(IBV_QP_AV, "sgid_index", json!(a.ah_attr.grh.sgid_index));
+    put(IBV_QP_PATH_MTU, "path_mtu", json!(a.path_mtu));
+    put(IBV_QP_TIMEOUT, "timeout", json!(a.timeout));
+    put(IBV_QP_RETRY_CNT, "retry_cnt", json!(a.retry_cnt));
+    put(IBV_QP_RNR_RETRY, "rnr_retry", json!(a.rnr_retry));
+    put(IBV_QP_RQ_PSN, "rq_psn", json!(a.rq_psn));
+    put(
+        IBV_QP_MAX_QP_RD_ATOMIC,
+        "max_rd_atomic",
+        json!(a.max_rd_atomic),
+    );
+    put(
+        IBV_QP_MIN_RNR_TIMER,
+        "min_rnr_timer",
+        json!(a.min_rnr_timer),
+    );
+    put(IBV_QP_SQ_PSN, "sq_psn", json!(a.sq_psn));
+    put(
+        IBV_QP_MAX_DEST_RD_ATOMIC,
+        "max_dest_rd_atomic",
+        json!(a.max_dest_rd_atomic),
+    );
+    put(
+        IBV_QP_PATH_MIG_STATE,
+        "path_mig_state",
+        json!(a.path_mig_state),
+    );
+    put(IBV_QP_DEST_QPN, "dest_qp_num", json!(a.dest_qp_num));
+    Value::Object(m)
+}
+
+unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::modify_qp(qp, attr, mask) };
+    // SAFETY: one of our QPs and the caller's attr.
+    unsafe {
+        let context = addr_of!((*qp).context).read();
+        status(context, "ibv_modify_qp", qp_num(qp), ret, || {
+            qp_attr_args(&attr.read(), mask as u32)
+        })
+    };
+    ret
+}
+
+unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::query_qp(qp, attr, mask, init_attr) };
+    // SAFETY: one of our QPs; the attr is read only as the verb filled it.
+    unsafe {
+        let context = addr_of!((*qp).context).read();
+        status(context, "ibv_query_qp", qp_num(qp), ret, || {
+            let state = (ret == 0).then(|| addr_of!((*attr).qp_state).read());
+            json!({ "attr_mask": format!("{:#x}", mask), "qp_state": state })
+        })
+    };
+    ret
+}
+
+unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: one of our QPs, live until the call below.
+    let (context, num) = unsafe { (addr_of!((*qp).context).read(), qp_num(qp)) };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::destroy_qp(qp) };
+    // SAFETY: our context.
+    unsafe { status(context, "ibv_destroy_qp", num, ret, || Value::Null) };
+    ret
+}
+
+unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, g: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { crate::verbs_mcast::attach_mcast(qp, g, lid) };
+    // SAFETY: one of our QPs and the caller's GID.
+    unsafe {
+        let context = addr_of!((*qp).context).read();
+        status(
+            context,
+            "ibv_attach_mcast",
+            qp_num(qp),
+            ret,
+            || json!({ "gid": gid(&g.read()) }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, g: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { crate::verbs_mcast::detach_mcast(qp, g, lid) };
+    // SAFETY: one of our QPs and the caller's GID.
+    unsafe {
+        let context = addr_of!((*qp).context).read();
+        status(
+            context,
+            "ibv_detach_mcast",
+            qp_num(qp),
+            ret,
+            || json!({ "gid": gid(&g.read()) }),
+        )
+    };
+    ret
+}
+
+/// The bytes of a WR's SGEs.
+///
+/// # Safety
+/// `sg_list` holds `num_sge` entries (a WR the verb accepted).
+unsafe fn sge_bytes(sg_list: *const ibv_sge, num_sge: c_int) -> u64 {
+    (0..num_sge.max(0) as usize)
+        // SAFETY: per the contract.
+        .map(|i| u64::from(unsafe { addr_of!((*sg_list.add(i)).length).read() }))
+        .sum()
+}
+
+/// A send WR the verb accepted, as the trace records it.
+///
+/// # Safety
+/// `w` is a WR `ibv_post_send` accepted (its SGE list valid).
+unsafe fn send_wr(w: &ibv_send_wr) -> Wr {
+    // SAFETY: the union member of the WR's opcode.
+    let target = unsafe {
+        match w.opcode {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
+                Some((w.wr.rdma.remote_addr, w.wr.rdma.rkey))
+            }
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                Some((w.wr.atomic.remote_addr, w.wr.atomic.rkey))
+            }
+            _ => None,
+        }
+    };
+    Wr {
+        wr_id: w.wr_id,
+        opcode: wr_opcode_name(w.opcode).to_string(),
+        // SAFETY: per the contract.
+        len: unsafe { sge_bytes(w.sg_list, w.num_sge) },
+        flags: w.send_flags,
+        remote_addr: target.map(|t| t.0),
+        rkey: target.map(|t| t.1),
+    }
+}
+
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::post_send(qp, wr, bad_wr) };
+    guard((), || {
+        let mut record = Verb {
+            verb: "ibv_post_send".into(),
+            ret: i64::from(ret),
+            errno: ret.max(0),
+            ..Verb::default()
+        };
+        // SAFETY: the caller's list, unchanged by the verb; on failure
+        // `*bad_wr` is the WR it refused, and the ones before were
+        // accepted (their SGE lists read by the verb already).
+        let bad = if ret == 0 {
+            std::ptr::null_mut()
+        } else {
+            unsafe { *bad_wr }
+        };
+        let mut cur = wr;
+        while !cur.is_null() && cur != bad {
+            // SAFETY: as above.
+            let w = unsafe { &*cur };
+            // SAFETY: an accepted WR.
+            record.wrs.push(unsafe { send_wr(w) });
+            cur = w.next;
+        }
+        if !bad.is_null() {
+            // SAFETY: the refused WR, a caller-provided struct.
+            record.args.insert(
+                "bad_wr".into(),
+                json!(unsafe { addr_of!((*bad).wr_id).read() }),
+            );
+        }
+        // SAFETY: one of our QPs and its context.
+        unsafe {
+            record.qp = qp_num(qp);
+            emit(addr_of!((*qp).context).read(), Record::Verb(record));
+        }
+    });
+    ret
+}
+
+/// Records a receive WR list up to `bad` (exclusive; NULL: all of it).
+///
+/// # Safety
+/// The list is the caller's; the WRs before `bad` were accepted.
+unsafe fn recv_record(name: &str, wr: *mut ibv_recv_wr, bad: *mut ibv_recv_wr, ret: c_int) -> Verb {
+    let mut record = Verb {
+        verb: name.into(),
+        ret: i64::from(ret),
+        errno: ret.max(0),
+        ..Verb::default()
+    };
+    let mut cur = wr;
+    while !cur.is_null() && cur != bad {
+        // SAFETY: per the contract.
+        let w = unsafe { &*cur };
+        record.wrs.push(Wr {
+            wr_id: w.wr_id,
+            opcode: "RECV".into(),
+            // SAFETY: an accepted WR.
+            len: unsafe { sge_bytes(w.sg_list, w.num_sge) },
+            ..Wr::default()
+        });
+        cur = w.next;
+    }
+    if !bad.is_null() {
+        // SAFETY: the refused WR, a caller-provided struct.
+        record.args.insert(
+            "bad_wr".into(),
+            json!(unsafe { addr_of!((*bad).wr_id).read() }),
+        );
+    }
+    record
+}
+
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::post_recv(qp, wr, bad_wr) };
+    guard((), || {
+        // SAFETY: as in post_send.
+        unsafe {
+            let bad = if ret == 0 {
+                std::ptr::null_mut()
+            } else {
+                *bad_wr
+            };
+            let mut record = recv_record("ibv_post_recv", wr, bad, ret);
+            record.qp = qp_num(qp);
+            emit(addr_of!((*qp).context).read(), Record::Verb(record));
+        }
+    });
+    ret
+}
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::post_srq_recv(srq, wr, bad_wr) };
+    guard((), || {
+        // SAFETY: as in post_send, for one of our SRQs.
+        unsafe {
+            let bad = if ret == 0 {
+                std::ptr::null_mut()
+            } else {
+                *bad_wr
+            };
+            let mut record = recv_record("ibv_post_srq_recv", wr, bad, ret);
+            record.args.insert("srq".into(), json!(address(srq)));
+            emit(addr_of!((*srq).context).read(), Record::Verb(record));
+        }
+    });
+    ret
+}
+
+unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    // SAFETY: one of our PDs.
+    let context = unsafe { addr_of!((*pd).context).read() };
+    // SAFETY: forwarded as received.
+    let srq = unsafe { qps::create_srq(pd, attr) };
+    // SAFETY: our context and the caller's attr.
+    unsafe {
+        pointer(context, "ibv_create_srq", None, srq, || {
+            let a = addr_of!((*attr).attr).read();
+            json!({ "pd": address(pd), "max_wr": a.max_wr, "max_sge": a.max_sge, "srq_limit": a.srq_limit, "srq": address(srq) })
+        })
+    };
+    srq
+}
+
+unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::modify_srq(srq, attr, mask) };
+    // SAFETY: one of our SRQs and the caller's attr.
+    unsafe {
+        let context = addr_of!((*srq).context).read();
+        status(context, "ibv_modify_srq", None, ret, || {
+            let a = attr.read();
+            json!({ "srq": address(srq), "attr_mask": mask, "max_wr": a.max_wr, "srq_limit": a.srq_limit })
+        })
+    };
+    ret
+}
+
+unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::query_srq(srq, attr) };
+    // SAFETY: one of our SRQs.
+    unsafe {
+        let context = addr_of!((*srq).context).read();
+        status(
+            context,
+            "ibv_query_srq",
+            None,
+            ret,
+            || json!({ "srq": address(srq) }),
+        )
+    };
+    ret
+}
+
+unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    // SAFETY: one of our SRQs, live until the call below.
+    let context = unsafe { addr_of!((*srq).context).read() };
+    // SAFETY: forwarded as received.
+    let ret = unsafe { qps::destroy_srq(srq) };
+    // SAFETY: our context; only the SRQ's address is used.
+    unsafe {
+        status(
+            context,
+            "ibv_destroy_srq",
+            None,
+            ret,
+            || json!({ "srq": address(srq) }),
+        )
+    };
+    ret
+}
+
+/// `ibv_get_cq_event` handed out a completion event.
+unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
+    // SAFETY: forwarded as received.
+    unsafe { crate::event_acks::cq_event(cq) };
+    guard((), || {
+        let record = Record::Event(Event {
+            event: "COMP".into(),
+            object: Some(address(cq)),
+            ..Event::default()
+        });
+        // SAFETY: one of our CQs and its context.
+        unsafe { emit(addr_of!((*cq).context).read(), record) };
+    });
+}
+
+/// `ibv_get_async_event` handed out an event.
+unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
+    // SAFETY: forwarded as received.
+    unsafe { crate::event_acks::async_event(context, event) };
+    guard((), || {
+        // SAFETY: the event libibverbs just filled; the union member its
+        // type names (a QP's number is read from the QP, which the event
+        // holds a reference to until acked).
+        let record = unsafe {
+            let kind = addr_of!((*event).event_type).read();
+            let element = addr_of!((*event).element).read();
+            let mut e = Event {
+                event: event_name(kind).to_string(),
+                ..Event::default()
+            };
+            match kind {
+                IBV_EVENT_QP_FATAL
+                | IBV_EVENT_QP_REQ_ERR
+                | IBV_EVENT_QP_ACCESS_ERR
+                | IBV_EVENT_COMM_EST
+                | IBV_EVENT_SQ_DRAINED
+                | IBV_EVENT_PATH_MIG
+                | IBV_EVENT_PATH_MIG_ERR
+                | IBV_EVENT_QP_LAST_WQE_REACHED => e.qp = qp_num(element.qp),
+                IBV_EVENT_CQ_ERR => e.object = Some(address(element.cq)),
+                IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
+                    e.object = Some(address(element.srq))
+                }
+                _ => e.port = Some(element.port_num as u32),
+            }
+            Record::Event(e)
+        };
+        // SAFETY: our context.
+        unsafe { emit(context, record) };
+    });
+}
