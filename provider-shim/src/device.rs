@@ -71,7 +71,9 @@ static DEVICES: OnceLock<Devices> = OnceLock::new();
 fn devices() -> &'static Devices {
     DEVICES.get_or_init(|| match Config::load() {
         Ok(config) => Devices {
-            list: config.devices.iter().map(build).collect(),
+            list: (config.devices.iter().map(build))
+                .chain(config.passthrough.iter().map(crate::passthrough::build))
+                .collect(),
             error: None,
         },
         Err(e) => Devices {
@@ -81,7 +83,15 @@ fn devices() -> &'static Devices {
     })
 }
 
-/// The soft devices of this process, as `ibv_device` pointers.
+/// The name of one of softverbs' devices, soft or pass-through.
+pub fn name_of(device: *mut ibv_device) -> Option<&'static str> {
+    soft(device)
+        .map(|d| d.config.name.as_str())
+        .or_else(|| crate::passthrough::passthrough(device).map(|d| d.config.name.as_str()))
+}
+
+/// The devices of this process (soft, then pass-through), as `ibv_device`
+/// pointers.
 pub fn all() -> impl Iterator<Item = *mut ibv_device> {
     devices().list.iter().map(|&p| p as *mut ibv_device)
 }

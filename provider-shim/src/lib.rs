@@ -15,6 +15,7 @@
 //!   [`event_acks`]: destroys wait for events to be acknowledged;
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
 //!   [`trace_ops`]: the same with the verbs trace (`SOFTVERBS_TRACE`);
+//!   [`passthrough`]: devices that front a real one;
 //!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`cross_process`]: other
@@ -44,6 +45,7 @@ pub mod libc_next;
 pub mod libibverbs;
 pub mod mapping;
 pub mod ops;
+pub mod passthrough;
 pub mod plugin;
 pub mod preload;
 pub mod process_memory;

@@ -73,13 +73,9 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
         if let Some(e) = device::config_error() {
             softverbs_transport::say!("softverbs: {e}");
         }
-        let listed: Vec<&str> = all
-            .iter()
-            .filter_map(|&d| soft(d))
-            .map(|d| d.config.name.as_str())
-            .collect();
+        let listed: Vec<&str> = all.iter().filter_map(|&d| device::name_of(d)).collect();
         let missing: Vec<_> = device::all()
-            .filter(|&d| soft(d).is_some_and(|s| !listed.contains(&s.config.name.as_str())))
+            .filter(|&d| device::name_of(d).is_some_and(|name| !listed.contains(&name)))
             .collect();
         for d in missing {
             device::hold(d);

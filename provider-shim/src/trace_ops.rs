@@ -15,13 +15,87 @@
 use crate::context::state;
 use crate::ffi::*;
 use crate::guard::{errno, guard};
-use crate::verbs_basic as basic;
-use crate::verbs_qp as qps;
+use crate::passthrough::Hooked;
+use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use softverbs_faults::names::{wc_opcode_name, wc_status_name, wr_opcode_name};
+use softverbs_faults::Queue;
 use softverbs_trace::{address, event_name, Completion, Event, Record, Verb, Wr};
+use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
+use std::sync::{Arc, LazyLock};
+
+/// The `context` member of an object (`ctx!(*pd)`), read as a plain field.
+macro_rules! ctx {
+    ($object:expr) => {
+        // SAFETY: a live object of a context (the verbs API contract).
+        unsafe { addr_of!(($object).context).read() }
+    };
+}
+
+/// Calls member `op` of the ops `context`'s verbs go to ([`next`]) with
+/// `args`, or evaluates `missing` if it has no such member.
+macro_rules! forward {
+    ($context:expr, $op:ident($($arg:expr),*), $missing:expr) => {{
+        let next = next($context);
+        match next.ops().$op {
+            // SAFETY: the member of the provider that made the objects (a
+            // real one, or softverbs), called with the arguments
+            // libibverbs gave the member that forwards to it.
+            Some(f) => unsafe { f($($arg),*) },
+            None => $missing,
+        }
+    }};
+}
+
+/// Where a traced member's verb goes: a hooked pass-through context's
+/// real provider, or softverbs' own verbs.
+struct Next(Option<Arc<Hooked>>);
+
+impl Next {
+    fn ops(&self) -> &verbs_context_ops {
+        match &self.0 {
+            Some(h) => &h.originals,
+            None => &crate::ops::CONTEXT_OPS.0,
+        }
+    }
+}
+
+/// Where the verbs of `context` go.
+fn next(context: *mut ibv_context) -> Next {
+    Next(crate::passthrough::hooked(context))
+}
+
+/// A missing member of a verb that returns an object: NULL, EOPNOTSUPP.
+fn missing<T>() -> *mut T {
+    crate::guard::set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+/// The `start_poll` and `next_poll` of each traced extended CQ as its
+/// provider made them, by CQ address.
+type Pollers = (
+    Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+);
+static POLLERS: LazyLock<Mutex<HashMap<usize, Pollers>>> = LazyLock::new(Default::default);
+
+/// The `wr_complete` of each traced extended QP as its provider made it.
+static COMPLETERS: LazyLock<Mutex<HashMap<usize, unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>>> =
+    LazyLock::new(Default::default);
+
+/// A pass-through context's QP by number, for the rules that fail it.
+///
+/// # Safety
+/// `qp` is NULL or a QP of `context` just made.
+unsafe fn remember_qp(context: *mut ibv_context, qp: *mut ibv_qp) {
+    if let (Some(h), false) = (crate::passthrough::hooked(context), qp.is_null()) {
+        // SAFETY: per the contract.
+        let n = unsafe { addr_of!((*qp).qp_num).read() };
+        h.qps.lock().insert(n, qp as usize);
+    }
+}
 
 /// Writes `record` for the device of `context`.
 ///
@@ -66,6 +140,9 @@ unsafe fn status(
     args: impl FnOnce() -> Value,
 ) {
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         let err = if ret > 0 { ret } else { 0 };
         // SAFETY: per the contract.
         unsafe { emit(context, verb(name, qp, args(), i64::from(ret), err)) };
@@ -85,6 +162,9 @@ unsafe fn pointer<T>(
 ) {
     let err = if ret.is_null() { errno() } else { 0 };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         let ok = i64::from(!ret.is_null());
         // SAFETY: per the contract.
         unsafe { emit(context, verb(name, qp, args(), ok, err)) };
@@ -136,6 +216,9 @@ pub static TRACED_OPS: crate::ops::ContextOps = crate::ops::ContextOps(verbs_con
 pub unsafe fn opened(name: &str, context: *mut ibv_context) {
     let err = if context.is_null() { errno() } else { 0 };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         let record = verb(
             "ibv_open_device",
             None,
@@ -160,8 +243,11 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    // SAFETY: forwarded as received (see above).
-    let ret = unsafe { basic::query_device_ex(context, input, attr, attr_size) };
+    let ret = forward!(
+        context,
+        query_device_ex(context, input, attr, attr_size),
+        libc::EOPNOTSUPP
+    );
     // SAFETY: our context; no argument is read.
     unsafe { status(context, "ibv_query_device_ex", None, ret, || Value::Null) };
     ret
@@ -172,8 +258,7 @@ unsafe extern "C" fn query_port(
     port: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::query_port(context, port, attr) };
+    let ret = forward!(context, query_port(context, port, attr), libc::EOPNOTSUPP);
     // SAFETY: our context; the state is read only after success.
     unsafe {
         status(context, "ibv_query_port", None, ret, || {
@@ -188,13 +273,12 @@ unsafe extern "C" fn free_context(context: *mut ibv_context) {
     // The record first: the context is gone afterwards.
     // SAFETY: our context, live until the call below.
     unsafe { status(context, "ibv_close_device", None, 0, || Value::Null) };
-    // SAFETY: forwarded as received.
-    unsafe { crate::context::free_context(context) };
+    forward!(context, free_context(context), ());
+    crate::passthrough::unhook(context);
 }
 
 unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    // SAFETY: forwarded as received.
-    let pd = unsafe { basic::alloc_pd(context) };
+    let pd = forward!(context, alloc_pd(context), missing());
     // SAFETY: our context.
     unsafe {
         pointer(
@@ -211,8 +295,7 @@ unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
 unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
     // SAFETY: one of our PDs, live until the call below.
     let context = unsafe { addr_of!((*pd).context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::dealloc_pd(pd) };
+    let ret = forward!(ctx!(*pd), dealloc_pd(pd), libc::EOPNOTSUPP);
     // SAFETY: our context; only the PD's address is used.
     unsafe {
         status(
@@ -235,8 +318,11 @@ unsafe extern "C" fn reg_mr(
 ) -> *mut ibv_mr {
     // SAFETY: one of our PDs.
     let context = unsafe { addr_of!((*pd).context).read() };
-    // SAFETY: forwarded as received.
-    let mr = unsafe { basic::reg_mr(pd, addr, length, hca_va, access) };
+    let mr = forward!(
+        ctx!(*pd),
+        reg_mr(pd, addr, length, hca_va, access),
+        missing()
+    );
     // SAFETY: our context; the MR's keys are read only if it was made.
     unsafe {
         pointer(context, "ibv_reg_mr", None, mr, || {
@@ -254,8 +340,7 @@ unsafe extern "C" fn reg_mr(
 unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> c_int {
     // SAFETY: one of our MRs, live until the call below.
     let context = unsafe { addr_of!((*vmr).ibv_mr.context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::dereg_mr(vmr) };
+    let ret = forward!(ctx!((*vmr).ibv_mr), dereg_mr(vmr), libc::EOPNOTSUPP);
     // SAFETY: our context; only the MR's address is used.
     unsafe {
         status(
@@ -279,8 +364,11 @@ unsafe extern "C" fn rereg_mr(
 ) -> c_int {
     // SAFETY: one of our MRs.
     let context = unsafe { addr_of!((*vmr).ibv_mr.context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::rereg_mr(vmr, flags, pd, addr, length, access) };
+    let ret = forward!(
+        ctx!((*vmr).ibv_mr),
+        rereg_mr(vmr, flags, pd, addr, length, access),
+        libc::EOPNOTSUPP
+    );
     // SAFETY: our context.
     unsafe {
         status(
@@ -300,8 +388,11 @@ unsafe extern "C" fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    // SAFETY: forwarded as received.
-    let cq = unsafe { basic::create_cq(context, cqe, channel, comp_vector) };
+    let cq = forward!(
+        context,
+        create_cq(context, cqe, channel, comp_vector),
+        missing()
+    );
     // SAFETY: our context; the CQ's size is read only if it was made.
     unsafe {
         pointer(context, "ibv_create_cq", None, cq, || {
@@ -316,12 +407,16 @@ unsafe extern "C" fn create_cq_ex(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
-    // SAFETY: forwarded as received.
-    let cq = unsafe { crate::cq_ex::create_cq_ex(context, attr) };
+    let cq = forward!(context, create_cq_ex(context, attr), missing());
     if !cq.is_null() {
         // SAFETY: a CQ just made, not yet handed out: its polling members
-        // are ours to replace.
+        // are ours to replace, once the provider's are kept.
         unsafe {
+            let own = (
+                addr_of!((*cq).start_poll).read(),
+                addr_of!((*cq).next_poll).read(),
+            );
+            POLLERS.lock().insert(cq as usize, own);
             addr_of_mut!((*cq).start_poll).write(Some(start_poll));
             addr_of_mut!((*cq).next_poll).write(Some(next_poll));
         }
@@ -339,8 +434,10 @@ unsafe extern "C" fn create_cq_ex(
 unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: one of our CQs, live until the call below.
     let context = unsafe { addr_of!((*cq).context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::destroy_cq(cq) };
+    let ret = forward!(ctx!(*cq), destroy_cq(cq), libc::EOPNOTSUPP);
+    if ret == 0 {
+        POLLERS.lock().remove(&(cq as usize));
+    }
     // SAFETY: our context; only the CQ's address is used.
     unsafe {
         status(
@@ -357,8 +454,7 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     // SAFETY: one of our CQs.
     let context = unsafe { addr_of!((*cq).context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::resize_cq(cq, cqe) };
+    let ret = forward!(ctx!(*cq), resize_cq(cq, cqe), libc::EOPNOTSUPP);
     // SAFETY: our context.
     unsafe {
         status(
@@ -374,13 +470,27 @@ unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 
 /// Traces each completion `ibv_poll_cq` returned; a failed poll as a verb.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    // SAFETY: forwarded as received.
-    let n = unsafe { basic::poll_cq(cq, num_entries, wc) };
+    let next = next(ctx!(*cq));
+    let n = match next.ops().poll_cq {
+        // SAFETY: the arguments of this member, to its provider's.
+        Some(f) => unsafe { f(cq, num_entries, wc) },
+        None => -1,
+    };
+    if let (Some(h), true) = (&next.0, n > 0) {
+        // SAFETY: the provider just wrote `n` completions there.
+        unsafe { h.rewrite_completions(wc, n as usize) };
+    }
+    if !softverbs_trace::on() {
+        return n;
+    }
     if n == 0 {
         return n; // empty polls are not recorded: they would drown the rest
     }
     let err = if n < 0 { errno() } else { 0 };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: one of our CQs.
         let context = unsafe { addr_of!((*cq).context).read() };
         if n < 0 {
@@ -428,8 +538,9 @@ fn completion(cq: usize, w: &ibv_wc) -> Completion {
 /// `ibv_start_poll` of a traced extended CQ: the completion it makes
 /// current is recorded.
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { crate::cq_ex::start_poll(cq, attr) };
+    let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.0);
+    // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
+    let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq, attr) });
     // SAFETY: on success a completion is current, inside the section.
     unsafe { current_completion(cq, ret) };
     ret
@@ -437,8 +548,9 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
 
 /// `ibv_next_poll` of a traced extended CQ.
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { crate::cq_ex::next_poll(cq) };
+    let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.1);
+    // SAFETY: as in start_poll.
+    let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq) });
     // SAFETY: as in start_poll.
     unsafe { current_completion(cq, ret) };
     ret
@@ -454,6 +566,9 @@ unsafe fn current_completion(cq: *mut ibv_cq_ex, ret: c_int) {
         return;
     }
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: per the contract: the public fields and the readers of
         // the current completion (our own functions, set at creation).
         let (context, w) = unsafe {
@@ -477,8 +592,11 @@ unsafe fn current_completion(cq: *mut ibv_cq_ex, ret: c_int) {
 }
 
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::req_notify_cq(cq, solicited_only) };
+    let ret = forward!(
+        ctx!(*cq),
+        req_notify_cq(cq, solicited_only),
+        libc::EOPNOTSUPP
+    );
     // SAFETY: one of our CQs and its context.
     unsafe {
         let context = addr_of!((*cq).context).read();
@@ -496,8 +614,7 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
 unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     // SAFETY: one of our PDs.
     let context = unsafe { addr_of!((*pd).context).read() };
-    // SAFETY: forwarded as received.
-    let ah = unsafe { basic::create_ah(pd, attr) };
+    let ah = forward!(ctx!(*pd), create_ah(pd, attr), missing());
     // SAFETY: our context and the caller's attr.
     unsafe {
         pointer(context, "ibv_create_ah", None, ah, || {
@@ -514,8 +631,7 @@ unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut 
 unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
     // SAFETY: one of our AHs, live until the call below.
     let context = unsafe { addr_of!((*ah).context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { basic::destroy_ah(ah) };
+    let ret = forward!(ctx!(*ah), destroy_ah(ah), libc::EOPNOTSUPP);
     // SAFETY: our context; only the AH's address is used.
     unsafe {
         status(
@@ -554,8 +670,9 @@ fn init_args(a: &ibv_qp_init_attr) -> Value {
 unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     // SAFETY: one of our PDs.
     let context = unsafe { addr_of!((*pd).context).read() };
-    // SAFETY: forwarded as received.
-    let qp = unsafe { qps::create_qp(pd, attr) };
+    let qp = forward!(ctx!(*pd), create_qp(pd, attr), missing());
+    // SAFETY: NULL or the QP just made.
+    unsafe { remember_qp(context, qp) };
     // SAFETY: our context, the caller's attr (with the actual caps
     // written back on success) and the new QP.
     unsafe {
@@ -570,16 +687,22 @@ unsafe extern "C" fn create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    // SAFETY: forwarded as received.
-    let qp = unsafe { crate::qp_ex::create_qp_ex(context, attr) };
+    let qp = forward!(context, create_qp_ex(context, attr), missing());
     // SAFETY: a QP just made, not yet handed out: its `ibv_wr_complete`
-    // member, if it has one, is ours to replace.
+    // member, if it has one, is ours to replace, once the provider's is
+    // kept.
     unsafe {
         let x = qp as *mut ibv_qp_ex;
-        if !qp.is_null() && addr_of!((*x).wr_complete).read().is_some() {
+        if let Some(own) = (!qp.is_null())
+            .then(|| addr_of!((*x).wr_complete).read())
+            .flatten()
+        {
+            COMPLETERS.lock().insert(x as usize, own);
             addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
         }
     }
+    // SAFETY: as above.
+    unsafe { remember_qp(context, qp) };
     // SAFETY: ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields.
     unsafe {
         pointer(context, "ibv_create_qp_ex", qp_num(qp), qp, || {
@@ -594,12 +717,27 @@ unsafe extern "C" fn create_qp_ex(
 /// `ibv_wr_complete` of a traced extended QP: the batch is recorded as
 /// the WRs it posts (all or none).
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    // SAFETY: one of our extended QPs, inside the section wr_start entered
-    // (the polling API's contract), before the batch is taken.
-    let wrs = guard(Vec::new(), || unsafe { crate::qp_ex::batch_for_trace(qp) });
-    // SAFETY: forwarded as received.
-    let ret = unsafe { crate::qp_ex::wr_complete(qp) };
+    // SAFETY: an extended QP, whose base names its context.
+    let context = unsafe { addr_of!((*addr_of_mut!((*qp).qp_base)).context).read() };
+    // The batch is softverbs' own on a soft QP: recorded before it is
+    // taken (inside the section wr_start entered). A real provider's is
+    // its own business: only the result is recorded.
+    let soft = softverbs_trace::on() && crate::passthrough::hooked(context).is_none();
+    // SAFETY: per the above.
+    let wrs = guard(Vec::new(), || {
+        if soft {
+            unsafe { crate::qp_ex::batch_for_trace(qp) }
+        } else {
+            Vec::new()
+        }
+    });
+    let own = COMPLETERS.lock().get(&(qp as usize)).copied();
+    // SAFETY: the provider's own member for this QP.
+    let ret = own.map_or(libc::EINVAL, |f| unsafe { f(qp) });
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: our QP; its base names its context (plain field reads).
         let (context, num) = unsafe {
             let base = addr_of_mut!((*qp).qp_base);
@@ -676,8 +814,7 @@ fn qp_attr_args(a: &ibv_qp_attr, mask: u32) -> Value {
 }
 
 unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::modify_qp(qp, attr, mask) };
+    let ret = forward!(ctx!(*qp), modify_qp(qp, attr, mask), libc::EOPNOTSUPP);
     // SAFETY: one of our QPs and the caller's attr.
     unsafe {
         let context = addr_of!((*qp).context).read();
@@ -694,8 +831,11 @@ unsafe extern "C" fn query_qp(
     mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::query_qp(qp, attr, mask, init_attr) };
+    let ret = forward!(
+        ctx!(*qp),
+        query_qp(qp, attr, mask, init_attr),
+        libc::EOPNOTSUPP
+    );
     // SAFETY: one of our QPs; the attr is read only as the verb filled it.
     unsafe {
         let context = addr_of!((*qp).context).read();
@@ -710,16 +850,20 @@ unsafe extern "C" fn query_qp(
 unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: one of our QPs, live until the call below.
     let (context, num) = unsafe { (addr_of!((*qp).context).read(), qp_num(qp)) };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::destroy_qp(qp) };
+    let ret = forward!(ctx!(*qp), destroy_qp(qp), libc::EOPNOTSUPP);
+    if ret == 0 {
+        COMPLETERS.lock().remove(&(qp as usize));
+        if let (Some(h), Some(n)) = (crate::passthrough::hooked(context), num) {
+            h.qps.lock().remove(&n);
+        }
+    }
     // SAFETY: our context.
     unsafe { status(context, "ibv_destroy_qp", num, ret, || Value::Null) };
     ret
 }
 
 unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, g: *const ibv_gid, lid: u16) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { crate::verbs_mcast::attach_mcast(qp, g, lid) };
+    let ret = forward!(ctx!(*qp), attach_mcast(qp, g, lid), libc::EOPNOTSUPP);
     // SAFETY: one of our QPs and the caller's GID.
     unsafe {
         let context = addr_of!((*qp).context).read();
@@ -735,8 +879,7 @@ unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, g: *const ibv_gid, lid: u16) 
 }
 
 unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, g: *const ibv_gid, lid: u16) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { crate::verbs_mcast::detach_mcast(qp, g, lid) };
+    let ret = forward!(ctx!(*qp), detach_mcast(qp, g, lid), libc::EOPNOTSUPP);
     // SAFETY: one of our QPs and the caller's GID.
     unsafe {
         let context = addr_of!((*qp).context).read();
@@ -795,9 +938,18 @@ unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::post_send(qp, wr, bad_wr) };
+    let next = next(ctx!(*qp));
+    let ret = match (&next.0, next.ops().post_send) {
+        // SAFETY: the arguments of this member, to the real provider's.
+        (Some(h), Some(f)) => unsafe { h.post(Queue::Send, qp_num(qp), f, (qp, wr, bad_wr)) },
+        // SAFETY: as above, to softverbs' own.
+        (None, Some(f)) => unsafe { f(qp, wr, bad_wr) },
+        (_, None) => libc::EOPNOTSUPP,
+    };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         let mut record = Verb {
             verb: "ibv_post_send".into(),
             ret: i64::from(ret),
@@ -875,9 +1027,18 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::post_recv(qp, wr, bad_wr) };
+    let next = next(ctx!(*qp));
+    let ret = match (&next.0, next.ops().post_recv) {
+        // SAFETY: as in post_send.
+        (Some(h), Some(f)) => unsafe { h.post(Queue::Recv, qp_num(qp), f, (qp, wr, bad_wr)) },
+        // SAFETY: as in post_send.
+        (None, Some(f)) => unsafe { f(qp, wr, bad_wr) },
+        (_, None) => libc::EOPNOTSUPP,
+    };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: as in post_send.
         unsafe {
             let bad = if ret == 0 {
@@ -898,9 +1059,18 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::post_srq_recv(srq, wr, bad_wr) };
+    let next = next(ctx!(*srq));
+    let ret = match (&next.0, next.ops().post_srq_recv) {
+        // SAFETY: as in post_send.
+        (Some(h), Some(f)) => unsafe { h.post(Queue::SrqRecv, None, f, (srq, wr, bad_wr)) },
+        // SAFETY: as in post_send.
+        (None, Some(f)) => unsafe { f(srq, wr, bad_wr) },
+        (_, None) => libc::EOPNOTSUPP,
+    };
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: as in post_send, for one of our SRQs.
         unsafe {
             let bad = if ret == 0 {
@@ -919,8 +1089,7 @@ unsafe extern "C" fn post_srq_recv(
 unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     // SAFETY: one of our PDs.
     let context = unsafe { addr_of!((*pd).context).read() };
-    // SAFETY: forwarded as received.
-    let srq = unsafe { qps::create_srq(pd, attr) };
+    let srq = forward!(ctx!(*pd), create_srq(pd, attr), missing());
     // SAFETY: our context and the caller's attr.
     unsafe {
         pointer(context, "ibv_create_srq", None, srq, || {
@@ -932,8 +1101,7 @@ unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -
 }
 
 unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::modify_srq(srq, attr, mask) };
+    let ret = forward!(ctx!(*srq), modify_srq(srq, attr, mask), libc::EOPNOTSUPP);
     // SAFETY: one of our SRQs and the caller's attr.
     unsafe {
         let context = addr_of!((*srq).context).read();
@@ -946,8 +1114,7 @@ unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask
 }
 
 unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::query_srq(srq, attr) };
+    let ret = forward!(ctx!(*srq), query_srq(srq, attr), libc::EOPNOTSUPP);
     // SAFETY: one of our SRQs.
     unsafe {
         let context = addr_of!((*srq).context).read();
@@ -965,8 +1132,7 @@ unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_
 unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
     // SAFETY: one of our SRQs, live until the call below.
     let context = unsafe { addr_of!((*srq).context).read() };
-    // SAFETY: forwarded as received.
-    let ret = unsafe { qps::destroy_srq(srq) };
+    let ret = forward!(ctx!(*srq), destroy_srq(srq), libc::EOPNOTSUPP);
     // SAFETY: our context; only the SRQ's address is used.
     unsafe {
         status(
@@ -982,9 +1148,11 @@ unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
 
 /// `ibv_get_cq_event` handed out a completion event.
 unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
-    // SAFETY: forwarded as received.
-    unsafe { crate::event_acks::cq_event(cq) };
+    forward!(ctx!(*cq), cq_event(cq), ());
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         let record = Record::Event(Event {
             event: "COMP".into(),
             object: Some(address(cq)),
@@ -997,9 +1165,11 @@ unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
 
 /// `ibv_get_async_event` handed out an event.
 unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
-    // SAFETY: forwarded as received.
-    unsafe { crate::event_acks::async_event(context, event) };
+    forward!(context, async_event(context, event), ());
     guard((), || {
+        if !softverbs_trace::on() {
+            return;
+        }
         // SAFETY: the event libibverbs just filled; the union member its
         // type names (a QP's number is read from the QP, which the event
         // holds a reference to until acked).

@@ -37,11 +37,24 @@ pub struct SoftDevice {
     pub link_mtu: Option<u32>,
 }
 
+/// A device that fronts a real RDMA device (`name=passthrough:REAL`):
+/// its verbs go to the real device's own provider, with softverbs' trace
+/// and fault rules on the way (docs/passthrough.md).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PassthroughDevice {
+    /// Its name, as programs ask for it.
+    pub name: String,
+    /// The real device's name (`rxe0`, `mlx5_0`).
+    pub real: String,
+}
+
 /// Every device and the network-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Devices, in the order programs see them.
+    /// Soft devices, in the order programs see them.
     pub devices: Vec<SoftDevice>,
+    /// Pass-through devices, listed after the soft ones.
+    pub passthrough: Vec<PassthroughDevice>,
     /// Where the configuration came from, for `softverbs devices`.
     pub source: String,
 }
@@ -66,6 +79,7 @@ impl Default for Config {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 link_mtu: None,
             }],
+            passthrough: Vec::new(),
             source: "built-in default".into(),
         }
     }
@@ -75,9 +89,10 @@ impl Config {
     /// The configuration this process uses (see the module docs).
     pub fn load() -> Result<Config, ConfigError> {
         if let Ok(inline) = std::env::var("SOFTVERBS_DEVICES") {
-            let devices = parse_inline(&inline)?;
+            let (devices, passthrough) = parse_inline(&inline)?;
             return Ok(Config {
                 devices,
+                passthrough,
                 source: "SOFTVERBS_DEVICES".into(),
             });
         }
@@ -160,31 +175,36 @@ fn config_paths() -> Vec<PathBuf> {
     paths
 }
 
-/// Parses `name=addr[/mtu]` entries.
-pub fn parse_inline(text: &str) -> Result<Vec<SoftDevice>, ConfigError> {
-    let entries = text.split([' ', ',', '\n', '\t']).filter(|e| !e.is_empty());
-    let devices = entries
-        .map(|entry| {
-            let bad = || {
-                ConfigError(format!(
-                    "SOFTVERBS_DEVICES: `{entry}` is not name=address[/mtu]"
-                ))
-            };
-            let (name, rest) = entry.split_once('=').ok_or_else(bad)?;
-            let (addr, mtu) = match rest.split_once('/') {
-                Some((a, m)) => (a, Some(m.parse().map_err(|_| bad())?)),
-                None => (rest, None),
-            };
-            device(name, addr, mtu).map_err(|e| ConfigError(format!("SOFTVERBS_DEVICES: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    check(devices)
+/// Parses `name=addr[/mtu]` and `name=passthrough:REAL` entries.
+pub fn parse_inline(text: &str) -> Result<(Vec<SoftDevice>, Vec<PassthroughDevice>), ConfigError> {
+    let mut devices = Vec::new();
+    let mut passthrough = Vec::new();
+    for entry in text.split([' ', ',', '\n', '\t']).filter(|e| !e.is_empty()) {
+        let bad = || {
+            ConfigError(format!(
+                "SOFTVERBS_DEVICES: `{entry}` is not name=address[/mtu] or name=passthrough:DEVICE"
+            ))
+        };
+        let in_var = |e: String| ConfigError(format!("SOFTVERBS_DEVICES: {e}"));
+        let (name, rest) = entry.split_once('=').ok_or_else(bad)?;
+        if let Some(real) = rest.strip_prefix("passthrough:") {
+            passthrough.push(passthrough_device(name, real).map_err(in_var)?);
+            continue;
+        }
+        let (addr, mtu) = match rest.split_once('/') {
+            Some((a, m)) => (a, Some(m.parse().map_err(|_| bad())?)),
+            None => (rest, None),
+        };
+        devices.push(device(name, addr, mtu).map_err(in_var)?);
+    }
+    check(devices, passthrough)
 }
 
 /// Parses a configuration file.
 pub fn parse_file(text: &str, source: &str) -> Result<Config, ConfigError> {
     let mut config = Config {
         devices: Vec::new(),
+        passthrough: Vec::new(),
         source: source.into(),
     };
     for (n, line) in text.lines().enumerate() {
@@ -211,10 +231,13 @@ pub fn parse_file(text: &str, source: &str) -> Result<Config, ConfigError> {
                     .devices
                     .push(device(name, addr, Some(mtu)).map_err(at)?);
             }
+            ["passthrough", name, real] => config
+                .passthrough
+                .push(passthrough_device(name, real).map_err(at)?),
             _ => return Err(at(format!("cannot read `{}`", line.trim()))),
         }
     }
-    config.devices = check(config.devices)?;
+    (config.devices, config.passthrough) = check(config.devices, config.passthrough)?;
     Ok(config)
 }
 
@@ -222,16 +245,7 @@ fn device(name: &str, addr: &str, link_mtu: Option<u32>) -> Result<SoftDevice, S
     let ip: IpAddr = addr
         .parse()
         .map_err(|_| format!("`{addr}` is not an IP address"))?;
-    if name.is_empty()
-        || name.len() > 63
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(format!(
-            "`{name}` is not a device name (1-63 letters, digits, - or _)"
-        ));
-    }
+    check_name(name)?;
     if link_mtu.is_some_and(|m| Mtu::largest_fitting(m).is_none()) {
         return Err(format!(
             "link MTU {} is too small for RoCE",
@@ -245,16 +259,52 @@ fn device(name: &str, addr: &str, link_mtu: Option<u32>) -> Result<SoftDevice, S
     })
 }
 
-fn check(devices: Vec<SoftDevice>) -> Result<Vec<SoftDevice>, ConfigError> {
-    if devices.is_empty() {
+/// A device name: what rdma-core's sysfs names allow.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a device name (1-63 letters, digits, - or _)"
+        ))
+    }
+}
+
+fn passthrough_device(name: &str, real: &str) -> Result<PassthroughDevice, String> {
+    check_name(name)?;
+    check_name(real).map_err(|e| format!("passthrough to {e}"))?;
+    if name == real {
+        return Err(format!("`{name}` cannot pass through to itself"));
+    }
+    Ok(PassthroughDevice {
+        name: name.into(),
+        real: real.into(),
+    })
+}
+
+/// At least one device, and every name once.
+#[allow(clippy::type_complexity)]
+fn check(
+    devices: Vec<SoftDevice>,
+    passthrough: Vec<PassthroughDevice>,
+) -> Result<(Vec<SoftDevice>, Vec<PassthroughDevice>), ConfigError> {
+    if devices.is_empty() && passthrough.is_empty() {
         return Err(ConfigError("no device configured".into()));
     }
-    for (i, d) in devices.iter().enumerate() {
-        if devices[..i].iter().any(|o| o.name == d.name) {
-            return Err(ConfigError(format!("device name `{}` used twice", d.name)));
+    let names: Vec<&str> = (devices.iter().map(|d| d.name.as_str()))
+        .chain(passthrough.iter().map(|d| d.name.as_str()))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(ConfigError(format!("device name `{name}` used twice")));
         }
     }
-    Ok(devices)
+    Ok((devices, passthrough))
 }
 
 #[cfg(test)]
@@ -263,7 +313,7 @@ mod tests {
 
     #[test]
     fn inline_devices_parse_with_optional_mtu() {
-        let d = parse_inline("softverbs0=10.0.0.1, softverbs1=::1/1500").unwrap();
+        let (d, _) = parse_inline("softverbs0=10.0.0.1, softverbs1=::1/1500").unwrap();
         assert_eq!(d[0].ip, "10.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(
             (d[1].name.as_str(), d[1].link_mtu),
@@ -275,6 +325,38 @@ mod tests {
             "duplicate name"
         );
         assert!(parse_inline("a=1.2.3.4/100").is_err(), "MTU too small");
+    }
+
+    #[test]
+    fn passthrough_devices_parse_inline_and_from_files() {
+        let (soft, pt) = parse_inline("sv_rxe0=passthrough:rxe0").unwrap();
+        assert!(soft.is_empty());
+        assert_eq!(
+            pt,
+            [PassthroughDevice {
+                name: "sv_rxe0".into(),
+                real: "rxe0".into()
+            }]
+        );
+        let c = parse_file(
+            "device sv0 10.1.0.1
+passthrough sv_mlx mlx5_0
+",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.devices.len(), c.passthrough[0].real.as_str()),
+            (1, "mlx5_0")
+        );
+        for (text, says) in [
+            ("a=passthrough:a", "to itself"),
+            ("a=passthrough:", "passthrough to"),
+            ("a=1.2.3.4 a=passthrough:rxe0", "used twice"),
+        ] {
+            let e = parse_inline(text).unwrap_err();
+            assert!(e.0.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

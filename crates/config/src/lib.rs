@@ -5,4 +5,4 @@ mod config;
 pub mod sysfs_tree;
 pub use softverbs_transport::netif;
 
-pub use config::{parse_file, parse_inline, Config, ConfigError, SoftDevice};
+pub use config::{parse_file, parse_inline, Config, ConfigError, PassthroughDevice, SoftDevice};

@@ -1,0 +1,580 @@
+//! Pass-through devices (`SOFTVERBS_DEVICES="sv_rxe0=passthrough:rxe0"`):
+//! a device softverbs lists that fronts a real one. Opening it opens the
+//! real device through libibverbs and hands the application the real
+//! provider's own context, so every object is the provider's and its
+//! direct-verbs calls (`mlx5dv_*`) and events work unchanged.
+//!
+//! When the process traces (`SOFTVERBS_TRACE`) or has verbs fault rules
+//! for the device (`SOFTVERBS_FAULTS`), the real context's ops are
+//! replaced, through libibverbs' own `verbs_set_ops`, by the traced ops
+//! of `trace_ops`, which call the real provider's originals (kept here,
+//! per context) and apply the rules at the C level. Otherwise the context
+//! is left exactly as the real provider made it: no cost at all.
+//!
+//! The originals are read from libibverbs' private copy of the ops
+//! (`verbs_context.priv`), whose place is known for rdma-core 44's
+//! layout and checked against the public copies libibverbs keeps of the
+//! same functions before it is used; a libibverbs whose layout differs
+//! gets no hooks, and the open fails saying so.
+
+use crate::device::{copy_name, DeviceOps, PROVIDER_NAME};
+use crate::ffi::*;
+use crate::guard::{guard, set_errno};
+use crate::libibverbs::verbs_set_ops;
+use parking_lot::{Mutex, RwLock};
+use softverbs_config::PassthroughDevice as Config;
+use softverbs_faults::{FaultSpec, Faults, Part};
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::{addr_of, addr_of_mut};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A pass-through device: the `verbs_device` libibverbs lists, and which
+/// real device it fronts.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PassthroughDevice {
+    /// Must be first: libibverbs hands out `&vdev.device`.
+    pub vdev: verbs_device,
+    /// Its configuration.
+    pub config: Config,
+}
+
+/// The device ops of pass-through devices (also how one is recognised).
+pub static PASSTHROUGH_DEVICE_OPS: DeviceOps = DeviceOps(verbs_device_ops {
+    name: PROVIDER_NAME.as_ptr() as *const c_char,
+    match_min_abi_version: 0,
+    match_max_abi_version: u32::MAX,
+    match_table: std::ptr::null(),
+    static_providers: std::ptr::null_mut(),
+    match_device: None,
+    alloc_context: Some(alloc_context),
+    import_context: None,
+    alloc_device: None,
+    uninit_device: Some(uninit_device),
+});
+
+/// The process holds a reference to every pass-through device, so this
+/// runs only if libibverbs drops more references than it took.
+unsafe extern "C" fn uninit_device(_device: *mut verbs_device) {}
+
+/// Builds the `verbs_device` of a configured pass-through device (once
+/// per process, never freed).
+pub fn build(config: &Config) -> usize {
+    let mut vdev = verbs_device::ZEROED;
+    vdev.device.node_type = IBV_NODE_CA as c_int;
+    vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
+    copy_name(&mut vdev.device.name, &config.name);
+    copy_name(
+        &mut vdev.device.dev_name,
+        &format!("uverbs-{}", config.name),
+    );
+    copy_name(
+        &mut vdev.device.dev_path,
+        &format!("/dev/infiniband/softverbs/{}", config.name),
+    );
+    copy_name(
+        &mut vdev.device.ibdev_path,
+        &format!("/sys/class/infiniband/{}", config.name),
+    );
+    vdev.ops = &PASSTHROUGH_DEVICE_OPS.0;
+    vdev.refcount = 1;
+    Box::into_raw(Box::new(PassthroughDevice {
+        vdev,
+        config: config.clone(),
+    })) as usize
+}
+
+/// The pass-through device behind `device`, if it is one.
+pub fn passthrough(device: *mut ibv_device) -> Option<&'static PassthroughDevice> {
+    if device.is_null() {
+        return None;
+    }
+    // SAFETY: every `ibv_device` libibverbs hands out is the first field
+    // of a `verbs_device`; only with our table is it a (never freed)
+    // `PassthroughDevice`.
+    unsafe {
+        let vdev = device as *mut verbs_device;
+        let ours = std::ptr::eq((*vdev).ops, &PASSTHROUGH_DEVICE_OPS.0);
+        ours.then(|| &*(device as *const PassthroughDevice))
+    }
+}
+
+/// What softverbs keeps for a hooked pass-through context.
+#[derive(Debug)]
+pub struct Hooked {
+    /// The pass-through device's name (the trace's `dev`).
+    pub name: String,
+    /// The real provider's ops, as they were before the hooks.
+    pub originals: verbs_context_ops,
+    /// Its verbs fault rules, if any.
+    pub faults: Option<Mutex<Faults>>,
+    /// When it was opened: rule windows count from it.
+    pub opened: Instant,
+    /// Its QPs by number, for the rules that move one to ERR.
+    pub qps: Mutex<HashMap<u32, usize>>,
+}
+
+// SAFETY: `originals` holds function pointers only; the rest is Sync.
+unsafe impl Sync for Hooked {}
+// SAFETY: as above.
+unsafe impl Send for Hooked {}
+
+impl Hooked {
+    /// The time since the context opened.
+    pub fn elapsed(&self) -> Duration {
+        self.opened.elapsed()
+    }
+}
+
+/// The hooked contexts, by address. Few, and read on every verb of a
+/// hooked context: a vector behind a reader-writer lock.
+static HOOKED: RwLock<Vec<(usize, Arc<Hooked>)>> = RwLock::new(Vec::new());
+
+/// The hook state of `context`, if it is a hooked pass-through context.
+pub fn hooked(context: *mut ibv_context) -> Option<Arc<Hooked>> {
+    let key = context as usize;
+    let list = HOOKED.read();
+    list.iter().find(|(k, _)| *k == key).map(|(_, h)| h.clone())
+}
+
+/// Forgets a context that is being closed.
+pub fn unhook(context: *mut ibv_context) {
+    HOOKED.write().retain(|(k, _)| *k != context as usize);
+}
+
+/// The fault rules of the process (`SOFTVERBS_FAULTS`), read once.
+fn fault_spec() -> Result<Option<&'static FaultSpec>, String> {
+    static SPEC: OnceLock<Result<Option<FaultSpec>, String>> = OnceLock::new();
+    let spec = SPEC.get_or_init(|| FaultSpec::from_env().map_err(|e| e.to_string()));
+    spec.as_ref().map(Option::as_ref).map_err(Clone::clone)
+}
+
+/// `verbs_device_ops.alloc_context` of a pass-through device: opens the
+/// real device and returns its context, hooked if anything watches it.
+///
+/// # Safety
+/// Called by libibverbs' `ibv_open_device` with one of our pass-through
+/// devices and a command descriptor that becomes ours (or -1).
+unsafe extern "C" fn alloc_context(
+    device: *mut ibv_device,
+    cmd_fd: c_int,
+    _private_data: *mut c_void,
+) -> *mut verbs_context {
+    if cmd_fd >= 0 {
+        // SAFETY: its ownership passed to us; the real device has its own.
+        unsafe { libc::close(cmd_fd) };
+    }
+    guard(std::ptr::null_mut(), || {
+        let Some(dev) = passthrough(device) else {
+            set_errno(libc::ENODEV);
+            return std::ptr::null_mut();
+        };
+        let name = &dev.config.name;
+        let fail = |errno: c_int, why: String| {
+            softverbs_transport::say!("softverbs: cannot open {name}: {why}");
+            set_errno(errno);
+            std::ptr::null_mut()
+        };
+        let spec = match fault_spec() {
+            Ok(spec) => spec,
+            Err(e) => return fail(libc::EINVAL, e),
+        };
+        if let Err(e) = softverbs_trace::open_from_env() {
+            return fail(libc::EINVAL, e.to_string());
+        }
+        // SAFETY: libibverbs' public API; the name is NUL-free (config).
+        let context = match unsafe { open_real(&dev.config.real) } {
+            Ok(c) => c,
+            Err(e) => {
+                return fail(
+                    e,
+                    format!(
+                        "the real device {} did not open ({})",
+                        dev.config.real,
+                        std::io::Error::from_raw_os_error(e)
+                    ),
+                )
+            }
+        };
+        // SAFETY: a context libibverbs just opened; it sits at the end of
+        // its provider's `verbs_context`.
+        let vctx = unsafe { verbs_context_of(context) };
+        let rules = spec.and_then(|s| Faults::new(s, name, Part::Verbs));
+        if softverbs_trace::on() || rules.is_some() {
+            // SAFETY: the context is not yet handed out.
+            if let Err(why) = unsafe { hook(vctx, name, rules) } {
+                // SAFETY: ours to close again.
+                unsafe { ibv_close_device(context) };
+                return fail(libc::EOPNOTSUPP, why);
+            }
+        }
+        if softverbs_trace::on() {
+            // SAFETY: the context just opened.
+            unsafe { crate::trace_ops::opened(name, context) };
+        }
+        vctx
+    })
+}
+
+extern "C" {
+    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device;
+    fn ibv_free_device_list(list: *mut *mut ibv_device);
+    fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
+    fn ibv_close_device(context: *mut ibv_context) -> c_int;
+    fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char;
+}
+
+/// Opens the real device called `real` (not one of softverbs'): its
+/// context, or an errno.
+///
+/// # Safety
+/// Calls libibverbs' public API, which may call back into this provider
+/// (listing devices); no lock of ours is held.
+unsafe fn open_real(real: &str) -> Result<*mut ibv_context, c_int> {
+    // SAFETY: a NULL count is allowed.
+    let list = unsafe { ibv_get_device_list(std::ptr::null_mut()) };
+    if list.is_null() {
+        return Err(libc::ENODEV);
+    }
+    let mut found = std::ptr::null_mut();
+    let mut p = list;
+    // SAFETY: a NULL-terminated list of live devices.
+    unsafe {
+        while !(*p).is_null() {
+            let d = *p;
+            let named =
+                std::ffi::CStr::from_ptr(ibv_get_device_name(d)).to_bytes() == real.as_bytes();
+            let mine = crate::device::soft(d).is_some() || passthrough(d).is_some();
+            if named && !mine {
+                found = d;
+                break;
+            }
+            p = p.add(1);
+        }
+    }
+    // SAFETY: the device's own reference keeps it while it is opened.
+    let context = if found.is_null() {
+        std::ptr::null_mut()
+    } else {
+        unsafe { ibv_open_device(found) }
+    };
+    let err = if found.is_null() {
+        libc::ENODEV
+    } else {
+        crate::guard::errno()
+    };
+    // SAFETY: the list from ibv_get_device_list, freed once.
+    unsafe { ibv_free_device_list(list) };
+    if context.is_null() {
+        Err(err)
+    } else {
+        Ok(context)
+    }
+}
+
+/// The `verbs_context` a context is the last field of.
+///
+/// # Safety
+/// `context` is the `context` member of a live `verbs_context`.
+pub unsafe fn verbs_context_of(context: *mut ibv_context) -> *mut verbs_context {
+    let offset = std::mem::offset_of!(verbs_context, context);
+    // SAFETY: per the contract, within the same allocation.
+    unsafe { (context as *mut u8).sub(offset) as *mut verbs_context }
+}
+
+/// Replaces the ops of a real provider's context with the traced ops,
+/// keeping its originals.
+///
+/// # Safety
+/// `vctx` is a live context libibverbs opened, not yet handed out.
+unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> Result<(), String> {
+    // SAFETY: per the contract.
+    let originals = unsafe { private_ops(vctx) }.ok_or_else(|| {
+        "this libibverbs keeps its ops where softverbs does not know (not rdma-core 44's layout)"
+            .to_string()
+    })?;
+    // SAFETY: per the contract; a copy of function pointers.
+    let context = unsafe { std::ptr::addr_of_mut!((*vctx).context) };
+    let state = Arc::new(Hooked {
+        name: name.to_string(),
+        // SAFETY: checked by private_ops.
+        originals: unsafe { originals.read() },
+        faults: rules.map(Mutex::new),
+        opened: Instant::now(),
+        qps: Mutex::new(HashMap::new()),
+    });
+    HOOKED.write().push((context as usize, state));
+    // SAFETY: libibverbs' own way to install ops (it fills the private
+    // table and the public copies); the context is not yet shared.
+    unsafe { verbs_set_ops(vctx, &crate::trace_ops::TRACED_OPS.0) };
+    Ok(())
+}
+
+/// libibverbs' private copy of a context's ops (`priv->ops`), if it is
+/// where rdma-core 44 puts it: after a bitmap with a bit per op and two
+/// small fields. Checked against the public copies libibverbs keeps of
+/// four of them.
+///
+/// # Safety
+/// `vctx` is a live context libibverbs opened.
+unsafe fn private_ops(vctx: *mut verbs_context) -> Option<*const verbs_context_ops> {
+    let ptr = std::mem::size_of::<usize>();
+    let ops_num = std::mem::size_of::<verbs_context_ops>() / ptr;
+    let bitmap = ops_num.div_ceil(usize::BITS as usize) * ptr;
+    // driver_id (u32) and use_ioctl_write (bool), then pointer alignment.
+    let offset = bitmap + ptr;
+    // SAFETY: per the contract `priv` is libibverbs' live private block,
+    // which holds at least this much; only function pointers are read,
+    // and only compared until the layout is confirmed.
+    unsafe {
+        let private = (*vctx).priv_ as *const u8;
+        if private.is_null() {
+            return None;
+        }
+        let ops = private.add(offset) as *const verbs_context_ops;
+        let public = &(*vctx).context.ops;
+        let same = |a: Option<usize>, b: Option<usize>| a.is_some() && a == b;
+        let ok = same(
+            (*ops).post_send.map(|f| f as usize),
+            public.post_send.map(|f| f as usize),
+        ) && same(
+            (*ops).poll_cq.map(|f| f as usize),
+            public.poll_cq.map(|f| f as usize),
+        ) && same(
+            (*ops).alloc_pd.map(|f| f as usize),
+            public._compat_alloc_pd.map(|f| f as usize),
+        ) && same(
+            (*ops).create_qp.map(|f| f as usize),
+            public._compat_create_qp.map(|f| f as usize),
+        );
+        ok.then_some(ops)
+    }
+}
+
+/// A C list of WRs (`ibv_send_wr`, `ibv_recv_wr`).
+pub trait WrList: Sized {
+    /// The next WR.
+    fn next(&self) -> *mut Self;
+    /// Links the next WR.
+    fn set_next(&mut self, next: *mut Self);
+    /// What a post rule is asked about it: opcode (`ibv_wr_opcode`, none
+    /// for a receive) and bytes.
+    ///
+    /// # Safety
+    /// The WR's SGE list holds `num_sge` entries.
+    unsafe fn shape(&self) -> (Option<u32>, u64);
+}
+
+/// The bytes of `num_sge` SGEs.
+///
+/// # Safety
+/// `sg_list` holds `num_sge` entries (or `num_sge` is not positive).
+unsafe fn sge_bytes(sg_list: *const ibv_sge, num_sge: c_int) -> u64 {
+    (0..num_sge.max(0) as usize)
+        // SAFETY: per the contract; plain field reads.
+        .map(|i| u64::from(unsafe { std::ptr::addr_of!((*sg_list.add(i)).length).read() }))
+        .sum()
+}
+
+impl WrList for ibv_send_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+    unsafe fn shape(&self) -> (Option<u32>, u64) {
+        // SAFETY: per the contract.
+        (Some(self.opcode), unsafe {
+            sge_bytes(self.sg_list, self.num_sge)
+        })
+    }
+}
+
+impl WrList for ibv_recv_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+    unsafe fn shape(&self) -> (Option<u32>, u64) {
+        // SAFETY: per the contract.
+        (None, unsafe { sge_bytes(self.sg_list, self.num_sge) })
+    }
+}
+
+/// A post verb of the real provider.
+pub type PostFn<W, Q> = unsafe extern "C" fn(*mut Q, *mut W, *mut *mut W) -> c_int;
+
+impl Hooked {
+    /// A post verb with the rules of this context: a WR a rule refuses is
+    /// not posted (nor any after it) and is returned as `bad_wr` with the
+    /// rule's errno; the ones before it are posted, from copies of the
+    /// caller's WRs linked up to it (the caller's list is not written).
+    /// Each WR posted counts towards `qp_error after=N` for QP `qp_num`.
+    ///
+    /// # Safety
+    /// The arguments are those libibverbs passed to the post member, and
+    /// `post` is the real provider's member for them.
+    pub unsafe fn post<W: WrList, Q>(
+        &self,
+        queue: softverbs_faults::Queue,
+        qp_num: Option<u32>,
+        post: PostFn<W, Q>,
+        (target, wr, bad_wr): (*mut Q, *mut W, *mut *mut W),
+    ) -> c_int {
+        let Some(faults) = &self.faults else {
+            // SAFETY: per the contract.
+            return unsafe { post(target, wr, bad_wr) };
+        };
+        let mut refused = None;
+        let mut count = 0;
+        {
+            let mut rules = faults.lock();
+            let mut cur = wr;
+            while !cur.is_null() {
+                // SAFETY: the caller's list; its WRs' SGE lists are as the
+                // provider will read them (a bad one fails the post there).
+                let (opcode, bytes) = unsafe { (*cur).shape() };
+                let qp = qp_num.unwrap_or(u32::MAX);
+                if let Some(errno) = rules.post(self.elapsed(), queue, qp, opcode, bytes) {
+                    refused = Some((cur, errno));
+                    break;
+                }
+                count += 1;
+                // SAFETY: as above.
+                cur = unsafe { (*cur).next() };
+            }
+        }
+        let ret = match refused {
+            // SAFETY: per the contract.
+            None => unsafe { post(target, wr, bad_wr) },
+            // SAFETY: per the contract; the first `count` WRs precede it.
+            Some((at, errno)) => unsafe { post_before(post, target, wr, count, bad_wr, at, errno) },
+        };
+        if let Some(qp) = qp_num {
+            let posted = if ret == 0 { count } else { 0 };
+            for _ in 0..posted {
+                if faults.lock().posted(qp) {
+                    self.fail_qp(qp);
+                }
+            }
+        }
+        ret
+    }
+
+    /// Applies the completion rules to the `n` completions a poll wrote
+    /// at `wc`: a success a rule fails gets the rule's status and its QP
+    /// is moved to ERR, and that QP's later completions in the same poll
+    /// are reported flushed, as the error state would.
+    ///
+    /// # Safety
+    /// `wc` holds `n` completions the provider just wrote for this call.
+    pub unsafe fn rewrite_completions(&self, wc: *mut ibv_wc, n: usize) {
+        let Some(faults) = &self.faults else {
+            return;
+        };
+        let mut failed: Vec<u32> = Vec::new();
+        {
+            let mut rules = faults.lock();
+            for i in 0..n {
+                // SAFETY: per the contract: the caller's output array, which
+                // this call fills; written field by field.
+                unsafe {
+                    let w = wc.add(i);
+                    let (qp, status) = (addr_of!((*w).qp_num).read(), addr_of!((*w).status).read());
+                    if status != IBV_WC_SUCCESS {
+                        continue;
+                    }
+                    if failed.contains(&qp) {
+                        addr_of_mut!((*w).status).write(IBV_WC_WR_FLUSH_ERR);
+                        continue;
+                    }
+                    let (opcode, len) =
+                        (addr_of!((*w).opcode).read(), addr_of!((*w).byte_len).read());
+                    if let Some((status, vendor_err)) =
+                        rules.completion(self.elapsed(), qp, opcode, len).fail
+                    {
+                        addr_of_mut!((*w).status).write(status);
+                        addr_of_mut!((*w).vendor_err).write(vendor_err);
+                        failed.push(qp);
+                    }
+                }
+            }
+        }
+        for qp in failed {
+            self.fail_qp(qp);
+        }
+    }
+
+    /// Moves QP `qp_num` of this context to ERR through the real provider.
+    fn fail_qp(&self, qp_num: u32) {
+        let Some(qp) = self.qps.lock().get(&qp_num).copied() else {
+            return;
+        };
+        let mut attr = ibv_qp_attr::ZEROED;
+        attr.qp_state = IBV_QPS_ERR;
+        if let Some(modify) = self.originals.modify_qp {
+            // SAFETY: a live QP of this context (removed from `qps` when
+            // destroyed), modified by its own provider.
+            unsafe { modify(qp as *mut ibv_qp, &mut attr, IBV_QP_STATE as c_int) };
+        }
+    }
+}
+
+/// Posts the first `count` WRs of the caller's list `wr` (from copies
+/// linked up to the refused one), then reports the refused WR `at` with
+/// `errno`, or the provider's own failure among the copies as the
+/// caller's WR at the same place.
+///
+/// # Safety
+/// As [`Hooked::post`]; `at` is the WR after the first `count` of `wr`.
+unsafe fn post_before<W: WrList, Q>(
+    post: PostFn<W, Q>,
+    target: *mut Q,
+    wr: *mut W,
+    count: usize,
+    bad_wr: *mut *mut W,
+    at: *mut W,
+    errno: c_int,
+) -> c_int {
+    let mut originals = Vec::with_capacity(count);
+    let mut copies: Vec<W> = Vec::with_capacity(count);
+    let mut cur = wr;
+    for _ in 0..count {
+        originals.push(cur);
+        // SAFETY: a WR of the caller's list, copied bit for bit (C data).
+        copies.push(unsafe { cur.read() });
+        // SAFETY: as above.
+        cur = unsafe { (*cur).next() };
+    }
+    // Linked through one raw pointer to the copies, which then stay put
+    // (no reallocation: `count` was reserved) until the post returns.
+    let base = copies.as_mut_ptr();
+    for i in 0..count {
+        let next = if i + 1 < count {
+            base.wrapping_add(i + 1)
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: i < count = copies.len(); only `base` reaches them now.
+        unsafe { (*base.add(i)).set_next(next) };
+    }
+    if count > 0 {
+        let mut bad: *mut W = std::ptr::null_mut();
+        // SAFETY: the copies, linked within `copies`, live for the call.
+        let ret = unsafe { post(target, base, &mut bad) };
+        if ret != 0 {
+            let i = (bad as usize).wrapping_sub(base as usize) / std::mem::size_of::<W>();
+            // SAFETY: the caller's out pointer.
+            unsafe { *bad_wr = originals.get(i).copied().unwrap_or(wr) };
+            return ret;
+        }
+    }
+    // SAFETY: the caller's out pointer.
+    unsafe { *bad_wr = at };
+    errno
+}
