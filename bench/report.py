@@ -604,6 +604,17 @@ class RxeVm:
                          f"<= {RXE_LAT_VS_RXE}x: {judged}"))
         return rows
 
+    def passthrough_rows(self):
+        """(measure, rxe direct, pass-through, ratio, hooked, ratio) for
+        the pass-through device against rxe's own provider."""
+        rows = []
+        for test, label, get in (("write_bw", "ib_write_bw 64 KiB, MB/s", lambda k: self.bw.get(k)),
+                                 ("send_lat", "ib_send_lat 2 B, median us",
+                                  lambda k: self.lat.get(k, (None,))[0])):
+            d, p, h = (get((s, test)) for s in ("rxe", "passthrough", "passthrough_hooked"))
+            rows.append((label, fmt(d), fmt(p), ratio(p, d), fmt(h), ratio(h, d)))
+        return rows
+
     def loss_rows(self):
         """Per bandwidth test: rxe's and softverbs' throughput under loss as
         a fraction of their own lossless throughput, and the target
@@ -653,6 +664,10 @@ def rxe_vm_text(v):
     out.append("\nunder 1% loss, throughput kept (lossy / lossless MB/s):")
     out.append(text_table(["test", "rxe", "softverbs, per packet", "softverbs, GSO", "softverbs/rxe", "target"],
                           [(a, b, c, d, f"{e:.2f}x" if e is not None else "n/a", f) for a, b, c, d, e, f in v.loss_rows()]))
+    out.append("\npass-through to rxe (sv_xa, sv_xb) against rxe's provider directly:")
+    out.append(text_table(["measure", "rxe", "pass-through", "ratio", "hooked", "ratio"],
+                          [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e,
+                            f"{f:.2f}x" if f is not None else "n/a") for a, b, c, d, e, f in v.passthrough_rows()]))
     if v.missing:
         out.append(f"incomplete: {v.missing}")
     if v.failed:
@@ -808,6 +823,30 @@ room or as errors (UdpRcvbufErrors, UdpInErrors, UdpSndbufErrors,
 cumulative): {udp or "n/a"}.
 rxe's counters that moved (requester `rxe_xb`, responder `rxe_xa`):
 {rxe_counters or "n/a"}.{f" rxe's kernel messages during the session: {msgs}" if msgs else ""}
+"""
+    pt = [(a, b, c, f"{d:.2f}x" if d is not None else "n/a", e, f"{f:.2f}x" if f is not None else "n/a")
+          for a, b, c, d, e, f in v.passthrough_rows()]
+    pt_spread = [
+        (f"ib_{t}", v.spread("passthrough", t) or "n/a", v.spread("passthrough_hooked", t) or "n/a")
+        for t in ("write_bw", "send_lat")
+    ]
+    notes += f"""
+### Pass-through to rxe (issue 14)
+
+The rxe pair of the table above, once more through softverbs'
+pass-through devices (`SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa
+sv_xb=passthrough:rxe_xb"`, preload mode; docs/passthrough.md), in the
+same loop as each rxe run: as configured, with no rule and no trace (the
+application gets rxe's own context, untouched), and hooked (a fault rule
+that never fires, `post_send qp=0 errno=EIO`, so every verb passes
+through softverbs' ops on its way to rxe's). Ratios are pass-through over
+rxe's provider used directly: 1.00x is no cost.
+
+{md_table(["measure", "rxe directly", "pass-through", "ratio", "pass-through, hooked", "ratio"], pt)}
+
+Every run:
+
+{md_table(["program", "pass-through", "hooked"], pt_spread)}
 """
     tail = ""
     if v.missing:

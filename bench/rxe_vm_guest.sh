@@ -29,7 +29,8 @@
 #   ...the program's standard output...
 #   @@bench SETUP TEST ROLE-stderr
 #   ...its standard error (softverbs' SOFTVERBS_STATS=1 counters)...
-# (SETUP rxe or softverbs; TEST e.g. write_bw, read_lat, write_bw_loss1;
+# (SETUP rxe, softverbs, passthrough or passthrough_hooked; TEST e.g.
+# write_bw, read_lat, write_bw_loss1;
 # ROLE client or server), plus
 #   @@bench-info KEY VALUE...
 # lines (setup, GIDs, the netem drop counters, rxe's counters) and
@@ -105,6 +106,10 @@ run() {
     softverbs)
       s_pre=("${SV_A[@]}"); c_pre=("${SV_B[@]}"); srv_addr=10.13.0.1; ns=sva
       s_args=(-d softverbs0 -x "$gid_sa"); c_args=(-d softverbs0 -x "$gid_sb") ;;
+    passthrough | passthrough_hooked)
+      s_pre=("${PT[@]}"); c_pre=("${PT[@]}"); srv_addr=10.12.0.1
+      [ "$setup" = passthrough_hooked ] && s_pre+=("$PT_RULE") c_pre+=("$PT_RULE")
+      s_args=(-d sv_xa -x "$gid_xa"); c_args=(-d sv_xb -x "$gid_xb") ;;
   esac
   local t0=$SECONDS src=timeout crc="not started" srv cli
   "${s_pre[@]}" timeout "$LIMIT" "$@" "${s_args[@]}" -p "$port" > "$log/srv" 2> "$log/srv.err" &
@@ -185,6 +190,14 @@ tx_csum() {
     ip netns exec svb ethtool -K svy tx "$1" > /dev/null
 }
 
+# Pass-through (docs/passthrough.md): the rxe pair again, through
+# softverbs' pass-through devices sv_xa and sv_xb; once as configured (no
+# rule and no trace: the real provider's context untouched), once with its
+# ops hooked by a fault rule that never fires (QP 0 posts nothing), so
+# every verb goes through softverbs on its way.
+PT=(env LD_PRELOAD="$SO" "SOFTVERBS_DEVICES=sv_xa=passthrough:rxe_xa sv_xb=passthrough:rxe_xb")
+PT_RULE="SOFTVERBS_FAULTS=post_send qp=0 errno=EIO"
+
 BW="-m 1024 -s 65536 -n $BW_ITERS -F"
 LAT="-m 1024 -s 2 -n $LAT_ITERS -F"
 LBW="-m 1024 -s 65536 -n $LOSS_ITERS -F"
@@ -195,6 +208,8 @@ for rep in $(seq "$REPEAT"); do
     run rxe "${t}_bw" ib_${t}_bw $BW
     run softverbs "${t}_bw" ib_${t}_bw $BW
   done
+  run passthrough write_bw ib_write_bw $BW
+  run passthrough_hooked write_bw ib_write_bw $BW
 done
 udp_drops lossless
 # shellcheck disable=SC2086
@@ -203,6 +218,8 @@ for rep in $(seq "$REPEAT"); do
     run rxe "${t}_lat" ib_${t}_lat $LAT
     run softverbs "${t}_lat" ib_${t}_lat $LAT
   done
+  run passthrough send_lat ib_send_lat $LAT
+  run passthrough_hooked send_lat ib_send_lat $LAT
 done
 rep=1
 

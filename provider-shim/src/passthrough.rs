@@ -578,3 +578,135 @@ unsafe fn post_before<W: WrList, Q>(
     unsafe { *bad_wr = at };
     errno
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_faults::Queue;
+
+    thread_local! {
+        /// What the fake provider was given, and the wr_id it refuses.
+        static POSTED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    const REFUSED_BY_PROVIDER: u64 = 99;
+
+    /// A provider's post member: takes WRs in order, refusing one wr_id.
+    unsafe extern "C" fn fake_post(
+        _qp: *mut ibv_qp,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: the list the test (or `post_before`) built.
+            let w = unsafe { &*cur };
+            if w.wr_id == REFUSED_BY_PROVIDER {
+                // SAFETY: the caller's out pointer.
+                unsafe { *bad = cur };
+                return libc::EINVAL;
+            }
+            POSTED.with(|p| p.borrow_mut().push(w.wr_id));
+            cur = w.next;
+        }
+        0
+    }
+
+    fn hooked(rules: &str) -> Hooked {
+        let spec = FaultSpec::parse(rules).unwrap();
+        Hooked {
+            name: "sv".into(),
+            originals: verbs_context_ops::ZEROED,
+            faults: Faults::new(&spec, "sv", Part::Verbs).map(Mutex::new),
+            opened: Instant::now(),
+            qps: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A receive WR list with these wr_ids (no SGEs).
+    fn list(ids: &[u64]) -> Vec<ibv_recv_wr> {
+        let mut wrs: Vec<ibv_recv_wr> = ids
+            .iter()
+            .map(|&id| ibv_recv_wr {
+                wr_id: id,
+                ..ibv_recv_wr::ZEROED
+            })
+            .collect();
+        let base = wrs.as_mut_ptr();
+        for i in 0..ids.len().saturating_sub(1) {
+            // SAFETY: within the vector, through one pointer.
+            unsafe { (*base.add(i)).next = base.add(i + 1) };
+        }
+        wrs
+    }
+
+    fn post(h: &Hooked, ids: &[u64]) -> (c_int, Option<u64>, Vec<u64>, Vec<u64>) {
+        POSTED.with(|p| p.borrow_mut().clear());
+        let mut wrs = list(ids);
+        let before: Vec<u64> = wrs.iter().map(|w| w.next as u64).collect();
+        let head = wrs.as_mut_ptr();
+        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+        let qp = std::ptr::null_mut::<ibv_qp>();
+        // SAFETY: a well-formed list and a fake provider.
+        let ret = unsafe { h.post(Queue::Recv, Some(7), fake_post, (qp, head, &mut bad)) };
+        // SAFETY: NULL or one of the caller's WRs.
+        let bad_id = (!bad.is_null()).then(|| unsafe { (*bad).wr_id });
+        let after: Vec<u64> = wrs.iter().map(|w| w.next as u64).collect();
+        (
+            ret,
+            bad_id,
+            POSTED.with(|p| p.borrow().clone()),
+            if before == after { Vec::new() } else { after },
+        )
+    }
+
+    #[test]
+    fn a_refused_wr_is_bad_wr_and_the_ones_before_it_are_posted_from_copies() {
+        let h = hooked("post_recv nth=3 errno=ENOMEM");
+        let (ret, bad, posted, changed) = post(&h, &[1, 2, 3, 4]);
+        assert_eq!((ret, bad, posted), (libc::ENOMEM, Some(3), vec![1, 2]));
+        assert!(changed.is_empty(), "the caller's list was written");
+        // The first WR refused: nothing posted.
+        let h = hooked("post_recv nth=1 errno=EAGAIN");
+        assert_eq!(
+            post(&h, &[5, 6]),
+            (libc::EAGAIN, Some(5), Vec::new(), Vec::new())
+        );
+    }
+
+    #[test]
+    fn a_provider_failure_among_the_copies_names_the_callers_wr() {
+        let h = hooked("post_recv nth=3 errno=ENOMEM");
+        let (ret, bad, posted, _) = post(&h, &[1, REFUSED_BY_PROVIDER, 3]);
+        assert_eq!(
+            (ret, bad, posted),
+            (libc::EINVAL, Some(REFUSED_BY_PROVIDER), vec![1])
+        );
+    }
+
+    #[test]
+    fn without_a_matching_rule_the_list_goes_to_the_provider_whole() {
+        let h = hooked("post_send errno=EIO");
+        assert_eq!(post(&h, &[1, 2, 3]), (0, None, vec![1, 2, 3], Vec::new()));
+    }
+
+    #[test]
+    fn a_failed_completion_flushes_the_rest_of_its_qp_in_the_same_poll() {
+        let h = hooked("completion nth=1 status=REM_ACCESS_ERR vendor_err=5");
+        let mut wc = [ibv_wc::ZEROED; 3];
+        for (i, w) in wc.iter_mut().enumerate() {
+            w.wr_id = i as u64;
+            w.qp_num = if i == 2 { 8 } else { 7 };
+        }
+        // SAFETY: three completions in a local array.
+        unsafe { h.rewrite_completions(wc.as_mut_ptr(), 3) };
+        let got: Vec<_> = wc.iter().map(|w| (w.status, w.vendor_err)).collect();
+        assert_eq!(
+            got,
+            [
+                (IBV_WC_REM_ACCESS_ERR, 5),
+                (IBV_WC_WR_FLUSH_ERR, 0),
+                (IBV_WC_SUCCESS, 0)
+            ]
+        );
+    }
+}

@@ -6,6 +6,12 @@
 //! members the same way. A process that does not trace never reaches this
 //! module, so tracing off costs nothing per verb.
 //!
+//! A pass-through context (`passthrough.rs`) that is traced or has fault
+//! rules gets the same members; there they call the real provider's
+//! originals instead of softverbs' verbs ([`next`]), and the post and poll
+//! members apply the rules on the way (`Hooked::post`,
+//! `Hooked::rewrite_completions`).
+//!
 //! The wrappers read only what the verb itself read or wrote (the
 //! caller's WR list up to what was posted, the completions just written,
 //! the attributes passed), and a destroy verb's object only before it is
@@ -97,14 +103,17 @@ unsafe fn remember_qp(context: *mut ibv_context, qp: *mut ibv_qp) {
     }
 }
 
-/// Writes `record` for the device of `context`.
+/// Writes `record` for the device of `context`: a soft device, or the
+/// pass-through device a hooked real context was opened as.
 ///
 /// # Safety
-/// `context` is one of our live contexts.
+/// `context` is one of our live soft contexts or a hooked one.
 unsafe fn emit(context: *mut ibv_context, record: Record) {
-    // SAFETY: per the contract.
-    let st = unsafe { state(context) };
-    softverbs_trace::write(&st.device.config.name, record);
+    match crate::passthrough::hooked(context) {
+        Some(h) => softverbs_trace::write(&h.name, record),
+        // SAFETY: per the contract, a soft context.
+        None => softverbs_trace::write(&unsafe { state(context) }.device.config.name, record),
+    }
 }
 
 /// The record of a verb that returned `ret`, with errno `err` if it

@@ -422,6 +422,88 @@ for fam in ipv4 ipv6; do
   mcast_run "rxe-softverbs $fam multicast (softverbs sends)" rxe0 softverbs "$fam" "$group"
 done
 
+# Pass-through devices (SOFTVERBS_DEVICES name=passthrough:REAL) over
+# the rxe pair: sv_xa fronts rxe_xa, sv_xb rxe_xb, in preloaded processes.
+# pt_run NAME MODE EXPECT CLIENT_ENV PROGRAM ARGS...: the program as a
+# server on sv_xb and a client on sv_xa (CLIENT_ENV: one more VAR=VALUE
+# for the client, such as a trace or fault rules, or empty); MODE ok: both exit 0 and the
+# client prints EXPECT; MODE fails: the client fails printing EXPECT.
+PT_PRE=(env LD_PRELOAD="$SO" "SOFTVERBS_DEVICES=sv_xa=passthrough:rxe_xa sv_xb=passthrough:rxe_xb")
+CLI=$(dirname "$SO")/softverbs
+pt_run() {
+  local name=$1 mode=$2 expect=$3 cenv=$4; shift 4
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local pre dev gid addr gflag=-g
+  case "$1" in ib_*) gflag=-x ;; esac
+  side rxe_xa ipv4
+  local t0=$SECONDS srv src crc="not started"
+  "${PT_PRE[@]}" timeout "$CASE_TIMEOUT" "$@" -d sv_xb "$gflag" "$gid" -p "$port" > "$log/srv" 2>&1 &
+  srv=$!
+  if wait_listen "$port" "" $srv 2> "$log/cli"; then
+    local envs=()
+    [ -n "$cenv" ] && envs=("$cenv")
+    "${PT_PRE[@]}" "${envs[@]}" timeout "$CASE_TIMEOUT" "$@" -d sv_xa "$gflag" "$gid" -p "$port" 10.12.0.2 > "$log/cli" 2>&1
+    crc=$?
+  fi
+  if [ "$mode" = fails ]; then
+    kill $srv 2>/dev/null; wait $srv 2>/dev/null
+    local took=$((SECONDS - t0))
+    if [ "$crc" != 0 ] && [ "$crc" != "not started" ] && grep -Eq "$expect" "$log/cli"; then
+      pass=$((pass + 1)); echo "ok   $name (${took} s)"
+    else
+      fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), want a failure)"
+      tail -n 6 "$log/cli" | sed 's/^/    client: /'
+    fi
+    return
+  fi
+  wait $srv; src=$?
+  pair_result "$name" "$((SECONDS - t0))" "$crc" "$src" "$expect" ""
+}
+# pt_summary NAME FILE PATTERN...: the summary of a pass-through trace.
+pt_summary() {
+  local name=$1 file=$2; shift 2
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  local p ok=1
+  "$CLI" trace summarize "$file" > "$log/summary" 2>&1 || ok=
+  for p in "$@"; do grep -Eq -- "$p" "$log/summary" || ok=; done
+  if [ -n "$ok" ]; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name"; sed 's/^/    /' "$log/summary" | tail -n 12
+    echo "    wanted: $*"
+  fi
+}
+if [[ "pass-through" =~ $FILTER ]]; then
+  n=$((n + 1))
+  if "${PT_PRE[@]}" ibv_devices > "$log/devices" 2>&1 && grep -q "sv_xa" "$log/devices" &&
+     grep -q "sv_xb" "$log/devices" && grep -q "rxe_xa" "$log/devices"; then
+    pass=$((pass + 1)); echo "ok   pass-through: ibv_devices lists sv_xa and sv_xb beside rxe_xa and rxe_xb"
+  else
+    fail=$((fail + 1)); echo "FAIL pass-through: ibv_devices lists sv_xa, sv_xb"; sed 's/^/    /' "$log/devices"
+  fi
+fi
+pt_run "pass-through rc 4 KiB" ok "[0-9]+ iters in" "" ibv_rc_pingpong -m 1024 -s 4096 -n 100
+pt_run "pass-through ud 1000 B" ok "[0-9]+ iters in" "" ibv_ud_pingpong -s 1000 -n 100
+pt_run "pass-through write_bw" ok '^ +[0-9]+ +[0-9]+ +[0-9.]+' "" ib_write_bw -m 1024 -s 65536 -n 100 -F
+pt_run "pass-through read_bw" ok '^ +[0-9]+ +[0-9]+ +[0-9.]+' "" ib_read_bw -m 1024 -s 65536 -n 100 -F
+pt_run "pass-through rc traced" ok "[0-9]+ iters in" "SOFTVERBS_TRACE=$log/pt-trace.json" \
+  ibv_rc_pingpong -m 1024 -s 4096 -n 20
+pt_summary "pass-through trace summary: sv_xa's QP, its WRs and completions" "$log/pt-trace.json" \
+  "^pid [0-9]+ sv_xa QP 0x[0-9a-f]+:$" "posted: [0-9]+ WRs \(RECV [0-9]+, SEND 20\)" \
+  "completions: 40 \(0 in error\)" "send completion latency"
+pt_run "pass-through write_bw traced (ibv_create_cq_ex polling)" ok '^ +[0-9]+ +[0-9]+ +[0-9.]+' \
+  "SOFTVERBS_TRACE=$log/pt-bw.json" ib_write_bw -m 1024 -s 65536 -n 100 -F
+pt_summary "pass-through write_bw trace: its writes and their completions" "$log/pt-bw.json" \
+  "posted: [0-9]+ WRs \(RDMA_WRITE [0-9]+\)" "completions: [0-9]+ \(0 in error\)"
+pt_run "pass-through post_send errno= rule" fails "Couldn't post send" \
+  "SOFTVERBS_FAULTS=post_send nth=4 errno=ENOMEM" ibv_rc_pingpong -m 1024 -s 4096 -n 20
+pt_run "pass-through completion status= rule" fails "Failed status transport retry counter exceeded \(12\)" \
+  "SOFTVERBS_FAULTS=completion opcode=SEND nth=3 status=RETRY_EXC_ERR" ibv_rc_pingpong -m 1024 -s 4096 -n 20
+pt_run "pass-through qp_error after= rule (the QP in ERR flushes)" fails "Failed status work request flushed error \(5\)" \
+  "SOFTVERBS_FAULTS=qp_error after=510" ibv_rc_pingpong -m 1024 -s 4096 -n 20
+
 echo "cases took $((SECONDS - started)) s"
 rm -rf "$log"
 echo "$pass passed, $fail failed"

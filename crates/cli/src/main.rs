@@ -147,6 +147,12 @@ fn devices() -> Result<(), String> {
             println!("    {line}");
         }
     }
+    for d in &config.passthrough {
+        println!(
+            "{:<16} passes through to the real device {} (preload mode)",
+            d.name, d.real
+        );
+    }
     let daemon = Config::daemon(None);
     println!(
         "receives on UDP {} through the host daemon @{} (`softverbs daemon`, started on demand)",
@@ -169,7 +175,7 @@ fn same_host_line() -> String {
         Some(n) => format!("Yama ptrace_scope {n}: cross-memory attach refused, so the wire"),
     };
     match ShmMode::from_env() {
-        ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0, or SOFTVERBS_PCAP set)".to_string(),
+        ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0, or SOFTVERBS_PCAP or packet fault rules set)".to_string(),
         ShmMode::Auto => format!("same host: the same-host path ({attach}); a refused peer uses the wire, with a log line"),
         ShmMode::Required => format!("same host: the same-host path, required (SOFTVERBS_SHM=1): {attach}"),
     }
