@@ -21,13 +21,14 @@ use crate::device::{copy_name, DeviceOps, PROVIDER_NAME};
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
 use crate::libibverbs::verbs_set_ops;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use softverbs_config::PassthroughDevice as Config;
 use softverbs_faults::{FaultSpec, Faults, Part};
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A pass-through device: the `verbs_device` libibverbs lists, and which
@@ -128,20 +129,50 @@ impl Hooked {
     }
 }
 
-/// The hooked contexts, by address. Few, and read on every verb of a
-/// hooked context: a vector behind a reader-writer lock.
-static HOOKED: RwLock<Vec<(usize, Arc<Hooked>)>> = RwLock::new(Vec::new());
+/// How many hooked contexts may be open at once.
+const MAX_HOOKED: usize = 256;
+
+/// The hooked contexts: slot i holds a context's address (0: free) and
+/// its state. Read on every verb of a hooked context, so without a lock:
+/// the state is stored before the key is published (Release), and read
+/// after the key is seen (Acquire). A state is never freed (a closed
+/// context's slot is only cleared), so a reference to it stays valid.
+static KEYS: [AtomicUsize; MAX_HOOKED] = [const { AtomicUsize::new(0) }; MAX_HOOKED];
+static STATES: [AtomicPtr<Hooked>; MAX_HOOKED] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKED];
+/// Registration is one at a time (lookups need no lock).
+static REGISTERING: Mutex<()> = Mutex::new(());
 
 /// The hook state of `context`, if it is a hooked pass-through context.
-pub fn hooked(context: *mut ibv_context) -> Option<Arc<Hooked>> {
+pub fn hooked(context: *mut ibv_context) -> Option<&'static Hooked> {
     let key = context as usize;
-    let list = HOOKED.read();
-    list.iter().find(|(k, _)| *k == key).map(|(_, h)| h.clone())
+    let i = KEYS.iter().position(|k| k.load(Ordering::Acquire) == key)?;
+    // SAFETY: published after the state was stored, and never freed.
+    unsafe { STATES[i].load(Ordering::Acquire).as_ref() }
+}
+
+/// Makes `state` the hook state of `context`; false if every slot is
+/// taken.
+fn register(context: *mut ibv_context, state: Hooked) -> bool {
+    let _one = REGISTERING.lock();
+    let Some(i) = KEYS.iter().position(|k| k.load(Ordering::Acquire) == 0) else {
+        return false;
+    };
+    // Kept for the life of the process: a verb racing with the close of
+    // its context (the application's mistake) still reads valid memory.
+    STATES[i].store(Box::into_raw(Box::new(state)), Ordering::Release);
+    KEYS[i].store(context as usize, Ordering::Release);
+    true
 }
 
 /// Forgets a context that is being closed.
 pub fn unhook(context: *mut ibv_context) {
-    HOOKED.write().retain(|(k, _)| *k != context as usize);
+    let _one = REGISTERING.lock();
+    for k in &KEYS {
+        if k.load(Ordering::Acquire) == context as usize {
+            k.store(0, Ordering::Release);
+        }
+    }
 }
 
 /// The fault rules of the process (`SOFTVERBS_FAULTS`), read once.
@@ -297,15 +328,19 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
     })?;
     // SAFETY: per the contract; a copy of function pointers.
     let context = unsafe { std::ptr::addr_of_mut!((*vctx).context) };
-    let state = Arc::new(Hooked {
+    let state = Hooked {
         name: name.to_string(),
         // SAFETY: checked by private_ops.
         originals: unsafe { originals.read() },
         faults: rules.map(Mutex::new),
         opened: Instant::now(),
         qps: Mutex::new(HashMap::new()),
-    });
-    HOOKED.write().push((context as usize, state));
+    };
+    if !register(context, state) {
+        return Err(format!(
+            "more than {MAX_HOOKED} traced or faulted pass-through contexts are open"
+        ));
+    }
     // SAFETY: libibverbs' own way to install ops (it fills the private
     // table and the public copies); the context is not yet shared.
     unsafe { verbs_set_ops(vctx, &crate::trace_ops::TRACED_OPS.0) };

@@ -30,7 +30,7 @@ use softverbs_trace::{address, event_name, Completion, Event, Record, Verb, Wr};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 /// The `context` member of an object (`ctx!(*pd)`), read as a plain field.
 macro_rules! ctx {
@@ -57,7 +57,7 @@ macro_rules! forward {
 
 /// Where a traced member's verb goes: a hooked pass-through context's
 /// real provider, or softverbs' own verbs.
-struct Next(Option<Arc<Hooked>>);
+struct Next(Option<&'static Hooked>);
 
 impl Next {
     fn ops(&self) -> &verbs_context_ops {
