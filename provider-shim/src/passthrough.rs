@@ -490,7 +490,7 @@ impl Hooked {
             // SAFETY: per the contract; the first `count` WRs precede it.
             Some((at, errno)) => unsafe { post_before(post, target, wr, count, bad_wr, at, errno) },
         };
-        if let Some(qp) = qp_num {
+        if let Some(qp) = qp_num.filter(|_| faults.lock().counts_posts()) {
             let posted = if ret == 0 { count } else { 0 };
             for _ in 0..posted {
                 if faults.lock().posted(qp) {

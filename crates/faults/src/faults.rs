@@ -86,6 +86,14 @@ impl Faults {
         })
     }
 
+    /// Whether a rule counts posted WRs (`qp_error after=N`): without
+    /// one, [`Faults::posted`] need not be called.
+    pub fn counts_posts(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|(r, _)| matches!(r.action, Action::QpError(QpErrorWhen::AfterOps(_))))
+    }
+
     /// A WR was posted to QP `qp`: whether it must now enter the error
     /// state (`qp_error after=N`, counted per QP).
     pub fn posted(&mut self, qp: u32) -> bool {
@@ -277,6 +285,7 @@ mod tests {
     #[test]
     fn qp_errors_count_per_qp() {
         let mut f = faults("qp_error after=2; qp_error qp=9 at=1s", Part::Verbs);
+        assert!(f.counts_posts() && !faults("qp_error at=1s", Part::Verbs).counts_posts());
         assert!(!f.posted(1));
         assert!(!f.posted(2));
         assert!(f.posted(1));
