@@ -6,8 +6,8 @@ use crate::abi::{
 };
 use crate::id::{CmId, Conn, Reservation, Retransmit, State};
 use softverbs_wire::cm::{
-    sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu, CmSidrRep,
-    CmSidrReq, CmaHdr, IpServiceId, MessageKind, TransportType, CMA_HDR_LEN,
+    rej_reason, sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu,
+    CmSidrRep, CmSidrReq, CmaHdr, IpServiceId, MessageKind, TransportType, CMA_HDR_LEN,
     IP_SIDR_REQ_USER_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
     SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
@@ -1031,7 +1031,7 @@ impl Agent {
     fn handle_connected(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, msg: CmMessage) {
         match msg {
             CmMessage::Req(req) => self.on_req(now, src, dst, tid, &req),
-            CmMessage::Rep(rep) => self.on_rep(&rep),
+            CmMessage::Rep(rep) => self.on_rep(src, dst, tid, &rep),
             CmMessage::Rtu(rtu) => {
                 if let Some(h) = self.by_comm(rtu.remote_comm_id, State::RepSent) {
                     self.established(h);
@@ -1348,8 +1348,20 @@ impl Agent {
         }
     }
 
-    fn on_rep(&mut self, rep: &CmRep) {
+    fn on_rep(&mut self, src: IpAddr, dst: IpAddr, tid: u64, rep: &CmRep) {
         let Some(h) = self.by_comm_any(rep.remote_comm_id) else {
+            // No connection of ours has that ID: the kernel's CM answers
+            // REJ "invalid communication ID" (cm_rep_handler), so the peer
+            // stops sending it and gives up its connection.
+            let rej = CmRej {
+                remote_comm_id: rep.local_comm_id,
+                message_rejected: MessageKind::Rep,
+                reason: rej_reason::INVALID_COMM_ID,
+                ..CmRej::default()
+            };
+            if let Ok(mad) = mad_of(&CmMessage::Rej(rej), tid) {
+                self.send(dst, src, mad);
+            }
             return;
         };
         let Some(id) = self.ids.get_mut(&h) else {

@@ -493,6 +493,19 @@ fn garbage_commands_and_mads_are_refused_without_a_panic() {
 }
 
 #[test]
+fn a_rep_for_no_connection_is_rejected_as_an_invalid_comm_id() {
+    let (_client, mut server, _cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    // The REP reaches another process at the client's address, which
+    // never sent a REQ.
+    let mut stranger = Side::new("10.0.0.1", 0x30);
+    exchange(&mut stranger, &mut server);
+    let ev = server.event();
+    assert_eq!((ev.event, ev.id), (event::REJECTED, sid));
+    assert_eq!(ev.status, 6, "IB_CM_REJ_INVALID_COMM_ID");
+}
+
+#[test]
 fn a_dreq_for_a_connection_gone_here_is_answered_at_once() {
     let (mut client, mut server, cid, sid) = requested(b"");
     server.accept(sid, 300, 0x222, &[], true).unwrap();

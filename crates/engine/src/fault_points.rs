@@ -193,7 +193,11 @@ impl Engine {
 
     /// A WR was posted to QP `id`: a `qp_error after=N` rule may fail it.
     pub(crate) fn count_post(&mut self, id: QpId) {
-        let Some(f) = self.faults.as_deref_mut().filter(|f| f.rules.counts_posts()) else {
+        let Some(f) = self
+            .faults
+            .as_deref_mut()
+            .filter(|f| f.rules.counts_posts())
+        else {
             return;
         };
         if f.rules.posted(self.qps[id].qp_num) {
