@@ -23,8 +23,8 @@ use crate::guard::{guard, set_errno};
 use crate::libibverbs::verbs_set_ops;
 use parking_lot::Mutex;
 use softverbs_config::PassthroughDevice as Config;
-use softverbs_faults::{FaultSpec, Faults, Part};
-use std::collections::HashMap;
+use softverbs_faults::{Action, FaultSpec, Faults, Part, QpErrorWhen};
+use std::collections::{HashMap, HashSet};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -113,19 +113,39 @@ pub struct Hooked {
     pub faults: Option<Mutex<Faults>>,
     /// When it was opened: rule windows count from it.
     pub opened: Instant,
-    /// Its QPs by number, for the rules that move one to ERR.
+    /// Its QPs by number, for the rules that move one to ERR. A QP leaves
+    /// before it is destroyed, and a rule modifies one only while holding
+    /// this lock, so no rule reaches a destroyed QP.
     pub qps: Mutex<HashMap<u32, usize>>,
+    /// QPs a completion rule failed: their successes are reported
+    /// flushed, as the error state would, until they are reset.
+    pub failed: Mutex<HashSet<u32>>,
 }
-
-// SAFETY: `originals` holds function pointers only; the rest is Sync.
-unsafe impl Sync for Hooked {}
-// SAFETY: as above.
-unsafe impl Send for Hooked {}
 
 impl Hooked {
     /// The time since the context opened.
     pub fn elapsed(&self) -> Duration {
         self.opened.elapsed()
+    }
+
+    /// QP `qp` (`ptr`) was created.
+    pub fn add_qp(&self, qp: u32, ptr: usize) {
+        self.qps.lock().insert(qp, ptr);
+    }
+
+    /// QP `qp` is about to be destroyed: no rule may reach it from now on.
+    /// Returns what to give back to [`Hooked::add_qp`] if the destroy fails.
+    pub fn remove_qp(&self, qp: u32) -> Option<usize> {
+        self.qps.lock().remove(&qp)
+    }
+
+    /// QP `qp` is gone (destroyed) or starts again (reset): its counts and
+    /// its failure by a rule go.
+    pub fn forget_qp(&self, qp: u32) {
+        self.failed.lock().remove(&qp);
+        if let Some(f) = &self.faults {
+            f.lock().forget_qp(qp);
+        }
     }
 }
 
@@ -146,6 +166,9 @@ static REGISTERING: Mutex<()> = Mutex::new(());
 /// The hook state of `context`, if it is a hooked pass-through context.
 pub fn hooked(context: *mut ibv_context) -> Option<&'static Hooked> {
     let key = context as usize;
+    if key == 0 {
+        return None; // the key of a free slot
+    }
     let i = KEYS.iter().position(|k| k.load(Ordering::Acquire) == key)?;
     // SAFETY: published after the state was stored, and never freed.
     unsafe { STATES[i].load(Ordering::Acquire).as_ref() }
@@ -328,6 +351,25 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
     })?;
     // SAFETY: per the contract; a copy of function pointers.
     let context = unsafe { std::ptr::addr_of_mut!((*vctx).context) };
+    if let Some(r) = &rules {
+        let ignored: Vec<String> = r
+            .rules()
+            .filter(|r| {
+                matches!(
+                    r.action,
+                    Action::DelayCompletion(_) | Action::QpError(QpErrorWhen::At(_))
+                )
+            })
+            .map(|r| format!("rule {}", r.line))
+            .collect();
+        if !ignored.is_empty() {
+            softverbs_transport::say!(
+                "softverbs: {name}: {} of SOFTVERBS_FAULTS do not apply to a pass-through device \
+                 (completion delays and timed QP errors need a timer a real provider does not give)",
+                ignored.join(", ")
+            );
+        }
+    }
     let state = Hooked {
         name: name.to_string(),
         // SAFETY: checked by private_ops.
@@ -335,6 +377,7 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
         faults: rules.map(Mutex::new),
         opened: Instant::now(),
         qps: Mutex::new(HashMap::new()),
+        failed: Mutex::new(HashSet::new()),
     };
     if !register(context, state) {
         return Err(format!(
@@ -395,19 +438,26 @@ pub trait WrList: Sized {
     /// Links the next WR.
     fn set_next(&mut self, next: *mut Self);
     /// What a post rule is asked about it: opcode (`ibv_wr_opcode`, none
-    /// for a receive) and bytes.
+    /// for a receive) and, if `bytes`, its bytes (else 0).
     ///
     /// # Safety
-    /// The WR's SGE list holds `num_sge` entries.
-    unsafe fn shape(&self) -> (Option<u32>, u64);
+    /// With `bytes`, the WR's SGE list holds `num_sge` entries, or at
+    /// least [`MAX_SGE_READ`].
+    unsafe fn shape(&self, bytes: bool) -> (Option<u32>, u64);
 }
 
-/// The bytes of `num_sge` SGEs.
+/// The most SGEs of one WR a byte-counting rule reads.
+pub const MAX_SGE_READ: usize = 64;
+
+/// The bytes of `num_sge` SGEs (at most [`MAX_SGE_READ`]).
 ///
 /// # Safety
-/// `sg_list` holds `num_sge` entries (or `num_sge` is not positive).
+/// `sg_list` holds that many entries (or `num_sge` is not positive).
 unsafe fn sge_bytes(sg_list: *const ibv_sge, num_sge: c_int) -> u64 {
-    (0..num_sge.max(0) as usize)
+    if sg_list.is_null() {
+        return 0;
+    }
+    (0..(num_sge.max(0) as usize).min(MAX_SGE_READ))
         // SAFETY: per the contract; plain field reads.
         .map(|i| u64::from(unsafe { std::ptr::addr_of!((*sg_list.add(i)).length).read() }))
         .sum()
@@ -420,11 +470,14 @@ impl WrList for ibv_send_wr {
     fn set_next(&mut self, next: *mut Self) {
         self.next = next;
     }
-    unsafe fn shape(&self) -> (Option<u32>, u64) {
+    unsafe fn shape(&self, bytes: bool) -> (Option<u32>, u64) {
         // SAFETY: per the contract.
-        (Some(self.opcode), unsafe {
-            sge_bytes(self.sg_list, self.num_sge)
-        })
+        let len = if bytes {
+            unsafe { sge_bytes(self.sg_list, self.num_sge) }
+        } else {
+            0
+        };
+        (Some(self.opcode), len)
     }
 }
 
@@ -435,9 +488,14 @@ impl WrList for ibv_recv_wr {
     fn set_next(&mut self, next: *mut Self) {
         self.next = next;
     }
-    unsafe fn shape(&self) -> (Option<u32>, u64) {
+    unsafe fn shape(&self, bytes: bool) -> (Option<u32>, u64) {
         // SAFETY: per the contract.
-        (None, unsafe { sge_bytes(self.sg_list, self.num_sge) })
+        let len = if bytes {
+            unsafe { sge_bytes(self.sg_list, self.num_sge) }
+        } else {
+            0
+        };
+        (None, len)
     }
 }
 
@@ -465,17 +523,27 @@ impl Hooked {
             // SAFETY: per the contract.
             return unsafe { post(target, wr, bad_wr) };
         };
-        let mut refused = None;
-        let mut count = 0;
-        {
+        if bad_wr.is_null() {
+            return libc::EINVAL; // as rxe answers
+        }
+        // SAFETY: the caller's out pointer; set, so that a provider that
+        // fails without naming a WR leaves no stale value.
+        unsafe { *bad_wr = std::ptr::null_mut() };
+        let (refused, count) = {
             let mut rules = faults.lock();
+            // Bytes are read (as the provider will read them) only for a
+            // rule that counts them, and then from at most MAX_SGE_READ
+            // SGEs: a WR whose num_sge is more than its QP takes, which the
+            // provider refuses unread, is not read past that.
+            let bytes = rules.counts_bytes();
             let mut cur = wr;
+            let mut count = 0;
+            let mut refused = None;
             while !cur.is_null() {
-                // SAFETY: the caller's list; its WRs' SGE lists are as the
-                // provider will read them (a bad one fails the post there).
-                let (opcode, bytes) = unsafe { (*cur).shape() };
+                // SAFETY: the caller's list, as above.
+                let (opcode, len) = unsafe { (*cur).shape(bytes) };
                 let qp = qp_num.unwrap_or(u32::MAX);
-                if let Some(errno) = rules.post(self.elapsed(), queue, qp, opcode, bytes) {
+                if let Some(errno) = rules.post(self.elapsed(), queue, qp, opcode, len) {
                     refused = Some((cur, errno));
                     break;
                 }
@@ -483,15 +551,28 @@ impl Hooked {
                 // SAFETY: as above.
                 cur = unsafe { (*cur).next() };
             }
-        }
-        let ret = match refused {
-            // SAFETY: per the contract.
-            None => unsafe { post(target, wr, bad_wr) },
+            (refused, count)
+        };
+        let (ret, posted) = match refused {
+            None => {
+                // SAFETY: per the contract.
+                let ret = unsafe { post(target, wr, bad_wr) };
+                // SAFETY: the provider set `*bad_wr` (or left it NULL).
+                let bad = if ret == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    unsafe { *bad_wr }
+                };
+                // SAFETY: the caller's list.
+                (
+                    ret,
+                    unsafe { position(wr, bad) }.unwrap_or(if ret == 0 { count } else { 0 }),
+                )
+            }
             // SAFETY: per the contract; the first `count` WRs precede it.
             Some((at, errno)) => unsafe { post_before(post, target, wr, count, bad_wr, at, errno) },
         };
         if let Some(qp) = qp_num.filter(|_| faults.lock().counts_posts()) {
-            let posted = if ret == 0 { count } else { 0 };
             for _ in 0..posted {
                 if faults.lock().posted(qp) {
                     self.fail_qp(qp);
@@ -512,9 +593,10 @@ impl Hooked {
         let Some(faults) = &self.faults else {
             return;
         };
-        let mut failed: Vec<u32> = Vec::new();
+        let mut newly: Vec<u32> = Vec::new();
         {
             let mut rules = faults.lock();
+            let mut failed = self.failed.lock();
             for i in 0..n {
                 // SAFETY: per the contract: the caller's output array, which
                 // this call fills; written field by field.
@@ -535,35 +617,56 @@ impl Hooked {
                     {
                         addr_of_mut!((*w).status).write(status);
                         addr_of_mut!((*w).vendor_err).write(vendor_err);
-                        failed.push(qp);
+                        failed.insert(qp);
+                        newly.push(qp);
                     }
                 }
             }
         }
-        for qp in failed {
+        for qp in newly {
             self.fail_qp(qp);
         }
     }
 
     /// Moves QP `qp_num` of this context to ERR through the real provider.
     fn fail_qp(&self, qp_num: u32) {
-        let Some(qp) = self.qps.lock().get(&qp_num).copied() else {
+        let qps = self.qps.lock();
+        let Some(&qp) = qps.get(&qp_num) else {
             return;
         };
         let mut attr = ibv_qp_attr::ZEROED;
         attr.qp_state = IBV_QPS_ERR;
         if let Some(modify) = self.originals.modify_qp {
-            // SAFETY: a live QP of this context (removed from `qps` when
-            // destroyed), modified by its own provider.
+            // SAFETY: a live QP of this context: it leaves `qps` before it
+            // is destroyed, and the lock is held across the call.
             unsafe { modify(qp as *mut ibv_qp, &mut attr, IBV_QP_STATE as c_int) };
         }
     }
 }
 
+/// The place of `bad` in the list `wr` (how many WRs precede it), if it is
+/// in the list.
+///
+/// # Safety
+/// `wr` is the caller's NULL-terminated list.
+unsafe fn position<W: WrList>(wr: *mut W, bad: *mut W) -> Option<usize> {
+    let mut cur = wr;
+    let mut i = 0;
+    while !cur.is_null() {
+        if cur == bad {
+            return Some(i);
+        }
+        i += 1;
+        // SAFETY: per the contract.
+        cur = unsafe { (*cur).next() };
+    }
+    None
+}
+
 /// Posts the first `count` WRs of the caller's list `wr` (from copies
 /// linked up to the refused one), then reports the refused WR `at` with
 /// `errno`, or the provider's own failure among the copies as the
-/// caller's WR at the same place.
+/// caller's WR at the same place. Also returns how many were posted.
 ///
 /// # Safety
 /// As [`Hooked::post`]; `at` is the WR after the first `count` of `wr`.
@@ -575,7 +678,7 @@ unsafe fn post_before<W: WrList, Q>(
     bad_wr: *mut *mut W,
     at: *mut W,
     errno: c_int,
-) -> c_int {
+) -> (c_int, usize) {
     let mut originals = Vec::with_capacity(count);
     let mut copies: Vec<W> = Vec::with_capacity(count);
     let mut cur = wr;
@@ -605,13 +708,13 @@ unsafe fn post_before<W: WrList, Q>(
         if ret != 0 {
             let i = (bad as usize).wrapping_sub(base as usize) / std::mem::size_of::<W>();
             // SAFETY: the caller's out pointer.
-            unsafe { *bad_wr = originals.get(i).copied().unwrap_or(wr) };
-            return ret;
+            unsafe { *bad_wr = originals.get(i).copied().unwrap_or(at) };
+            return (ret, i.min(count));
         }
     }
     // SAFETY: the caller's out pointer.
     unsafe { *bad_wr = at };
-    errno
+    (errno, count)
 }
 
 #[cfg(test)]
@@ -654,6 +757,7 @@ mod tests {
             faults: Faults::new(&spec, "sv", Part::Verbs).map(Mutex::new),
             opened: Instant::now(),
             qps: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashSet::new()),
         }
     }
 

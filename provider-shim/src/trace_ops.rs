@@ -21,7 +21,7 @@
 use crate::context::state;
 use crate::ffi::*;
 use crate::guard::{errno, guard};
-use crate::passthrough::Hooked;
+use crate::passthrough::{Hooked, PostFn, WrList};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use softverbs_faults::names::{wc_opcode_name, wc_status_name, wr_opcode_name};
@@ -99,7 +99,7 @@ unsafe fn remember_qp(context: *mut ibv_context, qp: *mut ibv_qp) {
     if let (Some(h), false) = (crate::passthrough::hooked(context), qp.is_null()) {
         // SAFETY: per the contract.
         let n = unsafe { addr_of!((*qp).qp_num).read() };
-        h.qps.lock().insert(n, qp as usize);
+        h.add_qp(n, qp as usize);
     }
 }
 
@@ -282,8 +282,15 @@ unsafe extern "C" fn free_context(context: *mut ibv_context) {
     // The record first: the context is gone afterwards.
     // SAFETY: our context, live until the call below.
     unsafe { status(context, "ibv_close_device", None, 0, || Value::Null) };
-    forward!(context, free_context(context), ());
-    crate::passthrough::unhook(context);
+    // Where the call goes is settled before the context leaves the table
+    // of hooked ones (a hook state outlives its context), and it leaves
+    // before its memory is freed and its address can be a new context's.
+    let next = next(context);
+    guard((), || crate::passthrough::unhook(context));
+    if let Some(f) = next.ops().free_context {
+        // SAFETY: the provider's own member, with libibverbs' argument.
+        unsafe { f(context) };
+    }
 }
 
 unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
@@ -418,23 +425,31 @@ unsafe extern "C" fn create_cq_ex(
 ) -> *mut ibv_cq_ex {
     let cq = forward!(context, create_cq_ex(context, attr), missing());
     if !cq.is_null() {
-        // SAFETY: a CQ just made, not yet handed out: its polling members
-        // are ours to replace, once the provider's are kept.
-        unsafe {
-            let own = (
-                addr_of!((*cq).start_poll).read(),
-                addr_of!((*cq).next_poll).read(),
-            );
-            POLLERS.lock().insert(cq as usize, own);
-            addr_of_mut!((*cq).start_poll).write(Some(start_poll));
-            addr_of_mut!((*cq).next_poll).write(Some(next_poll));
-        }
+        guard((), || {
+            // SAFETY: a CQ just made, not yet handed out: its polling
+            // members are ours to replace, once the provider's are kept.
+            unsafe {
+                let own = (
+                    addr_of!((*cq).start_poll).read(),
+                    addr_of!((*cq).next_poll).read(),
+                );
+                POLLERS.lock().insert(cq as usize, own);
+                addr_of_mut!((*cq).start_poll).write(Some(start_poll));
+                addr_of_mut!((*cq).next_poll).write(Some(next_poll));
+            }
+        });
     }
-    // SAFETY: our context and the caller's attr.
+    // SAFETY: our context and the caller's attr: the fields before
+    // `comp_mask` always, `flags` only if the mask says it is there.
     unsafe {
         pointer(context, "ibv_create_cq_ex", None, cq, || {
-            let a = attr.read();
-            json!({ "cqe": a.cqe, "wc_flags": a.wc_flags, "flags": a.flags, "cq": address(cq) })
+            let mask = addr_of!((*attr).comp_mask).read();
+            let flags =
+                (mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0).then(|| addr_of!((*attr).flags).read());
+            json!({
+                "cqe": addr_of!((*attr).cqe).read(), "wc_flags": addr_of!((*attr).wc_flags).read(),
+                "flags": flags, "cq": address(cq),
+            })
         })
     };
     cq
@@ -443,9 +458,14 @@ unsafe extern "C" fn create_cq_ex(
 unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: one of our CQs, live until the call below.
     let context = unsafe { addr_of!((*cq).context).read() };
+    // Its polling members leave before the CQ does (its address may be
+    // a new CQ's as soon as it is freed), and come back if it stays.
+    let pollers = guard(None, || POLLERS.lock().remove(&(cq as usize)));
     let ret = forward!(ctx!(*cq), destroy_cq(cq), libc::EOPNOTSUPP);
-    if ret == 0 {
-        POLLERS.lock().remove(&(cq as usize));
+    if let (Some(p), true) = (pollers, ret != 0) {
+        guard((), || {
+            POLLERS.lock().insert(cq as usize, p);
+        });
     }
     // SAFETY: our context; only the CQ's address is used.
     unsafe {
@@ -487,7 +507,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
     };
     if let (Some(h), true) = (&next.0, n > 0) {
         // SAFETY: the provider just wrote `n` completions there.
-        unsafe { h.rewrite_completions(wc, n as usize) };
+        guard((), || unsafe { h.rewrite_completions(wc, n as usize) });
     }
     if !softverbs_trace::on() {
         return n;
@@ -681,7 +701,7 @@ unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> 
     let context = unsafe { addr_of!((*pd).context).read() };
     let qp = forward!(ctx!(*pd), create_qp(pd, attr), missing());
     // SAFETY: NULL or the QP just made.
-    unsafe { remember_qp(context, qp) };
+    guard((), || unsafe { remember_qp(context, qp) });
     // SAFETY: our context, the caller's attr (with the actual caps
     // written back on success) and the new QP.
     unsafe {
@@ -697,26 +717,33 @@ unsafe extern "C" fn create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     let qp = forward!(context, create_qp_ex(context, attr), missing());
-    // SAFETY: a QP just made, not yet handed out: its `ibv_wr_complete`
-    // member, if it has one, is ours to replace, once the provider's is
-    // kept.
-    unsafe {
-        let x = qp as *mut ibv_qp_ex;
-        if let Some(own) = (!qp.is_null())
-            .then(|| addr_of!((*x).wr_complete).read())
-            .flatten()
-        {
-            COMPLETERS.lock().insert(x as usize, own);
-            addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
-        }
+    // SAFETY: the caller's attr; `comp_mask` is always there.
+    let with_ops =
+        unsafe { addr_of!((*attr).comp_mask).read() } & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if !qp.is_null() && with_ops {
+        guard((), || {
+            // SAFETY: a QP just made with the `ibv_wr_*` members, not yet
+            // handed out: its `wr_complete` is ours to replace, once the
+            // provider's is kept.
+            unsafe {
+                let x = qp as *mut ibv_qp_ex;
+                if let Some(own) = addr_of!((*x).wr_complete).read() {
+                    COMPLETERS.lock().insert(x as usize, own);
+                    addr_of_mut!((*x).wr_complete).write(Some(wr_complete));
+                }
+            }
+        });
     }
-    // SAFETY: as above.
-    unsafe { remember_qp(context, qp) };
-    // SAFETY: ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields.
+    // SAFETY: NULL or the QP just made.
+    guard((), || unsafe { remember_qp(context, qp) });
+    // SAFETY: ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields;
+    // `send_ops_flags` is read only if the mask says it is there.
     unsafe {
         pointer(context, "ibv_create_qp_ex", qp_num(qp), qp, || {
             let mut args = init_args(&(attr as *const ibv_qp_init_attr).read());
-            args["send_ops_flags"] = json!(addr_of!((*attr).send_ops_flags).read());
+            if with_ops {
+                args["send_ops_flags"] = json!(addr_of!((*attr).send_ops_flags).read());
+            }
             args
         })
     };
@@ -824,6 +851,16 @@ fn qp_attr_args(a: &ibv_qp_attr, mask: u32) -> Value {
 
 unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     let ret = forward!(ctx!(*qp), modify_qp(qp, attr, mask), libc::EOPNOTSUPP);
+    // SAFETY: the caller's attr, and our QP.
+    let reset = ret == 0
+        && mask as u32 & IBV_QP_STATE != 0
+        && unsafe { addr_of!((*attr).qp_state).read() } == IBV_QPS_RESET;
+    if let (true, Some(h), Some(n)) = (reset, crate::passthrough::hooked(ctx!(*qp)), unsafe {
+        qp_num(qp)
+    }) {
+        // A QP that starts again is no longer failed by a rule.
+        guard((), || h.forget_qp(n));
+    }
     // SAFETY: one of our QPs and the caller's attr.
     unsafe {
         let context = addr_of!((*qp).context).read();
@@ -859,13 +896,27 @@ unsafe extern "C" fn query_qp(
 unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: one of our QPs, live until the call below.
     let (context, num) = unsafe { (addr_of!((*qp).context).read(), qp_num(qp)) };
+    // What softverbs keeps of the QP leaves before the QP does (a rule on
+    // another thread must not modify it, and its address may be a new
+    // QP's as soon as it is freed), and comes back if it stays.
+    let hooked = crate::passthrough::hooked(context);
+    let (completer, entry) = guard((None, None), || {
+        let completer = COMPLETERS.lock().remove(&(qp as usize));
+        (completer, hooked.zip(num).and_then(|(h, n)| h.remove_qp(n)))
+    });
     let ret = forward!(ctx!(*qp), destroy_qp(qp), libc::EOPNOTSUPP);
-    if ret == 0 {
-        COMPLETERS.lock().remove(&(qp as usize));
-        if let (Some(h), Some(n)) = (crate::passthrough::hooked(context), num) {
-            h.qps.lock().remove(&n);
+    guard((), || {
+        if ret != 0 {
+            if let Some(f) = completer {
+                COMPLETERS.lock().insert(qp as usize, f);
+            }
+            if let (Some(h), Some(n), Some(p)) = (hooked, num, entry) {
+                h.add_qp(n, p);
+            }
+        } else if let (Some(h), Some(n)) = (hooked, num) {
+            h.forget_qp(n);
         }
-    }
+    });
     // SAFETY: our context.
     unsafe { status(context, "ibv_destroy_qp", num, ret, || Value::Null) };
     ret
@@ -948,12 +999,15 @@ unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     let next = next(ctx!(*qp));
-    let ret = match (&next.0, next.ops().post_send) {
-        // SAFETY: the arguments of this member, to the real provider's.
-        (Some(h), Some(f)) => unsafe { h.post(Queue::Send, qp_num(qp), f, (qp, wr, bad_wr)) },
-        // SAFETY: as above, to softverbs' own.
-        (None, Some(f)) => unsafe { f(qp, wr, bad_wr) },
-        (_, None) => libc::EOPNOTSUPP,
+    // SAFETY: the arguments of this member.
+    let ret = unsafe {
+        post_through(
+            &next,
+            Queue::Send,
+            qp_num(qp),
+            next.ops().post_send,
+            (qp, wr, bad_wr),
+        )
     };
     guard((), || {
         if !softverbs_trace::on() {
@@ -967,13 +1021,15 @@ unsafe extern "C" fn post_send(
         };
         // SAFETY: the caller's list, unchanged by the verb; on failure
         // `*bad_wr` is the WR it refused, and the ones before were
-        // accepted (their SGE lists read by the verb already).
-        let bad = if ret == 0 {
-            std::ptr::null_mut()
+        // accepted (their SGE lists read by the verb already). A failure
+        // that names no WR records none.
+        let stop = unsafe { stopped_at(ret, bad_wr) };
+        let bad = stop.unwrap_or(std::ptr::null_mut());
+        let mut cur = if stop.is_some() {
+            wr
         } else {
-            unsafe { *bad_wr }
+            std::ptr::null_mut()
         };
-        let mut cur = wr;
         while !cur.is_null() && cur != bad {
             // SAFETY: as above.
             let w = unsafe { &*cur };
@@ -997,18 +1053,77 @@ unsafe extern "C" fn post_send(
     ret
 }
 
-/// Records a receive WR list up to `bad` (exclusive; NULL: all of it).
+/// Forwards a post verb, through the rules of a hooked pass-through
+/// context, with `*bad_wr` cleared first so that it never holds a stale
+/// value.
+///
+/// # Safety
+/// The arguments libibverbs gave the post member; `member` is the
+/// provider's own for them.
+unsafe fn post_through<W: WrList, Q>(
+    next: &Next,
+    queue: Queue,
+    qp_num: Option<u32>,
+    member: Option<PostFn<W, Q>>,
+    (target, wr, bad_wr): (*mut Q, *mut W, *mut *mut W),
+) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *bad_wr = std::ptr::null_mut() };
+    }
+    match (next.0, member) {
+        // SAFETY: per the contract, to the real provider's member.
+        (Some(h), Some(f)) => guard(libc::EIO, || unsafe {
+            h.post(queue, qp_num, f, (target, wr, bad_wr))
+        }),
+        // SAFETY: per the contract, to softverbs' own.
+        (None, Some(f)) => unsafe { f(target, wr, bad_wr) },
+        (_, None) => libc::EOPNOTSUPP,
+    }
+}
+
+/// Where a post that returned `ret` stopped: `Some(NULL)` when it took
+/// every WR, `Some(wr)` for the WR it refused (those before it were
+/// taken), `None` when it failed without saying which.
+///
+/// # Safety
+/// `bad_wr` is NULL or the post's out pointer, cleared before the post.
+unsafe fn stopped_at<W>(ret: c_int, bad_wr: *mut *mut W) -> Option<*mut W> {
+    if ret == 0 {
+        return Some(std::ptr::null_mut());
+    }
+    // SAFETY: per the contract.
+    let bad = if bad_wr.is_null() {
+        std::ptr::null_mut()
+    } else {
+        unsafe { *bad_wr }
+    };
+    (!bad.is_null()).then_some(bad)
+}
+
+/// Records a receive WR list up to where the post stopped
+/// ([`stopped_at`]: all of it, up to a refused WR, or none).
 ///
 /// # Safety
 /// The list is the caller's; the WRs before `bad` were accepted.
-unsafe fn recv_record(name: &str, wr: *mut ibv_recv_wr, bad: *mut ibv_recv_wr, ret: c_int) -> Verb {
+unsafe fn recv_record(
+    name: &str,
+    wr: *mut ibv_recv_wr,
+    stop: Option<*mut ibv_recv_wr>,
+    ret: c_int,
+) -> Verb {
+    let bad = stop.unwrap_or(std::ptr::null_mut());
     let mut record = Verb {
         verb: name.into(),
         ret: i64::from(ret),
         errno: ret.max(0),
         ..Verb::default()
     };
-    let mut cur = wr;
+    let mut cur = if stop.is_some() {
+        wr
+    } else {
+        std::ptr::null_mut()
+    };
     while !cur.is_null() && cur != bad {
         // SAFETY: per the contract.
         let w = unsafe { &*cur };
@@ -1037,12 +1152,15 @@ unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let next = next(ctx!(*qp));
-    let ret = match (&next.0, next.ops().post_recv) {
-        // SAFETY: as in post_send.
-        (Some(h), Some(f)) => unsafe { h.post(Queue::Recv, qp_num(qp), f, (qp, wr, bad_wr)) },
-        // SAFETY: as in post_send.
-        (None, Some(f)) => unsafe { f(qp, wr, bad_wr) },
-        (_, None) => libc::EOPNOTSUPP,
+    // SAFETY: the arguments of this member.
+    let ret = unsafe {
+        post_through(
+            &next,
+            Queue::Recv,
+            qp_num(qp),
+            next.ops().post_recv,
+            (qp, wr, bad_wr),
+        )
     };
     guard((), || {
         if !softverbs_trace::on() {
@@ -1050,12 +1168,7 @@ unsafe extern "C" fn post_recv(
         }
         // SAFETY: as in post_send.
         unsafe {
-            let bad = if ret == 0 {
-                std::ptr::null_mut()
-            } else {
-                *bad_wr
-            };
-            let mut record = recv_record("ibv_post_recv", wr, bad, ret);
+            let mut record = recv_record("ibv_post_recv", wr, stopped_at(ret, bad_wr), ret);
             record.qp = qp_num(qp);
             emit(addr_of!((*qp).context).read(), Record::Verb(record));
         }
@@ -1069,12 +1182,15 @@ unsafe extern "C" fn post_srq_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let next = next(ctx!(*srq));
-    let ret = match (&next.0, next.ops().post_srq_recv) {
-        // SAFETY: as in post_send.
-        (Some(h), Some(f)) => unsafe { h.post(Queue::SrqRecv, None, f, (srq, wr, bad_wr)) },
-        // SAFETY: as in post_send.
-        (None, Some(f)) => unsafe { f(srq, wr, bad_wr) },
-        (_, None) => libc::EOPNOTSUPP,
+    // SAFETY: the arguments of this member.
+    let ret = unsafe {
+        post_through(
+            &next,
+            Queue::SrqRecv,
+            None,
+            next.ops().post_srq_recv,
+            (srq, wr, bad_wr),
+        )
     };
     guard((), || {
         if !softverbs_trace::on() {
@@ -1082,12 +1198,7 @@ unsafe extern "C" fn post_srq_recv(
         }
         // SAFETY: as in post_send, for one of our SRQs.
         unsafe {
-            let bad = if ret == 0 {
-                std::ptr::null_mut()
-            } else {
-                *bad_wr
-            };
-            let mut record = recv_record("ibv_post_srq_recv", wr, bad, ret);
+            let mut record = recv_record("ibv_post_srq_recv", wr, stopped_at(ret, bad_wr), ret);
             record.args.insert("srq".into(), json!(address(srq)));
             emit(addr_of!((*srq).context).read(), Record::Verb(record));
         }

@@ -266,6 +266,10 @@ pub unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     verb(|| {
+        // SAFETY: the caller's out pointer, if any.
+        if !unsafe { clear_bad_wr(bad_wr) } {
+            return libc::EINVAL;
+        }
         // SAFETY: our QP.
         let (st, id, is_ud) =
             unsafe { (state((*qp).context), qp_id(qp), (*qp).qp_type == IBV_QPT_UD) };
@@ -381,6 +385,21 @@ pub unsafe extern "C" fn post_recv(
     })
 }
 
+/// A post verb's `bad_wr` out pointer: EINVAL (false) when it is NULL,
+/// as rxe answers; else set to NULL until a WR fails, as rxe does, so
+/// that a caller (or the trace) never reads a stale value.
+///
+/// # Safety
+/// `bad_wr` is NULL or points to a writable pointer (the verbs contract).
+unsafe fn clear_bad_wr<W>(bad_wr: *mut *mut W) -> bool {
+    if bad_wr.is_null() {
+        return false;
+    }
+    // SAFETY: per the contract.
+    unsafe { *bad_wr = std::ptr::null_mut() };
+    true
+}
+
 /// Posts a receive WR list through `post`, reporting the first failure.
 fn post_recv_list(
     wr: *mut ibv_recv_wr,
@@ -388,6 +407,10 @@ fn post_recv_list(
     max_sge: u32,
     mut post: impl FnMut(&RecvWr<'_>) -> VerbsResult<()>,
 ) -> c_int {
+    // SAFETY: the caller's out pointer, if any.
+    if !unsafe { clear_bad_wr(bad_wr) } {
+        return libc::EINVAL;
+    }
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: a caller-provided WR list.

@@ -493,7 +493,7 @@ pt_run "pass-through rc traced" ok "[0-9]+ iters in" "SOFTVERBS_TRACE=$log/pt-tr
 pt_summary "pass-through trace summary: sv_xa's QP, its WRs and completions" "$log/pt-trace.json" \
   "^pid [0-9]+ sv_xa QP 0x[0-9a-f]+:$" "posted: [0-9]+ WRs \(RECV [0-9]+, SEND 20\)" \
   "completions: 40 \(0 in error\)" "send completion latency"
-pt_run "pass-through write_bw traced (ibv_create_cq_ex polling)" ok '^ +[0-9]+ +[0-9]+ +[0-9.]+' \
+pt_run "pass-through write_bw traced (CQs made with ibv_create_cq_ex)" ok '^ +[0-9]+ +[0-9]+ +[0-9.]+' \
   "SOFTVERBS_TRACE=$log/pt-bw.json" ib_write_bw -m 1024 -s 65536 -n 100 -F
 pt_summary "pass-through write_bw trace: its writes and their completions" "$log/pt-bw.json" \
   "posted: [0-9]+ WRs \(RDMA_WRITE [0-9]+\)" "completions: [0-9]+ \(0 in error\)"

@@ -101,7 +101,7 @@ if cc -O1 -o "$log/fault_qp_error" "$here/fault_qp_error.c" -libverbs 2> "$log/c
   one "qp_error after=3: QP_FATAL, ERR and flushed WRs after the 3rd WR" "qp_error ok" \
     env SOFTVERBS_FAULTS="qp_error after=3" "$log/fault_qp_error" after
   one "qp_error at=: QP_FATAL reaches a program blocked in ibv_get_async_event" "qp_error ok" \
-    env SOFTVERBS_FAULTS="qp_error at=200ms" "$log/fault_qp_error" at
+    env SOFTVERBS_FAULTS="qp_error at=1s" "$log/fault_qp_error" at
 else
   bad "qp_error (compile)" "$log/cc"
 fi

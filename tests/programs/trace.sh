@@ -44,12 +44,23 @@ summary() {
 }
 
 # traced_pair NAME CLIENT_RULES CMD...: CMD as server and client, each
-# traced to $log/NAME-%p.json; the client's fault rules may fail it.
+# traced to $log/NAME-%p.json. With client rules the client is expected
+# to fail, and the server, left waiting for it, is stopped then.
 traced_pair() {
   local name=$1 rules=$2; shift 2
   n=$((n + 1)); local port=$((PORT_BASE + n))
-  serve_then_connect $port env SOFTVERBS_TRACE="$log/$name-srv-%p.json" timeout 30 "$@" -p $port \
-    --then env SOFTVERBS_TRACE="$log/$name-cli-%p.json" SOFTVERBS_FAULTS="$rules" timeout 30 "$@" -p $port 127.0.0.1
+  if [ -z "$rules" ]; then
+    serve_then_connect $port env SOFTVERBS_TRACE="$log/$name-srv-%p.json" timeout 30 "$@" -p $port \
+      --then env SOFTVERBS_TRACE="$log/$name-cli-%p.json" timeout 30 "$@" -p $port 127.0.0.1
+    return
+  fi
+  env SOFTVERBS_TRACE="$log/$name-srv-%p.json" timeout 30 "$@" -p $port > "$log/srv" 2>&1 &
+  local srv=$!
+  if wait_listen $port "" $srv 2> "$log/cli"; then
+    env SOFTVERBS_TRACE="$log/$name-cli-%p.json" SOFTVERBS_FAULTS="$rules" timeout 30 "$@" -p $port 127.0.0.1 \
+      > "$log/cli" 2>&1
+  fi
+  kill $srv 2> /dev/null; wait $srv 2> /dev/null
 }
 
 traced_pair pingpong "" ibv_rc_pingpong -d softverbs0 -g 0 -n 5

@@ -72,11 +72,17 @@ impl Engine {
         Ok(QpCreated { id, qp_num, cap })
     }
 
-    /// A destroyed QP's completions leave its CQs (`Cq::forget_qp`).
+    /// A destroyed QP's completions leave its CQs (`Cq::forget_qp`), and
+    /// the fault rules' hold.
     fn forget_completions(&mut self, qp: &Qp) {
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq) {
                 c.forget_qp(qp.qp_num);
+            }
+            // Those a fault rule holds back too: they must not reach the
+            // CQ later, nor fail a QP that gets the number again.
+            if let Some(f) = self.faults.as_deref_mut() {
+                f.forget(cq, qp.qp_num);
             }
         }
     }

@@ -191,3 +191,20 @@ fn a_refused_wr_refuses_its_whole_ibv_wr_complete_batch() {
     assert_eq!(p.a.poll(), [], "nothing of the batch was posted");
     assert_eq!(p.a.e.post_send_batch(qa, &batch[..1]), Ok(()));
 }
+
+#[test]
+fn a_destroyed_qp_loses_its_held_completions() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    rules(&mut p.b, p.now, "completion opcode=RECV delay=5ms");
+    recv(&mut p, qb, 1).unwrap();
+    let sge = [p.a.sge(0, 8)];
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+        .unwrap();
+    p.exchange();
+    p.b.e.destroy_qp(qb).unwrap();
+    p.run(100);
+    assert_eq!(p.b.poll(), [], "nothing of the destroyed QP reached the CQ");
+    assert_eq!(p.b.e.poll_timeout(), None);
+}

@@ -86,6 +86,18 @@ impl Faults {
         })
     }
 
+    /// Whether a rule counts bytes (`after_bytes=`): without one, the
+    /// bytes given with an event are not looked at, so an embedder need
+    /// not compute them.
+    pub fn counts_bytes(&self) -> bool {
+        self.rules.iter().any(|(r, _)| r.select.after_bytes > 0)
+    }
+
+    /// The rules, in the order written.
+    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.rules.iter().map(|(r, _)| r)
+    }
+
     /// Whether a rule counts posted WRs (`qp_error after=N`): without
     /// one, [`Faults::posted`] need not be called.
     pub fn counts_posts(&self) -> bool {
@@ -186,8 +198,11 @@ impl Faults {
             if rule.select.window.is_some_and(|w| !w.contains(at)) {
                 continue;
             }
-            // `fires` first: it counts the match even once a rule decided.
-            if fires(&rule.select, count, bytes, &mut self.rng) && out.is_none() {
+            // Every admitting rule counts the match; only the one that
+            // decides uses up one of its `count=` firings.
+            let chosen = selects(&rule.select, count, bytes, &mut self.rng);
+            if chosen && out.is_none() {
+                count.fired += 1;
                 out = Some(value);
             }
         }
@@ -199,22 +214,19 @@ fn on_qp(filter: &Filter, qp: u32) -> bool {
     filter.qp.is_none_or(|q| q == qp)
 }
 
-/// Counts one match of `bytes` and says whether it fires.
-fn fires(select: &Select, count: &mut Count, bytes: u64, rng: &mut fastrand::Rng) -> bool {
+/// Counts one match of `bytes` and says whether the selector picks it
+/// (the caller counts the firing, if the rule decides).
+fn selects(select: &Select, count: &mut Count, bytes: u64, rng: &mut fastrand::Rng) -> bool {
     count.matched += 1;
     let n = count.matched;
     let before = count.bytes;
     count.bytes = count.bytes.saturating_add(bytes);
-    let chosen = n > select.after
+    n > select.after
         && before >= select.after_bytes
         && select.nth.is_none_or(|k| n == k)
         && select.every.is_none_or(|k| n.is_multiple_of(k))
         && select.count.is_none_or(|c| count.fired < c)
-        && select.prob.is_none_or(|p| rng.f64() < p);
-    if chosen {
-        count.fired += 1;
-    }
-    chosen
+        && select.prob.is_none_or(|p| rng.f64() < p)
 }
 
 #[cfg(test)]
@@ -242,6 +254,15 @@ mod tests {
             .map(|_| f.post(T0, Queue::Recv, 1, None, 8))
             .collect();
         assert_eq!(got, [None, Some(11), None, Some(5), None, None]);
+        // A rule that loses to an earlier one keeps its count= firings.
+        let mut f = faults(
+            "post_send nth=1 errno=EAGAIN; post_send count=1 errno=EIO",
+            Part::Verbs,
+        );
+        let got: Vec<_> = (0..3)
+            .map(|_| f.post(T0, Queue::Send, 1, Some(0), 8))
+            .collect();
+        assert_eq!(got, [Some(11), Some(5), None]);
         // Another queue is not matched.
         assert_eq!(f.post(T0, Queue::Send, 1, Some(0), 8), None);
     }
@@ -286,6 +307,11 @@ mod tests {
     fn qp_errors_count_per_qp() {
         let mut f = faults("qp_error after=2; qp_error qp=9 at=1s", Part::Verbs);
         assert!(f.counts_posts() && !faults("qp_error at=1s", Part::Verbs).counts_posts());
+        assert!(
+            !f.counts_bytes()
+                && faults("post_send after_bytes=1 errno=EIO", Part::Verbs).counts_bytes()
+        );
+        assert_eq!(f.rules().count(), 2);
         assert!(!f.posted(1));
         assert!(!f.posted(2));
         assert!(f.posted(1));

@@ -201,14 +201,14 @@ impl Builder {
             "post_srq_recv" => Some(Queue::SrqRecv),
             _ => None,
         };
-        if let Some(Window {
-            from,
-            until: Some(until),
-            ..
-        }) = self.select.window
-        {
-            if until <= from {
+        if let Some(w) = self.select.window {
+            if w.until.is_some_and(|u| u <= w.from) {
                 return Err("until= must come after from=".into());
+            }
+            if w.period
+                .is_some_and(|p| w.from >= p || w.until.is_some_and(|u| u > p))
+            {
+                return Err("from= and until= must lie within period=".into());
             }
         }
         if kind != "packet" && self.filter.peer.is_some() {
@@ -394,6 +394,8 @@ mod tests {
             ("seed=x", "seed is not a number"),
             ("packet drop from=2s until=1s", "until= must come after"),
             ("packet drop period=0s", "bad value for period"),
+            ("packet drop until=3s period=2s", "within period="),
+            ("packet drop from=2s period=2s", "within period="),
         ] {
             let e = FaultSpec::parse(text).unwrap_err();
             assert!(e.to_string().contains(says), "{text}: {e}");

@@ -26,7 +26,12 @@ type Key = (u32, String, Option<u32>);
 pub struct Summary {
     lines: usize,
     qps: BTreeMap<Key, Stats>,
+    /// QPs created with `sq_sig_all`: every send WR completes.
+    signal_all: Vec<Key>,
 }
+
+/// `IBV_SEND_SIGNALED`: a send WR that completes.
+const SIGNALED: u32 = 1 << 1;
 
 /// The counts of one QP (or of a process's other verbs).
 #[derive(Debug, Default)]
@@ -75,7 +80,13 @@ impl Summary {
         } = line;
         match record {
             Record::Verb(v) => {
-                let st = self.qps.entry((pid, dev, v.qp)).or_default();
+                let key = (pid, dev, v.qp);
+                let created = v.verb.starts_with("ibv_create_qp") && v.ret == 1;
+                if created && v.args.get("sq_sig_all").and_then(|x| x.as_i64()).unwrap_or(0) != 0 {
+                    self.signal_all.push(key.clone());
+                }
+                let all = self.signal_all.contains(&key);
+                let st = self.qps.entry(key).or_default();
                 st.verbs += 1;
                 if v.errno != 0 {
                     *st.failed.entry((v.verb.clone(), v.errno)).or_default() += 1;
@@ -84,7 +95,11 @@ impl Summary {
                     *st.posted.entry(wr.opcode.clone()).or_default() += 1;
                     st.bytes_posted += wr.len;
                     let recv = wr.opcode == "RECV";
-                    st.pending.entry((recv, wr.wr_id)).or_default().push_back(t);
+                    // Only a WR that completes waits for its completion:
+                    // an unsignaled send would be paired with a later one.
+                    if recv || all || wr.flags & SIGNALED != 0 {
+                        st.pending.entry((recv, wr.wr_id)).or_default().push_back(t);
+                    }
                 }
             }
             Record::Completion(c) => {
@@ -202,7 +217,7 @@ mod tests {
 
     const TRACE: &str = r#"
 {"t":1000,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_post_recv","qp":4096,"wrs":[{"wr_id":9,"opcode":"RECV","len":64}],"ret":0}
-{"t":2000,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_post_send","qp":4096,"wrs":[{"wr_id":1,"opcode":"SEND","len":8},{"wr_id":2,"opcode":"RDMA_WRITE","len":100}],"ret":0}
+{"t":2000,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_post_send","qp":4096,"wrs":[{"wr_id":1,"opcode":"SEND","len":8,"flags":2},{"wr_id":2,"opcode":"RDMA_WRITE","len":100,"flags":2},{"wr_id":3,"opcode":"SEND","len":4}],"ret":0}
 {"t":5000,"pid":7,"tid":7,"dev":"softverbs0","kind":"completion","cq":"0x10","qp":4096,"wr_id":1,"status":"SUCCESS","opcode":"SEND","byte_len":8}
 {"t":9000,"pid":7,"tid":7,"dev":"softverbs0","kind":"completion","cq":"0x10","qp":4096,"wr_id":2,"status":"RETRY_EXC_ERR","opcode":"RDMA_WRITE","byte_len":0}
 {"t":11000,"pid":7,"tid":7,"dev":"softverbs0","kind":"completion","cq":"0x10","qp":4096,"wr_id":9,"status":"SUCCESS","opcode":"RECV","byte_len":8}
@@ -212,7 +227,7 @@ mod tests {
 "#;
 
     #[test]
-    fn per_qp_counts_errors_and_latency() {
+    fn per_qp_counts_errors_and_latency_of_signaled_wrs() {
         let s = Summary::read(TRACE.as_bytes()).unwrap();
         let text = s.to_string();
         let want = [
@@ -220,7 +235,7 @@ mod tests {
             "pid 7 softverbs0, verbs naming no QP:",
             "  verbs: 1, 1 failed; ibv_reg_mr EFAULT x1",
             "pid 7 softverbs0 QP 0x001000:",
-            "  posted: 3 WRs (RDMA_WRITE 1, RECV 1, SEND 1), 172 bytes",
+            "  posted: 4 WRs (RDMA_WRITE 1, RECV 1, SEND 2), 176 bytes",
             "  completions: 3 (1 in error), 16 bytes",
             "  error completions: RETRY_EXC_ERR 1",
             "  send completion latency (post to completion): 2 WRs, mean 5.0 us, p50 7.0 us, p99 7.0 us, max 7.0 us",

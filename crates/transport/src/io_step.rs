@@ -104,6 +104,10 @@ impl Io {
         by: StepBy,
     ) {
         if self.link_down {
+            // Held packets would stay due, and the progress thread spin.
+            if let Some(f) = self.packet_faults.as_mut() {
+                f.drop_held();
+            }
             return;
         }
         let Io {
@@ -129,7 +133,15 @@ impl Io {
                         stats.rx_dropped_by_rule += u64::from(copies == 0);
                         for _ in 0..copies {
                             deliver(engine, mem, stats, &from, packet, now);
+                        }
+                        if copies > 0 {
+                            // A packet held for reordering follows this one.
                             faults.delivered();
+                            for held in faults.take_due(now) {
+                                if let Some(from) = Arrival::of(held.src, held.dst) {
+                                    deliver(engine, mem, stats, &from, &held.bytes, now);
+                                }
+                            }
                         }
                     }
                     Fate::Corrupted(bytes) => deliver(engine, mem, stats, &from, &bytes, now),

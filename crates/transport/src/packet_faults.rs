@@ -9,6 +9,9 @@ use softverbs_faults::{Faults, PacketAction};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The BTH byte the ICRC leaves out (its FECN, BECN and reserved bits).
+const ICRC_MASKED_BYTE: usize = 4;
+
 /// How long a packet held for reordering waits for a later one before it
 /// is delivered anyway.
 const REORDER_WAIT: Nanos = 1_000_000;
@@ -80,7 +83,12 @@ impl PacketFaults {
             PacketAction::Duplicate => Fate::Deliver(2),
             PacketAction::Corrupt => {
                 let mut bytes = packet.to_vec();
-                let at = self.rules.below(bytes.len());
+                // Any byte the ICRC covers: not BTH byte 4 (FECN, BECN and
+                // reserved bits), which it masks.
+                let mut at = self.rules.below(bytes.len().saturating_sub(1));
+                if at >= ICRC_MASKED_BYTE {
+                    at += 1;
+                }
                 if let Some(b) = bytes.get_mut(at) {
                     *b ^= 0x5A;
                 }
@@ -123,6 +131,11 @@ impl PacketFaults {
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         self.held.iter().map(|h| h.due).min()
     }
+
+    /// Drops every held packet (the link is down: nothing more arrives).
+    pub(crate) fn drop_held(&mut self) {
+        self.held.clear();
+    }
 }
 
 /// The destination QP number of a packet's BTH (0 if it is too short to
@@ -161,13 +174,15 @@ mod tests {
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(0)));
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(2)));
         assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(1)));
-        let Fate::Corrupted(bytes) = f.decide(0, a, b, &bth(8)) else {
-            panic!("not corrupted");
-        };
-        assert_eq!(
-            bytes.iter().zip(bth(8)).filter(|(x, y)| **x != *y).count(),
-            1
-        );
+        for _ in 0..64 {
+            let Fate::Corrupted(bytes) = f.decide(0, a, b, &bth(8)) else {
+                panic!("not corrupted");
+            };
+            let want = bth(8);
+            let changed: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] != want[i]).collect();
+            assert_eq!(changed.len(), 1);
+            assert_ne!(changed[0], ICRC_MASKED_BYTE, "a byte the ICRC covers");
+        }
         let mut f = faults("packet drop peer=10.0.0.2");
         assert!(matches!(f.decide(0, a, b, &bth(1)), Fate::Deliver(1)));
         assert!(matches!(f.decide(0, b, a, &bth(1)), Fate::Deliver(0)));
