@@ -8,6 +8,7 @@
  *    a SEND from it with IBV_WC_LOC_PROT_ERR, and the process lives on;
  *  - ibv_post_send with num_sge = 0x7fffffff, an inline WR of 1 GiB, and
  *    ibv_post_recv with num_sge = 0x7fffffff: EINVAL with bad_wr set;
+ *    a post with a NULL bad_wr: EINVAL (rxe's answer);
  *  - a failing ibv_modify_qp sets errno to the value it returns;
  *  - an AH whose flow label is wider than 20 bits (UCX passes ~0);
  *  - the context's cmd_fd is a real descriptor.
@@ -170,6 +171,9 @@ static void post_checks(void)
 	CHECK(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "1 GiB inline: not EINVAL with bad_wr");
 	struct ibv_recv_wr r = { .wr_id = 2, .sg_list = &sge, .num_sge = 0x7fffffff }, *rbad = NULL;
 	CHECK(ibv_post_recv(qp, &r, &rbad) == EINVAL && rbad == &r, "recv num_sge 0x7fffffff: not EINVAL");
+	/* No bad_wr to report through: EINVAL, as rxe answers, not a crash. */
+	CHECK(ibv_post_send(qp, &w, NULL) == EINVAL, "post_send with a NULL bad_wr: not EINVAL");
+	CHECK(ibv_post_recv(qp, &r, NULL) == EINVAL, "post_recv with a NULL bad_wr: not EINVAL");
 
 	/* errno follows the failure: RTS -> INIT is no transition. */
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT };

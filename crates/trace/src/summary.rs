@@ -82,7 +82,13 @@ impl Summary {
             Record::Verb(v) => {
                 let key = (pid, dev, v.qp);
                 let created = v.verb.starts_with("ibv_create_qp") && v.ret == 1;
-                if created && v.args.get("sq_sig_all").and_then(|x| x.as_i64()).unwrap_or(0) != 0 {
+                if created
+                    && v.args
+                        .get("sq_sig_all")
+                        .and_then(|x| x.as_i64())
+                        .unwrap_or(0)
+                        != 0
+                {
                     self.signal_all.push(key.clone());
                 }
                 let all = self.signal_all.contains(&key);
