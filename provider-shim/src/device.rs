@@ -135,26 +135,29 @@ pub fn build_owned_by_libibverbs(config: &SoftDevice) -> *mut verbs_device {
     dev.cast()
 }
 
-fn build(config: &SoftDevice) -> usize {
+/// The `verbs_device` of a device of softverbs called `name`, with
+/// device ops `ops` and the process's own reference (never dropped).
+pub fn verbs_device_named(name: &str, ops: &'static DeviceOps) -> verbs_device {
     let mut vdev = verbs_device::ZEROED;
     vdev.device.node_type = IBV_NODE_CA as c_int;
     vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
-    copy_name(&mut vdev.device.name, &config.name);
-    copy_name(
-        &mut vdev.device.dev_name,
-        &format!("uverbs-{}", config.name),
-    );
+    copy_name(&mut vdev.device.name, name);
+    copy_name(&mut vdev.device.dev_name, &format!("uverbs-{name}"));
     copy_name(
         &mut vdev.device.dev_path,
-        &format!("/dev/infiniband/softverbs/{}", config.name),
+        &format!("/dev/infiniband/softverbs/{name}"),
     );
     copy_name(
         &mut vdev.device.ibdev_path,
-        &format!("/sys/class/infiniband/{}", config.name),
+        &format!("/sys/class/infiniband/{name}"),
     );
-    vdev.ops = &DEVICE_OPS.0;
-    // The process's own reference, never dropped.
+    vdev.ops = &ops.0;
     vdev.refcount = 1;
+    vdev
+}
+
+fn build(config: &SoftDevice) -> usize {
+    let vdev = verbs_device_named(&config.name, &DEVICE_OPS);
     let dev = Box::new(SoftVerbsDevice {
         vdev,
         config: config.clone(),

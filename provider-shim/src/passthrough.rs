@@ -17,7 +17,7 @@
 //! same functions before it is used; a libibverbs whose layout differs
 //! gets no hooks, and the open fails saying so.
 
-use crate::device::{copy_name, DeviceOps, PROVIDER_NAME};
+use crate::device::{DeviceOps, PROVIDER_NAME};
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
 use crate::libibverbs::verbs_set_ops;
@@ -63,24 +63,7 @@ unsafe extern "C" fn uninit_device(_device: *mut verbs_device) {}
 /// Builds the `verbs_device` of a configured pass-through device (once
 /// per process, never freed).
 pub fn build(config: &Config) -> usize {
-    let mut vdev = verbs_device::ZEROED;
-    vdev.device.node_type = IBV_NODE_CA as c_int;
-    vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
-    copy_name(&mut vdev.device.name, &config.name);
-    copy_name(
-        &mut vdev.device.dev_name,
-        &format!("uverbs-{}", config.name),
-    );
-    copy_name(
-        &mut vdev.device.dev_path,
-        &format!("/dev/infiniband/softverbs/{}", config.name),
-    );
-    copy_name(
-        &mut vdev.device.ibdev_path,
-        &format!("/sys/class/infiniband/{}", config.name),
-    );
-    vdev.ops = &PASSTHROUGH_DEVICE_OPS.0;
-    vdev.refcount = 1;
+    let vdev = crate::device::verbs_device_named(&config.name, &PASSTHROUGH_DEVICE_OPS);
     Box::into_raw(Box::new(PassthroughDevice {
         vdev,
         config: config.clone(),
