@@ -523,7 +523,8 @@ impl Hooked {
             let mut count = 0;
             let mut refused = None;
             while !cur.is_null() {
-                // SAFETY: the caller's list, as above.
+                // SAFETY: the caller's list, valid for the call (the verbs
+                // contract); its SGEs are read only as said above.
                 let (opcode, len) = unsafe { (*cur).shape(bytes) };
                 let qp = qp_num.unwrap_or(u32::MAX);
                 if let Some(errno) = rules.post(self.elapsed(), queue, qp, opcode, len) {
