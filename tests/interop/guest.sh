@@ -23,6 +23,7 @@ set -u
 SO=$(readlink -f "$1")
 IMM=${2:+$(readlink -f "$2")}
 MCAST=${IMM:+$(dirname "$IMM")/mcast}
+CQ_EX=${IMM:+$(dirname "$IMM")/cq_ex}
 FILTER=${3:-.}
 here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
@@ -497,6 +498,18 @@ pt_run "pass-through write_bw traced (CQs made with ibv_create_cq_ex)" ok '^ +[0
   "SOFTVERBS_TRACE=$log/pt-bw.json" ib_write_bw -m 1024 -s 65536 -n 100 -F
 pt_summary "pass-through write_bw trace: its writes and their completions" "$log/pt-bw.json" \
   "posted: [0-9]+ WRs \(RDMA_WRITE [0-9]+\)" "completions: [0-9]+ \(0 in error\)"
+if [[ "pass-through cq_ex traced" =~ $FILTER ]]; then
+  n=$((n + 1))
+  side rxe_xa ipv4
+  if "${PT_PRE[@]}" SOFTVERBS_TRACE="$log/pt-cqex.json" timeout "$CASE_TIMEOUT" "${CQ_EX:-cq_ex-not-built}" sv_xa "$gid" \
+       > "$log/cqex" 2>&1 && grep -q "cq_ex ok" "$log/cqex"; then
+    pass=$((pass + 1)); echo "ok   pass-through cq_ex traced (ibv_start_poll, ibv_next_poll on rxe's CQ)"
+  else
+    fail=$((fail + 1)); echo "FAIL pass-through cq_ex traced"; tail -n 6 "$log/cqex" | sed 's/^/    /'
+  fi
+fi
+pt_summary "pass-through cq_ex trace: both completions, read through the traced polling" "$log/pt-cqex.json" \
+  "posted: 2 WRs \(RECV 1, SEND_WITH_IMM 1\)" "completions: 2 \(0 in error\)"
 pt_run "pass-through post_send errno= rule" fails "Couldn't post send" \
   "SOFTVERBS_FAULTS=post_send nth=4 errno=ENOMEM" ibv_rc_pingpong -m 1024 -s 4096 -n 20
 pt_run "pass-through completion status= rule" fails "Failed status transport retry counter exceeded \(12\)" \

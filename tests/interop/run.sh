@@ -32,6 +32,13 @@ if ! err=$(cc -O2 -Wall -Wextra -o "$imm" "$here/imm_pingpong.c" -libverbs 2>&1)
   rm -f "$imm"
 fi
 
+# The extended-CQ check (tests/programs/cq_ex.c), beside imm_pingpong,
+# where the guest looks for it (the pass-through cases).
+if ! err=$(cc -O2 -Wall -Wextra -o "$state/cq_ex" "$here/../programs/cq_ex.c" -libverbs 2>&1); then
+  echo "interop: building cq_ex failed (needs cc and libibverbs-dev): $err" >&2
+  rm -f "$state/cq_ex"
+fi
+
 # The multicast program (tests/programs/mcast.c), beside imm_pingpong,
 # where the guest looks for it.
 if ! err=$(cc -O2 -Wall -Wextra -o "$state/mcast" "$here/../programs/mcast.c" -libverbs 2>&1); then
