@@ -98,23 +98,40 @@ pub unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_
     })
 }
 
+/// What the element of an async event holds, by the event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventElement {
+    /// A QP pointer.
+    Qp,
+    /// A CQ pointer.
+    Cq,
+    /// An SRQ pointer.
+    Srq,
+    /// A port number (device events and the types softverbs never raises).
+    Port,
+}
+
+/// The element an event of type `kind` carries.
+pub fn event_element(kind: u32) -> EventElement {
+    match kind {
+        IBV_EVENT_QP_FATAL
+        | IBV_EVENT_QP_REQ_ERR
+        | IBV_EVENT_QP_ACCESS_ERR
+        | IBV_EVENT_COMM_EST
+        | IBV_EVENT_SQ_DRAINED
+        | IBV_EVENT_PATH_MIG
+        | IBV_EVENT_PATH_MIG_ERR
+        | IBV_EVENT_QP_LAST_WQE_REACHED => EventElement::Qp,
+        IBV_EVENT_CQ_ERR => EventElement::Cq,
+        IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => EventElement::Srq,
+        _ => EventElement::Port,
+    }
+}
+
 /// Whether an event's element is a CQ, QP or SRQ pointer (the others hold
 /// a port number).
 fn names_object(kind: u32) -> bool {
-    matches!(
-        kind,
-        IBV_EVENT_CQ_ERR
-            | IBV_EVENT_QP_FATAL
-            | IBV_EVENT_QP_REQ_ERR
-            | IBV_EVENT_QP_ACCESS_ERR
-            | IBV_EVENT_COMM_EST
-            | IBV_EVENT_SQ_DRAINED
-            | IBV_EVENT_PATH_MIG
-            | IBV_EVENT_PATH_MIG_ERR
-            | IBV_EVENT_QP_LAST_WQE_REACHED
-            | IBV_EVENT_SRQ_ERR
-            | IBV_EVENT_SRQ_LIMIT_REACHED
-    )
+    event_element(kind) != EventElement::Port
 }
 
 /// Waits on `cond` (with `mutex`, both libibverbs-owned) until `acked()`.

@@ -145,12 +145,16 @@ static STATES: [AtomicPtr<Hooked>; MAX_HOOKED] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKED];
 /// Registration is one at a time (lookups need no lock).
 static REGISTERING: Mutex<()> = Mutex::new(());
+/// How many slots hold a context: a traced soft context's verbs look for
+/// themselves here on every call, and need not scan the slots when none
+/// does.
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
 
 /// The hook state of `context`, if it is a hooked pass-through context.
 pub fn hooked(context: *mut ibv_context) -> Option<&'static Hooked> {
     let key = context as usize;
-    if key == 0 {
-        return None; // the key of a free slot
+    if key == 0 || IN_USE.load(Ordering::Acquire) == 0 {
+        return None; // the key of a free slot, or no slot in use
     }
     let i = KEYS.iter().position(|k| k.load(Ordering::Acquire) == key)?;
     // SAFETY: published after the state was stored, and never freed.
@@ -167,6 +171,7 @@ fn register(context: *mut ibv_context, state: Hooked) -> bool {
     // Kept for the life of the process: a verb racing with the close of
     // its context (the application's mistake) still reads valid memory.
     STATES[i].store(Box::into_raw(Box::new(state)), Ordering::Release);
+    IN_USE.fetch_add(1, Ordering::AcqRel);
     KEYS[i].store(context as usize, Ordering::Release);
     true
 }
@@ -177,6 +182,7 @@ pub fn unhook(context: *mut ibv_context) {
     for k in &KEYS {
         if k.load(Ordering::Acquire) == context as usize {
             k.store(0, Ordering::Release);
+            IN_USE.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

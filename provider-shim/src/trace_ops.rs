@@ -19,6 +19,7 @@
 //! unwind into C.
 
 use crate::context::state;
+use crate::event_acks::EventElement;
 use crate::ffi::*;
 use crate::guard::{errno, guard};
 use crate::passthrough::{Hooked, PostFn, WrList};
@@ -1300,20 +1301,11 @@ unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_asyn
                 event: event_name(kind).to_string(),
                 ..Event::default()
             };
-            match kind {
-                IBV_EVENT_QP_FATAL
-                | IBV_EVENT_QP_REQ_ERR
-                | IBV_EVENT_QP_ACCESS_ERR
-                | IBV_EVENT_COMM_EST
-                | IBV_EVENT_SQ_DRAINED
-                | IBV_EVENT_PATH_MIG
-                | IBV_EVENT_PATH_MIG_ERR
-                | IBV_EVENT_QP_LAST_WQE_REACHED => e.qp = qp_num(element.qp),
-                IBV_EVENT_CQ_ERR => e.object = Some(address(element.cq)),
-                IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
-                    e.object = Some(address(element.srq))
-                }
-                _ => e.port = Some(element.port_num as u32),
+            match crate::event_acks::event_element(kind) {
+                EventElement::Qp => e.qp = qp_num(element.qp),
+                EventElement::Cq => e.object = Some(address(element.cq)),
+                EventElement::Srq => e.object = Some(address(element.srq)),
+                EventElement::Port => e.port = Some(element.port_num as u32),
             }
             Record::Event(e)
         };

@@ -44,6 +44,13 @@ one "a device address not on this host is a clear error" "address 192.0.2.1 is o
 one "ibv_devinfo -v reports the multicast limits" "max_mcast_grp:[[:space:]]+8192" ibv_devinfo -v -d softverbs0
 one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
   env SOFTVERBS_DEVICES="sv-test0=127.0.0.1" ibv_devices
+# Pass-through devices front real ones (docs/passthrough.md, tested on rxe
+# in make interop); here, with no real device, one lists and fails to open.
+one "a pass-through device is listed" "sv-pt0" \
+  env SOFTVERBS_DEVICES="softverbs0=127.0.0.1 sv-pt0=passthrough:no_such_dev" ibv_devices
+one "a pass-through device whose real device is missing fails to open, saying why" \
+  "cannot open sv-pt0: the real device no_such_dev did not open \(No such device" \
+  sh -c "SOFTVERBS_DEVICES=sv-pt0=passthrough:no_such_dev ibv_devinfo -d sv-pt0 2>&1; test \$? -ne 0"
 
 # Our own C check of ibv_create_cq_ex and its polling API (no rdma-core
 # utility uses it without completion timestamps, which softverbs does not

@@ -129,6 +129,13 @@ if [ $? != 0 ] && grep -q "cannot open softverbs0: SOFTVERBS_TRACE=\"/no/such/di
 else
   bad "a trace file that cannot be created fails the open, saying why" "$log/out"
 fi
+first=$(ls "$log"/pingpong-cli-*.json | head -n 1)
+if env -u LD_PRELOAD "$CLI" trace summarize - < "$first" > "$log/stdin" 2>&1 &&
+   env -u LD_PRELOAD "$CLI" trace summarize "$first" | cmp -s - "$log/stdin"; then
+  ok "summarize - reads the trace from standard input"
+else
+  bad "summarize - reads the trace from standard input" "$log/stdin"
+fi
 printf '%s\n' '{"t":1,"pid":1,"tid":1,"dev":"d","kind":"verb","verb":"v","ret":0}' 'not json' > "$log/bad.json"
 if ! env -u LD_PRELOAD "$CLI" trace summarize "$log/bad.json" > "$log/out" 2>&1 && grep -q "line 2:" "$log/out"; then
   ok "summarize refuses a line that is not a record, naming it"

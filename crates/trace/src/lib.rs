@@ -12,4 +12,4 @@ pub mod writer;
 
 pub use record::{address, event_name, Completion, Event, Line, Record, Verb, Wr};
 pub use summary::Summary;
-pub use writer::{on, open_from_env, write};
+pub use writer::{on, open_from_env, process_path, write};

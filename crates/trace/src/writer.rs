@@ -61,7 +61,7 @@ impl TraceFile {
     /// Creates (or truncates) the file `template` names, `%p` replaced by
     /// this process's id.
     pub fn create(template: &OsStr) -> io::Result<TraceFile> {
-        let path = expand(template, std::process::id());
+        let path = process_path(template, std::process::id());
         let file = File::create(&path)?;
         Ok(TraceFile {
             path,
@@ -101,8 +101,10 @@ fn monotonic_ns() -> u64 {
     })
 }
 
-/// `template` with every `%p` replaced by `pid`.
-fn expand(template: &OsStr, pid: u32) -> PathBuf {
+/// `template` with every `%p` replaced by `pid`: how a process-wide
+/// output file is named (this trace, and `SOFTVERBS_PCAP`'s capture), so
+/// that the processes of a job each write their own.
+pub fn process_path(template: &OsStr, pid: u32) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     let bytes = template.as_bytes();
     let mut out = Vec::with_capacity(bytes.len() + 8);
@@ -152,6 +154,6 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert!(lines[0].t <= lines[1].t && lines[0].t > 0);
         assert_eq!(lines[1].pid, std::process::id());
-        assert_eq!(expand(OsStr::new("%p-%p"), 7), PathBuf::from("7-7"));
+        assert_eq!(process_path(OsStr::new("%p-%p"), 7), PathBuf::from("7-7"));
     }
 }

@@ -25,13 +25,13 @@ use internet_checksum::Checksum;
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::{DataLink, Endianness, TsResolution};
+use softverbs_trace::process_path as expand;
 use softverbs_wire::ip::{IpPair, IpUdpHeaders, IPPROTO_UDP};
 use softverbs_wire::Flow;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -201,21 +201,6 @@ pub fn sent(flow: Option<Flow>, segment: usize, bytes: &[u8]) {
     if let (Some(capture), Some(flow)) = (process(), flow) {
         capture.packets(&flow, segment, bytes);
     }
-}
-
-/// `template` with every `%p` replaced by `pid`.
-fn expand(template: &OsStr, pid: u32) -> PathBuf {
-    let bytes = template.as_bytes();
-    let pid = pid.to_string();
-    let mut out = Vec::with_capacity(bytes.len() + pid.len());
-    let mut rest = bytes;
-    while let Some(at) = rest.windows(2).position(|w| w == b"%p") {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(pid.as_bytes());
-        rest = &rest[at + 2..];
-    }
-    out.extend_from_slice(rest);
-    PathBuf::from(OsString::from_vec(out))
 }
 
 /// Fills `datagram` with the IP header, the UDP header (with its
