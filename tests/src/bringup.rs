@@ -67,7 +67,7 @@ pub fn path_from_reset(to: QpState) -> Option<&'static [QpState]> {
         Rtr => &[Init, Rtr],
         Rts => &[Init, Rtr, Rts],
         Sqd => &[Init, Rtr, Rts, Sqd],
-        Err => &[Err],
+        Err => &[Init, Err],
         Sqe => return None,
     })
 }

@@ -29,7 +29,8 @@ pub const MAX_SRQ_SGE: u32 = 32;
 /// QP numbers and PSNs are 24-bit fields on the wire.
 pub const QPN_MAX: u32 = 0xFF_FFFF;
 /// LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC | MW_BIND: the
-/// only bits a QP's qp_access_flags may carry.
+/// bits of qp_access_flags that mean something for a QP (others are
+/// accepted and kept, as the kernel does).
 pub const QP_ACCESS_VALID: u32 = 0x1f;
 /// IBV_ACCESS_LOCAL_WRITE, which a receive buffer's MR needs.
 pub const ACCESS_LOCAL_WRITE: u32 = 0x1;

@@ -11,10 +11,6 @@ pub fn check_values(attr: &QpAttr, mask: M) -> Outcome {
     let checks = [
         (M::PORT, attr.port_num == PORT_NUM),
         (M::PKEY_INDEX, attr.pkey_index < PKEY_TBL_LEN),
-        (
-            M::ACCESS_FLAGS,
-            attr.qp_access_flags & !QP_ACCESS_VALID == 0,
-        ),
         (M::PATH_MTU, (1..=MAX_PATH_MTU).contains(&attr.path_mtu)),
         (M::AV, av_valid(&attr.ah_attr)),
         // 5-bit and 3-bit fields of the wire protocol.

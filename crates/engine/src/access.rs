@@ -26,15 +26,6 @@ bitflags::bitflags! {
 }
 
 impl AccessFlags {
-    /// The flags a QP's `qp_access_flags` may carry: the remote operations
-    /// the responder allows (plus LOCAL_WRITE and MW_BIND, which programs
-    /// commonly pass and which mean nothing for a QP).
-    pub const QP_VALID: AccessFlags = AccessFlags::LOCAL_WRITE
-        .union(AccessFlags::REMOTE_WRITE)
-        .union(AccessFlags::REMOTE_READ)
-        .union(AccessFlags::REMOTE_ATOMIC)
-        .union(AccessFlags::MW_BIND);
-
     /// Bits 20..=29 are IBV_ACCESS_OPTIONAL_RANGE: hints a provider may
     /// ignore, never a reason to fail (verbs.h).
     pub const OPTIONAL_RANGE: u32 = 0x3ff0_0000;

@@ -74,6 +74,12 @@ impl QpType {
         QpType::ALL.into_iter().find(|t| *t as u32 == raw)
     }
 
+    /// The other values of `enum ibv_qp_type`: RAW_PACKET (8), XRC_SEND
+    /// (9), XRC_RECV (10) and DRIVER (0xff), types softverbs does not offer.
+    pub const fn is_other_type(raw: u32) -> bool {
+        matches!(raw, 8..=10 | 0xff)
+    }
+
     /// The name used in docs/conformance.md.
     pub const fn name(self) -> &'static str {
         match self {

@@ -29,7 +29,9 @@ const NONE: M = M::empty();
 pub fn transition_rule(cur: QpState, next: QpState, ty: QpType) -> Option<TransitionRule> {
     use QpState::*;
     match (cur, next) {
-        // Any state may be reset or put in error with no other attribute.
+        // Any state may be reset, and any but RESET put in error, with no
+        // other attribute (the kernel's qp_state_table has no RESET->ERR).
+        (Reset, Err) => None,
         (_, Reset) | (_, Err) => rule(NONE, NONE),
         (Reset, Init) => rule(init_bits(ty), NONE),
         (Init, Init) => rule(NONE, init_bits(ty)),

@@ -173,6 +173,8 @@ fn a_completion_lost_on_one_qp_does_not_fail_another_qp() {
         sq_sig_all: false,
     };
     let qx = p.a.e.create_qp(p.a.pd, &init).unwrap().id;
+    let (init_attr, init_mask) = init_step(QpType::Rc);
+    p.a.e.modify_qp(qx, &init_attr, init_mask).unwrap();
     to_state(&mut p.a, qx, QpState::Err);
     // Receive WRs posted in ERR are flushed at once; the second overruns.
     post_recv(&mut p.a, qx, 1, 0, 8);

@@ -14,9 +14,10 @@ use softverbs_engine::{
 };
 use std::collections::VecDeque;
 
-/// Every bit `enum ibv_qp_attr_mask` defines: bits 0-20 and
-/// IBV_QP_RATE_LIMIT (bit 25).
-const KNOWN_MASK_BITS: u32 = 0x1F_FFFF | 1 << 25;
+/// The mask bits `ibv_modify_qp` takes: 0-20 (IBV_QP_STATE to
+/// IBV_QP_DEST_QPN); later ones (IBV_QP_RATE_LIMIT has its own verb) are
+/// EOPNOTSUPP in libibverbs and the kernel.
+const MODIFY_MASK_BITS: u32 = 0x1F_FFFF;
 
 /// The model of one QP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,14 +57,15 @@ pub struct QpView {
 }
 
 impl Model {
-    /// `ibv_create_qp`: the type first (anything but RC, UC, UD is
-    /// EOPNOTSUPP), then the objects, the UC + SRQ combination and the caps
+    /// `ibv_create_qp`: the type first (RC, UC, UD; the other values of
+    /// `enum ibv_qp_type` are EOPNOTSUPP, other numbers EINVAL), then the objects, the UC + SRQ combination and the caps
     /// (EINVAL). Returns the type and the actual caps: as requested, except
     /// that the send WR's room is rxe's (inline data at least 16 bytes per
     /// send SGE, SGEs as many as the room holds) and that with an SRQ the
     /// receive caps are ignored and read 0.
     pub fn check_create_qp(&self, pd: PdId, init: &QpInitAttr) -> Outcome<(QpType, QpCap)> {
-        let ty = type_from_raw(init.qp_type).ok_or(EOPNOTSUPP)?;
+        let other = matches!(init.qp_type, 8..=10 | 0xff);
+        let ty = type_from_raw(init.qp_type).ok_or(if other { EOPNOTSUPP } else { EINVAL })?;
         require(self.pds.contains(&pd), EINVAL)?;
         require(self.cqs.contains_key(&init.send_cq), EINVAL)?;
         require(self.cqs.contains_key(&init.recv_cq), EINVAL)?;
@@ -176,9 +178,9 @@ impl Model {
         Ok(())
     }
 
-    /// The state the QP moves to, or EINVAL.
+    /// The state the QP moves to, or the errno.
     fn check_modify(&self, qp: &ModelQp, attr: &QpAttr, mask: M) -> Outcome<QpState> {
-        require(mask.bits() & !KNOWN_MASK_BITS == 0, EINVAL)?;
+        require(mask.bits() & !MODIFY_MASK_BITS == 0, EOPNOTSUPP)?;
         if mask.contains(M::CUR_STATE) {
             require(state_from_raw(attr.cur_qp_state) == Some(qp.state), EINVAL)?;
         }
