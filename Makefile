@@ -74,6 +74,8 @@ $(SHIM_SO): FORCE
 	  -Wl,--version-script=provider-shim/softverbs.map \
 	  -Wl,--whole-archive $(TARGET)/release/libsoftverbs_shim.a -Wl,--no-whole-archive \
 	  -libverbs -lpthread -ldl -lm -lgcc_s -lc
+	cc -O2 -Wall -Wextra -o $(TARGET)/release/softverbs-verbs-exec \
+	  tests/conformance/verbs_exec.c -libverbs
 .PHONY: FORCE
 FORCE:
 
@@ -96,8 +98,9 @@ pyverbs: shim
 # rdma_cm rdmacm-utils, perftest -R and qperf) over softverbs
 # in preload mode: two processes on loopback, the wire path under load
 # (nothing lost), then two hosts (network namespaces joined by a veth
-# pair), then plugin mode, then fault injection (SOFTVERBS_FAULTS) and
-# the verbs trace (SOFTVERBS_TRACE). The
+# pair), then plugin mode, then fault injection (SOFTVERBS_FAULTS), the
+# verbs trace (SOFTVERBS_TRACE) and the differential runner (softverbs
+# conformance; against rxe it runs in make interop). The
 # namespaced ones and plugin mode need root: without it they fail under
 # CI=true and are skipped, loudly, elsewhere.
 programs: shim
@@ -107,6 +110,7 @@ programs: shim
 	tests/programs/wire_load.sh $(SHIM_SO)
 	tests/programs/faults.sh $(SHIM_SO)
 	tests/programs/trace.sh $(SHIM_SO)
+	tests/programs/conformance.sh $(SHIM_SO)
 	tests/programs/rdma_cm.sh $(SHIM_SO)
 	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)
@@ -156,10 +160,13 @@ install: shim
 	install -d $(DESTDIR)$(DRIVER_DIR)
 	echo "driver softverbs" > $(DESTDIR)$(DRIVER_DIR)/softverbs.driver
 	install -D -m 0755 $(SOFTVERBS) $(DESTDIR)$(BIN_DIR)/softverbs
+	install -D -m 0755 $(TARGET)/release/softverbs-verbs-exec \
+	  $(DESTDIR)$(BIN_DIR)/../lib/softverbs/softverbs-verbs-exec
 
 uninstall:
 	rm -f $(DESTDIR)$(PROVIDER_DIR)/libsoftverbs-rdmav34.so \
-	  $(DESTDIR)$(DRIVER_DIR)/softverbs.driver $(DESTDIR)$(BIN_DIR)/softverbs
+	  $(DESTDIR)$(DRIVER_DIR)/softverbs.driver $(DESTDIR)$(BIN_DIR)/softverbs \
+	  $(DESTDIR)$(BIN_DIR)/../lib/softverbs/softverbs-verbs-exec
 
 clean:
 	$(CARGO) clean

@@ -517,6 +517,28 @@ pt_run "pass-through completion status= rule" fails "Failed status transport ret
 pt_run "pass-through qp_error after= rule (the QP in ERR flushes)" fails "Failed status [Ww]ork [Rr]equest [Ff]lushed [Ee]rror \(5\)" \
   "SOFTVERBS_FAULTS=qp_error after=510" ibv_rc_pingpong -m 1024 -s 4096 -n 20
 
+# Differential conformance (docs/conformance.md): random verbs sequences
+# on softverbs0 and on rxe_xa through a pass-through device, every answer
+# compared; a divergent case prints its line (the reproducer's path is in
+# the log, shown on failure with the first reproducer's verbs). In
+# namespace sv, since rxe holds UDP 4791 in the initial one.
+if [[ "conformance" =~ $FILTER ]]; then
+  n=$((n + 1))
+  t0=$SECONDS
+  if ip netns exec sv env SOFTVERBS_DEVICES="softverbs0=10.11.0.2/1500" \
+       timeout 900 "$CLI" conformance --against rxe_xa \
+       --cases 60 --shrink 40 --verbose --repro-dir "$log/repro" \
+       > "$log/conformance" 2>&1; then
+    pass=$((pass + 1))
+    echo "ok   conformance: softverbs0 against rxe_xa, $(tail -n 1 "$log/conformance") ($((SECONDS - t0)) s)"
+  else
+    fail=$((fail + 1)); echo "FAIL conformance: softverbs0 against rxe_xa ($((SECONDS - t0)) s)"
+    grep -v '^ok   case' "$log/conformance" | sed 's/^/    /' | tail -n 20
+    first=$(ls "$log"/repro/*.c 2>/dev/null | head -n 1)
+    [ -n "$first" ] && grep '^	printf("> ' "$first" | sed 's/^/    /' | tail -n 30
+  fi
+fi
+
 echo "cases took $((SECONDS - started)) s"
 rm -rf "$log"
 echo "$pass passed, $fail failed"

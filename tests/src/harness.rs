@@ -4,7 +4,7 @@
 //! queried state of any live QP or SRQ or a different number of objects.
 
 mod choose;
-mod modify;
+pub(crate) mod modify;
 mod verbs;
 
 use crate::coverage::Coverage;

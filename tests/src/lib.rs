@@ -16,10 +16,13 @@
 //!   driver that runs them on engine and model side by side, and what the
 //!   sequences reached.
 //! * [`bringup`]: legal paths and valid attributes for deterministic tests.
+//! * [`differential`]: the same sequences on two devices through
+//!   libibverbs (`softverbs conformance`).
 
 pub mod bringup;
 pub mod coverage;
 pub mod device;
+pub mod differential;
 pub mod errno;
 pub mod harness;
 pub mod model;

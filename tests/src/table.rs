@@ -12,7 +12,10 @@ pub const DOC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/conform
 
 /// The document itself, built in, so that programs outside the source
 /// tree (`softverbs conformance`) follow the same table.
-const DOC: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/conformance.md"));
+const DOC: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../docs/conformance.md"
+));
 
 const BEGIN: &str = "<!-- transition-table:begin -->";
 const END: &str = "<!-- transition-table:end -->";

@@ -179,7 +179,11 @@ fn expect_refused(fx: &mut Fixture, qp: QpId, attr: &QpAttr, mask: M, what: &str
     while fx.engine.poll_event().is_some() {}
     let before = fx.snapshot(qp);
     let result = fx.engine.modify_qp(qp, attr, mask).map_err(|e| e.errno());
-    let errno = if mask.bits() >> 21 != 0 { EOPNOTSUPP } else { EINVAL };
+    let errno = if mask.bits() >> 21 != 0 {
+        EOPNOTSUPP
+    } else {
+        EINVAL
+    };
     assert_eq!(result, Err(errno), "{what}: mask {mask:?}");
     assert_eq!(
         fx.snapshot(qp),

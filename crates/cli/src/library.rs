@@ -12,15 +12,36 @@ const LIBIBVERBS: &[&str] = &[
     "/usr/lib/libibverbs.so.1",
 ];
 
+/// The executor of `softverbs conformance` (tests/conformance/verbs_exec.c,
+/// built by `make shim`).
+pub const EXECUTOR: &str = "softverbs-verbs-exec";
+
 /// The provider library: `$SOFTVERBS_LIB`, else next to this executable
 /// (a build tree), else the rdma-core provider directory (`make install`).
 pub fn provider() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("SOFTVERBS_LIB") {
+    let installed = PathBuf::from("/usr/lib/x86_64-linux-gnu/libibverbs").join(PROVIDER);
+    find(PROVIDER, "SOFTVERBS_LIB", installed)
+}
+
+/// The conformance executor: `$SOFTVERBS_VERBS_EXEC`, else next to this
+/// executable, else where `make install` puts it.
+pub fn executor() -> Result<PathBuf, String> {
+    find(
+        EXECUTOR,
+        "SOFTVERBS_VERBS_EXEC",
+        PathBuf::from("/usr/local/lib/softverbs").join(EXECUTOR),
+    )
+}
+
+/// `name`: the path in `$env_var`, else next to this executable or in
+/// ../lib/softverbs from it, else `installed`.
+fn find(name: &str, env_var: &str, installed: PathBuf) -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var(env_var) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("SOFTVERBS_LIB={} does not exist", p.display()))
+            Err(format!("{env_var}={} does not exist", p.display()))
         };
     }
     let exe_dir = std::env::current_exe()
@@ -28,8 +49,8 @@ pub fn provider() -> Result<PathBuf, String> {
         .and_then(|e| e.parent().map(Path::to_path_buf));
     let candidates = exe_dir
         .iter()
-        .flat_map(|d| [d.join(PROVIDER), d.join("../lib/softverbs").join(PROVIDER)])
-        .chain([PathBuf::from("/usr/lib/x86_64-linux-gnu/libibverbs").join(PROVIDER)]);
+        .flat_map(|d| [d.join(name), d.join("../lib/softverbs").join(name)])
+        .chain([installed]);
     let mut tried = Vec::new();
     for c in candidates {
         if c.is_file() {
@@ -40,7 +61,7 @@ pub fn provider() -> Result<PathBuf, String> {
         tried.push(c.display().to_string());
     }
     Err(format!(
-        "{PROVIDER} not found (tried {}); build it with `make shim` or set SOFTVERBS_LIB",
+        "{name} not found (tried {}); build it with `make shim` or set {env_var}",
         tried.join(", ")
     ))
 }

@@ -5,8 +5,10 @@
 //! preloaded (no root, no kernel module); `softverbs devices` prints the
 //! configured devices; `softverbs setup` / `teardown` (root) create and
 //! remove the device entries plugin mode needs (see [`plugin`]);
-//! `softverbs trace summarize FILE` reads a verbs trace.
+//! `softverbs trace summarize FILE` reads a verbs trace; `softverbs
+//! conformance --against DEVICE` compares softverbs with another device.
 
+mod conformance;
 mod daemon;
 mod gid_table;
 mod library;
@@ -57,6 +59,10 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         pcap: Option<std::path::PathBuf>,
     },
+    /// Run random verbs sequences on softverbs and on another device
+    /// (a real one through a pass-through device) and compare every
+    /// answer; one line per divergent case, `N passed, M failed` last.
+    Conformance(conformance::Options),
     /// Read a verbs trace (written with SOFTVERBS_TRACE=FILE).
     Trace {
         #[command(subcommand)]
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
             detach,
             pcap,
         ),
+        Cmd::Conformance(options) => conformance::run(options),
         Cmd::Trace {
             command: TraceCmd::Summarize { file },
         } => summarize(&file),

@@ -33,7 +33,8 @@ pub(crate) struct Srq {
 
 impl Srq {
     /// Validates a creation request and returns the SRQ with its actual
-    /// attributes: max_wr and max_sge as requested, srq_limit zeroed
+    /// attributes: max_wr as requested, max_sge as requested but at least
+    /// 1 (a WR always has room for one SGE, as on rxe), srq_limit zeroed
     /// (ibv_create_srq(3): "srq_limit will be zeroed").
     pub(crate) fn create(pd: PdId, req: &SrqAttr, limits: &DeviceLimits) -> VerbsResult<Srq> {
         ensure(req.max_wr >= 1, einval("SRQ max_wr is 0"))?;
@@ -48,7 +49,7 @@ impl Srq {
         Ok(Srq {
             pd,
             max_wr: req.max_wr,
-            max_sge: req.max_sge,
+            max_sge: req.max_sge.max(1),
             queue: RecvQueue::default(),
             limit: SrqLimit::default(),
             users: UseCount::default(),

@@ -27,11 +27,12 @@ impl Engine {
     /// kernel); an SRQ only with RC or UD (EINVAL); caps within the device
     /// limits (EINVAL); the CQs, SRQ and PD must exist.
     pub fn create_qp(&mut self, pd: PdId, init: &QpInitAttr) -> VerbsResult<QpCreated> {
-        let qp_type = QpType::from_raw(init.qp_type).ok_or(if QpType::is_other_type(init.qp_type) {
-            eopnotsupp("QP type not supported")
-        } else {
-            einval("qp_type is not an ibv_qp_type")
-        })?;
+        let qp_type =
+            QpType::from_raw(init.qp_type).ok_or(if QpType::is_other_type(init.qp_type) {
+                eopnotsupp("QP type not supported")
+            } else {
+                einval("qp_type is not an ibv_qp_type")
+            })?;
         ensure(self.pds.contains_key(pd), einval("unknown PD"))?;
         ensure(
             self.cqs.contains_key(init.send_cq),

@@ -136,7 +136,10 @@ fn rate_limit_and_cap_are_refused() {
         cap: caps(),
         ..QpAttr::default()
     };
-    assert_eq!(errno(f.e.modify_qp(qp, &a, QpAttrMask::RATE_LIMIT)), EOPNOTSUPP);
+    assert_eq!(
+        errno(f.e.modify_qp(qp, &a, QpAttrMask::RATE_LIMIT)),
+        EOPNOTSUPP
+    );
     assert_eq!(errno(f.e.modify_qp(qp, &a, QpAttrMask::CAP)), EINVAL);
     let unknown = QpAttrMask::from_bits_retain(1 << 21);
     assert_eq!(errno(f.e.modify_qp(qp, &a, unknown)), EOPNOTSUPP);
@@ -193,7 +196,10 @@ fn unknown_access_bits_are_kept() {
     let (mut a, m) = init_step(QpType::Rc);
     a.qp_access_flags = 1 << 5 | AccessFlags::REMOTE_READ.bits();
     f.e.modify_qp(qp, &a, m).unwrap();
-    assert_eq!(f.e.query_qp(qp).unwrap().0.qp_access_flags, a.qp_access_flags);
+    assert_eq!(
+        f.e.query_qp(qp).unwrap().0.qp_access_flags,
+        a.qp_access_flags
+    );
 }
 
 #[test]

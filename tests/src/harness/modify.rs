@@ -51,8 +51,14 @@ fn rule_of(table: &TransitionTable, ty: QpType, from: QpState, to: QpState) -> R
     table.rule(ty, from, to).unwrap_or(none)
 }
 
-/// The attributes and mask of one modify of a QP of type `ty` in `cur`.
-fn build(table: &TransitionTable, ty: QpType, cur: QpState, seed: &ModifySeed) -> (QpAttr, M) {
+/// The attributes and mask of one modify of a QP of type `ty` in `cur`
+/// (also what the differential runner sends).
+pub(crate) fn build(
+    table: &TransitionTable,
+    ty: QpType,
+    cur: QpState,
+    seed: &ModifySeed,
+) -> (QpAttr, M) {
     let to = target(table, ty, cur, seed.target);
     let rule = rule_of(table, ty, cur, to);
     let some = |r: Rule| r.required | (r.optional & M::from_bits_retain(seed.optional));

@@ -28,13 +28,15 @@ pub struct ModelSrq {
 
 impl Model {
     /// `ibv_create_srq`: 1 <= max_wr <= max_srq_wr, max_sge <= max_srq_sge;
-    /// returns the actual attributes, srq_limit zeroed.
+    /// returns the actual attributes: max_sge at least 1 (a WR has room
+    /// for one SGE, as on rxe), srq_limit zeroed.
     pub fn check_create_srq(&self, pd: PdId, attr: &SrqAttr) -> Outcome<SrqAttr> {
         require(self.pds.contains(&pd), EINVAL)?;
         require((1..=MAX_SRQ_WR).contains(&attr.max_wr), EINVAL)?;
         require(attr.max_sge <= MAX_SRQ_SGE, EINVAL)?;
         Ok(SrqAttr {
             srq_limit: 0,
+            max_sge: attr.max_sge.max(1),
             ..*attr
         })
     }
@@ -44,7 +46,7 @@ impl Model {
         let srq = ModelSrq {
             pd,
             max_wr: attr.max_wr,
-            max_sge: attr.max_sge,
+            max_sge: attr.max_sge.max(1),
             limit: 0,
             posted: 0,
         };

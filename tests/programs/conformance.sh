@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The differential conformance runner (`softverbs conformance`,
+# docs/conformance.md) on this host, where the only device is softverbs:
+#   * softverbs0 against itself: every case passes (the runner's own
+#     comparisons, device limits and shrinking add no false divergence);
+#   * against softverbs0 with a fault rule in the compared process only
+#     (a post_recv failing with ENOMEM): the runner reports the cases that
+#     post twice, each shrunk to a short sequence ending in that verb, and
+#     its C reproducer builds and, run on both sides, prints the same
+#     lines up to the last answer, which differs as reported.
+# The comparison against kernel rxe runs in the interop VM (make interop).
+# Prints one line per check and "N passed, M failed" last.
+# Usage: conformance.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+CLI=$(dirname "$SO")/softverbs
+export SOFTVERBS_DEVICES=softverbs0=127.0.0.1
+pass=0; fail=0
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
+ONE_TIMEOUT=300
+
+one "softverbs0 against itself: 300 random sequences agree" "^300 passed, 0 failed$" \
+  "$CLI" conformance --against softverbs0 --cases 300 --repro-dir "$log/same"
+
+rule="post_recv nth=2 errno=ENOMEM"
+timeout 300 "$CLI" conformance --against softverbs0 --cases 40 --repro-dir "$log/repro" \
+  --against-env "SOFTVERBS_FAULTS=$rule" > "$log/out" 2>&1
+rc=$?
+# The second post_recv of a case fails on one side only: the report names
+# a post_recv, the two outcomes, and a reproducer.
+line=$(grep -m1 '^FAIL case ' "$log/out")
+if [ $rc -ne 0 ] && grep -Eq '^[0-9]+ passed, [1-9][0-9]* failed$' "$log/out" &&
+   [[ "$line" =~ \`post_(srq_)?recv\ .*answered\ \[\"ok\"\].*answered\ \[\"err\ 12\"\] ]]; then
+  ok "a fault rule on one side: divergent cases reported with both answers"
+else
+  echo "exit $rc" >> "$log/out"; bad "a fault rule on one side: divergent cases reported" "$log/out"
+fi
+
+# The case is shrunk: setup (10 verbs) and two receive posts at most a
+# few verbs apart.
+verbs=$(sed -n 's/.*` after \([0-9]*\) verbs.*/\1/p' <<< "$line")
+if [ -n "$verbs" ] && [ "$verbs" -le 14 ]; then
+  ok "the divergent case is shrunk ($verbs verbs before the divergent one)"
+else
+  bad "the divergent case is shrunk (got '${verbs}' verbs before it): $line"
+fi
+
+repro=$(sed -n 's/.*(reproducer: \(.*\))$/\1/p' <<< "$line")
+if cc -Wall -Wextra -Werror -o "$log/repro-bin" "$repro" -libverbs 2> "$log/cc" &&
+   LD_PRELOAD=$SO timeout 60 "$log/repro-bin" softverbs0 > "$log/plain" 2>&1 &&
+   LD_PRELOAD=$SO SOFTVERBS_FAULTS="$rule" timeout 60 "$log/repro-bin" softverbs0 > "$log/faulty" 2>&1 &&
+   [ "$(head -n -1 "$log/plain")" = "$(head -n -1 "$log/faulty")" ] &&
+   [ "$(tail -n 1 "$log/plain")" = ok ] && [ "$(tail -n 1 "$log/faulty")" = "err 12" ]; then
+  ok "the C reproducer builds with -Wall -Wextra -Werror and shows the divergence at its last verb"
+else
+  { cat "$log/cc"; echo "-- without the rule:"; tail -n 4 "$log/plain"; echo "-- with it:"; tail -n 4 "$log/faulty"; } > "$log/why" 2>&1
+  bad "the C reproducer shows the divergence" "$log/why"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

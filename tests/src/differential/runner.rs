@@ -1,0 +1,324 @@
+//! Running random sequences on two backends, shrinking a divergent one
+//! and reporting: one line per divergent case, a C reproducer for each,
+//! and `N passed, M failed` last.
+
+use super::backend::{Backend, BackendSpec};
+use super::judge::judge;
+use super::known::explain;
+use super::limits::Limits;
+use super::objects::Objects;
+use super::repro::c_program;
+use super::steps::{apply, Resolver, Step};
+use crate::ops::{op, CreateQpSeed, Op, Pick};
+use crate::table::TransitionTable;
+use proptest::collection::vec;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use softverbs_engine::{QpCap, QpType};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The backend whose answers resolve the picks (softverbs).
+    pub first: BackendSpec,
+    /// The backend compared with it.
+    pub second: BackendSpec,
+    /// Random sequences to run.
+    pub cases: u32,
+    /// Most operations per sequence.
+    pub max_ops: usize,
+    /// Seed of the sequences.
+    pub seed: u64,
+    /// Most reruns spent shrinking one divergent sequence.
+    pub shrink_runs: u32,
+    /// Where reproducers are written.
+    pub repro_dir: PathBuf,
+    /// Also print a line for each passing case, with its time.
+    pub verbose: bool,
+}
+
+/// Why a case could not be judged at all (a backend that does not start,
+/// the runner's own mistake): the run stops.
+#[derive(Debug)]
+pub struct Broken(pub String);
+
+/// A sequence on which the backends disagreed.
+#[derive(Debug, Clone)]
+pub struct Divergence {
+    /// The steps run, the divergent one last.
+    pub steps: Vec<Step>,
+    /// What differed.
+    pub message: String,
+}
+
+/// How one case ended.
+#[derive(Debug)]
+enum Case {
+    /// The devices agreed, apart from these known differences (a case
+    /// stops at one that leaves the devices in different states).
+    Agreed(BTreeSet<&'static str>),
+    /// They diverged.
+    Diverged(Divergence),
+}
+
+type CaseResult = Result<Case, Broken>;
+
+/// Runs the plan, printing to `out`; the counts of passed and failed
+/// cases.
+pub fn run(plan: &Plan, out: &mut impl Write) -> Result<(u32, u32), Broken> {
+    let table = TransitionTable::load();
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&plan.seed.to_le_bytes());
+    let config = Config {
+        cases: plan.cases,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+    let strategy = vec(op(), 1..=plan.max_ops.max(1));
+    remove_old_reproducers(plan);
+    let (mut passed, mut failed) = (0, 0);
+    let mut known: BTreeMap<&str, u32> = BTreeMap::new();
+    for case in 0..plan.cases {
+        let mut tree = strategy
+            .new_tree(&mut runner)
+            .map_err(|e| Broken(format!("generating case {case}: {e}")))?;
+        let started = Instant::now();
+        let first = match run_case(plan, &table, &tree.current())? {
+            Case::Diverged(d) => d,
+            Case::Agreed(met) => {
+                passed += 1;
+                if plan.verbose {
+                    let took = started.elapsed().as_secs_f64();
+                    let _ = writeln!(out, "ok   case {case} ({took:.1} s) {met:?}");
+                }
+                for name in met {
+                    *known.entry(name).or_default() += 1;
+                }
+                continue;
+            }
+        };
+        failed += 1;
+        let minimal = shrink(plan, &table, &mut tree, first)?;
+        let path = write_repro(plan, case, &minimal);
+        let last = minimal.steps.last().map(Step::line).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "FAIL case {case}: `{last}` after {} verbs: {} (reproducer: {path})",
+            minimal.steps.len() - 1,
+            minimal.message
+        );
+    }
+    for (name, cases) in known {
+        let _ = writeln!(
+            out,
+            "known difference (docs/conformance.md) in {cases} cases: {name}"
+        );
+    }
+    let _ = writeln!(out, "{passed} passed, {failed} failed");
+    Ok((passed, failed))
+}
+
+/// Simplifies a divergent sequence while it still diverges, proptest's
+/// way: simplify after a failure, complicate after a pass.
+fn shrink(
+    plan: &Plan,
+    table: &TransitionTable,
+    tree: &mut impl ValueTree<Value = Vec<Op>>,
+    first: Divergence,
+) -> Result<Divergence, Broken> {
+    let mut best = first;
+    if !tree.simplify() {
+        return Ok(best);
+    }
+    for _ in 0..plan.shrink_runs {
+        let more = match run_case(plan, table, &tree.current())? {
+            Case::Diverged(d) => {
+                best = d;
+                tree.simplify()
+            }
+            Case::Agreed(_) => tree.complicate(),
+        };
+        if !more {
+            break;
+        }
+    }
+    Ok(best)
+}
+
+/// Reproducers of an earlier run would read as this run's.
+fn remove_old_reproducers(plan: &Plan) {
+    let Ok(entries) = std::fs::read_dir(&plan.repro_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("case-") && name.ends_with(".c") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn write_repro(plan: &Plan, case: u32, d: &Divergence) -> String {
+    let path = plan.repro_dir.join(format!("case-{case}.c"));
+    let written = std::fs::create_dir_all(&plan.repro_dir)
+        .and_then(|()| std::fs::write(&path, c_program(&d.steps, &d.message)));
+    match written {
+        Ok(()) => path.display().to_string(),
+        Err(e) => format!("not written, {}: {e}", path.display()),
+    }
+}
+
+/// The objects every sequence starts with, as the in-process harness's:
+/// two PDs, two CQs, three MRs, an RC, a UC and a UD QP.
+fn setup() -> Vec<Op> {
+    let qp = |ty: QpType| {
+        Op::CreateQp(CreateQpSeed {
+            pd: Pick(0),
+            send_cq: Pick(0),
+            recv_cq: Pick(0),
+            srq: None,
+            qp_type: ty as u32,
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 2,
+                max_recv_sge: 2,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+    };
+    vec![
+        Op::AllocPd,
+        Op::AllocPd,
+        Op::CreateCq,
+        Op::CreateCq,
+        Op::RegMr(Pick(0), true),
+        Op::RegMr(Pick(0), false),
+        Op::RegMr(Pick(1), true),
+        qp(QpType::Rc),
+        qp(QpType::Uc),
+        qp(QpType::Ud),
+    ]
+}
+
+/// Both backends, what they hold, and the steps run so far.
+struct Session<'a> {
+    plan: &'a Plan,
+    a: Backend,
+    b: Backend,
+    objects: Objects,
+    steps: Vec<Step>,
+    known: BTreeSet<&'static str>,
+}
+
+/// Runs `ops` (after the setup) on fresh backends.
+fn run_case(plan: &Plan, table: &TransitionTable, ops: &[Op]) -> CaseResult {
+    let mut a = Backend::start(&plan.first).map_err(Broken)?;
+    let mut b = Backend::start(&plan.second).map_err(Broken)?;
+    let device = Step::device().line();
+    let (da, db) = (
+        a.ask(&device).map_err(Broken)?,
+        b.ask(&device).map_err(Broken)?,
+    );
+    let limits = Limits::of(&da[0], &db[0]).map_err(Broken)?;
+    let mut resolver = Resolver::new(table.clone(), limits);
+    let mut s = Session {
+        plan,
+        a,
+        b,
+        objects: Objects::default(),
+        steps: Vec::new(),
+        known: BTreeSet::new(),
+    };
+    let outcome = s.run_ops(&mut resolver, &setup(), ops);
+    match outcome {
+        Ok(()) | Err(Stop::Known) => Ok(Case::Agreed(s.known)),
+        Err(Stop::Diverged(message)) => Ok(Case::Diverged(Divergence {
+            steps: s.steps,
+            message,
+        })),
+        Err(Stop::Broken(b)) => Err(b),
+    }
+}
+
+/// Why a case stopped early.
+enum Stop {
+    Diverged(String),
+    /// At a known difference after which the devices' states differ.
+    Known,
+    Broken(Broken),
+}
+
+impl Session<'_> {
+    fn run_ops(&mut self, resolver: &mut Resolver, setup: &[Op], ops: &[Op]) -> Result<(), Stop> {
+        for op in setup.iter().chain(ops) {
+            if let Some(step) = resolver.step(op, &self.objects) {
+                self.run(step, true)?;
+                self.check_all()?;
+            }
+        }
+        self.run(Step::events(), true)?;
+        for cq in self.objects.live_cqs() {
+            self.run(Step::drain_cq(cq), true)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one step on both, compares, and learns from the first's
+    /// answer. Queries are kept among the steps only if they diverge: they
+    /// change nothing, so a reproducer needs only the divergent one.
+    fn run(&mut self, step: Step, keep: bool) -> Result<(), Stop> {
+        let a = self.a.ask(&step.line()).map_err(|e| {
+            self.steps.push(step.clone());
+            Stop::Diverged(e)
+        })?;
+        let second = step.for_second(&a);
+        let b = self.b.ask(&second.line()).map_err(|e| {
+            self.steps.push(second.clone());
+            Stop::Diverged(e)
+        })?;
+        if a[0].starts_with("bad") || b[0].starts_with("bad") {
+            return Err(Stop::Broken(Broken(format!(
+                "the executor refused `{}`: {a:?} {b:?}",
+                second.line()
+            ))));
+        }
+        let labels = (
+            self.plan.first.label.as_str(),
+            self.plan.second.label.as_str(),
+        );
+        let mut verdict = judge(&step, labels, &a, &b);
+        if verdict.is_err() {
+            if let Some(k) = explain(&step, &a, &b) {
+                self.known.insert(k.name);
+                if k.stops {
+                    return Err(Stop::Known);
+                }
+                verdict = Ok(());
+            }
+        }
+        if keep || verdict.is_err() {
+            self.steps.push(second);
+        }
+        verdict.map_err(Stop::Diverged)?;
+        apply(&mut self.objects, &step, &a);
+        Ok(())
+    }
+
+    /// After every operation: every live QP and SRQ queried on both.
+    fn check_all(&mut self) -> Result<(), Stop> {
+        for qp in self.objects.live_qps() {
+            self.run(Step::query_qp(&self.objects, qp), false)?;
+        }
+        for srq in self.objects.live_srqs() {
+            self.run(Step::query_srq(&self.objects, srq), false)?;
+        }
+        Ok(())
+    }
+}
