@@ -201,9 +201,9 @@ const fn einval(reason: &'static str) -> VerbsError {
     }
 }
 
-/// The SGEs of a WR. A count above `max_sge` (the QP's or SRQ's limit) is
-/// refused before the application's array is read or anything allocated:
-/// `num_sge` comes straight from the application.
+/// The SGEs of a WR. A count above `max_sge` (the queue's or the device's
+/// limit) is refused before the application's array is read or anything
+/// allocated: `num_sge` comes straight from the application.
 ///
 /// # Safety
 /// `sg_list` points to `num_sge` SGEs whenever `0 < num_sge <= max_sge`.
@@ -378,9 +378,11 @@ pub unsafe extern "C" fn post_recv(
     verb(|| {
         // SAFETY: our QP.
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
-        st.driver.with(|e, _| match e.qp_cap(id) {
-            Ok(cap) => post_recv_list(wr, bad_wr, cap.max_recv_sge, |rw| e.post_recv(id, rw)),
-            Err(error) => err(error),
+        st.driver.with(|e, _| {
+            // The device's SGE limit bounds the read; the engine checks the
+            // QP's own after finding a full queue, as rxe and mlx5 do.
+            let max_sge = e.config().limits.max_sge;
+            post_recv_list(wr, bad_wr, max_sge, |rw| e.post_recv(id, rw))
         })
     })
 }
@@ -553,9 +555,11 @@ pub unsafe extern "C" fn post_srq_recv(
     verb(|| {
         // SAFETY: our SRQ.
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
-        st.driver.with(|e, _| match e.query_srq(id) {
-            Ok(a) => post_recv_list(wr, bad_wr, a.max_sge, |rw| e.post_srq_recv(id, rw)),
-            Err(error) => err(error),
+        st.driver.with(|e, _| {
+            // As for a QP: the device's limit bounds the read, the engine
+            // checks the SRQ's after finding it full.
+            let max_sge = e.config().limits.max_srq_sge;
+            post_recv_list(wr, bad_wr, max_sge, |rw| e.post_srq_recv(id, rw))
         })
     })
 }

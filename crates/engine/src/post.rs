@@ -39,16 +39,16 @@ impl Engine {
             qp.state != QpState::Reset,
             einval("receive WRs cannot be posted in RESET"),
         )?;
+        // A full queue is found before a bad WR, as rxe and mlx5 check.
+        ensure(
+            qp.rq.len() < qp.cap.max_recv_wr as usize,
+            enomem("receive queue full"),
+        )?;
         ensure(
             wr.sg_list.len() <= qp.cap.max_recv_sge as usize,
             einval("more SGEs than max_recv_sge"),
         )?;
         check_recv_length(wr.sg_list)?;
-        let qp = &mut self.qps[id];
-        ensure(
-            qp.rq.len() < qp.cap.max_recv_wr as usize,
-            enomem("receive queue full"),
-        )?;
         let qp_num = qp.qp_num;
         self.post_fault(Queue::Recv, qp_num, None, sge_total(wr.sg_list))?;
         let qp = &mut self.qps[id];
@@ -67,13 +67,12 @@ impl Engine {
     /// `ibv_post_srq_recv` for one WR.
     pub fn post_srq_recv(&mut self, id: SrqId, wr: &RecvWr<'_>) -> VerbsResult<()> {
         let srq = self.srqs.get(id).ok_or(einval("unknown SRQ"))?;
+        ensure(srq.queue.len() < srq.max_wr as usize, enomem("SRQ full"))?;
         ensure(
             wr.sg_list.len() <= srq.max_sge as usize,
             einval("more SGEs than the SRQ's max_sge"),
         )?;
         check_recv_length(wr.sg_list)?;
-        let srq = &mut self.srqs[id];
-        ensure(srq.queue.len() < srq.max_wr as usize, enomem("SRQ full"))?;
         self.post_fault(Queue::SrqRecv, u32::MAX, None, sge_total(wr.sg_list))?;
         let srq = &mut self.srqs[id];
         srq.queue.post(RecvWqe::new(wr));

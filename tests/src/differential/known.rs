@@ -28,9 +28,54 @@ pub const KNOWN: &[Known] = &[
         applies: other_qp_type,
     },
     Known {
-        name: "out-of-range wire fields: EINVAL on softverbs, accepted by rxe",
+        name: "values rxe stores unchecked: EINVAL on softverbs, accepted by rxe",
         stops: true,
         applies: lenient_range,
+    },
+    Known {
+        name: "unpopulated GID index: EINVAL on softverbs, ENODATA on the kernel",
+        stops: false,
+        applies: unpopulated_gid,
+    },
+    Known {
+        name: "SQ_DRAINED without en_sqd_async_notify: raised by rxe only",
+        stops: false,
+        applies: sq_drained_always,
+    },
+    Known {
+        name: "receive WRs posted in ERR: flushed by softverbs, left queued by rxe",
+        stops: true,
+        applies: unflushed_in_err,
+    },
+    Known {
+        name: "completions of a QP moved to RESET: removed by softverbs (as mlx5), kept by rxe",
+        stops: true,
+        applies: kept_after_reset,
+    },
+    Known {
+        name: "zero destination GID: EINVAL on softverbs, ENETUNREACH on the kernel",
+        stops: false,
+        applies: zero_dgid,
+    },
+    Known {
+        name: "queues rxe rounds up: full or too small on softverbs, room on rxe",
+        stops: true,
+        applies: rounded_queue,
+    },
+    Known {
+        name: "unknown ibv_modify_srq mask bits: EINVAL on softverbs, ignored by rxe",
+        stops: true,
+        applies: unknown_srq_bits,
+    },
+    Known {
+        name: "SRQ resized and armed at once: limit checked against the new max_wr on softverbs, the old one on rxe",
+        stops: true,
+        applies: limit_with_resize,
+    },
+    Known {
+        name: "a UC QP with an SRQ: EINVAL on softverbs (seed 002), accepted by rxe",
+        stops: true,
+        applies: uc_with_srq,
     },
 ];
 
@@ -53,28 +98,128 @@ fn other_qp_type(step: &Step, a: &[String], b: &[String]) -> bool {
         && first(b) == "err 22"
 }
 
-/// A modify naming a value outside its field's range, which softverbs
-/// refuses and rxe stores: a P_Key index past the table, 5-bit timers
-/// above 31, 3-bit retry counts above 7, a migration state that is none.
+/// A modify naming a value softverbs refuses and rxe stores without a
+/// check: a P_Key index past the table, a path MTU that is no `ibv_mtu`,
+/// 5-bit timers above 31, 3-bit retry counts above 7, a QP number wider
+/// than 24 bits, a service level above 15, a migration state other than
+/// MIGRATED (there is no alternate path).
 fn lenient_range(step: &Step, a: &[String], b: &[String]) -> bool {
     if step.verb != "modify_qp" || first(a) != "err 22" || first(b) != "ok" {
         return false;
     }
     let mask = M::from_bits_retain(step.args[1] as u32);
-    let attr = qp_attr_from(&step.args[2..2 + QP_ATTR_LEN + AV_LEN]);
-    out_of_range(&attr, mask)
+    out_of_range(&modify_attr(step), mask)
+}
+
+/// The attributes a modify step sends.
+fn modify_attr(step: &Step) -> QpAttr {
+    qp_attr_from(&step.args[2..2 + QP_ATTR_LEN + AV_LEN])
 }
 
 fn out_of_range(a: &QpAttr, mask: M) -> bool {
     let checks = [
         (M::PKEY_INDEX, a.pkey_index >= 1),
+        (M::PATH_MTU, !(1..=5).contains(&a.path_mtu)),
         (M::MIN_RNR_TIMER, a.min_rnr_timer > 31),
         (M::TIMEOUT, a.timeout > 31),
         (M::RETRY_CNT, a.retry_cnt > 7),
         (M::RNR_RETRY, a.rnr_retry > 7),
-        (M::PATH_MIG_STATE, a.path_mig_state > 2),
+        (M::DEST_QPN, a.dest_qp_num > 0xFF_FFFF),
+        (M::AV, a.ah_attr.sl > 15),
+        (M::PATH_MIG_STATE, a.path_mig_state != 0),
     ];
     checks.iter().any(|&(bit, bad)| mask.contains(bit) && bad)
+}
+
+/// An address vector whose source GID index names no populated entry:
+/// softverbs refuses it as invalid, the kernel's GID cache answers
+/// ENODATA for an empty entry within its table.
+fn unpopulated_gid(step: &Step, a: &[String], b: &[String]) -> bool {
+    let sgid = match step.verb {
+        "ah" => step.args[1 + 7],
+        "modify_qp" if step.args[1] as u32 & M::AV.bits() != 0 => {
+            i64::from(modify_attr(step).ah_attr.grh.sgid_index)
+        }
+        _ => return false,
+    };
+    sgid != 0 && first(a) == "err 22" && first(b) == "err 61"
+}
+
+/// A poll where softverbs has flush completions (IBV_WC_WR_FLUSH_ERR, 5)
+/// that rxe lacks and the rest agrees: rxe completes nothing for a
+/// receive WR posted to a QP already in ERR (its user-space post does not
+/// wake the kernel, which flushes only on the move to ERR).
+fn unflushed_in_err(step: &Step, a: &[String], b: &[String]) -> bool {
+    let flushed = |l: &&String| l.split(' ').nth(2) == Some("5");
+    let others = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .skip(1)
+            .filter(|l| !flushed(l))
+            .cloned()
+            .collect()
+    };
+    step.verb == "poll_cq" && a.len() > b.len() && others(a) == others(b)
+}
+
+/// The opposite: rxe still has flush completions softverbs removed when
+/// their QP was moved to RESET.
+fn kept_after_reset(step: &Step, a: &[String], b: &[String]) -> bool {
+    unflushed_in_err(step, b, a)
+}
+
+/// A zero destination GID: refused by softverbs' check, by the kernel's
+/// route lookup.
+fn zero_dgid(step: &Step, a: &[String], b: &[String]) -> bool {
+    let av = match step.verb {
+        "ah" => &step.args[1..],
+        "modify_qp" => &step.args[2 + QP_ATTR_LEN..],
+        _ => return false,
+    };
+    av[10] == 0 && av[11] == 0 && first(a) == "err 22" && first(b) == "err 101"
+}
+
+/// softverbs' queues hold what was asked for, rxe's what it rounded up
+/// to: a post that finds softverbs' queue full (ENOMEM), or an SRQ limit
+/// above the asked max_wr (EINVAL), goes through on rxe.
+fn rounded_queue(step: &Step, a: &[String], b: &[String]) -> bool {
+    let refused = match step.verb {
+        "post_recv" | "post_srq_recv" => "err 12",
+        "modify_srq" if step.args[1] & 2 != 0 => "err 22",
+        _ => return false,
+    };
+    first(a) == refused && first(b) == "ok"
+}
+
+/// `ibv_modify_srq` with bits other than IBV_SRQ_MAX_WR and IBV_SRQ_LIMIT.
+fn unknown_srq_bits(step: &Step, a: &[String], b: &[String]) -> bool {
+    step.verb == "modify_srq" && step.args[1] & !3 != 0 && first(a) == "err 22" && first(b) == "ok"
+}
+
+/// `ibv_modify_srq` with IBV_SRQ_MAX_WR and IBV_SRQ_LIMIT (3) that
+/// softverbs accepts and rxe refuses.
+fn limit_with_resize(step: &Step, a: &[String], b: &[String]) -> bool {
+    step.verb == "modify_srq" && step.args[1] & 3 == 3 && first(a) == "ok" && first(b) == "err 22"
+}
+
+/// `ibv_create_qp` of a UC QP (3) with an SRQ.
+fn uc_with_srq(step: &Step, a: &[String], b: &[String]) -> bool {
+    step.verb == "qp"
+        && step.args[4] == 3
+        && step.args[3] >= 0
+        && first(a) == "err 22"
+        && first(b).starts_with("ok")
+}
+
+/// rxe raises IBV_EVENT_SQ_DRAINED (5) whenever SQD is reached; softverbs
+/// only when en_sqd_async_notify asked for it. Known when the answers
+/// are equal without SQ_DRAINED events.
+fn sq_drained_always(step: &Step, a: &[String], b: &[String]) -> bool {
+    let others = |lines: &[String]| -> Vec<String> {
+        let kept = lines.iter().skip(1).filter(|l| !l.starts_with("event 5 "));
+        kept.cloned().collect()
+    };
+    step.verb == "events" && others(a) == others(b)
 }
 
 #[cfg(test)]
@@ -111,6 +256,34 @@ mod tests {
         attr.min_rnr_timer = 12;
         let step = modify(&attr, M::STATE | M::MIN_RNR_TIMER);
         assert!(explain(&step, &lines("err 22"), &lines("ok")).is_none());
+    }
+
+    fn drain(verb: &'static str) -> Step {
+        Step {
+            verb,
+            args: vec![0, 1024, 0],
+            judge: Judge::Drained,
+            effect: Effect::None,
+        }
+    }
+
+    fn answer(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_extra_flushes_or_sq_drained_events_are_known() {
+        let poll = drain("poll_cq");
+        let here = answer(&["ok 2", "wc 1 0 128 4 0 0 0 0", "wc 2 5 0 0 0 0 0 0"]);
+        let rxe = answer(&["ok 1", "wc 1 0 128 4 0 0 0 0"]);
+        assert!(explain(&poll, &here, &rxe).is_some_and(|k| k.stops));
+        let other = answer(&["ok 1", "wc 1 0 128 5 0 0 0 0"]);
+        assert!(explain(&poll, &here, &other).is_none());
+        let events = drain("events");
+        let rxe = answer(&["ok 1", "event 5 qp 0"]);
+        assert!(explain(&events, &answer(&["ok 0"]), &rxe).is_some_and(|k| !k.stops));
+        let fatal = answer(&["ok 1", "event 1 qp 0"]);
+        assert!(explain(&events, &answer(&["ok 0"]), &fatal).is_none());
     }
 
     #[test]

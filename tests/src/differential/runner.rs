@@ -104,14 +104,7 @@ pub fn run(plan: &Plan, out: &mut impl Write) -> Result<(u32, u32), Broken> {
         };
         failed += 1;
         let minimal = shrink(plan, &table, &mut tree, first)?;
-        let path = write_repro(plan, case, &minimal);
-        let last = minimal.steps.last().map(Step::line).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "FAIL case {case}: `{last}` after {} verbs: {} (reproducer: {path})",
-            minimal.steps.len() - 1,
-            minimal.message
-        );
+        report(plan, case, &minimal, out);
     }
     for (name, cases) in known {
         let _ = writeln!(
@@ -121,6 +114,18 @@ pub fn run(plan: &Plan, out: &mut impl Write) -> Result<(u32, u32), Broken> {
     }
     let _ = writeln!(out, "{passed} passed, {failed} failed");
     Ok((passed, failed))
+}
+
+/// The line of a divergent case, its reproducer written.
+fn report(plan: &Plan, case: u32, d: &Divergence, out: &mut impl Write) {
+    let path = write_repro(plan, case, d);
+    let last = d.steps.last().map(Step::line).unwrap_or_default();
+    let before = d.steps.len().saturating_sub(1);
+    let _ = writeln!(
+        out,
+        "FAIL case {case}: `{last}` after {before} verbs: {} (reproducer: {path})",
+        d.message
+    );
 }
 
 /// Simplifies a divergent sequence while it still diverges, proptest's

@@ -324,12 +324,10 @@ impl Resolver {
     fn create_srq(&self, pd: usize, attr: &SrqAttr) -> Step {
         let l = &self.limits;
         let (max_wr, max_sge) = (fit(attr.max_wr, l.srq_wr), fit(attr.max_sge, l.srq_sge));
-        let args = vec![
-            pd as i64,
-            max_wr.into(),
-            max_sge.into(),
-            attr.srq_limit.into(),
-        ];
+        // srq_limit 0: ibv_create_srq(3) ignores the value, but rxe keeps
+        // it and then refuses a resize below it (docs/conformance.md,
+        // "Differential runs"), which would hide every later difference.
+        let args = vec![pd as i64, max_wr.into(), max_sge.into(), 0];
         let entry = SrqEntry {
             pd,
             max_wr,

@@ -16,9 +16,10 @@ impl Model {
         let qp = self.qps.get(&id).ok_or(EINVAL)?;
         require(qp.srq.is_none(), EINVAL)?;
         require(qp.state != QpState::Reset, EINVAL)?;
+        // A full queue before a bad WR, the order of rxe and mlx5.
+        require(qp.rq.len() < qp.init.cap.max_recv_wr as usize, ENOMEM)?;
         require(sges.len() <= qp.init.cap.max_recv_sge as usize, EINVAL)?;
         check_length(sges)?;
-        require(qp.rq.len() < qp.init.cap.max_recv_wr as usize, ENOMEM)?;
         if qp.state == QpState::Err {
             let (cq, wc) = (qp.recv_cq, flushed_recv(wr_id, qp.qp_num));
             self.complete(cq, wc);
@@ -34,11 +35,10 @@ impl Model {
 
     /// `ibv_post_srq_recv`.
     pub fn post_srq_recv(&mut self, id: SrqId, sges: &[Sge]) -> Outcome {
-        let srq = self.srqs.get(&id).ok_or(EINVAL)?;
+        let srq = self.srqs.get_mut(&id).ok_or(EINVAL)?;
+        require(srq.posted < srq.max_wr as usize, ENOMEM)?;
         require(sges.len() <= srq.max_sge as usize, EINVAL)?;
         check_length(sges)?;
-        let srq = self.srqs.get_mut(&id).expect("checked above");
-        require(srq.posted < srq.max_wr as usize, ENOMEM)?;
         srq.posted += 1;
         Ok(())
     }
