@@ -10,12 +10,12 @@ mod verbs;
 use crate::coverage::Coverage;
 use crate::model::{Model, ModelMr};
 use crate::names::state_to_raw;
-use crate::ops::{CreateQpSeed, Op, Pick};
+use crate::ops::{starter_qp, Op, Pick};
 use crate::stored::masked_view;
 use crate::table::TransitionTable;
 use crate::Outcome;
 use softverbs_engine::{
-    AhId, CqId, DeviceConfig, Engine, MrId, PdId, QpCap, QpId, QpType, SrqId, VerbsResult,
+    AhId, CqId, DeviceConfig, Engine, MrId, PdId, QpId, QpType, SrqId, VerbsResult,
 };
 
 /// Why a run failed.
@@ -64,7 +64,8 @@ impl World {
         w.reg_mr(pd0, false)?;
         w.reg_mr(pd1, true)?;
         for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
-            w.apply(&Op::CreateQp(starter_qp(qp_type)))?;
+            // Pick(1) names the first live object here (crate::harness::choose).
+            w.apply(&Op::CreateQp(starter_qp(qp_type, Pick(1))))?;
         }
         Ok(w)
     }
@@ -188,25 +189,6 @@ impl World {
             self.poll_cq(cq, usize::MAX)?;
         }
         Ok(())
-    }
-}
-
-/// A QP of type `qp_type` on the first PD and CQ, room for 4 receive WRs.
-fn starter_qp(qp_type: QpType) -> CreateQpSeed {
-    CreateQpSeed {
-        pd: Pick(1),
-        send_cq: Pick(1),
-        recv_cq: Pick(1),
-        srq: None,
-        qp_type: qp_type as u32,
-        cap: QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::bringup::valid_av;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use softverbs_engine::{AhAttr, Gid, QpAttr, QpCap, SrqAttr};
+use softverbs_engine::{AhAttr, Gid, QpAttr, QpCap, QpType, SrqAttr};
 use std::fmt::Debug;
 
 /// Which object an operation targets: mostly a live one, sometimes any
@@ -143,6 +143,27 @@ pub enum Op {
     CreateAh(Pick, AhAttr),
     /// `ibv_destroy_ah`.
     DestroyAh(Pick),
+}
+
+/// A QP of type `qp_type` on the PD and CQs `first` picks (the first ones
+/// made), room for 4 WRs and 2 SGEs each way: what every sequence starts
+/// with.
+pub fn starter_qp(qp_type: QpType, first: Pick) -> CreateQpSeed {
+    CreateQpSeed {
+        pd: first,
+        send_cq: first,
+        recv_cq: first,
+        srq: None,
+        qp_type: qp_type as u32,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    }
 }
 
 /// Any operation, weighted towards modify so that QPs travel far.

@@ -9,12 +9,12 @@ use super::limits::Limits;
 use super::objects::Objects;
 use super::repro::c_program;
 use super::steps::{apply, Resolver, Step};
-use crate::ops::{op, CreateQpSeed, Op, Pick};
+use crate::ops::{op, starter_qp, Op, Pick};
 use crate::table::TransitionTable;
 use proptest::collection::vec;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use softverbs_engine::{QpCap, QpType};
+use softverbs_engine::QpType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
@@ -181,23 +181,8 @@ fn write_repro(plan: &Plan, case: u32, d: &Divergence) -> String {
 /// The objects every sequence starts with, as the in-process harness's:
 /// two PDs, two CQs, three MRs, an RC, a UC and a UD QP.
 fn setup() -> Vec<Op> {
-    let qp = |ty: QpType| {
-        Op::CreateQp(CreateQpSeed {
-            pd: Pick(0),
-            send_cq: Pick(0),
-            recv_cq: Pick(0),
-            srq: None,
-            qp_type: ty as u32,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-    };
+    // Pick(0) names the first live object here (objects::choose).
+    let qp = |ty: QpType| Op::CreateQp(starter_qp(ty, Pick(0)));
     vec![
         Op::AllocPd,
         Op::AllocPd,
