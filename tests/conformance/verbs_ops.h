@@ -13,6 +13,7 @@
 #define SOFTVERBS_VERBS_OPS_H
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
@@ -168,7 +169,9 @@ static void op_mr(const arg_t *a)
 		ops_err(ENOMEM);
 		return;
 	}
-	memset(buf, 0, OPS_MR_LEN);
+	/* A pattern particular to this MR, so that data moved is seen. */
+	for (int i = 0; i < OPS_MR_LEN; i++)
+		buf[i] = (char)(i * 7 + ops_n_mr * 13);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, OPS_MR_LEN, (int)a[1]);
 	if (!mr) {
 		ops_err(errno);
@@ -481,17 +484,16 @@ static double ops_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* poll_cq CQ MAX WANT -> ok N, then N lines "wc WR_ID STATUS OPCODE
- * BYTE_LEN IMM FLAGS QP SRC_QP" (QP as an index). A device may complete
- * asynchronously (a kernel provider flushes a QP's WRs from a work
- * queue): polling goes on until WANT completions came or 2 s passed. */
-static void op_poll_cq(const arg_t *a)
+/* Polls CQ for up to MAX completions, going on until WANT came or
+ * `seconds` passed, and prints them: "ok N", then N lines "wc WR_ID
+ * STATUS OPCODE BYTE_LEN IMM FLAGS QP SRC_QP" (QP as an index). */
+static void ops_poll(const arg_t *a, double seconds)
 {
 	struct ibv_cq *cq = OPS_GET(cq, a[0]);
 	OPS_NEED(cq, "cq");
 	int max = a[1] > 1024 ? 1024 : (int)a[1], want = a[2] < max ? (int)a[2] : max, got = 0;
 	struct ibv_wc wc[1024];
-	double until = ops_now() + 2;
+	double until = ops_now() + seconds;
 	for (;;) {
 		int n = ibv_poll_cq(cq, max - got, wc + got);
 		if (n < 0) {
@@ -517,6 +519,114 @@ static void op_poll_cq(const arg_t *a)
 		       wc[i].imm_data, wc[i].wc_flags, ops_index((void **)ops_qp, ops_n_qp, owner),
 		       wc[i].src_qp);
 	}
+}
+
+/* poll_cq CQ MAX WANT: a device may complete asynchronously (a kernel
+ * provider flushes a QP's WRs from a work queue), so this waits up to
+ * 2 s for WANT completions. */
+static void op_poll_cq(const arg_t *a)
+{
+	ops_poll(a, 2);
+}
+
+/* wait_cq CQ MAX WANT: as poll_cq, for the data path, where WANT
+ * completions are owed (every WR posted completes once): up to 20 s. */
+static void op_wait_cq(const arg_t *a)
+{
+	ops_poll(a, 20);
+}
+
+/* connect QP PEER: moves an RC or UC QP from RESET to RTS, connected to
+ * QP PEER of this device through the device's own GID 0 (path MTU 1024,
+ * PSNs 0, every remote access allowed, 4 RD atomics each way, no RNR
+ * retry so a SEND without a receive WR fails at once, timeout 14 and 7
+ * retries). */
+static void op_connect(const arg_t *a)
+{
+	struct ibv_qp *qp = OPS_GET(qp, a[0]), *peer = OPS_GET(qp, a[1]);
+	OPS_NEED(qp && peer, "qp");
+	struct ibv_qp_attr at = {
+		.qp_state = IBV_QPS_INIT, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+	};
+	int rc = ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				     IBV_QP_ACCESS_FLAGS);
+	if (!rc) {
+		memset(&at, 0, sizeof(at));
+		at.qp_state = IBV_QPS_RTR;
+		at.path_mtu = IBV_MTU_1024;
+		at.dest_qp_num = peer->qp_num;
+		at.max_dest_rd_atomic = 4;
+		at.min_rnr_timer = 1;
+		at.ah_attr.is_global = 1;
+		at.ah_attr.port_num = 1;
+		at.ah_attr.grh.dgid = ops_own_gid;
+		at.ah_attr.grh.hop_limit = 64;
+		int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+		if (qp->qp_type == IBV_QPT_RC)
+			mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		rc = ibv_modify_qp(qp, &at, mask);
+	}
+	if (!rc) {
+		memset(&at, 0, sizeof(at));
+		at.qp_state = IBV_QPS_RTS;
+		at.timeout = 14;
+		at.retry_cnt = 7;
+		at.max_rd_atomic = 4;
+		int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		if (qp->qp_type == IBV_QPT_RC)
+			mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				IBV_QP_MAX_QP_RD_ATOMIC;
+		rc = ibv_modify_qp(qp, &at, mask);
+	}
+	ops_result(rc);
+}
+
+/* post_send QP WR_ID OPCODE LOCAL_MR OFFSET LENGTH REMOTE_MR
+ * REMOTE_OFFSET RKEY IMM: one signaled WR of `enum ibv_wr_opcode` OPCODE
+ * gathering LENGTH bytes (none if 0) of LOCAL_MR's buffer, aimed at
+ * REMOTE_MR's buffer with RKEY (-1: the MR's rkey). IMM is the immediate
+ * data, and for atomics the compare/add operand (swap: IMM + 1). */
+static void op_post_send(const arg_t *a)
+{
+	struct ibv_qp *qp = OPS_GET(qp, a[0]);
+	OPS_NEED(qp, "qp");
+	OPS_NEED(a[3] >= 0 && a[3] < ops_n_mr && a[6] >= 0 && a[6] < ops_n_mr, "mr");
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)ops_mr[a[3]].buf + (uint64_t)a[4],
+		.length = (uint32_t)a[5],
+		.lkey = ops_mr[a[3]].lkey,
+	};
+	struct ibv_mr *remote = ops_mr[a[6]].mr;
+	struct ibv_send_wr wr = {
+		.wr_id = (uint64_t)a[1], .sg_list = &sge, .num_sge = a[5] ? 1 : 0,
+		.opcode = (enum ibv_wr_opcode)a[2], .send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htonl((uint32_t)a[9]),
+	}, *bad;
+	uint64_t raddr = (uintptr_t)ops_mr[a[6]].buf + (uint64_t)a[7];
+	uint32_t rkey = a[8] < 0 ? (remote ? remote->rkey : 0) : (uint32_t)a[8];
+	if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = (uint64_t)a[9];
+		wr.wr.atomic.swap = (uint64_t)a[9] + 1;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	ops_result(ibv_post_send(qp, &wr, &bad));
+}
+
+/* mr_sum MR -> ok HASH: FNV-1a of the MR's buffer, to compare memory. */
+static void op_mr_sum(const arg_t *a)
+{
+	OPS_NEED(a[0] >= 0 && a[0] < ops_n_mr, "mr");
+	uint64_t h = 0xcbf29ce484222325ULL;
+	const unsigned char *p = (const unsigned char *)ops_mr[a[0]].buf;
+	for (int i = 0; i < OPS_MR_LEN; i++)
+		h = (h ^ p[i]) * 0x100000001b3ULL;
+	printf("ok %lld\n", (long long)h);
 }
 
 /* The line of one async event: "event TYPE KIND INDEX" (KIND qp, cq,
@@ -604,6 +714,10 @@ static const struct ops_verb {
 	{ "post_recv", op_post_recv, 3 },
 	{ "post_srq_recv", op_post_srq_recv, 3 },
 	{ "poll_cq", op_poll_cq, 3 },
+	{ "wait_cq", op_wait_cq, 3 },
+	{ "connect", op_connect, 2 },
+	{ "post_send", op_post_send, 10 },
+	{ "mr_sum", op_mr_sum, 1 },
 	{ "events", op_events, 1 },
 };
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The differential conformance runner (`softverbs conformance`,
 # docs/conformance.md) on this host, where the only device is softverbs:
-#   * softverbs0 against itself: every case passes (the runner's own
-#     comparisons, device limits and shrinking add no false divergence);
+#   * softverbs0 against itself, control-path and data-path cases: every
+#     case passes (the runner's own comparisons, device limits, waits and
+#     shrinking add no false divergence);
 #   * against softverbs0 with a fault rule in the compared process only
 #     (a post_recv failing with ENOMEM): the runner reports the cases that
 #     post twice, each shrunk to a short sequence ending in that verb, and
 #     its C reproducer builds and, run on both sides, prints the same
-#     lines up to the last answer, which differs as reported.
+#     lines up to the last answer, which differs as reported;
+#   * a completion rule on RDMA WRITEs in the compared process: the data
+#     path's wait reports the success on one side and REM_ACCESS_ERR on
+#     the other.
 # The comparison against kernel rxe runs in the interop VM (make interop).
 # Prints one line per check and "N passed, M failed" last.
 # Usage: conformance.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -22,11 +26,11 @@ here=$(dirname "$(readlink -f "$0")")
 . "$here/lib.sh"
 ONE_TIMEOUT=300
 
-one "softverbs0 against itself: 300 random sequences agree" "^300 passed, 0 failed$" \
-  "$CLI" conformance --against softverbs0 --cases 300 --repro-dir "$log/same"
+one "softverbs0 against itself: 300 control-path and 100 data-path sequences agree" "^400 passed, 0 failed$" \
+  "$CLI" conformance --against softverbs0 --cases 300 --data-cases 100 --repro-dir "$log/same"
 
 rule="post_recv nth=2 errno=ENOMEM"
-timeout 300 "$CLI" conformance --against softverbs0 --cases 40 --repro-dir "$log/repro" \
+timeout 300 "$CLI" conformance --against softverbs0 --cases 40 --data-cases 0 --repro-dir "$log/repro" \
   --against-env "SOFTVERBS_FAULTS=$rule" > "$log/out" 2>&1
 rc=$?
 # The second post_recv of a case fails on one side only: the report names
@@ -58,6 +62,17 @@ if cc -Wall -Wextra -Werror -o "$log/repro-bin" "$repro" -libverbs 2> "$log/cc" 
 else
   { cat "$log/cc"; echo "-- without the rule:"; tail -n 4 "$log/plain"; echo "-- with it:"; tail -n 4 "$log/faulty"; } > "$log/why" 2>&1
   bad "the C reproducer shows the divergence" "$log/why"
+fi
+
+# On the data path: an RDMA WRITE completing in error on one side only is
+# reported at the wait for its completion.
+timeout 300 "$CLI" conformance --against softverbs0 --cases 0 --data-cases 20 --repro-dir "$log/data" \
+  --against-env "SOFTVERBS_FAULTS=completion opcode=RDMA_WRITE nth=1 status=REM_ACCESS_ERR" > "$log/out" 2>&1
+line=$(grep -m1 '^FAIL data case ' "$log/out")
+if [[ "$line" =~ \`wait_cq\ .*\"wc\ [0-9]+\ 0\ 1\ .*\"wc\ [0-9]+\ 10\  ]]; then
+  ok "a data-path fault on one side: the WRITE's success and REM_ACCESS_ERR reported"
+else
+  bad "a data-path fault on one side: the WRITE's two completions reported" "$log/out"
 fi
 
 echo "$pass passed, $fail failed"

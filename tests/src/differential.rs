@@ -9,12 +9,14 @@
 //! * [`objects`]: what the first backend holds, from its answers.
 //! * [`limits`], [`steps`], [`fields`]: an operation as a verb line, with
 //!   device-independent values.
+//! * [`datapath`]: data-path cases (two connected QPs, every opcode).
 //! * [`backend`]: one executor process.
 //! * [`judge`], [`known`]: comparing two answers; the differences that are
 //!   known and explained.
 //! * [`runner`], [`repro`]: cases, shrinking, reports and C reproducers.
 
 pub mod backend;
+pub mod datapath;
 pub mod fields;
 pub mod judge;
 pub mod known;

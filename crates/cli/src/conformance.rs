@@ -19,9 +19,14 @@ pub struct Options {
     /// The softverbs device whose answers are the reference.
     #[arg(long, default_value = "softverbs0")]
     device: String,
-    /// Random sequences to run.
+    /// Random control-path sequences to run (resources, modify, SRQs,
+    /// receive WRs, events).
     #[arg(long, default_value_t = 100)]
     cases: u32,
+    /// Random data-path sequences to run (two connected RC QPs, every
+    /// opcode, completions and memory compared).
+    #[arg(long, default_value_t = 50)]
+    data_cases: u32,
     /// Most operations per sequence.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -87,6 +92,7 @@ pub fn run(o: Options) -> Result<(), String> {
         first,
         second,
         cases: o.cases,
+        data_cases: o.data_cases,
         max_ops: o.ops,
         seed: o.seed,
         shrink_runs: o.shrink,

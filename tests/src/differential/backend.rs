@@ -13,6 +13,8 @@ use std::time::Duration;
 /// How long one verb may take before the backend counts as hung: far
 /// more than any verb needs, also in an emulated VM.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The verbs whose answer "ok N" is followed by N more lines.
+const COUNTED: [&str; 3] = ["poll_cq", "wait_cq", "events"];
 /// How much of the executor's standard error is kept for a report.
 const STDERR_KEPT: usize = 4096;
 
@@ -80,10 +82,9 @@ impl Backend {
             .and_then(|()| self.stdin.flush())
             .map_err(|e| self.died(&format!("cannot be written to ({e})")))?;
         let first = self.next_line()?;
+        let verb = line.split(' ').next().unwrap_or("");
         let more = match first.split_whitespace().collect::<Vec<_>>()[..] {
-            ["ok", n] if line.starts_with("poll_cq") || line.starts_with("events") => {
-                n.parse().unwrap_or(0)
-            }
+            ["ok", n] if COUNTED.contains(&verb) => n.parse().unwrap_or(0),
             _ => 0,
         };
         let mut answer = vec![first];

@@ -159,7 +159,7 @@ fn unflushed_in_err(step: &Step, a: &[String], b: &[String]) -> bool {
             .cloned()
             .collect()
     };
-    step.verb == "poll_cq" && a.len() > b.len() && others(a) == others(b)
+    matches!(step.verb, "poll_cq" | "wait_cq") && a.len() > b.len() && others(a) == others(b)
 }
 
 /// The opposite: rxe still has flush completions softverbs removed when

@@ -3,6 +3,7 @@
 //! and `N passed, M failed` last.
 
 use super::backend::{Backend, BackendSpec};
+use super::datapath::{self, cq_of, data_op, data_step, DataOp};
 use super::judge::judge;
 use super::known::explain;
 use super::limits::Limits;
@@ -27,8 +28,10 @@ pub struct Plan {
     pub first: BackendSpec,
     /// The backend compared with it.
     pub second: BackendSpec,
-    /// Random sequences to run.
+    /// Random control-path sequences to run.
     pub cases: u32,
+    /// Random data-path sequences to run (`datapath`).
+    pub data_cases: u32,
     /// Most operations per sequence.
     pub max_ops: usize,
     /// Seed of the sequences.
@@ -67,81 +70,109 @@ enum Case {
 
 type CaseResult = Result<Case, Broken>;
 
+/// Passed and failed cases and the known differences met, so far.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: u32,
+    failed: u32,
+    known: BTreeMap<&'static str, u32>,
+}
+
 /// Runs the plan, printing to `out`; the counts of passed and failed
 /// cases.
 pub fn run(plan: &Plan, out: &mut impl Write) -> Result<(u32, u32), Broken> {
     let table = TransitionTable::load();
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&plan.seed.to_le_bytes());
-    let config = Config {
-        cases: plan.cases,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
-    let strategy = vec(op(), 1..=plan.max_ops.max(1));
+    let mut rng = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed),
+    );
     remove_old_reproducers(plan);
-    let (mut passed, mut failed) = (0, 0);
-    let mut known: BTreeMap<&str, u32> = BTreeMap::new();
-    for case in 0..plan.cases {
-        let mut tree = strategy
-            .new_tree(&mut runner)
-            .map_err(|e| Broken(format!("generating case {case}: {e}")))?;
-        let started = Instant::now();
-        let first = match run_case(plan, &table, &tree.current())? {
-            Case::Diverged(d) => d,
-            Case::Agreed(met) => {
-                passed += 1;
-                if plan.verbose {
-                    let took = started.elapsed().as_secs_f64();
-                    let _ = writeln!(out, "ok   case {case} ({took:.1} s) {met:?}");
-                }
-                for name in met {
-                    *known.entry(name).or_default() += 1;
-                }
-                continue;
-            }
-        };
-        failed += 1;
-        let minimal = shrink(plan, &table, &mut tree, first)?;
-        report(plan, case, &minimal, out);
-    }
-    for (name, cases) in known {
+    let mut tally = Tally::default();
+    let control = vec(op(), 1..=plan.max_ops.max(1));
+    let kind = ("case", plan.cases);
+    run_kind(plan, kind, &control, &mut rng, &mut tally, out, |ops| {
+        run_case(plan, &table, ops)
+    })?;
+    let data = vec(data_op(), 1..=plan.max_ops.clamp(1, 16));
+    let kind = ("data case", plan.data_cases);
+    run_kind(plan, kind, &data, &mut rng, &mut tally, out, |ops| {
+        run_data_case(plan, ops)
+    })?;
+    for (name, cases) in &tally.known {
         let _ = writeln!(
             out,
             "known difference (docs/conformance.md) in {cases} cases: {name}"
         );
     }
-    let _ = writeln!(out, "{passed} passed, {failed} failed");
-    Ok((passed, failed))
+    let _ = writeln!(out, "{} passed, {} failed", tally.passed, tally.failed);
+    Ok((tally.passed, tally.failed))
+}
+
+/// Runs `count` cases of one kind (`name`) drawn from `strategy`.
+fn run_kind<T: std::fmt::Debug>(
+    plan: &Plan,
+    (name, count): (&str, u32),
+    strategy: &impl Strategy<Value = Vec<T>>,
+    rng: &mut TestRunner,
+    tally: &mut Tally,
+    out: &mut impl Write,
+    case_of: impl Fn(&[T]) -> CaseResult,
+) -> Result<(), Broken> {
+    for case in 0..count {
+        let mut tree = strategy
+            .new_tree(rng)
+            .map_err(|e| Broken(format!("generating {name} {case}: {e}")))?;
+        let started = Instant::now();
+        let first = match case_of(&tree.current())? {
+            Case::Diverged(d) => d,
+            Case::Agreed(met) => {
+                tally.passed += 1;
+                if plan.verbose {
+                    let took = started.elapsed().as_secs_f64();
+                    let _ = writeln!(out, "ok   {name} {case} ({took:.1} s) {met:?}");
+                }
+                for known in met {
+                    *tally.known.entry(known).or_default() += 1;
+                }
+                continue;
+            }
+        };
+        tally.failed += 1;
+        let minimal = shrink(plan, &mut tree, first, &case_of)?;
+        report(plan, (name, case), &minimal, out);
+    }
+    Ok(())
 }
 
 /// The line of a divergent case, its reproducer written.
-fn report(plan: &Plan, case: u32, d: &Divergence, out: &mut impl Write) {
-    let path = write_repro(plan, case, d);
+fn report(plan: &Plan, (name, case): (&str, u32), d: &Divergence, out: &mut impl Write) {
+    let file = format!("{}-{case}.c", name.replace(' ', "-"));
+    let path = write_repro(plan, &file, d);
     let last = d.steps.last().map(Step::line).unwrap_or_default();
     let before = d.steps.len().saturating_sub(1);
     let _ = writeln!(
         out,
-        "FAIL case {case}: `{last}` after {before} verbs: {} (reproducer: {path})",
+        "FAIL {name} {case}: `{last}` after {before} verbs: {} (reproducer: {path})",
         d.message
     );
 }
 
 /// Simplifies a divergent sequence while it still diverges, proptest's
 /// way: simplify after a failure, complicate after a pass.
-fn shrink(
+fn shrink<T>(
     plan: &Plan,
-    table: &TransitionTable,
-    tree: &mut impl ValueTree<Value = Vec<Op>>,
+    tree: &mut impl ValueTree<Value = Vec<T>>,
     first: Divergence,
+    case_of: &impl Fn(&[T]) -> CaseResult,
 ) -> Result<Divergence, Broken> {
     let mut best = first;
     if !tree.simplify() {
         return Ok(best);
     }
     for _ in 0..plan.shrink_runs {
-        let more = match run_case(plan, table, &tree.current())? {
+        let more = match case_of(&tree.current())? {
             Case::Diverged(d) => {
                 best = d;
                 tree.simplify()
@@ -162,14 +193,14 @@ fn remove_old_reproducers(plan: &Plan) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("case-") && name.ends_with(".c") {
+        if (name.starts_with("case-") || name.starts_with("data-case-")) && name.ends_with(".c") {
             let _ = std::fs::remove_file(e.path());
         }
     }
 }
 
-fn write_repro(plan: &Plan, case: u32, d: &Divergence) -> String {
-    let path = plan.repro_dir.join(format!("case-{case}.c"));
+fn write_repro(plan: &Plan, file: &str, d: &Divergence) -> String {
+    let path = plan.repro_dir.join(file);
     let written = std::fs::create_dir_all(&plan.repro_dir)
         .and_then(|()| std::fs::write(&path, c_program(&d.steps, &d.message)));
     match written {
@@ -209,31 +240,51 @@ struct Session<'a> {
 
 /// Runs `ops` (after the setup) on fresh backends.
 fn run_case(plan: &Plan, table: &TransitionTable, ops: &[Op]) -> CaseResult {
-    let mut a = Backend::start(&plan.first).map_err(Broken)?;
-    let mut b = Backend::start(&plan.second).map_err(Broken)?;
-    let device = Step::device().line();
-    let (da, db) = (
-        a.ask(&device).map_err(Broken)?,
-        b.ask(&device).map_err(Broken)?,
-    );
-    let limits = Limits::of(&da[0], &db[0]).map_err(Broken)?;
+    let (mut s, limits) = Session::start(plan)?;
     let mut resolver = Resolver::new(table.clone(), limits);
-    let mut s = Session {
-        plan,
-        a,
-        b,
-        objects: Objects::default(),
-        steps: Vec::new(),
-        known: BTreeSet::new(),
-    };
     let outcome = s.run_ops(&mut resolver, &setup(), ops);
-    match outcome {
-        Ok(()) | Err(Stop::Known) => Ok(Case::Agreed(s.known)),
-        Err(Stop::Diverged(message)) => Ok(Case::Diverged(Divergence {
-            steps: s.steps,
-            message,
-        })),
-        Err(Stop::Broken(b)) => Err(b),
+    s.end(outcome)
+}
+
+/// Runs a data-path case on fresh backends.
+fn run_data_case(plan: &Plan, ops: &[DataOp]) -> CaseResult {
+    let (mut s, _) = Session::start(plan)?;
+    let outcome = s.run_data(ops);
+    s.end(outcome)
+}
+
+impl<'a> Session<'a> {
+    /// Both backends started, and the limits of their devices.
+    fn start(plan: &'a Plan) -> Result<(Session<'a>, Limits), Broken> {
+        let mut a = Backend::start(&plan.first).map_err(Broken)?;
+        let mut b = Backend::start(&plan.second).map_err(Broken)?;
+        let device = Step::device().line();
+        let (da, db) = (
+            a.ask(&device).map_err(Broken)?,
+            b.ask(&device).map_err(Broken)?,
+        );
+        let limits = Limits::of(&da[0], &db[0]).map_err(Broken)?;
+        let s = Session {
+            plan,
+            a,
+            b,
+            objects: Objects::default(),
+            steps: Vec::new(),
+            known: BTreeSet::new(),
+        };
+        Ok((s, limits))
+    }
+
+    /// How the case ended, from how its run stopped.
+    fn end(self, outcome: Result<(), Stop>) -> CaseResult {
+        match outcome {
+            Ok(()) | Err(Stop::Known) => Ok(Case::Agreed(self.known)),
+            Err(Stop::Diverged(message)) => Ok(Case::Diverged(Divergence {
+                steps: self.steps,
+                message,
+            })),
+            Err(Stop::Broken(b)) => Err(b),
+        }
     }
 }
 
@@ -246,6 +297,43 @@ enum Stop {
 }
 
 impl Session<'_> {
+    /// A data-path case: the setup, `ops`, then the sends' completions,
+    /// both QPs moved to ERR, the receives' completions, both MRs' memory
+    /// and the events. Every WR posted completes exactly once, so the
+    /// first device is waited for until all have.
+    fn run_data(&mut self, ops: &[DataOp]) -> Result<(), Stop> {
+        for step in datapath::setup() {
+            self.run(step, true)?;
+        }
+        // Completions owed by each QP: (receives, sends).
+        let mut owed = [(0u32, 0u32); 2];
+        for (i, op) in ops.iter().enumerate() {
+            let step = data_step(op, i as i64 + 1);
+            let (qp, sends) = (step.args[0] as usize, step.verb == "post_send");
+            if self.run(step, true)?[0] == "ok" {
+                let count = if sends {
+                    &mut owed[qp].1
+                } else {
+                    &mut owed[qp].0
+                };
+                *count += 1;
+            }
+        }
+        for (qp, &(_, sends)) in owed.iter().enumerate() {
+            self.run(datapath::wait(cq_of(qp, true), sends), true)?;
+        }
+        for qp in 0..owed.len() {
+            self.run(datapath::to_error(qp), true)?;
+        }
+        for (qp, &(recvs, _)) in owed.iter().enumerate() {
+            self.run(datapath::wait(cq_of(qp, false), recvs), true)?;
+        }
+        for mr in 0..2 {
+            self.run(datapath::mr_sum(mr), true)?;
+        }
+        self.run(Step::events(), true).map(drop)
+    }
+
     fn run_ops(&mut self, resolver: &mut Resolver, setup: &[Op], ops: &[Op]) -> Result<(), Stop> {
         for op in setup.iter().chain(ops) {
             if let Some(step) = resolver.step(op, &self.objects) {
@@ -263,7 +351,7 @@ impl Session<'_> {
     /// Runs one step on both, compares, and learns from the first's
     /// answer. Queries are kept among the steps only if they diverge: they
     /// change nothing, so a reproducer needs only the divergent one.
-    fn run(&mut self, step: Step, keep: bool) -> Result<(), Stop> {
+    fn run(&mut self, step: Step, keep: bool) -> Result<Vec<String>, Stop> {
         let a = self.a.ask(&step.line()).map_err(|e| {
             self.steps.push(step.clone());
             Stop::Diverged(e)
@@ -298,7 +386,7 @@ impl Session<'_> {
         }
         verdict.map_err(Stop::Diverged)?;
         apply(&mut self.objects, &step, &a);
-        Ok(())
+        Ok(a)
     }
 
     /// After every operation: every live QP and SRQ queried on both.

@@ -1,0 +1,237 @@
+//! Data-path cases: two RC QPs of one device connected to each other
+//! through its own GID, random receive WRs and signaled WRs of every
+//! opcode between them (SEND, SEND_WITH_IMM, RDMA WRITE, WRITE_WITH_IMM,
+//! READ, compare-and-swap, fetch-and-add; sometimes with a wrong rkey),
+//! then every completion (each WR completes exactly once: the sends
+//! first, then the receives once both QPs are moved to ERR), the memory
+//! of both MRs and the async events, compared between the two devices.
+//! No SEND waits for a receive WR: with rnr_retry 0 it fails at once with
+//! RNR_RETRY_EXC_ERR on both.
+
+use super::fields::qp_attr_args;
+use super::steps::{Effect, Judge, Step};
+use proptest::prelude::*;
+use softverbs_engine::QpAttr;
+
+/// Bytes of each MR (the executor's buffers).
+const MR_LEN: u16 = 4096;
+/// `enum ibv_wr_opcode`: SEND, SEND_WITH_IMM, RDMA_WRITE,
+/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
+const OPCODES: [i64; 7] = [2, 3, 0, 1, 4, 5, 6];
+/// An rkey no MR has.
+const BAD_RKEY: i64 = 0x5eed_0bad;
+/// Completion queues: QP n sends to CQ 2n and receives to CQ 2n + 1.
+const fn send_cq(qp: usize) -> usize {
+    2 * qp
+}
+const fn recv_cq(qp: usize) -> usize {
+    2 * qp + 1
+}
+
+/// One operation of a data-path case; QP 0 or 1 (`second`), each with
+/// its own MR, aimed at the other's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataOp {
+    /// A receive WR into the QP's MR.
+    Recv {
+        /// QP 1 rather than 0.
+        second: bool,
+        /// Where in the MR.
+        offset: u16,
+        /// How many bytes.
+        len: u16,
+    },
+    /// A signaled send-queue WR.
+    Send {
+        /// QP 1 rather than 0.
+        second: bool,
+        /// Index into the opcodes.
+        opcode: u8,
+        /// Local offset.
+        offset: u16,
+        /// Length (8 for atomics).
+        len: u16,
+        /// Remote offset.
+        remote: u16,
+        /// A wrong rkey (one in ten).
+        bad_rkey: bool,
+        /// Immediate data, or the atomic operand.
+        imm: u32,
+    },
+}
+
+/// Any data-path operation, receives as often as sends.
+pub fn data_op() -> impl Strategy<Value = DataOp> {
+    let recv = (any::<bool>(), any::<u16>(), any::<u16>()).prop_map(|(second, offset, len)| {
+        DataOp::Recv {
+            second,
+            offset,
+            len,
+        }
+    });
+    let send = (
+        any::<bool>(),
+        0..OPCODES.len() as u8,
+        (any::<u16>(), any::<u16>(), any::<u16>()),
+        proptest::bool::weighted(0.1),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(second, opcode, (offset, len, remote), bad_rkey, imm)| DataOp::Send {
+                second,
+                opcode,
+                offset,
+                len,
+                remote,
+                bad_rkey,
+                imm,
+            },
+        );
+    prop_oneof![recv, send]
+}
+
+fn step(verb: &'static str, args: Vec<i64>, judge: Judge) -> Step {
+    Step {
+        verb,
+        args,
+        judge,
+        effect: Effect::None,
+    }
+}
+
+/// The objects of a data case: a PD, four CQs, an MR per QP with every
+/// access, two RC QPs (16 WRs, 1 SGE each way, every WR signaled)
+/// connected to each other.
+pub fn setup() -> Vec<Step> {
+    let mut steps = vec![step("pd", vec![], Judge::Exact)];
+    steps.extend((0..4).map(|_| step("cq", vec![4096], Judge::Exact)));
+    // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC.
+    steps.extend((0..2).map(|_| step("mr", vec![0, 0xf], Judge::Exact)));
+    for qp in 0..2 {
+        let cqs = [send_cq(qp) as i64, recv_cq(qp) as i64];
+        let args = vec![0, cqs[0], cqs[1], -1, 2, 16, 16, 1, 1, 0, 1];
+        steps.push(step("qp", args, Judge::AtLeast(vec![16, 16, 1, 1, 0])));
+    }
+    steps.push(step("connect", vec![0, 1], Judge::Exact));
+    steps.push(step("connect", vec![1, 0], Judge::Exact));
+    steps
+}
+
+/// The step of `op`; `wr_id` numbers the WRs.
+pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
+    match *op {
+        DataOp::Recv {
+            second,
+            offset,
+            len,
+        } => {
+            let qp = usize::from(second);
+            let offset = offset % MR_LEN;
+            let len = len % (MR_LEN - offset) + 1;
+            let args = vec![
+                qp as i64,
+                wr_id,
+                1,
+                qp as i64,
+                offset.into(),
+                len.into(),
+                -1,
+            ];
+            step("post_recv", args, Judge::Exact)
+        }
+        DataOp::Send {
+            second,
+            opcode,
+            offset,
+            len,
+            remote,
+            bad_rkey,
+            imm,
+        } => {
+            let qp = usize::from(second);
+            let opcode = OPCODES[usize::from(opcode) % OPCODES.len()];
+            let (offset, len, remote) = if opcode >= 5 {
+                // An atomic: 8 bytes, 8-byte aligned at both ends.
+                (offset % (MR_LEN / 8) * 8, 8, remote % (MR_LEN / 8) * 8)
+            } else {
+                let offset = offset % MR_LEN;
+                let len = len % (MR_LEN - offset + 1);
+                (offset, len, remote % (MR_LEN - len + 1))
+            };
+            let rkey = if bad_rkey { BAD_RKEY } else { -1 };
+            let args = vec![
+                qp as i64,
+                wr_id,
+                opcode,
+                qp as i64,
+                offset.into(),
+                len.into(),
+                1 - qp as i64,
+                remote.into(),
+                rkey,
+                imm.into(),
+            ];
+            step("post_send", args, Judge::Exact)
+        }
+    }
+}
+
+/// Waits for `want` completions of CQ `cq` (the second device waits for
+/// as many as the first returned).
+pub fn wait(cq: usize, want: u32) -> Step {
+    let args = vec![cq as i64, 1024, want.into()];
+    step("wait_cq", args, Judge::Drained)
+}
+
+/// The completion queue of QP `qp`'s sends or receives.
+pub fn cq_of(qp: usize, sends: bool) -> usize {
+    if sends {
+        send_cq(qp)
+    } else {
+        recv_cq(qp)
+    }
+}
+
+/// Moves QP `qp` to ERR, which flushes what it still holds.
+pub fn to_error(qp: usize) -> Step {
+    let attr = QpAttr {
+        qp_state: 6,
+        ..QpAttr::default()
+    };
+    let mut args = vec![qp as i64, 1];
+    args.extend(qp_attr_args(&attr));
+    step("modify_qp", args, Judge::Exact)
+}
+
+/// The memory of MR `mr`, as a hash.
+pub fn mr_sum(mr: usize) -> Step {
+    step("mr_sum", vec![mr as i64], Judge::Exact)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sends_stay_inside_both_mrs_and_atomics_are_aligned() {
+        for (offset, len, remote) in [(0, 0, 0), (4095, 4095, 4095), (100, 9000, 4000)] {
+            for opcode in 0..7 {
+                let op = DataOp::Send {
+                    second: false,
+                    opcode,
+                    offset,
+                    len,
+                    remote,
+                    bad_rkey: false,
+                    imm: 1,
+                };
+                let a = data_step(&op, 1).args;
+                let (off, len, roff) = (a[4], a[5], a[7]);
+                assert!(off + len <= 4096 && roff + len <= 4096, "{a:?}");
+                if a[2] >= 5 {
+                    assert_eq!((len, off % 8, roff % 8), (8, 0, 0));
+                }
+            }
+        }
+    }
+}
