@@ -11,7 +11,9 @@
 #     lines up to the last answer, which differs as reported;
 #   * a completion rule on RDMA WRITEs in the compared process: the data
 #     path's wait reports the success on one side and REM_ACCESS_ERR on
-#     the other.
+#     the other;
+#   * a run that cannot start (no executor, a device that does not open)
+#     fails saying why.
 # The comparison against kernel rxe runs in the interop VM (make interop).
 # Prints one line per check and "N passed, M failed" last.
 # Usage: conformance.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -73,6 +75,22 @@ if [[ "$line" =~ \`wait_cq\ .*\"wc\ [0-9]+\ 0\ 1\ .*\"wc\ [0-9]+\ 10\  ]]; then
   ok "a data-path fault on one side: the WRITE's success and REM_ACCESS_ERR reported"
 else
   bad "a data-path fault on one side: the WRITE's two completions reported" "$log/out"
+fi
+
+# A run that cannot start says why and fails, rather than passing nothing.
+if SOFTVERBS_VERBS_EXEC=/nonexistent "$CLI" conformance --against softverbs0 > "$log/out" 2>&1; then
+  bad "a missing executor fails the run" "$log/out"
+elif grep -q "SOFTVERBS_VERBS_EXEC=/nonexistent does not exist" "$log/out"; then
+  ok "a missing executor fails the run, naming it"
+else
+  bad "a missing executor fails the run, naming it" "$log/out"
+fi
+if "$CLI" conformance --against nosuchdevice0 --cases 1 > "$log/out" 2>&1; then
+  bad "a device that does not open fails the run" "$log/out"
+elif grep -q "conformance run stopped: backend nosuchdevice0 .*cannot open sv_nosuchdevice0" "$log/out"; then
+  ok "a device that does not open fails the run, with the executor's reason"
+else
+  bad "a device that does not open fails the run, with the executor's reason" "$log/out"
 fi
 
 echo "$pass passed, $fail failed"

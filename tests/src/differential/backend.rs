@@ -40,6 +40,8 @@ pub struct Backend {
     stdin: ChildStdin,
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
+    /// Closed once the executor's standard error has been read to its end.
+    stderr_done: Receiver<()>,
 }
 
 impl Backend {
@@ -61,13 +63,15 @@ impl Backend {
             })?;
         let stdin = child.stdin.take().expect("piped stdin");
         let lines = forward_lines(BufReader::new(child.stdout.take().expect("piped stdout")));
-        let stderr = keep_tail(BufReader::new(child.stderr.take().expect("piped stderr")));
+        let (stderr, stderr_done) =
+            keep_tail(BufReader::new(child.stderr.take().expect("piped stderr")));
         let mut backend = Backend {
             label: spec.label.clone(),
             child,
             stdin,
             lines,
             stderr,
+            stderr_done,
         };
         match backend.next_line()? {
             ready if ready == "ready" => Ok(backend),
@@ -112,6 +116,9 @@ impl Backend {
             .child
             .wait()
             .map_or_else(|e| e.to_string(), |s| s.to_string());
+        // The last lines may still be on their way; a process the executor
+        // started may hold the pipe open, so the wait is bounded.
+        let _ = self.stderr_done.recv_timeout(Duration::from_secs(1));
         let stderr = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
         format!(
             "backend {} {what} ({status}); its stderr: {}",
@@ -142,11 +149,14 @@ fn forward_lines(out: impl BufRead + Send + 'static) -> Receiver<String> {
     rx
 }
 
-/// A thread that keeps the last few KiB of `err`.
-fn keep_tail(err: impl BufRead + Send + 'static) -> Arc<Mutex<String>> {
+/// A thread that keeps the last few KiB of `err`; the receiver is closed
+/// when it has read everything.
+fn keep_tail(err: impl BufRead + Send + 'static) -> (Arc<Mutex<String>>, Receiver<()>) {
     let kept = Arc::new(Mutex::new(String::new()));
     let sink = Arc::clone(&kept);
+    let (done, finished) = mpsc::channel::<()>();
     std::thread::spawn(move || {
+        let _done = done;
         for line in err.lines() {
             let Ok(line) = line else { break };
             let Ok(mut s) = sink.lock() else { break };
@@ -159,5 +169,5 @@ fn keep_tail(err: impl BufRead + Send + 'static) -> Arc<Mutex<String>> {
             }
         }
     });
-    kept
+    (kept, finished)
 }
