@@ -248,6 +248,9 @@ cm_run() {
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; src=$?
+  if [ "$prog" = rping ]; then
+    crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
+  fi
   local took=$((SECONDS - t0))
   [ -n "$sv_case" ] && observe_stop
   pair_result "$name" "$took" "$crc" "$src" "$expect" "$sv_case"

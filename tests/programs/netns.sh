@@ -124,6 +124,9 @@ cm_across() {
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; local src=$?
+  if [ "$prog" = rping ]; then
+    crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
+  fi
   if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
     pass=$((pass + 1)); echo "ok   $name"
   else

@@ -106,6 +106,7 @@ cm_pair() {
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; local src=$?
+  crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
   pair_verdict "$name" ""
 }
 cm_pair

@@ -307,17 +307,32 @@ unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> is
 /// on a blocking channel with none queued.
 fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
     let service = service::get().map_err(|_| libc::EBADF)?;
+    let file = fds::file(fd);
     let mut bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
     check_event_buffer(&bytes)?;
     copy_option_value(&mut bytes)?;
     loop {
-        match service.command(fd, &bytes)? {
-            Some(Reply::Respond { addr, bytes }) => return write_caller(addr, &bytes),
-            Some(_) => return Ok(()),
-            None if nonblocking(fd) => return Err(libc::EAGAIN),
-            None => wait_readable(fd)?,
+        match service.command(fd, &bytes) {
+            Ok(Some(Reply::Respond { addr, bytes })) => return write_caller(addr, &bytes),
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if nonblocking(fd) => return Err(libc::EAGAIN),
+            Ok(None) => wait_readable(fd)?,
+            Err(libc::EBADF) if closed_under(fd, file) => wait_for_ever(),
+            Err(errno) => return Err(errno),
+        }
+        if closed_under(fd, file) {
+            wait_for_ever();
         }
     }
+}
+
+/// Whether channel `fd`, which was `file` when this command began, has
+/// been closed since by another thread. The command then never returns,
+/// as the kernel's: the call holds the file, whose events went with its
+/// ids (rping's CM thread, woken by an event as its main thread closes
+/// the channel, must not see EBADF and exit non-zero).
+fn closed_under(fd: c_int, file: Option<(u64, u64)>) -> bool {
+    !fds::is_channel(fd) || fds::file(fd) != file
 }
 
 fn nonblocking(fd: c_int) -> bool {
