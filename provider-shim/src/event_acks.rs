@@ -8,26 +8,18 @@
 //! the C objects (`ibv_cq.comp_events_completed` and
 //! `async_events_completed`, `ibv_qp.events_completed`,
 //! `ibv_srq.events_completed`) under the object's `mutex` and signal its
-//! `cond`. What the provider counts is the other side: libibverbs calls the
-//! `cq_event` and `async_event` ops each time `ibv_get_cq_event` or
-//! `ibv_get_async_event` hands an event to the application, which is the
-//! moment the kernel counts an event as reported. A destroy then waits on
-//! the object's `cond` until the acknowledged counts reach the reported
-//! ones, as libibverbs does after the kernel's destroy command.
-//!
-//! Events still unread in a descriptor when the object goes are not
-//! counted (the application never took them): the destroy takes them
-//! back from the descriptor (events.rs, `purge`), as the kernel drops
-//! them, so nobody reads an event that names a freed object.
+//! `cond`. What the provider counts is the other side, the events
+//! reported: records read from the descriptors, as the kernel counts an
+//! event when `read` dequeues it (events.rs keeps the count: records sent,
+//! less those a destroy takes back unread). A destroy then waits on the
+//! object's `cond` until the acknowledged counts reach the reported ones,
+//! as libibverbs does after the kernel's destroy command.
 
-use crate::context::state;
 use crate::ffi::*;
-use crate::guard::guard;
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ptr::addr_of_mut;
 
-/// Events handed to the application for one object.
+/// Events reported to the application for one object.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
     /// Completion events (CQs only).
@@ -36,66 +28,30 @@ pub struct Delivered {
     pub async_events: u32,
 }
 
-/// The events delivered per live object, keyed by the address of its C
-/// object (the only thing an event names), so an event read after its
-/// object was destroyed finds no entry and is never dereferenced here.
+/// Event counts per live object, keyed by the address of its C object
+/// (the only thing an event names); an object not added is not counted.
 #[derive(Debug, Default)]
 pub struct Acks {
-    delivered: Mutex<HashMap<usize, Delivered>>,
+    counts: HashMap<usize, Delivered>,
 }
 
 impl Acks {
     /// Starts counting for a new object.
-    pub fn add(&self, object: usize) {
-        self.delivered.lock().insert(object, Delivered::default());
+    pub fn add(&mut self, object: usize) {
+        self.counts.insert(object, Delivered::default());
     }
 
-    /// Stops counting for a destroyed object; what it was handed.
-    pub fn remove(&self, object: usize) -> Delivered {
-        self.delivered.lock().remove(&object).unwrap_or_default()
+    /// Stops counting for a destroyed object; its counts.
+    pub fn remove(&mut self, object: usize) -> Delivered {
+        self.counts.remove(&object).unwrap_or_default()
     }
 
-    fn count(&self, object: usize, bump: impl FnOnce(&mut Delivered)) {
-        if let Some(d) = self.delivered.lock().get_mut(&object) {
+    /// Adds to a live object's counts.
+    pub fn count(&mut self, object: usize, bump: impl FnOnce(&mut Delivered)) {
+        if let Some(d) = self.counts.get_mut(&object) {
             bump(d);
         }
     }
-}
-
-/// `verbs_context_ops.cq_event`: `ibv_get_cq_event` handed out an event.
-///
-/// # Safety
-/// Called by libibverbs with the CQ the event names, whose `context`
-/// libibverbs has just read itself.
-pub unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
-    guard((), || {
-        // SAFETY: per the contract; a plain field read.
-        let context = unsafe { std::ptr::addr_of!((*cq).context).read() };
-        // SAFETY: a CQ of ours belongs to one of our contexts.
-        let st = unsafe { state(context) };
-        st.events.acks.count(cq as usize, |d| d.comp += 1);
-    })
-}
-
-/// `verbs_context_ops.async_event`: `ibv_get_async_event` handed out an
-/// event.
-///
-/// # Safety
-/// Called by libibverbs with one of our contexts and the event it filled.
-pub unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
-    guard((), || {
-        // SAFETY: the event libibverbs just filled; a plain field read.
-        let kind = unsafe { std::ptr::addr_of!((*event).event_type).read() };
-        if !names_object(kind) {
-            return;
-        }
-        // SAFETY: for these types libibverbs stored the object's pointer
-        // in the union (only its value is used, never dereferenced).
-        let object = unsafe { std::ptr::addr_of!((*event).element.cq).read() } as usize;
-        // SAFETY: our context.
-        let st = unsafe { state(context) };
-        st.events.acks.count(object, |d| d.async_events += 1);
-    })
 }
 
 /// What the element of an async event holds, by the event's type.
@@ -126,12 +82,6 @@ pub fn event_element(kind: u32) -> EventElement {
         IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => EventElement::Srq,
         _ => EventElement::Port,
     }
-}
-
-/// Whether an event's element is a CQ, QP or SRQ pointer (the others hold
-/// a port number).
-fn names_object(kind: u32) -> bool {
-    event_element(kind) != EventElement::Port
 }
 
 /// Waits on `cond` (with `mutex`, both libibverbs-owned) until `acked()`.
@@ -213,7 +163,7 @@ mod tests {
 
     #[test]
     fn only_events_of_live_objects_are_counted() {
-        let acks = Acks::default();
+        let mut acks = Acks::default();
         acks.add(0x1000);
         acks.count(0x1000, |d| d.comp += 1);
         acks.count(0x1000, |d| d.async_events += 1);

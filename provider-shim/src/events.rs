@@ -59,24 +59,27 @@ impl EventPipe {
     }
 }
 
-/// Sends one record; a full or closed channel drops it.
-fn send_record(fd: RawFd, record: &[u8]) {
+/// Sends one record; a full or closed channel drops it. Whether it went.
+fn send_record(fd: RawFd, record: &[u8]) -> bool {
     // SAFETY: `record` is a valid buffer of its length; MSG_NOSIGNAL keeps
     // a closed peer from raising SIGPIPE, MSG_DONTWAIT from blocking.
-    unsafe {
+    let n = unsafe {
         libc::send(
             fd,
             record.as_ptr().cast(),
             record.len(),
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        );
-    }
+        )
+    };
+    usize::try_from(n) == Ok(record.len())
 }
 
 /// Takes every record waiting at `reader` and puts back, through
-/// `writer`, those that do not name `element` (their first 8 bytes). A
-/// thread of the application reading meanwhile gets records either way.
-fn purge(reader: RawFd, writer: RawFd, element: u64) {
+/// `writer`, those that do not name `element` (their first 8 bytes); how
+/// many it took. A thread of the application reading meanwhile gets
+/// records either way (and one naming `element` then counts as read).
+fn purge(reader: RawFd, writer: RawFd, element: u64) -> u32 {
+    let mut taken = 0;
     let mut keep = Vec::new();
     let mut buf = [0u8; 16];
     loop {
@@ -98,13 +101,16 @@ fn purge(reader: RawFd, writer: RawFd, element: u64) {
             break;
         }
         let record = &buf[..n];
-        if record.get(..8) != Some(&element.to_ne_bytes()[..]) {
+        if record.get(..8) == Some(&element.to_ne_bytes()[..]) {
+            taken += 1;
+        } else {
             keep.push(record.to_vec());
         }
     }
     for record in keep {
         send_record(writer, &record);
     }
+    taken
 }
 
 /// No more records: readers get end of file once they read what is queued.
@@ -117,6 +123,14 @@ fn shut_down(fd: RawFd) {
 const DEVICE_EVENT_PORT: u64 = 1;
 
 /// Where the events of one context go, and the C objects they name.
+///
+/// An event counts as reported to the application once its record has
+/// left the descriptor, as the kernel counts it when `read` dequeues it:
+/// the records sent for an object, less those its destroy takes back
+/// unread. (Counting later, when libibverbs calls the provider's
+/// `async_event` op after its read, left a window in which a destroy on
+/// another thread waited for nothing and freed the QP under a reader
+/// about to dereference it: UCX's async thread, preempted there.)
 #[derive(Debug)]
 pub struct EventSink {
     async_writer: OwnedFd,
@@ -124,9 +138,10 @@ pub struct EventSink {
     /// take back the events of a destroyed object.
     async_reader: RawFd,
     channels: Channels,
+    /// Held while a record is sent and counted, and while an object is
+    /// removed and its records taken back: no record naming an object
+    /// is sent after its destroy took its records back.
     objects: Mutex<Objects>,
-    /// The events handed to the application, per object.
-    pub acks: Acks,
 }
 
 #[derive(Debug, Default)]
@@ -135,6 +150,8 @@ struct Objects {
     cqs: HashMap<CqId, (usize, Option<RawFd>)>,
     qps: HashMap<QpId, usize>,
     srqs: HashMap<SrqId, usize>,
+    /// The records sent per live object (by its C object's address).
+    sent: Acks,
 }
 
 impl EventSink {
@@ -147,68 +164,82 @@ impl EventSink {
             async_reader,
             channels,
             objects: Mutex::new(Objects::default()),
-            acks: Acks::default(),
         }
     }
 
     /// Records a CQ's C object and completion channel.
     pub fn add_cq(&self, cq: CqId, ptr: usize, channel: Option<RawFd>) {
-        self.acks.add(ptr);
-        self.objects.lock().cqs.insert(cq, (ptr, channel));
+        let mut o = self.objects.lock();
+        o.sent.add(ptr);
+        o.cqs.insert(cq, (ptr, channel));
     }
 
     /// Records a QP's C object.
     pub fn add_qp(&self, qp: QpId, ptr: usize) {
-        self.acks.add(ptr);
-        self.objects.lock().qps.insert(qp, ptr);
+        let mut o = self.objects.lock();
+        o.sent.add(ptr);
+        o.qps.insert(qp, ptr);
     }
 
     /// Records an SRQ's C object.
     pub fn add_srq(&self, srq: SrqId, ptr: usize) {
-        self.acks.add(ptr);
-        self.objects.lock().srqs.insert(srq, ptr);
+        let mut o = self.objects.lock();
+        o.sent.add(ptr);
+        o.srqs.insert(srq, ptr);
     }
 
     /// Forgets a destroyed CQ and takes back its unread events; the
-    /// events the application took for it.
+    /// events the application read for it.
     pub fn remove_cq(&self, cq: CqId) -> Delivered {
-        let Some((ptr, channel)) = self.objects.lock().cqs.remove(&cq) else {
+        let mut o = self.objects.lock();
+        let Some((ptr, channel)) = o.cqs.remove(&cq) else {
             return Delivered::default();
         };
+        let mut unread = Delivered::default();
         if let Some(writer) = channel {
             let channels = self.channels.lock();
             let reader = channels.iter().find(|(_, w)| w.as_raw_fd() == writer);
             if let Some((&reader, _)) = reader {
-                purge(reader, writer, ptr as u64);
+                unread.comp = purge(reader, writer, ptr as u64);
             }
         }
-        self.forget(ptr)
+        self.forget(&mut o, ptr, unread)
     }
 
-    /// Forgets a destroyed QP; the events the application took for it.
+    /// Forgets a destroyed QP; the events the application read for it.
     pub fn remove_qp(&self, qp: QpId) -> Delivered {
-        let ptr = self.objects.lock().qps.remove(&qp);
-        ptr.map_or_else(Delivered::default, |p| self.forget(p))
+        let mut o = self.objects.lock();
+        let ptr = o.qps.remove(&qp);
+        ptr.map_or_else(Delivered::default, |p| {
+            self.forget(&mut o, p, Delivered::default())
+        })
     }
 
-    /// Forgets a destroyed SRQ; the events the application took for it.
+    /// Forgets a destroyed SRQ; the events the application read for it.
     pub fn remove_srq(&self, srq: SrqId) -> Delivered {
-        let ptr = self.objects.lock().srqs.remove(&srq);
-        ptr.map_or_else(Delivered::default, |p| self.forget(p))
+        let mut o = self.objects.lock();
+        let ptr = o.srqs.remove(&srq);
+        ptr.map_or_else(Delivered::default, |p| {
+            self.forget(&mut o, p, Delivered::default())
+        })
     }
 
     /// Takes back the unread async events of a destroyed object, as the
     /// kernel drops them at destroy (libibverbs would otherwise hand the
     /// freed object to whoever reads them), and stops counting its
-    /// events.
-    fn forget(&self, ptr: usize) -> Delivered {
-        purge(self.async_reader, self.async_writer.as_raw_fd(), ptr as u64);
-        self.acks.remove(ptr)
+    /// events; those read (sent, less `unread` and the async records
+    /// taken back here).
+    fn forget(&self, o: &mut Objects, ptr: usize, mut unread: Delivered) -> Delivered {
+        unread.async_events = purge(self.async_reader, self.async_writer.as_raw_fd(), ptr as u64);
+        let sent = o.sent.remove(ptr);
+        Delivered {
+            comp: sent.comp.saturating_sub(unread.comp),
+            async_events: sent.async_events.saturating_sub(unread.async_events),
+        }
     }
 
-    fn element(&self, event: AsyncEvent) -> Option<u64> {
-        let o = self.objects.lock();
-        let ptr = match event {
+    fn element(o: &Objects, event: AsyncEvent) -> Option<usize> {
+        match event {
             AsyncEvent::CqErr(cq) => o.cqs.get(&cq).map(|c| c.0),
             AsyncEvent::SrqLimitReached(srq) => o.srqs.get(&srq).copied(),
             AsyncEvent::QpFatal(qp)
@@ -217,28 +248,32 @@ impl EventSink {
             | AsyncEvent::CommEst(qp)
             | AsyncEvent::SqDrained(qp)
             | AsyncEvent::QpLastWqeReached(qp) => o.qps.get(&qp).copied(),
-        };
-        ptr.map(|p| p as u64)
+        }
     }
 }
 
 impl Notify for EventSink {
     fn completion_event(&self, cq: CqId) {
-        let target = self.objects.lock().cqs.get(&cq).copied();
-        if let Some((ptr, Some(fd))) = target {
-            send_record(fd, &(ptr as u64).to_ne_bytes());
+        let mut o = self.objects.lock();
+        if let Some(&(ptr, Some(fd))) = o.cqs.get(&cq) {
+            if send_record(fd, &(ptr as u64).to_ne_bytes()) {
+                o.sent.count(ptr, |d| d.comp += 1);
+            }
         }
     }
 
     fn async_event(&self, event: AsyncEvent) {
-        let Some(element) = self.element(event) else {
+        let mut o = self.objects.lock();
+        let Some(element) = Self::element(&o, event) else {
             return;
         };
-        self.send_async(element, event.event_type());
+        if self.send_async(element as u64, event.event_type()) {
+            o.sent.count(element, |d| d.async_events += 1);
+        }
     }
 
     fn device_fatal(&self) {
-        self.send_async(DEVICE_EVENT_PORT, crate::ffi::IBV_EVENT_DEVICE_FATAL);
+        let _ = self.send_async(DEVICE_EVENT_PORT, crate::ffi::IBV_EVENT_DEVICE_FATAL);
         shut_down(self.async_writer.as_raw_fd());
         for writer in self.channels.lock().values() {
             shut_down(writer.as_raw_fd());
@@ -253,12 +288,12 @@ impl Notify for EventSink {
 }
 
 impl EventSink {
-    /// One `ib_uverbs_async_event_desc` record.
-    fn send_async(&self, element: u64, event_type: u32) {
+    /// One `ib_uverbs_async_event_desc` record; whether it went.
+    fn send_async(&self, element: u64, event_type: u32) -> bool {
         let mut record = [0u8; 16];
         record[..8].copy_from_slice(&element.to_ne_bytes());
         record[8..12].copy_from_slice(&event_type.to_ne_bytes());
-        send_record(self.async_writer.as_raw_fd(), &record);
+        send_record(self.async_writer.as_raw_fd(), &record)
     }
 }
 
@@ -349,6 +384,53 @@ mod tests {
             )
         };
         assert_eq!(n, -1, "both async events named destroyed objects");
+    }
+
+    /// An event whose record was read counts as reported even if the
+    /// reader has not got further (libibverbs calls nothing between its
+    /// read and handing the event out): the destroy then waits for its
+    /// acknowledgement. Records still unread are taken back, not counted.
+    #[test]
+    fn an_event_read_before_the_destroy_counts_as_reported() {
+        let async_pipe = EventPipe::new().unwrap();
+        let channel = EventPipe::new().unwrap();
+        let async_reader: OwnedFd = async_pipe.reader.unwrap();
+        let channel_reader: OwnedFd = channel.reader.unwrap();
+        let writer = channel.writer.as_raw_fd();
+        let channels = super::Channels::default();
+        channels
+            .lock()
+            .insert(channel_reader.as_raw_fd(), channel.writer);
+        let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
+        let mut cqs: slotmap::SlotMap<CqId, ()> = slotmap::SlotMap::with_key();
+        let cq = cqs.insert(());
+        let mut qps: slotmap::SlotMap<QpId, ()> = slotmap::SlotMap::with_key();
+        let qp = qps.insert(());
+        sink.add_cq(cq, 0x1000, Some(writer));
+        sink.add_qp(qp, 0x3000);
+        sink.completion_event(cq);
+        sink.completion_event(cq);
+        sink.async_event(AsyncEvent::QpLastWqeReached(qp));
+        sink.async_event(AsyncEvent::QpFatal(qp));
+        let mut record = [0u8; 16];
+        assert_eq!(read_record(channel_reader.as_raw_fd(), &mut record), 8);
+        assert_eq!(read_record(async_reader.as_raw_fd(), &mut record), 16);
+        let reported = sink.remove_qp(qp);
+        assert_eq!((reported.comp, reported.async_events), (0, 1));
+        let reported = sink.remove_cq(cq);
+        assert_eq!((reported.comp, reported.async_events), (1, 0));
+        sink.completion_event(cq);
+        sink.async_event(AsyncEvent::QpFatal(qp));
+        // SAFETY: a non-blocking read into a local buffer of its length.
+        let n = unsafe {
+            libc::recv(
+                async_reader.as_raw_fd(),
+                record.as_mut_ptr().cast(),
+                16,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(n, -1, "nothing is sent for a destroyed object");
     }
 
     /// The engine's event numbers are verbs.h's (the ffi constants are

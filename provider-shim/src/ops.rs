@@ -47,7 +47,5 @@ pub static CONTEXT_OPS: ContextOps = ContextOps(verbs_context_ops {
     query_srq: Some(query_srq),
     destroy_srq: Some(destroy_srq),
     post_srq_recv: Some(post_srq_recv),
-    cq_event: Some(crate::event_acks::cq_event),
-    async_event: Some(crate::event_acks::async_event),
     ..<verbs_context_ops as Zeroed>::ZEROED
 });
