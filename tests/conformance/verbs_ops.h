@@ -539,8 +539,9 @@ static void op_wait_cq(const arg_t *a)
 /* connect QP PEER: moves an RC or UC QP from RESET to RTS, connected to
  * QP PEER of this device through the device's own GID 0 (path MTU 1024,
  * PSNs 0, every remote access allowed, 4 RD atomics each way, no RNR
- * retry so a SEND without a receive WR fails at once, timeout 14 and 7
- * retries). */
+ * retry so a SEND without a receive WR fails at once, timeout 14 and 3
+ * retries: rxe takes a retry_cnt of 7 as "for ever", so a SEND to a peer
+ * in ERR would never complete there). */
 static void op_connect(const arg_t *a)
 {
 	struct ibv_qp *qp = OPS_GET(qp, a[0]), *peer = OPS_GET(qp, a[1]);
@@ -572,7 +573,7 @@ static void op_connect(const arg_t *a)
 		memset(&at, 0, sizeof(at));
 		at.qp_state = IBV_QPS_RTS;
 		at.timeout = 14;
-		at.retry_cnt = 7;
+		at.retry_cnt = 3;
 		at.max_rd_atomic = 4;
 		int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 		if (qp->qp_type == IBV_QPT_RC)

@@ -441,6 +441,14 @@ impl RecvSide<'_> {
         mem: &mut dyn HostMemory,
     ) -> Result<u32, Fault> {
         let opcode = pkt.opcode();
+        if opcode.has_imm() && opcode.position() == Position::Only {
+            // The kernel's order (rxe: check_op_valid, check_resource,
+            // then length and rkey): a WRITE_ONLY_WITH_IMM that finds no
+            // receive WR is refused with an RNR NAK before its rkey is
+            // looked at, so the requester retries rather than fails.
+            self.grants(AccessFlags::REMOTE_WRITE)?;
+            self.recv_wqe_available(ctx).ok_or(Fault::NotReady)?;
+        }
         self.check_payload_size(opcode, pkt.payload().len())?;
         let w = match self.resp.msg.take() {
             Some(InProgress::Write(w)) => w,

@@ -514,6 +514,44 @@ fn bad_rkey_naks_remote_access_error_and_both_qps_enter_error() {
     assert_eq!(rx, [(5, WcStatus::WrFlushErr)]);
 }
 
+/// A WRITE_ONLY_WITH_IMM that finds no receive WR is RNR NAK'd before
+/// its rkey is checked (rxe's order): the requester runs out of RNR
+/// retries and the responder stays in RTS, raising nothing. With a
+/// receive WR the bad rkey is a remote access error.
+#[test]
+fn write_with_imm_without_a_receive_wr_is_rnr_before_its_rkey_is_checked() {
+    for with_recv in [false, true] {
+        let mut p = Pair::new();
+        let link = Link {
+            rnr_retry: 1,
+            ..Link::default()
+        };
+        let (qa, qb) = p.connect(QpType::Rc, link);
+        if with_recv {
+            post_recv(&mut p.b, qb, 5, 0x4000, 100);
+        }
+        let sge = [p.a.sge(0, 16)];
+        let mut w = wr(1, send_opcode::RDMA_WRITE_WITH_IMM, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE,
+            rkey: p.b.key ^ 0x55,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+        p.run(100);
+        let status = p.a.poll()[0].status;
+        let b_state = p.b.e.query_qp(qb).unwrap().0.qp_state;
+        if with_recv {
+            assert_eq!(status, WcStatus::RemAccessErr);
+            assert_eq!(p.b.events(), [AsyncEvent::QpAccessErr(qb)]);
+            assert_eq!(b_state, QpState::Err as u32);
+        } else {
+            assert_eq!(status, WcStatus::RnrRetryExcErr);
+            assert_eq!(p.b.events(), []);
+            assert_eq!(b_state, QpState::Rts as u32);
+        }
+    }
+}
+
 #[test]
 fn write_outside_the_region_or_without_rights_is_refused() {
     for (offset, len, access) in [

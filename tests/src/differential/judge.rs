@@ -230,8 +230,9 @@ mod tests {
         assert!(judge(&s, l, &read, &read_len).is_err());
         // A send-queue completion's immediate and flags are not defined;
         // a receive's are.
+        let send = lines(&["ok 1", "wc 7 0 0 0 0 0 1 0"]);
         let send_imm = lines(&["ok 1", "wc 7 0 0 16 99 2 1 0"]);
-        assert!(judge(&s, l, &write, &send_imm).is_ok());
+        assert!(judge(&s, l, &send, &send_imm).is_ok());
         let read_flags = lines(&["ok 1", "wc 7 0 2 0 0 2 1 0"]);
         assert!(judge(&s, l, &read, &read_flags).is_ok());
         let recv = lines(&["ok 1", "wc 7 0 128 16 99 2 1 0"]);

@@ -43,6 +43,11 @@ pub const KNOWN: &[Known] = &[
         applies: sq_drained_always,
     },
     Known {
+        name: "QP error events (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR): raised by softverbs (IBTA 11.6.3, as mlx5), never by rxe",
+        stops: false,
+        applies: qp_error_events_here_only,
+    },
+    Known {
         name: "receive WRs posted in ERR: flushed by softverbs, left queued by rxe",
         stops: true,
         applies: unflushed_in_err,
@@ -222,6 +227,27 @@ fn sq_drained_always(step: &Step, a: &[String], b: &[String]) -> bool {
     step.verb == "events" && others(a) == others(b)
 }
 
+/// A responder that NAKs a request (bad rkey, invalid request) or a QP
+/// that fails enters ERR on both, but rxe raises no affiliated event for
+/// it (6.1 raises none of IBV_EVENT_QP_FATAL 1, QP_REQ_ERR 2,
+/// QP_ACCESS_ERR 3). Known when softverbs' events less those are rxe's.
+fn qp_error_events_here_only(step: &Step, a: &[String], b: &[String]) -> bool {
+    let others = |lines: &[String]| -> Vec<String> {
+        let error_event = |l: &&String| {
+            ["event 1 ", "event 2 ", "event 3 "]
+                .iter()
+                .any(|e| l.starts_with(e))
+        };
+        lines
+            .iter()
+            .skip(1)
+            .filter(|l| !error_event(l))
+            .cloned()
+            .collect()
+    };
+    step.verb == "events" && a.len() > b.len() && others(a) == others(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn only_extra_flushes_or_sq_drained_events_are_known() {
+    fn only_extra_flushes_sq_drained_or_qp_error_events_are_known() {
         let poll = drain("poll_cq");
         let here = answer(&["ok 2", "wc 1 0 128 4 0 0 0 0", "wc 2 5 0 0 0 0 0 0"]);
         let rxe = answer(&["ok 1", "wc 1 0 128 4 0 0 0 0"]);
@@ -284,6 +310,13 @@ mod tests {
         assert!(explain(&events, &answer(&["ok 0"]), &rxe).is_some_and(|k| !k.stops));
         let fatal = answer(&["ok 1", "event 1 qp 0"]);
         assert!(explain(&events, &answer(&["ok 0"]), &fatal).is_none());
+        // QP error events: known when softverbs raised them, not rxe.
+        let access = answer(&["ok 2", "event 3 qp 1", "event 16 qp 1"]);
+        let rxe = answer(&["ok 1", "event 16 qp 1"]);
+        assert!(explain(&events, &access, &rxe).is_some_and(|k| !k.stops));
+        assert!(explain(&events, &rxe, &access).is_none());
+        let other = answer(&["ok 1", "event 15 srq 0"]);
+        assert!(explain(&events, &access, &other).is_none());
     }
 
     #[test]
