@@ -70,6 +70,7 @@ shim: $(SHIM_SO)
 $(SHIM_SO): FORCE
 	$(CARGO) build --release -p softverbs-shim
 	$(CARGO) build --release -p softverbs
+	$(CARGO) build --release -p softverbs-api --example loopback
 	cc -shared -o $@ -Wl,-soname,libsoftverbs-rdmav34.so \
 	  -Wl,--version-script=provider-shim/softverbs.map \
 	  -Wl,--whole-archive $(TARGET)/release/libsoftverbs_shim.a -Wl,--no-whole-archive \
@@ -111,6 +112,7 @@ programs: shim
 	tests/programs/faults.sh $(SHIM_SO)
 	tests/programs/trace.sh $(SHIM_SO)
 	tests/programs/conformance.sh $(SHIM_SO)
+	tests/programs/rust_api.sh $(SHIM_SO)
 	tests/programs/rdma_cm.sh $(SHIM_SO)
 	tests/programs/daemon.sh $(SHIM_SO)
 	tests/programs/netns.sh $(SHIM_SO)

@@ -28,7 +28,7 @@
 
 pub mod call_lock;
 pub mod context;
-pub mod convert;
+pub use softverbs_api::convert;
 pub mod cq_ex;
 pub mod cross_process;
 pub mod daemon_program;
@@ -36,7 +36,7 @@ pub mod device;
 pub mod device_view;
 pub mod event_acks;
 pub mod events;
-pub mod ffi;
+pub use softverbs_ffi as ffi;
 pub mod got;
 pub mod guard;
 pub mod guarded_access;

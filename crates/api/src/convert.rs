@@ -2,8 +2,11 @@
 //! Enum-like fields pass through as numbers: both sides use the verbs.h
 //! numbering, and the engine validates them.
 
-use crate::ffi::*;
-use softverbs_engine::{AhAttr, Gid, GlobalRoute, QpAttr, QpCap, WorkCompletion};
+use softverbs_engine::{
+    send_flags, AhAttr, Gid, GlobalRoute, QpAttr, QpCap, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use softverbs_ffi::*;
 
 /// `ibv_gid` -> engine GID.
 pub fn gid_from_c(g: &ibv_gid) -> Gid {
@@ -185,4 +188,91 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c.pkey_index = w.pkey_index;
     c.sl = w.sl;
     c
+}
+
+/// `ibv_wc` -> engine completion (the inverse of [`wc_to_c`]); an
+/// unknown status or opcode (a newer provider's) reads as a general error
+/// or a SEND.
+pub fn wc_from_c(c: &ibv_wc) -> WorkCompletion {
+    // SAFETY: both members of the union are u32; any value is valid.
+    let raw = unsafe { c.u.imm_data };
+    let imm_data_or_inv_rkey = if c.wc_flags & IBV_WC_WITH_IMM != 0 {
+        u32::from_be(raw)
+    } else {
+        raw
+    };
+    WorkCompletion {
+        wr_id: c.wr_id,
+        status: WcStatus::from_c(c.status).unwrap_or(WcStatus::GeneralErr),
+        opcode: WcOpcode::from_c(c.opcode).unwrap_or(WcOpcode::Send),
+        vendor_err: c.vendor_err,
+        byte_len: c.byte_len,
+        imm_data_or_inv_rkey,
+        qp_num: c.qp_num,
+        src_qp: c.src_qp,
+        wc_flags: c.wc_flags,
+        pkey_index: c.pkey_index,
+        sl: c.sl,
+    }
+}
+
+/// Engine send WR -> `ibv_send_wr`, its SGEs in `sges` (which must live
+/// as long as the WR is used) and, for a UD QP, its AH as `ah`. Inline
+/// data becomes one SGE over the bytes, which is how verbs.h passes it.
+pub fn send_wr_to_c(w: &SendWr<'_>, sges: &mut Vec<ibv_sge>, ah: *mut ibv_ah) -> ibv_send_wr {
+    sges.clear();
+    if w.send_flags & send_flags::INLINE != 0 {
+        sges.push(ibv_sge {
+            addr: w.inline_data.as_ptr() as u64,
+            length: w.inline_data.len() as u32,
+            lkey: 0,
+        });
+    } else {
+        sges.extend(w.sg_list.iter().map(sge_to_c));
+    }
+    let mut c = ibv_send_wr::ZEROED;
+    c.wr_id = w.wr_id;
+    c.sg_list = sges.as_mut_ptr();
+    c.num_sge = sges.len() as i32;
+    c.opcode = w.opcode;
+    c.send_flags = w.send_flags;
+    c.u = ibv_send_wr_u {
+        imm_data: match w.opcode {
+            IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => w.imm_data_or_inv_rkey.to_be(),
+            _ => w.imm_data_or_inv_rkey,
+        },
+    };
+    c.wr = match (w.opcode, &w.ud) {
+        (_, Some(ud)) => ibv_send_wr_wr {
+            ud: ibv_send_wr_wr_ud {
+                ah,
+                remote_qpn: ud.remote_qpn,
+                remote_qkey: ud.remote_qkey,
+            },
+        },
+        (IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD, None) => ibv_send_wr_wr {
+            atomic: ibv_send_wr_wr_atomic {
+                remote_addr: w.atomic.remote_addr,
+                compare_add: w.atomic.compare_add,
+                swap: w.atomic.swap,
+                rkey: w.atomic.rkey,
+            },
+        },
+        (_, None) => ibv_send_wr_wr {
+            rdma: ibv_send_wr_wr_rdma {
+                remote_addr: w.rdma.remote_addr,
+                rkey: w.rdma.rkey,
+            },
+        },
+    };
+    c
+}
+
+/// Engine SGE -> `ibv_sge`.
+pub fn sge_to_c(s: &Sge) -> ibv_sge {
+    ibv_sge {
+        addr: s.addr,
+        length: s.length,
+        lkey: s.lkey,
+    }
 }

@@ -130,6 +130,24 @@ impl WcOpcode {
             _ => WcOpcode::Send,
         }
     }
+
+    /// The opcode of an `enum ibv_wc_opcode` value.
+    pub fn from_c(value: u32) -> Option<WcOpcode> {
+        use WcOpcode::*;
+        [
+            Send,
+            RdmaWrite,
+            RdmaRead,
+            CompSwap,
+            FetchAdd,
+            BindMw,
+            LocalInv,
+            Recv,
+            RecvRdmaWithImm,
+        ]
+        .into_iter()
+        .find(|o| *o as u32 == value)
+    }
 }
 
 /// `enum ibv_wc_flags` bits.

@@ -103,15 +103,15 @@ macro_rules! ffi_struct {
             $( $(#[$fmeta])* pub $field: $ty, )*
         }
 
-        impl $crate::ffi::Zeroed for $name {
+        impl $crate::Zeroed for $name {
             const ZEROED: Self = Self {
-                $( $field: <$ty as $crate::ffi::Zeroed>::ZEROED, )*
+                $( $field: <$ty as $crate::Zeroed>::ZEROED, )*
             };
         }
 
         impl Default for $name {
             fn default() -> Self {
-                <Self as $crate::ffi::Zeroed>::ZEROED
+                <Self as $crate::Zeroed>::ZEROED
             }
         }
     )*};
@@ -135,15 +135,15 @@ macro_rules! ffi_union {
             $( $(#[$fmeta])* pub $field: $ty, )*
         }
 
-        impl $crate::ffi::Zeroed for $name {
+        impl $crate::Zeroed for $name {
             const ZEROED: Self = Self {
-                $zfield: $crate::ffi::Zeroed::ZEROED,
+                $zfield: $crate::Zeroed::ZEROED,
             };
         }
 
         impl Default for $name {
             fn default() -> Self {
-                <Self as $crate::ffi::Zeroed>::ZEROED
+                <Self as $crate::Zeroed>::ZEROED
             }
         }
 

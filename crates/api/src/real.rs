@@ -1,0 +1,445 @@
+//! The pass-through backend: the API's calls on a real device, through
+//! libibverbs and the device's own provider. The engine's handles name
+//! the C objects here (slot maps from `PdId`, `QpId`, ... to pointers),
+//! and the engine's structs are converted at the call (`convert`).
+//!
+//! This is the API's C ABI: every `unsafe` block calls libibverbs with
+//! objects it returned and that this module owns until it destroys them.
+
+use crate::convert::{ah_to_c, cap_from_c, cap_to_c, gid_from_c, qp_attr_from_c, qp_attr_to_c};
+use crate::convert::{send_wr_to_c, sge_to_c, wc_from_c};
+use crate::region::Region;
+use crate::{Error, MrKeys, Result, Verbs};
+use parking_lot::Mutex;
+use slotmap::SlotMap;
+use softverbs_engine::{
+    AhAttr, AhId, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId, QpInitAttr, RecvWr,
+    SendWr, WorkCompletion,
+};
+use softverbs_ffi::*;
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+#[link(name = "ibverbs")]
+extern "C" {
+    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device;
+    fn ibv_free_device_list(list: *mut *mut ibv_device);
+    fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char;
+    fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
+    fn ibv_close_device(context: *mut ibv_context) -> c_int;
+    fn ibv_query_gid(context: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid)
+        -> c_int;
+    fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
+    fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr;
+    fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
+    fn ibv_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq;
+    fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
+    fn ibv_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        mask: c_int,
+        init: *mut ibv_qp_init_attr,
+    ) -> c_int;
+    fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+    fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
+}
+
+/// A C object libibverbs made, owned by this backend.
+#[derive(Debug, Clone, Copy)]
+struct Raw<T>(*mut T);
+
+// SAFETY: libibverbs objects may be used from any thread (libibverbs and
+// its providers are thread-safe, ibv_open_device(3)); the pointer is only
+// passed back to libibverbs, never dereferenced into a Rust reference
+// except the plain field reads below.
+unsafe impl<T> Send for Raw<T> {}
+// SAFETY: as above; shared access only reads the pointer value.
+unsafe impl<T> Sync for Raw<T> {}
+
+/// The objects made on the real device, by the engine's handle types.
+#[derive(Debug, Default)]
+struct Objects {
+    pds: SlotMap<PdId, Raw<ibv_pd>>,
+    mrs: SlotMap<MrId, (Raw<ibv_mr>, Region)>,
+    cqs: SlotMap<CqId, Raw<ibv_cq>>,
+    qps: SlotMap<QpId, Raw<ibv_qp>>,
+    ahs: SlotMap<AhId, Raw<ibv_ah>>,
+}
+
+/// An open real device.
+#[derive(Debug)]
+pub struct Real {
+    name: String,
+    context: Raw<ibv_context>,
+    objects: Mutex<Objects>,
+}
+
+/// The errno of the libibverbs call that just failed.
+fn last_error(what: &'static str) -> Error {
+    let errno = std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|&e| e != 0)
+        .unwrap_or(libc::EIO);
+    Error::new(errno, what)
+}
+
+/// A call's status (0, or an errno as libibverbs returns it).
+fn status(ret: c_int, what: &'static str) -> Result<()> {
+    match ret {
+        0 => Ok(()),
+        e if e > 0 => Err(Error::new(e, what)),
+        _ => Err(last_error(what)),
+    }
+}
+
+fn unknown(what: &'static str) -> Error {
+    Error::new(libc::EINVAL, what)
+}
+
+impl Real {
+    /// Opens the real device `real` for the pass-through device `name`.
+    pub fn open(name: &str, real: &str) -> Result<Real> {
+        // SAFETY: a NULL count is allowed; the list is freed below.
+        let list = unsafe { ibv_get_device_list(std::ptr::null_mut()) };
+        if list.is_null() {
+            let why = std::io::Error::last_os_error();
+            return Err(Error::new(
+                libc::ENODEV,
+                format!("{name}: libibverbs has no device {real} (it lists none: {why})"),
+            ));
+        }
+        let mut context = std::ptr::null_mut();
+        let mut found = false;
+        // SAFETY: a NULL-terminated list of devices, alive until freed;
+        // each name is a NUL-terminated string of the device.
+        unsafe {
+            let mut p = list;
+            while !(*p).is_null() {
+                if CStr::from_ptr(ibv_get_device_name(*p)).to_bytes() == real.as_bytes() {
+                    found = true;
+                    context = ibv_open_device(*p);
+                    break;
+                }
+                p = p.add(1);
+            }
+        }
+        let error = last_error("the real device did not open");
+        // SAFETY: the list from ibv_get_device_list, freed once; an opened
+        // context keeps its own reference to the device.
+        unsafe { ibv_free_device_list(list) };
+        if !found {
+            return Err(Error::new(
+                libc::ENODEV,
+                format!("{name}: libibverbs has no device {real}"),
+            ));
+        }
+        if context.is_null() {
+            return Err(error);
+        }
+        Ok(Real {
+            name: name.to_string(),
+            context: Raw(context),
+            objects: Mutex::new(Objects::default()),
+        })
+    }
+}
+
+impl Drop for Real {
+    /// Destroys what is left, dependents first, then closes the device.
+    fn drop(&mut self) {
+        let o = self.objects.get_mut();
+        // SAFETY: each pointer is a live object of this context, destroyed
+        // once (the tables are drained); QPs and AHs go before the CQs and
+        // PDs they use, MRs before their PD and their region.
+        unsafe {
+            for (_, qp) in o.qps.drain() {
+                ibv_destroy_qp(qp.0);
+            }
+            for (_, ah) in o.ahs.drain() {
+                ibv_destroy_ah(ah.0);
+            }
+            for (_, cq) in o.cqs.drain() {
+                ibv_destroy_cq(cq.0);
+            }
+            for (_, (mr, _region)) in o.mrs.drain() {
+                ibv_dereg_mr(mr.0);
+            }
+            for (_, pd) in o.pds.drain() {
+                ibv_dealloc_pd(pd.0);
+            }
+            ibv_close_device(self.context.0);
+        }
+    }
+}
+
+impl Verbs for Real {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_passthrough(&self) -> bool {
+        true
+    }
+
+    fn query_gid(&self, index: u32) -> Result<Gid> {
+        let mut gid = ibv_gid::ZEROED;
+        let index = c_int::try_from(index).map_err(|_| unknown("GID index too large"))?;
+        // SAFETY: our open context and a local out struct.
+        let ret = unsafe { ibv_query_gid(self.context.0, 1, index, &mut gid) };
+        status(ret, "ibv_query_gid failed")?;
+        Ok(gid_from_c(&gid))
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        // SAFETY: our open context.
+        let pd = unsafe { ibv_alloc_pd(self.context.0) };
+        if pd.is_null() {
+            return Err(last_error("ibv_alloc_pd failed"));
+        }
+        Ok(self.objects.lock().pds.insert(Raw(pd)))
+    }
+
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        let mut o = self.objects.lock();
+        let raw = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
+        // SAFETY: a live PD of ours; on success it is forgotten.
+        status(unsafe { ibv_dealloc_pd(raw.0) }, "ibv_dealloc_pd failed")?;
+        o.pds.remove(pd);
+        Ok(())
+    }
+
+    fn reg_mr(&self, pd: PdId, region: &Region, access: u32) -> Result<MrKeys> {
+        let mut o = self.objects.lock();
+        let raw = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
+        // SAFETY: the region's heap buffer is valid for its length and
+        // stays at this address while the region lives; the MR table keeps
+        // a clone of the region until the MR is deregistered, so the device
+        // never reaches freed memory. The device writes it as DMA does,
+        // outside the region's lock (Region's documentation).
+        let mr = region.with_bytes(|b| unsafe {
+            ibv_reg_mr(raw.0, b.as_mut_ptr().cast(), b.len(), access as c_int)
+        });
+        if mr.is_null() {
+            return Err(last_error("ibv_reg_mr failed"));
+        }
+        // SAFETY: the MR just registered; plain field reads.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        let id = o.mrs.insert((Raw(mr), region.clone()));
+        Ok(MrKeys { id, lkey, rkey })
+    }
+
+    fn dereg_mr(&self, mr: MrId) -> Result<()> {
+        let mut o = self.objects.lock();
+        let raw = o.mrs.get(mr).ok_or(unknown("unknown MR"))?.0;
+        // SAFETY: a live MR of ours; its region is released only after.
+        status(unsafe { ibv_dereg_mr(raw.0) }, "ibv_dereg_mr failed")?;
+        o.mrs.remove(mr);
+        Ok(())
+    }
+
+    fn create_cq(&self, cqe: u32) -> Result<CqId> {
+        let cqe = c_int::try_from(cqe).map_err(|_| unknown("cqe too large"))?;
+        // SAFETY: our open context; no channel, no user context.
+        let cq = unsafe {
+            ibv_create_cq(
+                self.context.0,
+                cqe,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(last_error("ibv_create_cq failed"));
+        }
+        Ok(self.objects.lock().cqs.insert(Raw(cq)))
+    }
+
+    fn destroy_cq(&self, cq: CqId) -> Result<()> {
+        let mut o = self.objects.lock();
+        let raw = *o.cqs.get(cq).ok_or(unknown("unknown CQ"))?;
+        // SAFETY: a live CQ of ours; on success it is forgotten.
+        status(unsafe { ibv_destroy_cq(raw.0) }, "ibv_destroy_cq failed")?;
+        o.cqs.remove(cq);
+        Ok(())
+    }
+
+    fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
+        let raw = *self
+            .objects
+            .lock()
+            .cqs
+            .get(cq)
+            .ok_or(unknown("unknown CQ"))?;
+        let mut wc = vec![ibv_wc::ZEROED; max.min(c_int::MAX as usize)];
+        // SAFETY: a live CQ of ours (the lock is not held: a provider's
+        // poll is thread-safe, and destroying a CQ being polled is the
+        // caller's bug as in C); `wc` holds `len` entries. This is what
+        // verbs.h's inline ibv_poll_cq does.
+        let n = unsafe {
+            let poll = (*(*raw.0).context).ops.poll_cq;
+            match poll {
+                Some(f) => f(raw.0, wc.len() as c_int, wc.as_mut_ptr()),
+                None => -1,
+            }
+        };
+        if n < 0 {
+            return Err(Error::new(libc::EIO, "ibv_poll_cq failed"));
+        }
+        wc.truncate(n as usize);
+        Ok(wc.iter().map(wc_from_c).collect())
+    }
+
+    fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated> {
+        if init.srq.is_some() {
+            return Err(Error::new(
+                libc::EOPNOTSUPP,
+                "SRQs are not offered by the Rust API yet",
+            ));
+        }
+        let mut o = self.objects.lock();
+        let raw_pd = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
+        let send_cq = *o.cqs.get(init.send_cq).ok_or(unknown("unknown send CQ"))?;
+        let recv_cq = *o
+            .cqs
+            .get(init.recv_cq)
+            .ok_or(unknown("unknown receive CQ"))?;
+        let mut c = ibv_qp_init_attr::ZEROED;
+        c.send_cq = send_cq.0;
+        c.recv_cq = recv_cq.0;
+        c.cap = cap_to_c(&init.cap);
+        c.qp_type = init.qp_type;
+        c.sq_sig_all = c_int::from(init.sq_sig_all);
+        // SAFETY: a live PD and CQs of ours, a local attribute struct
+        // (libibverbs writes the actual caps back into it).
+        let qp = unsafe { ibv_create_qp(raw_pd.0, &mut c) };
+        if qp.is_null() {
+            return Err(last_error("ibv_create_qp failed"));
+        }
+        // SAFETY: the QP just created; a plain field read.
+        let qp_num = unsafe { (*qp).qp_num };
+        Ok(QpCreated {
+            id: o.qps.insert(Raw(qp)),
+            qp_num,
+            cap: cap_from_c(&c.cap),
+        })
+    }
+
+    fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let raw = *self
+            .objects
+            .lock()
+            .qps
+            .get(qp)
+            .ok_or(unknown("unknown QP"))?;
+        let mut c = qp_attr_to_c(attr);
+        // SAFETY: a live QP of ours and a local attribute struct.
+        let ret = unsafe { ibv_modify_qp(raw.0, &mut c, mask.bits() as c_int) };
+        status(ret, "ibv_modify_qp failed")
+    }
+
+    fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
+        let raw = *self
+            .objects
+            .lock()
+            .qps
+            .get(qp)
+            .ok_or(unknown("unknown QP"))?;
+        let (mut attr, mut init) = (ibv_qp_attr::ZEROED, ibv_qp_init_attr::ZEROED);
+        let all = (QpAttrMask::all() - QpAttrMask::RATE_LIMIT).bits() as c_int;
+        // SAFETY: a live QP of ours and local out structs.
+        let ret = unsafe { ibv_query_qp(raw.0, &mut attr, all, &mut init) };
+        status(ret, "ibv_query_qp failed")?;
+        Ok(qp_attr_from_c(&attr))
+    }
+
+    fn destroy_qp(&self, qp: QpId) -> Result<()> {
+        let mut o = self.objects.lock();
+        let raw = *o.qps.get(qp).ok_or(unknown("unknown QP"))?;
+        // SAFETY: a live QP of ours; on success it is forgotten.
+        status(unsafe { ibv_destroy_qp(raw.0) }, "ibv_destroy_qp failed")?;
+        o.qps.remove(qp);
+        Ok(())
+    }
+
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId> {
+        let mut o = self.objects.lock();
+        let raw_pd = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
+        let mut c = ah_to_c(attr);
+        // SAFETY: a live PD of ours and a local attribute struct.
+        let ah = unsafe { ibv_create_ah(raw_pd.0, &mut c) };
+        if ah.is_null() {
+            return Err(last_error("ibv_create_ah failed"));
+        }
+        Ok(o.ahs.insert(Raw(ah)))
+    }
+
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        let mut o = self.objects.lock();
+        let raw = *o.ahs.get(ah).ok_or(unknown("unknown AH"))?;
+        // SAFETY: a live AH of ours; on success it is forgotten.
+        status(unsafe { ibv_destroy_ah(raw.0) }, "ibv_destroy_ah failed")?;
+        o.ahs.remove(ah);
+        Ok(())
+    }
+
+    fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
+        let (raw, ah) = {
+            let o = self.objects.lock();
+            let raw = *o.qps.get(qp).ok_or(unknown("unknown QP"))?;
+            let ah = match &wr.ud {
+                Some(ud) => o.ahs.get(ud.ah).ok_or(unknown("unknown AH"))?.0,
+                None => std::ptr::null_mut(),
+            };
+            (raw, ah)
+        };
+        let mut sges = Vec::with_capacity(wr.sg_list.len().max(1));
+        let mut c = send_wr_to_c(wr, &mut sges, ah);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP of ours; the WR and its SGEs (and inline
+        // bytes) live across the call, which copies them into the send
+        // queue. This is what verbs.h's inline ibv_post_send does.
+        let ret = unsafe {
+            match (*(*raw.0).context).ops.post_send {
+                Some(f) => f(raw.0, &mut c, &mut bad),
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        status(ret, "ibv_post_send failed")
+    }
+
+    fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
+        let raw = *self
+            .objects
+            .lock()
+            .qps
+            .get(qp)
+            .ok_or(unknown("unknown QP"))?;
+        let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
+        let mut c = ibv_recv_wr {
+            wr_id: wr.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sges.len() as c_int,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as post_send: a live QP of ours, the WR alive across the
+        // call (verbs.h's inline ibv_post_recv).
+        let ret = unsafe {
+            match (*(*raw.0).context).ops.post_recv {
+                Some(f) => f(raw.0, &mut c, &mut bad),
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        status(ret, "ibv_post_recv failed")
+    }
+}

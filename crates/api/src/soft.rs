@@ -1,0 +1,182 @@
+//! The soft backend: the engine in this process, driven over UDP by the
+//! transport's [`Driver`] (its progress thread, its endpoint and the
+//! host daemon), with [`RegionMemory`] as the memory MRs describe.
+
+use crate::region::{Region, RegionMemory};
+use crate::{Error, MrKeys, Result, Verbs};
+use softverbs_config::{Config, SoftDevice};
+use softverbs_engine::{
+    AhAttr, AhId, AsyncEvent, CqId, Engine, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId,
+    QpInitAttr, RecvWr, SendWr, WorkCompletion,
+};
+use softverbs_transport::{Driver, DriverConfig, Notify};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An open soft device.
+#[derive(Debug)]
+pub struct Soft {
+    name: String,
+    driver: Driver<RegionMemory>,
+}
+
+/// Events are not offered by the API yet: they are dropped.
+struct NoEvents;
+
+impl Notify for NoEvents {
+    fn completion_event(&self, _cq: CqId) {}
+    fn async_event(&self, _event: AsyncEvent) {}
+    fn device_fatal(&self) {}
+}
+
+impl Soft {
+    /// Starts the engine of `dev` (its slot from the host daemon, which is
+    /// started if none runs).
+    pub fn open(dev: &SoftDevice) -> Result<Soft> {
+        let cfg = DriverConfig {
+            device: dev.device_config(fastrand::u64(..)),
+            ip: dev.ip,
+            daemon: Config::daemon(daemon_program()),
+        };
+        let driver = Driver::start(cfg, RegionMemory::default(), Arc::new(NoEvents))
+            .map_err(|e| io_error(&dev.name, &e))?;
+        Ok(Soft {
+            name: dev.name.clone(),
+            driver,
+        })
+    }
+
+    /// Runs `verb` on the engine; EIO once the device has failed.
+    fn with<R>(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut RegionMemory) -> softverbs_engine::VerbsResult<R>,
+    ) -> Result<R> {
+        match self.driver.try_with(verb) {
+            Ok(r) => r.map_err(Error::from),
+            Err(failed) => Err(Error::new(libc::EIO, failed.to_string())),
+        }
+    }
+}
+
+fn io_error(name: &str, e: &std::io::Error) -> Error {
+    Error::new(
+        e.raw_os_error().unwrap_or(libc::EIO),
+        format!("cannot open {name}: {e}"),
+    )
+}
+
+/// The `softverbs` command that starts the host daemon: `SOFTVERBS_DAEMON`,
+/// else one beside this program, else the first on PATH.
+fn daemon_program() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SOFTVERBS_DAEMON").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("softverbs")));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    beside
+        .into_iter()
+        .chain(std::env::split_paths(&path).map(|dir| dir.join("softverbs")))
+        .find(|p| p.is_file())
+}
+
+impl Verbs for Soft {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_passthrough(&self) -> bool {
+        false
+    }
+
+    fn query_gid(&self, index: u32) -> Result<Gid> {
+        self.with(|e, _| e.query_gid(1, index))
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        self.with(|e, _| e.alloc_pd())
+    }
+
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        self.with(|e, _| e.dealloc_pd(pd))
+    }
+
+    fn reg_mr(&self, pd: PdId, region: &Region, access: u32) -> Result<MrKeys> {
+        let (addr, len) = (region.addr(), region.len() as u64);
+        self.with(|e, mem| {
+            let key = e.reg_mr(pd, addr, len, addr, access)?.key;
+            mem.add(region);
+            let id = e.mr_by_key(key).map(|(id, _)| id);
+            Ok(id.map(|id| MrKeys {
+                id,
+                lkey: key,
+                rkey: key,
+            }))
+        })?
+        .ok_or_else(|| Error::new(libc::EIO, "the MR just registered is gone"))
+    }
+
+    fn dereg_mr(&self, mr: MrId) -> Result<()> {
+        self.with(|e, mem| {
+            let addr = e.mr(mr).map(|m| m.addr);
+            e.dereg_mr(mr)?;
+            if let Some(addr) = addr {
+                mem.remove(addr);
+            }
+            Ok(())
+        })
+    }
+
+    fn create_cq(&self, cqe: u32) -> Result<CqId> {
+        self.with(|e, _| e.create_cq(cqe, 0).map(|(cq, _)| cq))
+    }
+
+    fn destroy_cq(&self, cq: CqId) -> Result<()> {
+        self.with(|e, _| e.destroy_cq(cq))
+    }
+
+    fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut out = Vec::new();
+        self.with(|e, _| e.poll_cq(cq, max, &mut out))?;
+        Ok(out)
+    }
+
+    fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated> {
+        if init.srq.is_some() {
+            return Err(Error::new(
+                libc::EOPNOTSUPP,
+                "SRQs are not offered by the Rust API yet",
+            ));
+        }
+        self.with(|e, _| e.create_qp(pd, init))
+    }
+
+    fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.with(|e, _| e.modify_qp(qp, attr, mask))
+    }
+
+    fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
+        self.with(|e, _| e.query_qp(qp).map(|(attr, _)| attr))
+    }
+
+    fn destroy_qp(&self, qp: QpId) -> Result<()> {
+        self.with(|e, _| e.destroy_qp(qp))
+    }
+
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId> {
+        self.with(|e, _| e.create_ah(pd, attr))
+    }
+
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        self.with(|e, _| e.destroy_ah(ah))
+    }
+
+    fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
+        self.with(|e, _| e.post_send(qp, wr))
+    }
+
+    fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
+        self.with(|e, _| e.post_recv(qp, wr))
+    }
+}

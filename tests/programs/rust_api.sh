@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# softverbs' Rust verbs API (crates/api): its example program, written
+# against the API alone, on a soft device (the engine in the program's
+# own process, no libibverbs and no LD_PRELOAD), with a fault rule of
+# SOFTVERBS_FAULTS applied to it, and the errors of a device that does
+# not exist or whose real device is missing. (On a real device, through
+# a pass-through device, it runs in make interop, against rxe.) Prints
+# "N passed, M failed" last. Usage: rust_api.sh PATH/TO/libsoftverbs-rdmav34.so
+set -u
+SO=$(readlink -f "$1")
+bin=$(dirname "$SO")
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
+log=$(mktemp -d)
+export SOFTVERBS_DAEMON_SOCKET="softverbs-api-test-$$"
+cleanup() {
+  local d
+  for d in $(pgrep -f -- "--socket $SOFTVERBS_DAEMON_SOCKET( |$)"); do kill "$d" 2> /dev/null; done
+  rm -rf "$log"
+}
+trap cleanup EXIT
+pass=0; fail=0
+ONE_TIMEOUT=60
+loopback=$bin/examples/loopback
+[ -x "$loopback" ] || cannot_run rust_api.sh "$loopback is not built (make shim builds it)"
+export SOFTVERBS_DAEMON=$bin/softverbs
+unset LD_PRELOAD
+ip=127.81.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
+
+one "loopback example on a soft device: SEND, WRITE_WITH_IMM, READ, fetch-and-add checked" \
+  "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 1
+one "the same on the device's other GID (index 0, link-local)" \
+  "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 0
+# The rule language of SOFTVERBS_FAULTS reaches the API's soft device: the
+# first SEND completes with RETRY_EXC_ERR and the example says so.
+one "a completion fault rule applies to the API's soft device" \
+  "wanted WR 1 Send done, got .*status: RetryExcErr" \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='completion opcode=SEND nth=1 status=RETRY_EXC_ERR' \
+    '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
+one "an unknown device is ENODEV, naming the configuration" \
+  "loopback failed on nope: no softverbs device is called nope \(SOFTVERBS_DEVICES\) \(errno 19\)" \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=$ip '$loopback' nope 2>&1; test \$? -eq 1"
+one "a pass-through device whose real device is missing is ENODEV, saying so" \
+  "loopback failed on sv-pt0: sv-pt0: libibverbs has no device no_such_dev.* \(errno 19\)" \
+  sh -c "SOFTVERBS_DEVICES=sv-pt0=passthrough:no_such_dev '$loopback' sv-pt0 2>&1; test \$? -eq 1"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
