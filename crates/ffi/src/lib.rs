@@ -2,7 +2,7 @@
 //! rdma-core v44 (private ABI `IBVERBS_PRIVATE_34`) on x86_64.
 //!
 //! * [`public`]: types of `<infiniband/verbs.h>` (checked against the system
-//!   header by `tests/layout.rs`).
+//!   header by `provider-shim/tests/layout.rs`).
 //! * [`private`]: types of rdma-core's `libibverbs/driver.h` (checked against
 //!   the measured numbers in `docs/rdma-core-provider-abi.md`).
 //! * [`sched`]: `struct sched_attr` of `<linux/sched/types.h>` (checked
