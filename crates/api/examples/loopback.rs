@@ -1,6 +1,7 @@
 //! Two RC QPs of one device connected to each other through its own GID:
 //! a SEND, an RDMA WRITE with immediate, an RDMA READ and a
-//! fetch-and-add, each completion and each byte checked. The same code
+//! fetch-and-add; then a UD datagram between two UD QPs through an
+//! address handle; each completion and each byte checked. The same code
 //! runs on a soft device and on a pass-through one (a real device).
 //!
 //! Usage: loopback [DEVICE [GID_INDEX]] (softverbs0 and 1 by default);
@@ -48,11 +49,17 @@ fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
     let dev = open(name).map_err(|e| e.to_string())?;
     let gid = dev.query_gid(gid_index.into()).map_err(|e| e.to_string())?;
     let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
-    let a = end(&*dev, pd).map_err(|e| e.to_string())?;
-    let b = end(&*dev, pd).map_err(|e| e.to_string())?;
+    let a = end(&*dev, pd, QpType::Rc).map_err(|e| e.to_string())?;
+    let b = end(&*dev, pd, QpType::Rc).map_err(|e| e.to_string())?;
     connect(&*dev, &a, b.qp_num, gid, gid_index).map_err(|e| e.to_string())?;
     connect(&*dev, &b, a.qp_num, gid, gid_index).map_err(|e| e.to_string())?;
     exchange(&*dev, &a, &b)?;
+    let c = end(&*dev, pd, QpType::Ud).map_err(|e| e.to_string())?;
+    let d = end(&*dev, pd, QpType::Ud).map_err(|e| e.to_string())?;
+    for ud in [&c, &d] {
+        ud_ready(&*dev, ud).map_err(|e| e.to_string())?;
+    }
+    datagram(&*dev, pd, gid, gid_index, &c, &d)?;
     Ok(if dev.is_passthrough() {
         "pass-through"
     } else {
@@ -60,7 +67,7 @@ fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
     })
 }
 
-fn end(dev: &dyn Verbs, pd: PdId) -> Result<End> {
+fn end(dev: &dyn Verbs, pd: PdId, qp_type: QpType) -> Result<End> {
     let region = Region::new(LEN);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -79,7 +86,7 @@ fn end(dev: &dyn Verbs, pd: PdId) -> Result<End> {
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        qp_type: QpType::Rc as u32,
+        qp_type: qp_type as u32,
         sq_sig_all: true,
     };
     let created = dev.create_qp(pd, &init)?;
@@ -241,6 +248,88 @@ fn exchange(dev: &dyn Verbs, a: &End, b: &End) -> Outcome<()> {
         "fetch-and-add added",
     )?;
     Ok(())
+}
+
+/// The Q_Key of the UD QPs.
+const QKEY: u32 = 0x1111_2222;
+
+/// A UD QP from RESET to RTS.
+fn ud_ready(dev: &dyn Verbs, end: &End) -> Result<()> {
+    let init = QpAttr {
+        qp_state: QpState::Init as u32,
+        port_num: 1,
+        qkey: QKEY,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY;
+    dev.modify_qp(end.qp, &init, m)?;
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr as u32,
+        ..QpAttr::default()
+    };
+    dev.modify_qp(end.qp, &rtr, QpAttrMask::STATE)?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts as u32,
+        ..QpAttr::default()
+    };
+    dev.modify_qp(end.qp, &rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+}
+
+/// A UD datagram from c to d through an address handle: it arrives
+/// behind the 40 bytes reserved for the GRH, from c's QP number.
+fn datagram(dev: &dyn Verbs, pd: PdId, gid: Gid, gid_index: u8, c: &End, d: &End) -> Outcome<()> {
+    let e = |e: Error| e.to_string();
+    const GRH: usize = 40;
+    let text = b"a UD datagram";
+    c.region.write(0, text);
+    let sge = [d.region.sge(0, 256, d.keys.lkey)];
+    dev.post_recv(
+        d.qp,
+        &RecvWr {
+            wr_id: 50,
+            sg_list: &sge,
+        },
+    )
+    .map_err(e)?;
+    let ah_attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: gid,
+            sgid_index: gid_index,
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = dev.create_ah(pd, &ah_attr).map_err(e)?;
+    let p = send(
+        c,
+        5,
+        send_opcode::SEND,
+        0,
+        text.len() as u32,
+        RdmaTarget::default(),
+    );
+    let mut w = p.wr(&p.sge);
+    w.ud = Some(UdTarget {
+        ah,
+        remote_qpn: d.qp_num,
+        remote_qkey: QKEY,
+    });
+    dev.post_send(c.qp, &w).map_err(e)?;
+    expect(dev, c, 5, WcOpcode::Send)?;
+    let rx = expect(dev, d, 50, WcOpcode::Recv)?;
+    check(
+        rx.byte_len as usize == GRH + text.len(),
+        "the datagram's length counts the GRH",
+    )?;
+    check(rx.src_qp == c.qp_num, "the datagram names its sender's QP")?;
+    check(
+        d.region.read(GRH, text.len()) == text,
+        "the datagram's bytes arrived",
+    )?;
+    dev.destroy_ah(ah).map_err(e)
 }
 
 /// A signaled send-queue WR of `end` over its region from `offset`.
