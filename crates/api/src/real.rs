@@ -54,8 +54,16 @@ extern "C" {
 }
 
 /// A C object libibverbs made, owned by this backend.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Raw<T>(*mut T);
+
+impl<T> Clone for Raw<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Raw<T> {}
 
 // SAFETY: libibverbs objects may be used from any thread (libibverbs and
 // its providers are thread-safe, ibv_open_device(3)); the pointer is only
@@ -103,6 +111,23 @@ fn status(ret: c_int, what: &'static str) -> Result<()> {
 
 fn unknown(what: &'static str) -> Error {
     Error::new(libc::EINVAL, what)
+}
+
+/// Destroys the object `key` names in `table` with `destroy` (the
+/// libibverbs call for its type) and forgets it; `what` names it in errors.
+fn destroy<K: slotmap::Key, T>(
+    table: &mut SlotMap<K, Raw<T>>,
+    key: K,
+    what: (&'static str, &'static str),
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) -> Result<()> {
+    let raw = *table.get(key).ok_or(unknown(what.0))?;
+    // SAFETY: every pointer in a table is a live object libibverbs made
+    // on this context, and `destroy` is libibverbs' call for its type; on
+    // success the entry goes, so nothing is destroyed twice.
+    status(unsafe { destroy(raw.0) }, what.1)?;
+    table.remove(key);
+    Ok(())
 }
 
 impl Real {
@@ -209,12 +234,13 @@ impl Verbs for Real {
     }
 
     fn dealloc_pd(&self, pd: PdId) -> Result<()> {
-        let mut o = self.objects.lock();
-        let raw = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
-        // SAFETY: a live PD of ours; on success it is forgotten.
-        status(unsafe { ibv_dealloc_pd(raw.0) }, "ibv_dealloc_pd failed")?;
-        o.pds.remove(pd);
-        Ok(())
+        let o = &mut *self.objects.lock();
+        destroy(
+            &mut o.pds,
+            pd,
+            ("unknown PD", "ibv_dealloc_pd failed"),
+            ibv_dealloc_pd,
+        )
     }
 
     fn reg_mr(&self, pd: PdId, region: &Region, access: u32) -> Result<MrKeys> {
@@ -265,12 +291,13 @@ impl Verbs for Real {
     }
 
     fn destroy_cq(&self, cq: CqId) -> Result<()> {
-        let mut o = self.objects.lock();
-        let raw = *o.cqs.get(cq).ok_or(unknown("unknown CQ"))?;
-        // SAFETY: a live CQ of ours; on success it is forgotten.
-        status(unsafe { ibv_destroy_cq(raw.0) }, "ibv_destroy_cq failed")?;
-        o.cqs.remove(cq);
-        Ok(())
+        let o = &mut *self.objects.lock();
+        destroy(
+            &mut o.cqs,
+            cq,
+            ("unknown CQ", "ibv_destroy_cq failed"),
+            ibv_destroy_cq,
+        )
     }
 
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
@@ -363,12 +390,13 @@ impl Verbs for Real {
     }
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
-        let mut o = self.objects.lock();
-        let raw = *o.qps.get(qp).ok_or(unknown("unknown QP"))?;
-        // SAFETY: a live QP of ours; on success it is forgotten.
-        status(unsafe { ibv_destroy_qp(raw.0) }, "ibv_destroy_qp failed")?;
-        o.qps.remove(qp);
-        Ok(())
+        let o = &mut *self.objects.lock();
+        destroy(
+            &mut o.qps,
+            qp,
+            ("unknown QP", "ibv_destroy_qp failed"),
+            ibv_destroy_qp,
+        )
     }
 
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId> {
@@ -384,12 +412,13 @@ impl Verbs for Real {
     }
 
     fn destroy_ah(&self, ah: AhId) -> Result<()> {
-        let mut o = self.objects.lock();
-        let raw = *o.ahs.get(ah).ok_or(unknown("unknown AH"))?;
-        // SAFETY: a live AH of ours; on success it is forgotten.
-        status(unsafe { ibv_destroy_ah(raw.0) }, "ibv_destroy_ah failed")?;
-        o.ahs.remove(ah);
-        Ok(())
+        let o = &mut *self.objects.lock();
+        destroy(
+            &mut o.ahs,
+            ah,
+            ("unknown AH", "ibv_destroy_ah failed"),
+            ibv_destroy_ah,
+        )
     }
 
     fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
