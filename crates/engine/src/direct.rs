@@ -580,6 +580,12 @@ fn write(
     imm: Option<u32>,
 ) -> Step {
     grants(qp, AccessFlags::REMOTE_WRITE)?;
+    if imm.is_some() && target.next_recv().is_none() {
+        // No receive WR is found before the rkey is looked at, in the
+        // kernel's order (rxe: check_resource, then check_rkey), as the
+        // wire responder does for a WRITE_ONLY_WITH_IMM.
+        return Err(not_ready(qp));
+    }
     let dest = if op.len > 0 {
         Some(translate(
             qp,

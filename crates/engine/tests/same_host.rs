@@ -116,6 +116,23 @@ fn a_bad_rkey_is_a_remote_access_error_and_both_qps_fail() {
     assert_eq!(end.states, (QpState::Err as u32, QpState::Err as u32));
 }
 
+/// Without a receive WR, a WRITE_WITH_IMM is RNR NAK'd before its rkey
+/// is looked at (the kernel's order), on both paths.
+#[test]
+fn a_write_with_imm_and_no_receive_wr_is_rnr_before_a_bad_rkey() {
+    let link = Link {
+        rnr_retry: 1,
+        ..Link::default()
+    };
+    let end = both_paths(link, |p, qa, _| {
+        let wrong = p.b.key ^ 0x55;
+        write_to(p, qa, 1, wrong, true);
+    });
+    assert_eq!(end.a[0].1, WcStatus::RnrRetryExcErr);
+    assert_eq!(end.b_events, [] as [u32; 0]);
+    assert_eq!(end.states, (QpState::Err as u32, QpState::Rts as u32));
+}
+
 #[test]
 fn a_write_the_qp_does_not_grant_is_an_invalid_request() {
     let link = Link {

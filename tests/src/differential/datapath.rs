@@ -176,6 +176,26 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
     }
 }
 
+/// Whether the send completions of a wait's answer `done` hold an RDMA
+/// WRITE (with immediate or not) of `ops` (WR n is `ops[n - 1]`) that
+/// failed: the memory it targeted is then undefined. A flushed WR never
+/// ran, so it does not count.
+pub fn failed_write(done: &[String], ops: &[DataOp]) -> bool {
+    done.iter().skip(1).any(|line| {
+        let w: Vec<&str> = line.split(' ').collect();
+        let wr = w.get(1).and_then(|n| n.parse::<usize>().ok());
+        let failed = w.get(2).is_some_and(|&s| s != "0" && s != "5");
+        let write = |op: &DataOp| {
+            matches!(op, DataOp::Send { opcode, .. }
+                if matches!(OPCODES[usize::from(*opcode) % OPCODES.len()], 0 | 1))
+        };
+        failed
+            && wr
+                .and_then(|n| ops.get(n.checked_sub(1)?))
+                .is_some_and(write)
+    })
+}
+
 /// Waits for `want` completions of CQ `cq` (the second device waits for
 /// as many as the first returned).
 pub fn wait(cq: usize, want: u32) -> Step {
@@ -211,6 +231,30 @@ pub fn mr_sum(mr: usize) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failed_write_leaves_its_target_undefined() {
+        let send = |opcode| DataOp::Send {
+            second: false,
+            opcode,
+            offset: 0,
+            len: 1,
+            remote: 0,
+            bad_rkey: false,
+            imm: 0,
+        };
+        // OPCODES[2] is RDMA_WRITE, [3] WRITE_WITH_IMM, [0] SEND.
+        let ops = [send(2), send(3), send(0)];
+        let done = |wr: u32, status: u32| {
+            vec!["ok 1".to_string(), format!("wc {wr} {status} 0 0 0 0 0 0")]
+        };
+        assert!(failed_write(&done(1, 13), &ops));
+        assert!(failed_write(&done(2, 10), &ops));
+        assert!(!failed_write(&done(2, 5), &ops), "flushed: never ran");
+        assert!(!failed_write(&done(2, 0), &ops));
+        assert!(!failed_write(&done(3, 13), &ops), "a SEND");
+        assert!(!failed_write(&done(9, 13), &ops));
+    }
 
     #[test]
     fn sends_stay_inside_both_mrs_and_atomics_are_aligned() {

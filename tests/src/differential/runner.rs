@@ -5,7 +5,7 @@
 use super::backend::{Backend, BackendSpec};
 use super::datapath::{self, cq_of, data_op, data_step, DataOp};
 use super::judge::judge;
-use super::known::explain;
+use super::known::{self, explain};
 use super::limits::Limits;
 use super::objects::Objects;
 use super::repro::c_program;
@@ -319,8 +319,10 @@ impl Session<'_> {
                 *count += 1;
             }
         }
+        let mut undefined = [false; 2];
         for (qp, &(_, sends)) in owed.iter().enumerate() {
-            self.run(datapath::wait(cq_of(qp, true), sends), true)?;
+            let done = self.run(datapath::wait(cq_of(qp, true), sends), true)?;
+            undefined[1 - qp] |= datapath::failed_write(&done, ops);
         }
         for qp in 0..owed.len() {
             self.run(datapath::to_error(qp), true)?;
@@ -328,10 +330,25 @@ impl Session<'_> {
         for (qp, &(recvs, _)) in owed.iter().enumerate() {
             self.run(datapath::wait(cq_of(qp, false), recvs), true)?;
         }
-        for mr in 0..2 {
-            self.run(datapath::mr_sum(mr), true)?;
+        for (mr, &undefined) in undefined.iter().enumerate() {
+            self.run_memory(mr, undefined)?;
         }
         self.run(Step::events(), true).map(drop)
+    }
+
+    /// Compares MR `mr`'s memory, unless a failed WRITE left it
+    /// `undefined`: then a difference is counted as known.
+    fn run_memory(&mut self, mr: usize, undefined: bool) -> Result<(), Stop> {
+        if !undefined {
+            return self.run(datapath::mr_sum(mr), true).map(drop);
+        }
+        let step = datapath::mr_sum(mr);
+        let a = self.a.ask(&step.line()).map_err(Stop::Diverged)?;
+        let b = self.b.ask(&step.line()).map_err(Stop::Diverged)?;
+        if a != b {
+            self.known.insert(known::FAILED_WRITE_TARGET.name);
+        }
+        Ok(())
     }
 
     fn run_ops(&mut self, resolver: &mut Resolver, setup: &[Op], ops: &[Op]) -> Result<(), Stop> {
