@@ -552,7 +552,7 @@ if [[ "conformance" =~ $FILTER ]]; then
   t0=$SECONDS
   if ip netns exec sv env SOFTVERBS_DEVICES="softverbs0=10.11.0.2/1500" \
        timeout 900 "$CLI" conformance --against rxe_xa \
-       --cases 0 --data-cases 80 --seed 7 --shrink 40 --verbose --repro-dir "$log/repro" \
+       --cases 100 --data-cases 20 --shrink 40 --verbose --repro-dir "$log/repro" \
        > "$log/conformance" 2>&1; then
     pass=$((pass + 1))
     echo "ok   conformance: softverbs0 against rxe_xa, $(tail -n 1 "$log/conformance") ($((SECONDS - t0)) s)"
