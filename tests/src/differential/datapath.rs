@@ -176,24 +176,25 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
     }
 }
 
-/// Whether the send completions of a wait's answer `done` hold an RDMA
-/// WRITE (with immediate or not) of `ops` (WR n is `ops[n - 1]`) that
-/// failed: the memory it targeted is then undefined. A flushed WR never
-/// ran, so it does not count.
-pub fn failed_write(done: &[String], ops: &[DataOp]) -> bool {
-    done.iter().skip(1).any(|line| {
+/// The MRs whose memory a failed WR of QP `qp` left undefined, from the
+/// send completions of a wait's answer `done` (WR n is `ops[n - 1]`): a
+/// failed SEND or WRITE leaves its target's memory (the peer's MR: a
+/// receive buffer or the WRITE's range) undefined, a failed READ or
+/// atomic its own. A flushed WR never ran, so it does not count.
+pub fn undefined_by_failures(done: &[String], ops: &[DataOp], qp: usize) -> [bool; 2] {
+    let mut undefined = [false; 2];
+    for line in done.iter().skip(1) {
         let w: Vec<&str> = line.split(' ').collect();
-        let wr = w.get(1).and_then(|n| n.parse::<usize>().ok());
         let failed = w.get(2).is_some_and(|&s| s != "0" && s != "5");
-        let write = |op: &DataOp| {
-            matches!(op, DataOp::Send { opcode, .. }
-                if matches!(OPCODES[usize::from(*opcode) % OPCODES.len()], 0 | 1))
-        };
-        failed
-            && wr
-                .and_then(|n| ops.get(n.checked_sub(1)?))
-                .is_some_and(write)
-    })
+        let wr = w.get(1).and_then(|n| n.parse::<usize>().ok());
+        let op = wr.and_then(|n| ops.get(n.checked_sub(1)?));
+        if let (true, Some(DataOp::Send { opcode, .. })) = (failed, op) {
+            // RDMA_WRITE 0, WRITE_WITH_IMM 1, SEND 2, SEND_WITH_IMM 3.
+            let remote = OPCODES[usize::from(*opcode) % OPCODES.len()] <= 3;
+            undefined[if remote { 1 - qp } else { qp }] = true;
+        }
+    }
+    undefined
 }
 
 /// Waits for `want` completions of CQ `cq` (the second device waits for
@@ -233,7 +234,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_failed_write_leaves_its_target_undefined() {
+    fn a_failed_wr_leaves_the_memory_it_targeted_undefined() {
         let send = |opcode| DataOp::Send {
             second: false,
             opcode,
@@ -243,17 +244,21 @@ mod tests {
             bad_rkey: false,
             imm: 0,
         };
-        // OPCODES[2] is RDMA_WRITE, [3] WRITE_WITH_IMM, [0] SEND.
-        let ops = [send(2), send(3), send(0)];
+        // OPCODES[2] is RDMA_WRITE, [0] SEND, [4] RDMA_READ.
+        let ops = [send(2), send(0), send(4)];
         let done = |wr: u32, status: u32| {
             vec!["ok 1".to_string(), format!("wc {wr} {status} 0 0 0 0 0 0")]
         };
-        assert!(failed_write(&done(1, 13), &ops));
-        assert!(failed_write(&done(2, 10), &ops));
-        assert!(!failed_write(&done(2, 5), &ops), "flushed: never ran");
-        assert!(!failed_write(&done(2, 0), &ops));
-        assert!(!failed_write(&done(3, 13), &ops), "a SEND");
-        assert!(!failed_write(&done(9, 13), &ops));
+        assert_eq!(undefined_by_failures(&done(1, 13), &ops, 0), [false, true]);
+        assert_eq!(undefined_by_failures(&done(2, 9), &ops, 1), [true, false]);
+        assert_eq!(undefined_by_failures(&done(3, 10), &ops, 0), [true, false]);
+        assert_eq!(
+            undefined_by_failures(&done(1, 5), &ops, 0),
+            [false, false],
+            "flushed: never ran"
+        );
+        assert_eq!(undefined_by_failures(&done(1, 0), &ops, 0), [false, false]);
+        assert_eq!(undefined_by_failures(&done(9, 13), &ops, 0), [false, false]);
     }
 
     #[test]

@@ -140,7 +140,7 @@ fn stored(n: &[i64], set: M) -> QpAttr {
 /// the immediate on a SEND_WITH_IMM's), and a SEND's or RDMA WRITE's
 /// (IBV_WC_SEND 0, IBV_WC_RDMA_WRITE 1) also without byte_len, defined
 /// only for receives, READs and atomics (rxe sets it, mlx5 does not).
-fn drained(a: &[String], b: &[String]) -> Result<(), &'static str> {
+pub(super) fn drained(a: &[String], b: &[String]) -> Result<(), &'static str> {
     /// A successful completion's fields as compared: IBV_WC_GRH (bit 0 of
     /// the flags) dropped from a receive's, since ibv_poll_cq(3) defines
     /// it for UD only, the data-path cases' QPs are RC, and rxe sets it

@@ -322,7 +322,10 @@ impl Session<'_> {
         let mut undefined = [false; 2];
         for (qp, &(_, sends)) in owed.iter().enumerate() {
             let done = self.run(datapath::wait(cq_of(qp, true), sends), true)?;
-            undefined[1 - qp] |= datapath::failed_write(&done, ops);
+            let by_failures = datapath::undefined_by_failures(&done, ops, qp);
+            for (u, f) in undefined.iter_mut().zip(by_failures) {
+                *u |= f;
+            }
         }
         for qp in 0..owed.len() {
             self.run(datapath::to_error(qp), true)?;
@@ -336,8 +339,8 @@ impl Session<'_> {
         self.run(Step::events(), true).map(drop)
     }
 
-    /// Compares MR `mr`'s memory, unless a failed WRITE left it
-    /// `undefined`: then a difference is counted as known.
+    /// Compares MR `mr`'s memory, unless a failed WR left it `undefined`:
+    /// then a difference is counted as known.
     fn run_memory(&mut self, mr: usize, undefined: bool) -> Result<(), Stop> {
         if !undefined {
             return self.run(datapath::mr_sum(mr), true).map(drop);
@@ -346,7 +349,7 @@ impl Session<'_> {
         let a = self.a.ask(&step.line()).map_err(Stop::Diverged)?;
         let b = self.b.ask(&step.line()).map_err(Stop::Diverged)?;
         if a != b {
-            self.known.insert(known::FAILED_WRITE_TARGET.name);
+            self.known.insert(known::FAILED_WR_TARGET.name);
         }
         Ok(())
     }
