@@ -112,6 +112,10 @@ pub struct DirectOp {
     pub kind: DirectKind,
     /// Bytes moved (8 for atomics).
     pub len: u32,
+    /// How many packets the message is on the wire (its length over the
+    /// path MTU): the responder's checks that the wire makes per packet
+    /// keep their order.
+    pub packets: u32,
     /// The solicited event bit of the last packet.
     pub solicited: bool,
     /// The requester's side of the data.
@@ -580,10 +584,11 @@ fn write(
     imm: Option<u32>,
 ) -> Step {
     grants(qp, AccessFlags::REMOTE_WRITE)?;
-    if imm.is_some() && target.next_recv().is_none() {
-        // No receive WR is found before the rkey is looked at, in the
-        // kernel's order (rxe: check_resource, then check_rkey), as the
-        // wire responder does for a WRITE_ONLY_WITH_IMM.
+    if imm.is_some() && op.packets == 1 && target.next_recv().is_none() {
+        // A WRITE_ONLY_WITH_IMM finds no receive WR before its rkey is
+        // looked at, in the kernel's order (rxe: check_resource, then
+        // check_rkey), as on the wire; a longer one has its rkey checked
+        // at its FIRST packet and wants a receive WR only at its LAST.
         return Err(not_ready(qp));
     }
     let dest = if op.len > 0 {

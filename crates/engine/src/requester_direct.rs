@@ -152,6 +152,7 @@ impl SendSide<'_> {
             } else {
                 e.len
             },
+            packets: e.len.div_ceil(self.mtu().max(1)).max(1),
             solicited: w.send_flags & send_flags::SOLICITED != 0,
             payload,
             ud: self.ud_dest(ctx, idx)?,

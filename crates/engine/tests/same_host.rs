@@ -133,6 +133,24 @@ fn a_write_with_imm_and_no_receive_wr_is_rnr_before_a_bad_rkey() {
     assert_eq!(end.states, (QpState::Err as u32, QpState::Rts as u32));
 }
 
+/// A WRITE_WITH_IMM longer than the path MTU has its rkey checked at its
+/// first packet, before its last one looks for a receive WR: a bad rkey
+/// is a remote access error even without a receive WR, on both paths.
+#[test]
+fn a_multi_packet_write_with_imm_checks_its_rkey_before_the_receive_wr() {
+    let end = both_paths(Link::default(), |p, qa, _| {
+        let sge = [p.a.sge(0, 3000)];
+        let mut w = wr(1, send_opcode::RDMA_WRITE_WITH_IMM, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE,
+            rkey: p.b.key ^ 0x55,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemAccessErr);
+    assert_eq!(end.b_events, [3], "IBV_EVENT_QP_ACCESS_ERR at the target");
+}
+
 #[test]
 fn a_write_the_qp_does_not_grant_is_an_invalid_request() {
     let link = Link {
