@@ -10,6 +10,8 @@ pub const PKEY_TBL_LEN: u16 = 1;
 /// Only GID index 0 (the loopback address) is populated; the table has 16
 /// slots, the others read as zero.
 pub const POPULATED_SGID_INDEX: u8 = 0;
+/// The GID table's length.
+pub const GID_TBL_LEN: u8 = 16;
 /// The port's max_mtu, IBV_MTU_4096.
 pub const MAX_PATH_MTU: u32 = 5;
 /// max_qp_wr: WRs per send or receive queue.

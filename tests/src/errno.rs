@@ -9,6 +9,8 @@ pub const EBUSY: i32 = 16;
 pub const ENOMEM: i32 = 12;
 /// The device does not implement this.
 pub const EOPNOTSUPP: i32 = 95;
+/// A GID table entry within the table holds no GID.
+pub const ENODATA: i32 = 61;
 
 /// What a verb returns: its value or an errno.
 pub type Outcome<T = ()> = Result<T, i32>;

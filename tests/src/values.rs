@@ -3,7 +3,7 @@
 //! the mask does not name are ignored, whatever they hold.
 
 use crate::device::*;
-use crate::errno::{require, Outcome, EINVAL};
+use crate::errno::{require, Outcome, EINVAL, ENODATA};
 use softverbs_engine::{AhAttr, QpAttr, QpAttrMask as M};
 
 /// Checks the value of every attribute named in `mask`.
@@ -31,6 +31,21 @@ pub fn check_values(attr: &QpAttr, mask: M) -> Outcome {
     ];
     let all_ok = checks.iter().all(|(bit, ok)| !mask.contains(*bit) || *ok);
     require(all_ok, EINVAL)
+}
+
+/// The source GID of an address vector with a GRH, resolved before
+/// anything else of a modify with IBV_QP_AV or an AH create (the kernel's
+/// `rdma_fill_sgid_attr`): another port or an index past the table is
+/// EINVAL, an empty entry within it ENODATA.
+pub fn sgid_check(ah: &AhAttr) -> Outcome {
+    if !ah.is_global {
+        return Ok(());
+    }
+    require(
+        ah.port_num == PORT_NUM && ah.grh.sgid_index < GID_TBL_LEN,
+        EINVAL,
+    )?;
+    require(ah.grh.sgid_index == POPULATED_SGID_INDEX, ENODATA)
 }
 
 /// An address vector the RoCE port accepts: its own port, a GRH (RoCE has

@@ -2,7 +2,7 @@
 //! `ibv_create_ah` and `ibv_modify_qp(IBV_QP_AV)`.
 
 use crate::device::DeviceConfig;
-use crate::error::{einval, ensure, VerbsResult};
+use crate::error::{einval, enodata, ensure, VerbsResult};
 use crate::gid::Gid;
 
 /// `struct ibv_global_route`.
@@ -45,6 +45,7 @@ impl AhAttr {
     /// destination (ibv_modify_qp(3); the kernel's rdma_check_ah_attr
     /// returns EINVAL for a RoCE AH without IB_AH_GRH).
     pub fn validate(&self, dev: &DeviceConfig) -> VerbsResult<()> {
+        self.check_sgid(dev)?;
         ensure(
             dev.port(self.port_num).is_some(),
             einval("ah_attr.port_num is not a port of this device"),
@@ -58,11 +59,25 @@ impl AhAttr {
             self.grh.flow_label <= 0xF_FFFF,
             einval("ah_attr.grh.flow_label wider than 20 bits"),
         )?;
-        let sgid = dev.gid(self.port_num, u32::from(self.grh.sgid_index));
-        ensure(
-            sgid.is_some_and(|g| !g.is_zero()),
-            einval("ah_attr.grh.sgid_index is not a populated GID table entry"),
-        )?;
         ensure(!self.grh.dgid.is_zero(), einval("ah_attr.grh.dgid is zero"))
+    }
+
+    /// The source GID of a GRH, which the kernel resolves before anything
+    /// else of an `ibv_modify_qp` with IBV_QP_AV or an `ibv_create_ah`
+    /// (`rdma_fill_sgid_attr`): a port the device lacks or an index past
+    /// the table is EINVAL, an entry within it that holds no GID ENODATA.
+    /// Without a GRH there is nothing to resolve (and RoCE refuses it
+    /// later).
+    pub fn check_sgid(&self, dev: &DeviceConfig) -> VerbsResult<()> {
+        if !self.is_global {
+            return Ok(());
+        }
+        let sgid = dev
+            .gid(self.port_num, u32::from(self.grh.sgid_index))
+            .ok_or(einval("ah_attr.grh.sgid_index is past the GID table"))?;
+        ensure(
+            !sgid.is_zero(),
+            enodata("ah_attr.grh.sgid_index names an empty GID table entry"),
+        )
     }
 }

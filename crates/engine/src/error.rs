@@ -18,6 +18,8 @@ pub enum ErrorKind {
     NotSupported,
     /// EFAULT: memory the verb was given is not mapped as it must be.
     BadAddress,
+    /// ENODATA: a GID table entry within the table holds no GID.
+    NoData,
     /// An errno a fault rule chose (`SOFTVERBS_FAULTS`).
     Chosen(i32),
 }
@@ -31,6 +33,7 @@ impl ErrorKind {
             ErrorKind::NoMemory => 12,
             ErrorKind::NotSupported => 95,
             ErrorKind::BadAddress => 14,
+            ErrorKind::NoData => 61,
             ErrorKind::Chosen(errno) => errno,
         }
     }
@@ -44,6 +47,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NoMemory => "ENOMEM",
             ErrorKind::NotSupported => "EOPNOTSUPP",
             ErrorKind::BadAddress => "EFAULT",
+            ErrorKind::NoData => "ENODATA",
             ErrorKind::Chosen(errno) => return write!(f, "errno {errno}"),
         };
         f.write_str(s)
@@ -102,6 +106,14 @@ pub(crate) const fn ebusy(reason: &'static str) -> VerbsError {
 pub(crate) const fn enomem(reason: &'static str) -> VerbsError {
     VerbsError {
         kind: ErrorKind::NoMemory,
+        reason,
+    }
+}
+
+/// ENODATA with a reason.
+pub(crate) const fn enodata(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::NoData,
         reason,
     }
 }

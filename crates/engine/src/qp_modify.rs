@@ -27,6 +27,9 @@ pub(crate) fn validate(
         mask.bits() < M::DEST_QPN.bits() << 1,
         eopnotsupp("attr_mask has bits past IBV_QP_DEST_QPN"),
     )?;
+    if mask.contains(M::AV) {
+        attr.ah_attr.check_sgid(dev)?;
+    }
     if mask.contains(M::CUR_STATE) {
         let claimed = QpState::from_raw(attr.cur_qp_state);
         ensure(

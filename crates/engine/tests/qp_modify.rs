@@ -215,7 +215,9 @@ fn rtr_value_checks() {
             ("max_dest_rd_atomic 129", |a| a.max_dest_rd_atomic = 129),
             ("dest_qpn 25 bits", |a| a.dest_qp_num = 1 << 24),
             ("no GRH", |a| a.ah_attr.is_global = false),
-            ("sgid_index unpopulated", |a| a.ah_attr.grh.sgid_index = 3),
+            ("sgid_index past the table", |a| {
+                a.ah_attr.grh.sgid_index = 16
+            }),
             ("ah port 2", |a| a.ah_attr.port_num = 2),
             ("zero dgid", |a| a.ah_attr.grh.dgid = Gid::ZERO),
         ],
@@ -226,6 +228,25 @@ fn rtr_value_checks() {
         QpAttrMask::ALT_PATH,
         &[("alt path", |_| {})],
     );
+}
+
+/// An empty GID entry within the table is ENODATA, found before anything
+/// else of the modify (the kernel resolves the source GID first): even a
+/// transition the table refuses answers ENODATA.
+#[test]
+fn an_empty_gid_entry_is_enodata_before_the_transition_checks() {
+    let mut f = fixture();
+    let qp = f.qp(QpType::Rc);
+    f.bring_to(qp, QpType::Rc, QpState::Init);
+    let (mut a, m) = rtr_step(QpType::Rc);
+    a.ah_attr.grh.sgid_index = 3;
+    let before = f.e.query_qp(qp).unwrap();
+    assert_eq!(errno(f.e.modify_qp(qp, &a, m)), ENODATA);
+    a.qp_state = QpState::Sqd as u32;
+    assert_eq!(errno(f.e.modify_qp(qp, &a, m)), ENODATA, "before the table");
+    assert_eq!(f.e.query_qp(qp).unwrap(), before, "all or nothing");
+    let pd = f.e.alloc_pd().unwrap();
+    assert_eq!(errno(f.e.create_ah(pd, &a.ah_attr)), ENODATA);
 }
 
 #[test]

@@ -189,13 +189,6 @@ fn ah_requires_grh_valid_port_and_sgid() {
         AhAttr { sl: 16, ..av() },
         AhAttr {
             grh: GlobalRoute {
-                sgid_index: 1,
-                ..av().grh
-            },
-            ..av()
-        },
-        AhAttr {
-            grh: GlobalRoute {
                 sgid_index: 200,
                 ..av().grh
             },
@@ -219,6 +212,16 @@ fn ah_requires_grh_valid_port_and_sgid() {
     for bad in cases {
         assert_eq!(errno(f.e.create_ah(f.pd, &bad)), EINVAL, "{bad:?}");
     }
+    // An empty entry within the GID table: ENODATA, as the kernel's GID
+    // cache answers.
+    let empty = AhAttr {
+        grh: GlobalRoute {
+            sgid_index: 1,
+            ..av().grh
+        },
+        ..av()
+    };
+    assert_eq!(errno(f.e.create_ah(f.pd, &empty)), ENODATA);
 }
 
 #[test]

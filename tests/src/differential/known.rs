@@ -34,11 +34,6 @@ pub const KNOWN: &[Known] = &[
         applies: lenient_range,
     },
     Known {
-        name: "unpopulated GID index: EINVAL on softverbs, ENODATA on the kernel",
-        stops: false,
-        applies: unpopulated_gid,
-    },
-    Known {
         name: "SQ_DRAINED without en_sqd_async_notify: raised by rxe only",
         stops: false,
         applies: sq_drained_always,
@@ -140,20 +135,6 @@ fn out_of_range(a: &QpAttr, mask: M) -> bool {
         (M::PATH_MIG_STATE, a.path_mig_state != 0),
     ];
     checks.iter().any(|&(bit, bad)| mask.contains(bit) && bad)
-}
-
-/// An address vector whose source GID index names no populated entry:
-/// softverbs refuses it as invalid, the kernel's GID cache answers
-/// ENODATA for an empty entry within its table.
-fn unpopulated_gid(step: &Step, a: &[String], b: &[String]) -> bool {
-    let sgid = match step.verb {
-        "ah" => step.args[1 + 7],
-        "modify_qp" if step.args[1] as u32 & M::AV.bits() != 0 => {
-            i64::from(modify_attr(step).ah_attr.grh.sgid_index)
-        }
-        _ => return false,
-    };
-    sgid != 0 && first(a) == "err 22" && first(b) == "err 61"
 }
 
 /// A poll where softverbs has flush completions (IBV_WC_WR_FLUSH_ERR, 5)

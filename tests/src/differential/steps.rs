@@ -21,6 +21,8 @@ const MR_LEN: u64 = 4096;
 const REMOTE_WRITE: u32 = 0x2;
 const REMOTE_READ: u32 = 0x4;
 /// What the executor reads as the device's own GID 0.
+/// A GID index within every device's table that holds no GID.
+const EMPTY_SGID_INDEX: u8 = 15;
 const SELF_GID: Gid = Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
 /// The largest poll the executor does at once.
 const MAX_POLL: usize = 1024;
@@ -305,15 +307,17 @@ impl Resolver {
     }
 
     /// An address vector made device-independent: only GID index 0 is
-    /// known to be populated on every device, so another index becomes one
-    /// no device fills; a destination GID other than zero becomes ::1,
+    /// known to be populated on every device, so another index becomes 15,
+    /// inside every RoCE device's table (softverbs 16 entries, rxe 1024,
+    /// mlx5 255 or more) and empty unless a port has 16 addresses (both
+    /// answer ENODATA); a destination GID other than zero becomes ::1,
     /// which the executor reads as the device's own GID 0 (a kernel
     /// resolves that at once; a made-up GID costs a neighbour lookup that
     /// takes seconds to fail with ETIMEDOUT).
     fn av(&self, av: &AhAttr) -> AhAttr {
         let mut av = *av;
         if av.grh.sgid_index != 0 {
-            av.grh.sgid_index = u8::MAX;
+            av.grh.sgid_index = EMPTY_SGID_INDEX;
         }
         if av.grh.dgid != Gid([0; 16]) {
             av.grh.dgid = SELF_GID;

@@ -7,7 +7,7 @@ use crate::device::*;
 use crate::errno::{require, Outcome, EINVAL, EOPNOTSUPP};
 use crate::names::{state_from_raw, type_from_raw};
 use crate::stored::StoredAttrs;
-use crate::values::check_values;
+use crate::values::{check_values, sgid_check};
 use softverbs_engine::{
     AsyncEvent, CqId, PdId, QpAttr, QpAttrMask as M, QpCap, QpId, QpInitAttr, QpState, QpType,
     SrqId, WcOpcode, WcStatus, WorkCompletion,
@@ -181,6 +181,9 @@ impl Model {
     /// The state the QP moves to, or the errno.
     fn check_modify(&self, qp: &ModelQp, attr: &QpAttr, mask: M) -> Outcome<QpState> {
         require(mask.bits() & !MODIFY_MASK_BITS == 0, EOPNOTSUPP)?;
+        if mask.contains(M::AV) {
+            sgid_check(&attr.ah_attr)?;
+        }
         if mask.contains(M::CUR_STATE) {
             require(state_from_raw(attr.cur_qp_state) == Some(qp.state), EINVAL)?;
         }

@@ -2,7 +2,7 @@
 
 use super::Model;
 use crate::errno::{require, Outcome, EBUSY, EINVAL};
-use crate::values::av_valid;
+use crate::values::{av_valid, sgid_check};
 use softverbs_engine::{AhAttr, AhId, CqId, MrId, PdId, WorkCompletion};
 use std::collections::VecDeque;
 
@@ -96,6 +96,7 @@ impl Model {
     /// `ibv_create_ah`: the PD must exist and the address vector be valid.
     pub fn check_create_ah(&self, pd: PdId, attr: &AhAttr) -> Outcome {
         require(self.pds.contains(&pd), EINVAL)?;
+        sgid_check(attr)?;
         require(av_valid(attr), EINVAL)
     }
 

@@ -12,6 +12,7 @@ pub const EINVAL: i32 = 22;
 pub const EBUSY: i32 = 16;
 pub const ENOMEM: i32 = 12;
 pub const EOPNOTSUPP: i32 = 95;
+pub const ENODATA: i32 = 61;
 
 pub fn engine() -> Engine {
     Engine::new(DeviceConfig::loopback(42))
