@@ -539,6 +539,29 @@ api_run() {
 LOOPBACK=$(dirname "$SO")/examples/loopback
 api_run "rust api: loopback example on rxe_xa through pass-through" \
   env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" "$LOOPBACK" sv_xa 1
+# The same with fault rules, which the API applies on pass-through
+# devices too: the first SEND's success becomes RETRY_EXC_ERR; the RC
+# WRITE_WITH_IMM's post (the 2nd send WR) fails with ENOMEM.
+api_fails() {
+  local name=$1 expect=$2; shift 2
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  local t0=$SECONDS
+  if ! timeout "$CASE_TIMEOUT" "$@" > "$log/api" 2>&1 && grep -Eq "$expect" "$log/api"; then
+    pass=$((pass + 1)); echo "ok   $name ($((SECONDS - t0)) s)"
+  else
+    fail=$((fail + 1)); echo "FAIL $name ($((SECONDS - t0)) s; want a failure matching /$expect/)"
+    tail -n 8 "$log/api" | sed 's/^/    /'
+  fi
+}
+api_fails "rust api: a completion fault rule on rxe_xa through pass-through" \
+  "wanted WR 1 Send done, got .*status: RetryExcErr" \
+  env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" \
+  SOFTVERBS_FAULTS="completion opcode=SEND nth=1 status=RETRY_EXC_ERR" "$LOOPBACK" sv_xa 1
+api_fails "rust api: a post fault rule on rxe_xa through pass-through" \
+  "a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
+  env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" \
+  SOFTVERBS_FAULTS="post_send nth=2 errno=ENOMEM" "$LOOPBACK" sv_xa 1
 api_run "rust api: loopback example on softverbs0" ip netns exec sv \
   env SOFTVERBS_DEVICES="softverbs0=10.11.0.2/1500" SOFTVERBS_DAEMON="$CLI" "$LOOPBACK" softverbs0 1
 

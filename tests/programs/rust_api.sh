@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # softverbs' Rust verbs API (crates/api): its example program, written
 # against the API alone, on a soft device (the engine in the program's
-# own process, no libibverbs and no LD_PRELOAD), with a fault rule of
-# SOFTVERBS_FAULTS applied to it, and the errors of a device that does
-# not exist or whose real device is missing. (On a real device, through
-# a pass-through device, it runs in make interop, against rxe.) Prints
+# own process, no libibverbs and no LD_PRELOAD), with fault rules of
+# SOFTVERBS_FAULTS (a completion and a post rule) applied to it, and the
+# errors of a device that does not exist or whose real device is
+# missing. (On a real device, through a pass-through device, it runs in
+# make interop against rxe, with the same rules.) Prints
 # "N passed, M failed" last. Usage: rust_api.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
@@ -36,6 +37,10 @@ one "the same on the device's other GID (index 0, link-local)" \
 one "a completion fault rule applies to the API's soft device" \
   "wanted WR 1 Send done, got .*status: RetryExcErr" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='completion opcode=SEND nth=1 status=RETRY_EXC_ERR' \
+    '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
+one "a post fault rule applies to the API's soft device" \
+  "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_send nth=2 errno=ENOMEM' \
     '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
 one "an unknown device is ENODEV, naming the configuration" \
   "loopback failed on nope: no softverbs device is called nope \(SOFTVERBS_DEVICES\) \(errno 19\)" \

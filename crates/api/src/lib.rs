@@ -28,9 +28,13 @@
 //! # Ok::<(), Error>(())
 //! ```
 //!
+//! The verbs rules of `SOFTVERBS_FAULTS` apply on both kinds of device
+//! (on a pass-through device as the provider applies them on its own:
+//! posts, completion statuses, `qp_error after=`).
+//!
 //! Not offered yet (each answers EOPNOTSUPP or is absent, and is listed
 //! in docs/supported.md): SRQs, async and completion events, and on
-//! pass-through devices the fault rules and the verbs trace.
+//! pass-through devices the verbs trace.
 
 #![deny(unsafe_code)]
 
@@ -40,6 +44,7 @@ pub mod convert;
 mod real;
 mod region;
 mod soft;
+mod verbs_faults;
 
 pub use region::Region;
 pub use softverbs_engine::{

@@ -9,14 +9,17 @@
 use crate::convert::{ah_to_c, cap_from_c, cap_to_c, gid_from_c, qp_attr_from_c, qp_attr_to_c};
 use crate::convert::{send_wr_to_c, sge_to_c, wc_from_c};
 use crate::region::Region;
+use crate::verbs_faults::VerbsFaults;
 use crate::{Error, MrKeys, Result, Verbs};
 use parking_lot::Mutex;
 use slotmap::SlotMap;
 use softverbs_engine::{
-    AhAttr, AhId, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId, QpInitAttr, RecvWr,
-    SendWr, WorkCompletion,
+    AhAttr, AhId, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId, QpInitAttr, QpState,
+    RecvWr, SendWr, WorkCompletion,
 };
+use softverbs_faults::Queue;
 use softverbs_ffi::*;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 #[link(name = "ibverbs")]
@@ -80,6 +83,8 @@ struct Objects {
     mrs: SlotMap<MrId, (Raw<ibv_mr>, Region)>,
     cqs: SlotMap<CqId, Raw<ibv_cq>>,
     qps: SlotMap<QpId, Raw<ibv_qp>>,
+    /// The QPs by number (completions name them so).
+    qp_nums: HashMap<u32, QpId>,
     ahs: SlotMap<AhId, Raw<ibv_ah>>,
 }
 
@@ -89,6 +94,8 @@ pub struct Real {
     name: String,
     context: Raw<ibv_context>,
     objects: Mutex<Objects>,
+    /// The verbs rules of `SOFTVERBS_FAULTS` for this device.
+    faults: Option<VerbsFaults>,
 }
 
 /// The errno of the libibverbs call that just failed.
@@ -133,6 +140,7 @@ fn destroy<K: slotmap::Key, T>(
 impl Real {
     /// Opens the real device `real` for the pass-through device `name`.
     pub fn open(name: &str, real: &str) -> Result<Real> {
+        let faults = VerbsFaults::from_env(name)?;
         // SAFETY: a NULL count is allowed; the list is freed below.
         let list = unsafe { ibv_get_device_list(std::ptr::null_mut()) };
         if list.is_null() {
@@ -174,7 +182,51 @@ impl Real {
             name: name.to_string(),
             context: Raw(context),
             objects: Mutex::new(Objects::default()),
+            faults,
         })
+    }
+
+    /// QP `qp_num`, moved to ERR by a fault rule (through the provider).
+    fn fail_qp(&self, qp_num: u32) {
+        let qp = self.objects.lock().qp_nums.get(&qp_num).copied();
+        if let Some(qp) = qp {
+            let err = QpAttr {
+                qp_state: QpState::Err as u32,
+                ..QpAttr::default()
+            };
+            // A QP destroyed meanwhile is gone: nothing to fail.
+            let _ = self.modify_qp(qp, &err, QpAttrMask::STATE);
+        }
+    }
+
+    /// QP `qp`'s number, if it is ours.
+    fn qp_num(&self, qp: QpId) -> Result<u32> {
+        let o = self.objects.lock();
+        o.qp_nums
+            .iter()
+            .find_map(|(&n, &id)| (id == qp).then_some(n))
+            .ok_or(unknown("unknown QP"))
+    }
+
+    /// The fault rules' say on a post to `queue` of `qp`, then the post
+    /// itself (`post`), then the count towards `qp_error after=N`.
+    fn post_with_rules(
+        &self,
+        qp: QpId,
+        queue: Queue,
+        (opcode, bytes): (Option<u32>, u64),
+        post: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let Some(faults) = &self.faults else {
+            return post();
+        };
+        let qp_num = self.qp_num(qp)?;
+        faults.post(queue, qp_num, opcode, bytes)?;
+        post()?;
+        if faults.posted(qp_num) {
+            self.fail_qp(qp_num);
+        }
+        Ok(())
     }
 }
 
@@ -323,7 +375,13 @@ impl Verbs for Real {
             return Err(Error::new(libc::EIO, "ibv_poll_cq failed"));
         }
         wc.truncate(n as usize);
-        Ok(wc.iter().map(wc_from_c).collect())
+        let mut out: Vec<WorkCompletion> = wc.iter().map(wc_from_c).collect();
+        if let Some(faults) = &self.faults {
+            for qp_num in faults.completions(&mut out) {
+                self.fail_qp(qp_num);
+            }
+        }
+        Ok(out)
     }
 
     fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated> {
@@ -354,8 +412,10 @@ impl Verbs for Real {
         }
         // SAFETY: the QP just created; a plain field read.
         let qp_num = unsafe { (*qp).qp_num };
+        let id = o.qps.insert(Raw(qp));
+        o.qp_nums.insert(qp_num, id);
         Ok(QpCreated {
-            id: o.qps.insert(Raw(qp)),
+            id,
             qp_num,
             cap: cap_from_c(&c.cap),
         })
@@ -371,7 +431,12 @@ impl Verbs for Real {
         let mut c = qp_attr_to_c(attr);
         // SAFETY: a live QP of ours and a local attribute struct.
         let ret = unsafe { ibv_modify_qp(raw.0, &mut c, mask.bits() as c_int) };
-        status(ret, "ibv_modify_qp failed")
+        status(ret, "ibv_modify_qp failed")?;
+        let reset = mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset as u32;
+        if let (true, Some(faults)) = (reset, &self.faults) {
+            faults.forget(self.qp_num(qp)?);
+        }
+        Ok(())
     }
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
@@ -390,13 +455,19 @@ impl Verbs for Real {
     }
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
+        let qp_num = self.qp_num(qp)?;
         let o = &mut *self.objects.lock();
         destroy(
             &mut o.qps,
             qp,
             ("unknown QP", "ibv_destroy_qp failed"),
             ibv_destroy_qp,
-        )
+        )?;
+        o.qp_nums.remove(&qp_num);
+        if let Some(faults) = &self.faults {
+            faults.forget(qp_num);
+        }
+        Ok(())
     }
 
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId> {
@@ -422,6 +493,26 @@ impl Verbs for Real {
     }
 
     fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
+        let bytes = if wr.send_flags & softverbs_engine::send_flags::INLINE != 0 {
+            wr.inline_data.len() as u64
+        } else {
+            wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        };
+        let shape = (Some(wr.opcode), bytes);
+        self.post_with_rules(qp, Queue::Send, shape, || self.post_send_now(qp, wr))
+    }
+
+    fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
+        let bytes = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        self.post_with_rules(qp, Queue::Recv, (None, bytes), || {
+            self.post_recv_now(qp, wr)
+        })
+    }
+}
+
+impl Real {
+    /// `ibv_post_send` of one WR, through the provider's member.
+    fn post_send_now(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
         let (raw, ah) = {
             let o = self.objects.lock();
             let raw = *o.qps.get(qp).ok_or(unknown("unknown QP"))?;
@@ -446,7 +537,8 @@ impl Verbs for Real {
         status(ret, "ibv_post_send failed")
     }
 
-    fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
+    /// `ibv_post_recv` of one WR, through the provider's member.
+    fn post_recv_now(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
         let raw = *self
             .objects
             .lock()
