@@ -311,20 +311,52 @@ mod tests {
         unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
     }
 
-    /// A device failure wakes a thread blocked on a completion channel and
-    /// readers of the async descriptor: the first gets DEVICE_FATAL, the
-    /// rest end of file.
-    #[test]
-    fn device_fatal_wakes_every_event_reader() {
+    /// A read that does not wait: the byte count, -1 if nothing is queued.
+    fn try_read_record(fd: RawFd, buf: &mut [u8]) -> isize {
+        // SAFETY: `buf` is writable for its length; MSG_DONTWAIT keeps an
+        // empty channel from blocking.
+        unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) }
+    }
+
+    /// A sink with its async descriptor and one completion channel.
+    struct Rig {
+        sink: EventSink,
+        async_reader: OwnedFd,
+        channel_reader: OwnedFd,
+        /// The channel's write end, as a CQ names it.
+        writer: RawFd,
+    }
+
+    fn rig() -> Rig {
         let async_pipe = EventPipe::new().unwrap();
         let channel = EventPipe::new().unwrap();
         let async_reader: OwnedFd = async_pipe.reader.unwrap();
         let channel_reader: OwnedFd = channel.reader.unwrap();
+        let writer = channel.writer.as_raw_fd();
         let channels = super::Channels::default();
         channels
             .lock()
             .insert(channel_reader.as_raw_fd(), channel.writer);
         let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
+        Rig {
+            sink,
+            async_reader,
+            channel_reader,
+            writer,
+        }
+    }
+
+    /// A device failure wakes a thread blocked on a completion channel and
+    /// readers of the async descriptor: the first gets DEVICE_FATAL, the
+    /// rest end of file.
+    #[test]
+    fn device_fatal_wakes_every_event_reader() {
+        let Rig {
+            sink,
+            async_reader,
+            channel_reader,
+            ..
+        } = rig();
         let fd = channel_reader.as_raw_fd();
         let blocked = std::thread::spawn(move || read_record(fd, &mut [0u8; 8]));
 
@@ -342,16 +374,12 @@ mod tests {
     /// kernel drops them), keeping the others' in order.
     #[test]
     fn a_destroyed_objects_unread_events_are_taken_back() {
-        let async_pipe = EventPipe::new().unwrap();
-        let channel = EventPipe::new().unwrap();
-        let async_reader: OwnedFd = async_pipe.reader.unwrap();
-        let channel_reader: OwnedFd = channel.reader.unwrap();
-        let writer = channel.writer.as_raw_fd();
-        let channels = super::Channels::default();
-        channels
-            .lock()
-            .insert(channel_reader.as_raw_fd(), channel.writer);
-        let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
+        let Rig {
+            sink,
+            async_reader,
+            channel_reader,
+            writer,
+        } = rig();
         let mut ids: slotmap::SlotMap<CqId, ()> = slotmap::SlotMap::with_key();
         let (gone, kept) = (ids.insert(()), ids.insert(()));
         let mut qps: slotmap::SlotMap<QpId, ()> = slotmap::SlotMap::with_key();
@@ -369,20 +397,10 @@ mod tests {
         let fd = channel_reader.as_raw_fd();
         assert_eq!(read_record(fd, &mut record), 8);
         assert_eq!(u64::from_ne_bytes(record[..8].try_into().unwrap()), 0x2000);
-        let mut pending = [0u8; 8];
-        // SAFETY: a non-blocking read into a local buffer of its length.
-        let n = unsafe { libc::recv(fd, pending.as_mut_ptr().cast(), 8, libc::MSG_DONTWAIT) };
+        let n = try_read_record(fd, &mut [0u8; 8]);
         assert_eq!(n, -1, "nothing else queued");
         sink.remove_qp(qp);
-        // SAFETY: as above.
-        let n = unsafe {
-            libc::recv(
-                async_reader.as_raw_fd(),
-                record.as_mut_ptr().cast(),
-                16,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = try_read_record(async_reader.as_raw_fd(), &mut record);
         assert_eq!(n, -1, "both async events named destroyed objects");
     }
 
@@ -392,16 +410,12 @@ mod tests {
     /// acknowledgement. Records still unread are taken back, not counted.
     #[test]
     fn an_event_read_before_the_destroy_counts_as_reported() {
-        let async_pipe = EventPipe::new().unwrap();
-        let channel = EventPipe::new().unwrap();
-        let async_reader: OwnedFd = async_pipe.reader.unwrap();
-        let channel_reader: OwnedFd = channel.reader.unwrap();
-        let writer = channel.writer.as_raw_fd();
-        let channels = super::Channels::default();
-        channels
-            .lock()
-            .insert(channel_reader.as_raw_fd(), channel.writer);
-        let sink = EventSink::new(async_pipe.writer, async_reader.as_raw_fd(), channels);
+        let Rig {
+            sink,
+            async_reader,
+            channel_reader,
+            writer,
+        } = rig();
         let mut cqs: slotmap::SlotMap<CqId, ()> = slotmap::SlotMap::with_key();
         let cq = cqs.insert(());
         let mut qps: slotmap::SlotMap<QpId, ()> = slotmap::SlotMap::with_key();
@@ -421,15 +435,7 @@ mod tests {
         assert_eq!((reported.comp, reported.async_events), (1, 0));
         sink.completion_event(cq);
         sink.async_event(AsyncEvent::QpFatal(qp));
-        // SAFETY: a non-blocking read into a local buffer of its length.
-        let n = unsafe {
-            libc::recv(
-                async_reader.as_raw_fd(),
-                record.as_mut_ptr().cast(),
-                16,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n = try_read_record(async_reader.as_raw_fd(), &mut record);
         assert_eq!(n, -1, "nothing is sent for a destroyed object");
     }
 

@@ -1,8 +1,9 @@
 //! Two RC QPs of one device connected to each other through its own GID:
 //! a SEND, an RDMA WRITE with immediate, an RDMA READ and a
 //! fetch-and-add; then a UD datagram between two UD QPs through an
-//! address handle; each completion and each byte checked. The same code
-//! runs on a soft device and on a pass-through one (a real device).
+//! address handle; each completion and each byte checked; then every
+//! object destroyed. The same code runs on a soft device and on a
+//! pass-through one (a real device).
 //!
 //! Usage: loopback [DEVICE [GID_INDEX]] (softverbs0 and 1 by default);
 //! prints "loopback ok on DEVICE (soft|pass-through)" and exits 0, or
@@ -46,20 +47,35 @@ fn main() -> ExitCode {
 }
 
 fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
-    let dev = open(name).map_err(|e| e.to_string())?;
-    let gid = dev.query_gid(gid_index.into()).map_err(|e| e.to_string())?;
-    let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
-    let a = end(&*dev, pd, QpType::Rc).map_err(|e| e.to_string())?;
-    let b = end(&*dev, pd, QpType::Rc).map_err(|e| e.to_string())?;
-    connect(&*dev, &a, b.qp_num, gid, gid_index).map_err(|e| e.to_string())?;
-    connect(&*dev, &b, a.qp_num, gid, gid_index).map_err(|e| e.to_string())?;
+    let e = |e: Error| e.to_string();
+    let dev = open(name).map_err(e)?;
+    let gid = dev.query_gid(gid_index.into()).map_err(e)?;
+    let pd = dev.alloc_pd().map_err(e)?;
+    let a = end(&*dev, pd, QpType::Rc).map_err(e)?;
+    let b = end(&*dev, pd, QpType::Rc).map_err(e)?;
+    connect(&*dev, &a, b.qp_num, gid, gid_index).map_err(e)?;
+    connect(&*dev, &b, a.qp_num, gid, gid_index).map_err(e)?;
+    let attr = dev.query_qp(a.qp).map_err(e)?;
+    check(
+        attr.qp_state == QpState::Rts as u32,
+        "query_qp reads RTS back",
+    )?;
+    check(attr.dest_qp_num == b.qp_num, "query_qp reads the peer back")?;
     exchange(&*dev, &a, &b)?;
-    let c = end(&*dev, pd, QpType::Ud).map_err(|e| e.to_string())?;
-    let d = end(&*dev, pd, QpType::Ud).map_err(|e| e.to_string())?;
+    let c = end(&*dev, pd, QpType::Ud).map_err(e)?;
+    let d = end(&*dev, pd, QpType::Ud).map_err(e)?;
     for ud in [&c, &d] {
-        ud_ready(&*dev, ud).map_err(|e| e.to_string())?;
+        ud_ready(&*dev, ud).map_err(e)?;
     }
     datagram(&*dev, pd, gid, gid_index, &c, &d)?;
+    // Everything goes, dependents first: a QP before its CQ, an MR
+    // before its PD.
+    for end in [a, b, c, d] {
+        dev.destroy_qp(end.qp).map_err(e)?;
+        dev.destroy_cq(end.cq).map_err(e)?;
+        dev.dereg_mr(end.keys.id).map_err(e)?;
+    }
+    dev.dealloc_pd(pd).map_err(e)?;
     Ok(if dev.is_passthrough() {
         "pass-through"
     } else {

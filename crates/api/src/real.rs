@@ -116,6 +116,15 @@ fn status(ret: c_int, what: &'static str) -> Result<()> {
     }
 }
 
+/// The object a libibverbs create call returned, or the errno it set.
+fn made<T>(object: *mut T, what: &'static str) -> Result<Raw<T>> {
+    if object.is_null() {
+        Err(last_error(what))
+    } else {
+        Ok(Raw(object))
+    }
+}
+
 fn unknown(what: &'static str) -> Error {
     Error::new(libc::EINVAL, what)
 }
@@ -279,10 +288,8 @@ impl Verbs for Real {
     fn alloc_pd(&self) -> Result<PdId> {
         // SAFETY: our open context.
         let pd = unsafe { ibv_alloc_pd(self.context.0) };
-        if pd.is_null() {
-            return Err(last_error("ibv_alloc_pd failed"));
-        }
-        Ok(self.objects.lock().pds.insert(Raw(pd)))
+        let pd = made(pd, "ibv_alloc_pd failed")?;
+        Ok(self.objects.lock().pds.insert(pd))
     }
 
     fn dealloc_pd(&self, pd: PdId) -> Result<()> {
@@ -306,12 +313,10 @@ impl Verbs for Real {
         let mr = region.with_bytes(|b| unsafe {
             ibv_reg_mr(raw.0, b.as_mut_ptr().cast(), b.len(), access as c_int)
         });
-        if mr.is_null() {
-            return Err(last_error("ibv_reg_mr failed"));
-        }
+        let mr = made(mr, "ibv_reg_mr failed")?;
         // SAFETY: the MR just registered; plain field reads.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        let id = o.mrs.insert((Raw(mr), region.clone()));
+        let (lkey, rkey) = unsafe { ((*mr.0).lkey, (*mr.0).rkey) };
+        let id = o.mrs.insert((mr, region.clone()));
         Ok(MrKeys { id, lkey, rkey })
     }
 
@@ -336,10 +341,8 @@ impl Verbs for Real {
                 0,
             )
         };
-        if cq.is_null() {
-            return Err(last_error("ibv_create_cq failed"));
-        }
-        Ok(self.objects.lock().cqs.insert(Raw(cq)))
+        let cq = made(cq, "ibv_create_cq failed")?;
+        Ok(self.objects.lock().cqs.insert(cq))
     }
 
     fn destroy_cq(&self, cq: CqId) -> Result<()> {
@@ -407,12 +410,10 @@ impl Verbs for Real {
         // SAFETY: a live PD and CQs of ours, a local attribute struct
         // (libibverbs writes the actual caps back into it).
         let qp = unsafe { ibv_create_qp(raw_pd.0, &mut c) };
-        if qp.is_null() {
-            return Err(last_error("ibv_create_qp failed"));
-        }
+        let qp = made(qp, "ibv_create_qp failed")?;
         // SAFETY: the QP just created; a plain field read.
-        let qp_num = unsafe { (*qp).qp_num };
-        let id = o.qps.insert(Raw(qp));
+        let qp_num = unsafe { (*qp.0).qp_num };
+        let id = o.qps.insert(qp);
         o.qp_nums.insert(qp_num, id);
         Ok(QpCreated {
             id,
@@ -476,10 +477,8 @@ impl Verbs for Real {
         let mut c = ah_to_c(attr);
         // SAFETY: a live PD of ours and a local attribute struct.
         let ah = unsafe { ibv_create_ah(raw_pd.0, &mut c) };
-        if ah.is_null() {
-            return Err(last_error("ibv_create_ah failed"));
-        }
-        Ok(o.ahs.insert(Raw(ah)))
+        let ah = made(ah, "ibv_create_ah failed")?;
+        Ok(o.ahs.insert(ah))
     }
 
     fn destroy_ah(&self, ah: AhId) -> Result<()> {
