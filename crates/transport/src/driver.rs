@@ -22,6 +22,7 @@
 
 use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
+use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats, StepBy};
 use crate::packet_faults::PacketFaults;
@@ -56,6 +57,8 @@ const APP_IDLE: Nanos = 50_000;
 const STATS_VAR: &str = "SOFTVERBS_STATS";
 /// The sending socket, polled for room while packets wait for it.
 const SEND_ROOM: Token = Token(3);
+/// The timer a verb arms when it brings the earliest deadline forward.
+const DEADLINE: Token = Token(4);
 
 /// Receives what the engine reports, from whichever thread made progress.
 /// Implementations must be quick and must not call back into the driver
@@ -123,7 +126,10 @@ struct State<M> {
 struct Shared<M> {
     state: Mutex<State<M>>,
     clock: Clock,
+    /// Wakes the progress thread to stop.
     waker: Waker,
+    /// Wakes the progress thread when a deadline a verb set comes.
+    deadline_timer: DeadlineTimer,
     registry: Registry,
     notify: Arc<dyn Notify>,
     stop: AtomicBool,
@@ -204,6 +210,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Interest::READABLE,
             )?;
         }
+        let deadline_timer = DeadlineTimer::new()?;
+        poll.registry().register(
+            &mut SourceFd(&deadline_timer.raw_fd()),
+            DEADLINE,
+            Interest::READABLE,
+        )?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 engine,
@@ -215,6 +227,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             }),
             clock,
             waker: Waker::new(poll.registry(), WAKER)?,
+            deadline_timer,
             registry: poll.registry().try_clone()?,
             notify,
             stop: AtomicBool::new(false),
@@ -370,8 +383,9 @@ impl<M: HostMemory> Shared<M> {
         });
     }
 
-    /// One progress step, then the reports, then a wake-up of the progress
-    /// thread if it sleeps past the engine's new earliest deadline.
+    /// One progress step, then the reports; on a verb's step, the progress
+    /// thread's timer is brought forward if it sleeps past the engine's new
+    /// earliest deadline (the thread sets its own sleep after its step).
     fn step(&self, state: &mut State<M>, by: StepBy, now: Nanos) {
         let State {
             engine,
@@ -417,9 +431,11 @@ impl<M: HostMemory> Shared<M> {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        if sooner {
+        if sooner && by == StepBy::Verb {
             state.thread_deadline = deadline;
-            let _ = self.waker.wake();
+            if let Some(at) = deadline {
+                let _ = self.deadline_timer.arm(self.clock.until(at));
+            }
         }
     }
 }
@@ -595,6 +611,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return;
             }
+        }
+        if events.iter().any(|e| e.token() == DEADLINE) {
+            shared.deadline_timer.clear();
         }
         if let Some(sh) = shared.state.lock().same_host.as_ref() {
             sh.awake();
