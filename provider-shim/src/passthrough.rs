@@ -103,6 +103,21 @@ pub struct Hooked {
     /// QPs a completion rule failed: their successes are reported
     /// flushed, as the error state would, until they are reset.
     pub failed: Mutex<HashSet<u32>>,
+    /// The vendor error a completion rule gave the current completion of
+    /// an extended CQ, by CQ address (`ibv_wc_read_vendor_err` returns it).
+    pub current_vendor_err: Mutex<HashMap<usize, u32>>,
+}
+
+/// What the completion rules make of one completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Reported as the provider made it.
+    Keep,
+    /// A success of a QP a rule failed: reported flushed.
+    Flush,
+    /// A rule fired: reported with this status and vendor error, and its
+    /// QP is moved to ERR.
+    Fail(u32, u32),
 }
 
 impl Hooked {
@@ -120,6 +135,12 @@ impl Hooked {
     /// Returns what to give back to [`Hooked::add_qp`] if the destroy fails.
     pub fn remove_qp(&self, qp: u32) -> Option<usize> {
         self.qps.lock().remove(&qp)
+    }
+
+    /// The CQ at `cq` is destroyed: a completion rule's vendor error for
+    /// it goes (a new CQ may take its address).
+    pub fn forget_cq(&self, cq: usize) {
+        self.current_vendor_err.lock().remove(&cq);
     }
 
     /// QP `qp` is gone (destroyed) or starts again (reset): its counts and
@@ -367,6 +388,7 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
         opened: Instant::now(),
         qps: Mutex::new(HashMap::new()),
         failed: Mutex::new(HashSet::new()),
+        current_vendor_err: Mutex::new(HashMap::new()),
     };
     if !register(context, state) {
         return Err(format!(
@@ -580,34 +602,28 @@ impl Hooked {
     /// # Safety
     /// `wc` holds `n` completions the provider just wrote for this call.
     pub unsafe fn rewrite_completions(&self, wc: *mut ibv_wc, n: usize) {
-        let Some(faults) = &self.faults else {
+        if self.faults.is_none() {
             return;
-        };
+        }
         let mut newly: Vec<u32> = Vec::new();
-        {
-            let mut rules = faults.lock();
-            let mut failed = self.failed.lock();
-            for i in 0..n {
-                // SAFETY: per the contract: the caller's output array, which
-                // this call fills; written field by field.
-                unsafe {
-                    let w = wc.add(i);
-                    let (qp, status) = (addr_of!((*w).qp_num).read(), addr_of!((*w).status).read());
-                    if status != IBV_WC_SUCCESS {
-                        continue;
-                    }
-                    if failed.contains(&qp) {
-                        addr_of_mut!((*w).status).write(IBV_WC_WR_FLUSH_ERR);
-                        continue;
-                    }
-                    let (opcode, len) =
-                        (addr_of!((*w).opcode).read(), addr_of!((*w).byte_len).read());
-                    if let Some((status, vendor_err)) =
-                        rules.completion(self.elapsed(), qp, opcode, len).fail
-                    {
+        for i in 0..n {
+            // SAFETY: per the contract: the caller's output array, which
+            // this call fills; read and written field by field.
+            unsafe {
+                let w = wc.add(i);
+                let qp = addr_of!((*w).qp_num).read();
+                let verdict = self.judge(
+                    qp,
+                    addr_of!((*w).status).read(),
+                    addr_of!((*w).opcode).read(),
+                    addr_of!((*w).byte_len).read(),
+                );
+                match verdict {
+                    Verdict::Keep => {}
+                    Verdict::Flush => addr_of_mut!((*w).status).write(IBV_WC_WR_FLUSH_ERR),
+                    Verdict::Fail(status, vendor_err) => {
                         addr_of_mut!((*w).status).write(status);
                         addr_of_mut!((*w).vendor_err).write(vendor_err);
-                        failed.insert(qp);
                         newly.push(qp);
                     }
                 }
@@ -615,6 +631,72 @@ impl Hooked {
         }
         for qp in newly {
             self.fail_qp(qp);
+        }
+    }
+
+    /// Applies the completion rules to the completion `ibv_start_poll` or
+    /// `ibv_next_poll` just made current on the extended CQ `cq`, as
+    /// [`Hooked::rewrite_completions`] does to a polled one; a rewritten
+    /// vendor error is what [`Hooked::vendor_err_of`] then returns.
+    ///
+    /// # Safety
+    /// `cq` is an extended CQ of this context with a current completion,
+    /// inside this thread's polling section.
+    pub unsafe fn rewrite_current(&self, cq: *mut ibv_cq_ex) {
+        self.current_vendor_err.lock().remove(&(cq as usize));
+        if self.faults.is_none() {
+            return;
+        }
+        // SAFETY: per the contract: the public status and the provider's
+        // readers of the current completion.
+        let (status, qp, opcode, len) = unsafe {
+            let read =
+                |f: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>| f.map_or(0, |f| f(cq));
+            (
+                addr_of!((*cq).status).read(),
+                read(addr_of!((*cq).read_qp_num).read()),
+                read(addr_of!((*cq).read_opcode).read()),
+                read(addr_of!((*cq).read_byte_len).read()),
+            )
+        };
+        let written = match self.judge(qp, status, opcode, len) {
+            Verdict::Keep => return,
+            Verdict::Flush => IBV_WC_WR_FLUSH_ERR,
+            Verdict::Fail(status, vendor_err) => {
+                self.current_vendor_err.lock().insert(cq as usize, vendor_err);
+                self.fail_qp(qp);
+                status
+            }
+        };
+        // SAFETY: per the contract: the application reads the status from
+        // this public field after the call returns.
+        unsafe { addr_of_mut!((*cq).status).write(written) };
+    }
+
+    /// The vendor error a completion rule gave the current completion of
+    /// `cq`, if one did.
+    pub fn vendor_err_of(&self, cq: *mut ibv_cq_ex) -> Option<u32> {
+        self.current_vendor_err.lock().get(&(cq as usize)).copied()
+    }
+
+    /// What the completion rules make of a completion of QP `qp`.
+    fn judge(&self, qp: u32, status: u32, opcode: u32, len: u32) -> Verdict {
+        let Some(faults) = &self.faults else {
+            return Verdict::Keep;
+        };
+        if status != IBV_WC_SUCCESS {
+            return Verdict::Keep;
+        }
+        let mut failed = self.failed.lock();
+        if failed.contains(&qp) {
+            return Verdict::Flush;
+        }
+        match faults.lock().completion(self.elapsed(), qp, opcode, len).fail {
+            Some((status, vendor_err)) => {
+                failed.insert(qp);
+                Verdict::Fail(status, vendor_err)
+            }
+            None => Verdict::Keep,
         }
     }
 
@@ -748,6 +830,7 @@ mod tests {
             opened: Instant::now(),
             qps: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashSet::new()),
+            current_vendor_err: Mutex::new(HashMap::new()),
         }
     }
 
@@ -837,5 +920,47 @@ mod tests {
                 (IBV_WC_SUCCESS, 0)
             ]
         );
+    }
+
+    /// The provider's readers of a fake extended CQ: every completion is
+    /// QP 7's SEND of 12 bytes, with vendor error 0.
+    unsafe extern "C" fn qp_7(_: *mut ibv_cq_ex) -> u32 {
+        7
+    }
+    unsafe extern "C" fn send(_: *mut ibv_cq_ex) -> u32 {
+        IBV_WC_SEND
+    }
+    unsafe extern "C" fn twelve(_: *mut ibv_cq_ex) -> u32 {
+        12
+    }
+
+    #[test]
+    fn a_rule_rewrites_the_current_completion_of_an_extended_cq() {
+        let h = hooked("completion opcode=SEND nth=2 status=REM_ACCESS_ERR vendor_err=66");
+        let mut cq = ibv_cq_ex::ZEROED;
+        cq.read_qp_num = Some(qp_7);
+        cq.read_opcode = Some(send);
+        cq.read_byte_len = Some(twelve);
+        let cq = &mut cq as *mut ibv_cq_ex;
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            // SAFETY: a local CQ whose status the "provider" (this loop)
+            // sets to a success before each completion becomes current.
+            unsafe {
+                (*cq).status = IBV_WC_SUCCESS;
+                h.rewrite_current(cq);
+                seen.push(((*cq).status, h.vendor_err_of(cq)));
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (IBV_WC_SUCCESS, None),
+                (IBV_WC_REM_ACCESS_ERR, Some(66)),
+                (IBV_WC_WR_FLUSH_ERR, None)
+            ]
+        );
+        h.forget_cq(cq as usize);
+        assert_eq!(h.vendor_err_of(cq), None);
     }
 }

@@ -80,11 +80,12 @@ fn missing<T>() -> *mut T {
     std::ptr::null_mut()
 }
 
-/// The `start_poll` and `next_poll` of each traced extended CQ as its
-/// provider made them, by CQ address.
+/// The `start_poll`, `next_poll` and `read_vendor_err` of each traced
+/// extended CQ as its provider made them, by CQ address.
 type Pollers = (
     Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
     Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
 );
 static POLLERS: LazyLock<Mutex<HashMap<usize, Pollers>>> = LazyLock::new(Default::default);
 
@@ -433,10 +434,12 @@ unsafe extern "C" fn create_cq_ex(
                 let own = (
                     addr_of!((*cq).start_poll).read(),
                     addr_of!((*cq).next_poll).read(),
+                    addr_of!((*cq).read_vendor_err).read(),
                 );
                 POLLERS.lock().insert(cq as usize, own);
                 addr_of_mut!((*cq).start_poll).write(Some(start_poll));
                 addr_of_mut!((*cq).next_poll).write(Some(next_poll));
+                addr_of_mut!((*cq).read_vendor_err).write(Some(read_vendor_err));
             }
         });
     }
@@ -467,6 +470,9 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         guard((), || {
             POLLERS.lock().insert(cq as usize, p);
         });
+    }
+    if let (Some(h), 0) = (crate::passthrough::hooked(context), ret) {
+        guard((), || h.forget_cq(cq as usize));
     }
     // SAFETY: our context; only the CQ's address is used.
     unsafe {
@@ -565,14 +571,18 @@ fn completion(cq: usize, w: &ibv_wc) -> Completion {
     }
 }
 
-/// `ibv_start_poll` of a traced extended CQ: the completion it makes
-/// current is recorded.
+/// `ibv_start_poll` of a traced extended CQ: on a pass-through device
+/// the completion rules apply to the completion it makes current, which
+/// is then recorded.
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
     let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.0);
     // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
     let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq, attr) });
     // SAFETY: on success a completion is current, inside the section.
-    unsafe { current_completion(cq, ret) };
+    unsafe {
+        rewrite_current(cq, ret);
+        current_completion(cq, ret);
+    }
     ret
 }
 
@@ -582,8 +592,44 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     // SAFETY: as in start_poll.
     let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq) });
     // SAFETY: as in start_poll.
-    unsafe { current_completion(cq, ret) };
+    unsafe {
+        rewrite_current(cq, ret);
+        current_completion(cq, ret);
+    }
     ret
+}
+
+/// `ibv_wc_read_vendor_err` of a traced extended CQ: what a completion
+/// rule gave the current completion, or the provider's answer.
+unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: one of our extended CQs (its context is a plain field).
+    let context = unsafe { addr_of!((*cq).context).read() };
+    let ruled = guard(None, || {
+        crate::passthrough::hooked(context).and_then(|h| h.vendor_err_of(cq))
+    });
+    if let Some(vendor_err) = ruled {
+        return vendor_err;
+    }
+    let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.2);
+    // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
+    own.map_or(0, |f| unsafe { f(cq) })
+}
+
+/// Applies a pass-through device's completion rules to the current
+/// completion of `cq` (soft devices apply theirs in the engine).
+///
+/// # Safety
+/// As for [`current_completion`].
+unsafe fn rewrite_current(cq: *mut ibv_cq_ex, ret: c_int) {
+    if ret != 0 {
+        return;
+    }
+    // SAFETY: per the contract (the context is a plain field).
+    let context = unsafe { addr_of!((*cq).context).read() };
+    if let Some(h) = crate::passthrough::hooked(context) {
+        // SAFETY: per the contract.
+        guard((), || unsafe { h.rewrite_current(cq) });
+    }
 }
 
 /// Records the current completion of `cq` through its own readers.

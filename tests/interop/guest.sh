@@ -513,6 +513,20 @@ if [[ "pass-through cq_ex traced" =~ $FILTER ]]; then
 fi
 pt_summary "pass-through cq_ex trace: both completions, read through the traced polling" "$log/pt-cqex.json" \
   "posted: 2 WRs \(RECV 1, SEND_WITH_IMM 1\)" "completions: 2 \(0 in error\)"
+# The same rule on rxe's extended CQ, read through ibv_start_poll and
+# ibv_wc_read_vendor_err.
+if [[ "pass-through completion status= rule on the extended CQ" =~ $FILTER ]]; then
+  n=$((n + 1))
+  side rxe_xa ipv4
+  "${PT_PRE[@]}" SOFTVERBS_FAULTS="completion opcode=SEND status=REM_ACCESS_ERR vendor_err=66" \
+    timeout "$CASE_TIMEOUT" "${CQ_EX:-cq_ex-not-built}" sv_xa "$gid" > "$log/cqex-rule" 2>&1
+  if [ $? -ne 0 ] && grep -q "status 10 vendor_err 66" "$log/cqex-rule"; then
+    pass=$((pass + 1)); echo "ok   pass-through completion status= rule on the extended CQ"
+  else
+    fail=$((fail + 1)); echo "FAIL pass-through completion status= rule on the extended CQ"
+    tail -n 6 "$log/cqex-rule" | sed 's/^/    /'
+  fi
+fi
 pt_run "pass-through post_send errno= rule" fails "Couldn't post send" \
   "SOFTVERBS_FAULTS=post_send nth=4 errno=ENOMEM" ibv_rc_pingpong -m 1024 -s 4096 -n 20
 pt_run "pass-through completion status= rule" fails "Failed status transport retry counter exceeded \(12\)" \

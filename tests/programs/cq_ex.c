@@ -81,7 +81,8 @@ int main(int argc, char **argv)
 			continue;
 		CHECK(!ret, "start_poll: %d", ret);
 		do {
-			CHECK(cq->status == IBV_WC_SUCCESS, "status %d", cq->status);
+			CHECK(cq->status == IBV_WC_SUCCESS, "status %d vendor_err %u", cq->status,
+			      ibv_wc_read_vendor_err(cq));
 			CHECK(ibv_wc_read_qp_num(cq) == qp->qp_num, "qp_num");
 			if (cq->wr_id == 9) {
 				CHECK(ibv_wc_read_opcode(cq) == IBV_WC_SEND, "send opcode");

@@ -57,6 +57,10 @@ one "a pass-through device whose real device is missing fails to open, saying wh
 # offer).
 if cc -O1 -o "$log/cq_ex" "$here/cq_ex.c" -libverbs 2> "$log/cc"; then
   one "ibv_create_cq_ex polling API" "cq_ex ok" "$log/cq_ex"
+  # A completion rule reaches the status and vendor error the polling API
+  # reads (the pass-through equivalent runs on rxe in make interop).
+  one "a completion status= rule on the extended CQ" "status 10 vendor_err 66" \
+    sh -c "SOFTVERBS_FAULTS='completion opcode=SEND status=REM_ACCESS_ERR vendor_err=66' '$log/cq_ex' 2>&1; test \$? -ne 0"
 else
   bad "ibv_create_cq_ex polling API (compile)" "$log/cc"
 fi
