@@ -663,7 +663,9 @@ impl Hooked {
             Verdict::Keep => return,
             Verdict::Flush => IBV_WC_WR_FLUSH_ERR,
             Verdict::Fail(status, vendor_err) => {
-                self.current_vendor_err.lock().insert(cq as usize, vendor_err);
+                self.current_vendor_err
+                    .lock()
+                    .insert(cq as usize, vendor_err);
                 self.fail_qp(qp);
                 status
             }
@@ -691,7 +693,11 @@ impl Hooked {
         if failed.contains(&qp) {
             return Verdict::Flush;
         }
-        match faults.lock().completion(self.elapsed(), qp, opcode, len).fail {
+        match faults
+            .lock()
+            .completion(self.elapsed(), qp, opcode, len)
+            .fail
+        {
             Some((status, vendor_err)) => {
                 failed.insert(qp);
                 Verdict::Fail(status, vendor_err)

@@ -119,6 +119,22 @@ pair ib_atomic_bw ib_atomic_bw -d softverbs0 -x 0 -n 50
 pair ibv_rc_pingpong-IPv6 env -u SOFTVERBS_DAEMON_SOCKET SOFTVERBS_DEVICES=softverbs0=::1 \
   ibv_rc_pingpong -d softverbs0 -g 1 -s 4096 -n 20
 
+# Another UDP port (SOFTVERBS_UDP_PORT, for a namespace where the kernel's
+# rxe holds 4791), with a daemon of its own started on demand: every
+# packet goes to that port. Captured apart (they are not RoCEv2 to tshark).
+udp_port=$((4800 + RANDOM % 100))
+mkdir -p "$log/port"
+main_pcaps=$pcaps pcaps=$log/port
+pair ibv_rc_pingpong-udp-port env SOFTVERBS_UDP_PORT=$udp_port SOFTVERBS_DAEMON_SOCKET="softverbs-port-$$" \
+  ibv_rc_pingpong -d softverbs0 -g 0 -s 4096 -n 20
+pcaps=$main_pcaps
+ports=$(for f in "$log"/port/*.pcap; do tshark -n -r "$f" -T fields -e udp.dstport 2> /dev/null; done | sort -u | xargs)
+if [ "$ports" = "$udp_port" ]; then
+  ok "SOFTVERBS_UDP_PORT=$udp_port: every packet went to UDP $udp_port"
+else
+  bad "SOFTVERBS_UDP_PORT=$udp_port: every packet went to UDP $udp_port (captured destination ports: ${ports:-none})"
+fi
+
 # quiet FILE: tshark's messages without its warning about running as root.
 quiet() { grep -v '^Running as user' "$1"; }
 

@@ -163,7 +163,7 @@ fn devices() -> Result<(), String> {
     let daemon = Config::daemon(None);
     println!(
         "receives on UDP {} through the host daemon @{} (`softverbs daemon`, started on demand)",
-        softverbs_transport::ROCE_PORT,
+        softverbs_transport::udp_port(),
         daemon.socket
     );
     println!("{}", same_host_line());

@@ -70,11 +70,13 @@ mod tests {
         let mut events = Events::with_capacity(4);
         let start = Instant::now();
         timer.arm(Duration::from_millis(20)).unwrap();
-        poll.poll(&mut events, Some(Duration::from_secs(10))).unwrap();
+        poll.poll(&mut events, Some(Duration::from_secs(10)))
+            .unwrap();
         assert!(start.elapsed() >= Duration::from_millis(20));
         assert_eq!(events.iter().next().map(|e| e.token()), Some(Token(7)));
         timer.clear();
-        poll.poll(&mut events, Some(Duration::from_millis(50))).unwrap();
+        poll.poll(&mut events, Some(Duration::from_millis(50)))
+            .unwrap();
         assert!(events.is_empty(), "one expiry, reported once");
     }
 
@@ -88,7 +90,8 @@ mod tests {
             .unwrap();
         let mut events = Events::with_capacity(4);
         timer.arm(Duration::ZERO).unwrap();
-        poll.poll(&mut events, Some(Duration::from_secs(10))).unwrap();
+        poll.poll(&mut events, Some(Duration::from_secs(10)))
+            .unwrap();
         assert_eq!(events.iter().next().map(|e| e.token()), Some(Token(7)));
     }
 }

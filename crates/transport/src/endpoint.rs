@@ -127,7 +127,7 @@ impl Endpoint {
     /// as one datagram ([`crate::gsi::gsi_packet`]). `EAFNOSUPPORT` when
     /// `dst` is of the other IP family than the endpoint's address.
     pub fn send_gsi(&self, dst: IpAddr, mad: &[u8; MAD_LEN]) -> io::Result<()> {
-        let port = crate::daemon::ROCE_PORT;
+        let port = crate::daemon::udp_port();
         let to = match (dst, self.local) {
             (IpAddr::V4(ip), SocketAddr::V4(_)) => SocketAddr::new(ip.into(), port),
             // A link-local peer is reached through our own interface.
@@ -212,7 +212,7 @@ impl Endpoint {
         // A packet for a QP of another context (the sender's datagrams
         // coalesced by a NIC's GRO before the kernel steered them whole)
         // is dropped by the engine as for an unknown QP, and resent.
-        let dst = SocketAddr::new(self.local.ip(), crate::daemon::ROCE_PORT);
+        let dst = SocketAddr::new(self.local.ip(), crate::daemon::udp_port());
         let mut errors = 0;
         loop {
             match recv_segments(socket, &mut self.direct_buf, &mut self.cmsg) {

@@ -5,7 +5,7 @@
 //! batch from the IP and UDP headers (it knows each packet's IPv4
 //! identification).
 
-use crate::daemon::ROCE_PORT;
+use crate::daemon::udp_port;
 use crate::endpoint::Endpoint;
 use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
@@ -232,7 +232,7 @@ struct BatchSink<'a, S> {
 
 impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
     fn reserve(&mut self, route: &Route, len: usize) -> Reservation<'_> {
-        let dst = crate::gid_addr::socket_addr(route.dst_gid, self.local, ROCE_PORT);
+        let dst = crate::gid_addr::socket_addr(route.dst_gid, self.local, udp_port());
         let block = crate::slots::slot_of(route.dest_qpn);
         let (sent, reservation) = self.batch.reserve(self.socket, self.local, dst, block, len);
         self.stats.count(sent);

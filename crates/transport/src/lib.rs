@@ -32,6 +32,6 @@ pub mod say;
 mod send_batch;
 pub mod slots;
 
-pub use daemon::{DaemonAddress, ROCE_PORT};
+pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify};
 pub use io_step::IoStats;

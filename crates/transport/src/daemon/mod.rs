@@ -8,5 +8,5 @@ pub mod server;
 pub mod steering;
 
 pub use client::{DaemonAddress, LookupRefused, PeerRegion, Session};
-pub use protocol::{DEFAULT_SOCKET, ROCE_PORT};
+pub use protocol::{udp_port, DEFAULT_SOCKET, ROCE_PORT};
 pub use server::{Daemon, DaemonConfig, DaemonStats};

@@ -31,6 +31,29 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// The UDP port of RoCEv2 (IANA), on which the daemon receives.
 pub const ROCE_PORT: u16 = 4791;
+/// Where the port softverbs uses instead, if set.
+const PORT_VAR: &str = "SOFTVERBS_UDP_PORT";
+
+/// The UDP port softverbs sends to and receives on: [`ROCE_PORT`], unless
+/// `SOFTVERBS_UDP_PORT` names another. That is for a host where something
+/// else holds 4791 in the network namespace (the kernel's Soft-RoCE, rxe,
+/// binds it on every address): softverbs devices there reach only
+/// softverbs peers that use the same port.
+pub fn udp_port() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(|| {
+        let Ok(text) = std::env::var(PORT_VAR) else {
+            return ROCE_PORT;
+        };
+        match text.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => {
+                crate::say!("softverbs: {PORT_VAR}={text} is not a UDP port; using {ROCE_PORT}");
+                ROCE_PORT
+            }
+        }
+    })
+}
 /// The abstract socket name the daemon listens on by default. Abstract
 /// names live in the network namespace, so each namespace gets its own.
 pub const DEFAULT_SOCKET: &str = "softverbs";

@@ -26,7 +26,7 @@
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
-use super::protocol::{FrameHeader, Reply, Request, ROCE_PORT};
+use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
 use crate::capture::Capture;
@@ -552,7 +552,7 @@ impl Daemon {
             return (Reply::Refused(libc::EPROTO, why), None);
         }
         if let Err(e) = self.open_port(ip) {
-            let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, ROCE_PORT));
+            let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, udp_port()));
             return (
                 Reply::Refused(e.raw_os_error().unwrap_or(libc::EIO), why),
                 None,
@@ -580,7 +580,7 @@ impl Daemon {
                 free
             }
             None if members.len() < MEMBERS => {
-                let socket = bind_udp_shared(SocketAddr::new(ip, ROCE_PORT)).ok()?;
+                let socket = bind_udp_shared(SocketAddr::new(ip, udp_port())).ok()?;
                 members.push(Member {
                     socket,
                     client: None,
@@ -719,7 +719,7 @@ impl Daemon {
     /// Opens UDP 4791 on `local` in a free slot.
     fn open(&mut self, local: IpAddr, group: Option<McastGroup>) -> io::Result<usize> {
         let unicast = group.is_none();
-        let addr = SocketAddr::new(local, ROCE_PORT);
+        let addr = SocketAddr::new(local, udp_port());
         // A group left by an earlier daemon's contexts (still closing their
         // members) would give ours an index nobody knows: probe for one,
         // and steer only on a port nobody holds.
@@ -834,7 +834,7 @@ impl Daemon {
                     _ => return, // serving a context again: not ours to read
                 },
             };
-            let dst = SocketAddr::new(receiver.local, ROCE_PORT);
+            let dst = SocketAddr::new(receiver.local, udp_port());
             let got = recv_segments(socket, &mut self.buf, &mut self.cmsg);
             let (n, src, segment) = match got {
                 Ok(got) => got,
@@ -994,7 +994,7 @@ impl Daemon {
                 continue;
             }
             let mut to = peer.addr;
-            to.set_port(ROCE_PORT);
+            to.set_port(udp_port());
             let Ok(packet) = gsi::gsi_packet(peer.local, to, &mad) else {
                 continue;
             };
@@ -1011,7 +1011,7 @@ impl Daemon {
     /// daemon's socket on the address it arrived at.
     fn answer_unmatched(&mut self, slot: usize, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr) {
         let mut to = src; // a link-local source keeps its scope
-        to.set_port(ROCE_PORT);
+        to.set_port(udp_port());
         let Some(answer) = gsi::reject_unmatched(mad) else {
             return; // nothing the kernel's CM would answer
         };
