@@ -24,6 +24,7 @@ SO=$(readlink -f "$1")
 IMM=${2:+$(readlink -f "$2")}
 MCAST=${IMM:+$(dirname "$IMM")/mcast}
 CQ_EX=${IMM:+$(dirname "$IMM")/cq_ex}
+CM_MIXED=${IMM:+$(dirname "$IMM")/cm_mixed}
 FILTER=${3:-.}
 here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
@@ -417,6 +418,28 @@ cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, rxe server)" rxe0 softverbs ipv
 cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, softverbs server)" softverbs rxe0 ipv4 ib_write_bw
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 udaddy
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
+
+# Both rdma_cms in one process: cm_mixed (tests/interop/cm_mixed.c), with
+# softverbs0 on 127.0.0.1, listens and connects on it and, through the
+# kernel's rdma_cm, from rxe_xa to rxe_xb (10.12.0.2), on one event
+# channel; each connection carries a message on the device it must use.
+# rxe holds UDP 4791 on every address of this namespace (the only one rxe
+# serves in this kernel), so softverbs uses 4792 here, with a daemon of
+# its own.
+if [[ "rdma_cm: softverbs' and the kernel's in one process" =~ $FILTER ]]; then
+  n=$((n + 1)); port=$((port + 1))
+  env LD_PRELOAD="$SO" SOFTVERBS_DEVICES=softverbs0=127.0.0.1 \
+    SOFTVERBS_UDP_PORT=4792 SOFTVERBS_DAEMON_SOCKET=softverbs-4792 \
+    timeout "$CASE_TIMEOUT" "${CM_MIXED:-cm_mixed-not-built}" 127.0.0.1 10.12.0.2 "$port" > "$log/mixed" 2>&1
+  mrc=$?
+  if [ $mrc -eq 0 ] && grep -q "^soft: client on softverbs0, server on softverbs0" "$log/mixed" &&
+     grep -q "^kernel: client on rxe_xa, server on rxe_xb" "$log/mixed" && grep -q "cm_mixed ok" "$log/mixed"; then
+    pass=$((pass + 1)); echo "ok   rdma_cm: softverbs' and the kernel's in one process"
+  else
+    fail=$((fail + 1)); echo "FAIL rdma_cm: softverbs' and the kernel's in one process (exit $mrc)"
+    tail -n 8 "$log/mixed" | sed 's/^/    /'
+  fi
+fi
 
 # UD multicast, both directions, IPv4 and IPv6 groups.
 for fam in ipv4 ipv6; do

@@ -26,25 +26,20 @@ if [ ! -f "$so" ]; then
 fi
 mkdir -p "$state"
 imm="$state/imm_pingpong"
-if ! err=$(cc -O2 -Wall -Wextra -o "$imm" "$here/imm_pingpong.c" -libverbs 2>&1); then
-  # The imm cases then fail in the guest, naming the missing program.
-  echo "interop: building imm_pingpong failed (needs cc and libibverbs-dev): $err" >&2
-  rm -f "$imm"
-fi
-
-# The extended-CQ check (tests/programs/cq_ex.c), beside imm_pingpong,
-# where the guest looks for it (the pass-through cases).
-if ! err=$(cc -O2 -Wall -Wextra -o "$state/cq_ex" "$here/../programs/cq_ex.c" -libverbs 2>&1); then
-  echo "interop: building cq_ex failed (needs cc and libibverbs-dev): $err" >&2
-  rm -f "$state/cq_ex"
-fi
-
-# The multicast program (tests/programs/mcast.c), beside imm_pingpong,
-# where the guest looks for it.
-if ! err=$(cc -O2 -Wall -Wextra -o "$state/mcast" "$here/../programs/mcast.c" -libverbs 2>&1); then
-  echo "interop: building mcast failed (needs cc and libibverbs-dev): $err" >&2
-  rm -f "$state/mcast"
-fi
+# build NAME SOURCE LIBS...: a C program of the cases, beside imm_pingpong,
+# where the guest looks for it; when it cannot be built, the cases that
+# need it fail in the guest, naming the missing program.
+build() {
+  local name=$1 src=$2 err; shift 2
+  if ! err=$(cc -O2 -Wall -Wextra -o "$state/$name" "$src" "$@" 2>&1); then
+    echo "interop: building $name failed (needs cc, libibverbs-dev and librdmacm-dev): $err" >&2
+    rm -f "$state/$name"
+  fi
+}
+build imm_pingpong "$here/imm_pingpong.c" -libverbs
+build cq_ex "$here/../programs/cq_ex.c" -libverbs        # the pass-through cases
+build mcast "$here/../programs/mcast.c" -libverbs        # the multicast cases
+build cm_mixed "$here/cm_mixed.c" -lrdmacm -libverbs     # softverbs' and the kernel's rdma_cm
 
 # The guest's last line is its count: keep it for the very end, after
 # the VM's own closing lines on stderr.

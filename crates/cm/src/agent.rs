@@ -150,6 +150,10 @@ pub struct Agent {
 /// Multicast join handles are apart from id handles: an event counts in
 /// one or the other.
 const MC_HANDLES: u32 = 0x8000_0000;
+/// Id handles start here, above any the kernel's rdma_cm hands out (it
+/// gives the lowest free number), so that a process may use both: a
+/// number below is the kernel's ([`ID_HANDLES`]..[`MC_HANDLES`] are ours).
+pub const ID_HANDLES: u32 = 0x0100_0000;
 
 /// A multicast join of an id.
 #[derive(Debug, Clone)]
@@ -165,7 +169,7 @@ impl Agent {
         Agent {
             devices,
             ids: BTreeMap::new(),
-            next_handle: 1,
+            next_handle: ID_HANDLES,
             channels: HashMap::new(),
             out: VecDeque::new(),
             next_comm: rng.u32(1..0xF_FFFF),
@@ -1245,8 +1249,38 @@ impl Agent {
 
     fn new_handle(&mut self) -> u32 {
         let handle = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        self.next_handle = match self.next_handle + 1 {
+            MC_HANDLES => ID_HANDLES,
+            next => next,
+        };
         handle
+    }
+
+    /// Id `handle`, if nothing has been done with it but options (created,
+    /// not bound, resolved, joined or connected), so that another rdma_cm
+    /// could serve it instead: its uid, port space and QP type.
+    pub fn fresh(&self, handle: u32) -> Option<(u64, u16, u8)> {
+        let id = self.ids.get(&handle)?;
+        let fresh = id.state == State::Idle
+            && id.src.is_none()
+            && id.dst.is_none()
+            && id.reserved.is_none()
+            && !id.conn.started
+            && !self.joins.values().any(|j| j.id == handle)
+            && !self
+                .channels
+                .values()
+                .flatten()
+                .any(|q| q.counts_for == handle);
+        fresh.then_some((id.uid, id.ps, id.qp_type))
+    }
+
+    /// Forgets a [`Agent::fresh`] id another rdma_cm now serves: nothing
+    /// is sent and no event is lost (a fresh id has none).
+    pub fn hand_over(&mut self, handle: u32) {
+        if self.fresh(handle).is_some() {
+            self.ids.remove(&handle);
+        }
     }
 
     fn by_comm_any(&self, comm: u32) -> Option<u32> {

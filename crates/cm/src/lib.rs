@@ -18,4 +18,4 @@ pub mod abi;
 mod agent;
 mod id;
 
-pub use agent::{Agent, Device, Nanos, OutMad, PortSpace, Reply};
+pub use agent::{Agent, Device, Nanos, OutMad, PortSpace, Reply, ID_HANDLES};

@@ -643,7 +643,7 @@ fn a_multicast_join_says_how_to_reach_the_group_and_leave_counts_it() {
 #[test]
 fn destroying_a_listener_frees_its_port_while_its_connections_live() {
     let (_client, mut server, _, sid) = requested(b"");
-    let listener = 1; // the first id the server made
+    let listener = softverbs_cm::ID_HANDLES; // the first id the server made
     let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
     put64(&mut d, 8, 0x10);
     put32(&mut d, 16, listener);
@@ -764,4 +764,28 @@ fn the_ack_timeout_and_tos_options_reach_the_qp_attributes() {
         0x48,
         "RDMA_OPTION_ID_TOS: the traffic class"
     );
+}
+
+#[test]
+fn a_fresh_id_can_be_handed_over_and_a_bound_one_cannot() {
+    let mut side = Side::new("10.0.0.1", 0x10);
+    let fresh = side.create(7);
+    assert!(
+        fresh >= softverbs_cm::ID_HANDLES,
+        "above the kernel's numbers"
+    );
+    assert_eq!(side.agent.fresh(fresh), Some((7, PS_TCP, 2)));
+    let bound = side.create(8);
+    side.bind(bound, "10.0.0.1:7471").unwrap();
+    assert_eq!(side.agent.fresh(bound), None, "bound");
+    side.agent.hand_over(bound);
+    side.agent.hand_over(fresh);
+    let destroy = |id: u32| {
+        let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+        put64(&mut d, 8, 0x10);
+        put32(&mut d, 16, id);
+        d
+    };
+    assert_eq!(side.run(&destroy(fresh)).err(), Some(2), "gone: ENOENT");
+    assert!(side.run(&destroy(bound)).is_ok(), "kept");
 }

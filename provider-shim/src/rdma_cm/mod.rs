@@ -11,10 +11,12 @@
 //! atomic load and
 //! the real function for anything but a channel: an `open` of that path
 //! in a process with softverbs devices, and the descriptors it gave.
-//! Where the kernel has an rdma_cm too, the process uses softverbs'
-//! (one rdma_cm serves a process for now; `SOFTVERBS_RDMA_CM=kernel`
-//! gives it the kernel's instead), and `fstat` reports the kernel file's
-//! device number, which librdmacm compares with what netlink told it.
+//! Where the kernel has an rdma_cm too, the process's channels are
+//! softverbs', and an id whose address is not a softverbs device's is
+//! served by the kernel's through them (`kernel.rs`;
+//! `SOFTVERBS_RDMA_CM=kernel` gives the process the kernel's alone), and
+//! `fstat` reports the kernel file's device number, which librdmacm
+//! compares with what netlink told it.
 //!
 //! A command runs in the process ([`service`]); its response is copied
 //! to the pointer the command names, as the kernel's `copy_to_user`
@@ -24,6 +26,7 @@
 //! descriptor `O_NONBLOCK` (rsockets do).
 
 mod fds;
+mod kernel;
 pub mod service;
 
 use crate::guard::{guard, set_errno};
@@ -178,12 +181,14 @@ unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) ->
 }
 
 /// Whether this process's rdma_cm is softverbs': it has softverbs devices
-/// and was not told to use the kernel's.
+/// (pass-through devices are the kernel's) and was not told to use the
+/// kernel's. Where the kernel has an rdma_cm too, ids that are not
+/// softverbs' go to it from there (`kernel.rs`).
 fn emulated() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         let kernel = std::env::var("SOFTVERBS_RDMA_CM").is_ok_and(|v| v == "kernel");
-        !kernel && crate::device::all().next().is_some()
+        !kernel && crate::device::all().any(|d| crate::device::soft(d).is_some())
     })
 }
 
@@ -308,10 +313,19 @@ unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> is
 fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
     let service = service::get().map_err(|_| libc::EBADF)?;
     let file = fds::file(fd);
-    let mut bytes = read_caller(buf as u64, count.min(MAX_COMMAND))?;
-    check_event_buffer(&bytes)?;
+    let original = read_caller(buf as u64, count.min(MAX_COMMAND))?;
+    let event_out = check_event_buffer(&original)?;
+    let mut bytes = original.clone();
     copy_option_value(&mut bytes)?;
+    if service.kernel_command(fd, &original, &bytes)? {
+        return Ok(());
+    }
     loop {
+        if let Some((addr, out)) = event_out {
+            if let Some(event) = service.kernel_event(fd)? {
+                return write_caller(addr, &event[..out.min(event.len())]);
+            }
+        }
         match service.command(fd, &bytes) {
             Ok(Some(Reply::Respond { addr, bytes })) => return write_caller(addr, &bytes),
             Ok(Some(_)) => return Ok(()),
@@ -343,20 +357,22 @@ fn nonblocking(fd: c_int) -> bool {
 
 /// GET_EVENT hands an event out only if it can be written: its response
 /// buffer is written (with zeros) first, and a bad one is EFAULT before
-/// any event leaves the queue, as the kernel keeps the event then.
-fn check_event_buffer(cmd: &[u8]) -> Result<(), i32> {
+/// any event leaves the queue, as the kernel keeps the event then. For a
+/// GET_EVENT, where its response goes and how long it is.
+fn check_event_buffer(cmd: &[u8]) -> Result<Option<(u64, usize)>, i32> {
     let word = |at: usize, n: usize| cmd.get(at..at + n);
     let is_get_event =
         word(0, 4).is_some_and(|w| w == softverbs_cm::abi::cmd::GET_EVENT.to_ne_bytes());
     let (Some(out), Some(addr)) = (word(6, 2), word(8, 8)) else {
-        return Ok(());
+        return Ok(None);
     };
     if !is_get_event {
-        return Ok(());
+        return Ok(None);
     }
     let out = usize::from(u16::from_ne_bytes([out[0], out[1]])).min(softverbs_cm::abi::EVENT_LEN);
     let addr = u64::from_ne_bytes(addr.try_into().unwrap_or_default());
-    write_caller(addr, &vec![0; out])
+    write_caller(addr, &vec![0; out])?;
+    Ok(Some((addr, out)))
 }
 
 /// SET_OPTION points at its value: it is copied in after the command (the

@@ -9,6 +9,7 @@
 //! application's `poll`/`epoll` see POLLIN as on the kernel's file.
 
 use super::fds;
+use super::kernel::{self, KernelCm, Route};
 use parking_lot::Mutex;
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
 use softverbs_transport::clock::Clock;
@@ -36,6 +37,8 @@ struct Inner {
     agent: Agent,
     endpoints: Vec<(IpAddr, Endpoint)>,
     channels: HashMap<RawFd, ChannelIo>,
+    /// The ids the kernel's rdma_cm serves (`kernel.rs`).
+    kernel: KernelCm,
 }
 
 /// The service.
@@ -166,6 +169,7 @@ impl Service {
                 agent: Agent::new(devices, fastrand::u64(..)),
                 endpoints,
                 channels: HashMap::new(),
+                kernel: KernelCm::default(),
             }),
             clock: Clock::start(),
             wake,
@@ -237,7 +241,49 @@ impl Service {
         } = &mut *inner;
         agent.close_channel(fd, &mut Ports(endpoints));
         inner.channels.remove(&fd);
+        inner.kernel.close_channel(fd);
         inner.flush();
+    }
+
+    /// Runs command `original` on channel `fd` in the kernel's rdma_cm if
+    /// its id is the kernel's (or moves there now, `kernel.rs`): whether it
+    /// did, or the kernel's errno. `extended` is the command as softverbs'
+    /// rdma_cm reads it.
+    pub fn kernel_command(&self, fd: RawFd, original: &[u8], extended: &[u8]) -> Result<bool, i32> {
+        let mut inner = self.inner.lock();
+        let ours: Vec<IpAddr> = inner.endpoints.iter().map(|(ip, _)| *ip).collect();
+        let Inner { agent, kernel, .. } = &mut *inner;
+        let Route::Kernel { file, cmd } = kernel.route(agent, &ours, fd, original, extended)?
+        else {
+            return Ok(false);
+        };
+        let result = kernel::write_command(file, &cmd);
+        drop(inner);
+        if tracing() {
+            softverbs_transport::say!(
+                "softverbs rdma_cm: channel {fd} command {}: to the kernel's rdma_cm: {result:?}",
+                u32::from_ne_bytes([cmd[0], cmd[1], cmd[2], cmd[3]])
+            );
+        }
+        // The thread watches the channel's kernel file, which may be new.
+        let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
+        result.map(|()| true)
+    }
+
+    /// An event from channel `fd`'s file of the kernel's rdma_cm, if one
+    /// waits: the GET_EVENT response.
+    pub fn kernel_event(&self, fd: RawFd) -> Result<Option<Vec<u8>>, i32> {
+        let mut inner = self.inner.lock();
+        let was_pending = inner.kernel.pending(fd);
+        let event = inner.kernel.event(fd);
+        if was_pending && !inner.kernel.pending(fd) {
+            // Found none: the thread watches the file again, and the
+            // channel is readable only for softverbs' events.
+            inner.flush();
+            drop(inner);
+            let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
+        }
+        event
     }
 
     /// Executes one command written to channel `fd`. `Ok(None)`: GET_EVENT
@@ -282,9 +328,9 @@ impl Service {
                 .collect()
         };
         loop {
-            let timeout = {
+            let (timeout, watched) = {
                 let inner = self.inner.lock();
-                inner.agent.poll_timeout()
+                (inner.agent.poll_timeout(), inner.kernel.watched())
             };
             let ms = match timeout {
                 Some(at) => i32::try_from(self.clock.until(at).as_millis() + 1).unwrap_or(i32::MAX),
@@ -293,6 +339,7 @@ impl Service {
             let mut polled: Vec<libc::pollfd> = data
                 .iter()
                 .chain(std::iter::once(&self.wake.as_raw_fd()))
+                .chain(watched.iter().map(|(_, file)| file))
                 .map(|&fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -308,6 +355,15 @@ impl Service {
             let _ = nix::unistd::read(&self.wake, &mut buf);
             let now = self.clock.now();
             let mut inner = self.inner.lock();
+            // A kernel file that became readable holds an event for its
+            // channel (it is not watched again until a GET_EVENT finds
+            // it empty).
+            let files = &polled[data.len() + 1..];
+            for ((channel, _), p) in watched.iter().zip(files) {
+                if p.revents != 0 {
+                    inner.kernel.readable(*channel);
+                }
+            }
             inner.receive(now);
             inner.agent.handle_timeout(now);
             inner.flush();
@@ -345,7 +401,7 @@ impl Inner {
         }
         while self.agent.poll_ready().is_some() {}
         for (&fd, io) in self.channels.iter_mut() {
-            let want = self.agent.has_events(fd);
+            let want = self.agent.has_events(fd) || self.kernel.pending(fd);
             if want && !io.signalled {
                 // MSG_NOSIGNAL: the application may have closed its end.
                 let flags = nix::sys::socket::MsgFlags::MSG_NOSIGNAL
