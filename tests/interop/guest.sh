@@ -211,7 +211,10 @@ cm_address() {
 # rdma_cm, the InfiniBand CM on the wire: the server side listens on its
 # address, the client connects. rping (the default): 10 pings sent and
 # verified (-V), then both disconnect; ib_write_bw -R: perftest's
-# bandwidth row; udaddy: UD over rdma_cm (SIDR), datagrams both ways.
+# bandwidth row; udaddy: UD over rdma_cm (SIDR), datagrams both ways;
+# ucmatose: 2 connections, 10 messages each way on each; rdma_server:
+# rdma_getaddrinfo, rdma_create_ep and a message each way (rdma_client);
+# rstream and riostream: rsockets, 100 transfers of 4 KiB, verified.
 # An rdma_cm listener has no socket to wait for: until the server
 # listens, a connection is rejected (invalid service ID) or, for UD,
 # unreachable, and the client is started again, on that condition only,
@@ -234,6 +237,15 @@ cm_run() {
                  c_args=(ib_write_bw -R -p "$port" -s 65536 -n 100 "$srv_addr")
                  expect='^ +[0-9]+ +[0-9]+ +[0-9.]+' ;;
     udaddy) s_args=(udaddy -b "$srv_addr"); c_args=(udaddy -s "$srv_addr") ;;
+    ucmatose) s_args=(ucmatose -b "$srv_addr" -p "$port" -c 2 -C 10 -S 1000)
+              c_args=(ucmatose -s "$srv_addr" -p "$port" -c 2 -C 10 -S 1000)
+              expect="data transfers complete" ;;
+    rdma_server) s_args=(rdma_server -s "$srv_addr" -p "$port")
+                 c_args=(rdma_client -s "$srv_addr" -p "$port")
+                 expect="rdma_client: end 0" ;;
+    rstream|riostream) s_args=("$prog" -b "$srv_addr" -p "$port" -S 4096 -C 100 -T v)
+                       c_args=("$prog" -s "$srv_addr" -p "$port" -S 4096 -C 100 -T v)
+                       expect="^custom +4k +100 +1 " ;;
   esac
   local sv_case=
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
@@ -244,8 +256,10 @@ cm_run() {
   while [ $SECONDS -lt $deadline ]; do
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
-    # perftest names a rejection by its event number: "CM event ... 8".
-    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$" "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # perftest names a rejection by its event number: "CM event ... 8";
+    # the synchronous API's callers by its errno (ECONNREFUSED; ENOTCONN
+    # from rsockets' rpoll).
+    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|not connected" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   wait $srv; src=$?
@@ -418,6 +432,10 @@ cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, rxe server)" rxe0 softverbs ipv
 cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, softverbs server)" softverbs rxe0 ipv4 ib_write_bw
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 udaddy
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
+for prog in ucmatose rdma_server rstream riostream; do
+  cm_run "rxe-softverbs ipv4 $prog (rdma_cm, rxe server)" rxe0 softverbs ipv4 $prog
+  cm_run "rxe-softverbs ipv4 $prog (rdma_cm, softverbs server)" softverbs rxe0 ipv4 $prog
+done
 
 # Both rdma_cms in one process: cm_mixed (tests/interop/cm_mixed.c), with
 # softverbs0 on 127.0.0.1, listens and connects on it and, through the

@@ -3,8 +3,9 @@
 # each with its own address and its own softverbs device configuration,
 # run ibv_rc_pingpong and ib_write_bw across the link, over GID index 0
 # (link-local) and 1 (the address), with IPv4 and with IPv6 device
-# addresses, UD multicast, and rdma_cm (rping, udaddy: the IB CM between
-# the two namespaces' daemons). Needs root (to
+# addresses, UD multicast, and rdma_cm (rping, udaddy, ucmatose,
+# rdma_server/rdma_client, rstream and riostream: the IB CM between the
+# two namespaces' daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -103,31 +104,35 @@ else
 fi
 
 # rdma_cm between the hosts: the IB CM's MADs cross the veth to the other
-# namespace's daemon. An rdma_cm listener has no socket to wait for: until
-# the server in A listens, a connection is rejected (invalid service ID)
-# or, for UD, unreachable, and only then is the client in B started again,
-# until its deadline. cm_across NAME PROGRAM SERVER_ARGS -- CLIENT_ARGS...
+# namespace's daemon. An rdma_cm listener has no socket to wait for: the
+# server in A traces its rdma_cm commands (SOFTVERBS_CM_TRACE) and the
+# client in B starts once its LISTEN succeeded. cm_across NAME PROGRAM
+# SERVER_ARGS -- CLIENT_ARGS... (rdma_server's client is rdma_client).
 cm_across() {
-  local name=$1 prog=$2; shift 2
+  local name=$1 prog=$2 c_prog=$2; shift 2
+  [ "$prog" = rdma_server ] && c_prog=rdma_client
   local s_args=() c_args=()
   while [ "$1" != -- ]; do s_args+=("$1"); shift; done
   shift; c_args=("$@")
-  local crc=124 deadline=$((SECONDS + 30))
-  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" \
-    timeout 60 "$prog" "${s_args[@]}" > "$log/srv" 2>&1 &
+  local crc="not started"
+  # Emptied here, not only by the server's redirection, which happens in
+  # the background: the wait below must not find the last case's line.
+  : > "$log/srv.err"
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" SOFTVERBS_CM_TRACE=1 \
+    timeout 60 "$prog" "${s_args[@]}" > "$log/srv" 2> "$log/srv.err" &
   local srv=$!
-  while [ $SECONDS -lt $deadline ]; do
+  if wait_output "$log/srv.err" "rdma_cm: channel [0-9]+ command 7: Ok" $srv 2> "$log/cli"; then
     ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
-      timeout 30 "$prog" "${c_args[@]}" > "$log/cli" 2>&1
+      timeout 30 "$c_prog" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
-    grep -Eq "REJECTED|UNREACHABLE" "$log/cli" && kill -0 $srv 2>/dev/null || break
-  done
-  [ $crc -ne 0 ] && kill $srv 2>/dev/null
+  fi
+  [ "$crc" != 0 ] && kill $srv 2>/dev/null
   wait $srv; local src=$?
   if [ "$prog" = rping ]; then
     crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
   fi
-  if [ $crc -eq 0 ] && [ $src -eq 0 ]; then
+  grep -v "^softverbs rdma_cm: " "$log/srv.err" >> "$log/srv"
+  if [ "$crc" = 0 ] && [ $src -eq 0 ]; then
     pass=$((pass + 1)); echo "ok   $name"
   else
     fail=$((fail + 1)); echo "FAIL $name (client $crc, server $src)"
@@ -139,6 +144,14 @@ cm_across "rping over rdma_cm between namespaces" rping -s -a "$ip_a" -p 7471 -C
   -- -c -a "$ip_a" -p 7471 -C 50 -V
 # udaddy's port is fixed (7174).
 cm_across "udaddy (UD over rdma_cm) between namespaces" udaddy -b "$ip_a" -- -s "$ip_a"
+cm_across "ucmatose between namespaces" ucmatose -b "$ip_a" -p 7475 -c 2 -C 10 -S 1000 \
+  -- -s "$ip_a" -p 7475 -c 2 -C 10 -S 1000
+cm_across "rdma_server / rdma_client between namespaces" rdma_server -s "$ip_a" -p 7476 \
+  -- -s "$ip_a" -p 7476
+cm_across "rstream (rsockets) between namespaces" rstream -b "$ip_a" -p 7477 -S 4096 -C 100 -T v \
+  -- -s "$ip_a" -p 7477 -S 4096 -C 100 -T v
+cm_across "riostream (rsockets) between namespaces" riostream -b "$ip_a" -p 7478 -S 4096 -C 100 -T v \
+  -- -s "$ip_a" -p 7478 -S 4096 -C 100 -T v
 dev_a=$ip6_a; dev_b=$ip6_b
 cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
   rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
