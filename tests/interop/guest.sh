@@ -214,7 +214,10 @@ cm_address() {
 # bandwidth row; udaddy: UD over rdma_cm (SIDR), datagrams both ways;
 # ucmatose: 2 connections, 10 messages each way on each; rdma_server:
 # rdma_getaddrinfo, rdma_create_ep and a message each way (rdma_client);
-# rstream and riostream: rsockets, 100 transfers of 4 KiB, verified.
+# rstream and riostream: rsockets, 100 transfers of 4 KiB, verified;
+# rdma_xserver: a listener on every address, the client's message sent
+# inline; cmtime: 10 connections set up and torn down (its server serves
+# until stopped: it must still run when the client is done).
 # An rdma_cm listener has no socket to wait for: until the server
 # listens, a connection is rejected (invalid service ID) or, for UD,
 # unreachable, and the client is started again, on that condition only,
@@ -246,6 +249,12 @@ cm_run() {
     rstream|riostream) s_args=("$prog" -b "$srv_addr" -p "$port" -S 4096 -C 100 -T v)
                        c_args=("$prog" -s "$srv_addr" -p "$port" -S 4096 -C 100 -T v)
                        expect="^custom +4k +100 +1 " ;;
+    rdma_xserver) s_args=(rdma_xserver -p "$port" -c r)
+                  c_args=(rdma_xclient -s "$srv_addr" -p "$port" -c r)
+                  expect="rdma_xclient: end 0" ;;
+    cmtime) s_args=(cmtime -b "$srv_addr" -p "$port")
+            c_args=(cmtime -s "$srv_addr" -p "$port" -c 10)
+            expect="^disconnect +:" ;;
   esac
   local sv_case=
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
@@ -262,7 +271,13 @@ cm_run() {
     grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|not connected|now in progress" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
-  wait $srv; src=$?
+  if [ "$prog" = cmtime ] && [ $crc -eq 0 ]; then
+    # Still serving is its success; a client that met an error says so.
+    if kill $srv 2>/dev/null; then wait $srv; src=0; else wait $srv; src=$?; fi
+    grep -Eiq "event:|error|fail" "$log/cli" && crc=1
+  else
+    wait $srv; src=$?
+  fi
   if [ "$prog" = rping ]; then
     crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
   fi
@@ -432,7 +447,7 @@ cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, rxe server)" rxe0 softverbs ipv
 cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, softverbs server)" softverbs rxe0 ipv4 ib_write_bw
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 udaddy
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
-for prog in ucmatose rdma_server rstream riostream; do
+for prog in ucmatose rdma_server rdma_xserver cmtime rstream riostream; do
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, rxe server)" rxe0 softverbs ipv4 $prog
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, softverbs server)" softverbs rxe0 ipv4 $prog
 done

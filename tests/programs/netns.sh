@@ -4,8 +4,9 @@
 # run ibv_rc_pingpong and ib_write_bw across the link, over GID index 0
 # (link-local) and 1 (the address), with IPv4 and with IPv6 device
 # addresses, UD multicast, and rdma_cm (rping, udaddy, ucmatose,
-# rdma_server/rdma_client, rstream and riostream: the IB CM between the
-# two namespaces' daemons). Needs root (to
+# rdma_server/rdma_client, rdma_xserver/rdma_xclient, cmtime,
+# ib_write_bw -z, rstream and riostream: the IB CM between the two
+# namespaces' daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -107,10 +108,12 @@ fi
 # namespace's daemon. An rdma_cm listener has no socket to wait for: the
 # server in A traces its rdma_cm commands (SOFTVERBS_CM_TRACE) and the
 # client in B starts once its LISTEN succeeded. cm_across NAME PROGRAM
-# SERVER_ARGS -- CLIENT_ARGS... (rdma_server's client is rdma_client).
+# SERVER_ARGS -- CLIENT_ARGS... (rdma_server's and rdma_xserver's clients
+# are rdma_client and rdma_xclient; cmtime's server serves until stopped,
+# and its client exits 0 even after an error, which it prints).
 cm_across() {
   local name=$1 prog=$2 c_prog=$2; shift 2
-  [ "$prog" = rdma_server ] && c_prog=rdma_client
+  case "$prog" in rdma_server|rdma_xserver) c_prog=${prog/server/client} ;; esac
   local s_args=() c_args=()
   while [ "$1" != -- ]; do s_args+=("$1"); shift; done
   shift; c_args=("$@")
@@ -127,7 +130,13 @@ cm_across() {
     crc=$?
   fi
   [ "$crc" != 0 ] && kill $srv 2>/dev/null
-  wait $srv; local src=$?
+  local src
+  if [ "$prog" = cmtime ] && [ "$crc" = 0 ]; then
+    if kill $srv 2>/dev/null; then wait $srv; src=0; else wait $srv; src=$?; fi
+    grep -Eiq "event:|error|fail" "$log/cli" && crc=1
+  else
+    wait $srv; src=$?
+  fi
   if [ "$prog" = rping ]; then
     crc=$(rping_exit $crc "$log/cli"); src=$(rping_exit $src "$log/srv")
   fi
@@ -148,6 +157,13 @@ cm_across "ucmatose between namespaces" ucmatose -b "$ip_a" -p 7475 -c 2 -C 10 -
   -- -s "$ip_a" -p 7475 -c 2 -C 10 -S 1000
 cm_across "rdma_server / rdma_client between namespaces" rdma_server -s "$ip_a" -p 7476 \
   -- -s "$ip_a" -p 7476
+cm_across "rdma_xserver / rdma_xclient between namespaces" rdma_xserver -p 7479 -c r \
+  -- -s "$ip_a" -p 7479 -c r
+cm_across "cmtime -c 10 between namespaces" cmtime -b "$ip_a" -p 7480 -- -s "$ip_a" -p 7480 -c 10
+# -z (the control channel over rdma_cm): -R has a race of perftest's own
+# (rdma_cm.sh, "perftest").
+cm_across "ib_write_bw -z between namespaces" ib_write_bw -z -d softverbs0 -x 1 -p 7481 -s 65536 -n 100 \
+  -- -z -d softverbs0 -x 1 -p 7481 -s 65536 -n 100 "$ip_a"
 cm_across "rstream (rsockets) between namespaces" rstream -b "$ip_a" -p 7477 -S 4096 -C 100 -T v \
   -- -s "$ip_a" -p 7477 -S 4096 -C 100 -T v
 cm_across "riostream (rsockets) between namespaces" riostream -b "$ip_a" -p 7478 -S 4096 -C 100 -T v \
