@@ -632,6 +632,10 @@ api_fails "rust api: a post fault rule on rxe_xa through pass-through" \
   "a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" \
   SOFTVERBS_FAULTS="post_send nth=2 errno=ENOMEM" "$LOOPBACK" sv_xa 1
+api_fails "rust api: a post_srq_recv fault rule on rxe_xa through pass-through" \
+  "a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
+  env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" \
+  SOFTVERBS_FAULTS="post_srq_recv errno=ENOMEM" "$LOOPBACK" sv_xa 1
 api_run "rust api: loopback example on softverbs0" ip netns exec sv \
   env SOFTVERBS_DEVICES="softverbs0=10.11.0.2/1500" SOFTVERBS_DAEMON="$CLI" "$LOOPBACK" softverbs0 1
 

@@ -28,7 +28,7 @@ export SOFTVERBS_DAEMON=$bin/softverbs
 unset LD_PRELOAD
 ip=127.81.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
 
-one "loopback example on a soft device: RC SEND, WRITE_WITH_IMM, READ, fetch-and-add and a UD datagram, checked" \
+one "loopback example on a soft device: RC SEND (through an SRQ), WRITE_WITH_IMM, READ, fetch-and-add and a UD datagram, checked" \
   "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 1
 one "the same on the device's other GID (index 0, link-local)" \
   "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 0
@@ -41,6 +41,10 @@ one "a completion fault rule applies to the API's soft device" \
 one "a post fault rule applies to the API's soft device" \
   "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_send nth=2 errno=ENOMEM' \
+    '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
+one "a post_srq_recv fault rule applies to the API's soft device" \
+  "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_srq_recv errno=ENOMEM' \
     '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
 one "an unknown device is ENODEV, naming the configuration" \
   "loopback failed on nope: no softverbs device is called nope \(SOFTVERBS_DEVICES\) \(errno 19\)" \

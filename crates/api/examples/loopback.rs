@@ -1,8 +1,8 @@
-//! Two RC QPs of one device connected to each other through its own GID:
-//! a SEND, an RDMA WRITE with immediate, an RDMA READ and a
-//! fetch-and-add; then a UD datagram between two UD QPs through an
-//! address handle; each completion and each byte checked; then every
-//! object destroyed. The same code runs on a soft device and on a
+//! Two RC QPs of one device connected to each other through its own GID,
+//! one receiving through a shared receive queue (SRQ): a SEND, an RDMA
+//! WRITE with immediate, an RDMA READ and a fetch-and-add; then a UD
+//! datagram between two UD QPs through an address handle; each
+//! completion and each byte checked; then every object destroyed. The same code runs on a soft device and on a
 //! pass-through one (a real device).
 //!
 //! Usage: loopback [DEVICE [GID_INDEX]] (softverbs0 and 1 by default);
@@ -51,8 +51,9 @@ fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
     let dev = open(name).map_err(e)?;
     let gid = dev.query_gid(gid_index.into()).map_err(e)?;
     let pd = dev.alloc_pd().map_err(e)?;
-    let a = end(&*dev, pd, QpType::Rc).map_err(e)?;
-    let b = end(&*dev, pd, QpType::Rc).map_err(e)?;
+    let srq = shared_queue(&*dev, pd)?;
+    let a = end(&*dev, pd, QpType::Rc, None).map_err(e)?;
+    let b = end(&*dev, pd, QpType::Rc, Some(srq)).map_err(e)?;
     connect(&*dev, &a, b.qp_num, gid, gid_index).map_err(e)?;
     connect(&*dev, &b, a.qp_num, gid, gid_index).map_err(e)?;
     let attr = dev.query_qp(a.qp).map_err(e)?;
@@ -61,20 +62,21 @@ fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
         "query_qp reads RTS back",
     )?;
     check(attr.dest_qp_num == b.qp_num, "query_qp reads the peer back")?;
-    exchange(&*dev, &a, &b)?;
-    let c = end(&*dev, pd, QpType::Ud).map_err(e)?;
-    let d = end(&*dev, pd, QpType::Ud).map_err(e)?;
+    exchange(&*dev, &a, &b, srq)?;
+    let c = end(&*dev, pd, QpType::Ud, None).map_err(e)?;
+    let d = end(&*dev, pd, QpType::Ud, None).map_err(e)?;
     for ud in [&c, &d] {
         ud_ready(&*dev, ud).map_err(e)?;
     }
     datagram(&*dev, pd, gid, gid_index, &c, &d)?;
-    // Everything goes, dependents first: a QP before its CQ, an MR
-    // before its PD.
+    // Everything goes, dependents first: a QP before its CQ and its SRQ,
+    // an MR before its PD.
     for end in [a, b, c, d] {
         dev.destroy_qp(end.qp).map_err(e)?;
         dev.destroy_cq(end.cq).map_err(e)?;
         dev.dereg_mr(end.keys.id).map_err(e)?;
     }
+    dev.destroy_srq(srq).map_err(e)?;
     dev.dealloc_pd(pd).map_err(e)?;
     Ok(if dev.is_passthrough() {
         "pass-through"
@@ -83,7 +85,30 @@ fn run(name: &str, gid_index: u8) -> Outcome<&'static str> {
     })
 }
 
-fn end(dev: &dyn Verbs, pd: PdId, qp_type: QpType) -> Result<End> {
+/// An SRQ of 4 WRs, its low watermark armed at 1 and read back.
+fn shared_queue(dev: &dyn Verbs, pd: PdId) -> Outcome<SrqId> {
+    let e = |e: Error| e.to_string();
+    let asked = SrqAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let (srq, actual) = dev.create_srq(pd, &asked).map_err(e)?;
+    check(
+        actual.max_wr >= 4 && actual.max_sge >= 1,
+        "create_srq gives at least what was asked",
+    )?;
+    let armed = SrqAttr {
+        srq_limit: 1,
+        ..actual
+    };
+    dev.modify_srq(srq, &armed, SrqAttrMask::LIMIT).map_err(e)?;
+    let read = dev.query_srq(srq).map_err(e)?;
+    check(read.srq_limit == 1, "query_srq reads the armed limit back")?;
+    Ok(srq)
+}
+
+fn end(dev: &dyn Verbs, pd: PdId, qp_type: QpType, srq: Option<SrqId>) -> Result<End> {
     let region = Region::new(LEN);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -94,7 +119,7 @@ fn end(dev: &dyn Verbs, pd: PdId, qp_type: QpType) -> Result<End> {
     let init = QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
-        srq: None,
+        srq,
         cap: QpCap {
             max_send_wr: 8,
             max_recv_wr: 8,
@@ -173,13 +198,14 @@ fn connect(dev: &dyn Verbs, end: &End, peer: u32, gid: Gid, gid_index: u8) -> Re
     dev.modify_qp(end.qp, &rts, m)
 }
 
-/// A SEND from a to b, an RDMA WRITE with immediate from b to a, an RDMA
-/// READ by a of b's region and a fetch-and-add by b on a's, checked.
-fn exchange(dev: &dyn Verbs, a: &End, b: &End) -> Outcome<()> {
+/// A SEND from a to b (received through b's SRQ), an RDMA WRITE with
+/// immediate from b to a, an RDMA READ by a of b's region and a
+/// fetch-and-add by b on a's, checked.
+fn exchange(dev: &dyn Verbs, a: &End, b: &End, srq: SrqId) -> Outcome<()> {
     let e = |e: Error| e.to_string();
     a.region.write(0, b"a SEND over softverbs' Rust API");
-    dev.post_recv(
-        b.qp,
+    dev.post_srq_recv(
+        srq,
         &RecvWr {
             wr_id: 10,
             sg_list: &[b.region.sge(0, 64, b.keys.lkey)],

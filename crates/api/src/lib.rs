@@ -32,9 +32,9 @@
 //! (on a pass-through device as the provider applies them on its own:
 //! posts, completion statuses, `qp_error after=`).
 //!
-//! Not offered yet (each answers EOPNOTSUPP or is absent, and is listed
-//! in docs/supported.md): SRQs, async and completion events, and on
-//! pass-through devices the verbs trace.
+//! Not offered yet (each is absent, and is listed in
+//! docs/supported.md): async and completion events, and on pass-through
+//! devices the verbs trace.
 
 #![deny(unsafe_code)]
 
@@ -50,7 +50,8 @@ pub use region::Region;
 pub use softverbs_engine::{
     send_flags, send_opcode, wc_flags, AccessFlags, AhAttr, AhId, AtomicTarget, CqId, Gid,
     GlobalRoute, MrId, PdId, QpAttr, QpAttrMask, QpCap, QpCreated, QpId, QpInitAttr, QpState,
-    QpType, RdmaTarget, RecvWr, SendWr, Sge, UdTarget, WcOpcode, WcStatus, WorkCompletion,
+    QpType, RdmaTarget, RecvWr, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdTarget, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use softverbs_config::Config;
@@ -123,7 +124,8 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
     fn destroy_cq(&self, cq: CqId) -> Result<()>;
     /// `ibv_poll_cq`: up to `max` completions, oldest first.
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>>;
-    /// `ibv_create_qp` (RC, UC or UD; no SRQ).
+    /// `ibv_create_qp` (RC, UC or UD, receiving through its own queue or
+    /// an SRQ).
     fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated>;
     /// `ibv_modify_qp`.
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: QpAttrMask) -> Result<()>;
@@ -139,6 +141,16 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
     fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()>;
     /// `ibv_post_recv` of one WR.
     fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()>;
+    /// `ibv_create_srq`: the SRQ and its actual attributes.
+    fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr)>;
+    /// `ibv_modify_srq`.
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()>;
+    /// `ibv_query_srq`.
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr>;
+    /// `ibv_destroy_srq`.
+    fn destroy_srq(&self, srq: SrqId) -> Result<()>;
+    /// `ibv_post_srq_recv` of one WR.
+    fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()>;
 }
 
 /// Opens the device called `name` in this process's softverbs

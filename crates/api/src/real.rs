@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use slotmap::SlotMap;
 use softverbs_engine::{
     AhAttr, AhId, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId, QpInitAttr, QpState,
-    RecvWr, SendWr, WorkCompletion,
+    RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use softverbs_faults::Queue;
 use softverbs_ffi::*;
@@ -54,6 +54,10 @@ extern "C" {
     fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
     fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
     fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
+    fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
+    fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int;
+    fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int;
+    fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
 }
 
 /// A C object libibverbs made, owned by this backend.
@@ -86,6 +90,7 @@ struct Objects {
     /// The QPs by number (completions name them so).
     qp_nums: HashMap<u32, QpId>,
     ahs: SlotMap<AhId, Raw<ibv_ah>>,
+    srqs: SlotMap<SrqId, Raw<ibv_srq>>,
 }
 
 /// An open real device.
@@ -208,6 +213,12 @@ impl Real {
         }
     }
 
+    /// SRQ `srq`, if it is ours.
+    fn srq(&self, srq: SrqId) -> Result<Raw<ibv_srq>> {
+        let o = self.objects.lock();
+        o.srqs.get(srq).copied().ok_or(unknown("unknown SRQ"))
+    }
+
     /// QP `qp`'s number, if it is ours.
     fn qp_num(&self, qp: QpId) -> Result<u32> {
         let o = self.objects.lock();
@@ -244,11 +255,14 @@ impl Drop for Real {
     fn drop(&mut self) {
         let o = self.objects.get_mut();
         // SAFETY: each pointer is a live object of this context, destroyed
-        // once (the tables are drained); QPs and AHs go before the CQs and
-        // PDs they use, MRs before their PD and their region.
+        // once (the tables are drained); QPs and AHs go before the SRQs,
+        // CQs and PDs they use, MRs before their PD and their region.
         unsafe {
             for (_, qp) in o.qps.drain() {
                 ibv_destroy_qp(qp.0);
+            }
+            for (_, srq) in o.srqs.drain() {
+                ibv_destroy_srq(srq.0);
             }
             for (_, ah) in o.ahs.drain() {
                 ibv_destroy_ah(ah.0);
@@ -388,12 +402,6 @@ impl Verbs for Real {
     }
 
     fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated> {
-        if init.srq.is_some() {
-            return Err(Error::new(
-                libc::EOPNOTSUPP,
-                "SRQs are not offered by the Rust API yet",
-            ));
-        }
         let mut o = self.objects.lock();
         let raw_pd = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
         let send_cq = *o.cqs.get(init.send_cq).ok_or(unknown("unknown send CQ"))?;
@@ -401,14 +409,19 @@ impl Verbs for Real {
             .cqs
             .get(init.recv_cq)
             .ok_or(unknown("unknown receive CQ"))?;
+        let srq = match init.srq {
+            Some(srq) => o.srqs.get(srq).ok_or(unknown("unknown SRQ"))?.0,
+            None => std::ptr::null_mut(),
+        };
         let mut c = ibv_qp_init_attr::ZEROED;
         c.send_cq = send_cq.0;
         c.recv_cq = recv_cq.0;
+        c.srq = srq;
         c.cap = cap_to_c(&init.cap);
         c.qp_type = init.qp_type;
         c.sq_sig_all = c_int::from(init.sq_sig_all);
-        // SAFETY: a live PD and CQs of ours, a local attribute struct
-        // (libibverbs writes the actual caps back into it).
+        // SAFETY: a live PD, CQs and SRQ (or NULL) of ours, a local
+        // attribute struct (libibverbs writes the actual caps back into it).
         let qp = unsafe { ibv_create_qp(raw_pd.0, &mut c) };
         let qp = made(qp, "ibv_create_qp failed")?;
         // SAFETY: the QP just created; a plain field read.
@@ -507,6 +520,96 @@ impl Verbs for Real {
             self.post_recv_now(qp, wr)
         })
     }
+
+    fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr)> {
+        let mut o = self.objects.lock();
+        let raw_pd = *o.pds.get(pd).ok_or(unknown("unknown PD"))?;
+        let mut c = ibv_srq_init_attr {
+            srq_context: std::ptr::null_mut(),
+            attr: srq_attr_to_c(attr),
+        };
+        // SAFETY: a live PD of ours and a local attribute struct
+        // (libibverbs writes the actual sizes back into it).
+        let srq = unsafe { ibv_create_srq(raw_pd.0, &mut c) };
+        let srq = made(srq, "ibv_create_srq failed")?;
+        Ok((o.srqs.insert(srq), srq_attr_from_c(&c.attr)))
+    }
+
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        let raw = self.srq(srq)?;
+        let mut c = srq_attr_to_c(attr);
+        // SAFETY: a live SRQ of ours and a local attribute struct.
+        let ret = unsafe { ibv_modify_srq(raw.0, &mut c, mask.bits() as c_int) };
+        status(ret, "ibv_modify_srq failed")
+    }
+
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
+        let raw = self.srq(srq)?;
+        let mut c = ibv_srq_attr::ZEROED;
+        // SAFETY: a live SRQ of ours and a local out struct.
+        let ret = unsafe { ibv_query_srq(raw.0, &mut c) };
+        status(ret, "ibv_query_srq failed")?;
+        Ok(srq_attr_from_c(&c))
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        let o = &mut *self.objects.lock();
+        destroy(
+            &mut o.srqs,
+            srq,
+            ("unknown SRQ", "ibv_destroy_srq failed"),
+            ibv_destroy_srq,
+        )
+    }
+
+    fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
+        let raw = self.srq(srq)?;
+        if let Some(faults) = &self.faults {
+            // SRQ posts name no QP, as on soft devices.
+            let bytes = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            faults.post(Queue::SrqRecv, u32::MAX, None, bytes)?;
+        }
+        let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
+        let mut c = recv_wr_to_c(wr, &mut sges);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live SRQ of ours, the WR and its SGEs alive across the
+        // call (verbs.h's inline ibv_post_srq_recv).
+        let ret = unsafe {
+            match (*(*raw.0).context).ops.post_srq_recv {
+                Some(f) => f(raw.0, &mut c, &mut bad),
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        status(ret, "ibv_post_srq_recv failed")
+    }
+}
+
+/// `struct ibv_srq_attr` of the engine's.
+fn srq_attr_to_c(a: &SrqAttr) -> ibv_srq_attr {
+    ibv_srq_attr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// The engine's `SrqAttr` of a `struct ibv_srq_attr`.
+fn srq_attr_from_c(c: &ibv_srq_attr) -> SrqAttr {
+    SrqAttr {
+        max_wr: c.max_wr,
+        max_sge: c.max_sge,
+        srq_limit: c.srq_limit,
+    }
+}
+
+/// A receive WR in C, its SGEs in `sges` (which must outlive it).
+fn recv_wr_to_c(wr: &RecvWr<'_>, sges: &mut [ibv_sge]) -> ibv_recv_wr {
+    ibv_recv_wr {
+        wr_id: wr.wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: sges.as_mut_ptr(),
+        num_sge: sges.len() as c_int,
+    }
 }
 
 impl Real {
@@ -545,12 +648,7 @@ impl Real {
             .get(qp)
             .ok_or(unknown("unknown QP"))?;
         let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
-        let mut c = ibv_recv_wr {
-            wr_id: wr.wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sges.as_mut_ptr(),
-            num_sge: sges.len() as c_int,
-        };
+        let mut c = recv_wr_to_c(wr, &mut sges);
         let mut bad = std::ptr::null_mut();
         // SAFETY: as post_send: a live QP of ours, the WR alive across the
         // call (verbs.h's inline ibv_post_recv).

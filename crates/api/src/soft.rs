@@ -7,7 +7,7 @@ use crate::{Error, MrKeys, Result, Verbs};
 use softverbs_config::{Config, SoftDevice};
 use softverbs_engine::{
     AhAttr, AhId, AsyncEvent, CqId, Engine, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId,
-    QpInitAttr, RecvWr, SendWr, WorkCompletion,
+    QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use softverbs_transport::{Driver, DriverConfig, Notify};
 use std::path::PathBuf;
@@ -143,12 +143,6 @@ impl Verbs for Soft {
     }
 
     fn create_qp(&self, pd: PdId, init: &QpInitAttr) -> Result<QpCreated> {
-        if init.srq.is_some() {
-            return Err(Error::new(
-                libc::EOPNOTSUPP,
-                "SRQs are not offered by the Rust API yet",
-            ));
-        }
         self.with(|e, _| e.create_qp(pd, init))
     }
 
@@ -178,5 +172,25 @@ impl Verbs for Soft {
 
     fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
         self.with(|e, _| e.post_recv(qp, wr))
+    }
+
+    fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr)> {
+        self.with(|e, _| e.create_srq(pd, attr))
+    }
+
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.with(|e, _| e.modify_srq(srq, attr, mask))
+    }
+
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
+        self.with(|e, _| e.query_srq(srq))
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        self.with(|e, _| e.destroy_srq(srq))
+    }
+
+    fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
+        self.with(|e, _| e.post_srq_recv(srq, wr))
     }
 }
