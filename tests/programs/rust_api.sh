@@ -28,7 +28,7 @@ export SOFTVERBS_DAEMON=$bin/softverbs
 unset LD_PRELOAD
 ip=127.81.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
 
-one "loopback example on a soft device: RC SEND (through an SRQ), WRITE_WITH_IMM, READ, fetch-and-add and a UD datagram, checked" \
+one "loopback example on a soft device: RC SEND (through an SRQ, awaited by a completion event, the SRQ limit event), WRITE_WITH_IMM, READ, fetch-and-add and a UD datagram, checked" \
   "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 1
 one "the same on the device's other GID (index 0, link-local)" \
   "^loopback ok on softverbs0 \(soft\)$" env SOFTVERBS_DEVICES="softverbs0=$ip" "$loopback" softverbs0 0

@@ -1,8 +1,10 @@
 //! Two RC QPs of one device connected to each other through its own GID,
-//! one receiving through a shared receive queue (SRQ): a SEND, an RDMA
-//! WRITE with immediate, an RDMA READ and a fetch-and-add; then a UD
-//! datagram between two UD QPs through an address handle; each
-//! completion and each byte checked; then every object destroyed. The same code runs on a soft device and on a
+//! one receiving through a shared receive queue (SRQ): a SEND (its
+//! receive awaited through a completion event, and the SRQ's low
+//! watermark event checked), an RDMA WRITE with immediate, an RDMA READ
+//! and a fetch-and-add; then a UD datagram between two UD QPs through an
+//! address handle; each completion and each byte checked; then every
+//! object destroyed. The same code runs on a soft device and on a
 //! pass-through one (a real device).
 //!
 //! Usage: loopback [DEVICE [GID_INDEX]] (softverbs0 and 1 by default);
@@ -212,9 +214,18 @@ fn exchange(dev: &dyn Verbs, a: &End, b: &End, srq: SrqId) -> Outcome<()> {
         },
     )
     .map_err(e)?;
+    dev.req_notify_cq(b.cq, false).map_err(e)?;
     post(dev, a, 1, send_opcode::SEND, 0, 31, RdmaTarget::default())?;
     expect(dev, a, 1, WcOpcode::Send)?;
+    let event = dev.get_cq_event(Duration::from_secs(10)).map_err(e)?;
+    check(event == Some(b.cq), "the receive raised a completion event")?;
     let rx = expect(dev, b, 10, WcOpcode::Recv)?;
+    // The SRQ's only WR is consumed: below its watermark of 1.
+    let event = dev.get_async_event(Duration::from_secs(10)).map_err(e)?;
+    check(
+        event == Some(AsyncEvent::SrqLimitReached(srq)),
+        "the SRQ's low watermark raised its event",
+    )?;
     check(
         rx.byte_len == 31,
         "the SEND's receive completion has 31 bytes",

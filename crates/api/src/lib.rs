@@ -32,14 +32,17 @@
 //! (on a pass-through device as the provider applies them on its own:
 //! posts, completion statuses, `qp_error after=`).
 //!
-//! Not offered yet (each is absent, and is listed in
-//! docs/supported.md): async and completion events, and on pass-through
+//! Completion and async events are waited for with a timeout
+//! ([`Verbs::get_cq_event`], [`Verbs::get_async_event`]; each is
+//! acknowledged as it is taken). Not offered yet (listed in
+//! docs/supported.md): port and device events, and on pass-through
 //! devices the verbs trace.
 
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
 pub mod convert;
+mod events;
 #[allow(unsafe_code)]
 mod real;
 mod region;
@@ -48,14 +51,15 @@ mod verbs_faults;
 
 pub use region::Region;
 pub use softverbs_engine::{
-    send_flags, send_opcode, wc_flags, AccessFlags, AhAttr, AhId, AtomicTarget, CqId, Gid,
-    GlobalRoute, MrId, PdId, QpAttr, QpAttrMask, QpCap, QpCreated, QpId, QpInitAttr, QpState,
+    send_flags, send_opcode, wc_flags, AccessFlags, AhAttr, AhId, AsyncEvent, AtomicTarget, CqId,
+    Gid, GlobalRoute, MrId, PdId, QpAttr, QpAttrMask, QpCap, QpCreated, QpId, QpInitAttr, QpState,
     QpType, RdmaTarget, RecvWr, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdTarget, WcOpcode,
     WcStatus, WorkCompletion,
 };
 
 use softverbs_config::Config;
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// A failed call: the errno a C program would see, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +155,16 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
     fn destroy_srq(&self, srq: SrqId) -> Result<()>;
     /// `ibv_post_srq_recv` of one WR.
     fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()>;
+    /// `ibv_req_notify_cq`: the next completion of `cq` (with
+    /// `solicited_only`, the next solicited or failed one) raises a
+    /// completion event.
+    fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()>;
+    /// `ibv_get_cq_event`, then `ibv_ack_cq_events`: the CQ of the next
+    /// completion event, waiting at most `timeout`; `None` if none came.
+    fn get_cq_event(&self, timeout: Duration) -> Result<Option<CqId>>;
+    /// `ibv_get_async_event`, then `ibv_ack_async_event`: the next event
+    /// of a QP, CQ or SRQ, waiting at most `timeout`; `None` if none came.
+    fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>>;
 }
 
 /// Opens the device called `name` in this process's softverbs

@@ -14,13 +14,14 @@ use crate::{Error, MrKeys, Result, Verbs};
 use parking_lot::Mutex;
 use slotmap::SlotMap;
 use softverbs_engine::{
-    AhAttr, AhId, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId, QpInitAttr, QpState,
-    RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
+    AhAttr, AhId, AsyncEvent, CqId, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId,
+    QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use softverbs_faults::Queue;
 use softverbs_ffi::*;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::time::{Duration, Instant};
 
 #[link(name = "ibverbs")]
 extern "C" {
@@ -58,6 +59,16 @@ extern "C" {
     fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int;
     fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int;
     fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
+    fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;
+    fn ibv_get_cq_event(
+        channel: *mut ibv_comp_channel,
+        cq: *mut *mut ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int;
+    fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint);
+    fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
+    fn ibv_ack_async_event(event: *mut ibv_async_event);
 }
 
 /// A C object libibverbs made, owned by this backend.
@@ -98,6 +109,8 @@ struct Objects {
 pub struct Real {
     name: String,
     context: Raw<ibv_context>,
+    /// The completion channel of every CQ made here.
+    channel: Raw<ibv_comp_channel>,
     objects: Mutex<Objects>,
     /// The verbs rules of `SOFTVERBS_FAULTS` for this device.
     faults: Option<VerbsFaults>,
@@ -192,9 +205,18 @@ impl Real {
         if context.is_null() {
             return Err(error);
         }
+        // SAFETY: the context just opened.
+        let channel = unsafe { ibv_create_comp_channel(context) };
+        if channel.is_null() {
+            let error = last_error("ibv_create_comp_channel failed");
+            // SAFETY: the context just opened, with nothing made on it.
+            unsafe { ibv_close_device(context) };
+            return Err(error);
+        }
         Ok(Real {
             name: name.to_string(),
             context: Raw(context),
+            channel: Raw(channel),
             objects: Mutex::new(Objects::default()),
             faults,
         })
@@ -276,6 +298,7 @@ impl Drop for Real {
             for (_, pd) in o.pds.drain() {
                 ibv_dealloc_pd(pd.0);
             }
+            ibv_destroy_comp_channel(self.channel.0);
             ibv_close_device(self.context.0);
         }
     }
@@ -345,16 +368,10 @@ impl Verbs for Real {
 
     fn create_cq(&self, cqe: u32) -> Result<CqId> {
         let cqe = c_int::try_from(cqe).map_err(|_| unknown("cqe too large"))?;
-        // SAFETY: our open context; no channel, no user context.
-        let cq = unsafe {
-            ibv_create_cq(
-                self.context.0,
-                cqe,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
+        // SAFETY: our open context and its completion channel; no user
+        // context.
+        let cq =
+            unsafe { ibv_create_cq(self.context.0, cqe, std::ptr::null_mut(), self.channel.0, 0) };
         let cq = made(cq, "ibv_create_cq failed")?;
         Ok(self.objects.lock().cqs.insert(cq))
     }
@@ -581,6 +598,111 @@ impl Verbs for Real {
             }
         };
         status(ret, "ibv_post_srq_recv failed")
+    }
+
+    fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {
+        let raw = *self
+            .objects
+            .lock()
+            .cqs
+            .get(cq)
+            .ok_or(unknown("unknown CQ"))?;
+        // SAFETY: a live CQ of ours (verbs.h's inline ibv_req_notify_cq).
+        let ret = unsafe {
+            match (*(*raw.0).context).ops.req_notify_cq {
+                Some(f) => f(raw.0, c_int::from(solicited_only)),
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        status(ret, "ibv_req_notify_cq failed")
+    }
+
+    fn get_cq_event(&self, timeout: Duration) -> Result<Option<CqId>> {
+        // SAFETY: our channel, alive until this device is dropped.
+        let fd = unsafe { (*self.channel.0).fd };
+        if !readable(fd, timeout)? {
+            return Ok(None);
+        }
+        let (mut cq, mut cq_context) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: our channel, readable (so the read does not wait), and
+        // two local out pointers; the event is acknowledged at once (a CQ
+        // is destroyed only once its events are).
+        let ret = unsafe { ibv_get_cq_event(self.channel.0, &mut cq, &mut cq_context) };
+        status(ret, "ibv_get_cq_event failed")?;
+        // SAFETY: the CQ the event names, one of ours.
+        unsafe { ibv_ack_cq_events(cq, 1) };
+        let o = self.objects.lock();
+        Ok(o.cqs.iter().find(|(_, r)| r.0 == cq).map(|(id, _)| id))
+    }
+
+    fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        let deadline = Instant::now() + timeout;
+        // SAFETY: our open context (a plain field read).
+        let fd = unsafe { (*self.context.0).async_fd };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !readable(fd, left)? {
+                return Ok(None);
+            }
+            let mut ev = ibv_async_event::ZEROED;
+            // SAFETY: our context, its descriptor readable; a local out
+            // struct, acknowledged right after it is read.
+            let ret = unsafe { ibv_get_async_event(self.context.0, &mut ev) };
+            status(ret, "ibv_get_async_event failed")?;
+            let event = self.async_event_of(&ev);
+            // SAFETY: the event just read, acknowledged once.
+            unsafe { ibv_ack_async_event(&mut ev) };
+            // Port and device events have no object of the API: skipped.
+            if event.is_some() {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+impl Real {
+    /// The API's event for a C one about an object of ours.
+    fn async_event_of(&self, ev: &ibv_async_event) -> Option<AsyncEvent> {
+        let o = self.objects.lock();
+        // SAFETY: each member is a pointer (or the port number); the one
+        // the event type names is read, and only compared.
+        let (cq, qp, srq) = unsafe { (ev.element.cq, ev.element.qp, ev.element.srq) };
+        let cq_id = || o.cqs.iter().find(|(_, r)| r.0 == cq).map(|(id, _)| id);
+        let qp_id = || o.qps.iter().find(|(_, r)| r.0 == qp).map(|(id, _)| id);
+        let srq_id = || o.srqs.iter().find(|(_, r)| r.0 == srq).map(|(id, _)| id);
+        Some(match ev.event_type {
+            0 => AsyncEvent::CqErr(cq_id()?),
+            1 => AsyncEvent::QpFatal(qp_id()?),
+            2 => AsyncEvent::QpReqErr(qp_id()?),
+            3 => AsyncEvent::QpAccessErr(qp_id()?),
+            4 => AsyncEvent::CommEst(qp_id()?),
+            5 => AsyncEvent::SqDrained(qp_id()?),
+            15 => AsyncEvent::SrqLimitReached(srq_id()?),
+            16 => AsyncEvent::QpLastWqeReached(qp_id()?),
+            _ => return None,
+        })
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passed: whether it is.
+fn readable(fd: c_int, timeout: Duration) -> Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // SAFETY: one live pollfd of ours.
+    match unsafe { libc::poll(&mut p, 1, ms) } {
+        n if n < 0 => {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => Ok(false),
+                errno => Err(Error::new(errno.unwrap_or(libc::EIO), "poll failed")),
+            }
+        }
+        0 => Ok(false),
+        _ => Ok(true),
     }
 }
 

@@ -2,6 +2,7 @@
 //! transport's [`Driver`] (its progress thread, its endpoint and the
 //! host daemon), with [`RegionMemory`] as the memory MRs describe.
 
+use crate::events::EventQueues;
 use crate::region::{Region, RegionMemory};
 use crate::{Error, MrKeys, Result, Verbs};
 use softverbs_config::{Config, SoftDevice};
@@ -12,21 +13,14 @@ use softverbs_engine::{
 use softverbs_transport::{Driver, DriverConfig, Notify};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An open soft device.
 #[derive(Debug)]
 pub struct Soft {
     name: String,
     driver: Driver<RegionMemory>,
-}
-
-/// Events are not offered by the API yet: they are dropped.
-struct NoEvents;
-
-impl Notify for NoEvents {
-    fn completion_event(&self, _cq: CqId) {}
-    fn async_event(&self, _event: AsyncEvent) {}
-    fn device_fatal(&self) {}
+    events: Arc<EventQueues>,
 }
 
 impl Soft {
@@ -38,11 +32,14 @@ impl Soft {
             ip: dev.ip,
             daemon: Config::daemon(daemon_program()),
         };
-        let driver = Driver::start(cfg, RegionMemory::default(), Arc::new(NoEvents))
+        let events = Arc::new(EventQueues::default());
+        let notify: Arc<dyn Notify> = events.clone();
+        let driver = Driver::start(cfg, RegionMemory::default(), notify)
             .map_err(|e| io_error(&dev.name, &e))?;
         Ok(Soft {
             name: dev.name.clone(),
             driver,
+            events,
         })
     }
 
@@ -192,5 +189,31 @@ impl Verbs for Soft {
 
     fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
         self.with(|e, _| e.post_srq_recv(srq, wr))
+    }
+
+    fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {
+        self.with(|e, _| e.req_notify_cq(cq, solicited_only))
+    }
+
+    fn get_cq_event(&self, timeout: Duration) -> Result<Option<CqId>> {
+        let cq = self.events.completion(timeout);
+        self.failed()?;
+        Ok(cq)
+    }
+
+    fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        let event = self.events.asynchronous(timeout);
+        self.failed()?;
+        Ok(event)
+    }
+}
+
+impl Soft {
+    /// EIO once the device has failed (its progress thread panicked).
+    fn failed(&self) -> Result<()> {
+        if self.events.fatal() {
+            return Err(Error::new(libc::EIO, "the device failed"));
+        }
+        Ok(())
     }
 }
