@@ -46,6 +46,13 @@ one "a post_srq_recv fault rule applies to the API's soft device" \
   "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_srq_recv errno=ENOMEM' \
     '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
+# A program alone (no `softverbs` beside it, none on PATH, no daemon on
+# its socket) says how the daemon is found instead of a bare refusal.
+mkdir -p "$log/alone" && cp "$loopback" "$log/alone/"
+one "without a daemon or a softverbs command to start one, the open says how one is found" \
+  "no host daemon runs, and no .softverbs. command was found to start one \(SOFTVERBS_DAEMON names it" \
+  sh -c "env -u SOFTVERBS_DAEMON PATH=/usr/bin:/bin SOFTVERBS_DAEMON_SOCKET=softverbs-nobody-$$ \
+    SOFTVERBS_DEVICES=softverbs0=$ip '$log/alone/loopback' softverbs0 1 2>&1; test \$? -eq 1"
 one "an unknown device is ENODEV, naming the configuration" \
   "loopback failed on nope: no softverbs device is called nope \(SOFTVERBS_DEVICES\) \(errno 19\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip '$loopback' nope 2>&1; test \$? -eq 1"

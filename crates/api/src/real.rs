@@ -241,6 +241,18 @@ impl Real {
         o.srqs.get(srq).copied().ok_or(unknown("unknown SRQ"))
     }
 
+    /// CQ `cq`, if it is ours.
+    fn cq(&self, cq: CqId) -> Result<Raw<ibv_cq>> {
+        let o = self.objects.lock();
+        o.cqs.get(cq).copied().ok_or(unknown("unknown CQ"))
+    }
+
+    /// QP `qp`, if it is ours.
+    fn qp(&self, qp: QpId) -> Result<Raw<ibv_qp>> {
+        let o = self.objects.lock();
+        o.qps.get(qp).copied().ok_or(unknown("unknown QP"))
+    }
+
     /// QP `qp`'s number, if it is ours.
     fn qp_num(&self, qp: QpId) -> Result<u32> {
         let o = self.objects.lock();
@@ -387,12 +399,7 @@ impl Verbs for Real {
     }
 
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
-        let raw = *self
-            .objects
-            .lock()
-            .cqs
-            .get(cq)
-            .ok_or(unknown("unknown CQ"))?;
+        let raw = self.cq(cq)?;
         let mut wc = vec![ibv_wc::ZEROED; max.min(c_int::MAX as usize)];
         // SAFETY: a live CQ of ours (the lock is not held: a provider's
         // poll is thread-safe, and destroying a CQ being polled is the
@@ -453,12 +460,7 @@ impl Verbs for Real {
     }
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let raw = *self
-            .objects
-            .lock()
-            .qps
-            .get(qp)
-            .ok_or(unknown("unknown QP"))?;
+        let raw = self.qp(qp)?;
         let mut c = qp_attr_to_c(attr);
         // SAFETY: a live QP of ours and a local attribute struct.
         let ret = unsafe { ibv_modify_qp(raw.0, &mut c, mask.bits() as c_int) };
@@ -471,12 +473,7 @@ impl Verbs for Real {
     }
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
-        let raw = *self
-            .objects
-            .lock()
-            .qps
-            .get(qp)
-            .ok_or(unknown("unknown QP"))?;
+        let raw = self.qp(qp)?;
         let (mut attr, mut init) = (ibv_qp_attr::ZEROED, ibv_qp_init_attr::ZEROED);
         let all = (QpAttrMask::all() - QpAttrMask::RATE_LIMIT).bits() as c_int;
         // SAFETY: a live QP of ours and local out structs.
@@ -586,27 +583,14 @@ impl Verbs for Real {
             let bytes = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
             faults.post(Queue::SrqRecv, u32::MAX, None, bytes)?;
         }
-        let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
-        let mut c = recv_wr_to_c(wr, &mut sges);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live SRQ of ours, the WR and its SGEs alive across the
-        // call (verbs.h's inline ibv_post_srq_recv).
-        let ret = unsafe {
-            match (*(*raw.0).context).ops.post_srq_recv {
-                Some(f) => f(raw.0, &mut c, &mut bad),
-                None => libc::EOPNOTSUPP,
-            }
-        };
-        status(ret, "ibv_post_srq_recv failed")
+        // SAFETY: a live SRQ of ours and its context's member for it
+        // (verbs.h's inline ibv_post_srq_recv).
+        let post = unsafe { (*(*raw.0).context).ops.post_srq_recv };
+        post_recv_with(raw, wr, post, "ibv_post_srq_recv failed")
     }
 
     fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {
-        let raw = *self
-            .objects
-            .lock()
-            .cqs
-            .get(cq)
-            .ok_or(unknown("unknown CQ"))?;
+        let raw = self.cq(cq)?;
         // SAFETY: a live CQ of ours (verbs.h's inline ibv_req_notify_cq).
         let ret = unsafe {
             match (*(*raw.0).context).ops.req_notify_cq {
@@ -724,14 +708,32 @@ fn srq_attr_from_c(c: &ibv_srq_attr) -> SrqAttr {
     }
 }
 
-/// A receive WR in C, its SGEs in `sges` (which must outlive it).
-fn recv_wr_to_c(wr: &RecvWr<'_>, sges: &mut [ibv_sge]) -> ibv_recv_wr {
-    ibv_recv_wr {
+/// A provider's `post_recv` or `post_srq_recv` member.
+type PostRecv<T> = unsafe extern "C" fn(*mut T, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// Posts one receive WR to `object` through `post`, its provider's member
+/// for it.
+fn post_recv_with<T>(
+    object: Raw<T>,
+    wr: &RecvWr<'_>,
+    post: Option<PostRecv<T>>,
+    what: &'static str,
+) -> Result<()> {
+    let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
+    let mut c = ibv_recv_wr {
         wr_id: wr.wr_id,
         next: std::ptr::null_mut(),
         sg_list: sges.as_mut_ptr(),
         num_sge: sges.len() as c_int,
-    }
+    };
+    let mut bad = std::ptr::null_mut();
+    let Some(post) = post else {
+        return status(libc::EOPNOTSUPP, what);
+    };
+    // SAFETY: `object` is a live QP or SRQ of ours and `post` its
+    // provider's member for it; the WR and its SGEs live across the call,
+    // which copies them into the queue.
+    status(unsafe { post(object.0, &mut c, &mut bad) }, what)
 }
 
 impl Real {
@@ -763,23 +765,10 @@ impl Real {
 
     /// `ibv_post_recv` of one WR, through the provider's member.
     fn post_recv_now(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
-        let raw = *self
-            .objects
-            .lock()
-            .qps
-            .get(qp)
-            .ok_or(unknown("unknown QP"))?;
-        let mut sges: Vec<ibv_sge> = wr.sg_list.iter().map(sge_to_c).collect();
-        let mut c = recv_wr_to_c(wr, &mut sges);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: as post_send: a live QP of ours, the WR alive across the
-        // call (verbs.h's inline ibv_post_recv).
-        let ret = unsafe {
-            match (*(*raw.0).context).ops.post_recv {
-                Some(f) => f(raw.0, &mut c, &mut bad),
-                None => libc::EOPNOTSUPP,
-            }
-        };
-        status(ret, "ibv_post_recv failed")
+        let raw = self.qp(qp)?;
+        // SAFETY: a live QP of ours and its context's member for it
+        // (verbs.h's inline ibv_post_recv).
+        let post = unsafe { (*(*raw.0).context).ops.post_recv };
+        post_recv_with(raw, wr, post, "ibv_post_recv failed")
     }
 }

@@ -27,15 +27,28 @@ impl Soft {
     /// Starts the engine of `dev` (its slot from the host daemon, which is
     /// started if none runs).
     pub fn open(dev: &SoftDevice) -> Result<Soft> {
+        let program = daemon_program();
+        let no_program = program.is_none();
         let cfg = DriverConfig {
             device: dev.device_config(fastrand::u64(..)),
             ip: dev.ip,
-            daemon: Config::daemon(daemon_program()),
+            daemon: Config::daemon(program),
         };
         let events = Arc::new(EventQueues::default());
         let notify: Arc<dyn Notify> = events.clone();
-        let driver = Driver::start(cfg, RegionMemory::default(), notify)
-            .map_err(|e| io_error(&dev.name, &e))?;
+        let driver = Driver::start(cfg, RegionMemory::default(), notify).map_err(|e| {
+            let mut error = io_error(&dev.name, &e);
+            if no_program {
+                error.reason = format!(
+                    "{}; no host daemon runs, and no `softverbs` command was found to start one \
+                     (SOFTVERBS_DAEMON names it; else it is looked for beside this program, \
+                     one directory up, and on PATH)",
+                    error.reason
+                )
+                .into();
+            }
+            error
+        })?;
         Ok(Soft {
             name: dev.name.clone(),
             driver,
@@ -63,17 +76,17 @@ fn io_error(name: &str, e: &std::io::Error) -> Error {
 }
 
 /// The `softverbs` command that starts the host daemon: `SOFTVERBS_DAEMON`,
-/// else one beside this program, else the first on PATH.
+/// else one beside this program or one directory up (cargo puts examples
+/// and tests in a directory below its binaries), else the first on PATH.
 fn daemon_program() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SOFTVERBS_DAEMON").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.join("softverbs")));
+    let exe = std::env::current_exe().ok();
+    let dir = exe.as_deref().and_then(std::path::Path::parent);
+    let near = dir.into_iter().chain(dir.and_then(std::path::Path::parent));
     let path = std::env::var_os("PATH").unwrap_or_default();
-    beside
-        .into_iter()
+    near.map(|d| d.join("softverbs"))
         .chain(std::env::split_paths(&path).map(|dir| dir.join("softverbs")))
         .find(|p| p.is_file())
 }
