@@ -643,10 +643,10 @@ impl Hooked {
     /// `cq` is an extended CQ of this context with a current completion,
     /// inside this thread's polling section.
     pub unsafe fn rewrite_current(&self, cq: *mut ibv_cq_ex) {
-        self.current_vendor_err.lock().remove(&(cq as usize));
         if self.faults.is_none() {
-            return;
+            return; // without rules no vendor error is ever kept
         }
+        self.current_vendor_err.lock().remove(&(cq as usize));
         // SAFETY: per the contract: the public status and the provider's
         // readers of the current completion.
         let (status, qp, opcode, len) = unsafe {

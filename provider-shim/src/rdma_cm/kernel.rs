@@ -77,8 +77,8 @@ pub(super) struct KernelCm {
     options: HashMap<u32, (RawFd, Vec<SetOption>)>,
 }
 
-/// Whether the kernel has an rdma_cm this process can open.
-fn available() -> bool {
+/// Whether the kernel has an rdma_cm this process can open (asked once).
+pub(super) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| open_kernel_file().is_ok())
 }
@@ -151,6 +151,7 @@ impl KernelCm {
     /// Where command `original` on `channel` goes; `extended` is the same
     /// command with a SET_OPTION's value appended (as softverbs' rdma_cm
     /// reads it). Moves a fresh id to the kernel when its address says so.
+    /// Only asked where the kernel has an rdma_cm ([`available`]).
     pub(super) fn route(
         &mut self,
         agent: &mut Agent,
@@ -195,7 +196,7 @@ impl KernelCm {
                 self.options.remove(&id);
             }
             cmd::BIND_IP | cmd::BIND | cmd::RESOLVE_IP | cmd::RESOLVE_ADDR
-                if available() && agent.fresh(id).is_some() && kernels(&c, ours) =>
+                if agent.fresh(id).is_some() && kernels(&c, ours) =>
             {
                 let kernel = self.move_id(agent, channel, id)?;
                 return self.for_kernel(channel, original, at, kernel);

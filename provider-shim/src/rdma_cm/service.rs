@@ -250,6 +250,9 @@ impl Service {
     /// did, or the kernel's errno. `extended` is the command as softverbs'
     /// rdma_cm reads it.
     pub fn kernel_command(&self, fd: RawFd, original: &[u8], extended: &[u8]) -> Result<bool, i32> {
+        if !kernel::available() {
+            return Ok(false);
+        }
         let mut inner = self.inner.lock();
         let ours: Vec<IpAddr> = inner.endpoints.iter().map(|(ip, _)| *ip).collect();
         let Inner { agent, kernel, .. } = &mut *inner;
