@@ -512,12 +512,17 @@ fn fail_receive(
     wqe: &RecvWqe,
     status: WcStatus,
 ) -> Fault {
+    deliver_failed(qp, target, wqe, status);
+    Fault::Receive(status)
+}
+
+/// Completes a claimed receive WR with `status`.
+fn deliver_failed(qp: &PeerQp, target: &mut dyn DirectTarget, wqe: &RecvWqe, status: WcStatus) {
     let wc = WorkCompletion {
         status,
         ..WorkCompletion::flushed(wqe.wr_id, WcOpcode::Recv, qp.qpn)
     };
     target.deliver(wqe.seq, wc, false);
-    Fault::Receive(status)
 }
 
 /// A UD datagram: the Q_Key must match (else it is dropped, as a NIC
@@ -592,14 +597,15 @@ fn write(
         return Err(not_ready(qp));
     }
     let dest = if op.len > 0 {
-        Some(translate(
-            qp,
-            target,
-            rkey,
-            va,
-            op.len,
-            AccessFlags::REMOTE_WRITE,
-        )?)
+        let dest = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_WRITE);
+        if let (Err(fault), Some(_), 1) = (&dest, imm, op.packets) {
+            // As on the wire, a WRITE_ONLY_WITH_IMM has taken its receive
+            // WR before its rkey is looked at: the WR fails with it.
+            let wqe = claim_recv(op, qp, target)?;
+            deliver_failed(qp, target, &wqe, WcStatus::RemAccessErr);
+            return Err((*fault).into());
+        }
+        Some(dest?)
     } else {
         None
     };

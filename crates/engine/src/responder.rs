@@ -445,10 +445,43 @@ impl RecvSide<'_> {
             // The kernel's order (rxe: check_op_valid, check_resource,
             // then length and rkey): a WRITE_ONLY_WITH_IMM that finds no
             // receive WR is refused with an RNR NAK before its rkey is
-            // looked at, so the requester retries rather than fails.
+            // looked at, so the requester retries rather than fails; one
+            // that finds one has taken it, so a bad length or rkey then
+            // completes that receive WR in error too.
             self.grants(AccessFlags::REMOTE_WRITE)?;
             self.recv_wqe_available(ctx).ok_or(Fault::NotReady)?;
+            let result = self.write_packet(ctx, pkt, mem);
+            if let Err(fault) = result {
+                self.fail_taken_receive(ctx, fault);
+            }
+            return result;
         }
+        self.write_packet(ctx, pkt, mem)
+    }
+
+    /// A WRITE_ONLY_WITH_IMM that failed after it took its receive WR:
+    /// the WR completes with the error the requester is NAK'd with (rxe's
+    /// `do_class_ac_error`).
+    fn fail_taken_receive(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
+        let status = match fault {
+            Fault::Access => WcStatus::RemAccessErr,
+            Fault::Invalid => WcStatus::RemInvReqErr,
+            _ => return,
+        };
+        if let Some(wqe) = self.take_recv_wqe(ctx) {
+            self.fail_receive(ctx, &wqe, status);
+        }
+    }
+
+    /// One packet of a WRITE: its place checked, its payload written, and
+    /// on its last packet a WRITE_WITH_IMM's receive completion.
+    fn write_packet(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &PacketView<'_>,
+        mem: &mut dyn HostMemory,
+    ) -> Result<u32, Fault> {
+        let opcode = pkt.opcode();
         self.check_payload_size(opcode, pkt.payload().len())?;
         let w = match self.resp.msg.take() {
             Some(InProgress::Write(w)) => w,

@@ -517,7 +517,8 @@ fn bad_rkey_naks_remote_access_error_and_both_qps_enter_error() {
 /// A WRITE_ONLY_WITH_IMM that finds no receive WR is RNR NAK'd before
 /// its rkey is checked (rxe's order): the requester runs out of RNR
 /// retries and the responder stays in RTS, raising nothing. With a
-/// receive WR the bad rkey is a remote access error.
+/// receive WR the bad rkey is a remote access error, and the receive WR
+/// it took completes with it (rxe's `do_class_ac_error`).
 #[test]
 fn write_with_imm_without_a_receive_wr_is_rnr_before_its_rkey_is_checked() {
     for with_recv in [false, true] {
@@ -544,6 +545,8 @@ fn write_with_imm_without_a_receive_wr_is_rnr_before_its_rkey_is_checked() {
             assert_eq!(status, WcStatus::RemAccessErr);
             assert_eq!(p.b.events(), [AsyncEvent::QpAccessErr(qb)]);
             assert_eq!(b_state, QpState::Err as u32);
+            let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+            assert_eq!(rx, [(5, WcStatus::RemAccessErr)]);
         } else {
             assert_eq!(status, WcStatus::RnrRetryExcErr);
             assert_eq!(p.b.events(), []);

@@ -133,6 +133,21 @@ fn a_write_with_imm_and_no_receive_wr_is_rnr_before_a_bad_rkey() {
     assert_eq!(end.states, (QpState::Err as u32, QpState::Rts as u32));
 }
 
+/// With a receive WR, a WRITE_ONLY_WITH_IMM's bad rkey fails the receive
+/// WR it took as well as the WRITE, on both paths (rxe's order).
+#[test]
+fn a_write_with_imm_and_a_bad_rkey_fails_the_receive_wr_it_took() {
+    let end = both_paths(Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 16);
+        let wrong = p.b.key ^ 0x55;
+        write_to(p, qa, 1, wrong, true);
+    });
+    assert_eq!(end.a[0].1, WcStatus::RemAccessErr);
+    assert_eq!(end.b[0].0, 7);
+    assert_eq!(end.b[0].1, WcStatus::RemAccessErr);
+    assert_eq!(end.b_events, [3], "IBV_EVENT_QP_ACCESS_ERR at the target");
+}
+
 /// A WRITE_WITH_IMM longer than the path MTU has its rkey checked at its
 /// first packet, before its last one looks for a receive WR: a bad rkey
 /// is a remote access error even without a receive WR, on both paths.

@@ -136,6 +136,7 @@ fn status(raw: u32) -> Option<WcStatus> {
         WcStatus::LocLenErr,
         WcStatus::LocProtErr,
         WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
     ]
     .into_iter()
     .find(|s| *s as u32 == raw)
@@ -185,5 +186,31 @@ mod tests {
             assert_eq!(Delivery::decode(&d.encode()), Some(d));
         }
         assert_eq!(Delivery::decode(&[99, 0, 0, 0, 0, 0, 0]), None);
+    }
+
+    /// Every status the same-host path completes a receive WR with
+    /// crosses the ring (one that did not was dropped, and its WR later
+    /// flushed instead).
+    #[test]
+    fn every_receive_status_of_the_direct_path_survives_the_ring() {
+        for status in [
+            WcStatus::Success,
+            WcStatus::LocLenErr,
+            WcStatus::LocProtErr,
+            WcStatus::RemInvReqErr,
+            WcStatus::RemAccessErr,
+        ] {
+            let wc = WorkCompletion {
+                status,
+                ..WorkCompletion::flushed(1, WcOpcode::Recv, 7)
+            };
+            let d = Delivery::Received {
+                qpn: 7,
+                seq: 3,
+                wc,
+                solicited: false,
+            };
+            assert_eq!(Delivery::decode(&d.encode()), Some(d), "{status:?}");
+        }
     }
 }
