@@ -585,23 +585,30 @@ static void op_connect(const arg_t *a)
 }
 
 /* post_send QP WR_ID OPCODE LOCAL_MR OFFSET LENGTH REMOTE_MR
- * REMOTE_OFFSET RKEY IMM: one signaled WR of `enum ibv_wr_opcode` OPCODE
- * gathering LENGTH bytes (none if 0) of LOCAL_MR's buffer, aimed at
- * REMOTE_MR's buffer with RKEY (-1: the MR's rkey). IMM is the immediate
- * data, and for atomics the compare/add operand (swap: IMM + 1). */
+ * REMOTE_OFFSET RKEY IMM SGES: one signaled WR of `enum ibv_wr_opcode`
+ * OPCODE gathering LENGTH bytes (none if 0) of LOCAL_MR's buffer, cut
+ * into SGES pieces in order (at most one per byte; the last takes what
+ * the others leave),
+ * aimed at REMOTE_MR's buffer with RKEY (-1: the MR's rkey). IMM is the
+ * immediate data, and for atomics the compare/add operand (swap: IMM + 1). */
 static void op_post_send(const arg_t *a)
 {
 	struct ibv_qp *qp = OPS_GET(qp, a[0]);
 	OPS_NEED(qp, "qp");
 	OPS_NEED(a[3] >= 0 && a[3] < ops_n_mr && a[6] >= 0 && a[6] < ops_n_mr, "mr");
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)ops_mr[a[3]].buf + (uint64_t)a[4],
-		.length = (uint32_t)a[5],
-		.lkey = ops_mr[a[3]].lkey,
-	};
+	OPS_NEED(a[10] >= 1 && a[10] <= OPS_MAX_SGE, "sges");
+	struct ibv_sge sge[OPS_MAX_SGE];
+	/* No piece is empty: at most one per byte. */
+	int pieces = a[5] < a[10] ? (int)a[5] : (int)a[10];
+	uint32_t each = pieces ? (uint32_t)a[5] / (uint32_t)pieces : 0;
+	for (int i = 0; i < pieces; i++) {
+		sge[i].addr = (uintptr_t)ops_mr[a[3]].buf + (uint64_t)a[4] + (uint64_t)i * each;
+		sge[i].length = i + 1 < pieces ? each : (uint32_t)a[5] - each * (uint32_t)i;
+		sge[i].lkey = ops_mr[a[3]].lkey;
+	}
 	struct ibv_mr *remote = ops_mr[a[6]].mr;
 	struct ibv_send_wr wr = {
-		.wr_id = (uint64_t)a[1], .sg_list = &sge, .num_sge = a[5] ? 1 : 0,
+		.wr_id = (uint64_t)a[1], .sg_list = sge, .num_sge = pieces,
 		.opcode = (enum ibv_wr_opcode)a[2], .send_flags = IBV_SEND_SIGNALED,
 		.imm_data = htonl((uint32_t)a[9]),
 	}, *bad;
@@ -717,7 +724,7 @@ static const struct ops_verb {
 	{ "poll_cq", op_poll_cq, 3 },
 	{ "wait_cq", op_wait_cq, 3 },
 	{ "connect", op_connect, 2 },
-	{ "post_send", op_post_send, 10 },
+	{ "post_send", op_post_send, 11 },
 	{ "mr_sum", op_mr_sum, 1 },
 	{ "events", op_events, 1 },
 };

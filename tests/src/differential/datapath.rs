@@ -1,7 +1,9 @@
 //! Data-path cases: two RC QPs of one device connected to each other
 //! through its own GID, random receive WRs and signaled WRs of every
 //! opcode between them (SEND, SEND_WITH_IMM, RDMA WRITE, WRITE_WITH_IMM,
-//! READ, compare-and-swap, fetch-and-add; sometimes with a wrong rkey),
+//! READ, compare-and-swap, fetch-and-add; sometimes with a wrong rkey;
+//! up to three SGEs a WR: a send's gathered in order, a receive's
+//! scattering its range back to front),
 //! then every completion (each WR completes exactly once: the sends
 //! first, then the receives once both QPs are moved to ERR), the memory
 //! of both MRs and the async events, compared between the two devices.
@@ -20,6 +22,8 @@ const MR_LEN: u16 = 4096;
 const OPCODES: [i64; 7] = [2, 3, 0, 1, 4, 5, 6];
 /// An rkey no MR has.
 const BAD_RKEY: i64 = 0x5eed_0bad;
+/// The most SGEs a WR has (the QPs' max_send_sge and max_recv_sge).
+const MAX_SGES: u8 = 3;
 /// Completion queues: QP n sends to CQ 2n and receives to CQ 2n + 1.
 const fn send_cq(qp: usize) -> usize {
     2 * qp
@@ -40,6 +44,8 @@ pub enum DataOp {
         offset: u16,
         /// How many bytes.
         len: u16,
+        /// In how many SGEs (1 to [`MAX_SGES`]).
+        sges: u8,
     },
     /// A signaled send-queue WR.
     Send {
@@ -57,27 +63,31 @@ pub enum DataOp {
         bad_rkey: bool,
         /// Immediate data, or the atomic operand.
         imm: u32,
+        /// In how many SGEs (1 to [`MAX_SGES`]; an atomic has one).
+        sges: u8,
     },
 }
 
 /// Any data-path operation, receives as often as sends.
 pub fn data_op() -> impl Strategy<Value = DataOp> {
-    let recv = (any::<bool>(), any::<u16>(), any::<u16>()).prop_map(|(second, offset, len)| {
-        DataOp::Recv {
+    let recv = (any::<bool>(), any::<u16>(), any::<u16>(), 1..=MAX_SGES).prop_map(
+        |(second, offset, len, sges)| DataOp::Recv {
             second,
             offset,
             len,
-        }
-    });
+            sges,
+        },
+    );
     let send = (
         any::<bool>(),
         0..OPCODES.len() as u8,
         (any::<u16>(), any::<u16>(), any::<u16>()),
         proptest::bool::weighted(0.1),
         any::<u32>(),
+        1..=MAX_SGES,
     )
         .prop_map(
-            |(second, opcode, (offset, len, remote), bad_rkey, imm)| DataOp::Send {
+            |(second, opcode, (offset, len, remote), bad_rkey, imm, sges)| DataOp::Send {
                 second,
                 opcode,
                 offset,
@@ -85,6 +95,7 @@ pub fn data_op() -> impl Strategy<Value = DataOp> {
                 remote,
                 bad_rkey,
                 imm,
+                sges,
             },
         );
     prop_oneof![recv, send]
@@ -100,7 +111,7 @@ fn step(verb: &'static str, args: Vec<i64>, judge: Judge) -> Step {
 }
 
 /// The objects of a data case: a PD, four CQs, an MR per QP with every
-/// access, two RC QPs (16 WRs, 1 SGE each way, every WR signaled)
+/// access, two RC QPs (16 WRs and 3 SGEs each way, every WR signaled)
 /// connected to each other.
 pub fn setup() -> Vec<Step> {
     let mut steps = vec![step("pd", vec![], Judge::Exact)];
@@ -109,8 +120,10 @@ pub fn setup() -> Vec<Step> {
     steps.extend((0..2).map(|_| step("mr", vec![0, 0xf], Judge::Exact)));
     for qp in 0..2 {
         let cqs = [send_cq(qp) as i64, recv_cq(qp) as i64];
-        let args = vec![0, cqs[0], cqs[1], -1, 2, 16, 16, 1, 1, 0, 1];
-        steps.push(step("qp", args, Judge::AtLeast(vec![16, 16, 1, 1, 0])));
+        let sges = i64::from(MAX_SGES);
+        let args = vec![0, cqs[0], cqs[1], -1, 2, 16, 16, sges, sges, 0, 1];
+        let at_least = vec![16, 16, u32::from(MAX_SGES), u32::from(MAX_SGES), 0];
+        steps.push(step("qp", args, Judge::AtLeast(at_least)));
     }
     steps.push(step("connect", vec![0, 1], Judge::Exact));
     steps.push(step("connect", vec![1, 0], Judge::Exact));
@@ -124,19 +137,13 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
             second,
             offset,
             len,
+            sges,
         } => {
             let qp = usize::from(second);
             let offset = offset % MR_LEN;
             let len = len % (MR_LEN - offset) + 1;
-            let args = vec![
-                qp as i64,
-                wr_id,
-                1,
-                qp as i64,
-                offset.into(),
-                len.into(),
-                -1,
-            ];
+            let mut args = vec![qp as i64, wr_id];
+            args.extend(scatter(qp, offset, len, sges));
             step("post_recv", args, Judge::Exact)
         }
         DataOp::Send {
@@ -147,9 +154,11 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
             remote,
             bad_rkey,
             imm,
+            sges,
         } => {
             let qp = usize::from(second);
             let opcode = OPCODES[usize::from(opcode) % OPCODES.len()];
+            let sges = if opcode >= 5 { 1 } else { sges.clamp(1, MAX_SGES) };
             let (offset, len, remote) = if opcode >= 5 {
                 // An atomic: 8 bytes, 8-byte aligned at both ends.
                 (offset % (MR_LEN / 8) * 8, 8, remote % (MR_LEN / 8) * 8)
@@ -170,10 +179,26 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
                 remote.into(),
                 rkey,
                 imm.into(),
+                sges.into(),
             ];
             step("post_send", args, Judge::Exact)
         }
     }
+}
+
+/// The SGE list of a receive into `len` bytes at `offset` of QP `qp`'s
+/// MR, in `sges` pieces (at most one per byte) listed back to front, so
+/// that the message lands reordered: SGE count, then MR, offset, length
+/// and key (-1: the MR's) of each.
+fn scatter(qp: usize, offset: u16, len: u16, sges: u8) -> Vec<i64> {
+    let n = u16::from(sges.clamp(1, MAX_SGES)).min(len);
+    let each = len / n;
+    let mut list = vec![n.into()];
+    for i in (0..n).rev() {
+        let piece = if i + 1 < n { each } else { len - each * i };
+        list.extend([qp as i64, (offset + i * each).into(), piece.into(), -1]);
+    }
+    list
 }
 
 /// The MRs whose memory a failed WR of QP `qp` left undefined, from the
@@ -243,6 +268,7 @@ mod tests {
             remote: 0,
             bad_rkey: false,
             imm: 0,
+            sges: 1,
         };
         // OPCODES[2] is RDMA_WRITE, [0] SEND, [4] RDMA_READ.
         let ops = [send(2), send(0), send(4)];
@@ -273,14 +299,27 @@ mod tests {
                     remote,
                     bad_rkey: false,
                     imm: 1,
+                    sges: 3,
                 };
                 let a = data_step(&op, 1).args;
                 let (off, len, roff) = (a[4], a[5], a[7]);
                 assert!(off + len <= 4096 && roff + len <= 4096, "{a:?}");
                 if a[2] >= 5 {
-                    assert_eq!((len, off % 8, roff % 8), (8, 0, 0));
+                    assert_eq!((len, off % 8, roff % 8, a[10]), (8, 0, 0, 1));
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_receive_scatters_its_range_back_to_front_without_empty_pieces() {
+        // 10 bytes at 100 in 3 pieces: 3 at 100, 3 at 103, 4 at 106,
+        // listed last first.
+        assert_eq!(
+            scatter(1, 100, 10, 3),
+            [3, 1, 106, 4, -1, 1, 103, 3, -1, 1, 100, 3, -1]
+        );
+        assert_eq!(scatter(0, 7, 2, 3), [2, 0, 8, 1, -1, 0, 7, 1, -1]);
+        assert_eq!(scatter(0, 0, 5, 1), [1, 0, 0, 5, -1]);
     }
 }
