@@ -36,19 +36,8 @@ impl Soft {
         };
         let events = Arc::new(EventQueues::default());
         let notify: Arc<dyn Notify> = events.clone();
-        let driver = Driver::start(cfg, RegionMemory::default(), notify).map_err(|e| {
-            let mut error = io_error(&dev.name, &e);
-            if no_program {
-                error.reason = format!(
-                    "{}; no host daemon runs, and no `softverbs` command was found to start one \
-                     (SOFTVERBS_DAEMON names it; else it is looked for beside this program, \
-                     one directory up, and on PATH)",
-                    error.reason
-                )
-                .into();
-            }
-            error
-        })?;
+        let driver = Driver::start(cfg, RegionMemory::default(), notify)
+            .map_err(|e| open_error(&dev.name, &e, no_program))?;
         Ok(Soft {
             name: dev.name.clone(),
             driver,
@@ -66,6 +55,22 @@ impl Soft {
             Err(failed) => Err(Error::new(libc::EIO, failed.to_string())),
         }
     }
+}
+
+/// Why `name` did not open; without a daemon program, also how one is
+/// found (a bare ECONNREFUSED says nothing of it).
+fn open_error(name: &str, e: &std::io::Error, no_program: bool) -> Error {
+    let mut error = io_error(name, e);
+    if no_program {
+        error.reason = format!(
+            "{}; no host daemon runs, and no `softverbs` command was found to start one \
+             (SOFTVERBS_DAEMON names it; else it is looked for beside this program, \
+             one directory up, and on PATH)",
+            error.reason
+        )
+        .into();
+    }
+    error
 }
 
 fn io_error(name: &str, e: &std::io::Error) -> Error {

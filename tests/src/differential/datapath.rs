@@ -158,7 +158,11 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
         } => {
             let qp = usize::from(second);
             let opcode = OPCODES[usize::from(opcode) % OPCODES.len()];
-            let sges = if opcode >= 5 { 1 } else { sges.clamp(1, MAX_SGES) };
+            let sges = if opcode >= 5 {
+                1
+            } else {
+                sges.clamp(1, MAX_SGES)
+            };
             let (offset, len, remote) = if opcode >= 5 {
                 // An atomic: 8 bytes, 8-byte aligned at both ends.
                 (offset % (MR_LEN / 8) * 8, 8, remote % (MR_LEN / 8) * 8)
