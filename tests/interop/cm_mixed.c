@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 
 	for (int i = 0; i < 2; i++) {
 		struct conn *c = &conns[i];
-		struct ibv_wc wc;
+		struct ibv_wc wc = { 0 };
 		snprintf(c->send, sizeof(c->send), "hello over %s", c->name);
 		c->send_mr = rdma_reg_msgs(c->client, c->send, sizeof(c->send));
 		CHECK(c->send_mr, "%s: reg_msgs: %m", c->name);
