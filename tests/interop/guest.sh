@@ -609,6 +609,11 @@ api_run() {
 LOOPBACK=$(dirname "$SO")/examples/loopback
 api_run "rust api: loopback example on rxe_xa through pass-through" \
   env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" "$LOOPBACK" sv_xa 1
+# The same traced (SOFTVERBS_TRACE), and the trace's summary.
+api_run "rust api: the loopback example traced on rxe_xa through pass-through" \
+  env SOFTVERBS_DEVICES="sv_xa=passthrough:rxe_xa" SOFTVERBS_TRACE="$log/api-pt.json" "$LOOPBACK" sv_xa 1
+pt_summary "rust api: its trace's summary: sv_xa's QPs, their completions, the events" "$log/api-pt.json" \
+  "^pid [0-9]+ sv_xa QP 0x[0-9a-f]+:$" "completions: 3 \(0 in error\)" "events: COMP 1, SRQ_LIMIT_REACHED 1"
 # The same with fault rules, which the API applies on pass-through
 # devices too: the first SEND's success becomes RETRY_EXC_ERR; the RC
 # WRITE_WITH_IMM's post (the 2nd send WR) fails with ENOMEM.

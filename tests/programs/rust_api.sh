@@ -42,6 +42,15 @@ one "a post fault rule applies to the API's soft device" \
   "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_send nth=2 errno=ENOMEM' \
     '$loopback' softverbs0 1 2>&1; test \$? -eq 1"
+# SOFTVERBS_TRACE traces the API's calls; the summary reads them.
+one "the loopback example traced (SOFTVERBS_TRACE) on a soft device" \
+  "^loopback ok on softverbs0 \(soft\)$" \
+  env SOFTVERBS_DEVICES="softverbs0=$ip" SOFTVERBS_TRACE="$log/api-trace.json" "$loopback" softverbs0 1
+one "its trace's summary: the QPs, their completions, the events" \
+  "events: COMP 1, SRQ_LIMIT_REACHED 1" \
+  sh -c "s=\$('$bin/softverbs' trace summarize '$log/api-trace.json') \
+    && echo \"\$s\" | grep -Eq '^pid [0-9]+ softverbs0 QP 0x[0-9a-f]+:\$' \
+    && echo \"\$s\" | grep -Eq 'completions: 3 \(0 in error\)' && echo \"\$s\""
 one "a post_srq_recv fault rule applies to the API's soft device" \
   "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_srq_recv errno=ENOMEM' \

@@ -34,9 +34,9 @@
 //!
 //! Completion and async events are waited for with a timeout
 //! ([`Verbs::get_cq_event`], [`Verbs::get_async_event`]; each is
-//! acknowledged as it is taken). Not offered yet (listed in
-//! docs/supported.md): port and device events, and on pass-through
-//! devices the verbs trace.
+//! acknowledged as it is taken). `SOFTVERBS_TRACE` traces the calls on
+//! both kinds of device. Not offered yet (listed in docs/supported.md):
+//! port and device events.
 
 #![deny(unsafe_code)]
 
@@ -47,6 +47,7 @@ mod events;
 mod real;
 mod region;
 mod soft;
+mod traced;
 mod verbs_faults;
 
 pub use region::Region;
@@ -169,17 +170,24 @@ pub trait Verbs: Send + Sync + std::fmt::Debug {
 
 /// Opens the device called `name` in this process's softverbs
 /// configuration: a soft device runs the engine here, a pass-through
-/// device opens its real device through libibverbs.
+/// device opens its real device through libibverbs. With
+/// `SOFTVERBS_TRACE` set, its calls are traced (docs/tracing.md).
 pub fn open(name: &str) -> Result<Box<dyn Verbs>> {
     let config = Config::load().map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
-    if let Some(dev) = config.devices.iter().find(|d| d.name == name) {
-        return Ok(Box::new(soft::Soft::open(dev)?));
-    }
-    if let Some(dev) = config.passthrough.iter().find(|d| d.name == name) {
-        return Ok(Box::new(real::Real::open(&dev.name, &dev.real)?));
-    }
-    Err(Error::new(
-        libc::ENODEV,
-        format!("no softverbs device is called {name} ({})", config.source),
-    ))
+    softverbs_trace::open_from_env().map_err(|e| Error::new(libc::EINVAL, e.to_string()))?;
+    let dev: Box<dyn Verbs> = if let Some(dev) = config.devices.iter().find(|d| d.name == name) {
+        Box::new(soft::Soft::open(dev)?)
+    } else if let Some(dev) = config.passthrough.iter().find(|d| d.name == name) {
+        Box::new(real::Real::open(&dev.name, &dev.real)?)
+    } else {
+        return Err(Error::new(
+            libc::ENODEV,
+            format!("no softverbs device is called {name} ({})", config.source),
+        ));
+    };
+    Ok(if softverbs_trace::on() {
+        Box::new(traced::Traced::new(dev))
+    } else {
+        dev
+    })
 }
