@@ -59,14 +59,20 @@ mod tests {
     use mio::{Events, Interest, Poll, Token};
     use std::time::Instant;
 
-    #[test]
-    fn an_armed_timer_wakes_the_poller_once_at_its_deadline() {
+    /// A timer in a poller of its own, as token 7.
+    fn timer_in_poll() -> (DeadlineTimer, Poll) {
         let timer = DeadlineTimer::new().unwrap();
-        let mut poll = Poll::new().unwrap();
+        let poll = Poll::new().unwrap();
         let fd = timer.raw_fd();
         poll.registry()
             .register(&mut SourceFd(&fd), Token(7), Interest::READABLE)
             .unwrap();
+        (timer, poll)
+    }
+
+    #[test]
+    fn an_armed_timer_wakes_the_poller_once_at_its_deadline() {
+        let (timer, mut poll) = timer_in_poll();
         let mut events = Events::with_capacity(4);
         let start = Instant::now();
         timer.arm(Duration::from_millis(20)).unwrap();
@@ -82,12 +88,7 @@ mod tests {
 
     #[test]
     fn a_past_deadline_expires_at_once() {
-        let timer = DeadlineTimer::new().unwrap();
-        let mut poll = Poll::new().unwrap();
-        let fd = timer.raw_fd();
-        poll.registry()
-            .register(&mut SourceFd(&fd), Token(7), Interest::READABLE)
-            .unwrap();
+        let (timer, mut poll) = timer_in_poll();
         let mut events = Events::with_capacity(4);
         timer.arm(Duration::ZERO).unwrap();
         poll.poll(&mut events, Some(Duration::from_secs(10)))
