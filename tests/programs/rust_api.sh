@@ -51,6 +51,11 @@ one "its trace's summary: the QPs, their completions, the events" \
   sh -c "s=\$('$bin/softverbs' trace summarize '$log/api-trace.json') \
     && echo \"\$s\" | grep -Eq '^pid [0-9]+ softverbs0 QP 0x[0-9a-f]+:\$' \
     && echo \"\$s\" | grep -Eq 'completions: 3 \(0 in error\)' && echo \"\$s\""
+# A refused post is traced as refused: its WR is `bad_wr`.
+one "a post the fault rule refused is traced with its WR as bad_wr" \
+  '"verb":"ibv_post_send".*"bad_wr":2' \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_send nth=2 errno=ENOMEM' \
+    SOFTVERBS_TRACE='$log/api-refused.json' '$loopback' softverbs0 1 > /dev/null 2>&1; cat '$log/api-refused.json'"
 one "a post_srq_recv fault rule applies to the API's soft device" \
   "loopback failed on softverbs0: a fault rule \(SOFTVERBS_FAULTS\) refused the WR \(errno 12\)" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=$ip SOFTVERBS_FAULTS='post_srq_recv errno=ENOMEM' \

@@ -256,10 +256,11 @@ impl Real {
     /// QP `qp`'s number, if it is ours.
     fn qp_num(&self, qp: QpId) -> Result<u32> {
         let o = self.objects.lock();
-        o.qp_nums
-            .iter()
-            .find_map(|(&n, &id)| (id == qp).then_some(n))
-            .ok_or(unknown("unknown QP"))
+        let raw = o.qps.get(qp).ok_or(unknown("unknown QP"))?;
+        // SAFETY: a live QP of ours: `destroy_qp` frees it only while
+        // holding this lock, and then takes it out of the table. A plain
+        // field read.
+        Ok(unsafe { (*raw.0).qp_num })
     }
 
     /// The fault rules' say on a post to `queue` of `qp`, then the post

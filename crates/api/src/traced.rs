@@ -67,6 +67,26 @@ impl Traced {
         }));
         result
     }
+
+    /// The record of a post of one WR: the WR if it was accepted, else
+    /// its wr_id as `bad_wr`, as the provider's trace writes it.
+    fn posted(
+        &self,
+        verb: &str,
+        qp: Option<u32>,
+        mut args: Value,
+        wr: Wr,
+        r: Result<()>,
+    ) -> Result<()> {
+        let wrs = match &r {
+            Ok(()) => vec![wr],
+            Err(_) => {
+                args["bad_wr"] = json!(wr.wr_id);
+                vec![]
+            }
+        };
+        self.verb(verb, qp, args, wrs, r)
+    }
 }
 
 /// A handle as the trace names it.
@@ -227,22 +247,12 @@ impl Verbs for Traced {
 
     fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
         let r = self.inner.post_send(qp, wr);
-        let wrs = if r.is_ok() { vec![send_wr(wr)] } else { vec![] };
-        let args = match &r {
-            Ok(()) => json!({}),
-            Err(_) => json!({ "bad_wr": wr.wr_id }),
-        };
-        self.verb("ibv_post_send", self.qp_num(qp), args, wrs, r)
+        self.posted("ibv_post_send", self.qp_num(qp), json!({}), send_wr(wr), r)
     }
 
     fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
         let r = self.inner.post_recv(qp, wr);
-        let wrs = if r.is_ok() { vec![recv_wr(wr)] } else { vec![] };
-        let args = match &r {
-            Ok(()) => json!({}),
-            Err(_) => json!({ "bad_wr": wr.wr_id }),
-        };
-        self.verb("ibv_post_recv", self.qp_num(qp), args, wrs, r)
+        self.posted("ibv_post_recv", self.qp_num(qp), json!({}), recv_wr(wr), r)
     }
 
     fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr)> {
@@ -285,9 +295,8 @@ impl Verbs for Traced {
 
     fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
         let r = self.inner.post_srq_recv(srq, wr);
-        let wrs = if r.is_ok() { vec![recv_wr(wr)] } else { vec![] };
         let args = json!({ "srq": name(srq) });
-        self.verb("ibv_post_srq_recv", None, args, wrs, r)
+        self.posted("ibv_post_srq_recv", None, args, recv_wr(wr), r)
     }
 
     fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {

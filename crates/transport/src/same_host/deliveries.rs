@@ -91,7 +91,7 @@ impl Delivery {
             DELIVERY => {
                 let wc = WorkCompletion {
                     wr_id: r[1],
-                    status: status(r[2] as u32)?,
+                    status: WcStatus::from_c(r[2] as u32)?,
                     opcode: opcode((r[2] >> 32) as u32)?,
                     vendor_err: 0,
                     byte_len: r[3] as u32,
@@ -127,19 +127,6 @@ impl Delivery {
             _ => None,
         }
     }
-}
-
-/// The receive statuses a delivery can carry.
-fn status(raw: u32) -> Option<WcStatus> {
-    [
-        WcStatus::Success,
-        WcStatus::LocLenErr,
-        WcStatus::LocProtErr,
-        WcStatus::RemInvReqErr,
-        WcStatus::RemAccessErr,
-    ]
-    .into_iter()
-    .find(|s| *s as u32 == raw)
 }
 
 /// The receive opcodes a delivery can carry.
