@@ -13,7 +13,10 @@
 //! `ASYNC_EVENT_ALLOC` is never sent: libibverbs asks for it only when
 //! `alloc_context` leaves `async_fd` at -1, and ours always sets it.
 //!
-//! Every other context's commands go to the original function.
+//! Every other context's commands go to the original function, with one
+//! change for a pass-through context whose `async_fd` is softverbs'
+//! merged descriptor (`merged_async`): the event-descriptor attribute of
+//! a create command names the kernel's descriptor again.
 
 use crate::context::{soft_state, ContextState};
 use crate::device::soft;
@@ -78,6 +81,9 @@ const UVERBS_ATTR_CORE_OUT: u16 = 1;
 const UVERBS_ATTR_WRITE_CMD: u16 = 2;
 const IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: u64 = 17;
 const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
+/// The create methods that name an async event descriptor, as (object,
+/// method, attribute): CQ, QP, SRQ and WQ.
+const EVENT_FD_ATTRS: [(u16, u16, u16); 4] = [(3, 0, 7), (4, 0, 12), (5, 0, 10), (12, 0, 5)];
 
 type ExecuteIoctl = unsafe extern "C" fn(*mut ibv_context, *mut ibv_command_buffer) -> c_int;
 
@@ -132,6 +138,13 @@ pub unsafe extern "C" fn execute_ioctl(
         // SAFETY: libibverbs passes a live context (or NULL).
         let ours = !context.is_null() && soft(unsafe { (*context).device }).is_some();
         if !ours {
+            if let Some(m) = crate::passthrough::hooked(context)
+                .and_then(|h| h.qp_errors.as_ref())
+                .and_then(|q| q.merged())
+            {
+                // SAFETY: a command buffer built by libibverbs.
+                unsafe { name_kernel_async_fd(cmd, m.fd(), m.kernel_fd()) };
+            }
             let original = ORIGINAL.load(Ordering::SeqCst);
             // SAFETY: ORIGINAL holds libibverbs' execute_ioctl (set before
             // the slot pointed here) and gets our caller's arguments.
@@ -146,6 +159,33 @@ pub unsafe extern "C" fn execute_ioctl(
             }
         }
     })
+}
+
+/// A create command of a context whose `async_fd` is the merged
+/// descriptor `merged` carries it as the new object's event descriptor,
+/// which the kernel would refuse: it gets the kernel's own, `kernel`.
+///
+/// # Safety
+/// `cmd` is a command buffer as libibverbs builds them, not yet sent.
+unsafe fn name_kernel_async_fd(cmd: *mut ibv_command_buffer, merged: c_int, kernel: c_int) {
+    // SAFETY: per the contract.
+    let (object, method) = unsafe { ((*cmd).hdr.object_id, (*cmd).hdr.method_id) };
+    let Some(&(_, _, id)) = EVENT_FD_ATTRS
+        .iter()
+        .find(|(o, m, _)| (*o, *m) == (object, method))
+    else {
+        return;
+    };
+    // SAFETY: per the contract.
+    for a in unsafe { attrs(cmd) } {
+        // SAFETY: an attribute of libibverbs' command buffer, which only
+        // this thread uses until it is sent.
+        unsafe {
+            if (*a).attr_id == id && (*a).data == merged as u64 {
+                (*a).data = kernel as u64;
+            }
+        }
+    }
 }
 
 /// The attributes of a command, in order.

@@ -15,7 +15,8 @@
 //!   [`event_acks`]: destroys wait for events to be acknowledged;
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
 //!   [`trace_ops`]: the same with the verbs trace (`SOFTVERBS_TRACE`);
-//!   [`passthrough`]: devices that front a real one;
+//!   [`passthrough`]: devices that front a real one, [`passthrough_qp_error`]
+//!   their `qp_error` rules, raising events on a [`merged_async`] descriptor;
 //!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`cross_process`]: other
@@ -44,8 +45,10 @@ pub mod ioctl;
 pub mod libc_next;
 pub mod libibverbs;
 pub mod mapping;
+pub mod merged_async;
 pub mod ops;
 pub mod passthrough;
+pub mod passthrough_qp_error;
 pub mod plugin;
 pub mod preload;
 pub mod process_memory;

@@ -21,9 +21,10 @@ use crate::device::{DeviceOps, PROVIDER_NAME};
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
 use crate::libibverbs::verbs_set_ops;
+use crate::passthrough_qp_error::QpErrors;
 use parking_lot::Mutex;
 use softverbs_config::PassthroughDevice as Config;
-use softverbs_faults::{Action, FaultSpec, Faults, Part, QpErrorWhen};
+use softverbs_faults::{Action, FaultSpec, Faults, Part};
 use std::collections::{HashMap, HashSet};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
@@ -106,6 +107,9 @@ pub struct Hooked {
     /// The vendor error a completion rule gave the current completion of
     /// an extended CQ, by CQ address (`ibv_wc_read_vendor_err` returns it).
     pub current_vendor_err: Mutex<HashMap<usize, u32>>,
+    /// With `qp_error` rules: the merged async descriptor their events
+    /// are raised on, and the alarm of the timed ones.
+    pub qp_errors: Option<QpErrors>,
 }
 
 /// What the completion rules make of one completion.
@@ -182,23 +186,31 @@ pub fn hooked(context: *mut ibv_context) -> Option<&'static Hooked> {
     unsafe { STATES[i].load(Ordering::Acquire).as_ref() }
 }
 
-/// Makes `state` the hook state of `context`; false if every slot is
-/// taken.
-fn register(context: *mut ibv_context, state: Hooked) -> bool {
+/// Makes `state` the hook state of `context`; gives it back if every
+/// slot is taken.
+fn register(context: *mut ibv_context, state: Box<Hooked>) -> Result<(), Box<Hooked>> {
     let _one = REGISTERING.lock();
     let Some(i) = KEYS.iter().position(|k| k.load(Ordering::Acquire) == 0) else {
-        return false;
+        return Err(state);
     };
     // Kept for the life of the process: a verb racing with the close of
     // its context (the application's mistake) still reads valid memory.
-    STATES[i].store(Box::into_raw(Box::new(state)), Ordering::Release);
+    STATES[i].store(Box::into_raw(state), Ordering::Release);
     IN_USE.fetch_add(1, Ordering::AcqRel);
     KEYS[i].store(context as usize, Ordering::Release);
-    true
+    Ok(())
 }
 
-/// Forgets a context that is being closed.
-pub fn unhook(context: *mut ibv_context) {
+/// Forgets a context that is being closed (giving it back its kernel
+/// async descriptor first, if its rules had merged one).
+///
+/// # Safety
+/// `context` is a live context being closed.
+pub unsafe fn unhook(context: *mut ibv_context) {
+    if let Some(q) = hooked(context).and_then(|h| h.qp_errors.as_ref()) {
+        // SAFETY: per the contract; it is the context they were installed on.
+        unsafe { q.uninstall(context) };
+    }
     let _one = REGISTERING.lock();
     for k in &KEYS {
         if k.load(Ordering::Acquire) == context as usize {
@@ -364,23 +376,29 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
     if let Some(r) = &rules {
         let ignored: Vec<String> = r
             .rules()
-            .filter(|r| {
-                matches!(
-                    r.action,
-                    Action::DelayCompletion(_) | Action::QpError(QpErrorWhen::At(_))
-                )
-            })
+            .filter(|r| matches!(r.action, Action::DelayCompletion(_)))
             .map(|r| format!("rule {}", r.line))
             .collect();
         if !ignored.is_empty() {
             softverbs_transport::say!(
                 "softverbs: {name}: {} of SOFTVERBS_FAULTS do not apply to a pass-through device \
-                 (completion delays and timed QP errors need a timer a real provider does not give)",
+                 (completion delays would hold completions back from the real provider's CQ and \
+                 its completion events)",
                 ignored.join(", ")
             );
         }
     }
-    let state = Hooked {
+    let raises = rules
+        .as_ref()
+        .is_some_and(|r| r.rules().any(|r| matches!(r.action, Action::QpError(_))));
+    let qp_errors = if raises {
+        // SAFETY: per the contract, the context is not yet handed out.
+        let q = unsafe { QpErrors::install(context) };
+        Some(q.map_err(|e| format!("no descriptor for the events of qp_error rules: {e}"))?)
+    } else {
+        None
+    };
+    let state = Box::new(Hooked {
         name: name.to_string(),
         // SAFETY: checked by private_ops.
         originals: unsafe { originals.read() },
@@ -389,11 +407,19 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
         qps: Mutex::new(HashMap::new()),
         failed: Mutex::new(HashSet::new()),
         current_vendor_err: Mutex::new(HashMap::new()),
-    };
-    if !register(context, state) {
+        qp_errors,
+    });
+    if let Err(state) = register(context, state) {
+        if let Some(q) = &state.qp_errors {
+            // SAFETY: installed on this context, which nobody has yet.
+            unsafe { q.uninstall(context) };
+        }
         return Err(format!(
             "more than {MAX_HOOKED} traced or faulted pass-through contexts are open"
         ));
+    }
+    if let Some(h) = hooked(context) {
+        h.start_alarm();
     }
     // SAFETY: libibverbs' own way to install ops (it fills the private
     // table and the public copies); the context is not yet shared.
@@ -587,7 +613,7 @@ impl Hooked {
         if let Some(qp) = qp_num.filter(|_| faults.lock().counts_posts()) {
             for _ in 0..posted {
                 if faults.lock().posted(qp) {
-                    self.fail_qp(qp);
+                    self.kill_qp(qp);
                 }
             }
         }
@@ -706,17 +732,24 @@ impl Hooked {
         }
     }
 
-    /// Moves QP `qp_num` of this context to ERR through the real provider.
+    /// Moves QP `qp_num` of this context to ERR through the real provider
+    /// (a completion rule fired: no async event, as for a real error
+    /// completion).
     fn fail_qp(&self, qp_num: u32) {
         let qps = self.qps.lock();
-        let Some(&qp) = qps.get(&qp_num) else {
-            return;
-        };
+        if let Some(&qp) = qps.get(&qp_num) {
+            self.to_err(qp);
+        }
+    }
+
+    /// Moves the QP at `qp` to ERR through the real provider. Called with
+    /// `qps` locked, and `qp` in it.
+    pub(crate) fn to_err(&self, qp: usize) {
         let mut attr = ibv_qp_attr::ZEROED;
         attr.qp_state = IBV_QPS_ERR;
         if let Some(modify) = self.originals.modify_qp {
             // SAFETY: a live QP of this context: it leaves `qps` before it
-            // is destroyed, and the lock is held across the call.
+            // is destroyed, and the caller holds that lock across the call.
             unsafe { modify(qp as *mut ibv_qp, &mut attr, IBV_QP_STATE as c_int) };
         }
     }
@@ -837,6 +870,7 @@ mod tests {
             qps: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashSet::new()),
             current_vendor_err: Mutex::new(HashMap::new()),
+            qp_errors: None,
         }
     }
 

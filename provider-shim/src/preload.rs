@@ -14,6 +14,7 @@ use crate::guard::{guard, set_errno, verb};
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::raw::c_int;
+use std::ptr::addr_of_mut;
 use std::sync::OnceLock;
 
 /// The soft state of a context passed to an entry point, if it is ours.
@@ -494,4 +495,72 @@ pub(crate) fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) 
     // SAFETY: a live channel the application passes to create_cq.
     let fd = unsafe { (*channel).fd };
     st.channels.lock().get(&fd).map(|w| w.as_raw_fd())
+}
+
+/// `ibv_get_async_event`: on a pass-through context whose fault rules
+/// raise events, the context's descriptor is softverbs' merged one
+/// (`merged_async`), which cannot be read: the event comes from it, and
+/// is then handed out as libibverbs does. Every other context goes to the
+/// real function.
+///
+/// # Safety
+/// Called with a live context and a caller-owned event.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    let merged = guard(None, || {
+        crate::passthrough::hooked(context)
+            .and_then(|h| h.qp_errors.as_ref())
+            .and_then(|q| q.merged())
+    });
+    let Some(merged) = merged else {
+        type GetAsyncEvent = unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+        // Outside the guard: the real function's errno is the caller's.
+        let real = real_fn!(c"ibv_get_async_event", c"IBVERBS_1.1", GetAsyncEvent);
+        // SAFETY: forwarding the caller's arguments.
+        return real.map_or(-1, |f| unsafe { f(context, event) });
+    };
+    let record = guard(Err(libc::EIO), || merged.next());
+    let record = match record {
+        Ok(r) => r,
+        Err(errno) => {
+            guard((), || set_errno(errno));
+            return -1;
+        }
+    };
+    // SAFETY: the caller's event, written field by field.
+    unsafe {
+        addr_of_mut!((*event).event_type).write(record.event_type);
+        addr_of_mut!((*event).element).write(event_element(record));
+        // What libibverbs' own calls next: the context's async_event op,
+        // which a hooked context has from trace_ops.
+        crate::trace_ops::async_event(context, event);
+    }
+    0
+}
+
+/// The element of an async event, as libibverbs reads it from the
+/// kernel's record: an object's address, or a port number.
+fn event_element(r: crate::merged_async::AsyncRecord) -> ibv_async_event_element {
+    let ptr = r.element as usize;
+    match r.event_type {
+        IBV_EVENT_CQ_ERR => ibv_async_event_element { cq: ptr as *mut _ },
+        IBV_EVENT_QP_FATAL
+        | IBV_EVENT_QP_REQ_ERR
+        | IBV_EVENT_QP_ACCESS_ERR
+        | IBV_EVENT_COMM_EST
+        | IBV_EVENT_SQ_DRAINED
+        | IBV_EVENT_PATH_MIG
+        | IBV_EVENT_PATH_MIG_ERR
+        | IBV_EVENT_QP_LAST_WQE_REACHED => ibv_async_event_element { qp: ptr as *mut _ },
+        IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
+            ibv_async_event_element { srq: ptr as *mut _ }
+        }
+        IBV_EVENT_WQ_FATAL => ibv_async_event_element { wq: ptr as *mut _ },
+        _ => ibv_async_event_element {
+            port_num: r.element as c_int,
+        },
+    }
 }

@@ -288,7 +288,8 @@ unsafe extern "C" fn free_context(context: *mut ibv_context) {
     // of hooked ones (a hook state outlives its context), and it leaves
     // before its memory is freed and its address can be a new context's.
     let next = next(context);
-    guard((), || crate::passthrough::unhook(context));
+    // SAFETY: the context libibverbs is closing.
+    guard((), || unsafe { crate::passthrough::unhook(context) });
     if let Some(f) = next.ops().free_context {
         // SAFETY: the provider's own member, with libibverbs' argument.
         unsafe { f(context) };
@@ -946,16 +947,25 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     // What softverbs keeps of the QP leaves before the QP does (a rule on
     // another thread must not modify it, and its address may be a new
     // QP's as soon as it is freed), and comes back if it stays.
+    // Events a rule raised for it are not the kernel's: libibverbs' destroy
+    // must not wait for their acks.
     let hooked = crate::passthrough::hooked(context);
-    let (completer, entry) = guard((None, None), || {
+    let (completer, entry, raised) = guard((None, None, 0), || {
         let completer = COMPLETERS.lock().remove(&(qp as usize));
-        (completer, hooked.zip(num).and_then(|(h, n)| h.remove_qp(n)))
+        let entry = hooked.zip(num).and_then(|(h, n)| h.remove_qp(n));
+        // SAFETY: a live QP of the hooked context.
+        let raised = hooked.map_or(0, |h| unsafe { h.discount_raised(qp) });
+        (completer, entry, raised)
     });
     let ret = forward!(ctx!(*qp), destroy_qp(qp), libc::EOPNOTSUPP);
     guard((), || {
         if ret != 0 {
             if let Some(f) = completer {
                 COMPLETERS.lock().insert(qp as usize, f);
+            }
+            if let Some(h) = hooked {
+                // SAFETY: the QP stays, live.
+                unsafe { h.recount_raised(qp, raised) };
             }
             if let (Some(h), Some(n), Some(p)) = (hooked, num, entry) {
                 h.add_qp(n, p);
@@ -1331,7 +1341,10 @@ unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
 }
 
 /// `ibv_get_async_event` handed out an event.
-unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
+///
+/// # Safety
+/// Called with a context of this provider and the event just filled.
+pub unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_async_event) {
     forward!(context, async_event(context, event), ());
     guard((), || {
         if !softverbs_trace::on() {

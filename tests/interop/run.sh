@@ -38,6 +38,8 @@ build() {
 }
 build imm_pingpong "$here/imm_pingpong.c" -libverbs
 build cq_ex "$here/../programs/cq_ex.c" -libverbs        # the pass-through cases
+build fault_qp_error "$here/../programs/fault_qp_error.c" -libverbs
+build async_events "$here/../programs/async_events.c" -libverbs
 build mcast "$here/../programs/mcast.c" -libverbs        # the multicast cases
 build cm_mixed "$here/cm_mixed.c" -lrdmacm -libverbs     # softverbs' and the kernel's rdma_cm
 

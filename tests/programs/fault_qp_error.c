@@ -3,17 +3,23 @@
  * accepted) and then finds the QP failed; run with `qp_error at=TIME`, it
  * posts two and blocks in ibv_get_async_event until the rule's time comes.
  * Either way IBV_EVENT_QP_FATAL names the QP, ibv_query_qp reports ERR and
- * every posted WR completes with IBV_WC_WR_FLUSH_ERR.
- * Usage: fault_qp_error after|at. Prints "qp_error ok". */
+ * every posted WR completes with IBV_WC_WR_FLUSH_ERR. With `after`, the
+ * async descriptor is made non-blocking first: ibv_get_async_event fails
+ * with EAGAIN before the rule fires, and poll() finds the event.
+ * Usage: fault_qp_error after|at [DEVICE GID_INDEX] (softverbs0 and 0 by
+ * default). Prints "qp_error ok". */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include "test_util.h"
 
 int main(int argc, char **argv)
 {
-	CHECK(argc == 2 && (!strcmp(argv[1], "after") || !strcmp(argv[1], "at")), "usage: fault_qp_error after|at");
-	int posts = !strcmp(argv[1], "after") ? 3 : 2;
-	struct ibv_context *ctx = open_device_named("softverbs0");
+	CHECK((argc == 2 || argc == 4) && (!strcmp(argv[1], "after") || !strcmp(argv[1], "at")),
+	      "usage: fault_qp_error after|at [DEVICE GID_INDEX]");
+	int after = !strcmp(argv[1], "after"), posts = after ? 3 : 2;
+	struct ibv_context *ctx = open_device_named(argc == 4 ? argv[2] : "softverbs0");
 	CHECK(ctx, "open: %s", strerror(errno));
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
@@ -26,13 +32,23 @@ int main(int argc, char **argv)
 	};
 	struct ibv_qp *qp = ibv_create_qp(pd, &init);
 	CHECK(mr && qp, "mr/qp");
-	to_rts(qp);
+	to_rts_via(qp, argc == 4 ? atoi(argv[3]) : 0);
+	struct ibv_async_event ev;
+	if (after) {
+		int fl = fcntl(ctx->async_fd, F_GETFL);
+		CHECK(fl >= 0 && !fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK), "fcntl: %s", strerror(errno));
+		CHECK(ibv_get_async_event(ctx, &ev) && errno == EAGAIN,
+		      "non-blocking ibv_get_async_event before the rule: %s", strerror(errno));
+	}
 	for (int i = 1; i <= posts; i++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
 		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *bad;
 		CHECK(!ibv_post_recv(qp, &wr, &bad), "post_recv %d: %s", i, strerror(errno));
 	}
-	struct ibv_async_event ev;
+	if (after) {
+		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+		CHECK(poll(&p, 1, 10000) == 1, "poll on the async descriptor: no event");
+	}
 	CHECK(!ibv_get_async_event(ctx, &ev), "get_async_event: %s", strerror(errno));
 	CHECK(ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qp,
 	      "event %s, expected IBV_EVENT_QP_FATAL for the QP", ibv_event_type_str(ev.event_type));
