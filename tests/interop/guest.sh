@@ -477,6 +477,34 @@ if [[ "rdma_cm: softverbs' and the kernel's in one process" =~ $FILTER ]]; then
   fi
 fi
 
+# A wildcard listener serves both rdma_cms: ucmatose's server (softverbs
+# preloaded, softverbs0 on 127.0.0.1 as above) takes one connection from
+# a client on softverbs0 and one from a client of the kernel's rdma_cm
+# on rxe_xa to rxe_xb's address, at once. The server's LISTEN in the
+# kernel's rdma_cm is awaited in its trace.
+if [[ "rdma_cm: a wildcard listener serves softverbs' and the kernel's" =~ $FILTER ]]; then
+  n=$((n + 1)); port=$((port + 1))
+  SV4792=(env LD_PRELOAD="$SO" SOFTVERBS_DEVICES=softverbs0=127.0.0.1 SOFTVERBS_UDP_PORT=4792
+          SOFTVERBS_DAEMON_SOCKET=softverbs-4792)
+  "${SV4792[@]}" SOFTVERBS_CM_TRACE=1 timeout "$CASE_TIMEOUT" ucmatose -c 2 -C 4 -p "$port" > "$log/wsrv" 2>&1 &
+  wsrv=$!
+  wrc="server not listening in both"
+  if WAIT_OUTPUT_SECONDS=$CASE_TIMEOUT wait_output "$log/wsrv" "listens in the kernel's rdma_cm too" $wsrv 2> "$log/wcli1"; then
+    timeout "$CASE_TIMEOUT" ucmatose -s 10.12.0.2 -b 10.12.0.1 -c 1 -C 4 -p "$port" > "$log/wcli1" 2>&1 &
+    wk=$!
+    "${SV4792[@]}" timeout "$CASE_TIMEOUT" ucmatose -s 127.0.0.1 -c 1 -C 4 -p "$port" > "$log/wcli2" 2>&1
+    w2=$?; wait $wk; w1=$?; wait $wsrv; ws=$?
+    wrc="server $ws, kernel client $w1, softverbs client $w2"
+  fi
+  if [ "$wrc" = "server 0, kernel client 0, softverbs client 0" ] && grep -q "test complete" "$log/wsrv"; then
+    pass=$((pass + 1)); echo "ok   rdma_cm: a wildcard listener serves softverbs' and the kernel's"
+  else
+    kill $wsrv 2>/dev/null; wait $wsrv 2>/dev/null
+    fail=$((fail + 1)); echo "FAIL rdma_cm: a wildcard listener serves softverbs' and the kernel's ($wrc)"
+    for f in wsrv wcli1 wcli2; do tail -n 5 "$log/$f" 2>/dev/null | sed "s/^/    $f: /"; done
+  fi
+fi
+
 # UD multicast, both directions, IPv4 and IPv6 groups.
 for fam in ipv4 ipv6; do
   group=239.40.0.1

@@ -1275,6 +1275,21 @@ impl Agent {
         fresh.then_some((id.uid, id.ps, id.qp_type))
     }
 
+    /// Id `handle`, if it listens on every address (bound to a wildcard,
+    /// or to nothing before its LISTEN), so that another rdma_cm may
+    /// listen for it too: its uid, port space, QP type and the wildcard
+    /// address with its port.
+    pub fn wildcard_listener(&self, handle: u32) -> Option<(u64, u16, u8, SocketAddr)> {
+        let id = self.ids.get(&handle)?;
+        let r = id.reserved.filter(|r| r.ip.is_unspecified())?;
+        (id.state == State::Listening).then_some((
+            id.uid,
+            id.ps,
+            id.qp_type,
+            SocketAddr::new(r.ip, r.port),
+        ))
+    }
+
     /// Forgets a [`Agent::fresh`] id another rdma_cm now serves: nothing
     /// is sent and no event is lost (a fresh id has none).
     pub fn hand_over(&mut self, handle: u32) {

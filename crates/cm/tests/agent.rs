@@ -789,3 +789,36 @@ fn a_fresh_id_can_be_handed_over_and_a_bound_one_cannot() {
     assert_eq!(side.run(&destroy(fresh)).err(), Some(2), "gone: ENOENT");
     assert!(side.run(&destroy(bound)).is_ok(), "kept");
 }
+
+#[test]
+fn only_a_listener_on_every_address_is_a_wildcard_listener() {
+    let mut s = Side::new("10.0.0.1", 1);
+    let wild = s.create(7);
+    s.bind(wild, "0.0.0.0:7471").unwrap();
+    assert_eq!(
+        s.agent.wildcard_listener(wild),
+        None,
+        "bound, not listening"
+    );
+    s.listen(wild);
+    let (uid, ps, _, addr) = s.agent.wildcard_listener(wild).unwrap();
+    assert_eq!(
+        (uid, ps, addr),
+        (7, PS_TCP, "0.0.0.0:7471".parse().unwrap())
+    );
+    let unbound = s.create(8);
+    s.listen(unbound);
+    let (_, _, _, any) = s.agent.wildcard_listener(unbound).unwrap();
+    assert!(
+        any.ip().is_unspecified() && any.port() != 0,
+        "LISTEN bound it to [::] and a port"
+    );
+    let device = s.create(9);
+    s.bind(device, "10.0.0.1:7472").unwrap();
+    s.listen(device);
+    assert_eq!(
+        s.agent.wildcard_listener(device),
+        None,
+        "a device's address"
+    );
+}

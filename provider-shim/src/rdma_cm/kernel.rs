@@ -19,6 +19,15 @@
 //! moving creates it anew in the kernel with the same uid, port space and
 //! QP type and sets the options the application gave it again.
 //!
+//! A wildcard listener is both's: softverbs' id listens, and a shadow id
+//! in the kernel's rdma_cm listens on the same wildcard address and port
+//! with the same uid, so a connection request from either reaches the
+//! application on its listener (the kernel's then makes the new id, whose
+//! commands go to the kernel as above). The shadow goes with its id
+//! (DESTROY_ID, MIGRATE_ID), and the events it reported count in the
+//! id's. Where the kernel's port is taken, the listener is softverbs'
+//! only.
+//!
 //! Numbers: softverbs' ids are numbered from `ID_HANDLES` (2^24) up and
 //! the kernel hands out the lowest free number, so an id below is one the
 //! kernel made (a connection request on its listener); a moved id keeps
@@ -55,6 +64,15 @@ struct Moved {
     channel: RawFd,
 }
 
+/// The kernel's listener beside a wildcard listener of softverbs'.
+#[derive(Debug, Clone, Copy)]
+struct Shadow {
+    /// Its number in the kernel's rdma_cm.
+    kernel: u32,
+    /// The channel its events go to.
+    channel: RawFd,
+}
+
 /// An option the application set (level, name, value).
 type SetOption = (u32, u32, Vec<u8>);
 
@@ -75,6 +93,8 @@ pub(super) struct KernelCm {
     /// Options the application set on ids still softverbs', set again on
     /// the kernel's id if one moves; by id, with the id's channel.
     options: HashMap<u32, (RawFd, Vec<SetOption>)>,
+    /// The shadows of softverbs' wildcard listeners, by listener.
+    shadows: HashMap<u32, Shadow>,
 }
 
 /// Whether the kernel has an rdma_cm this process can open (asked once).
@@ -246,30 +266,77 @@ impl KernelCm {
     fn move_id(&mut self, agent: &mut Agent, channel: RawFd, id: u32) -> Result<u32, i32> {
         let (uid, ps, qp_type) = agent.fresh(id).ok_or(libc::EINVAL)?;
         let file = self.file(channel)?;
-        let mut kernel = 0u32;
-        let mut create = header(cmd::CREATE_ID, HEADER_LEN + 24, 4);
-        create[8..16].copy_from_slice(&uid.to_ne_bytes());
-        create[16..24].copy_from_slice(&(std::ptr::addr_of_mut!(kernel) as u64).to_ne_bytes());
-        create[24..26].copy_from_slice(&ps.to_ne_bytes());
-        create[26] = qp_type;
-        // The kernel writes the number through the pointer above (exposed
-        // by the cast, so the call may write it).
-        write_command(file, &create)?;
+        let kernel = create_id(file, uid, ps, qp_type)?;
         let (_, options) = self.options.remove(&id).unwrap_or_default();
-        for (level, name, value) in options {
-            let mut set = header(cmd::SET_OPTION, HEADER_LEN + 24, 0);
-            set[8..16].copy_from_slice(&(value.as_ptr() as u64).to_ne_bytes());
-            put32(&mut set, 16, kernel);
-            put32(&mut set, 20, level);
-            put32(&mut set, 24, name);
-            put32(&mut set, 28, value.len() as u32);
-            // As the application set it on softverbs' id; the kernel's
-            // answer to a value it refuses is not the application's to see.
-            let _ = write_command(file, &set);
-        }
+        set_options(file, kernel, &options);
         agent.hand_over(id);
         self.moved.insert(id, Moved { kernel, channel });
         Ok(kernel)
+    }
+
+    /// Softverbs' id `id` on `channel` now listens, with `backlog`: if it
+    /// listens on a wildcard, a shadow listens in the kernel's rdma_cm on
+    /// the same address and port. Whether one does (or why not).
+    pub(super) fn shadow_listener(
+        &mut self,
+        agent: &Agent,
+        channel: RawFd,
+        id: u32,
+        backlog: u32,
+    ) -> Result<bool, i32> {
+        let Some((uid, ps, qp_type, addr)) = agent.wildcard_listener(id) else {
+            return Ok(false);
+        };
+        if self.shadows.contains_key(&id) {
+            return Ok(true); // a new backlog for softverbs' only
+        }
+        let file = self.file(channel)?;
+        let kernel = create_id(file, uid, ps, qp_type)?;
+        let options = self.options.get(&id).map(|(_, o)| o.as_slice());
+        set_options(file, kernel, options.unwrap_or_default());
+        let mut bind = header(cmd::BIND_IP, HEADER_LEN + 40, 0);
+        softverbs_cm::abi::put_sockaddr(&mut bind[16..44], addr);
+        put32(&mut bind, 44, kernel);
+        let mut listen = header(cmd::LISTEN, HEADER_LEN + 8, 0);
+        put32(&mut listen, 8, kernel);
+        put32(&mut listen, 12, backlog);
+        let listening = write_command(file, &bind).and_then(|()| write_command(file, &listen));
+        if let Err(e) = listening {
+            let _ = destroy_id(file, kernel);
+            return Err(e);
+        }
+        self.shadows.insert(id, Shadow { kernel, channel });
+        Ok(true)
+    }
+
+    /// Softverbs' id `id` is being destroyed: its shadow too. The events
+    /// the shadow reported (0 without one).
+    pub(super) fn destroy_shadow(&mut self, id: u32) -> u32 {
+        let Some(s) = self.shadows.remove(&id) else {
+            return 0;
+        };
+        let file = self.files.get(&s.channel).map(|f| f.fd.as_raw_fd());
+        file.and_then(|f| destroy_id(f, s.kernel).ok()).unwrap_or(0)
+    }
+
+    /// Softverbs' id `id` moves from channel `from` to `to`: its shadow
+    /// moves to `to`'s kernel file. The events the shadow reported (0
+    /// without one), or the kernel's errno.
+    pub(super) fn migrate_shadow(&mut self, id: u32, from: RawFd, to: RawFd) -> Result<u32, i32> {
+        let Some(s) = self.shadows.get(&id).copied().filter(|s| s.channel == from) else {
+            return Ok(0);
+        };
+        let from_file = self.files.get(&from).ok_or(libc::EINVAL)?.fd.as_raw_fd();
+        let to_file = self.file(to)?;
+        let mut reported = 0u32;
+        let mut migrate = header(cmd::MIGRATE_ID, HEADER_LEN + 16, 4);
+        migrate[8..16].copy_from_slice(&(std::ptr::addr_of_mut!(reported) as u64).to_ne_bytes());
+        put32(&mut migrate, 16, s.kernel);
+        put32(&mut migrate, 20, from_file as u32);
+        // The kernel writes the count through the pointer above.
+        write_command(to_file, &migrate)?;
+        self.shadows.insert(id, Shadow { channel: to, ..s });
+        Ok(reported)
     }
 
     fn remember_option(&mut self, channel: RawFd, id: u32, c: &Command<'_>, extended: &[u8]) {
@@ -309,10 +376,14 @@ impl KernelCm {
         if matches!(event, event::MULTICAST_JOIN | event::MULTICAST_ERROR) {
             return Ok(Some(ev));
         }
-        if let Some((&ours, _)) = self
-            .moved
+        let moved = self.moved.iter().map(|(&id, m)| (id, m.kernel, m.channel));
+        let shadows = self
+            .shadows
             .iter()
-            .find(|(_, m)| m.kernel == kernel && m.channel == channel)
+            .map(|(&id, s)| (id, s.kernel, s.channel));
+        if let Some((ours, _, _)) = moved
+            .chain(shadows)
+            .find(|&(_, k, c)| k == kernel && c == channel)
         {
             put32(&mut ev, 8, ours);
         }
@@ -347,7 +418,49 @@ impl KernelCm {
         self.files.remove(&channel);
         self.moved.retain(|_, m| m.channel != channel);
         self.options.retain(|_, (c, _)| *c != channel);
+        self.shadows.retain(|_, s| s.channel != channel);
     }
+}
+
+/// Creates an id in the kernel's rdma_cm through `file`: its number.
+fn create_id(file: RawFd, uid: u64, ps: u16, qp_type: u8) -> Result<u32, i32> {
+    let mut kernel = 0u32;
+    let mut create = header(cmd::CREATE_ID, HEADER_LEN + 24, 4);
+    create[8..16].copy_from_slice(&uid.to_ne_bytes());
+    create[16..24].copy_from_slice(&(std::ptr::addr_of_mut!(kernel) as u64).to_ne_bytes());
+    create[24..26].copy_from_slice(&ps.to_ne_bytes());
+    create[26] = qp_type;
+    // The kernel writes the number through the pointer above (exposed by
+    // the cast, so the call may write it).
+    write_command(file, &create)?;
+    Ok(kernel)
+}
+
+/// Sets on kernel id `kernel` the options the application set on
+/// softverbs' id.
+fn set_options(file: RawFd, kernel: u32, options: &[SetOption]) {
+    for (level, name, value) in options {
+        let mut set = header(cmd::SET_OPTION, HEADER_LEN + 24, 0);
+        set[8..16].copy_from_slice(&(value.as_ptr() as u64).to_ne_bytes());
+        put32(&mut set, 16, kernel);
+        put32(&mut set, 20, *level);
+        put32(&mut set, 24, *name);
+        put32(&mut set, 28, value.len() as u32);
+        // As the application set it on softverbs' id; the kernel's answer
+        // to a value it refuses is not the application's to see.
+        let _ = write_command(file, &set);
+    }
+}
+
+/// Destroys kernel id `kernel`: the events it reported.
+fn destroy_id(file: RawFd, kernel: u32) -> Result<u32, i32> {
+    let mut reported = 0u32;
+    let mut destroy = header(cmd::DESTROY_ID, HEADER_LEN + 16, 4);
+    destroy[8..16].copy_from_slice(&(std::ptr::addr_of_mut!(reported) as u64).to_ne_bytes());
+    put32(&mut destroy, 16, kernel);
+    // The kernel writes the count through the pointer above.
+    write_command(file, &destroy)?;
+    Ok(reported)
 }
 
 /// Whether the address command `c` gives its id belongs to the kernel's

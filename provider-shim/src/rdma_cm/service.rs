@@ -11,6 +11,7 @@
 use super::fds;
 use super::kernel::{self, KernelCm, Route};
 use parking_lot::Mutex;
+use softverbs_cm::abi::{cmd, Command};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
 use softverbs_transport::clock::Clock;
 use softverbs_transport::endpoint::Endpoint;
@@ -296,9 +297,19 @@ impl Service {
         let now = self.clock.now();
         let mut inner = self.inner.lock();
         let Inner {
-            agent, endpoints, ..
+            agent,
+            endpoints,
+            kernel,
+            ..
         } = &mut *inner;
-        let reply = agent.command(now, fd, buf, &mut Ports(endpoints));
+        let shadow_events = shadow_before(kernel, fd, buf)?;
+        let mut reply = agent.command(now, fd, buf, &mut Ports(endpoints));
+        if let Ok(Reply::Respond { bytes, .. }) = &mut reply {
+            count_shadow_events(bytes, shadow_events);
+        }
+        if reply.is_ok() {
+            shadow_after(agent, kernel, fd, buf);
+        }
         inner.flush();
         drop(inner);
         if tracing() {
@@ -420,6 +431,62 @@ impl Inner {
                 io.signalled = r != 1;
             }
         }
+    }
+}
+
+/// Before softverbs' rdma_cm runs command `buf` of channel `fd`: a
+/// DESTROY_ID or MIGRATE_ID of a wildcard listener destroys or moves its
+/// shadow in the kernel's rdma_cm (`kernel.rs`). The events the shadow
+/// reported, which count in the command's answer.
+fn shadow_before(kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) -> Result<u32, i32> {
+    let Ok(c) = Command::parse(buf) else {
+        return Ok(0);
+    };
+    match (c.cmd, c.u32(16)) {
+        (cmd::DESTROY_ID, Ok(id)) => Ok(kernel.destroy_shadow(id)),
+        (cmd::MIGRATE_ID, Ok(id)) => match c.u32(20) {
+            Ok(from) => kernel.migrate_shadow(id, from as RawFd, fd),
+            Err(_) => Ok(0),
+        },
+        _ => Ok(0),
+    }
+}
+
+/// Adds a shadow's reported events to the `events_reported` that leads a
+/// DESTROY_ID's or MIGRATE_ID's answer.
+fn count_shadow_events(answer: &mut [u8], shadow_events: u32) {
+    if shadow_events == 0 {
+        return;
+    }
+    if let Some(b) = answer.get_mut(..4) {
+        let n = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]).wrapping_add(shadow_events);
+        b.copy_from_slice(&n.to_ne_bytes());
+    }
+}
+
+/// After softverbs' rdma_cm ran command `buf` of channel `fd`: a LISTEN
+/// on a wildcard also listens in the kernel's rdma_cm, where there is one.
+fn shadow_after(agent: &Agent, kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) {
+    let Ok(c) = Command::parse(buf) else {
+        return;
+    };
+    let (cmd::LISTEN, Ok(id), Ok(backlog)) = (c.cmd, c.u32(8), c.u32(12)) else {
+        return;
+    };
+    if !kernel::available() {
+        return;
+    }
+    let shadowed = kernel.shadow_listener(agent, fd, id, backlog);
+    if tracing() {
+        let what = match shadowed {
+            Ok(true) => "listens in the kernel's rdma_cm too".to_string(),
+            Ok(false) => "is not a wildcard listener".to_string(),
+            Err(e) => format!(
+                "cannot listen in the kernel's rdma_cm ({})",
+                io::Error::from_raw_os_error(e)
+            ),
+        };
+        softverbs_transport::say!("softverbs rdma_cm: channel {fd} id {id} {what}");
     }
 }
 
