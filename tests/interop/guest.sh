@@ -27,6 +27,7 @@ CQ_EX=${IMM:+$(dirname "$IMM")/cq_ex}
 FAULT_QP_ERROR=${IMM:+$(dirname "$IMM")/fault_qp_error}
 ASYNC_EVENTS=${IMM:+$(dirname "$IMM")/async_events}
 CM_MIXED=${IMM:+$(dirname "$IMM")/cm_mixed}
+CM_MIGRATE=${IMM:+$(dirname "$IMM")/cm_migrate}
 FILTER=${3:-.}
 here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
@@ -504,6 +505,25 @@ if [[ "rdma_cm: a wildcard listener serves softverbs' and the kernel's" =~ $FILT
     for f in wsrv wcli1 wcli2; do tail -n 5 "$log/$f" 2>/dev/null | sed "s/^/    $f: /"; done
   fi
 fi
+
+# rdma_migrate_id of a listener the kernel's rdma_cm serves, in a process
+# with softverbs' rdma_cm: one bound to rxe_xb's address (the id moved to
+# the kernel's) and a wildcard one (softverbs' with a shadow in the
+# kernel's); a connection from rxe_xa must come on the new channel.
+for listen_addr in 10.12.0.2 0.0.0.0; do
+  name="rdma_cm: migrate_id of a listener on $listen_addr (kernel connection)"
+  [[ "$name" =~ $FILTER ]] || continue
+  n=$((n + 1)); port=$((port + 1))
+  env LD_PRELOAD="$SO" SOFTVERBS_DEVICES=softverbs0=127.0.0.1 SOFTVERBS_UDP_PORT=4792 \
+    SOFTVERBS_DAEMON_SOCKET=softverbs-4792 timeout "$CASE_TIMEOUT" \
+    "${CM_MIGRATE:-cm_migrate-not-built}" "$listen_addr" 10.12.0.1 10.12.0.2 "$port" > "$log/migrate" 2>&1
+  mrc=$?
+  if [ $mrc -eq 0 ] && grep -q "(rxe_xb)" "$log/migrate" && grep -q "cm_migrate ok" "$log/migrate"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (exit $mrc)"; tail -n 6 "$log/migrate" | sed 's/^/    /'
+  fi
+done
 
 # UD multicast, both directions, IPv4 and IPv6 groups.
 for fam in ipv4 ipv6; do

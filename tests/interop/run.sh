@@ -42,6 +42,7 @@ build fault_qp_error "$here/../programs/fault_qp_error.c" -libverbs
 build async_events "$here/../programs/async_events.c" -libverbs
 build mcast "$here/../programs/mcast.c" -libverbs        # the multicast cases
 build cm_mixed "$here/cm_mixed.c" -lrdmacm -libverbs     # softverbs' and the kernel's rdma_cm
+build cm_migrate "$here/cm_migrate.c" -lrdmacm -libverbs
 
 # The guest's last line is its count: keep it for the very end, after
 # the VM's own closing lines on stderr.
