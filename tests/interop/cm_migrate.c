@@ -5,7 +5,9 @@
  * kernel's) is migrated to channel 2, and a client on channel 1 connects
  * to it from SOURCE_ADDR through the kernel's rdma_cm. The connection
  * request must come on channel 2; the connection is established, torn
- * down, and every id destroyed (which waits for every event's ack).
+ * down, and every id destroyed (which waits for every event's ack). The
+ * client's ACK timeout option, set before the id has an address (so set
+ * again on the kernel's id when it moves there), must be its QP's.
  * Usage: cm_migrate LISTEN_ADDR SOURCE_ADDR DEST_ADDR PORT. Prints
  * "cm_migrate ok". */
 #include <netdb.h>
@@ -79,6 +81,9 @@ int main(int argc, char **argv)
 	CHECK(!rdma_migrate_id(listener, ch[1]), "migrate_id: %m");
 
 	CHECK(!rdma_create_id(ch[0], &client, NULL, RDMA_PS_TCP), "create_id: %m");
+	uint8_t ack_timeout = 11; /* the path's own is 19 on rxe */
+	CHECK(!rdma_set_option(client, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+			       sizeof(ack_timeout)), "set_option ACK_TIMEOUT: %m");
 	CHECK(!rdma_resolve_addr(client, (struct sockaddr *)&src, (struct sockaddr *)&dst, 5000), "resolve_addr: %m");
 	expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, 1);
 	CHECK(!rdma_resolve_route(client, 5000), "resolve_route: %m");
@@ -103,6 +108,11 @@ int main(int argc, char **argv)
 	}
 	printf("connected through the listener migrated to channel 2 (%s)\n",
 	       ibv_get_device_name(server->verbs->device));
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	CHECK(!ibv_query_qp(client->qp, &attr, IBV_QP_TIMEOUT, &init), "query_qp: %m");
+	CHECK(attr.timeout == ack_timeout, "the client's QP has timeout %d, not the option's %d",
+	      attr.timeout, ack_timeout);
 	CHECK(!rdma_disconnect(client), "disconnect: %m");
 	for (int gone = 0; gone < 2;) {
 		struct rdma_cm_event *ev = next_event(ch, &which);
