@@ -115,5 +115,11 @@ while [ "$(daemons)" != 0 ] && [ $SECONDS -lt $deadline ]; do
 done
 [ "$(daemons)" = 0 ] && ok "the daemon exits once idle" || bad "the daemon exits once idle"
 
+# 6. A SOFTVERBS_UDP_PORT that is no port is said, and 4791 used (by a
+# daemon of its own, started on demand, which inherits it).
+one "SOFTVERBS_UDP_PORT=abc: said, and 4791 used" "SOFTVERBS_UDP_PORT=abc is not a UDP port; using 4791" \
+  env SOFTVERBS_UDP_PORT=abc SOFTVERBS_DAEMON_SOCKET="softverbs-badport-$$" SOFTVERBS_DAEMON_IDLE_EXIT=1 \
+  ibv_devinfo -d softverbs0
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
