@@ -30,6 +30,9 @@ fn packet(opcode: Opcode, qpn: u32, psn: u32, len: usize, reth: Option<Reth>) ->
     if let Some(reth) = reth {
         b = b.with_reth(reth);
     }
+    if opcode.has_imm() {
+        b = b.with_imm(0x1234_5678);
+    }
     let mut buf = vec![0u8; MAX_PACKET_LEN + MTU];
     let n = b.build_unsealed(&mut buf).unwrap();
     buf.truncate(n);
@@ -225,6 +228,23 @@ fn write_packets_obey_the_same_lengths() {
     let o = assert_rc_accepted(&[(F, MTU), (M, MTU), (L, 10)], 2 * MTU as u32 + 10);
     assert!(o.written);
     assert_rc_accepted(&[(O, MTU)], MTU as u32);
+}
+
+/// Rule: a WRITE_ONLY_WITH_IMM has taken its receive WR when its length
+/// is checked (rxe's order), so one whose payload is not its RETH's length
+/// is NAK'd as an invalid request and completes that WR with
+/// IBV_WC_REM_INV_REQ_ERR, not flushed; its bytes go nowhere.
+#[test]
+fn a_write_only_with_imm_of_the_wrong_length_fails_the_receive_wr_it_took() {
+    let o = deliver(QpType::Rc, &[(Opcode::RcWriteOnlyImm, 100)], 200);
+    let psn = Link::default().psn_a;
+    assert_eq!(o.naks, [(psn, NakCode::InvalidRequest)], "{o:?}");
+    assert_eq!(o.state, QpState::Err);
+    assert_eq!(o.completions, [(WcStatus::RemInvReqErr, 0)], "{o:?}");
+    assert!(!o.written);
+    let o = assert_rc_accepted(&[(Opcode::RcWriteOnlyImm, 100)], 100);
+    assert_eq!(o.completions, [(WcStatus::Success, 100)]);
+    assert!(o.written);
 }
 
 /// Rule: UC has no NAK; a UC packet of the wrong length drops its message
