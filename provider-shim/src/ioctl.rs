@@ -14,9 +14,10 @@
 //! `alloc_context` leaves `async_fd` at -1, and ours always sets it.
 //!
 //! Every other context's commands go to the original function, with one
-//! change for a pass-through context whose `async_fd` is softverbs'
-//! merged descriptor (`merged_async`): the event-descriptor attribute of
-//! a create command names the kernel's descriptor again.
+//! change for a pass-through context whose `async_fd` or completion
+//! channels are softverbs' merged descriptors (`merged_fd`): a create
+//! command's event-descriptor or channel attribute names the kernel's
+//! descriptor again.
 
 use crate::context::{soft_state, ContextState};
 use crate::device::soft;
@@ -84,6 +85,8 @@ const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
 /// The create methods that name an async event descriptor, as (object,
 /// method, attribute): CQ, QP, SRQ and WQ.
 const EVENT_FD_ATTRS: [(u16, u16, u16); 4] = [(3, 0, 7), (4, 0, 12), (5, 0, 10), (12, 0, 5)];
+/// CQ create's completion channel attribute (object, method, attribute).
+const COMP_CHANNEL_ATTR: (u16, u16, u16) = (3, 0, 3);
 
 type ExecuteIoctl = unsafe extern "C" fn(*mut ibv_context, *mut ibv_command_buffer) -> c_int;
 
@@ -138,12 +141,9 @@ pub unsafe extern "C" fn execute_ioctl(
         // SAFETY: libibverbs passes a live context (or NULL).
         let ours = !context.is_null() && soft(unsafe { (*context).device }).is_some();
         if !ours {
-            if let Some(m) = crate::passthrough::hooked(context)
-                .and_then(|h| h.qp_errors.as_ref())
-                .and_then(|q| q.merged())
-            {
+            if crate::passthrough::hooked(context).is_some() {
                 // SAFETY: a command buffer built by libibverbs.
-                unsafe { name_kernel_async_fd(cmd, m.fd(), m.kernel_fd()) };
+                unsafe { name_kernel_fds(context, cmd) };
             }
             let original = ORIGINAL.load(Ordering::SeqCst);
             // SAFETY: ORIGINAL holds libibverbs' execute_ioctl (set before
@@ -161,29 +161,47 @@ pub unsafe extern "C" fn execute_ioctl(
     })
 }
 
-/// A create command of a context whose `async_fd` is the merged
-/// descriptor `merged` carries it as the new object's event descriptor,
-/// which the kernel would refuse: it gets the kernel's own, `kernel`.
+/// A create command of a hooked pass-through context names the merged
+/// descriptors softverbs gave the application (`merged_fd`) as the new
+/// object's event descriptor or a CQ's completion channel, which the
+/// kernel would refuse: they name the kernel's own again.
 ///
 /// # Safety
-/// `cmd` is a command buffer as libibverbs builds them, not yet sent.
-unsafe fn name_kernel_async_fd(cmd: *mut ibv_command_buffer, merged: c_int, kernel: c_int) {
+/// `context` is a live hooked context; `cmd` a command buffer as
+/// libibverbs builds them, not yet sent.
+unsafe fn name_kernel_fds(context: *mut ibv_context, cmd: *mut ibv_command_buffer) {
     // SAFETY: per the contract.
     let (object, method) = unsafe { ((*cmd).hdr.object_id, (*cmd).hdr.method_id) };
-    let Some(&(_, _, id)) = EVENT_FD_ATTRS
+    let async_fd = EVENT_FD_ATTRS
         .iter()
         .find(|(o, m, _)| (*o, *m) == (object, method))
-    else {
+        .map(|&(_, _, id)| id);
+    let channel = ((object, method) == (COMP_CHANNEL_ATTR.0, COMP_CHANNEL_ATTR.1))
+        .then_some(COMP_CHANNEL_ATTR.2);
+    if async_fd.is_none() && channel.is_none() {
         return;
-    };
+    }
+    let merged_async = crate::passthrough::hooked(context)
+        .and_then(|h| h.qp_errors.as_ref())
+        .and_then(|q| q.merged());
     // SAFETY: per the contract.
     for a in unsafe { attrs(cmd) } {
         // SAFETY: an attribute of libibverbs' command buffer, which only
         // this thread uses until it is sent.
-        unsafe {
-            if (*a).attr_id == id && (*a).data == merged as u64 {
-                (*a).data = kernel as u64;
-            }
+        let (id, fd) = unsafe { ((*a).attr_id, (*a).data as c_int) };
+        let kernel = if Some(id) == async_fd {
+            merged_async
+                .as_ref()
+                .filter(|m| m.fd() == fd)
+                .map(|m| m.kernel_fd())
+        } else if Some(id) == channel {
+            crate::passthrough_delay::channel(fd).map(|m| m.kernel_fd())
+        } else {
+            None
+        };
+        if let Some(k) = kernel {
+            // SAFETY: as above.
+            unsafe { (*a).data = k as u64 };
         }
     }
 }

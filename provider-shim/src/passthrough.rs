@@ -21,6 +21,7 @@ use crate::device::{DeviceOps, PROVIDER_NAME};
 use crate::ffi::*;
 use crate::guard::{guard, set_errno};
 use crate::libibverbs::verbs_set_ops;
+use crate::passthrough_delay::Delays;
 use crate::passthrough_qp_error::QpErrors;
 use parking_lot::Mutex;
 use softverbs_config::PassthroughDevice as Config;
@@ -110,6 +111,8 @@ pub struct Hooked {
     /// With `qp_error` rules: the merged async descriptor their events
     /// are raised on, and the alarm of the timed ones.
     pub qp_errors: Option<QpErrors>,
+    /// With `completion delay=` rules: the held completions.
+    pub delays: Option<Delays>,
 }
 
 /// What the completion rules make of one completion.
@@ -373,24 +376,13 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
     })?;
     // SAFETY: per the contract; a copy of function pointers.
     let context = unsafe { std::ptr::addr_of_mut!((*vctx).context) };
-    if let Some(r) = &rules {
-        let ignored: Vec<String> = r
-            .rules()
-            .filter(|r| matches!(r.action, Action::DelayCompletion(_)))
-            .map(|r| format!("rule {}", r.line))
-            .collect();
-        if !ignored.is_empty() {
-            softverbs_transport::say!(
-                "softverbs: {name}: {} of SOFTVERBS_FAULTS do not apply to a pass-through device \
-                 (completion delays would hold completions back from the real provider's CQ and \
-                 its completion events)",
-                ignored.join(", ")
-            );
-        }
-    }
-    let raises = rules
-        .as_ref()
-        .is_some_and(|r| r.rules().any(|r| matches!(r.action, Action::QpError(_))));
+    let has = |f: fn(&Action) -> bool| {
+        rules
+            .as_ref()
+            .is_some_and(|r| r.rules().any(|r| f(&r.action)))
+    };
+    let delays = has(|a| matches!(a, Action::DelayCompletion(_))).then(Delays::default);
+    let raises = has(|a| matches!(a, Action::QpError(_)));
     let qp_errors = if raises {
         // SAFETY: per the contract, the context is not yet handed out.
         let q = unsafe { QpErrors::install(context) };
@@ -408,6 +400,7 @@ unsafe fn hook(vctx: *mut verbs_context, name: &str, rules: Option<Faults>) -> R
         failed: Mutex::new(HashSet::new()),
         current_vendor_err: Mutex::new(HashMap::new()),
         qp_errors,
+        delays,
     });
     if let Err(state) = register(context, state) {
         if let Some(q) = &state.qp_errors {
@@ -623,11 +616,17 @@ impl Hooked {
     /// Applies the completion rules to the `n` completions a poll wrote
     /// at `wc`: a success a rule fails gets the rule's status and its QP
     /// is moved to ERR, and that QP's later completions in the same poll
-    /// are reported flushed, as the error state would.
+    /// are reported flushed, as the error state would. `delayed` hears of
+    /// each completion (by its place) a delay rule holds back.
     ///
     /// # Safety
     /// `wc` holds `n` completions the provider just wrote for this call.
-    pub unsafe fn rewrite_completions(&self, wc: *mut ibv_wc, n: usize) {
+    pub unsafe fn rewrite_completions(
+        &self,
+        wc: *mut ibv_wc,
+        n: usize,
+        mut delayed: impl FnMut(usize, Duration),
+    ) {
         if self.faults.is_none() {
             return;
         }
@@ -638,12 +637,15 @@ impl Hooked {
             unsafe {
                 let w = wc.add(i);
                 let qp = addr_of!((*w).qp_num).read();
-                let verdict = self.judge(
+                let (verdict, delay) = self.judge(
                     qp,
                     addr_of!((*w).status).read(),
                     addr_of!((*w).opcode).read(),
                     addr_of!((*w).byte_len).read(),
                 );
+                if let Some(d) = delay {
+                    delayed(i, d);
+                }
                 match verdict {
                     Verdict::Keep => {}
                     Verdict::Flush => addr_of_mut!((*w).status).write(IBV_WC_WR_FLUSH_ERR),
@@ -685,7 +687,8 @@ impl Hooked {
                 read(addr_of!((*cq).read_byte_len).read()),
             )
         };
-        let written = match self.judge(qp, status, opcode, len) {
+        // A delay cannot apply: the completion is the provider's current.
+        let written = match self.judge(qp, status, opcode, len).0 {
             Verdict::Keep => return,
             Verdict::Flush => IBV_WC_WR_FLUSH_ERR,
             Verdict::Fail(status, vendor_err) => {
@@ -707,29 +710,29 @@ impl Hooked {
         self.current_vendor_err.lock().get(&(cq as usize)).copied()
     }
 
-    /// What the completion rules make of a completion of QP `qp`.
-    fn judge(&self, qp: u32, status: u32, opcode: u32, len: u32) -> Verdict {
+    /// What the completion rules make of a completion of QP `qp`, and
+    /// how long a delay rule holds it back (asked of successes only, as
+    /// on a soft device).
+    fn judge(&self, qp: u32, status: u32, opcode: u32, len: u32) -> (Verdict, Option<Duration>) {
         let Some(faults) = &self.faults else {
-            return Verdict::Keep;
+            return (Verdict::Keep, None);
         };
         if status != IBV_WC_SUCCESS {
-            return Verdict::Keep;
+            return (Verdict::Keep, None);
         }
         let mut failed = self.failed.lock();
         if failed.contains(&qp) {
-            return Verdict::Flush;
+            return (Verdict::Flush, None);
         }
-        match faults
-            .lock()
-            .completion(self.elapsed(), qp, opcode, len)
-            .fail
-        {
+        let fault = faults.lock().completion(self.elapsed(), qp, opcode, len);
+        let verdict = match fault.fail {
             Some((status, vendor_err)) => {
                 failed.insert(qp);
                 Verdict::Fail(status, vendor_err)
             }
             None => Verdict::Keep,
-        }
+        };
+        (verdict, fault.delay)
     }
 
     /// Moves QP `qp_num` of this context to ERR through the real provider
@@ -828,6 +831,28 @@ unsafe fn post_before<W: WrList, Q>(
     (errno, count)
 }
 
+/// The hook state of a context with `rules`, no real provider behind it
+/// (its members are the tests' own).
+#[cfg(test)]
+pub(crate) fn test_hooked(rules: &str) -> Hooked {
+    let spec = FaultSpec::parse(rules).expect("rules parse");
+    let delays = spec
+        .rules
+        .iter()
+        .any(|r| matches!(r.action, Action::DelayCompletion(_)));
+    Hooked {
+        name: "sv".into(),
+        originals: verbs_context_ops::ZEROED,
+        faults: Faults::new(&spec, "sv", Part::Verbs).map(Mutex::new),
+        opened: Instant::now(),
+        qps: Mutex::new(HashMap::new()),
+        failed: Mutex::new(HashSet::new()),
+        current_vendor_err: Mutex::new(HashMap::new()),
+        qp_errors: None,
+        delays: delays.then(Delays::default),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -861,17 +886,7 @@ mod tests {
     }
 
     fn hooked(rules: &str) -> Hooked {
-        let spec = FaultSpec::parse(rules).unwrap();
-        Hooked {
-            name: "sv".into(),
-            originals: verbs_context_ops::ZEROED,
-            faults: Faults::new(&spec, "sv", Part::Verbs).map(Mutex::new),
-            opened: Instant::now(),
-            qps: Mutex::new(HashMap::new()),
-            failed: Mutex::new(HashSet::new()),
-            current_vendor_err: Mutex::new(HashMap::new()),
-            qp_errors: None,
-        }
+        test_hooked(rules)
     }
 
     /// A receive WR list with these wr_ids (no SGEs).
@@ -950,7 +965,7 @@ mod tests {
             w.qp_num = if i == 2 { 8 } else { 7 };
         }
         // SAFETY: three completions in a local array.
-        unsafe { h.rewrite_completions(wc.as_mut_ptr(), 3) };
+        unsafe { h.rewrite_completions(wc.as_mut_ptr(), 3, |_, _| {}) };
         let got: Vec<_> = wc.iter().map(|w| (w.status, w.vendor_err)).collect();
         assert_eq!(
             got,

@@ -1,11 +1,11 @@
 //! `qp_error` rules on a hooked pass-through context: the QP is moved to
 //! ERR through the real provider and IBV_EVENT_QP_FATAL is raised on the
-//! context's merged async descriptor ([`MergedAsync`]), as a soft device
+//! context's merged async descriptor ([`MergedFd`]), as a soft device
 //! does. `after=N` fires from the post verbs; `at=TIME` from an alarm
 //! thread the context starts when it opens and stops when it closes.
 
 use crate::ffi::*;
-use crate::merged_async::{AsyncRecord, MergedAsync};
+use crate::merged_fd::{Kind, MergedFd, Record};
 use crate::passthrough::Hooked;
 use parking_lot::{Condvar, Mutex};
 use std::io;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct QpErrors {
     /// The merged async descriptor; None once the context closed.
-    events: Mutex<Option<Arc<MergedAsync>>>,
+    events: Mutex<Option<Arc<MergedFd>>>,
     /// The thread firing the `at=` rules, if there are any.
     alarm: Mutex<Option<Alarm>>,
 }
@@ -40,7 +40,7 @@ impl QpErrors {
         // SAFETY: per the contract, nobody else reads or writes it yet.
         let fd = unsafe { addr_of_mut!((*context).async_fd) };
         // SAFETY: as above.
-        let merged = MergedAsync::new(unsafe { fd.read() })?;
+        let merged = MergedFd::new(Kind::Async, unsafe { fd.read() })?;
         // SAFETY: as above.
         unsafe { fd.write(merged.fd()) };
         Ok(QpErrors {
@@ -50,7 +50,7 @@ impl QpErrors {
     }
 
     /// The merged descriptor, while the context is open.
-    pub fn merged(&self) -> Option<Arc<MergedAsync>> {
+    pub fn merged(&self) -> Option<Arc<MergedFd>> {
         self.events.lock().clone()
     }
 
@@ -162,7 +162,7 @@ impl Hooked {
     /// element the kernel's events name it by, libibverbs' user handle).
     fn raise_fatal(&self, qp: usize) {
         if let Some(merged) = self.qp_errors.as_ref().and_then(QpErrors::merged) {
-            merged.raise(AsyncRecord {
+            merged.raise(Record {
                 element: qp as u64,
                 event_type: IBV_EVENT_QP_FATAL,
             });

@@ -11,10 +11,11 @@ use crate::device::{self, soft};
 use crate::events::EventPipe;
 use crate::ffi::*;
 use crate::guard::{guard, set_errno, verb};
+use std::ffi::c_void;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::raw::c_int;
-use std::ptr::addr_of_mut;
+use std::ptr::{addr_of, addr_of_mut};
 use std::sync::OnceLock;
 
 /// The soft state of a context passed to an entry point, if it is ours.
@@ -441,14 +442,41 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             st.channels.lock().insert(reader, pipe.writer);
             ch
         }
-        None => real_fn!(
-            c"ibv_create_comp_channel",
-            c"IBVERBS_1.0",
-            unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel
-        )
-        // SAFETY: forwarding the caller's argument.
-        .map_or(std::ptr::null_mut(), |f| unsafe { f(context) }),
+        None => {
+            let channel = real_fn!(
+                c"ibv_create_comp_channel",
+                c"IBVERBS_1.0",
+                unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel
+            )
+            // SAFETY: forwarding the caller's argument.
+            .map_or(std::ptr::null_mut(), |f| unsafe { f(context) });
+            let delays = crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref());
+            if let (Some(d), false) = (delays, channel.is_null()) {
+                // SAFETY: the channel just made, not yet handed out.
+                if let Err(e) = unsafe { d.merge_channel(channel) } {
+                    // SAFETY: ours to destroy again; nothing uses it.
+                    unsafe { real_destroy_comp_channel(channel) };
+                    set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+                    return std::ptr::null_mut();
+                }
+            }
+            channel
+        }
     })
+}
+
+/// libibverbs' own `ibv_destroy_comp_channel`.
+///
+/// # Safety
+/// `channel` is a live channel of a real context.
+unsafe fn real_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    real_fn!(
+        c"ibv_destroy_comp_channel",
+        c"IBVERBS_1.0",
+        unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int
+    )
+    // SAFETY: per the contract.
+    .map_or(libc::EOPNOTSUPP, |f| unsafe { f(channel) })
 }
 
 /// `ibv_destroy_comp_channel`: EBUSY while a CQ still uses it.
@@ -476,15 +504,89 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
                 }
                 0
             }
-            None => real_fn!(
-                c"ibv_destroy_comp_channel",
-                c"IBVERBS_1.0",
-                unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int
-            )
-            // SAFETY: forwarding the caller's argument.
-            .map_or(libc::EOPNOTSUPP, |f| unsafe { f(channel) }),
+            None => {
+                // A merged channel (passthrough_delay) gets the kernel's
+                // descriptor back for libibverbs to close, unless it stays.
+                // SAFETY: as above.
+                let fd = unsafe { addr_of_mut!((*channel).fd) };
+                // SAFETY: as above.
+                let merged = crate::passthrough_delay::channel(unsafe { fd.read() });
+                if let Some(m) = &merged {
+                    // SAFETY: as above; the channel is being destroyed.
+                    unsafe { fd.write(m.kernel_fd()) };
+                }
+                // SAFETY: forwarding the caller's argument.
+                let ret = unsafe { real_destroy_comp_channel(channel) };
+                if let Some(m) = merged {
+                    if ret == 0 {
+                        crate::passthrough_delay::forget_channel(m.fd());
+                    } else {
+                        // SAFETY: the channel stays (EBUSY), live.
+                        unsafe { fd.write(m.fd()) };
+                    }
+                }
+                ret
+            }
         }
     })
+}
+
+/// `ibv_get_cq_event`: on a merged channel (a pass-through context with
+/// `completion delay=` rules, `passthrough_delay`), the event comes from
+/// its descriptor, which cannot be read, and is handed out as libibverbs
+/// does; held completions that came due give their CQs events there.
+/// Every other channel goes to the real function.
+///
+/// # Safety
+/// Called with a live channel and the caller's out pointers.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's live channel.
+    let fd = unsafe { addr_of!((*channel).fd).read() };
+    let Some(merged) = guard(None, || crate::passthrough_delay::channel(fd)) else {
+        type GetCqEvent = unsafe extern "C" fn(
+            *mut ibv_comp_channel,
+            *mut *mut ibv_cq,
+            *mut *mut c_void,
+        ) -> c_int;
+        // Outside the guard: the real function's errno is the caller's.
+        let real = real_fn!(c"ibv_get_cq_event", c"IBVERBS_1.1", GetCqEvent);
+        // SAFETY: forwarding the caller's arguments.
+        return real.map_or(-1, |f| unsafe { f(channel, cq_out, cq_context) });
+    };
+    // SAFETY: the channel's context, live while the channel is.
+    let context = unsafe { addr_of!((*channel).context).read() };
+    let delays = crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref());
+    let record = guard(Err(libc::EIO), || {
+        merged.next(|| {
+            if let Some(d) = delays {
+                d.raise_due(&merged);
+            }
+        })
+    });
+    let cq = match record {
+        Ok(r) => r.element as usize as *mut ibv_cq,
+        Err(errno) => {
+            guard((), || set_errno(errno));
+            return -1;
+        }
+    };
+    if let Some(d) = delays {
+        guard((), || d.event_handed_out(cq as usize));
+    }
+    // SAFETY: the CQ the event names (live: an event of a destroyed CQ is
+    // taken back at its destroy) and the caller's out pointers.
+    unsafe {
+        cq_out.write(cq);
+        cq_context.write(addr_of!((*cq).cq_context).read());
+        // What libibverbs' own calls next: the context's cq_event op.
+        crate::trace_ops::cq_event(cq);
+    }
+    0
 }
 
 /// The write end of a soft completion channel, for a CQ bound to it.
@@ -499,7 +601,7 @@ pub(crate) fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) 
 
 /// `ibv_get_async_event`: on a pass-through context whose fault rules
 /// raise events, the context's descriptor is softverbs' merged one
-/// (`merged_async`), which cannot be read: the event comes from it, and
+/// (`merged_fd`), which cannot be read: the event comes from it, and
 /// is then handed out as libibverbs does. Every other context goes to the
 /// real function.
 ///
@@ -522,7 +624,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
         // SAFETY: forwarding the caller's arguments.
         return real.map_or(-1, |f| unsafe { f(context, event) });
     };
-    let record = guard(Err(libc::EIO), || merged.next());
+    let record = guard(Err(libc::EIO), || merged.next(|| {}));
     let record = match record {
         Ok(r) => r,
         Err(errno) => {
@@ -543,7 +645,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
 
 /// The element of an async event, as libibverbs reads it from the
 /// kernel's record: an object's address, or a port number.
-fn event_element(r: crate::merged_async::AsyncRecord) -> ibv_async_event_element {
+fn event_element(r: crate::merged_fd::Record) -> ibv_async_event_element {
     let ptr = r.element as usize;
     match r.event_type {
         IBV_EVENT_CQ_ERR => ibv_async_event_element { cq: ptr as *mut _ },

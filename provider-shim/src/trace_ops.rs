@@ -74,6 +74,11 @@ fn next(context: *mut ibv_context) -> Next {
     Next(crate::passthrough::hooked(context))
 }
 
+/// The delay state of a hooked pass-through context with delay rules.
+fn delays_of(context: *mut ibv_context) -> Option<&'static crate::passthrough_delay::Delays> {
+    crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref())
+}
+
 /// A missing member of a verb that returns an object: NULL, EOPNOTSUPP.
 fn missing<T>() -> *mut T {
     crate::guard::set_errno(libc::EOPNOTSUPP);
@@ -412,6 +417,10 @@ unsafe extern "C" fn create_cq(
         create_cq(context, cqe, channel, comp_vector),
         missing()
     );
+    if let (Some(d), false) = (delays_of(context), cq.is_null()) {
+        // SAFETY: the caller's channel (or NULL), live for the call.
+        guard((), || unsafe { d.add_cq(cq as usize, channel) });
+    }
     // SAFETY: our context; the CQ's size is read only if it was made.
     unsafe {
         pointer(context, "ibv_create_cq", None, cq, || {
@@ -427,6 +436,13 @@ unsafe extern "C" fn create_cq_ex(
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
     let cq = forward!(context, create_cq_ex(context, attr), missing());
+    if let (Some(d), false) = (delays_of(context), cq.is_null()) {
+        // SAFETY: the caller's attr and its channel (or NULL), live for the
+        // call.
+        guard((), || unsafe {
+            d.add_cq(cq as usize, addr_of!((*attr).channel).read())
+        });
+    }
     if !cq.is_null() {
         guard((), || {
             // SAFETY: a CQ just made, not yet handed out: its polling
@@ -466,11 +482,19 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // Its polling members leave before the CQ does (its address may be
     // a new CQ's as soon as it is freed), and come back if it stays.
     let pollers = guard(None, || POLLERS.lock().remove(&(cq as usize)));
+    // Its held completions go, and events raised for it are not the
+    // kernel's: libibverbs' destroy must not wait for their acks.
+    // SAFETY: a live CQ of the context.
+    let held = delays_of(context).and_then(|d| guard(None, || unsafe { d.remove_cq(cq) }));
     let ret = forward!(ctx!(*cq), destroy_cq(cq), libc::EOPNOTSUPP);
     if let (Some(p), true) = (pollers, ret != 0) {
         guard((), || {
             POLLERS.lock().insert(cq as usize, p);
         });
+    }
+    if let (Some(d), Some(held), true) = (delays_of(context), held, ret != 0) {
+        // SAFETY: the CQ stays, live.
+        guard((), || unsafe { d.keep_cq(cq, held) });
     }
     if let (Some(h), 0) = (crate::passthrough::hooked(context), ret) {
         guard((), || h.forget_cq(cq as usize));
@@ -508,15 +532,25 @@ unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 /// Traces each completion `ibv_poll_cq` returned; a failed poll as a verb.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     let next = next(ctx!(*cq));
-    let n = match next.ops().poll_cq {
-        // SAFETY: the arguments of this member, to its provider's.
-        Some(f) => unsafe { f(cq, num_entries, wc) },
-        None => -1,
+    let n = match (next.ops().poll_cq, &next.0) {
+        (Some(f), Some(h)) if h.delays.is_some() => guard(-1, || {
+            let delays = h.delays.as_ref().expect("checked");
+            // SAFETY: the arguments of this member, to its provider's.
+            unsafe { delays.poll(h, f, (cq, num_entries, wc)) }
+        }),
+        (Some(f), hooked) => {
+            // SAFETY: the arguments of this member, to its provider's.
+            let n = unsafe { f(cq, num_entries, wc) };
+            if let (Some(h), true) = (hooked, n > 0) {
+                // SAFETY: the provider just wrote `n` completions there.
+                guard((), || unsafe {
+                    h.rewrite_completions(wc, n as usize, |_, _| {})
+                });
+            }
+            n
+        }
+        (None, _) => -1,
     };
-    if let (Some(h), true) = (&next.0, n > 0) {
-        // SAFETY: the provider just wrote `n` completions there.
-        guard((), || unsafe { h.rewrite_completions(wc, n as usize) });
-    }
     if !softverbs_trace::on() {
         return n;
     }
@@ -674,6 +708,10 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
         req_notify_cq(cq, solicited_only),
         libc::EOPNOTSUPP
     );
+    // SAFETY: one of our CQs.
+    if let (Some(d), 0) = (delays_of(unsafe { addr_of!((*cq).context).read() }), ret) {
+        guard((), || d.arm(cq as usize));
+    }
     // SAFETY: one of our CQs and its context.
     unsafe {
         let context = addr_of!((*cq).context).read();
@@ -1324,7 +1362,10 @@ unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
 }
 
 /// `ibv_get_cq_event` handed out a completion event.
-unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
+///
+/// # Safety
+/// Called with a CQ of this provider.
+pub unsafe extern "C" fn cq_event(cq: *mut ibv_cq) {
     forward!(ctx!(*cq), cq_event(cq), ());
     guard((), || {
         if !softverbs_trace::on() {

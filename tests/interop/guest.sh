@@ -665,6 +665,21 @@ pt_summary "pass-through qp_error trace: the raised event under its QP" "$log/pt
   "events: QP_FATAL 1" "error completions: WR_FLUSH_ERR 3"
 pt_one "pass-through qp_error at= raises QP_FATAL (blocked ibv_get_async_event)" "qp_error ok" \
   SOFTVERBS_FAULTS="qp_error at=300ms" -- "${FAULT_QP_ERROR:-fault_qp_error-not-built}" at sv_xa "$gid"
+# completion delay= on rxe's CQs: each of the client's 5 receive
+# completions is held 50 ms, and its completion event with it (the
+# pingpong waits for events, -e), so 5 round trips take 0.25 s at least.
+pt_run "pass-through completion delay= (events wait with the completions)" ok "bytes in" \
+  "SOFTVERBS_FAULTS=completion opcode=RECV delay=50ms" ibv_rc_pingpong -m 1024 -s 64 -n 5 -e
+if [[ "pass-through completion delay= took the delays" =~ $FILTER ]]; then
+  n=$((n + 1))
+  secs=$(sed -n 's/.* bytes in \([0-9.]*\) seconds.*/\1/p' "$log/cli")
+  if [ -n "$secs" ] && awk -v s="$secs" 'BEGIN { exit !(s >= 0.25) }'; then
+    pass=$((pass + 1)); echo "ok   pass-through completion delay= took the delays ($secs s for 5 round trips)"
+  else
+    fail=$((fail + 1)); echo "FAIL pass-through completion delay= took the delays ('$secs' s, want at least 0.25)"
+  fi
+fi
+
 # rxe's own event (SRQ limit; rxe in 6.1 raises no last WQE event)
 # through the merged descriptor a qp_error rule (one that never fires)
 # gives the context, and without one.

@@ -1,19 +1,24 @@
-//! The async event descriptor of a pass-through context whose fault rules
-//! raise events (`qp_error`): the kernel's events and the raised ones,
+//! An event descriptor of a pass-through context that softverbs adds
+//! events to: the context's async descriptor when its fault rules raise
+//! QP_FATAL (`qp_error`), and a completion channel when they hold
+//! completions back (`completion delay=`, whose completion events come
+//! when the completions do). The kernel's events and the raised ones are
 //! merged into the one descriptor the application watches.
 //!
-//! softverbs cannot add to the kernel's descriptor, so the context's
-//! `async_fd` becomes an epoll descriptor that watches the kernel's and an
-//! eventfd readable while raised events wait. An epoll descriptor is
-//! readable (to poll, select and epoll) exactly when one of the two is,
+//! softverbs cannot add to a descriptor of the kernel's, so the
+//! application gets an epoll descriptor that watches the kernel's, an
+//! eventfd readable while raised events wait, and, for a channel, a
+//! timerfd set for the next held completion's time. An epoll descriptor
+//! is readable (to poll, select and epoll) exactly when one of them is,
 //! and it keeps the application's `O_NONBLOCK`. It cannot be `read`, so
-//! preload mode's `ibv_get_async_event` takes events through
-//! [`MergedAsync::next`]: raised ones first, then the kernel's.
+//! preload mode's `ibv_get_async_event` and `ibv_get_cq_event` take
+//! events through [`MergedFd::next`]: raised ones first, then the
+//! kernel's.
 //!
-//! libibverbs' destroy of a QP waits until the application has acked as
-//! many of the QP's events as the kernel reported for it. Raised events
-//! are not the kernel's, so the acks of those handed out are taken back
-//! before the destroy ([`MergedAsync::forget`]), and the ones still
+//! libibverbs' destroy of a QP or CQ waits until the application has
+//! acked as many of its events as the kernel reported for it. Raised
+//! events are not the kernel's, so the acks of those handed out are taken
+//! back before the destroy ([`MergedFd::forget`]), and the ones still
 //! waiting are dropped, as the kernel drops a destroyed object's.
 
 use parking_lot::Mutex;
@@ -21,34 +26,60 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::raw::c_int;
+use std::time::Instant;
 
-/// One async event as the kernel's descriptor carries it
-/// (`ib_uverbs_async_event_desc`): the object's user handle (its address)
-/// or a port number, and the `IBV_EVENT_*` type.
+/// One event as the kernel's descriptors carry it: the object's user
+/// handle (its address) or a port number, and for an async event its
+/// `IBV_EVENT_*` type (`ib_uverbs_async_event_desc`; a completion event,
+/// `ib_uverbs_comp_event_desc`, is the CQ's handle alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AsyncRecord {
+pub struct Record {
     pub element: u64,
     pub event_type: u32,
+}
+
+/// What a descriptor carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A context's async events (16-byte records).
+    Async,
+    /// A completion channel's events (8-byte records), with a timer.
+    Completion,
+}
+
+impl Kind {
+    fn record_len(self) -> usize {
+        match self {
+            Kind::Async => 16,
+            Kind::Completion => 8,
+        }
+    }
 }
 
 /// Raised events: those waiting, and how many of each object's were
 /// handed out.
 #[derive(Debug, Default)]
 struct Raised {
-    waiting: VecDeque<AsyncRecord>,
+    waiting: VecDeque<Record>,
     handed_out: HashMap<u64, u32>,
 }
 
-/// The merged descriptor of one context.
+/// One merged descriptor.
 #[derive(Debug)]
-pub struct MergedAsync {
-    /// The kernel's descriptor (the context's own, closed by libibverbs
-    /// when the context closes; set non-blocking here).
+pub struct MergedFd {
+    kind: Kind,
+    /// The kernel's descriptor (closed by libibverbs with its context or
+    /// channel; set non-blocking here).
     kernel: RawFd,
-    /// What the application gets as `async_fd`.
+    /// What the application gets.
     epoll: OwnedFd,
     /// Readable while `raised.waiting` is not empty.
     raised_ready: OwnedFd,
+    /// For a completion channel: readable once the time it was set for
+    /// has come.
+    timer: Option<OwnedFd>,
+    /// What the timer is set for.
+    timer_at: Mutex<Option<Instant>>,
     raised: Mutex<Raised>,
 }
 
@@ -61,21 +92,41 @@ fn check(ret: c_int) -> io::Result<c_int> {
     }
 }
 
-impl MergedAsync {
+/// A new descriptor, owned.
+fn owned(fd: io::Result<c_int>) -> io::Result<OwnedFd> {
+    // SAFETY: a descriptor a libc call just created, owned by nobody else.
+    fd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl MergedFd {
     /// Merges raised events into the kernel's descriptor `kernel`.
-    pub fn new(kernel: RawFd) -> io::Result<MergedAsync> {
-        // SAFETY: creates a descriptor, owned just below.
-        let epoll =
-            unsafe { OwnedFd::from_raw_fd(check(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
+    pub fn new(kind: Kind, kernel: RawFd) -> io::Result<MergedFd> {
+        // SAFETY: plain calls that create descriptors.
+        let epoll = owned(check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }))?;
         let flags = libc::EFD_CLOEXEC | libc::EFD_NONBLOCK;
         // SAFETY: as above.
-        let raised_ready = unsafe { OwnedFd::from_raw_fd(check(libc::eventfd(0, flags))?) };
-        for fd in [kernel, raised_ready.as_raw_fd()] {
+        let raised_ready = owned(check(unsafe { libc::eventfd(0, flags) }))?;
+        let timer = match kind {
+            Kind::Async => None,
+            Kind::Completion => {
+                let flags = libc::TFD_CLOEXEC | libc::TFD_NONBLOCK;
+                // SAFETY: as above.
+                Some(owned(check(unsafe {
+                    libc::timerfd_create(libc::CLOCK_MONOTONIC, flags)
+                }))?)
+            }
+        };
+        let watched = [
+            Some(kernel),
+            Some(raised_ready.as_raw_fd()),
+            timer.as_ref().map(AsRawFd::as_raw_fd),
+        ];
+        for fd in watched.into_iter().flatten() {
             let mut ev = libc::epoll_event {
                 events: libc::EPOLLIN as u32,
                 u64: 0,
             };
-            // SAFETY: both descriptors are open; `ev` is read during the call.
+            // SAFETY: the descriptors are open; `ev` is read during the call.
             check(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         }
         // Only softverbs reads it from now on; it waits on the epoll one.
@@ -84,36 +135,41 @@ impl MergedAsync {
             let fl = check(libc::fcntl(kernel, libc::F_GETFL))?;
             check(libc::fcntl(kernel, libc::F_SETFL, fl | libc::O_NONBLOCK))?;
         }
-        Ok(MergedAsync {
+        Ok(MergedFd {
+            kind,
             kernel,
             epoll,
             raised_ready,
+            timer,
+            timer_at: Mutex::new(None),
             raised: Mutex::new(Raised::default()),
         })
     }
 
-    /// The descriptor the application watches (the context's `async_fd`).
+    /// The descriptor the application watches.
     pub fn fd(&self) -> RawFd {
         self.epoll.as_raw_fd()
     }
 
-    /// The kernel's descriptor (given back to the context when it closes).
+    /// The kernel's descriptor (given back when the application is done).
     pub fn kernel_fd(&self) -> RawFd {
         self.kernel
     }
 
     /// Raises an event, after those already waiting.
-    pub fn raise(&self, record: AsyncRecord) {
+    pub fn raise(&self, record: Record) {
         let mut raised = self.raised.lock();
         raised.waiting.push_back(record);
         self.set_ready(true);
     }
 
-    /// The next event: a raised one, else the kernel's. Without
-    /// `O_NONBLOCK` on [`MergedAsync::fd`] it waits for one; with it, it
-    /// fails with EAGAIN when none waits. An error is an errno.
-    pub fn next(&self) -> Result<AsyncRecord, c_int> {
+    /// The next event: a raised one, else the kernel's; `before` runs
+    /// first each time it looks (it may raise events). Without
+    /// `O_NONBLOCK` on [`MergedFd::fd`] it waits for one; with it, it fails
+    /// with EAGAIN when none waits. An error is an errno.
+    pub fn next(&self, mut before: impl FnMut()) -> Result<Record, c_int> {
         loop {
+            before();
             if let Some(record) = self.take_raised() {
                 return Ok(record);
             }
@@ -136,7 +192,7 @@ impl MergedAsync {
         raised.handed_out.remove(&element).unwrap_or(0)
     }
 
-    /// The destroy that [`MergedAsync::forget`] prepared failed: the
+    /// The destroy that [`MergedFd::forget`] prepared failed: the
     /// object's `handed_out` raised events count again.
     pub fn remember(&self, element: u64, handed_out: u32) {
         if handed_out > 0 {
@@ -144,7 +200,50 @@ impl MergedAsync {
         }
     }
 
-    fn take_raised(&self) -> Option<AsyncRecord> {
+    /// Sets the timer for `at` (None: unset); a time already past makes
+    /// the descriptor readable at once. Until set again, an expired
+    /// timer keeps it readable.
+    pub fn set_timer(&self, at: Option<Instant>) {
+        let mut timer_at = self.timer_at.lock();
+        *timer_at = at;
+        self.arm_timer(at);
+    }
+
+    /// Sets the timer for `at` unless it is set for earlier.
+    pub fn set_timer_by(&self, at: Instant) {
+        let mut timer_at = self.timer_at.lock();
+        if timer_at.is_none_or(|t| at < t) {
+            *timer_at = Some(at);
+            self.arm_timer(Some(at));
+        }
+    }
+
+    /// Called with `timer_at` locked.
+    fn arm_timer(&self, at: Option<Instant>) {
+        let Some(timer) = &self.timer else {
+            return;
+        };
+        let mut spec: libc::itimerspec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        if let Some(at) = at {
+            // A relative time; at least 1 ns, as 0 would unset it.
+            let left = at.saturating_duration_since(Instant::now());
+            spec.it_value.tv_sec = left.as_secs() as libc::time_t;
+            spec.it_value.tv_nsec = libc::c_long::from(left.subsec_nanos()).max(1);
+        }
+        // SAFETY: a timerfd of ours and a valid spec; no old value asked.
+        unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+    }
+
+    fn take_raised(&self) -> Option<Record> {
         let mut raised = self.raised.lock();
         let record = raised.waiting.pop_front()?;
         *raised.handed_out.entry(record.element).or_default() += 1;
@@ -173,20 +272,29 @@ impl MergedAsync {
     }
 
     /// One record from the kernel's descriptor, without waiting.
-    fn read_kernel(&self) -> Result<AsyncRecord, c_int> {
+    fn read_kernel(&self) -> Result<Record, c_int> {
+        let len = self.kind.record_len();
         let mut desc = [0u8; 16];
-        // SAFETY: a 16-byte buffer for a 16-byte record.
-        let n = unsafe { libc::read(self.kernel, desc.as_mut_ptr().cast(), desc.len()) };
-        match n {
-            16 => Ok(AsyncRecord {
-                element: u64::from_ne_bytes(desc[..8].try_into().unwrap_or_default()),
-                event_type: u32::from_ne_bytes(desc[8..12].try_into().unwrap_or_default()),
-            }),
-            n if n < 0 => Err(io::Error::last_os_error()
+        // SAFETY: a buffer of at least `len` bytes.
+        let n = unsafe { libc::read(self.kernel, desc.as_mut_ptr().cast(), len) };
+        if n < 0 {
+            return Err(io::Error::last_os_error()
                 .raw_os_error()
-                .unwrap_or(libc::EIO)),
-            _ => Err(libc::EIO), // the kernel writes whole records
+                .unwrap_or(libc::EIO));
         }
+        if n as usize != len {
+            return Err(libc::EIO); // the kernel writes whole records
+        }
+        let event_type = match self.kind {
+            Kind::Async => u32::from_ne_bytes([desc[8], desc[9], desc[10], desc[11]]),
+            Kind::Completion => 0,
+        };
+        let mut element = [0u8; 8];
+        element.copy_from_slice(&desc[..8]);
+        Ok(Record {
+            element: u64::from_ne_bytes(element),
+            event_type,
+        })
     }
 
     fn nonblocking(&self) -> bool {
@@ -195,9 +303,9 @@ impl MergedAsync {
         fl >= 0 && fl & libc::O_NONBLOCK != 0
     }
 
-    /// Waits until either descriptor is readable. A signal only makes it
-    /// look again: a read of the kernel's descriptor is restarted after a
-    /// stop and continue, where epoll_wait is not.
+    /// Waits until a watched descriptor is readable. A signal only makes
+    /// it look again: a read of the kernel's descriptor is restarted after
+    /// a stop and continue, where epoll_wait is not.
     fn wait(&self) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: room for one event.
@@ -211,7 +319,7 @@ mod tests {
 
     /// A merged descriptor over a socketpair standing in for the kernel's
     /// (one record per read, as the kernel's): (merged, the writing end).
-    fn rig() -> (MergedAsync, OwnedFd, OwnedFd) {
+    fn rig() -> (MergedFd, OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
         // SAFETY: socketpair writes two new descriptors into `fds`.
         assert_eq!(0, unsafe {
@@ -221,13 +329,13 @@ mod tests {
         let (kernel, writer) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         (
-            MergedAsync::new(kernel.as_raw_fd()).unwrap(),
+            MergedFd::new(Kind::Async, kernel.as_raw_fd()).unwrap(),
             kernel,
             writer,
         )
     }
 
-    fn kernel_event(writer: &OwnedFd, r: AsyncRecord) {
+    fn kernel_event(writer: &OwnedFd, r: Record) {
         let mut desc = [0u8; 16];
         desc[..8].copy_from_slice(&r.element.to_ne_bytes());
         desc[8..12].copy_from_slice(&r.event_type.to_ne_bytes());
@@ -260,34 +368,34 @@ mod tests {
         let (m, _k, w) = rig();
         set_nonblocking(m.fd());
         assert!(!readable(m.fd()));
-        assert_eq!(m.next(), Err(libc::EAGAIN));
-        let kernel = AsyncRecord {
+        assert_eq!(m.next(|| {}), Err(libc::EAGAIN));
+        let kernel = Record {
             element: 0x10,
             event_type: COMM_EST,
         };
-        let raised = AsyncRecord {
+        let raised = Record {
             element: 0x20,
             event_type: FATAL,
         };
         kernel_event(&w, kernel);
         assert!(readable(m.fd()));
         m.raise(raised);
-        assert_eq!(m.next(), Ok(raised));
+        assert_eq!(m.next(|| {}), Ok(raised));
         assert!(readable(m.fd()), "the kernel's event still waits");
-        assert_eq!(m.next(), Ok(kernel));
+        assert_eq!(m.next(|| {}), Ok(kernel));
         assert!(!readable(m.fd()));
-        assert_eq!(m.next(), Err(libc::EAGAIN));
+        assert_eq!(m.next(|| {}), Err(libc::EAGAIN));
     }
 
     #[test]
     fn a_blocked_reader_wakes_for_a_raised_event() {
         let (m, _k, _w) = rig();
-        let raised = AsyncRecord {
+        let raised = Record {
             element: 0x20,
             event_type: FATAL,
         };
         std::thread::scope(|s| {
-            let reader = s.spawn(|| m.next());
+            let reader = s.spawn(|| m.next(|| {}));
             m.raise(raised);
             assert_eq!(reader.join().unwrap(), Ok(raised));
         });
@@ -297,16 +405,16 @@ mod tests {
     fn a_destroy_drops_waiting_events_and_counts_those_handed_out() {
         let (m, _k, _w) = rig();
         set_nonblocking(m.fd());
-        let qp = |element| AsyncRecord {
+        let qp = |element| Record {
             element,
             event_type: FATAL,
         };
         m.raise(qp(0x20));
         m.raise(qp(0x20));
         m.raise(qp(0x30));
-        assert_eq!(m.next(), Ok(qp(0x20)));
+        assert_eq!(m.next(|| {}), Ok(qp(0x20)));
         assert_eq!(m.forget(0x20), 1, "one handed out, one dropped");
-        assert_eq!(m.next(), Ok(qp(0x30)));
+        assert_eq!(m.next(|| {}), Ok(qp(0x30)));
         assert_eq!(m.forget(0x30), 1);
         assert!(!readable(m.fd()));
         m.remember(0x30, 1);

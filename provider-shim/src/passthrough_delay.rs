@@ -1,0 +1,383 @@
+//! `completion delay=` rules on a hooked pass-through context: a
+//! completion `ibv_poll_cq` takes from the real provider is held back for
+//! the rule's time, and every later one of its CQ behind it (their order
+//! is kept), as on a soft device. The time counts from when softverbs
+//! first sees the completion, in a poll.
+//!
+//! Its completion event waits with it. The kernel sent the event when the
+//! completion arrived; the application, finding nothing to poll, arms the
+//! CQ again and waits. So a completion channel of such a context is a
+//! merged descriptor (`merged_fd`) whose timer is set for the first
+//! held completion of an armed CQ, and when that time comes
+//! `ibv_get_cq_event` hands out an event for the CQ, as the device would
+//! have once the completion was there.
+//!
+//! Not for extended CQs read with `ibv_start_poll`: their completions are
+//! the provider's current one, which softverbs cannot hold.
+
+use crate::ffi::*;
+use crate::merged_fd::{Kind, MergedFd, Record};
+use crate::passthrough::Hooked;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::RawFd;
+use std::os::raw::c_int;
+use std::ptr::{addr_of, addr_of_mut};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+/// The merged completion channels, by the descriptor the application has.
+static CHANNELS: LazyLock<Mutex<HashMap<RawFd, Arc<MergedFd>>>> = LazyLock::new(Default::default);
+
+/// Whether a merged channel was ever made: until then every
+/// `ibv_get_cq_event` of the process goes to libibverbs without a lookup.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// The merged channel the application knows as `fd`, if it is one.
+pub fn channel(fd: RawFd) -> Option<Arc<MergedFd>> {
+    if !ANY.load(Ordering::Acquire) {
+        return None;
+    }
+    CHANNELS.lock().get(&fd).cloned()
+}
+
+/// The merged channel the application knew as `fd` is destroyed.
+pub fn forget_channel(fd: RawFd) {
+    CHANNELS.lock().remove(&fd);
+}
+
+/// A CQ's held completions and event state.
+#[derive(Debug)]
+pub struct HeldCq {
+    /// The CQ's address (its handle in completion events).
+    cq: usize,
+    /// Completions held back, each with when it is due, oldest first.
+    held: VecDeque<(Instant, ibv_wc)>,
+    /// Its completion channel, if softverbs merged it.
+    channel: Option<Arc<MergedFd>>,
+    /// `ibv_req_notify_cq` was called since its last event was handed out.
+    armed: bool,
+}
+
+/// The delay state of a context with `completion delay=` rules.
+#[derive(Debug, Default)]
+pub struct Delays {
+    cqs: Mutex<HashMap<usize, Arc<Mutex<HeldCq>>>>,
+}
+
+/// The real provider's `poll_cq`.
+pub type PollFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+
+impl Delays {
+    /// Makes the completion channel `channel` of this context a merged
+    /// one, so that held completions can have their events.
+    ///
+    /// # Safety
+    /// `channel` is a live channel libibverbs just made, not yet handed out.
+    pub unsafe fn merge_channel(&self, channel: *mut ibv_comp_channel) -> io::Result<()> {
+        // SAFETY: per the contract.
+        let fd = unsafe { addr_of_mut!((*channel).fd) };
+        // SAFETY: as above.
+        let merged = Arc::new(MergedFd::new(Kind::Completion, unsafe { fd.read() })?);
+        // SAFETY: as above.
+        unsafe { fd.write(merged.fd()) };
+        CHANNELS.lock().insert(merged.fd(), merged);
+        ANY.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// CQ `cq` was made, with completion channel `channel` (or none).
+    ///
+    /// # Safety
+    /// `channel` is NULL or a live channel.
+    pub unsafe fn add_cq(&self, cq: usize, channel: *mut ibv_comp_channel) {
+        // SAFETY: per the contract.
+        let merged = (!channel.is_null())
+            .then(|| unsafe { addr_of!((*channel).fd).read() })
+            .and_then(self::channel);
+        let state = HeldCq {
+            cq,
+            held: VecDeque::new(),
+            channel: merged,
+            armed: false,
+        };
+        self.cqs.lock().insert(cq, Arc::new(Mutex::new(state)));
+    }
+
+    /// CQ `cq` is about to be destroyed: its held completions go, and
+    /// its events raised and handed out are taken back from its count of
+    /// acked events (libibverbs' destroy compares it with the kernel's).
+    /// Returns what [`Delays::keep_cq`] needs if the destroy fails.
+    ///
+    /// # Safety
+    /// `cq` is a live CQ of this context.
+    pub unsafe fn remove_cq(&self, cq: *mut ibv_cq) -> Option<(Arc<Mutex<HeldCq>>, u32)> {
+        let state = self.cqs.lock().remove(&(cq as usize))?;
+        let raised = state
+            .lock()
+            .channel
+            .as_ref()
+            .map_or(0, |m| m.forget(cq as u64));
+        // SAFETY: per the contract.
+        unsafe { add_comp_events_completed(cq, raised.wrapping_neg()) };
+        Some((state, raised))
+    }
+
+    /// The destroy after [`Delays::remove_cq`] failed: the CQ stays.
+    ///
+    /// # Safety
+    /// `cq` is a live CQ of this context.
+    pub unsafe fn keep_cq(&self, cq: *mut ibv_cq, (state, raised): (Arc<Mutex<HeldCq>>, u32)) {
+        if let Some(m) = &state.lock().channel {
+            m.remember(cq as u64, raised);
+        }
+        // SAFETY: per the contract.
+        unsafe { add_comp_events_completed(cq, raised) };
+        self.cqs.lock().insert(cq as usize, state);
+    }
+
+    /// `ibv_req_notify_cq` armed CQ `cq`.
+    pub fn arm(&self, cq: usize) {
+        if let Some(state) = self.state(cq) {
+            let mut s = state.lock();
+            s.armed = true;
+            self.retime(&s);
+        }
+    }
+
+    /// An event of CQ `cq` was handed out: it is no longer armed.
+    pub fn event_handed_out(&self, cq: usize) {
+        if let Some(state) = self.state(cq) {
+            state.lock().armed = false;
+        }
+    }
+
+    /// Raises an event on `channel` for each armed CQ of it whose first
+    /// held completion is due, and sets its timer for the next one.
+    pub fn raise_due(&self, channel: &Arc<MergedFd>) {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for state in self.cqs.lock().values() {
+            let mut s = state.lock();
+            if !s.armed || !s.channel.as_ref().is_some_and(|c| Arc::ptr_eq(c, channel)) {
+                continue;
+            }
+            let Some(&(due, _)) = s.held.front() else {
+                continue;
+            };
+            if due <= now {
+                s.armed = false;
+                channel.raise(Record {
+                    element: s.cq as u64,
+                    event_type: 0,
+                });
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        channel.set_timer(next);
+    }
+
+    /// `ibv_poll_cq` of CQ `cq` with delay rules: the held completions
+    /// that are due first, then (when none is held any more) the
+    /// provider's, each judged by the rules of `hooked`, held back if a
+    /// delay rule fires or one is already held. How many it wrote at
+    /// `wc`, or the provider's failure.
+    ///
+    /// # Safety
+    /// The arguments are those libibverbs passed to `poll_cq`, and `poll`
+    /// is the real provider's member for them.
+    pub unsafe fn poll(
+        &self,
+        hooked: &Hooked,
+        poll: PollFn,
+        (cq, num, wc): (*mut ibv_cq, c_int, *mut ibv_wc),
+    ) -> c_int {
+        let Some(state) = self.state(cq as usize) else {
+            // SAFETY: per the contract.
+            return unsafe { poll(cq, num, wc) };
+        };
+        let mut s = state.lock();
+        let num = usize::try_from(num).unwrap_or(0);
+        let now = Instant::now();
+        let mut out = 0;
+        while out < num && s.held.front().is_some_and(|&(due, _)| due <= now) {
+            if let Some((_, w)) = s.held.pop_front() {
+                // SAFETY: the caller's array holds `num` completions.
+                unsafe { wc.add(out).write(w) };
+                out += 1;
+            }
+        }
+        if out == num || !s.held.is_empty() {
+            return out as c_int; // later ones wait behind the held
+        }
+        // SAFETY: per the contract; the rest of the caller's array.
+        let m = unsafe { poll(cq, (num - out) as c_int, wc.add(out)) };
+        if m <= 0 {
+            return if out > 0 { out as c_int } else { m };
+        }
+        let mut delays: Vec<(usize, Duration)> = Vec::new();
+        // SAFETY: the provider just wrote `m` completions there.
+        unsafe { hooked.rewrite_completions(wc.add(out), m as usize, |i, d| delays.push((i, d))) };
+        let mut kept = out;
+        for i in 0..m as usize {
+            // SAFETY: one of the `m` completions just written.
+            let w = unsafe { wc.add(out + i).read() };
+            let delay = delays.iter().find(|d| d.0 == i).map(|d| d.1);
+            if delay.is_none() && s.held.is_empty() {
+                // SAFETY: `kept` <= out + i: within what was written.
+                unsafe { wc.add(kept).write(w) };
+                kept += 1;
+                continue;
+            }
+            let behind = s.held.back().map_or(now, |h| h.0);
+            s.held
+                .push_back(((now + delay.unwrap_or_default()).max(behind), w));
+        }
+        if !s.held.is_empty() {
+            self.retime(&s);
+        }
+        kept as c_int
+    }
+
+    fn state(&self, cq: usize) -> Option<Arc<Mutex<HeldCq>>> {
+        self.cqs.lock().get(&cq).cloned()
+    }
+
+    /// An armed CQ with held completions: its channel's timer must go off
+    /// by its first one's time.
+    fn retime(&self, s: &HeldCq) {
+        if let (true, Some(c), Some(&(due, _))) = (s.armed, &s.channel, s.held.front()) {
+            c.set_timer_by(due);
+        }
+    }
+}
+
+/// Adds `n` (wrapping) to the CQ's count of acked completion events,
+/// under the CQ's mutex as `ibv_ack_cq_events` changes it.
+///
+/// # Safety
+/// `cq` is a live CQ.
+unsafe fn add_comp_events_completed(cq: *mut ibv_cq, n: u32) {
+    if n == 0 {
+        return;
+    }
+    // SAFETY: per the contract; libibverbs initialised the mutex when it
+    // made the CQ, and the count is only touched under it (by libibverbs
+    // and here), through raw pointers.
+    unsafe {
+        let mutex = addr_of_mut!((*cq).mutex);
+        libc::pthread_mutex_lock(mutex);
+        let count = addr_of_mut!((*cq).comp_events_completed);
+        count.write(count.read().wrapping_add(n));
+        libc::pthread_mutex_unlock(mutex);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passthrough::test_hooked;
+    use std::cell::RefCell;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    thread_local! {
+        /// The completions the fake provider's CQ holds, as wr_ids.
+        static PROVIDER: RefCell<VecDeque<u64>> = const { RefCell::new(VecDeque::new()) };
+    }
+
+    /// A provider's poll member: successful RECV completions of QP 7.
+    unsafe extern "C" fn fake_poll(_cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
+        let mut n = 0;
+        while n < num as usize {
+            let Some(id) = PROVIDER.with(|p| p.borrow_mut().pop_front()) else {
+                break;
+            };
+            let mut w = ibv_wc::ZEROED;
+            (w.wr_id, w.status, w.opcode, w.qp_num) = (id, IBV_WC_SUCCESS, IBV_WC_RECV, 7);
+            // SAFETY: the caller's array holds `num` completions.
+            unsafe { wc.add(n).write(w) };
+            n += 1;
+        }
+        n as c_int
+    }
+
+    const CQ: usize = 0x1000;
+
+    fn poll(h: &Hooked) -> Vec<u64> {
+        let mut wc = [ibv_wc::ZEROED; 8];
+        let d = h.delays.as_ref().unwrap();
+        // SAFETY: an array of 8 for a poll of 8; the CQ pointer is only a key.
+        let n = unsafe { d.poll(h, fake_poll, (CQ as *mut ibv_cq, 8, wc.as_mut_ptr())) };
+        wc[..n as usize].iter().map(|w| w.wr_id).collect()
+    }
+
+    fn provider_has(ids: &[u64]) {
+        PROVIDER.with(|p| p.borrow_mut().extend(ids));
+    }
+
+    #[test]
+    fn a_held_completion_keeps_the_later_ones_behind_it() {
+        let h = test_hooked("completion nth=2 delay=40ms");
+        // SAFETY: no channel.
+        unsafe { h.delays.as_ref().unwrap().add_cq(CQ, std::ptr::null_mut()) };
+        provider_has(&[1, 2, 3]);
+        assert_eq!(poll(&h), [1], "the 2nd is held, the 3rd behind it");
+        provider_has(&[4]);
+        assert_eq!(
+            poll(&h),
+            [] as [u64; 0],
+            "nothing is due, the provider is not asked"
+        );
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < 3 && start.elapsed() < Duration::from_secs(10) {
+            got.extend(poll(&h));
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(30),
+            "held about 40 ms"
+        );
+        assert_eq!(
+            got,
+            [2, 3, 4],
+            "in order, the provider's after the held ones"
+        );
+    }
+
+    #[test]
+    fn an_armed_cq_gets_an_event_when_its_held_completion_is_due() {
+        let h = test_hooked("completion delay=20ms");
+        let d = h.delays.as_ref().unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two new descriptors, owned just below.
+        assert_eq!(0, unsafe {
+            libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr())
+        });
+        // SAFETY: as above.
+        let (kernel, _writer) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let mut channel = ibv_comp_channel {
+            context: std::ptr::null_mut(),
+            fd: kernel.as_raw_fd(),
+            refcnt: 0,
+        };
+        // SAFETY: a channel of the test's, with a descriptor standing in
+        // for the kernel's.
+        unsafe { d.merge_channel(&mut channel).unwrap() };
+        let merged = super::channel(channel.fd).unwrap();
+        // SAFETY: the live channel above.
+        unsafe { d.add_cq(CQ, &mut channel) };
+        provider_has(&[1]);
+        d.arm(CQ);
+        assert_eq!(poll(&h), [] as [u64; 0], "held");
+        // Blocks until the timer goes off, then the event is the CQ's.
+        let record = merged.next(|| d.raise_due(&merged)).unwrap();
+        assert_eq!(record.element, CQ as u64);
+        d.event_handed_out(CQ);
+        assert_eq!(poll(&h), [1]);
+        forget_channel(channel.fd);
+    }
+}
