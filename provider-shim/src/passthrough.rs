@@ -674,6 +674,16 @@ impl Hooked {
         if self.faults.is_none() {
             return; // without rules no vendor error is ever kept
         }
+        if self.delays.is_some() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                softverbs_transport::say!(
+                    "softverbs: {}: completion delay= rules do not hold completions read with \
+                     ibv_start_poll/ibv_next_poll (docs/passthrough.md)",
+                    self.name
+                )
+            });
+        }
         self.current_vendor_err.lock().remove(&(cq as usize));
         // SAFETY: per the contract: the public status and the provider's
         // readers of the current completion.
