@@ -318,7 +318,8 @@ mod tests {
     use super::*;
 
     /// A merged descriptor over a socketpair standing in for the kernel's
-    /// (one record per read, as the kernel's): (merged, the writing end).
+    /// (one record per read, as the kernel's): the merged one, and the
+    /// pair's ends (the kernel's, and the one its events are written to).
     fn rig() -> (MergedFd, OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
         // SAFETY: socketpair writes two new descriptors into `fds`.

@@ -158,7 +158,10 @@ impl Delays {
     /// held completion is due, and sets its timer for the next one.
     pub fn raise_due(&self, channel: &Arc<MergedFd>) {
         let now = Instant::now();
-        let mut next: Option<Instant> = None;
+        // Unset first, then set by each CQ still waiting: a poll of
+        // another thread that holds a completion meanwhile sets it too,
+        // and only ever earlier, so its time is not lost.
+        channel.set_timer(None);
         for state in self.cqs.lock().values() {
             let mut s = state.lock();
             if !s.armed || !s.channel.as_ref().is_some_and(|c| Arc::ptr_eq(c, channel)) {
@@ -174,10 +177,9 @@ impl Delays {
                     event_type: 0,
                 });
             } else {
-                next = Some(next.map_or(due, |n| n.min(due)));
+                channel.set_timer_by(due);
             }
         }
-        channel.set_timer(next);
     }
 
     /// `ibv_poll_cq` of CQ `cq` with delay rules: the held completions
