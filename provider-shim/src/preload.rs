@@ -450,8 +450,13 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             )
             // SAFETY: forwarding the caller's argument.
             .map_or(std::ptr::null_mut(), |f| unsafe { f(context) });
+            if channel.is_null() {
+                // The real function's errno is the caller's to see.
+                set_errno(crate::guard::errno());
+                return channel;
+            }
             let delays = crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref());
-            if let (Some(d), false) = (delays, channel.is_null()) {
+            if let Some(d) = delays {
                 // SAFETY: the channel just made, not yet handed out.
                 if let Err(e) = unsafe { d.merge_channel(channel) } {
                     // SAFETY: ours to destroy again; nothing uses it.
