@@ -63,7 +63,9 @@ pub enum EventElement {
     Cq,
     /// An SRQ pointer.
     Srq,
-    /// A port number (device events and the types softverbs never raises).
+    /// A WQ pointer (a real device's; softverbs has no WQs).
+    Wq,
+    /// A port number (device events).
     Port,
 }
 
@@ -80,7 +82,29 @@ pub fn event_element(kind: u32) -> EventElement {
         | IBV_EVENT_QP_LAST_WQE_REACHED => EventElement::Qp,
         IBV_EVENT_CQ_ERR => EventElement::Cq,
         IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => EventElement::Srq,
+        IBV_EVENT_WQ_FATAL => EventElement::Wq,
         _ => EventElement::Port,
+    }
+}
+
+/// Adds `n` (wrapping) to an object's count of acked events, under its
+/// mutex as libibverbs' ack functions change it: pass-through objects
+/// (`passthrough_qp_error`, `passthrough_delay`) take back the acks of
+/// events softverbs raised, which the kernel does not count.
+///
+/// # Safety
+/// `mutex` is the initialised pthread mutex of a live C object and
+/// `count` a counter of the same object that is only touched under it.
+pub unsafe fn add_acked(mutex: *mut libc::pthread_mutex_t, count: *mut u32, n: u32) {
+    if n == 0 {
+        return;
+    }
+    // SAFETY: per the contract; raw pointers only, as libibverbs and the
+    // application share the object.
+    unsafe {
+        libc::pthread_mutex_lock(mutex);
+        count.write(count.read().wrapping_add(n));
+        libc::pthread_mutex_unlock(mutex);
     }
 }
 

@@ -257,24 +257,19 @@ impl Delays {
     }
 }
 
-/// Adds `n` (wrapping) to the CQ's count of acked completion events,
-/// under the CQ's mutex as `ibv_ack_cq_events` changes it.
+/// Adds `n` (wrapping) to the CQ's count of acked completion events.
 ///
 /// # Safety
 /// `cq` is a live CQ.
 unsafe fn add_comp_events_completed(cq: *mut ibv_cq, n: u32) {
-    if n == 0 {
-        return;
-    }
-    // SAFETY: per the contract; libibverbs initialised the mutex when it
-    // made the CQ, and the count is only touched under it (by libibverbs
-    // and here), through raw pointers.
+    // SAFETY: per the contract; libibverbs made the mutex with the CQ and
+    // changes the count under it (`ibv_ack_cq_events`).
     unsafe {
-        let mutex = addr_of_mut!((*cq).mutex);
-        libc::pthread_mutex_lock(mutex);
-        let count = addr_of_mut!((*cq).comp_events_completed);
-        count.write(count.read().wrapping_add(n));
-        libc::pthread_mutex_unlock(mutex);
+        let (mutex, count) = (
+            addr_of_mut!((*cq).mutex),
+            addr_of_mut!((*cq).comp_events_completed),
+        );
+        crate::event_acks::add_acked(mutex, count, n);
     }
 }
 

@@ -10,7 +10,7 @@ use crate::passthrough::Hooked;
 use parking_lot::{Condvar, Mutex};
 use std::io;
 use std::os::raw::c_int;
-use std::ptr::{addr_of, addr_of_mut};
+use std::ptr::addr_of_mut;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -200,23 +200,18 @@ impl Hooked {
     }
 }
 
-/// Adds `n` (wrapping) to the QP's count of acked events, under the QP's
-/// mutex as `ibv_ack_async_event` changes it.
+/// Adds `n` (wrapping) to the QP's count of acked events.
 ///
 /// # Safety
 /// `qp` is a live QP.
 unsafe fn add_completed(qp: *mut ibv_qp, n: u32) {
-    if n == 0 {
-        return;
-    }
-    // SAFETY: per the contract; libibverbs initialised the mutex and
-    // condition when it made the QP, and the count is only touched under
-    // that mutex (by libibverbs and here), through raw pointers.
+    // SAFETY: per the contract; libibverbs made the mutex with the QP and
+    // changes the count under it (`ibv_ack_async_event`).
     unsafe {
-        let mutex = addr_of_mut!((*qp).mutex);
-        libc::pthread_mutex_lock(mutex);
-        let count = addr_of_mut!((*qp).events_completed);
-        count.write(addr_of!((*qp).events_completed).read().wrapping_add(n));
-        libc::pthread_mutex_unlock(mutex);
+        let (mutex, count) = (
+            addr_of_mut!((*qp).mutex),
+            addr_of_mut!((*qp).events_completed),
+        );
+        crate::event_acks::add_acked(mutex, count, n);
     }
 }

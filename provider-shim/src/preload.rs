@@ -651,22 +651,14 @@ pub unsafe extern "C" fn ibv_get_async_event(
 /// The element of an async event, as libibverbs reads it from the
 /// kernel's record: an object's address, or a port number.
 fn event_element(r: crate::merged_fd::Record) -> ibv_async_event_element {
+    use crate::event_acks::EventElement;
     let ptr = r.element as usize;
-    match r.event_type {
-        IBV_EVENT_CQ_ERR => ibv_async_event_element { cq: ptr as *mut _ },
-        IBV_EVENT_QP_FATAL
-        | IBV_EVENT_QP_REQ_ERR
-        | IBV_EVENT_QP_ACCESS_ERR
-        | IBV_EVENT_COMM_EST
-        | IBV_EVENT_SQ_DRAINED
-        | IBV_EVENT_PATH_MIG
-        | IBV_EVENT_PATH_MIG_ERR
-        | IBV_EVENT_QP_LAST_WQE_REACHED => ibv_async_event_element { qp: ptr as *mut _ },
-        IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
-            ibv_async_event_element { srq: ptr as *mut _ }
-        }
-        IBV_EVENT_WQ_FATAL => ibv_async_event_element { wq: ptr as *mut _ },
-        _ => ibv_async_event_element {
+    match crate::event_acks::event_element(r.event_type) {
+        EventElement::Cq => ibv_async_event_element { cq: ptr as *mut _ },
+        EventElement::Qp => ibv_async_event_element { qp: ptr as *mut _ },
+        EventElement::Srq => ibv_async_event_element { srq: ptr as *mut _ },
+        EventElement::Wq => ibv_async_event_element { wq: ptr as *mut _ },
+        EventElement::Port => ibv_async_event_element {
             port_num: r.element as c_int,
         },
     }

@@ -1405,6 +1405,7 @@ pub unsafe extern "C" fn async_event(context: *mut ibv_context, event: *mut ibv_
                 EventElement::Qp => e.qp = qp_num(element.qp),
                 EventElement::Cq => e.object = Some(address(element.cq)),
                 EventElement::Srq => e.object = Some(address(element.srq)),
+                EventElement::Wq => e.object = Some(address(element.wq)),
                 EventElement::Port => e.port = Some(element.port_num as u32),
             }
             Record::Event(e)
