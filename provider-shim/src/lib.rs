@@ -16,8 +16,8 @@
 //! * [`ops`], [`verbs_basic`], [`verbs_qp`], [`qp_ex`], [`cq_ex`]: the verbs;
 //!   [`trace_ops`]: the same with the verbs trace (`SOFTVERBS_TRACE`);
 //!   [`passthrough`]: devices that front a real one, [`passthrough_qp_error`]
-//!   and [`passthrough_delay`] their `qp_error` and `completion delay=`
-//!   rules, raising events on [`merged_fd`] descriptors;
+//!   and [`passthrough_delay`] (with [`passthrough_delay_ex`] for extended
+//!   CQs) their `qp_error` and `completion delay=` rules, raising events on [`merged_fd`] descriptors;
 //!   [`call_lock`]: the per-CQ and per-QP critical sections;
 //! * [`convert`]: C structs to engine types; [`process_memory`]: the
 //!   engine's view of application memory; [`cross_process`]: other
@@ -50,6 +50,7 @@ pub mod merged_fd;
 pub mod ops;
 pub mod passthrough;
 pub mod passthrough_delay;
+pub mod passthrough_delay_ex;
 pub mod passthrough_qp_error;
 pub mod plugin;
 pub mod preload;

@@ -665,25 +665,15 @@ impl Hooked {
     /// Applies the completion rules to the completion `ibv_start_poll` or
     /// `ibv_next_poll` just made current on the extended CQ `cq`, as
     /// [`Hooked::rewrite_completions`] does to a polled one; a rewritten
-    /// vendor error is what [`Hooked::vendor_err_of`] then returns.
+    /// vendor error is what [`Hooked::vendor_err_of`] then returns. How
+    /// long a delay rule holds it back, if one fires.
     ///
     /// # Safety
     /// `cq` is an extended CQ of this context with a current completion,
     /// inside this thread's polling section.
-    pub unsafe fn rewrite_current(&self, cq: *mut ibv_cq_ex) {
-        if self.faults.is_none() {
-            return; // without rules no vendor error is ever kept
-        }
-        if self.delays.is_some() {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                softverbs_transport::say!(
-                    "softverbs: {}: completion delay= rules do not hold completions read with \
-                     ibv_start_poll/ibv_next_poll (docs/passthrough.md)",
-                    self.name
-                )
-            });
-        }
+    pub unsafe fn rewrite_current(&self, cq: *mut ibv_cq_ex) -> Option<Duration> {
+        // Without rules no vendor error is ever kept.
+        self.faults.as_ref()?;
         self.current_vendor_err.lock().remove(&(cq as usize));
         // SAFETY: per the contract: the public status and the provider's
         // readers of the current completion.
@@ -697,9 +687,9 @@ impl Hooked {
                 read(addr_of!((*cq).read_byte_len).read()),
             )
         };
-        // A delay cannot apply: the completion is the provider's current.
-        let written = match self.judge(qp, status, opcode, len).0 {
-            Verdict::Keep => return,
+        let (verdict, delay) = self.judge(qp, status, opcode, len);
+        let written = match verdict {
+            Verdict::Keep => return delay,
             Verdict::Flush => IBV_WC_WR_FLUSH_ERR,
             Verdict::Fail(status, vendor_err) => {
                 self.current_vendor_err
@@ -712,6 +702,7 @@ impl Hooked {
         // SAFETY: per the contract: the application reads the status from
         // this public field after the call returns.
         unsafe { addr_of_mut!((*cq).status).write(written) };
+        delay
     }
 
     /// The vendor error a completion rule gave the current completion of

@@ -12,8 +12,8 @@
 //! `ibv_get_cq_event` hands out an event for the CQ, as the device would
 //! have once the completion was there.
 //!
-//! Not for extended CQs read with `ibv_start_poll`: their completions are
-//! the provider's current one, which softverbs cannot hold.
+//! Extended CQs read with `ibv_start_poll` hold theirs the same way, with
+//! every field their readers give (`passthrough_delay_ex`).
 
 use crate::ffi::*;
 use crate::merged_fd::{Kind, MergedFd, Record};
@@ -48,17 +48,72 @@ pub fn forget_channel(fd: RawFd) {
     CHANNELS.lock().remove(&fd);
 }
 
+/// A held completion: its work completion, and the fields only an
+/// extended CQ's readers give.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot {
+    pub wc: ibv_wc,
+    pub completion_ts: u64,
+    pub completion_wallclock_ns: u64,
+    pub cvlan: u16,
+    pub flow_tag: u32,
+    pub tm_info: ibv_wc_tm_info,
+}
+
+impl Snapshot {
+    /// A completion `ibv_poll_cq` gave.
+    fn of(wc: ibv_wc) -> Snapshot {
+        Snapshot {
+            wc,
+            completion_ts: 0,
+            completion_wallclock_ns: 0,
+            cvlan: 0,
+            flow_tag: 0,
+            tm_info: ibv_wc_tm_info { tag: 0, priv_: 0 },
+        }
+    }
+}
+
 /// A CQ's held completions and event state.
 #[derive(Debug)]
 pub struct HeldCq {
     /// The CQ's address (its handle in completion events).
     cq: usize,
     /// Completions held back, each with when it is due, oldest first.
-    held: VecDeque<(Instant, ibv_wc)>,
+    pub held: VecDeque<(Instant, Snapshot)>,
     /// Its completion channel, if softverbs merged it.
     channel: Option<Arc<MergedFd>>,
     /// `ibv_req_notify_cq` was called since its last event was handed out.
     armed: bool,
+    /// For an extended CQ: its polling session (`passthrough_delay_ex`).
+    pub ex: Option<crate::passthrough_delay_ex::Session>,
+}
+
+impl HeldCq {
+    /// The first held completion, if it is due at `now`.
+    pub fn take_due(&mut self, now: Instant) -> Option<Snapshot> {
+        if self.held.front().is_some_and(|&(due, _)| due <= now) {
+            self.held.pop_front().map(|h| h.1)
+        } else {
+            None
+        }
+    }
+
+    /// Holds `snapshot` back `delay` (none: only behind the held ones).
+    pub fn hold(&mut self, now: Instant, delay: Option<Duration>, snapshot: Snapshot) {
+        let behind = self.held.back().map_or(now, |h| h.0);
+        let due = (now + delay.unwrap_or_default()).max(behind);
+        self.held.push_back((due, snapshot));
+        self.retime();
+    }
+
+    /// An armed CQ with held completions: its channel's timer must go off
+    /// by its first one's time.
+    fn retime(&self) {
+        if let (true, Some(c), Some(&(due, _))) = (self.armed, &self.channel, self.held.front()) {
+            c.set_timer_by(due);
+        }
+    }
 }
 
 /// The delay state of a context with `completion delay=` rules.
@@ -102,6 +157,7 @@ impl Delays {
             held: VecDeque::new(),
             channel: merged,
             armed: false,
+            ex: None,
         };
         self.cqs.lock().insert(cq, Arc::new(Mutex::new(state)));
     }
@@ -143,7 +199,7 @@ impl Delays {
         if let Some(state) = self.state(cq) {
             let mut s = state.lock();
             s.armed = true;
-            self.retime(&s);
+            s.retime();
         }
     }
 
@@ -205,12 +261,13 @@ impl Delays {
         let num = usize::try_from(num).unwrap_or(0);
         let now = Instant::now();
         let mut out = 0;
-        while out < num && s.held.front().is_some_and(|&(due, _)| due <= now) {
-            if let Some((_, w)) = s.held.pop_front() {
-                // SAFETY: the caller's array holds `num` completions.
-                unsafe { wc.add(out).write(w) };
-                out += 1;
-            }
+        while out < num {
+            let Some(held) = s.take_due(now) else {
+                break;
+            };
+            // SAFETY: the caller's array holds `num` completions.
+            unsafe { wc.add(out).write(held.wc) };
+            out += 1;
         }
         if out == num || !s.held.is_empty() {
             return out as c_int; // later ones wait behind the held
@@ -234,26 +291,14 @@ impl Delays {
                 kept += 1;
                 continue;
             }
-            let behind = s.held.back().map_or(now, |h| h.0);
-            s.held
-                .push_back(((now + delay.unwrap_or_default()).max(behind), w));
-        }
-        if !s.held.is_empty() {
-            self.retime(&s);
+            s.hold(now, delay, Snapshot::of(w));
         }
         kept as c_int
     }
 
-    fn state(&self, cq: usize) -> Option<Arc<Mutex<HeldCq>>> {
+    /// The held state of CQ `cq`, if it has one.
+    pub fn state(&self, cq: usize) -> Option<Arc<Mutex<HeldCq>>> {
         self.cqs.lock().get(&cq).cloned()
-    }
-
-    /// An armed CQ with held completions: its channel's timer must go off
-    /// by its first one's time.
-    fn retime(&self, s: &HeldCq) {
-        if let (true, Some(c), Some(&(due, _))) = (s.armed, &s.channel, s.held.front()) {
-            c.set_timer_by(due);
-        }
     }
 }
 

@@ -74,6 +74,14 @@ fn next(context: *mut ibv_context) -> Next {
     Next(crate::passthrough::hooked(context))
 }
 
+/// A hooked pass-through context with delay rules, and its delay state.
+fn hooked_with_delays(
+    context: *mut ibv_context,
+) -> Option<(&'static Hooked, &'static crate::passthrough_delay::Delays)> {
+    let h = crate::passthrough::hooked(context)?;
+    Some((h, h.delays.as_ref()?))
+}
+
 /// The delay state of a hooked pass-through context with delay rules.
 fn delays_of(context: *mut ibv_context) -> Option<&'static crate::passthrough_delay::Delays> {
     crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref())
@@ -438,9 +446,10 @@ unsafe extern "C" fn create_cq_ex(
     let cq = forward!(context, create_cq_ex(context, attr), missing());
     if let (Some(d), false) = (delays_of(context), cq.is_null()) {
         // SAFETY: the caller's attr and its channel (or NULL), live for the
-        // call.
+        // call; the CQ just made, not yet handed out.
         guard((), || unsafe {
-            d.add_cq(cq as usize, addr_of!((*attr).channel).read())
+            d.add_cq(cq as usize, addr_of!((*attr).channel).read());
+            crate::passthrough_delay_ex::install(d, cq);
         });
     }
     if !cq.is_null() {
@@ -610,6 +619,18 @@ fn completion(cq: usize, w: &ibv_wc) -> Completion {
 /// the completion rules apply to the completion it makes current, which
 /// is then recorded.
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: one of our extended CQs (its context is a plain field).
+    let context = unsafe { addr_of!((*cq).context).read() };
+    if let Some((h, d)) = hooked_with_delays(context) {
+        // SAFETY: the arguments libibverbs passed; the CQ went through
+        // `passthrough_delay_ex::install` when it was made.
+        let ret = guard(libc::EIO, || unsafe {
+            crate::passthrough_delay_ex::start_poll(h, d, cq, attr)
+        });
+        // SAFETY: on success a completion is current, inside the section.
+        unsafe { current_completion(cq, ret) };
+        return ret;
+    }
     let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.0);
     // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
     let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq, attr) });
@@ -623,6 +644,17 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
 
 /// `ibv_next_poll` of a traced extended CQ.
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: as in start_poll.
+    let context = unsafe { addr_of!((*cq).context).read() };
+    if let Some((h, d)) = hooked_with_delays(context) {
+        // SAFETY: as in start_poll.
+        let ret = guard(libc::EIO, || unsafe {
+            crate::passthrough_delay_ex::next_poll(h, d, cq)
+        });
+        // SAFETY: as in start_poll.
+        unsafe { current_completion(cq, ret) };
+        return ret;
+    }
     let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.1);
     // SAFETY: as in start_poll.
     let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq) });
@@ -640,7 +672,8 @@ unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
     // SAFETY: one of our extended CQs (its context is a plain field).
     let context = unsafe { addr_of!((*cq).context).read() };
     let ruled = guard(None, || {
-        crate::passthrough::hooked(context).and_then(|h| h.vendor_err_of(cq))
+        let held = crate::passthrough_delay_ex::held_vendor_err(cq);
+        held.or_else(|| crate::passthrough::hooked(context).and_then(|h| h.vendor_err_of(cq)))
     });
     if let Some(vendor_err) = ruled {
         return vendor_err;
@@ -663,7 +696,10 @@ unsafe fn rewrite_current(cq: *mut ibv_cq_ex, ret: c_int) {
     let context = unsafe { addr_of!((*cq).context).read() };
     if let Some(h) = crate::passthrough::hooked(context) {
         // SAFETY: per the contract.
-        guard((), || unsafe { h.rewrite_current(cq) });
+        // Without delay rules (they take the other path) no delay comes.
+        guard((), || unsafe {
+            h.rewrite_current(cq);
+        });
     }
 }
 

@@ -680,6 +680,22 @@ if [[ "pass-through completion delay= took the delays" =~ $FILTER ]]; then
   fi
 fi
 
+# The same on rxe's extended CQ, read with ibv_start_poll/ibv_next_poll:
+# the receive completion is held 300 ms and then read whole.
+if [[ "pass-through completion delay= on the extended CQ" =~ $FILTER ]]; then
+  n=$((n + 1))
+  side rxe_xa ipv4
+  "${PT_PRE[@]}" SOFTVERBS_FAULTS="completion opcode=RECV delay=300ms" \
+    timeout "$CASE_TIMEOUT" "${CQ_EX:-cq_ex-not-built}" sv_xa "$gid" > "$log/cqex-delay" 2>&1
+  took=$(sed -n 's/^receive completion after \([0-9]*\) ms$/\1/p' "$log/cqex-delay")
+  if grep -q "cq_ex ok" "$log/cqex-delay" && [ -n "$took" ] && [ "$took" -ge 300 ]; then
+    pass=$((pass + 1)); echo "ok   pass-through completion delay= on the extended CQ (received after $took ms)"
+  else
+    fail=$((fail + 1)); echo "FAIL pass-through completion delay= on the extended CQ (want 300 ms or more)"
+    tail -n 6 "$log/cqex-delay" | sed 's/^/    /'
+  fi
+fi
+
 # rxe's own event (SRQ limit; rxe in 6.1 raises no last WQE event)
 # through the merged descriptor a qp_error rule (one that never fires)
 # gives the context, and without one.
