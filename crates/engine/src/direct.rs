@@ -431,7 +431,7 @@ fn receive_send(
     imm: Option<u32>,
     inv: Option<u32>,
 ) -> Step {
-    let wqe = claim_recv(op, qp, target)?;
+    let wqe = claim_recv(op, qp, target, true)?;
     let len = u64::from(op.len);
     let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {
         Ok(to) => to,
@@ -457,10 +457,18 @@ fn receive_send(
 /// Claims the receive WR a message goes to, before a byte is written
 /// into it: a WR another consumer claimed (a peer, the target's own
 /// responder, a flush) is never written. No WR: RNR (RC) or the message
-/// is lost (UC, UD). A UC message (a UD datagram with its GRH) longer
-/// than the WR is dropped and the WR stays for the next one (class D).
-fn claim_recv(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Result<RecvWqe, Stop> {
+/// is lost (UC, UD). A UC SEND (a UD datagram with its GRH) longer than
+/// the WR is dropped and the WR stays for the next one (class D); a
+/// WRITE_WITH_IMM's data goes to its RETH's range, not into the WR
+/// (`into_wr` false), so the WR's length does not matter.
+fn claim_recv(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    into_wr: bool,
+) -> Result<RecvWqe, Stop> {
     let needed = match qp.qp_type {
+        _ if !into_wr => 0,
         QpType::Rc => 0,
         QpType::Uc => u64::from(op.len),
         QpType::Ud => GRH_LEN as u64 + u64::from(op.len),
@@ -537,7 +545,7 @@ fn receive_datagram(
     if ud.qkey != qp.qkey {
         return Ok(DirectOutcome::Done);
     }
-    let wqe = claim_recv(op, qp, target)?;
+    let wqe = claim_recv(op, qp, target, true)?;
     let len = u64::from(op.len);
     let grh = grh_bytes(ud.src_gid, ud.dst_gid, op.len as usize);
     let planned = scatter_plan(target, qp.pd, &wqe.sg_list, 0, GRH_LEN as u64).and_then(|g| {
@@ -601,7 +609,7 @@ fn write(
         if let (Err(fault), Some(_), 1) = (&dest, imm, op.packets) {
             // As on the wire, a WRITE_ONLY_WITH_IMM has taken its receive
             // WR before its rkey is looked at: the WR fails with it.
-            let wqe = claim_recv(op, qp, target)?;
+            let wqe = claim_recv(op, qp, target, false)?;
             deliver_failed(qp, target, &wqe, WcStatus::RemAccessErr);
             return Err((*fault).into());
         }
@@ -614,7 +622,7 @@ fn write(
     // that then fails leaves it claimed, and the fault's error state
     // flushes it.
     let wqe = match imm {
-        Some(_) => Some(claim_recv(op, qp, target)?),
+        Some(_) => Some(claim_recv(op, qp, target, false)?),
         None => None,
     };
     if let Some(dest) = dest {

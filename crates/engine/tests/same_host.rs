@@ -494,6 +494,23 @@ fn uc_drops_a_bad_write_and_goes_on_alike() {
     assert_eq!(end.states, (QpState::Rts as u32, QpState::Rts as u32));
 }
 
+/// A UC WRITE_WITH_IMM writes its RETH's range, not the receive WR it
+/// takes, so a WR shorter than its data takes it (the differential run
+/// against rxe found the same-host path dropping it as a too long SEND).
+#[test]
+fn uc_write_with_imm_takes_a_receive_wr_shorter_than_its_data_alike() {
+    let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 4);
+        let key = p.b.key;
+        write_to(p, qa, 1, key, true);
+    });
+    assert_eq!(end.a, [(1, WcStatus::Success, WcOpcode::RdmaWrite, 0)]);
+    assert_eq!(
+        end.b,
+        [(7, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 64)]
+    );
+}
+
 /// Node b's QP `qb` receives from a new SRQ of `max_wr` WRs, ids
 /// `1..=posted` posted (64 bytes each at 0x4000 + 0x100 * id), its limit
 /// armed at `limit`; connected to a new QP of node a. Returns (qa, qb).
