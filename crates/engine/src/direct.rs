@@ -606,9 +606,10 @@ fn write(
     }
     let dest = if op.len > 0 {
         let dest = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_WRITE);
-        if let (Err(fault), Some(_), 1) = (&dest, imm, op.packets) {
-            // As on the wire, a WRITE_ONLY_WITH_IMM has taken its receive
-            // WR before its rkey is looked at: the WR fails with it.
+        if let (Err(fault), Some(_), 1, QpType::Rc) = (&dest, imm, op.packets, qp.qp_type) {
+            // As on the wire, an RC WRITE_ONLY_WITH_IMM has taken its
+            // receive WR before its rkey is looked at: the WR fails with
+            // it. (UC drops the message and keeps the WR.)
             let wqe = claim_recv(op, qp, target, false)?;
             deliver_failed(qp, target, &wqe, WcStatus::RemAccessErr);
             return Err((*fault).into());

@@ -451,7 +451,9 @@ impl RecvSide<'_> {
             self.grants(AccessFlags::REMOTE_WRITE)?;
             self.recv_wqe_available(ctx).ok_or(Fault::NotReady)?;
             let result = self.write_packet(ctx, pkt, mem);
-            if let Err(fault) = result {
+            // UC has no NAK: a message in error is dropped and the WR
+            // stays for the next one (rxe's class D1E).
+            if let (Err(fault), QpType::Rc) = (result, self.qp_type) {
                 self.fail_taken_receive(ctx, fault);
             }
             return result;

@@ -511,6 +511,25 @@ fn uc_write_with_imm_takes_a_receive_wr_shorter_than_its_data_alike() {
     );
 }
 
+/// A UC WRITE_WITH_IMM with a bad rkey is dropped without taking the
+/// receive WR it would have (no NAK, rxe's class D1E): the next message
+/// takes it.
+#[test]
+fn uc_write_with_imm_with_a_bad_rkey_leaves_its_receive_wr_alike() {
+    let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
+        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        let key = p.b.key;
+        write_to(p, qa, 1, key ^ 0x55, true);
+        let sge = [p.a.sge(0, 64)];
+        p.a.e
+            .post_send(qa, &wr(2, send_opcode::SEND, &sge))
+            .unwrap();
+    });
+    assert!(end.a.iter().all(|w| w.1 == WcStatus::Success));
+    assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 64)]);
+    assert_eq!(end.states, (QpState::Rts as u32, QpState::Rts as u32));
+}
+
 /// Node b's QP `qb` receives from a new SRQ of `max_wr` WRs, ids
 /// `1..=posted` posted (64 bytes each at 0x4000 + 0x100 * id), its limit
 /// armed at `limit`; connected to a new QP of node a. Returns (qa, qb).
