@@ -626,6 +626,64 @@ static void op_post_send(const arg_t *a)
 	ops_result(ibv_post_send(qp, &wr, &bad));
 }
 
+/* barrier QP PEER MR: an RDMA WRITE of 8 bytes from MR's first 8 to its
+ * next 8, posted on QP (connected to QP PEER) after its other WRs, whose
+ * completions were all taken. A UC or RC QP's peer takes its messages in
+ * order, so once these bytes have landed the peer has taken every earlier
+ * one: what an unreliable transport delivered is then known without
+ * waiting for a time. Waits up to 20 s for the bytes and the WR's
+ * completion (wr_id UINT64_MAX, on the QP's send CQ). Prints "ok", "ok
+ * unsent STATUS" when the WR did not go (its completion's status; a QP in
+ * an error state flushes it), "ok peer in error" when the peer entered
+ * ERR (it takes nothing more, so what it took is known too), or "err
+ * 110" if the bytes never landed. */
+static void op_barrier(const arg_t *a)
+{
+	static uint64_t marker = 0x6261727269657200ULL; /* "barrier" */
+	struct ibv_qp *qp = OPS_GET(qp, a[0]), *peer = OPS_GET(qp, a[1]);
+	OPS_NEED(qp && peer && a[2] >= 0 && a[2] < ops_n_mr, "qp or mr");
+	char *buf = ops_mr[a[2]].buf;
+	uint64_t want = ++marker;
+	memcpy(buf, &want, sizeof(want));
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = ops_mr[a[2]].lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = UINT64_MAX, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)buf + 8;
+	wr.wr.rdma.rkey = ops_mr[a[2]].mr->rkey;
+	int rc = ibv_post_send(qp, &wr, &bad);
+	if (rc) {
+		ops_err(rc);
+		return;
+	}
+	struct ibv_wc wc;
+	int got = 0;
+	double until = ops_now() + 20;
+	while (!got && ops_now() < until)
+		got = ibv_poll_cq(qp->send_cq, 1, &wc);
+	if (got == 1 && wc.status != IBV_WC_SUCCESS) {
+		printf("ok unsent %u\n", wc.status);
+		return;
+	}
+	/* The device writes it: read it anew each time (the buffer is page
+	 * aligned, so these 8 bytes are too). */
+	volatile uint64_t *landed = (volatile uint64_t *)(buf + 8);
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	while (*landed != want && ops_now() < until) {
+		if (!ibv_query_qp(peer, &attr, IBV_QP_STATE, &init) && attr.qp_state == IBV_QPS_ERR) {
+			printf("ok peer in error\n");
+			return;
+		}
+	}
+	if (got != 1 || *landed != want) {
+		ops_err(ETIMEDOUT);
+		return;
+	}
+	printf("ok\n");
+}
+
 /* mr_sum MR -> ok HASH: FNV-1a of the MR's buffer, to compare memory. */
 static void op_mr_sum(const arg_t *a)
 {
@@ -726,6 +784,7 @@ static const struct ops_verb {
 	{ "connect", op_connect, 2 },
 	{ "post_send", op_post_send, 11 },
 	{ "mr_sum", op_mr_sum, 1 },
+	{ "barrier", op_barrier, 3 },
 	{ "events", op_events, 1 },
 };
 

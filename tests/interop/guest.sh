@@ -768,14 +768,14 @@ if [[ "conformance" =~ $FILTER ]]; then
   t0=$SECONDS
   if ip netns exec sv env SOFTVERBS_DEVICES="softverbs0=10.11.0.2/1500" \
        timeout 900 "$CLI" conformance --against rxe_xa \
-       --cases 100 --data-cases 20 --shrink 40 --verbose --repro-dir "$log/repro" \
+       --cases 100 --data-cases 20 --uc-cases 20 --shrink 40 --verbose --repro-dir "$log/repro" \
        > "$log/conformance" 2>&1; then
     pass=$((pass + 1))
     echo "ok   conformance: softverbs0 against rxe_xa, $(tail -n 1 "$log/conformance") ($((SECONDS - t0)) s)"
     grep '^known difference' "$log/conformance" | sed 's/^/    /'
   else
     fail=$((fail + 1)); echo "FAIL conformance: softverbs0 against rxe_xa ($((SECONDS - t0)) s)"
-    grep -Ev '^ *ok   (data )?case' "$log/conformance" | sed 's/^/    /' | head -n 60
+    grep -Ev '^ *ok   (data |UC data )?case' "$log/conformance" | sed 's/^/    /' | head -n 60
     # Each divergent case's verbs after the common setup (the VM's files
     # are gone once it stops).
     for f in "$log"/repro/*.c; do

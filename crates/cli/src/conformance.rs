@@ -27,6 +27,10 @@ pub struct Options {
     /// opcode, completions and memory compared).
     #[arg(long, default_value_t = 50)]
     data_cases: u32,
+    /// The same on two connected UC QPs (SEND, SEND_WITH_IMM, WRITE,
+    /// WRITE_WITH_IMM).
+    #[arg(long, default_value_t = 20)]
+    uc_cases: u32,
     /// Most operations per sequence.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -93,6 +97,7 @@ pub fn run(o: Options) -> Result<(), String> {
         second,
         cases: o.cases,
         data_cases: o.data_cases,
+        uc_cases: o.uc_cases,
         max_ops: o.ops,
         seed: o.seed,
         shrink_runs: o.shrink,

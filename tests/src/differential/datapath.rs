@@ -9,6 +9,13 @@
 //! of both MRs and the async events, compared between the two devices.
 //! No SEND waits for a receive WR: with rnr_retry 0 it fails at once with
 //! RNR_RETRY_EXC_ERR on both.
+//!
+//! UC cases connect two UC QPs and post what UC has (SEND, SEND_WITH_IMM,
+//! RDMA WRITE, WRITE_WITH_IMM). A UC send completes once sent, and what
+//! its peer did with it is silent; so before the QPs are moved to ERR,
+//! a barrier WRITE on each (`barrier` in verbs_ops.h) waits until the
+//! peer has taken every message sent before it, and what arrived is
+//! known without waiting for a time.
 
 use super::fields::qp_attr_args;
 use super::steps::{Effect, Judge, Step};
@@ -24,6 +31,34 @@ const OPCODES: [i64; 7] = [2, 3, 0, 1, 4, 5, 6];
 const BAD_RKEY: i64 = 0x5eed_0bad;
 /// The most SGEs a WR has (the QPs' max_send_sge and max_recv_sge).
 const MAX_SGES: u8 = 3;
+/// The transport of a data case's two QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Rc,
+    Uc,
+}
+
+impl Transport {
+    /// Its `enum ibv_qp_type`.
+    fn qp_type(self) -> i64 {
+        match self {
+            Transport::Rc => 2,
+            Transport::Uc => 3,
+        }
+    }
+
+    /// How many of [`OPCODES`] it has (UC: the first four).
+    fn opcodes(self) -> usize {
+        match self {
+            Transport::Rc => OPCODES.len(),
+            Transport::Uc => 4,
+        }
+    }
+}
+
+/// The MR a UC case's barriers write in (after the QPs' own two).
+const BARRIER_MR: i64 = 2;
+
 /// Completion queues: QP n sends to CQ 2n and receives to CQ 2n + 1.
 const fn send_cq(qp: usize) -> usize {
     2 * qp
@@ -111,17 +146,19 @@ fn step(verb: &'static str, args: Vec<i64>, judge: Judge) -> Step {
 }
 
 /// The objects of a data case: a PD, four CQs, an MR per QP with every
-/// access, two RC QPs (16 WRs and 3 SGEs each way, every WR signaled)
-/// connected to each other.
-pub fn setup() -> Vec<Step> {
+/// access (and for UC one for the barriers), two QPs of `transport` (16
+/// WRs and 3 SGEs each way, every WR signaled) connected to each other.
+pub fn setup(transport: Transport) -> Vec<Step> {
     let mut steps = vec![step("pd", vec![], Judge::Exact)];
     steps.extend((0..4).map(|_| step("cq", vec![4096], Judge::Exact)));
     // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC.
-    steps.extend((0..2).map(|_| step("mr", vec![0, 0xf], Judge::Exact)));
+    let mrs = if transport == Transport::Uc { 3 } else { 2 };
+    steps.extend((0..mrs).map(|_| step("mr", vec![0, 0xf], Judge::Exact)));
     for qp in 0..2 {
         let cqs = [send_cq(qp) as i64, recv_cq(qp) as i64];
         let sges = i64::from(MAX_SGES);
-        let args = vec![0, cqs[0], cqs[1], -1, 2, 16, 16, sges, sges, 0, 1];
+        let ty = transport.qp_type();
+        let args = vec![0, cqs[0], cqs[1], -1, ty, 16, 16, sges, sges, 0, 1];
         let at_least = vec![16, 16, u32::from(MAX_SGES), u32::from(MAX_SGES), 0];
         steps.push(step("qp", args, Judge::AtLeast(at_least)));
     }
@@ -130,8 +167,8 @@ pub fn setup() -> Vec<Step> {
     steps
 }
 
-/// The step of `op`; `wr_id` numbers the WRs.
-pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
+/// The step of `op` on QPs of `transport`; `wr_id` numbers the WRs.
+pub fn data_step(op: &DataOp, wr_id: i64, transport: Transport) -> Step {
     match *op {
         DataOp::Recv {
             second,
@@ -157,7 +194,7 @@ pub fn data_step(op: &DataOp, wr_id: i64) -> Step {
             sges,
         } => {
             let qp = usize::from(second);
-            let opcode = OPCODES[usize::from(opcode) % OPCODES.len()];
+            let opcode = OPCODES[usize::from(opcode) % transport.opcodes()];
             let sges = if opcode >= 5 {
                 1
             } else {
@@ -205,25 +242,55 @@ fn scatter(qp: usize, offset: u16, len: u16, sges: u8) -> Vec<i64> {
     list
 }
 
+/// Whether a completion line of a wait's answer (`wc WR_ID STATUS ...`)
+/// failed: an error other than a flush (a flushed WR never ran); its
+/// wr_id.
+fn failed(line: &str) -> Option<usize> {
+    let w: Vec<&str> = line.split(' ').collect();
+    let failed = w.get(2).is_some_and(|&s| s != "0" && s != "5");
+    failed
+        .then(|| w.get(1).and_then(|n| n.parse().ok()))
+        .flatten()
+}
+
 /// The MRs whose memory a failed WR of QP `qp` left undefined, from the
 /// send completions of a wait's answer `done` (WR n is `ops[n - 1]`): a
 /// failed SEND or WRITE leaves its target's memory (the peer's MR: a
 /// receive buffer or the WRITE's range) undefined, a failed READ or
-/// atomic its own. A flushed WR never ran, so it does not count.
-pub fn undefined_by_failures(done: &[String], ops: &[DataOp], qp: usize) -> [bool; 2] {
+/// atomic its own.
+pub fn undefined_by_failures(
+    done: &[String],
+    ops: &[DataOp],
+    qp: usize,
+    transport: Transport,
+) -> [bool; 2] {
     let mut undefined = [false; 2];
-    for line in done.iter().skip(1) {
-        let w: Vec<&str> = line.split(' ').collect();
-        let failed = w.get(2).is_some_and(|&s| s != "0" && s != "5");
-        let wr = w.get(1).and_then(|n| n.parse::<usize>().ok());
-        let op = wr.and_then(|n| ops.get(n.checked_sub(1)?));
-        if let (true, Some(DataOp::Send { opcode, .. })) = (failed, op) {
+    for wr in done.iter().skip(1).filter_map(|l| failed(l)) {
+        if let Some(DataOp::Send { opcode, .. }) = wr.checked_sub(1).and_then(|i| ops.get(i)) {
             // RDMA_WRITE 0, WRITE_WITH_IMM 1, SEND 2, SEND_WITH_IMM 3.
-            let remote = OPCODES[usize::from(*opcode) % OPCODES.len()] <= 3;
+            let remote = OPCODES[usize::from(*opcode) % transport.opcodes()] <= 3;
             undefined[if remote { 1 - qp } else { qp }] = true;
         }
     }
     undefined
+}
+
+/// Whether a receive of QP `qp` failed (not flushed), from the receive
+/// completions of a wait's answer `done`: a message that failed in its
+/// receive WR may have written part of it (on UC the sender never hears
+/// of it), so the QP's MR is undefined.
+pub fn receive_failed(done: &[String]) -> bool {
+    done.iter().skip(1).any(|l| failed(l).is_some())
+}
+
+/// The barrier of QP `qp` (UC cases): returns once its peer has taken
+/// every message QP `qp` sent before it.
+pub fn barrier(qp: usize) -> Step {
+    step(
+        "barrier",
+        vec![qp as i64, 1 - qp as i64, BARRIER_MR],
+        Judge::Exact,
+    )
 }
 
 /// Waits for `want` completions of CQ `cq` (the second device waits for
@@ -279,16 +346,31 @@ mod tests {
         let done = |wr: u32, status: u32| {
             vec!["ok 1".to_string(), format!("wc {wr} {status} 0 0 0 0 0 0")]
         };
-        assert_eq!(undefined_by_failures(&done(1, 13), &ops, 0), [false, true]);
-        assert_eq!(undefined_by_failures(&done(2, 9), &ops, 1), [true, false]);
-        assert_eq!(undefined_by_failures(&done(3, 10), &ops, 0), [true, false]);
         assert_eq!(
-            undefined_by_failures(&done(1, 5), &ops, 0),
+            undefined_by_failures(&done(1, 13), &ops, 0, Transport::Rc),
+            [false, true]
+        );
+        assert_eq!(
+            undefined_by_failures(&done(2, 9), &ops, 1, Transport::Rc),
+            [true, false]
+        );
+        assert_eq!(
+            undefined_by_failures(&done(3, 10), &ops, 0, Transport::Rc),
+            [true, false]
+        );
+        assert_eq!(
+            undefined_by_failures(&done(1, 5), &ops, 0, Transport::Rc),
             [false, false],
             "flushed: never ran"
         );
-        assert_eq!(undefined_by_failures(&done(1, 0), &ops, 0), [false, false]);
-        assert_eq!(undefined_by_failures(&done(9, 13), &ops, 0), [false, false]);
+        assert_eq!(
+            undefined_by_failures(&done(1, 0), &ops, 0, Transport::Rc),
+            [false, false]
+        );
+        assert_eq!(
+            undefined_by_failures(&done(9, 13), &ops, 0, Transport::Rc),
+            [false, false]
+        );
     }
 
     #[test]
@@ -305,7 +387,7 @@ mod tests {
                     imm: 1,
                     sges: 3,
                 };
-                let a = data_step(&op, 1).args;
+                let a = data_step(&op, 1, Transport::Rc).args;
                 let (off, len, roff) = (a[4], a[5], a[7]);
                 assert!(off + len <= 4096 && roff + len <= 4096, "{a:?}");
                 if a[2] >= 5 {

@@ -85,6 +85,27 @@ pub const KNOWN: &[Known] = &[
     },
 ];
 
+/// The known differences of UC data cases (`datapath`), in which they
+/// are the only causes of the answers they explain.
+pub const UC_KNOWN: &[Known] = &[
+    Known {
+        name: "a UC SEND longer than its receive WR: dropped by softverbs, which keeps the WR for the next message (IBTA class D1), fails rxe's QP (LOC_QP_OP_ERR, ERR)",
+        stops: true,
+        applies: uc_too_long_fails_rxe,
+    },
+    Known {
+        name: "a UC WRITE_WITH_IMM that found no receive WR: softverbs drops that message only, rxe's QP takes nothing more",
+        stops: true,
+        applies: uc_rxe_wedged,
+    },
+];
+
+/// The UC known difference that explains answers `a` and `b` to `step`
+/// of a UC data case, if any.
+pub fn explain_uc(step: &Step, a: &[String], b: &[String]) -> Option<&'static Known> {
+    UC_KNOWN.iter().find(|k| (k.applies)(step, a, b))
+}
+
 /// The known difference that explains answers `a` (softverbs) and `b` to
 /// `step`, if any.
 pub fn explain(step: &Step, a: &[String], b: &[String]) -> Option<&'static Known> {
@@ -212,6 +233,46 @@ fn sq_drained_always(step: &Step, a: &[String], b: &[String]) -> bool {
         kept.cloned().collect()
     };
     step.verb == "events" && others(a) == others(b)
+}
+
+/// A UC QP in ERR on rxe only: a UC barrier (`datapath::barrier`) that
+/// went on softverbs and found its own QP (its WR flushed) or its peer in
+/// ERR on rxe, or sends that succeeded on softverbs and were flushed on
+/// rxe. In the runner's UC cases only a SEND longer than its receive WR
+/// fails a UC QP on rxe: rxe 6.1's copy reports the overflow as a
+/// malformed WQE, a class A error for every QP type, where its own UC
+/// code (class D1) and IBTA drop the message and keep the WR, as
+/// softverbs does.
+fn uc_too_long_fails_rxe(step: &Step, a: &[String], b: &[String]) -> bool {
+    let barrier = step.verb == "barrier"
+        && first(a) == "ok"
+        && matches!(first(b), "ok unsent 5" | "ok peer in error");
+    barrier || (step.verb == "wait_cq" && flushed_on_rxe_only(a, b))
+}
+
+/// The same completions (as the judge compares them), except successes
+/// of softverbs' that rxe flushed.
+fn flushed_on_rxe_only(a: &[String], b: &[String]) -> bool {
+    let flushed_there = |x: &String, y: &String| {
+        let (x, y): (Vec<&str>, Vec<&str>) = (x.split(' ').collect(), y.split(' ').collect());
+        x.get(1) == y.get(1) && x.get(2) == Some(&"0") && y.get(2) == Some(&"5")
+    };
+    // rxe's answer with softverbs' lines where it flushed them.
+    let unflushed: Vec<String> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| if flushed_there(x, y) { x } else { y }.clone())
+        .collect();
+    a.len() == b.len() && unflushed != b && drained(a, &unflushed).is_ok()
+}
+
+/// A UC barrier that landed on softverbs and never on rxe, whose peer is
+/// not in ERR: rxe 6.1 drops a UC WRITE's LAST packet that finds no
+/// receive WR without forgetting the WRITE it continued, so every later
+/// packet is out of sequence to it (its class D1 reset needs a WR) and
+/// the QP takes nothing more. IBTA drops that message only, as softverbs.
+fn uc_rxe_wedged(step: &Step, a: &[String], b: &[String]) -> bool {
+    step.verb == "barrier" && first(a) == "ok" && first(b) == "err 110"
 }
 
 /// The memory a failed WR targeted (a SEND's receive buffer, a WRITE's
@@ -359,6 +420,40 @@ mod tests {
         let here = answer(&["ok 2", "wc 1 0 1 0 0 0 1 0", "wc 4 9 0 0 0 0 1 0"]);
         let rxe = answer(&["ok 2", "wc 1 0 1 2096 0 0 1 0", "wc 4 11 0 0 0 0 1 0"]);
         assert!(explain(&wait, &here, &rxe).is_some());
+    }
+
+    #[test]
+    fn only_a_barrier_softverbs_got_through_has_the_uc_differences() {
+        let barrier = Step {
+            verb: "barrier",
+            args: vec![0, 1, 2],
+            judge: Judge::Exact,
+            effect: Effect::None,
+        };
+        let ok = lines("ok");
+        for rxe in ["ok unsent 5", "ok peer in error", "err 110"] {
+            assert!(explain_uc(&barrier, &ok, &lines(rxe)).is_some_and(|k| k.stops));
+            assert!(explain_uc(&barrier, &lines(rxe), &ok).is_none());
+            assert!(
+                explain(&barrier, &ok, &lines(rxe)).is_none(),
+                "UC cases only"
+            );
+        }
+        assert!(explain_uc(&barrier, &ok, &lines("ok unsent 12")).is_none());
+    }
+
+    #[test]
+    fn only_sends_flushed_by_rxe_alone_are_the_uc_too_long_difference() {
+        let wait = drain("wait_cq");
+        let here = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 0 1 0 0 0 0 0"]);
+        let rxe = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 5 0 0 0 0 0 0"]);
+        assert!(explain_uc(&wait, &here, &rxe).is_some_and(|k| k.stops));
+        assert!(explain_uc(&wait, &rxe, &here).is_none());
+        let other = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 12 0 0 0 0 0 0"]);
+        assert!(explain_uc(&wait, &here, &other).is_none());
+        // Beside a SEND whose send completion's byte_len rxe sets.
+        let rxe = answer(&["ok 2", "wc 2 0 0 578 0 0 0 0", "wc 3 5 0 0 0 0 0 0"]);
+        assert!(explain_uc(&wait, &here, &rxe).is_some());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! and `N passed, M failed` last.
 
 use super::backend::{Backend, BackendSpec};
-use super::datapath::{self, cq_of, data_op, data_step, DataOp};
+use super::datapath::{self, cq_of, data_op, data_step, DataOp, Transport};
 use super::judge::judge;
 use super::known::{self, explain};
 use super::limits::Limits;
@@ -30,8 +30,10 @@ pub struct Plan {
     pub second: BackendSpec,
     /// Random control-path sequences to run.
     pub cases: u32,
-    /// Random data-path sequences to run (`datapath`).
+    /// Random data-path sequences to run (`datapath`), on RC QPs.
     pub data_cases: u32,
+    /// The same on UC QPs.
+    pub uc_cases: u32,
     /// Most operations per sequence.
     pub max_ops: usize,
     /// Seed of the sequences.
@@ -98,7 +100,11 @@ pub fn run(plan: &Plan, out: &mut impl Write) -> Result<(u32, u32), Broken> {
     let data = vec(data_op(), 1..=plan.max_ops.clamp(1, 16));
     let kind = ("data case", plan.data_cases);
     run_kind(plan, kind, &data, &mut rng, &mut tally, out, |ops| {
-        run_data_case(plan, ops)
+        run_data_case(plan, Transport::Rc, ops)
+    })?;
+    let kind = ("UC data case", plan.uc_cases);
+    run_kind(plan, kind, &data, &mut rng, &mut tally, out, |ops| {
+        run_data_case(plan, Transport::Uc, ops)
     })?;
     for (name, cases) in &tally.known {
         let _ = writeln!(
@@ -236,6 +242,8 @@ struct Session<'a> {
     objects: Objects,
     steps: Vec<Step>,
     known: BTreeSet<&'static str>,
+    /// UC data case: its own known differences apply too.
+    uc: bool,
 }
 
 /// Runs `ops` (after the setup) on fresh backends.
@@ -247,9 +255,9 @@ fn run_case(plan: &Plan, table: &TransitionTable, ops: &[Op]) -> CaseResult {
 }
 
 /// Runs a data-path case on fresh backends.
-fn run_data_case(plan: &Plan, ops: &[DataOp]) -> CaseResult {
+fn run_data_case(plan: &Plan, transport: Transport, ops: &[DataOp]) -> CaseResult {
     let (mut s, _) = Session::start(plan)?;
-    let outcome = s.run_data(ops);
+    let outcome = s.run_data(transport, ops);
     s.end(outcome)
 }
 
@@ -271,6 +279,7 @@ impl<'a> Session<'a> {
             objects: Objects::default(),
             steps: Vec::new(),
             known: BTreeSet::new(),
+            uc: false,
         };
         Ok((s, limits))
     }
@@ -298,17 +307,19 @@ enum Stop {
 
 impl Session<'_> {
     /// A data-path case: the setup, `ops`, then the sends' completions,
-    /// both QPs moved to ERR, the receives' completions, both MRs' memory
-    /// and the events. Every WR posted completes exactly once, so the
-    /// first device is waited for until all have.
-    fn run_data(&mut self, ops: &[DataOp]) -> Result<(), Stop> {
-        for step in datapath::setup() {
+    /// (UC: each QP's barrier), both QPs moved to ERR, the receives'
+    /// completions, both MRs' memory and the events. Every WR posted
+    /// completes exactly once, so the first device is waited for until
+    /// all have.
+    fn run_data(&mut self, transport: Transport, ops: &[DataOp]) -> Result<(), Stop> {
+        self.uc = transport == Transport::Uc;
+        for step in datapath::setup(transport) {
             self.run(step, true)?;
         }
         // Completions owed by each QP: (receives, sends).
         let mut owed = [(0u32, 0u32); 2];
         for (i, op) in ops.iter().enumerate() {
-            let step = data_step(op, i as i64 + 1);
+            let step = data_step(op, i as i64 + 1, transport);
             let (qp, sends) = (step.args[0] as usize, step.verb == "post_send");
             if self.run(step, true)?[0] == "ok" {
                 let count = if sends {
@@ -322,16 +333,22 @@ impl Session<'_> {
         let mut undefined = [false; 2];
         for (qp, &(_, sends)) in owed.iter().enumerate() {
             let done = self.run(datapath::wait(cq_of(qp, true), sends), true)?;
-            let by_failures = datapath::undefined_by_failures(&done, ops, qp);
+            let by_failures = datapath::undefined_by_failures(&done, ops, qp, transport);
             for (u, f) in undefined.iter_mut().zip(by_failures) {
                 *u |= f;
+            }
+        }
+        if transport == Transport::Uc {
+            for qp in 0..owed.len() {
+                self.run(datapath::barrier(qp), true)?;
             }
         }
         for qp in 0..owed.len() {
             self.run(datapath::to_error(qp), true)?;
         }
         for (qp, &(recvs, _)) in owed.iter().enumerate() {
-            self.run(datapath::wait(cq_of(qp, false), recvs), true)?;
+            let done = self.run(datapath::wait(cq_of(qp, false), recvs), true)?;
+            undefined[qp] |= datapath::receive_failed(&done);
         }
         for (mr, &undefined) in undefined.iter().enumerate() {
             self.run_memory(mr, undefined)?;
@@ -393,7 +410,8 @@ impl Session<'_> {
         );
         let mut verdict = judge(&step, labels, &a, &b);
         if verdict.is_err() {
-            if let Some(k) = explain(&step, &a, &b) {
+            let uc = || self.uc.then(|| known::explain_uc(&step, &a, &b)).flatten();
+            if let Some(k) = explain(&step, &a, &b).or_else(uc) {
                 self.known.insert(k.name);
                 if k.stops {
                     return Err(Stop::Known);
