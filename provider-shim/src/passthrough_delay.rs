@@ -18,7 +18,8 @@
 use crate::ffi::*;
 use crate::merged_fd::{Kind, MergedFd, Record};
 use crate::passthrough::Hooked;
-use parking_lot::Mutex;
+use parking_lot::lock_api::RawMutex as _;
+use parking_lot::{Mutex, MutexGuard, RawMutex};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
@@ -116,10 +117,49 @@ impl HeldCq {
     }
 }
 
+/// A CQ's delay state, and the lock of its polling sessions.
+pub struct CqDelay {
+    /// Held from an extended CQ's successful `ibv_start_poll` to its
+    /// `ibv_end_poll`, and through each `ibv_poll_cq`: what the provider's
+    /// own CQ lock does for its completions, for held ones too (one thread
+    /// reads the current completion at a time). Taken before `held`,
+    /// never while holding it.
+    session: RawMutex,
+    held: Mutex<HeldCq>,
+}
+
+impl std::fmt::Debug for CqDelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqDelay").field("held", &self.held).finish()
+    }
+}
+
+impl CqDelay {
+    /// The CQ's held completions and event state.
+    pub fn lock(&self) -> MutexGuard<'_, HeldCq> {
+        self.held.lock()
+    }
+
+    /// Waits for the CQ's polling session and takes it.
+    pub fn begin_session(&self) {
+        self.session.lock();
+    }
+
+    /// Gives the session up.
+    ///
+    /// # Safety
+    /// This thread took it with [`CqDelay::begin_session`] and has not
+    /// given it up since.
+    pub unsafe fn end_session(&self) {
+        // SAFETY: per the contract, the lock is held by this thread.
+        unsafe { self.session.unlock() };
+    }
+}
+
 /// The delay state of a context with `completion delay=` rules.
 #[derive(Debug, Default)]
 pub struct Delays {
-    cqs: Mutex<HashMap<usize, Arc<Mutex<HeldCq>>>>,
+    cqs: Mutex<HashMap<usize, Arc<CqDelay>>>,
 }
 
 /// The real provider's `poll_cq`.
@@ -159,7 +199,11 @@ impl Delays {
             armed: false,
             ex: None,
         };
-        self.cqs.lock().insert(cq, Arc::new(Mutex::new(state)));
+        let delay = CqDelay {
+            session: RawMutex::INIT,
+            held: Mutex::new(state),
+        };
+        self.cqs.lock().insert(cq, Arc::new(delay));
     }
 
     /// CQ `cq` is about to be destroyed: its held completions go, and
@@ -169,7 +213,7 @@ impl Delays {
     ///
     /// # Safety
     /// `cq` is a live CQ of this context.
-    pub unsafe fn remove_cq(&self, cq: *mut ibv_cq) -> Option<(Arc<Mutex<HeldCq>>, u32)> {
+    pub unsafe fn remove_cq(&self, cq: *mut ibv_cq) -> Option<(Arc<CqDelay>, u32)> {
         let state = self.cqs.lock().remove(&(cq as usize))?;
         let raised = state
             .lock()
@@ -185,7 +229,7 @@ impl Delays {
     ///
     /// # Safety
     /// `cq` is a live CQ of this context.
-    pub unsafe fn keep_cq(&self, cq: *mut ibv_cq, (state, raised): (Arc<Mutex<HeldCq>>, u32)) {
+    pub unsafe fn keep_cq(&self, cq: *mut ibv_cq, (state, raised): (Arc<CqDelay>, u32)) {
         if let Some(m) = &state.lock().channel {
             m.remember(cq as u64, raised);
         }
@@ -257,6 +301,25 @@ impl Delays {
             // SAFETY: per the contract.
             return unsafe { poll(cq, num, wc) };
         };
+        state.begin_session();
+        // SAFETY: as below.
+        let n = unsafe { self.poll_in_session(hooked, poll, &state, (cq, num, wc)) };
+        // SAFETY: taken just above.
+        unsafe { state.end_session() };
+        n
+    }
+
+    /// [`Delays::poll`] with the CQ's session taken.
+    ///
+    /// # Safety
+    /// As [`Delays::poll`].
+    unsafe fn poll_in_session(
+        &self,
+        hooked: &Hooked,
+        poll: PollFn,
+        state: &CqDelay,
+        (cq, num, wc): (*mut ibv_cq, c_int, *mut ibv_wc),
+    ) -> c_int {
         let mut s = state.lock();
         let num = usize::try_from(num).unwrap_or(0);
         let now = Instant::now();
@@ -297,7 +360,7 @@ impl Delays {
     }
 
     /// The held state of CQ `cq`, if it has one.
-    pub fn state(&self, cq: usize) -> Option<Arc<Mutex<HeldCq>>> {
+    pub fn state(&self, cq: usize) -> Option<Arc<CqDelay>> {
         self.cqs.lock().get(&cq).cloned()
     }
 }

@@ -9,13 +9,17 @@
 //! while a held completion is current and ask the provider's otherwise.
 //! A completion that is held is consumed from the provider at once: its
 //! polling session is ended right there, so the provider's own state
-//! never holds a completion softverbs is keeping.
+//! never holds a completion softverbs is keeping. The CQ's session lock
+//! (`CqDelay::begin_session`), taken by `ibv_start_poll` and given up by
+//! `ibv_end_poll`, makes one thread at a time the reader of the current
+//! completion, held or the provider's, as the provider's own CQ lock does.
 
 use crate::ffi::*;
 use crate::passthrough::Hooked;
-use crate::passthrough_delay::{Delays, HeldCq, Snapshot};
+use crate::passthrough_delay::{CqDelay, Delays, HeldCq, Snapshot};
 use std::os::raw::{c_int, c_uint};
 use std::ptr::{addr_of, addr_of_mut};
+use std::sync::Arc;
 use std::time::Instant;
 
 type Reader<T> = Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> T>;
@@ -51,6 +55,9 @@ pub struct Session {
     current: Option<Snapshot>,
     /// A session of the provider's is open (its `end_poll` is owed).
     provider_open: bool,
+    /// The application's session holds the CQ's session lock
+    /// (`CqDelay::begin_session`), given up at its `ibv_end_poll`.
+    holds_session: bool,
 }
 
 /// Takes over the polling of extended CQ `cq` of a context with delay
@@ -113,6 +120,7 @@ pub unsafe fn install(delays: &Delays, cq: *mut ibv_cq_ex) {
         members,
         current: None,
         provider_open: false,
+        holds_session: false,
     });
 }
 
@@ -130,8 +138,22 @@ pub unsafe fn start_poll(
     cq: *mut ibv_cq_ex,
     attr: *mut ibv_poll_cq_attr,
 ) -> c_int {
+    let Some(state) = delays.state(cq as usize) else {
+        return libc::EINVAL;
+    };
+    // As the provider's CQ lock: one session at a time, held ones too.
+    state.begin_session();
     // SAFETY: per the contract.
-    unsafe { poll(hooked, delays, cq, Step::Start(attr)) }
+    let ret = unsafe { poll(hooked, &state, cq, Step::Start(attr)) };
+    let taken = ret == 0 && {
+        let mut s = state.lock();
+        s.ex.as_mut().map(|e| e.holds_session = true).is_some()
+    };
+    if !taken {
+        // SAFETY: taken above; no session follows a failed start.
+        unsafe { state.end_session() };
+    }
+    ret
 }
 
 /// `ibv_next_poll`, as [`start_poll`]. ENOENT leaves the session for the
@@ -140,8 +162,11 @@ pub unsafe fn start_poll(
 /// # Safety
 /// As [`start_poll`], inside a session it opened.
 pub unsafe fn next_poll(hooked: &Hooked, delays: &Delays, cq: *mut ibv_cq_ex) -> c_int {
+    let Some(state) = delays.state(cq as usize) else {
+        return libc::EINVAL;
+    };
     // SAFETY: per the contract.
-    unsafe { poll(hooked, delays, cq, Step::Next) }
+    unsafe { poll(hooked, &state, cq, Step::Next) }
 }
 
 /// The vendor error of the held completion current on `cq`, if one is.
@@ -166,10 +191,7 @@ enum Judged {
 
 /// # Safety
 /// As [`start_poll`].
-unsafe fn poll(hooked: &Hooked, delays: &Delays, cq: *mut ibv_cq_ex, step: Step) -> c_int {
-    let Some(state) = delays.state(cq as usize) else {
-        return libc::EINVAL;
-    };
+unsafe fn poll(hooked: &Hooked, state: &CqDelay, cq: *mut ibv_cq_ex, step: Step) -> c_int {
     let now = Instant::now();
     let provider = {
         let mut s = state.lock();
@@ -326,34 +348,50 @@ fn set_current(s: &mut HeldCq, current: Option<Snapshot>) {
     }
 }
 
-/// Runs `f` on the session of `cq` (found through its context), if it
-/// has one.
-fn with_session<R>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Members, &mut Session) -> R) -> Option<R> {
+/// The delay state of extended CQ `cq` (found through its context).
+fn state_of(cq: *mut ibv_cq_ex) -> Option<Arc<CqDelay>> {
     // SAFETY: a live extended CQ the application passed (its context is
     // a plain field).
     let context = unsafe { addr_of!((*cq).context).read() };
-    let delays = crate::passthrough::hooked(context)?.delays.as_ref()?;
-    let state = delays.state(cq as usize)?;
+    crate::passthrough::hooked(context)?
+        .delays
+        .as_ref()?
+        .state(cq as usize)
+}
+
+/// Runs `f` on the session of `cq`, if it has one.
+fn with_session<R>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Members, &mut Session) -> R) -> Option<R> {
+    let state = state_of(cq)?;
     let mut s = state.lock();
     let session = s.ex.as_mut()?;
     let members = session.members;
     Some(f(&members, session))
 }
 
-/// `ibv_end_poll`: ends the provider's session, if one is open.
+/// `ibv_end_poll`: ends the provider's session, if one is open, then
+/// gives up the CQ's session lock.
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    let end = crate::guard::guard(None, || {
-        with_session(cq, |m, s| {
-            s.current = None;
-            std::mem::take(&mut s.provider_open)
-                .then_some(m.end)
-                .flatten()
-        })
-        .flatten()
+    let found = crate::guard::guard(None, || {
+        let state = state_of(cq)?;
+        let (end, held) = {
+            let mut s = state.lock();
+            let e = s.ex.as_mut()?;
+            e.current = None;
+            let end = std::mem::take(&mut e.provider_open).then_some(e.members.end);
+            (end.flatten(), std::mem::take(&mut e.holds_session))
+        };
+        Some((state, end, held))
     });
+    let Some((state, end, held)) = found else {
+        return;
+    };
     if let Some(f) = end {
         // SAFETY: the provider's own member, for the session it opened.
         unsafe { f(cq) };
+    }
+    if held {
+        // SAFETY: taken by this session's start_poll, given up once.
+        unsafe { state.end_session() };
     }
 }
 

@@ -511,11 +511,16 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
             }
             None => {
                 // A merged channel (passthrough_delay) gets the kernel's
-                // descriptor back for libibverbs to close, unless it stays.
+                // descriptor back for libibverbs to close, unless it stays
+                // (a CQ still uses it: EBUSY, descriptor untouched).
                 // SAFETY: as above.
                 let fd = unsafe { addr_of_mut!((*channel).fd) };
                 // SAFETY: as above.
-                let merged = crate::passthrough_delay::channel(unsafe { fd.read() });
+                let in_use = unsafe { addr_of!((*channel).refcnt).read() } != 0;
+                // SAFETY: as above.
+                let merged = (!in_use)
+                    .then(|| crate::passthrough_delay::channel(unsafe { fd.read() }))
+                    .flatten();
                 if let Some(m) = &merged {
                     // SAFETY: as above; the channel is being destroyed.
                     unsafe { fd.write(m.kernel_fd()) };

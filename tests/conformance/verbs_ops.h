@@ -662,6 +662,10 @@ static void op_barrier(const arg_t *a)
 	double until = ops_now() + 20;
 	while (!got && ops_now() < until)
 		got = ibv_poll_cq(qp->send_cq, 1, &wc);
+	if (got < 0 || (got == 1 && wc.wr_id != UINT64_MAX)) {
+		ops_err(got < 0 ? EIO : EPROTO); /* the precondition did not hold */
+		return;
+	}
 	if (got == 1 && wc.status != IBV_WC_SUCCESS) {
 		printf("ok unsent %u\n", wc.status);
 		return;

@@ -302,13 +302,13 @@ impl Service {
             kernel,
             ..
         } = &mut *inner;
-        let shadow_events = shadow_before(kernel, fd, buf)?;
+        let destroyed_shadow = shadow_before(kernel, buf);
         let mut reply = agent.command(now, fd, buf, &mut Ports(endpoints));
-        if let Ok(Reply::Respond { bytes, .. }) = &mut reply {
-            count_shadow_events(bytes, shadow_events);
-        }
         if reply.is_ok() {
-            shadow_after(agent, kernel, fd, buf);
+            let moved_shadow = shadow_after(agent, kernel, fd, buf);
+            if let Ok(Reply::Respond { bytes, .. }) = &mut reply {
+                count_shadow_events(bytes, destroyed_shadow + moved_shadow);
+            }
         }
         inner.flush();
         drop(inner);
@@ -434,21 +434,14 @@ impl Inner {
     }
 }
 
-/// Before softverbs' rdma_cm runs command `buf` of channel `fd`: a
-/// DESTROY_ID or MIGRATE_ID of a wildcard listener destroys or moves its
-/// shadow in the kernel's rdma_cm (`kernel.rs`). The events the shadow
-/// reported, which count in the command's answer.
-fn shadow_before(kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) -> Result<u32, i32> {
-    let Ok(c) = Command::parse(buf) else {
-        return Ok(0);
-    };
-    match (c.cmd, c.u32(16)) {
-        (cmd::DESTROY_ID, Ok(id)) => Ok(kernel.destroy_shadow(id)),
-        (cmd::MIGRATE_ID, Ok(id)) => match c.u32(20) {
-            Ok(from) => kernel.migrate_shadow(id, from as RawFd, fd),
-            Err(_) => Ok(0),
-        },
-        _ => Ok(0),
+/// Before softverbs' rdma_cm runs command `buf`: a DESTROY_ID of a
+/// wildcard listener destroys its shadow in the kernel's rdma_cm
+/// (`kernel.rs`; only an id softverbs' knows has one). The events the
+/// shadow reported, which count in the command's answer.
+fn shadow_before(kernel: &mut KernelCm, buf: &[u8]) -> u32 {
+    match Command::parse(buf).map(|c| (c.cmd, c.u32(16))) {
+        Ok((cmd::DESTROY_ID, Ok(id))) => kernel.destroy_shadow(id),
+        _ => 0,
     }
 }
 
@@ -465,16 +458,28 @@ fn count_shadow_events(answer: &mut [u8], shadow_events: u32) {
 }
 
 /// After softverbs' rdma_cm ran command `buf` of channel `fd`: a LISTEN
-/// on a wildcard also listens in the kernel's rdma_cm, where there is one.
-fn shadow_after(agent: &Agent, kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) {
+/// on a wildcard also listens in the kernel's rdma_cm, where there is
+/// one; a MIGRATE_ID of a wildcard listener moves its shadow too. The
+/// events a moved shadow reported, which count in the command's answer.
+fn shadow_after(agent: &Agent, kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) -> u32 {
     let Ok(c) = Command::parse(buf) else {
-        return;
+        return 0;
     };
+    if let (cmd::MIGRATE_ID, Ok(id), Ok(from)) = (c.cmd, c.u32(16), c.u32(20)) {
+        let moved = kernel.migrate_shadow(id, from as RawFd, fd);
+        if let (Err(e), true) = (moved, tracing()) {
+            let why = io::Error::from_raw_os_error(e);
+            softverbs_transport::say!(
+                "softverbs rdma_cm: channel {fd} id {id}: its kernel listener stays on channel {from} ({why})"
+            );
+        }
+        return moved.unwrap_or(0);
+    }
     let (cmd::LISTEN, Ok(id), Ok(backlog)) = (c.cmd, c.u32(8), c.u32(12)) else {
-        return;
+        return 0;
     };
     if !kernel::available() {
-        return;
+        return 0;
     }
     let shadowed = kernel.shadow_listener(agent, fd, id, backlog);
     if tracing() {
@@ -488,6 +493,7 @@ fn shadow_after(agent: &Agent, kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) {
         };
         softverbs_transport::say!("softverbs rdma_cm: channel {fd} id {id} {what}");
     }
+    0
 }
 
 /// `SOFTVERBS_CM_TRACE=1`: every command and its answer on standard

@@ -56,6 +56,9 @@ impl Transport {
     }
 }
 
+/// The path MTU `connect` gives the QPs (IBV_MTU_1024).
+pub const PATH_MTU: i64 = 1024;
+
 /// The MR a UC case's barriers write in (after the QPs' own two).
 const BARRIER_MR: i64 = 2;
 

@@ -100,10 +100,61 @@ pub const UC_KNOWN: &[Known] = &[
     },
 ];
 
+/// What a UC data case posted that the UC differences need as their
+/// cause: without it, the answers they explain are a divergence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UcCauses {
+    /// A SEND longer than a receive WR posted to its peer.
+    pub too_long_send: bool,
+    /// A WRITE_WITH_IMM of more than one packet (its LAST may find no WR).
+    pub long_write_with_imm: bool,
+}
+
+impl UcCauses {
+    /// The causes among the post steps of a case (`post_send QP WR_ID
+    /// OPCODE LOCAL_MR OFFSET LENGTH ...`, `post_recv QP WR_ID N (MR
+    /// OFFSET LENGTH KEY)...`), with path MTU `mtu`.
+    pub fn of(steps: &[Step], mtu: i64) -> UcCauses {
+        let recv_lens = |qp: i64| {
+            steps
+                .iter()
+                .filter(move |s| s.verb == "post_recv" && s.args[0] == qp)
+                .map(|s| {
+                    s.args[3..]
+                        .chunks(4)
+                        .map(|sge| sge.get(2).copied().unwrap_or(0))
+                        .sum::<i64>()
+                })
+        };
+        let sends = steps.iter().filter(|s| s.verb == "post_send");
+        let mut causes = UcCauses::default();
+        for s in sends {
+            let (qp, opcode, len) = (s.args[0], s.args[2], s.args[5]);
+            if matches!(opcode, 2 | 3) && recv_lens(1 - qp).any(|r| r < len) {
+                causes.too_long_send = true;
+            }
+            if opcode == 1 && len > mtu {
+                causes.long_write_with_imm = true;
+            }
+        }
+        causes
+    }
+}
+
 /// The UC known difference that explains answers `a` and `b` to `step`
-/// of a UC data case, if any.
-pub fn explain_uc(step: &Step, a: &[String], b: &[String]) -> Option<&'static Known> {
-    UC_KNOWN.iter().find(|k| (k.applies)(step, a, b))
+/// of a UC data case whose posts hold `causes`, if any.
+pub fn explain_uc(
+    step: &Step,
+    a: &[String],
+    b: &[String],
+    causes: UcCauses,
+) -> Option<&'static Known> {
+    let caused = [causes.too_long_send, causes.long_write_with_imm];
+    UC_KNOWN
+        .iter()
+        .zip(caused)
+        .find(|(k, caused)| *caused && (k.applies)(step, a, b))
+        .map(|(k, _)| k)
 }
 
 /// The known difference that explains answers `a` (softverbs) and `b` to
@@ -431,15 +482,22 @@ mod tests {
             effect: Effect::None,
         };
         let ok = lines("ok");
+        let both = UcCauses {
+            too_long_send: true,
+            long_write_with_imm: true,
+        };
+        let none = UcCauses::default();
         for rxe in ["ok unsent 5", "ok peer in error", "err 110"] {
-            assert!(explain_uc(&barrier, &ok, &lines(rxe)).is_some_and(|k| k.stops));
-            assert!(explain_uc(&barrier, &lines(rxe), &ok).is_none());
+            let rxe = lines(rxe);
+            assert!(explain_uc(&barrier, &ok, &rxe, both).is_some_and(|k| k.stops));
+            assert!(explain_uc(&barrier, &rxe, &ok, both).is_none());
             assert!(
-                explain(&barrier, &ok, &lines(rxe)).is_none(),
-                "UC cases only"
+                explain_uc(&barrier, &ok, &rxe, none).is_none(),
+                "no cause posted"
             );
+            assert!(explain(&barrier, &ok, &rxe).is_none(), "UC cases only");
         }
-        assert!(explain_uc(&barrier, &ok, &lines("ok unsent 12")).is_none());
+        assert!(explain_uc(&barrier, &ok, &lines("ok unsent 12"), both).is_none());
     }
 
     #[test]
@@ -447,13 +505,36 @@ mod tests {
         let wait = drain("wait_cq");
         let here = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 0 1 0 0 0 0 0"]);
         let rxe = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 5 0 0 0 0 0 0"]);
-        assert!(explain_uc(&wait, &here, &rxe).is_some_and(|k| k.stops));
-        assert!(explain_uc(&wait, &rxe, &here).is_none());
+        let causes = UcCauses {
+            too_long_send: true,
+            long_write_with_imm: false,
+        };
+        assert!(explain_uc(&wait, &here, &rxe, causes).is_some_and(|k| k.stops));
+        assert!(explain_uc(&wait, &rxe, &here, causes).is_none());
         let other = answer(&["ok 2", "wc 2 0 0 0 0 0 0 0", "wc 3 12 0 0 0 0 0 0"]);
-        assert!(explain_uc(&wait, &here, &other).is_none());
+        assert!(explain_uc(&wait, &here, &other, causes).is_none());
         // Beside a SEND whose send completion's byte_len rxe sets.
         let rxe = answer(&["ok 2", "wc 2 0 0 578 0 0 0 0", "wc 3 5 0 0 0 0 0 0"]);
-        assert!(explain_uc(&wait, &here, &rxe).is_some());
+        assert!(explain_uc(&wait, &here, &rxe, causes).is_some());
+    }
+
+    #[test]
+    fn the_uc_causes_are_read_from_the_posts() {
+        let post = |verb: &'static str, args: Vec<i64>| Step {
+            verb,
+            args,
+            judge: Judge::Exact,
+            effect: Effect::None,
+        };
+        // QP 1's receive WR of 10 bytes in two SGEs; QP 0 SENDs 11 to it.
+        let recv = post("post_recv", vec![1, 1, 2, 1, 0, 4, -1, 1, 8, 6, -1]);
+        let send = |opcode, len| post("post_send", vec![0, 2, opcode, 0, 0, len, 1, 0, -1, 0, 1]);
+        let of = |steps: &[Step]| UcCauses::of(steps, 1024);
+        assert!(of(&[recv.clone(), send(2, 11)]).too_long_send);
+        assert!(!of(&[recv.clone(), send(2, 10)]).too_long_send);
+        assert!(!of(&[recv.clone(), send(0, 11)]).too_long_send, "a WRITE");
+        assert!(of(&[send(1, 1025)]).long_write_with_imm);
+        assert!(!of(&[send(1, 1024)]).long_write_with_imm);
     }
 
     #[test]

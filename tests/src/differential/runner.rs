@@ -242,8 +242,9 @@ struct Session<'a> {
     objects: Objects,
     steps: Vec<Step>,
     known: BTreeSet<&'static str>,
-    /// UC data case: its own known differences apply too.
-    uc: bool,
+    /// UC data case: its own known differences apply too, given their
+    /// causes among its posts.
+    uc: Option<known::UcCauses>,
 }
 
 /// Runs `ops` (after the setup) on fresh backends.
@@ -279,7 +280,7 @@ impl<'a> Session<'a> {
             objects: Objects::default(),
             steps: Vec::new(),
             known: BTreeSet::new(),
-            uc: false,
+            uc: None,
         };
         Ok((s, limits))
     }
@@ -312,7 +313,12 @@ impl Session<'_> {
     /// completes exactly once, so the first device is waited for until
     /// all have.
     fn run_data(&mut self, transport: Transport, ops: &[DataOp]) -> Result<(), Stop> {
-        self.uc = transport == Transport::Uc;
+        if transport == Transport::Uc {
+            let posts: Vec<Step> = (ops.iter().enumerate())
+                .map(|(i, op)| data_step(op, i as i64 + 1, transport))
+                .collect();
+            self.uc = Some(known::UcCauses::of(&posts, datapath::PATH_MTU));
+        }
         for step in datapath::setup(transport) {
             self.run(step, true)?;
         }
@@ -410,7 +416,7 @@ impl Session<'_> {
         );
         let mut verdict = judge(&step, labels, &a, &b);
         if verdict.is_err() {
-            let uc = || self.uc.then(|| known::explain_uc(&step, &a, &b)).flatten();
+            let uc = || self.uc.and_then(|c| known::explain_uc(&step, &a, &b, c));
             if let Some(k) = explain(&step, &a, &b).or_else(uc) {
                 self.known.insert(k.name);
                 if k.stops {
