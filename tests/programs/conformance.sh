@@ -79,7 +79,8 @@ fi
 
 # UC data cases run too: a send refused on one side is reported at its
 # post (shrunk, often the barrier's own WRITE). (A UC QP that enters ERR
-# on the compared side only is taken for the known difference of rxe's,
+# on the compared side only, in a case with a SEND longer than a receive
+# WR of its peer, is taken for the known difference of rxe's,
 # docs/conformance.md.)
 timeout 300 "$CLI" conformance --against softverbs0 --cases 0 --data-cases 0 --uc-cases 20 --shrink 10 \
   --repro-dir "$log/uc" --against-env "SOFTVERBS_FAULTS=post_send nth=1 errno=ENOMEM" > "$log/out" 2>&1
