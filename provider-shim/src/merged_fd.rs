@@ -21,10 +21,13 @@
 //! back before the destroy ([`MergedFd::forget`]), and the ones still
 //! waiting are dropped, as the kernel drops a destroyed object's.
 
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
+use softverbs_transport::deadline_timer::DeadlineTimer;
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::raw::c_int;
 use std::time::Instant;
 
@@ -72,83 +75,55 @@ pub struct MergedFd {
     /// channel; set non-blocking here).
     kernel: RawFd,
     /// What the application gets.
-    epoll: OwnedFd,
+    epoll: Epoll,
     /// Readable while `raised.waiting` is not empty.
-    raised_ready: OwnedFd,
+    raised_ready: EventFd,
     /// For a completion channel: readable once the time it was set for
-    /// has come.
-    timer: Option<OwnedFd>,
-    /// What the timer is set for.
-    timer_at: Mutex<Option<Instant>>,
+    /// has come; and what it is set for.
+    timer: Option<Mutex<(DeadlineTimer, Option<Instant>)>>,
     raised: Mutex<Raised>,
-}
-
-/// Makes a libc call's -1 an error.
-fn check(ret: c_int) -> io::Result<c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-/// A new descriptor, owned.
-fn owned(fd: io::Result<c_int>) -> io::Result<OwnedFd> {
-    // SAFETY: a descriptor a libc call just created, owned by nobody else.
-    fd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl MergedFd {
     /// Merges raised events into the kernel's descriptor `kernel`.
     pub fn new(kind: Kind, kernel: RawFd) -> io::Result<MergedFd> {
-        // SAFETY: plain calls that create descriptors.
-        let epoll = owned(check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }))?;
-        let flags = libc::EFD_CLOEXEC | libc::EFD_NONBLOCK;
-        // SAFETY: as above.
-        let raised_ready = owned(check(unsafe { libc::eventfd(0, flags) }))?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let raised_ready =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
         let timer = match kind {
             Kind::Async => None,
-            Kind::Completion => {
-                let flags = libc::TFD_CLOEXEC | libc::TFD_NONBLOCK;
-                // SAFETY: as above.
-                Some(owned(check(unsafe {
-                    libc::timerfd_create(libc::CLOCK_MONOTONIC, flags)
-                }))?)
-            }
+            Kind::Completion => Some(DeadlineTimer::new()?),
         };
-        let watched = [
-            Some(kernel),
-            Some(raised_ready.as_raw_fd()),
-            timer.as_ref().map(AsRawFd::as_raw_fd),
-        ];
-        for fd in watched.into_iter().flatten() {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: 0,
-            };
-            // SAFETY: the descriptors are open; `ev` is read during the call.
-            check(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        let readable = || EpollEvent::new(EpollFlags::EPOLLIN, 0);
+        // SAFETY: the caller's open descriptor, borrowed for these calls.
+        let kernel_fd = unsafe { BorrowedFd::borrow_raw(kernel) };
+        epoll.add(kernel_fd, readable())?;
+        epoll.add(raised_ready.as_fd(), readable())?;
+        if let Some(t) = &timer {
+            // SAFETY: the timer's own descriptor, open while it lives.
+            epoll.add(unsafe { BorrowedFd::borrow_raw(t.raw_fd()) }, readable())?;
         }
         // Only softverbs reads it from now on; it waits on the epoll one.
         // SAFETY: F_GETFL/F_SETFL on an open descriptor.
         unsafe {
-            let fl = check(libc::fcntl(kernel, libc::F_GETFL))?;
-            check(libc::fcntl(kernel, libc::F_SETFL, fl | libc::O_NONBLOCK))?;
+            let fl = libc::fcntl(kernel, libc::F_GETFL);
+            if fl < 0 || libc::fcntl(kernel, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
         Ok(MergedFd {
             kind,
             kernel,
             epoll,
             raised_ready,
-            timer,
-            timer_at: Mutex::new(None),
+            timer: timer.map(|t| Mutex::new((t, None))),
             raised: Mutex::new(Raised::default()),
         })
     }
 
     /// The descriptor the application watches.
     pub fn fd(&self) -> RawFd {
-        self.epoll.as_raw_fd()
+        self.epoll.0.as_raw_fd()
     }
 
     /// The kernel's descriptor (given back when the application is done).
@@ -200,47 +175,26 @@ impl MergedFd {
         }
     }
 
-    /// Sets the timer for `at` (None: unset); a time already past makes
-    /// the descriptor readable at once. Until set again, an expired
-    /// timer keeps it readable.
+    /// Sets the timer for `at` (None: unset, and an expiry not taken is
+    /// dropped); a time already past makes the descriptor readable at
+    /// once. Until set again, an expired timer keeps it readable.
     pub fn set_timer(&self, at: Option<Instant>) {
-        let mut timer_at = self.timer_at.lock();
-        *timer_at = at;
-        self.arm_timer(at);
+        if let Some(timer) = &self.timer {
+            let mut t = timer.lock();
+            t.1 = at;
+            arm(&t.0, at);
+        }
     }
 
     /// Sets the timer for `at` unless it is set for earlier.
     pub fn set_timer_by(&self, at: Instant) {
-        let mut timer_at = self.timer_at.lock();
-        if timer_at.is_none_or(|t| at < t) {
-            *timer_at = Some(at);
-            self.arm_timer(Some(at));
+        if let Some(timer) = &self.timer {
+            let mut t = timer.lock();
+            if t.1.is_none_or(|set| at < set) {
+                t.1 = Some(at);
+                arm(&t.0, Some(at));
+            }
         }
-    }
-
-    /// Called with `timer_at` locked.
-    fn arm_timer(&self, at: Option<Instant>) {
-        let Some(timer) = &self.timer else {
-            return;
-        };
-        let mut spec: libc::itimerspec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-        };
-        if let Some(at) = at {
-            // A relative time; at least 1 ns, as 0 would unset it.
-            let left = at.saturating_duration_since(Instant::now());
-            spec.it_value.tv_sec = left.as_secs() as libc::time_t;
-            spec.it_value.tv_nsec = libc::c_long::from(left.subsec_nanos()).max(1);
-        }
-        // SAFETY: a timerfd of ours and a valid spec; no old value asked.
-        unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 
     fn take_raised(&self) -> Option<Record> {
@@ -253,37 +207,29 @@ impl MergedFd {
         Some(record)
     }
 
-    /// Makes the eventfd readable or not; called with `raised` locked.
+    /// Makes the eventfd readable or not; called with `raised` locked. It
+    /// is non-blocking: reading an unset one fails with EAGAIN, which
+    /// leaves it unset, as wanted; a write cannot overflow (one per event).
     fn set_ready(&self, ready: bool) {
-        let fd = self.raised_ready.as_raw_fd();
-        let mut count = 1u64;
-        // SAFETY: an 8-byte buffer, as an eventfd reads and writes. A
-        // non-blocking eventfd: the read of an unset one fails with EAGAIN,
-        // which leaves it unset, as wanted; a write cannot overflow (at
-        // most one per raised event).
-        unsafe {
-            let buf = std::ptr::addr_of_mut!(count).cast();
-            if ready {
-                libc::write(fd, buf, 8);
-            } else {
-                libc::read(fd, buf, 8);
-            }
-        }
+        let _ = if ready {
+            self.raised_ready.write(1).map(drop)
+        } else {
+            self.raised_ready.read().map(drop)
+        };
     }
 
     /// One record from the kernel's descriptor, without waiting.
     fn read_kernel(&self) -> Result<Record, c_int> {
         let len = self.kind.record_len();
         let mut desc = [0u8; 16];
-        // SAFETY: a buffer of at least `len` bytes.
-        let n = unsafe { libc::read(self.kernel, desc.as_mut_ptr().cast(), len) };
-        if n < 0 {
-            return Err(io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO));
-        }
-        if n as usize != len {
-            return Err(libc::EIO); // the kernel writes whole records
+        // SAFETY: the kernel's descriptor, open while the context or
+        // channel is (libibverbs closes it only after softverbs gave it
+        // back).
+        let kernel = unsafe { BorrowedFd::borrow_raw(self.kernel) };
+        match nix::unistd::read(kernel, &mut desc[..len]) {
+            Ok(n) if n == len => {}
+            Ok(_) => return Err(libc::EIO), // the kernel writes whole records
+            Err(e) => return Err(e as c_int),
         }
         let event_type = match self.kind {
             Kind::Async => u32::from_ne_bytes([desc[8], desc[9], desc[10], desc[11]]),
@@ -299,7 +245,7 @@ impl MergedFd {
 
     fn nonblocking(&self) -> bool {
         // SAFETY: F_GETFL on a descriptor we own.
-        let fl = unsafe { libc::fcntl(self.epoll.as_raw_fd(), libc::F_GETFL) };
+        let fl = unsafe { libc::fcntl(self.fd(), libc::F_GETFL) };
         fl >= 0 && fl & libc::O_NONBLOCK != 0
     }
 
@@ -307,15 +253,23 @@ impl MergedFd {
     /// it look again: a read of the kernel's descriptor is restarted after
     /// a stop and continue, where epoll_wait is not.
     fn wait(&self) {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: room for one event.
-        unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut ev, 1, -1) };
+        let mut events = [EpollEvent::empty()];
+        let _ = self.epoll.wait(&mut events, EpollTimeout::NONE);
     }
+}
+
+/// Arms `timer` for `at` (None: disarms it).
+fn arm(timer: &DeadlineTimer, at: Option<Instant>) {
+    let _ = match at {
+        Some(at) => timer.arm(at.saturating_duration_since(Instant::now())),
+        None => timer.disarm(),
+    };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::{FromRawFd, OwnedFd};
 
     /// A merged descriptor over a socketpair standing in for the kernel's
     /// (one record per read, as the kernel's): the merged one, and the

@@ -411,6 +411,28 @@ mod tests {
 
     const CQ: usize = 0x1000;
 
+    /// A completion channel of `d`'s context, merged, over a socketpair
+    /// standing in for the kernel's descriptor: the channel, its merged
+    /// descriptor, and the pair's ends (kept open while they are used).
+    fn merged_channel(d: &Delays) -> (ibv_comp_channel, Arc<MergedFd>, [OwnedFd; 2]) {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two new descriptors, owned just below.
+        assert_eq!(0, unsafe {
+            libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr())
+        });
+        // SAFETY: as above.
+        let ends = unsafe { [OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])] };
+        let mut channel = ibv_comp_channel {
+            context: std::ptr::null_mut(),
+            fd: ends[0].as_raw_fd(),
+            refcnt: 0,
+        };
+        // SAFETY: the test's channel, not shared.
+        unsafe { d.merge_channel(&mut channel).unwrap() };
+        let merged = super::channel(channel.fd).unwrap();
+        (channel, merged, ends)
+    }
+
     fn poll(h: &Hooked) -> Vec<u64> {
         let mut wc = [ibv_wc::ZEROED; 8];
         let d = h.delays.as_ref().unwrap();
@@ -456,23 +478,7 @@ mod tests {
     fn an_armed_cq_gets_an_event_when_its_held_completion_is_due() {
         let h = test_hooked("completion delay=20ms");
         let d = h.delays.as_ref().unwrap();
-        let mut fds = [0; 2];
-        // SAFETY: socketpair writes two new descriptors, owned just below.
-        assert_eq!(0, unsafe {
-            libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr())
-        });
-        // SAFETY: as above.
-        let (kernel, _writer) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let mut channel = ibv_comp_channel {
-            context: std::ptr::null_mut(),
-            fd: kernel.as_raw_fd(),
-            refcnt: 0,
-        };
-        // SAFETY: a channel of the test's, with a descriptor standing in
-        // for the kernel's.
-        unsafe { d.merge_channel(&mut channel).unwrap() };
-        let merged = super::channel(channel.fd).unwrap();
+        let (mut channel, merged, _kernel_ends) = merged_channel(d);
         // SAFETY: the live channel above.
         unsafe { d.add_cq(CQ, &mut channel) };
         provider_has(&[1]);
@@ -484,5 +490,36 @@ mod tests {
         d.event_handed_out(CQ);
         assert_eq!(poll(&h), [1]);
         forget_channel(channel.fd);
+    }
+
+    #[test]
+    fn a_destroy_takes_back_the_acks_of_raised_events_and_a_failed_one_gives_them_back() {
+        let h = test_hooked("completion delay=20ms");
+        let d = h.delays.as_ref().unwrap();
+        let (mut channel, merged, _kernel_ends) = merged_channel(d);
+        // A CQ as libibverbs makes it: a zeroed (initialised) mutex, no
+        // completion events acked yet.
+        let cq_ptr: *mut ibv_cq = Box::into_raw(Box::new(ibv_cq::ZEROED));
+        // SAFETY: the test's CQ, freed at the end.
+        let acked = || unsafe { std::ptr::addr_of!((*cq_ptr).comp_events_completed).read() };
+        // SAFETY: the live channel above.
+        unsafe { d.add_cq(cq_ptr as usize, &mut channel) };
+        merged.raise(Record {
+            element: cq_ptr as u64,
+            event_type: 0,
+        });
+        assert_eq!(merged.next(|| {}).unwrap().element, cq_ptr as u64);
+        // SAFETY: the test's CQ, alive for the calls.
+        let kept = unsafe { d.remove_cq(cq_ptr) }.unwrap();
+        assert_eq!(acked(), u32::MAX, "one ack taken back");
+        // SAFETY: as above.
+        unsafe { d.keep_cq(cq_ptr, kept) };
+        assert_eq!(acked(), 0, "given back");
+        // SAFETY: as above.
+        unsafe { d.remove_cq(cq_ptr) };
+        assert_eq!(acked(), u32::MAX, "and taken back again");
+        forget_channel(channel.fd);
+        // SAFETY: made by Box::into_raw above, no longer used.
+        drop(unsafe { Box::from_raw(cq_ptr) });
     }
 }

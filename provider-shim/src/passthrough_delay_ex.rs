@@ -73,13 +73,15 @@ pub unsafe fn install(delays: &Delays, cq: *mut ibv_cq_ex) {
     let Some(state) = delays.state(cq as usize) else {
         return;
     };
+    // Each member named `$m` is replaced by softverbs' function of the
+    // same name, where the provider has one; the provider's is kept.
     macro_rules! take {
-        ($field:ident, $ours:expr) => {{
+        ($m:ident) => {{
             // SAFETY: per the contract, the CQ is not yet shared.
-            let own = unsafe { addr_of!((*cq).$field).read() };
+            let own = unsafe { addr_of!((*cq).$m).read() };
             if own.is_some() {
                 // SAFETY: as above; ours has the member's C type.
-                unsafe { addr_of_mut!((*cq).$field).write(Some($ours)) };
+                unsafe { addr_of_mut!((*cq).$m).write(Some($m)) };
             }
             own
         }};
@@ -96,25 +98,22 @@ pub unsafe fn install(delays: &Delays, cq: *mut ibv_cq_ex) {
     let members = Members {
         start,
         next,
-        end: take!(end_poll, end_poll),
-        read_opcode: take!(read_opcode, read_opcode),
+        end: take!(end_poll),
+        read_opcode: take!(read_opcode),
         read_vendor_err: vendor_err,
-        read_byte_len: take!(read_byte_len, read_byte_len),
-        read_imm_data: take!(read_imm_data, read_imm_data),
-        read_qp_num: take!(read_qp_num, read_qp_num),
-        read_src_qp: take!(read_src_qp, read_src_qp),
-        read_wc_flags: take!(read_wc_flags, read_wc_flags),
-        read_slid: take!(read_slid, read_slid),
-        read_sl: take!(read_sl, read_sl),
-        read_dlid_path_bits: take!(read_dlid_path_bits, read_dlid_path_bits),
-        read_completion_ts: take!(read_completion_ts, read_completion_ts),
-        read_cvlan: take!(read_cvlan, read_cvlan),
-        read_flow_tag: take!(read_flow_tag, read_flow_tag),
-        read_tm_info: take!(read_tm_info, read_tm_info),
-        read_completion_wallclock_ns: take!(
-            read_completion_wallclock_ns,
-            read_completion_wallclock_ns
-        ),
+        read_byte_len: take!(read_byte_len),
+        read_imm_data: take!(read_imm_data),
+        read_qp_num: take!(read_qp_num),
+        read_src_qp: take!(read_src_qp),
+        read_wc_flags: take!(read_wc_flags),
+        read_slid: take!(read_slid),
+        read_sl: take!(read_sl),
+        read_dlid_path_bits: take!(read_dlid_path_bits),
+        read_completion_ts: take!(read_completion_ts),
+        read_cvlan: take!(read_cvlan),
+        read_flow_tag: take!(read_flow_tag),
+        read_tm_info: take!(read_tm_info),
+        read_completion_wallclock_ns: take!(read_completion_wallclock_ns),
     };
     state.lock().ex = Some(Session {
         members,

@@ -74,14 +74,6 @@ fn next(context: *mut ibv_context) -> Next {
     Next(crate::passthrough::hooked(context))
 }
 
-/// A hooked pass-through context with delay rules, and its delay state.
-fn hooked_with_delays(
-    context: *mut ibv_context,
-) -> Option<(&'static Hooked, &'static crate::passthrough_delay::Delays)> {
-    let h = crate::passthrough::hooked(context)?;
-    Some((h, h.delays.as_ref()?))
-}
-
 /// The delay state of a hooked pass-through context with delay rules.
 fn delays_of(context: *mut ibv_context) -> Option<&'static crate::passthrough_delay::Delays> {
     crate::passthrough::hooked(context).and_then(|h| h.delays.as_ref())
@@ -615,54 +607,59 @@ fn completion(cq: usize, w: &ibv_wc) -> Completion {
     }
 }
 
-/// `ibv_start_poll` of a traced extended CQ: on a pass-through device
-/// the completion rules apply to the completion it makes current, which
-/// is then recorded.
+/// `ibv_start_poll` of a traced extended CQ.
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    // SAFETY: one of our extended CQs (its context is a plain field).
-    let context = unsafe { addr_of!((*cq).context).read() };
-    if let Some((h, d)) = hooked_with_delays(context) {
-        // SAFETY: the arguments libibverbs passed; the CQ went through
-        // `passthrough_delay_ex::install` when it was made.
-        let ret = guard(libc::EIO, || unsafe {
-            crate::passthrough_delay_ex::start_poll(h, d, cq, attr)
-        });
-        // SAFETY: on success a completion is current, inside the section.
-        unsafe { current_completion(cq, ret) };
-        return ret;
-    }
-    let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.0);
-    // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
-    let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq, attr) });
-    // SAFETY: on success a completion is current, inside the section.
-    unsafe {
-        rewrite_current(cq, ret);
-        current_completion(cq, ret);
-    }
-    ret
+    // SAFETY: libibverbs' arguments.
+    unsafe { traced_poll(cq, Some(attr)) }
 }
 
 /// `ibv_next_poll` of a traced extended CQ.
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: as in start_poll.
+    // SAFETY: libibverbs' argument.
+    unsafe { traced_poll(cq, None) }
+}
+
+/// `ibv_start_poll` (with its `attr`) or `ibv_next_poll` of a traced
+/// extended CQ. On a pass-through device with delay rules the completion
+/// is `passthrough_delay_ex`'s; on another the provider's, with the
+/// completion rules applied to it (soft devices apply theirs in the
+/// engine). The current completion is then recorded.
+///
+/// # Safety
+/// `cq` is one of our extended CQs; `attr` libibverbs' for a start.
+unsafe fn traced_poll(cq: *mut ibv_cq_ex, attr: Option<*mut ibv_poll_cq_attr>) -> c_int {
+    // SAFETY: per the contract (the context is a plain field).
     let context = unsafe { addr_of!((*cq).context).read() };
-    if let Some((h, d)) = hooked_with_delays(context) {
-        // SAFETY: as in start_poll.
-        let ret = guard(libc::EIO, || unsafe {
-            crate::passthrough_delay_ex::next_poll(h, d, cq)
-        });
-        // SAFETY: as in start_poll.
-        unsafe { current_completion(cq, ret) };
-        return ret;
-    }
-    let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.1);
-    // SAFETY: as in start_poll.
-    let ret = own.map_or(libc::EINVAL, |f| unsafe { f(cq) });
-    // SAFETY: as in start_poll.
-    unsafe {
-        rewrite_current(cq, ret);
-        current_completion(cq, ret);
-    }
+    let hooked = crate::passthrough::hooked(context);
+    let ret = match (hooked, hooked.and_then(|h| h.delays.as_ref())) {
+        // SAFETY: the CQ went through `passthrough_delay_ex::install`
+        // when it was made; libibverbs' arguments.
+        (Some(h), Some(d)) => guard(libc::EIO, || unsafe {
+            match attr {
+                Some(attr) => crate::passthrough_delay_ex::start_poll(h, d, cq, attr),
+                None => crate::passthrough_delay_ex::next_poll(h, d, cq),
+            }
+        }),
+        _ => {
+            let own = POLLERS.lock().get(&(cq as usize)).copied();
+            // SAFETY: the provider's own members for this CQ, as
+            // libibverbs calls them.
+            let ret = match (own, attr) {
+                (Some((Some(start), _, _)), Some(attr)) => unsafe { start(cq, attr) },
+                (Some((_, Some(next), _)), None) => unsafe { next(cq) },
+                _ => libc::EINVAL,
+            };
+            if let (Some(h), 0) = (hooked, ret) {
+                // SAFETY: a completion is current, inside the section.
+                guard((), || unsafe {
+                    h.rewrite_current(cq);
+                });
+            }
+            ret
+        }
+    };
+    // SAFETY: on success a completion is current, inside the section.
+    unsafe { current_completion(cq, ret) };
     ret
 }
 
@@ -681,26 +678,6 @@ unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
     let own = POLLERS.lock().get(&(cq as usize)).and_then(|p| p.2);
     // SAFETY: the provider's own member for this CQ, as libibverbs calls it.
     own.map_or(0, |f| unsafe { f(cq) })
-}
-
-/// Applies a pass-through device's completion rules to the current
-/// completion of `cq` (soft devices apply theirs in the engine).
-///
-/// # Safety
-/// As for [`current_completion`].
-unsafe fn rewrite_current(cq: *mut ibv_cq_ex, ret: c_int) {
-    if ret != 0 {
-        return;
-    }
-    // SAFETY: per the contract (the context is a plain field).
-    let context = unsafe { addr_of!((*cq).context).read() };
-    if let Some(h) = crate::passthrough::hooked(context) {
-        // SAFETY: per the contract.
-        // Without delay rules (they take the other path) no delay comes.
-        guard((), || unsafe {
-            h.rewrite_current(cq);
-        });
-    }
 }
 
 /// Records the current completion of `cq` through its own readers.

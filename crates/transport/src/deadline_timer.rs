@@ -8,6 +8,9 @@
 //! application for it. A timerfd in the thread's poller wakes it only
 //! when the deadline comes, and by then the application has usually
 //! handled the timer itself or cancelled it (the ACK came).
+//!
+//! The provider's merged completion channels (a pass-through device's
+//! held completions, `merged_fd` in the provider) use the same timer.
 
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -16,12 +19,13 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
 /// A one-shot timer on the monotonic clock, readable when it expires.
-pub(crate) struct DeadlineTimer {
+#[derive(Debug)]
+pub struct DeadlineTimer {
     fd: TimerFd,
 }
 
 impl DeadlineTimer {
-    pub(crate) fn new() -> io::Result<DeadlineTimer> {
+    pub fn new() -> io::Result<DeadlineTimer> {
         let fd = TimerFd::new(
             ClockId::CLOCK_MONOTONIC,
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
@@ -30,7 +34,7 @@ impl DeadlineTimer {
     }
 
     /// Expires `after` from now (a timer already armed is replaced).
-    pub(crate) fn arm(&self, after: Duration) -> io::Result<()> {
+    pub fn arm(&self, after: Duration) -> io::Result<()> {
         // A zero expiry would disarm the timer instead: a deadline already
         // past expires at once.
         let after = after.max(Duration::from_nanos(1));
@@ -41,13 +45,20 @@ impl DeadlineTimer {
         Ok(())
     }
 
+    /// Stops it: it does not expire, and an expiry not taken is dropped
+    /// (it is no longer readable).
+    pub fn disarm(&self) -> io::Result<()> {
+        self.fd.unset()?;
+        Ok(())
+    }
+
     /// Takes an expiry, so that the next one is reported anew.
-    pub(crate) fn clear(&self) {
+    pub fn clear(&self) {
         let mut ticks = [0u8; 8];
         let _ = nix::unistd::read(self.fd.as_fd(), &mut ticks);
     }
 
-    pub(crate) fn raw_fd(&self) -> RawFd {
+    pub fn raw_fd(&self) -> RawFd {
         self.fd.as_fd().as_raw_fd()
     }
 }

@@ -19,7 +19,7 @@
 pub mod capture;
 pub mod clock;
 pub mod daemon;
-mod deadline_timer;
+pub mod deadline_timer;
 pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
