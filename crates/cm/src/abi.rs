@@ -59,8 +59,6 @@ pub const EVENT_LEN: usize = 336;
 /// A GET_EVENT response buffer shorter than this is refused (ENOSPC):
 /// the struct without its trailing reserved word and ECE.
 pub const EVENT_MIN_LEN: usize = 324;
-/// Bytes of a QUERY_ROUTE response.
-pub const ROUTE_LEN: usize = 208;
 /// Bytes of an INIT_QP_ATTR response (`struct ib_uverbs_qp_attr`).
 pub const QP_ATTR_LEN: usize = 144;
 /// Private data bytes a `conn_param` carries at most.
@@ -68,6 +66,10 @@ pub const PRIVATE_DATA_MAX: usize = 256;
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
+/// InfiniBand's own address family (`struct sockaddr_ib`, 48 bytes).
+pub const AF_IB: u16 = 27;
+/// Bytes of a `sockaddr_ib`.
+pub const SOCKADDR_IB_LEN: usize = 48;
 
 /// A command as written: its number, the caller's response buffer size,
 /// and its body (the whole buffer, so offsets are those of the docs).
@@ -175,6 +177,29 @@ pub fn put_sockaddr(out: &mut [u8], addr: SocketAddr) {
             out[2..4].copy_from_slice(&addr.port().to_be_bytes());
             out[8..24].copy_from_slice(&v6.octets());
         }
+    }
+}
+
+/// A `sockaddr_ib`: family, P_Key, GID, service ID and its mask (the
+/// big-endian fields big-endian), flow info and scope 0.
+pub fn sockaddr_ib(pkey: u16, gid: [u8; 16], sid: u64, sid_mask: u64) -> [u8; SOCKADDR_IB_LEN] {
+    let mut b = [0u8; SOCKADDR_IB_LEN];
+    b[0..2].copy_from_slice(&AF_IB.to_ne_bytes());
+    b[2..4].copy_from_slice(&pkey.to_be_bytes());
+    b[8..24].copy_from_slice(&gid);
+    b[24..32].copy_from_slice(&sid.to_be_bytes());
+    b[32..40].copy_from_slice(&sid_mask.to_be_bytes());
+    b
+}
+
+/// The size the kernel's `rdma_addr_size` gives a sockaddr of `family`:
+/// 0 for a family it does not know.
+pub fn family_len(family: u16) -> usize {
+    match family {
+        AF_INET => 16,
+        AF_INET6 => 28,
+        AF_IB => SOCKADDR_IB_LEN,
+        _ => 0,
     }
 }
 

@@ -5,6 +5,7 @@ use crate::abi::{
     self, cmd, event, qp_mask, Command, ConnParam, Event, EventConn, EventUd, QpAttr, EINVAL,
 };
 use crate::id::{CmId, Conn, Reservation, Retransmit, State};
+use crate::query;
 use softverbs_wire::cm::{
     rej_reason, sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu,
     CmSidrRep, CmSidrReq, CmaHdr, IpServiceId, MessageKind, TransportType, CMA_HDR_LEN,
@@ -26,10 +27,18 @@ const EAFNOSUPPORT: i32 = 97;
 const ETIMEDOUT: i32 = 110;
 const ENOENT: i32 = 2;
 const EFAULT: i32 = 14;
+const ENODEV: i32 = 19;
+const EPROTONOSUPPORT: i32 = 93;
+const EOPNOTSUPP: i32 = 95;
 
-/// AF_IB: librdmacm probes it at init; refusing it selects the IP-only
-/// command set for the whole process (docs/rdma-cm.md, 1.3).
-const AF_IB: u16 = 27;
+/// The port spaces, as CREATE_ID names them and service IDs carry them.
+const PS_TCP: u16 = 0x0106;
+const PS_UDP: u16 = 0x0111;
+const PS_IB: u16 = 0x013F;
+const PS_IPOIB: u16 = 0x0002;
+/// The bits of an IP-mapped service ID that hold the port space
+/// (`RDMA_IB_IP_PS_MASK`); the low 16 are the port.
+const SID_PS_MASK: u64 = 0xFFFF_FFFF_FFFF_0000;
 
 /// IBV_QPS_*.
 const QPS_INIT: u32 = 1;
@@ -253,6 +262,8 @@ impl Agent {
             cmd::RESOLVE_IP => self.resolve_ip(&c, ports),
             cmd::RESOLVE_ROUTE => self.resolve_route(&c),
             cmd::QUERY_ROUTE => self.query_route(&c),
+            cmd::QUERY => self.query(&c),
+            cmd::RESOLVE_ADDR => self.resolve_addr(&c, ports),
             cmd::CONNECT => self.connect(now, &c),
             cmd::LISTEN => self.listen(&c, ports),
             cmd::ACCEPT => self.accept(now, &c),
@@ -263,13 +274,11 @@ impl Agent {
             cmd::SET_OPTION => self.set_option(&c),
             cmd::NOTIFY => self.notify(&c),
             cmd::MIGRATE_ID => self.migrate_id(channel, &c),
-            // The IP-only command set is the one offered (AF_IB is
-            // refused at BIND), so librdmacm sends none of these;
-            // multicast is not offered yet (docs/supported.md).
-            cmd::QUERY | cmd::RESOLVE_ADDR | cmd::GET_OPTION => Err(ENOSYS),
-            cmd::JOIN_IP_MCAST => self.join(&c),
+            // As the kernel's: librdmacm never asks it.
+            cmd::GET_OPTION => Err(ENOSYS),
+            cmd::JOIN_IP_MCAST => self.join_ip(&c),
+            cmd::JOIN_MCAST => self.join_mcast(&c),
             cmd::LEAVE_MCAST => self.leave(&c),
-            cmd::JOIN_MCAST => Err(ENOSYS),
             _ => Err(EINVAL),
         }
     }
@@ -317,9 +326,9 @@ impl Agent {
         let response = c.u64(16)?;
         let ps = c.u16(24)?;
         let qp_type = match ps {
-            0x0106 => 2, // RDMA_PS_TCP: RC
-            0x0111 | 0x0002 => 4,
-            0x013F => c.u8(26)?,
+            PS_TCP => 2, // RC
+            PS_UDP | PS_IPOIB => 4,
+            PS_IB => c.u8(26)?,
             _ => return Err(EINVAL),
         };
         let handle = self.new_handle();
@@ -406,13 +415,55 @@ impl Agent {
         self.bind_to(handle, addr, ports)
     }
 
+    /// BIND: as BIND_IP, with the address's size (the kernel's checks)
+    /// and AF_IB, the family librdmacm's probe binds at init.
     fn bind(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
         let handle = c.u32(8)?;
-        if c.u16(16)? == AF_IB {
-            return Err(EAFNOSUPPORT);
+        let (size, family) = (c.u16(12)?, c.u16(16)?);
+        if c.u16(14)? != 0 || size == 0 || usize::from(size) != abi::family_len(family) {
+            return Err(EINVAL);
+        }
+        if family == abi::AF_IB {
+            return self.bind_ib(handle, c.bytes(16, abi::SOCKADDR_IB_LEN)?, ports);
         }
         let addr = c.sockaddr(16, 128)?.ok_or(EAFNOSUPPORT)?;
         self.bind_to(handle, addr, ports)
+    }
+
+    /// Binds id `handle` to an AF_IB `sockaddr_ib`. On RoCE only the
+    /// unspecified GID can be bound (the kernel finds no port for any
+    /// other: ENODEV); the service ID names the port space and port, as
+    /// `cma_select_ib_ps` reads it, and the bound address carries the
+    /// port chosen, its mask all ones.
+    fn bind_ib(
+        &mut self,
+        handle: u32,
+        sib: &[u8],
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
+        let id = self.id(handle)?;
+        if id.reserved.is_some() || id.state != State::Idle {
+            return Err(EINVAL);
+        }
+        if sib[8..24].iter().any(|&b| b != 0) {
+            return Err(ENODEV);
+        }
+        let be64 = |at: usize| u64::from_be_bytes(sib[at..at + 8].try_into().unwrap_or([0; 8]));
+        let (sid, mask) = (be64(24), be64(32));
+        let ps = ib_port_space(id.ps, sid, mask).ok_or(EPROTONOSUPPORT)?;
+        let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+        let port = ports.reserve(ps, any, (sid & mask) as u16)?;
+        let pkey = u16::from_be_bytes([sib[2], sib[3]]);
+        let bound = abi::sockaddr_ib(
+            pkey,
+            [0; 16],
+            u64::from(ps) << 16 | u64::from(port),
+            u64::MAX,
+        );
+        let id = self.id_mut(handle)?;
+        id.reserved = Some(Reservation { ps, ip: any, port });
+        id.ib_src = Some(bound);
+        Ok(Reply::Done)
     }
 
     /// Binds id `handle` to `addr`: a softverbs device's address, or the
@@ -453,9 +504,70 @@ impl Agent {
     fn resolve_ip(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
         let src = c.sockaddr(8, 28)?;
         let dst = c.sockaddr(36, 28)?.ok_or(EINVAL)?;
-        let handle = c.u32(64)?;
+        self.resolve(c.u32(64)?, src, dst, ports)
+    }
+
+    /// RESOLVE_ADDR: as RESOLVE_IP, with sizes (the kernel's checks) and
+    /// AF_IB destinations, which no RoCE port resolves: the id is bound
+    /// as the kernel binds it, then ENODEV (`cma_resolve_ib_dev`).
+    fn resolve_addr(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        let handle = c.u32(8)?;
+        let (src_size, dst_size) = (c.u16(16)?, c.u16(18)?);
+        let (src_family, dst_family) = (c.u16(24)?, c.u16(152)?);
+        let sized = |size: u16, family: u16| usize::from(size) == abi::family_len(family);
+        if c.u32(20)? != 0
+            || (src_size != 0 && !sized(src_size, src_family))
+            || dst_size == 0
+            || !sized(dst_size, dst_family)
+        {
+            return Err(EINVAL);
+        }
+        if dst_family == abi::AF_IB {
+            return self.resolve_ib(handle, (src_size != 0).then_some(src_family), ports);
+        }
+        let src = if src_size == 0 {
+            None
+        } else {
+            c.sockaddr(24, 128)?
+        };
+        if src_size != 0 && src.is_none() {
+            return Err(EINVAL); // an AF_IB source for an IP destination
+        }
+        let dst = c.sockaddr(152, 128)?.ok_or(EINVAL)?;
+        self.resolve(handle, src, dst, ports)
+    }
+
+    /// An AF_IB destination: an IP-bound id or source is of the wrong
+    /// family (EINVAL); a fresh id is bound to the unspecified AF_IB
+    /// address first, as `cma_bind_addr` does, and stays bound.
+    fn resolve_ib(
+        &mut self,
+        handle: u32,
+        src_family: Option<u16>,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
         let id = self.id(handle)?;
-        if id.state != State::Idle {
+        if id.src.is_some() || src_family.is_some_and(|f| f != abi::AF_IB) {
+            return Err(EINVAL);
+        }
+        if id.ib_src.is_none() {
+            self.bind_ib(handle, &abi::sockaddr_ib(0, [0; 16], 0, 0), ports)?;
+        }
+        Err(ENODEV)
+    }
+
+    /// Resolves id `handle` to `dst`, from `src` if given: picks the
+    /// softverbs device, binds the id if it is not, and queues
+    /// ADDR_RESOLVED (ADDR_ERROR where no device fits).
+    fn resolve(
+        &mut self,
+        handle: u32,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
+        let id = self.id(handle)?;
+        if id.state != State::Idle || id.ib_src.is_some() {
             return Err(EINVAL);
         }
         // The device: the bound one, the source's, the destination's when
@@ -510,36 +622,38 @@ impl Agent {
     fn query_route(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
         let response = c.u64(8)?;
         let id = self.id(c.u32(16)?)?;
-        let mut r = [0u8; abi::ROUTE_LEN];
-        if let Some(d) = id.device.and_then(|d| self.devices.get(d)) {
-            r[0..8].copy_from_slice(&d.node_guid);
-            r[196] = 1; // port_num
-            let path = &mut r[8..72];
-            if let Some(dst) = id.dst.or(id.conn.peer_ip.map(|ip| SocketAddr::new(ip, 0))) {
-                path[0..16].copy_from_slice(&abi::gid_of(dst.ip()));
-            }
-            path[16..32].copy_from_slice(&abi::gid_of(d.ip));
-            path[52..54].copy_from_slice(&0xFFFFu16.to_be_bytes());
-            path[48..52].copy_from_slice(&u32::from(d.path_mtu).to_ne_bytes());
-            path[54] = HOP_LIMIT;
-            path[56] = 1; // numb_path
-            path[62] = PACKET_LIFE_TIME;
-        }
-        if let Some(src) = id.src {
-            abi::put_sockaddr(&mut r[136..164], src);
-        }
-        if let Some(dst) = id.dst {
-            abi::put_sockaddr(&mut r[164..192], dst);
-        }
-        let num_paths = u32::from(id.route_resolved || id.conn.started);
-        r[192..196].copy_from_slice(&num_paths.to_ne_bytes());
-        // No kernel device index: librdmacm matches by GUID alone.
-        r[200..204].copy_from_slice(&u32::MAX.to_ne_bytes());
-        let len = usize::from(c.out).min(abi::ROUTE_LEN);
+        let r = query::route(id, self.device(id), HOP_LIMIT, PACKET_LIFE_TIME);
+        let len = usize::from(c.out).min(query::ROUTE_LEN);
         Ok(Reply::Respond {
             addr: response,
             bytes: r[..len].to_vec(),
         })
+    }
+
+    /// QUERY: the id's addresses (ADDR), their GIDs (GID) or its paths
+    /// (PATH); a response buffer too small for the answer is ENOSPC.
+    fn query(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let response = c.u64(8)?;
+        let id = self.id(c.u32(16)?)?;
+        let out = usize::from(c.out);
+        let device = self.device(id);
+        let bytes = match c.u32(20)? {
+            0 | 2 if out < query::ADDR_LEN => return Err(ENOSPC),
+            0 => query::addr(id, device),
+            1 if out < query::PATH_HEAD_LEN => return Err(ENOSPC),
+            1 => query::paths(id, device, HOP_LIMIT, PACKET_LIFE_TIME, out),
+            2 => query::gid(id, device),
+            _ => return Err(ENOSYS),
+        };
+        Ok(Reply::Respond {
+            addr: response,
+            bytes,
+        })
+    }
+
+    /// The softverbs device id `id` is bound to.
+    fn device(&self, id: &CmId) -> Option<&Device> {
+        id.device.and_then(|d| self.devices.get(d))
     }
 
     fn listen(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
@@ -550,6 +664,11 @@ impl Agent {
         }
         if id.state != State::Idle || id.addr_resolved {
             return Err(EINVAL);
+        }
+        if id.ib_src.is_some() {
+            // An AF_IB listener would take IB CM requests by service ID
+            // alone; not built (docs/supported.md).
+            return Err(EOPNOTSUPP);
         }
         if id.reserved.is_none() {
             // rdma_listen on an unbound id binds it to every address.
@@ -931,11 +1050,25 @@ impl Agent {
     /// address is its GID, and MULTICAST_JOIN says how to reach it (QP
     /// 0xFFFFFF, the UD Q_Key). The application then attaches its QP,
     /// and the device joins the IP group (`ibv_attach_mcast`).
-    fn join(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
-        let response = c.u64(8)?;
-        let uid = c.u64(16)?;
+    fn join_ip(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
         let group = c.sockaddr(24, 28)?.ok_or(EINVAL)?.ip();
-        let handle = c.u32(52)?;
+        self.join(c.u64(8)?, c.u64(16)?, group, c.u32(52)?)
+    }
+
+    /// JOIN_MCAST: as JOIN_IP_MCAST, with the address's size and the
+    /// join flags (full member, 0, or send-only full member, 1: on RoCE
+    /// both are a join with no subnet manager; only a full member's QP
+    /// will take the group's traffic, by its own `ibv_attach_mcast`).
+    fn join_mcast(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        let (size, flags) = (c.u16(28)?, c.u16(30)?);
+        if size == 0 || usize::from(size) != abi::family_len(c.u16(32)?) || flags > 1 {
+            return Err(EINVAL);
+        }
+        let group = c.sockaddr(32, 128)?.ok_or(EINVAL)?.ip();
+        self.join(c.u64(8)?, c.u64(16)?, group, c.u32(24)?)
+    }
+
+    fn join(&mut self, response: u64, uid: u64, group: IpAddr, handle: u32) -> Result<Reply, i32> {
         let id = self.id(handle)?;
         if !group.is_multicast() || id.device.is_none() || id.qp_type != UD {
             return Err(EINVAL);
@@ -1692,4 +1825,18 @@ fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
+}
+
+/// The port space an AF_IB service ID names for an id of port space
+/// `id_ps` (`cma_select_ib_ps`): the masked service ID must be one of
+/// the IP port spaces the id may use. `None`: EPROTONOSUPPORT.
+fn ib_port_space(id_ps: u16, sid: u64, mask: u64) -> Option<u16> {
+    let mask = mask & SID_PS_MASK;
+    let named = |ps: u16| sid & mask == (u64::from(ps) << 16) & mask;
+    match id_ps {
+        PS_IB if named(PS_IB) => Some(PS_IB),
+        PS_IB | PS_TCP if named(PS_TCP) => Some(PS_TCP),
+        PS_IB | PS_UDP if named(PS_UDP) => Some(PS_UDP),
+        _ => None,
+    }
 }

@@ -62,6 +62,9 @@ pub(crate) struct CmId {
     pub(crate) qp_type: u8,
     pub(crate) state: State,
     pub(crate) src: Option<SocketAddr>,
+    /// The `sockaddr_ib` an AF_IB bind gave it (then `src` is `None`):
+    /// only the unspecified GID, as librdmacm's probe binds.
+    pub(crate) ib_src: Option<[u8; 48]>,
     pub(crate) dst: Option<SocketAddr>,
     /// Index of the softverbs device it is bound to.
     pub(crate) device: Option<usize>,
@@ -115,6 +118,7 @@ impl CmId {
             qp_type,
             state: State::Idle,
             src: None,
+            ib_src: None,
             dst: None,
             device: None,
             reserved: None,

@@ -17,5 +17,6 @@
 pub mod abi;
 mod agent;
 mod id;
+mod query;
 
 pub use agent::{Agent, Device, Nanos, OutMad, PortSpace, Reply, ID_HANDLES};

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 const PS_TCP: u16 = 0x0106;
+const PS_IB: u16 = 0x013F;
 const EADDRINUSE: i32 = 98;
 
 /// The host's port space, as the daemon keeps it.
@@ -436,15 +437,205 @@ fn a_port_held_elsewhere_is_eaddrinuse_and_destroy_gives_it_back() {
     s.bind(b, "10.0.0.2:7000").unwrap();
 }
 
-#[test]
-fn af_ib_is_refused_so_librdmacm_uses_the_ip_commands() {
-    let mut s = Side::new("10.0.0.2", 0x20);
-    let id = s.create(1);
+/// BIND (the new command set) of a `sockaddr_ib` with `gid`, service ID
+/// and mask.
+fn bind_ib(s: &mut Side, id: u32, gid: [u8; 16], sid: u64, mask: u64) -> Result<Reply, i32> {
     let mut b = cmd_buf(cmd::BIND, 144, 0);
     put32(&mut b, 8, id);
     put16(&mut b, 12, 48);
-    put16(&mut b, 16, 27);
-    assert_eq!(s.run(&b), Err(97));
+    b[16..64].copy_from_slice(&abi::sockaddr_ib(0, gid, sid, mask));
+    s.run(&b)
+}
+
+/// QUERY with `option` (0 ADDR, 1 PATH, 2 GID) and a response buffer of
+/// librdmacm's size.
+fn query(s: &mut Side, id: u32, option: u32) -> Vec<u8> {
+    let out = if option == 1 { 440 } else { 280 };
+    let mut b = cmd_buf(cmd::QUERY, 24, out);
+    put64(&mut b, 8, 0x4000);
+    put32(&mut b, 16, id);
+    put32(&mut b, 20, option);
+    s.ok(&b)
+}
+
+fn get16(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The `(size, family)` of the sockaddr a QUERY answer holds at `at`.
+fn addr_at(r: &[u8], size_at: usize, at: usize) -> (u16, u16) {
+    (get16(r, size_at), get16(r, at))
+}
+
+#[test]
+fn the_af_ib_probe_binds_the_unspecified_gid_in_the_tcp_port_space() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create_in(1, PS_IB);
+    let (sid, mask) = (0x0106_0000, 0xFFFF_FFFF_FFFF_0000);
+    bind_ib(&mut s, id, [0; 16], sid, mask).unwrap();
+    let r = query(&mut s, id, 0);
+    assert_eq!(r.len(), 280);
+    assert_eq!(be64(&r, 0), 0, "no device yet");
+    assert_eq!(addr_at(&r, 12, 16), (48, 27), "the source is AF_IB");
+    assert_eq!(addr_at(&r, 14, 144), (0, 0), "no destination");
+    let port = s
+        .ports
+        .held
+        .keys()
+        .find(|k| k.0 == PS_TCP)
+        .expect("a TCP port")
+        .1;
+    assert_eq!(
+        be64(&r, 16 + 24),
+        0x0106_0000 | u64::from(port),
+        "the port chosen"
+    );
+    assert_eq!(be64(&r, 16 + 32), u64::MAX);
+    let g = query(&mut s, id, 2);
+    assert_eq!(
+        &g[16..64],
+        &r[16..64],
+        "GID: the bound sockaddr_ib as it is"
+    );
+    assert_eq!(addr_at(&g, 14, 144), (48, 27));
+    assert_eq!(get32(&query(&mut s, id, 1), 0), 0, "no path");
+    assert_eq!(s.simple(cmd::LISTEN, id), Err(95), "no AF_IB listeners");
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put32(&mut d, 16, id);
+    s.ok(&d);
+    assert!(s.ports.held.is_empty(), "destroy gives the port back");
+}
+
+#[test]
+fn af_ib_addresses_of_devices_and_bad_sizes_are_refused_as_on_roce() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create_in(1, PS_IB);
+    let gid = abi::gid_of(s.ip);
+    assert_eq!(bind_ib(&mut s, id, gid, 0x0106_0000, 0), Err(19), "ENODEV");
+    let udp = s.create_in(2, PS_UDP);
+    assert_eq!(
+        bind_ib(&mut s, udp, [0; 16], 0x0106_0000, 0xFFFF_FFFF_FFFF_0000),
+        Err(93),
+        "a UDP id cannot take the TCP port space"
+    );
+    let mut b = cmd_buf(cmd::BIND, 144, 0);
+    put32(&mut b, 8, id);
+    put16(&mut b, 12, 28);
+    abi::put_sockaddr(&mut b[16..44], "10.0.0.2:0".parse().unwrap());
+    assert_eq!(s.run(&b), Err(22), "an IPv4 address with an IPv6 size");
+    put16(&mut b, 12, 16);
+    s.run(&b).unwrap();
+    // RESOLVE_ADDR to an AF_IB destination: no RoCE port resolves one.
+    let fresh = s.create(3);
+    let mut r = cmd_buf(cmd::RESOLVE_ADDR, 280, 0);
+    put32(&mut r, 8, fresh);
+    put16(&mut r, 18, 48);
+    r[152..200].copy_from_slice(&abi::sockaddr_ib(0xFFFF, [1; 16], 0, 0));
+    assert_eq!(s.run(&r), Err(19), "ENODEV");
+    assert_eq!(
+        addr_at(&query(&mut s, fresh, 0), 12, 16),
+        (48, 27),
+        "bound on the way"
+    );
+    put32(&mut r, 8, id);
+    assert_eq!(s.run(&r), Err(22), "an IPv4 id, an AF_IB destination");
+}
+
+/// RESOLVE_ADDR (the new command set) of `dst`, then RESOLVE_ROUTE.
+fn resolve_addr(s: &mut Side, id: u32, dst: SocketAddr) {
+    let mut b = cmd_buf(cmd::RESOLVE_ADDR, 280, 0);
+    put32(&mut b, 8, id);
+    put32(&mut b, 12, 2000);
+    put16(&mut b, 18, abi::sockaddr_len(dst) as u16);
+    abi::put_sockaddr(&mut b[152..180], dst);
+    s.ok(&b);
+    assert_eq!(s.event().event, event::ADDR_RESOLVED);
+    let mut b = cmd_buf(cmd::RESOLVE_ROUTE, 16, 0);
+    put32(&mut b, 8, id);
+    put32(&mut b, 12, 2000);
+    s.ok(&b);
+    assert_eq!(s.event().event, event::ROUTE_RESOLVED);
+}
+
+/// The two addresses' GIDs, the service IDs and the P_Key of a GID
+/// answer, and of a PATH answer's one path.
+fn check_gids_and_path(s: &mut Side, id: u32, peer: SocketAddr) {
+    let local = s.ip;
+    let g = query(s, id, 2);
+    assert_eq!(addr_at(&g, 12, 16), (48, 27));
+    assert_eq!(&g[16 + 8..16 + 24], &abi::gid_of(local));
+    assert_eq!(&g[144 + 8..144 + 24], &abi::gid_of(peer.ip()));
+    assert_eq!(&g[144 + 2..144 + 4], &[0xFF, 0xFF], "P_Key");
+    assert_eq!(be64(&g, 144 + 24), 0x0106_0000 | u64::from(peer.port()));
+    let p = query(s, id, 1);
+    assert_eq!((get32(&p, 0), p.len()), (1, 8 + 72), "one path");
+    let rec = &p[16..80];
+    assert_eq!(get32(&p, 8), 0x2B, "GMP, primary, bidirectional");
+    assert_eq!(&rec[8..24], &abi::gid_of(peer.ip()), "DGID");
+    assert_eq!(&rec[24..40], &abi::gid_of(local), "SGID");
+    assert_eq!(
+        u32::from_be_bytes(rec[44..48].try_into().unwrap()),
+        64,
+        "hop limit"
+    );
+    assert_eq!(rec[49], 0x81, "reversible, one path");
+    assert_eq!(&rec[50..52], &[0xFF, 0xFF], "P_Key");
+    assert_eq!(rec[54] & 0x3F, 3, "the device's MTU");
+}
+
+#[test]
+fn a_connection_over_the_new_commands_answers_every_query() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let listener = server.create(100);
+    let mut b = cmd_buf(cmd::BIND, 144, 0);
+    put32(&mut b, 8, listener);
+    put16(&mut b, 12, 16);
+    abi::put_sockaddr(&mut b[16..32], "0.0.0.0:7471".parse().unwrap());
+    server.ok(&b);
+    server.listen(listener);
+    let l = query(&mut server, listener, 0);
+    assert_eq!(addr_at(&l, 12, 16), (16, 2));
+    assert_eq!(
+        &l[16 + 2..16 + 4],
+        &7471u16.to_be_bytes(),
+        "the listener's port"
+    );
+
+    let id = client.create(200);
+    let server_addr: SocketAddr = "10.0.0.2:7471".parse().unwrap();
+    resolve_addr(&mut client, id, server_addr);
+    let a = query(&mut client, id, 0);
+    assert_eq!(
+        &a[0..8],
+        &[0x02, 0, 0, 0, 0, 0, 0, 0x10],
+        "the device's GUID"
+    );
+    assert_eq!((a[8], &a[10..12]), (1, &[0xFF, 0xFF][..]), "port 1, P_Key");
+    assert_eq!(get32(&a, 272), u32::MAX, "no kernel device index");
+    assert_eq!(addr_at(&a, 12, 16), (16, 2));
+    assert_eq!(abi::parse_sockaddr(&a[144..172]), Some(server_addr));
+    check_gids_and_path(&mut client, id, server_addr);
+
+    client.connect(id, 0x111, b"hi");
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!(req.event, event::CONNECT_REQUEST);
+    let r = query(&mut server, req.id, 0);
+    assert_eq!(abi::parse_sockaddr(&r[16..44]), Some(server_addr));
+    let peer = abi::parse_sockaddr(&r[144..172]).expect("the peer's address");
+    assert_eq!(peer.ip(), client.ip);
+    check_gids_and_path(&mut server, req.id, peer);
+    let mut small = cmd_buf(cmd::QUERY, 24, 200);
+    put32(&mut small, 16, req.id);
+    assert_eq!(server.run(&small), Err(28), "ENOSPC");
+    put32(&mut small, 20, 7);
+    put16(&mut small, 6, 280);
+    assert_eq!(server.run(&small), Err(38), "no such option");
 }
 
 #[test]
@@ -638,6 +829,33 @@ fn a_multicast_join_says_how_to_reach_the_group_and_leave_counts_it() {
     assert_eq!(s.run(&l), Err(2), "left already");
     abi::put_sockaddr(&mut j[24..52], "10.1.2.3:0".parse().unwrap());
     assert_eq!(s.run(&j), Err(22), "not a group");
+}
+
+#[test]
+fn join_mcast_takes_both_full_member_kinds_and_checks_the_size() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create_in(5, PS_UDP);
+    s.bind(id, "10.0.0.2:0").unwrap();
+    let mut j = cmd_buf(cmd::JOIN_MCAST, 160, 4);
+    put64(&mut j, 8, 0x10);
+    put64(&mut j, 16, 78);
+    put32(&mut j, 24, id);
+    put16(&mut j, 28, 16);
+    abi::put_sockaddr(&mut j[32..48], "239.1.2.4:0".parse().unwrap());
+    for flags in [0, 1] {
+        put16(&mut j, 30, flags);
+        s.ok(&j);
+        let ev = s.event();
+        assert_eq!(
+            (ev.event, ev.uid, ev.qp_num),
+            (event::MULTICAST_JOIN, 78, 0xFF_FFFF)
+        );
+    }
+    put16(&mut j, 30, 2);
+    assert_eq!(s.run(&j), Err(22), "no such join flag");
+    put16(&mut j, 30, 0);
+    put16(&mut j, 28, 28);
+    assert_eq!(s.run(&j), Err(22), "the size is not the family's");
 }
 
 #[test]
