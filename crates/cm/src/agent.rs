@@ -466,20 +466,22 @@ impl Agent {
         Ok(Reply::Done)
     }
 
-    /// Binds id `handle` to `addr`: a softverbs device's address, or the
-    /// unspecified address (every device); the port is reserved in the
-    /// host's port space (0: any free one).
+    /// Binds id `handle` to `addr`: a softverbs device's address, the
+    /// unspecified address (every device), or a loopback address no
+    /// device has, which the kernel binds too, with no device (libfabric's
+    /// verbs provider binds 127.0.0.1 before it looks for its devices);
+    /// the port is reserved in the host's port space (0: any free one).
     fn bind_to(
         &mut self,
         handle: u32,
         addr: SocketAddr,
         ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
-        let device = if addr.ip().is_unspecified() {
-            None
-        } else {
-            Some(self.device_of(addr.ip()).ok_or(EADDRNOTAVAIL)?)
-        };
+        let ip = addr.ip();
+        let device = self.device_of(ip);
+        if device.is_none() && !ip.is_unspecified() && !ip.is_loopback() {
+            return Err(EADDRNOTAVAIL);
+        }
         let id = self.id(handle)?;
         if id.reserved.is_some() || id.state != State::Idle {
             return Err(EINVAL);

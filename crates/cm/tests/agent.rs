@@ -472,6 +472,28 @@ fn addr_at(r: &[u8], size_at: usize, at: usize) -> (u16, u16) {
 }
 
 #[test]
+fn a_loopback_address_no_device_has_binds_with_no_device_as_in_the_kernel() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let lo = s.create(1);
+    s.bind(lo, "127.0.0.1:0").unwrap();
+    let a = query(&mut s, lo, 0);
+    assert_eq!(be64(&a, 0), 0, "no device");
+    assert_eq!(
+        abi::parse_sockaddr(&a[16..44]).map(|a| a.ip()),
+        Some("127.0.0.1".parse().unwrap())
+    );
+    s.listen(lo);
+    let v6 = s.create(2);
+    s.bind(v6, "[::1]:0").unwrap();
+    let other = s.create(3);
+    assert_eq!(
+        s.bind(other, "10.9.9.9:0"),
+        Err(99),
+        "EADDRNOTAVAIL elsewhere"
+    );
+}
+
+#[test]
 fn the_af_ib_probe_binds_the_unspecified_gid_in_the_tcp_port_space() {
     let mut s = Side::new("10.0.0.2", 0x20);
     let id = s.create_in(1, PS_IB);
