@@ -2,7 +2,7 @@
 # Installs what the build and the tests need on a fresh Debian machine:
 # rdma-core's libraries and programs (the provider links libibverbs; the
 # tests run ibverbs-utils, perftest, and rdmacm-utils and qperf over
-# rdma_cm; iproute2 and ethtool set up the
+# rdma_cm, and iperf over rsockets through librspreload; iproute2 and ethtool set up the
 # network namespaces of root tests; tshark decodes the capture test's
 # pcap files; UCX, libfabric and Open MPI, and cmake and libclang for the
 # Rust bindings' build scripts, for `make ecosystem`), the Rust toolchain
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark
-  rdmacm-utils librdmacm-dev qperf ucx-utils libfabric-bin openmpi-bin libopenmpi-dev
+  rdmacm-utils librdmacm-dev qperf iperf ucx-utils libfabric-bin openmpi-bin libopenmpi-dev
   util-linux cmake libclang-dev"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then

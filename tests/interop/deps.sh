@@ -7,7 +7,7 @@
 # Guest (the host's / over 9p): the rdma tool, rdma-core's rxe provider,
 # the programs under test, tcpdump for the record of failed cases.
 INTEROP_PACKAGES="qemu-system-x86 linux-image-amd64 busybox-static kmod cpio
-  iproute2 rdma-core ibverbs-providers ibverbs-utils perftest rdmacm-utils tcpdump"
+  iproute2 rdma-core ibverbs-providers ibverbs-utils perftest rdmacm-utils iperf tcpdump"
 
 # missing_packages: the packages above that are not installed.
 missing_packages() {

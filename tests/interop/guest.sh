@@ -200,6 +200,38 @@ mcast_run() {
   fi
 }
 
+# mckey_run NAME RECV_SIDE SEND_SIDE GROUP: mckey, a multicast group
+# joined through rdma_cm on each side (MULTICAST_JOIN gives its GID and
+# Q_Key); once the receiving side has joined, the sending side sends 10
+# datagrams to it, which the receiver must all take. rxe receiving needs
+# the stand-in IP join of mcast_run.
+mckey_run() {
+  local name=$1 r_side=$2 s_side=$3 group=$4
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1))
+  local pre dev gid addr r_pre r_addr s_addr joiner= crc="not started" src
+  side "$r_side" ipv4; r_pre=("${pre[@]}"); r_addr=$(cm_address "$r_side" ipv4)
+  side "$s_side" ipv4; s_addr=$(cm_address "$s_side" ipv4)
+  local t0=$SECONDS
+  if [ "$r_side" = rxe0 ]; then
+    python3 -c "$JOIN_GROUP" "$group" va 2> "$log/joiner" &
+    joiner=$!
+    wait_line "$log/joiner" joined $joiner
+  fi
+  "${r_pre[@]}" timeout "$CASE_TIMEOUT" stdbuf -oL mckey -m "$group" -b "$r_addr" -C 10 > "$log/srv" 2>&1 &
+  local r=$!
+  if wait_line "$log/srv" "mckey: joined" $r; then
+    "${pre[@]}" timeout "$CASE_TIMEOUT" mckey -m "$group" -b "$s_addr" -s -C 10 > "$log/cli" 2>&1
+    crc=$?
+  fi
+  [ "$crc" = 0 ] || kill $r 2>/dev/null
+  wait $r; src=$?
+  [ -n "$joiner" ] && kill $joiner 2>/dev/null
+  # The receiver's success is that it took every datagram.
+  [ "$src" = 0 ] && ! grep -q "data transfers complete" "$log/srv" && src="0 without every datagram"
+  pair_result "$name" $((SECONDS - t0)) "$crc" "$src" "" ""
+}
+
 # cm_address SIDE FAMILY: the side's address of FAMILY.
 cm_address() {
   case "$1/$2" in
@@ -218,6 +250,11 @@ cm_address() {
 # ucmatose: 2 connections, 10 messages each way on each; rdma_server:
 # rdma_getaddrinfo, rdma_create_ep and a message each way (rdma_client);
 # rstream and riostream: rsockets, 100 transfers of 4 KiB, verified;
+# iperf: an ordinary TCP program on rsockets through librspreload.so, 2
+# streams of 32 MiB (the client's sum); qperf -cm1: rc_bw and rc_lat, its
+# RC QP connected through rdma_cm (its server serves until stopped);
+# fi_msg (and fi_rdm): libfabric's fi_pingpong over verbs (MSG) (and
+# verbs;ofi_rxm, RDM), data checked, 50 iterations of every size;
 # rdma_xserver: a listener on every address, the client's message sent
 # inline; cmtime: 10 connections set up and torn down (its server serves
 # until stopped: it must still run when the client is done).
@@ -230,7 +267,7 @@ cm_run() {
   [[ "$name" =~ $FILTER ]] || return 0
   n=$((n + 1)); port=$((port + 1))
   local pre dev gid addr s_pre c_pre srv_addr
-  side "$s_side" "$fam"; s_pre=("${pre[@]}")
+  side "$s_side" "$fam"; s_pre=("${pre[@]}"); local s_dev=$dev
   side "$c_side" "$fam"; c_pre=("${pre[@]}")
   srv_addr=$(cm_address "$s_side" "$fam")
   # rping -V and udaddy print nothing of note on success: their exit
@@ -258,6 +295,26 @@ cm_run() {
     cmtime) s_args=(cmtime -b "$srv_addr" -p "$port")
             c_args=(cmtime -s "$srv_addr" -p "$port" -c 10)
             expect="^disconnect +:" ;;
+    iperf) # rdma-core's librspreload.so first: iperf's sockets become
+           # rsockets (softverbs' side keeps its provider after it).
+           local rs s_lp c_lp; rs=$(rspreload_path)
+           s_lp=$rs; [ "$s_side" = softverbs ] && s_lp="$rs $SO"
+           c_lp=$rs; [ "$c_side" = softverbs ] && c_lp="$rs $SO"
+           s_args=(env LD_PRELOAD="$s_lp" iperf -s -B "$srv_addr" -p "$port" -f m)
+           c_args=(env LD_PRELOAD="$c_lp" iperf -c "$srv_addr" -p "$port" -n 32M -P 2 -f m)
+           expect='^\[SUM\] +0\.0+-[0-9.]+ sec +64\.0 MBytes' ;;
+    fi_msg|fi_rdm) # libfabric's verbs provider, MSG or verbs;ofi_rxm RDM
+           # endpoints connected through rdma_cm, data checked; each side
+           # names its device (the rxe side has three).
+           local prov=verbs ep=msg
+           [ "$prog" = fi_rdm ] && prov="verbs;ofi_rxm" ep=rdm
+           s_args=(fi_pingpong -p "$prov" -e $ep -c -I 50 -d "$s_dev" -B "$port")
+           c_args=(fi_pingpong -p "$prov" -e $ep -c -I 50 -d "$dev" -P "$port" "$srv_addr")
+           expect='^1m +50 +=50 ' ;;
+    qperf) # Its own TCP port for the exchange, its RC QP through rdma_cm.
+           s_args=(qperf -lp "$port")
+           c_args=(qperf -lp "$port" -cm1 -t 1 "$srv_addr" rc_bw rc_lat)
+           expect='latency += +[0-9.]+ [mun]?s' ;;
   esac
   local sv_case=
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
@@ -272,10 +329,11 @@ cm_run() {
     # the synchronous API's callers by its errno (ECONNREFUSED); rsockets'
     # riostream by a failed rpoll of its connect, with whatever errno
     # (ENOTCONN, EINPROGRESS, even "Success").
-    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|^rpoll: " "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # qperf before its server listens: "failed to connect".
+    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: " "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
-  if [ "$prog" = cmtime ] && [ $crc -eq 0 ]; then
+  if [[ "$prog" =~ ^(cmtime|iperf|qperf)$ ]] && [ $crc -eq 0 ]; then
     # Still serving is its success; a client that met an error says so.
     if kill $srv 2>/dev/null; then wait $srv; src=0; else wait $srv; src=$?; fi
     grep -Eiq "event:|error|fail" "$log/cli" && crc=1
@@ -451,7 +509,9 @@ cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, rxe server)" rxe0 softverbs ipv
 cm_run "rxe-softverbs ipv4 write_bw -R (rdma_cm, softverbs server)" softverbs rxe0 ipv4 ib_write_bw
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 udaddy
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
-for prog in ucmatose rdma_server rdma_xserver cmtime rstream riostream; do
+# Not fi_rdm: libfabric 1.17's verbs;ofi_rxm fails fi_enable (EINVAL) on
+# rxe in Linux 6.1, between two rxe devices as well.
+for prog in ucmatose rdma_server rdma_xserver cmtime rstream riostream iperf qperf fi_msg; do
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, rxe server)" rxe0 softverbs ipv4 $prog
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, softverbs server)" softverbs rxe0 ipv4 $prog
 done
@@ -524,6 +584,9 @@ for listen_addr in 10.12.0.2 0.0.0.0; do
     fail=$((fail + 1)); echo "FAIL $name (exit $mrc)"; tail -n 6 "$log/migrate" | sed 's/^/    /'
   fi
 done
+
+mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
+mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3
 
 # UD multicast, both directions, IPv4 and IPv6 groups.
 for fam in ipv4 ipv6; do

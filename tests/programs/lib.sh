@@ -215,3 +215,15 @@ rping_exit() {
     echo "$status"
   fi
 }
+
+# rdma-core's librspreload.so (librdmacm1): preloaded first, it turns an
+# ordinary program's TCP sockets into rsockets. Prints its path, or
+# nothing where it is not installed.
+rspreload_path() {
+  local f
+  for f in /usr/lib/*/rsocket/librspreload.so /usr/lib/rsocket/librspreload.so; do
+    [ -e "$f" ] && { echo "$f"; return 0; }
+  done
+  return 1
+}
+

@@ -5,8 +5,10 @@
 # (link-local) and 1 (the address), with IPv4 and with IPv6 device
 # addresses, UD multicast, and rdma_cm (rping, udaddy, ucmatose,
 # rdma_server/rdma_client, rdma_xserver/rdma_xclient, cmtime,
-# ib_write_bw -z, rstream and riostream: the IB CM between the two
-# namespaces' daemons). Needs root (to
+# ib_write_bw -z, rstream and riostream, iperf through rdma-core's
+# librspreload.so, qperf -cm1, fi_pingpong (libfabric's verbs and
+# verbs;ofi_rxm) and mckey: the IB CM between the two namespaces'
+# daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -117,23 +119,28 @@ cm_across() {
   local s_args=() c_args=()
   while [ "$1" != -- ]; do s_args+=("$1"); shift; done
   shift; c_args=("$@")
-  local crc="not started"
+  local crc="not started" preload=$SO
+  # iperf is an ordinary TCP program: rdma-core's librspreload.so, first,
+  # makes its sockets rsockets (rdma_cm.sh, "rspreload").
+  [ "$prog" = iperf ] && preload="$(rspreload_path) $SO"
   # Emptied here, not only by the server's redirection, which happens in
   # the background: the wait below must not find the last case's line.
   : > "$log/srv.err"
-  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" SOFTVERBS_CM_TRACE=1 \
+  ip netns exec "$a" env LD_PRELOAD="$preload" SOFTVERBS_DEVICES="softverbs0=$dev_a" SOFTVERBS_CM_TRACE=1 \
     timeout 60 "$prog" "${s_args[@]}" > "$log/srv" 2> "$log/srv.err" &
   local srv=$!
   if wait_output "$log/srv.err" "rdma_cm: channel [0-9]+ command 7: Ok" $srv 2> "$log/cli"; then
-    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
+    ip netns exec "$b" env LD_PRELOAD="$preload" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
       timeout 30 "$c_prog" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
   fi
   [ "$crc" != 0 ] && kill $srv 2>/dev/null
   local src
-  if [ "$prog" = cmtime ] && [ "$crc" = 0 ]; then
+  if { [ "$prog" = cmtime ] || [ "$prog" = iperf ]; } && [ "$crc" = 0 ]; then
     if kill $srv 2>/dev/null; then wait $srv; src=0; else wait $srv; src=$?; fi
     grep -Eiq "event:|error|fail" "$log/cli" && crc=1
+    # Each of iperf's 2 streams of 32 MiB, reported by the client.
+    [ "$prog" = iperf ] && [ "$(grep -Ec '^\[ *[0-9]+\] +0\.0+-[0-9.]+ sec +32\.0 MBytes' "$log/cli")" != 2 ] && crc=1
   else
     wait $srv; src=$?
   fi
@@ -168,6 +175,84 @@ cm_across "rstream (rsockets) between namespaces" rstream -b "$ip_a" -p 7477 -S 
   -- -s "$ip_a" -p 7477 -S 4096 -C 100 -T v
 cm_across "riostream (rsockets) between namespaces" riostream -b "$ip_a" -p 7478 -S 4096 -C 100 -T v \
   -- -s "$ip_a" -p 7478 -S 4096 -C 100 -T v
+cm_across "iperf -P 2 through librspreload (rsockets) between namespaces" \
+  iperf -s -B "$ip_a" -p 7482 -f m -- -c "$ip_a" -p 7482 -n 32M -P 2 -f m
+
+# Programs with a TCP control port of their own that connect their
+# endpoints through rdma_cm: the server in A, once it listens on PORT, the
+# client in B. tcp_across NAME EXPECT PORT SERVER_ARGS... -- CLIENT_ARGS...
+# (qperf's server serves until stopped: it must still run after its
+# client, and is then stopped.)
+tcp_across() {
+  local name=$1 expect=$2 port=$3; shift 3
+  local s_args=() c_args=() crc src
+  while [ "$1" != -- ]; do s_args+=("$1"); shift; done
+  shift; c_args=("$@")
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_a" \
+    timeout 60 "${s_args[@]}" > "$log/srv" 2>&1 &
+  local srv=$!
+  if wait_listen "$port" "$a" $srv 2> "$log/cli"; then
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev_b" \
+      timeout 60 "${c_args[@]}" > "$log/cli" 2>&1
+    crc=$?
+  else
+    crc="not started"
+  fi
+  if [ "${s_args[0]}" = qperf ] && kill $srv 2>/dev/null; then
+    wait $srv; src=0
+  else
+    [ "$crc" = 0 ] || kill $srv 2>/dev/null
+    wait $srv; src=$?
+  fi
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -Eq "$expect" "$log/cli"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (client $crc, server $src)"
+    sed 's/^/    client: /' "$log/cli" | tail -n 8; sed 's/^/    server: /' "$log/srv" | tail -n 8
+  fi
+}
+if command -v qperf > /dev/null; then
+  tcp_across "qperf -cm1 rc_bw rc_lat between namespaces" "latency += +[0-9.]+ [mun]?s" 7483 \
+    qperf -lp 7483 -- qperf -lp 7483 -cm1 -t 1 "$ip_a" rc_bw rc_lat
+else
+  fail=$((fail + 1)); echo "FAIL qperf between namespaces: qperf is not installed"
+fi
+if command -v fi_pingpong > /dev/null; then
+  # Data checked; the last size (1 MiB) completed all its iterations.
+  for prov in verbs "verbs;ofi_rxm"; do
+    ep=msg; [ "$prov" = verbs ] || ep=rdm
+    tcp_across "fi_pingpong -p \"$prov\" -e $ep -c between namespaces" "^1m +50 +=50 " 7484 \
+      fi_pingpong -p "$prov" -e $ep -c -I 50 -B 7484 -- fi_pingpong -p "$prov" -e $ep -c -I 50 -P 7484 "$ip_a"
+  done
+else
+  fail=$((fail + 1)); echo "FAIL fi_pingpong between namespaces: fi_pingpong is not installed"
+fi
+
+# mckey: a multicast group joined through rdma_cm in each namespace; the
+# sender in B sends 10 datagrams to it, the receiver in A takes them all.
+if command -v mckey > /dev/null; then
+  : > "$log/srv"
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+    timeout 60 stdbuf -oL mckey -m 239.31.0.7 -b "$ip_a" -C 10 > "$log/srv" 2>&1 &
+  srv=$!
+  crc="not started"
+  if wait_output "$log/srv" "mckey: joined" $srv 2> "$log/cli"; then
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+      timeout 60 mckey -m 239.31.0.7 -b "$ip_b" -s -C 10 > "$log/cli" 2>&1
+    crc=$?
+  fi
+  [ "$crc" = 0 ] || kill $srv 2>/dev/null
+  wait $srv; src=$?
+  if [ "$crc" = 0 ] && [ $src -eq 0 ] && grep -q "data transfers complete" "$log/srv"; then
+    pass=$((pass + 1)); echo "ok   mckey -C 10 (multicast through rdma_cm) between namespaces"
+  else
+    fail=$((fail + 1)); echo "FAIL mckey between namespaces (sender $crc, receiver $src)"
+    sed 's/^/    sender: /' "$log/cli" | tail -n 8; sed 's/^/    receiver: /' "$log/srv" | tail -n 8
+  fi
+else
+  fail=$((fail + 1)); echo "FAIL mckey between namespaces: mckey is not installed"
+fi
+
 dev_a=$ip6_a; dev_b=$ip6_b
 cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
   rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
