@@ -4,8 +4,9 @@
 # runs its whole test suite and its ibv_devinfo, show_gids and rc_pingpong
 # examples; the ibverbs crate 0.9.2 (jonhoo) runs its loopback example,
 # which uses GID index 1; rdma-sys 0.3.0's server and client examples
-# connect through librdmacm and exchange a message. Everything runs under
-# `softverbs run`. The
+# connect through librdmacm and exchange a message, on loopback and (as
+# root, in preload mode) between two network namespaces. Everything runs
+# under `softverbs run`. The
 # crates build into target/ecosystem-crates (kept between runs).
 # Prints "N passed, M failed" last. Usage: rust.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -88,6 +89,41 @@ fi
 # and says nothing; it is ready once its LISTEN was answered
 # (SOFTVERBS_CM_TRACE). Both exit 0 whatever
 # happens, so each must print the message it received.
+# rdma_sys_across: the same examples between two network namespaces
+# (preload mode, each with its device on its own address; root), the
+# client connecting to the server's address across a veth pair: the IB
+# CM between two hosts' daemons.
+rdma_sys_across() {
+  local name="rdma-sys $RDMA_SYS server and client examples between namespaces"
+  [ "${SOFTVERBS_MODE:-preload}" = plugin ] && return 0 # one setup for the host
+  if [ "$(id -u)" != 0 ]; then
+    if [ "${CI:-}" = true ]; then bad "$name: needs root (network namespaces)"; else
+      echo "(SKIPPED $name: needs root; under CI=true this is a failure)" >&2; fi
+    return 0
+  fi
+  local a="svrs$$a" b="svrs$$b" ip_a=10.233.0.1 ip_b=10.233.0.2
+  trap 'kill $(jobs -p) 2>/dev/null; remove_two_hosts "'"$a"'" "'"$b"'"; rm -rf "$log"' EXIT
+  two_hosts "$name" "$a" "$b" "svrs$$" "$ip_a" "$ip_b"
+  SOFTVERBS_CM_TRACE=1 ip netns exec "$a" env SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+    "${sv[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
+  local srv=$!
+  : > "$log/cli"
+  if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then
+    ip netns exec "$b" env SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+      "${sv[@]}" timeout 60 "$ex/client" "$ip_a" 7471 > "$log/cli" 2>&1
+  else
+    kill $srv 2>/dev/null
+  fi
+  wait $srv
+  if grep -q "recv msg : \[1, 1," "$log/srv" && grep -q "recv msg : \[1, 1," "$log/cli"; then
+    ok "$name"
+  else
+    cat "$log/srv" >> "$log/cli"
+    bad "$name" "$log/cli"
+  fi
+  remove_two_hosts "$a" "$b"
+}
+
 cd "$log/rdma-sys-$RDMA_SYS" || exit 1
 if cargo build --locked --release --examples > "$log/build" 2>&1; then
   ex=$CARGO_TARGET_DIR/release/examples
@@ -105,6 +141,7 @@ if cargo build --locked --release --examples > "$log/build" 2>&1; then
     cat "$log/srv" >> "$log/cli"
     bad "rdma-sys $RDMA_SYS server and client examples, unchanged" "$log/cli"
   fi
+  rdma_sys_across
 else
   bad "rdma-sys $RDMA_SYS builds" "$log/build"
 fi
