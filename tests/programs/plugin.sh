@@ -131,6 +131,12 @@ fi
 # Programs that dlopen libibverbs, and UCX, find the device here too.
 if cc -O1 -o "$log/dlopen_verbs" "$root/tests/ecosystem/dlopen_verbs.c" -ldl 2> "$log/cc"; then
   one "dlopen(libibverbs) users find, open and use softverbs0" "dlopen verbs ok" "$log/dlopen_verbs" softverbs0
+  # Preload mode beside this setup: its device view (made afresh in a
+  # runtime directory of its own) takes the place of the setup's
+  # /dev/infiniband/uverbs0 stand-in instead of failing on it.
+  mkdir -p "$log/xdg"
+  one "preload mode beside the setup: a view of its own, found by a dlopen user" "dlopen verbs ok" \
+    env -u SYSFS_PATH XDG_RUNTIME_DIR="$log/xdg" LD_PRELOAD="$SO" "$log/dlopen_verbs" softverbs0
 else
   bad "dlopen users (compile)" "$log/cc"
 fi

@@ -80,10 +80,15 @@ pub fn write_tree(
 
 /// Writes `dev` as a stand-in for `/dev/infiniband`: links to the real
 /// entries of `real_dev` and, for the soft devices, `uverbsN` links to
-/// [`CDEV_TARGET`].
+/// [`CDEV_TARGET`]. A real entry of a soft device's name has no device in
+/// sysfs (the soft ones are numbered after sysfs' last): a stale one, or
+/// the plugin mode's own stand-in that `softverbs setup` put there; the
+/// soft device's takes its place.
 pub fn write_cdev_dir(dev: &Path, real_dev: &Path, soft: usize, base: usize) -> io::Result<()> {
     fs::create_dir_all(dev)?;
-    link_others(real_dev, dev, &[])?;
+    let names: Vec<String> = (base..base + soft).map(uverbs).collect();
+    let ours: Vec<&str> = names.iter().map(String::as_str).collect();
+    link_others(real_dev, dev, &ours)?;
     for i in 0..soft {
         std::os::unix::fs::symlink(CDEV_TARGET, dev.join(uverbs(base + i)))?;
     }
@@ -379,8 +384,14 @@ mod tests {
         let real = t.path().join("real");
         fs::create_dir_all(&real).unwrap();
         fs::write(real.join("uverbs0"), "").unwrap();
+        // No sysfs entry: a soft device's number (plugin mode's stand-in).
+        fs::write(real.join("uverbs1"), "").unwrap();
         let dev = t.path().join("view");
         write_cdev_dir(&dev, &real, 2, 1).unwrap();
+        assert_eq!(
+            fs::read_link(dev.join("uverbs1")).unwrap(),
+            Path::new(CDEV_TARGET)
+        );
         assert_eq!(
             fs::read_link(dev.join("uverbs0")).unwrap(),
             real.join("uverbs0")
