@@ -24,33 +24,11 @@ pass=0; fail=0
 ONE_TIMEOUT=300
 . "$here/mode.sh"
 
-# The crates' sources, as a downstream user gets them: fetched by cargo
-# for a scratch package that depends on the pinned versions.
-mkdir -p "$log/fetch/src"
-cat > "$log/fetch/Cargo.toml" <<TOML
-[package]
-name = "fetch"
-version = "0.0.0"
-edition = "2021"
-[dependencies]
-sideway = "=$SIDEWAY"
-ibverbs = "=$IBVERBS"
-rdma-sys = "=$RDMA_SYS"
-TOML
-echo 'fn main() {}' > "$log/fetch/src/main.rs"
-if ! cargo fetch --manifest-path "$log/fetch/Cargo.toml" > "$log/fetch.out" 2>&1; then
-  cannot_run "Rust bindings (tests/ecosystem/rust.sh)" "cargo cannot fetch sideway $SIDEWAY, ibverbs $IBVERBS and rdma-sys $RDMA_SYS from crates.io: $(tail -n 3 "$log/fetch.out")"
+# The crates' sources, as a downstream user gets them.
+. "$here/crates.sh"
+if ! why=$(fetch_crates "$log" sideway=$SIDEWAY ibverbs=$IBVERBS rdma-sys=$RDMA_SYS); then
+  cannot_run "Rust bindings (tests/ecosystem/rust.sh)" "$why"
 fi
-registry=${CARGO_HOME:-$HOME/.cargo}/registry/src
-source_of() { find "$registry" -mindepth 2 -maxdepth 2 -name "$1" -type d | head -n 1; }
-for crate in sideway-$SIDEWAY ibverbs-$IBVERBS rdma-sys-$RDMA_SYS; do
-  src=$(source_of "$crate")
-  if [ -z "$src" ] || ! cp -r "$src" "$log/$crate"; then
-    echo "cargo fetched no $crate into $registry" > "$log/fetch.out"
-    bad "the sources of $crate" "$log/fetch.out"
-    echo "$pass passed, $fail failed"; exit 1
-  fi
-done
 
 # sideway: its own lock file; tests build once, then run under softverbs.
 cd "$log/sideway-$SIDEWAY" || exit 1

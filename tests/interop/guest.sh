@@ -28,6 +28,8 @@ FAULT_QP_ERROR=${IMM:+$(dirname "$IMM")/fault_qp_error}
 ASYNC_EVENTS=${IMM:+$(dirname "$IMM")/async_events}
 CM_MIXED=${IMM:+$(dirname "$IMM")/cm_mixed}
 CM_MIGRATE=${IMM:+$(dirname "$IMM")/cm_migrate}
+RDMA_SYS_SERVER=${IMM:+$(dirname "$IMM")/rdma_sys_server}
+RDMA_SYS_CLIENT=${IMM:+$(dirname "$IMM")/rdma_sys_client}
 FILTER=${3:-.}
 here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
@@ -255,6 +257,7 @@ cm_address() {
 # RC QP connected through rdma_cm (its server serves until stopped);
 # fi_msg (and fi_rdm): libfabric's fi_pingpong over verbs (MSG) (and
 # verbs;ofi_rxm, RDM), data checked, 50 iterations of every size;
+# rdma-sys: the crate's server and client examples (built by run.sh);
 # rdma_xserver: a listener on every address, the client's message sent
 # inline; cmtime: 10 connections set up and torn down (its server serves
 # until stopped: it must still run when the client is done).
@@ -311,6 +314,11 @@ cm_run() {
            s_args=(fi_pingpong -p "$prov" -e $ep -c -I 50 -d "$s_dev" -B "$port")
            c_args=(fi_pingpong -p "$prov" -e $ep -c -I 50 -d "$dev" -P "$port" "$srv_addr")
            expect='^1m +50 +=50 ' ;;
+    rdma-sys) # The rdma-sys crate's examples: the server listens on
+           # 0.0.0.0:7471 (fixed), each side prints the message it got.
+           s_args=("${RDMA_SYS_SERVER:-rdma_sys_server-not-built}")
+           c_args=("${RDMA_SYS_CLIENT:-rdma_sys_client-not-built}" "$srv_addr" 7471)
+           expect='recv msg : \[1, 1,' ;;
     qperf) # Its own TCP port for the exchange, its RC QP through rdma_cm.
            s_args=(qperf -lp "$port")
            c_args=(qperf -lp "$port" -cm1 -t 1 "$srv_addr" rc_bw rc_lat)
@@ -320,8 +328,15 @@ cm_run() {
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
   [ -n "$sv_case" ] && observe_start
   local t0=$SECONDS src crc=124 deadline=$((SECONDS + CASE_TIMEOUT))
+  # rdma-sys' client, rejected, hangs in its clean-up on the kernel's
+  # rdma_cm (rxe): against softverbs it starts once the server's LISTEN
+  # succeeded (the server traces its rdma_cm commands).
+  local listen_first=
+  [ "$prog" = rdma-sys ] && [ "$s_side" = softverbs ] && listen_first=1 &&
+    s_pre+=(SOFTVERBS_CM_TRACE=1)
   "${s_pre[@]}" timeout "$CASE_TIMEOUT" "${s_args[@]}" > "$log/srv" 2>&1 &
   local srv=$!
+  [ -n "$listen_first" ] && wait_line "$log/srv" "rdma_cm: channel [0-9]* command 7: Ok" $srv
   while [ $SECONDS -lt $deadline ]; do
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
@@ -329,8 +344,9 @@ cm_run() {
     # the synchronous API's callers by its errno (ECONNREFUSED); rsockets'
     # riostream by a failed rpoll of its connect, with whatever errno
     # (ENOTCONN, EINPROGRESS, even "Success").
-    # qperf before its server listens: "failed to connect".
-    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: " "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # qperf before its server listens: "failed to connect"; rdma-sys'
+    # client names the call only: "rdma_connect".
+    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: |^rdma_connect$" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   if [[ "$prog" =~ ^(cmtime|iperf|qperf)$ ]] && [ $crc -eq 0 ]; then
@@ -511,7 +527,7 @@ cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, rxe server)" rxe0 softverbs ipv4 
 cm_run "rxe-softverbs ipv4 udaddy (rdma_cm UD, softverbs server)" softverbs rxe0 ipv4 udaddy
 # Not fi_rdm: libfabric 1.17's verbs;ofi_rxm fails fi_enable (EINVAL) on
 # rxe in Linux 6.1, between two rxe devices as well.
-for prog in ucmatose rdma_server rdma_xserver cmtime rstream riostream iperf qperf fi_msg; do
+for prog in ucmatose rdma_server rdma_xserver cmtime rstream riostream iperf qperf fi_msg rdma-sys; do
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, rxe server)" rxe0 softverbs ipv4 $prog
   cm_run "rxe-softverbs ipv4 $prog (rdma_cm, softverbs server)" softverbs rxe0 ipv4 $prog
 done

@@ -3,7 +3,8 @@
 # softverbs, inside a throwaway VM (vm.sh boots Debian's kernel under QEMU;
 # guest.sh runs the cases). Usage: run.sh PATH/TO/libsoftverbs-rdmav34.so
 # [REGEX] (REGEX selects cases by name). Builds imm_pingpong (immediate
-# data, any provider) into $INTEROP_DIR first. Prints one line per case
+# data, any provider), the other C programs of the cases and rdma-sys'
+# examples into $INTEROP_DIR first. Prints one line per case
 # and, last, "N passed, M failed"; a VM that cannot start counts as a
 # failure with its reason, never as a skip.
 set -u
@@ -43,6 +44,30 @@ build async_events "$here/../programs/async_events.c" -libverbs
 build mcast "$here/../programs/mcast.c" -libverbs        # the multicast cases
 build cm_mixed "$here/cm_mixed.c" -lrdmacm -libverbs     # softverbs' and the kernel's rdma_cm
 build cm_migrate "$here/cm_migrate.c" -lrdmacm -libverbs
+
+# rdma-sys' server and client examples (as tests/ecosystem/rust.sh builds
+# them, into the same cargo target directory), beside the programs above
+# as rdma_sys_server and rdma_sys_client; when they cannot be built, the
+# cases fail in the guest, naming them.
+RDMA_SYS=0.3.0
+build_rdma_sys() {
+  local scratch why target
+  scratch=$(mktemp -d)
+  target=$(dirname "$so")/../ecosystem-crates
+  rm -f "$state/rdma_sys_server" "$state/rdma_sys_client"
+  . "$here/../ecosystem/crates.sh"
+  if ! why=$(fetch_crates "$scratch" rdma-sys=$RDMA_SYS); then
+    echo "interop: rdma-sys $RDMA_SYS: $why" >&2
+  elif ! (cd "$scratch/rdma-sys-$RDMA_SYS" &&
+          CARGO_TARGET_DIR=$target cargo build --locked --release --examples) > "$scratch/build" 2>&1; then
+    echo "interop: building rdma-sys $RDMA_SYS's examples failed: $(tail -n 5 "$scratch/build")" >&2
+  else
+    cp "$target/release/examples/server" "$state/rdma_sys_server" &&
+      cp "$target/release/examples/client" "$state/rdma_sys_client"
+  fi
+  rm -rf "$scratch"
+}
+[[ "rdma-sys" =~ $filter ]] && build_rdma_sys
 
 # The guest's last line is its count: keep it for the very end, after
 # the VM's own closing lines on stderr.
