@@ -63,10 +63,33 @@ else
   bad "ibverbs $IBVERBS builds" "$log/build"
 fi
 
-# rdma-sys: the server listens on 0.0.0.0:7471 (rdma_cm's port space)
-# and says nothing; it is ready once its LISTEN was answered
-# (SOFTVERBS_CM_TRACE). Both exit 0 whatever
-# happens, so each must print the message it received.
+# rdma_sys_pair NAME ADDR SERVER_PREFIX... --then CLIENT_PREFIX...: the
+# examples' server (on 0.0.0.0:7471, ready once its LISTEN was answered:
+# it traces its rdma_cm commands) and client (connecting to ADDR), each
+# run after its prefix; both exit 0 whatever happens, so each must print
+# the message it received.
+rdma_sys_pair() {
+  local name=$1 addr=$2 s_pre=() srv
+  shift 2
+  while [ "$1" != --then ]; do s_pre+=("$1"); shift; done
+  shift
+  : > "$log/cli"
+  SOFTVERBS_CM_TRACE=1 "${s_pre[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
+  srv=$!
+  if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then
+    "$@" timeout 60 "$ex/client" "$addr" 7471 > "$log/cli" 2>&1
+  else
+    kill $srv 2>/dev/null
+  fi
+  wait $srv
+  if grep -q "recv msg : \[1, 1," "$log/srv" && grep -q "recv msg : \[1, 1," "$log/cli"; then
+    ok "$name"
+  else
+    cat "$log/srv" >> "$log/cli"
+    bad "$name" "$log/cli"
+  fi
+}
+
 # rdma_sys_across: the same examples between two network namespaces
 # (preload mode, each with its device on its own address; root), the
 # client connecting to the server's address across a veth pair: the IB
@@ -82,43 +105,15 @@ rdma_sys_across() {
   local a="svrs$$a" b="svrs$$b" ip_a=10.233.0.1 ip_b=10.233.0.2
   trap 'kill $(jobs -p) 2>/dev/null; remove_two_hosts "'"$a"'" "'"$b"'"; rm -rf "$log"' EXIT
   two_hosts "$name" "$a" "$b" "svrs$$" "$ip_a" "$ip_b"
-  SOFTVERBS_CM_TRACE=1 ip netns exec "$a" env SOFTVERBS_DEVICES="softverbs0=$ip_a" \
-    "${sv[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
-  local srv=$!
-  : > "$log/cli"
-  if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then
-    ip netns exec "$b" env SOFTVERBS_DEVICES="softverbs0=$ip_b" \
-      "${sv[@]}" timeout 60 "$ex/client" "$ip_a" 7471 > "$log/cli" 2>&1
-  else
-    kill $srv 2>/dev/null
-  fi
-  wait $srv
-  if grep -q "recv msg : \[1, 1," "$log/srv" && grep -q "recv msg : \[1, 1," "$log/cli"; then
-    ok "$name"
-  else
-    cat "$log/srv" >> "$log/cli"
-    bad "$name" "$log/cli"
-  fi
+  rdma_sys_pair "$name" "$ip_a" ip netns exec "$a" env SOFTVERBS_DEVICES="softverbs0=$ip_a" "${sv[@]}" \
+    --then ip netns exec "$b" env SOFTVERBS_DEVICES="softverbs0=$ip_b" "${sv[@]}"
   remove_two_hosts "$a" "$b"
 }
 
 cd "$log/rdma-sys-$RDMA_SYS" || exit 1
 if cargo build --locked --release --examples > "$log/build" 2>&1; then
   ex=$CARGO_TARGET_DIR/release/examples
-  SOFTVERBS_CM_TRACE=1 "${sv[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
-  srv=$!
-  if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then
-    "${sv[@]}" timeout 60 "$ex/client" 127.0.0.1 7471 > "$log/cli" 2>&1
-  else
-    kill $srv 2>/dev/null
-  fi
-  wait $srv
-  if grep -q "recv msg : \[1, 1," "$log/srv" && grep -q "recv msg : \[1, 1," "$log/cli"; then
-    ok "rdma-sys $RDMA_SYS server and client examples, unchanged"
-  else
-    cat "$log/srv" >> "$log/cli"
-    bad "rdma-sys $RDMA_SYS server and client examples, unchanged" "$log/cli"
-  fi
+  rdma_sys_pair "rdma-sys $RDMA_SYS server and client examples, unchanged" 127.0.0.1 "${sv[@]}" --then "${sv[@]}"
   rdma_sys_across
 else
   bad "rdma-sys $RDMA_SYS builds" "$log/build"

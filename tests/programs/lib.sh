@@ -216,6 +216,12 @@ rping_exit() {
   fi
 }
 
+# iperf_streams FILE SIZE: how many streams iperf (2) reports in FILE
+# as having moved SIZE (its own notation, "32.0 MBytes").
+iperf_streams() {
+  grep -Ec "^\[ *[0-9]+\] +0\.0+-[0-9.]+ sec +$2" "$1"
+}
+
 # rdma-core's librspreload.so (librdmacm1): preloaded first, it turns an
 # ordinary program's TCP sockets into rsockets. Prints its path, or
 # nothing where it is not installed.

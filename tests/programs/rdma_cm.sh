@@ -327,7 +327,7 @@ rspreload_case() {
   fi
   local v=1
   [ "$crc" = 0 ] && [ "$src" = 0 ] \
-    && [ "$(grep -Ec '^\[ *[0-9]+\] +0\.0+-[0-9.]+ sec +32\.0 MBytes' "$log/iperf.cli")" = 2 ] \
+    && [ "$(iperf_streams "$log/iperf.cli" "32.0 MBytes")" = 2 ] \
     && [ "$(grep -Ec 'rdma_cm: channel [0-9]+ command 8: Ok' "$log/iperf.err")" = 2 ] && v=0
   report "$name" $v
 }

@@ -8,9 +8,9 @@ use crate::id::{CmId, Conn, Reservation, Retransmit, State};
 use crate::query;
 use softverbs_wire::cm::{
     rej_reason, sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu,
-    CmSidrRep, CmSidrReq, CmaHdr, IpServiceId, MessageKind, TransportType, CMA_HDR_LEN,
-    IP_SIDR_REQ_USER_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
-    SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
+    CmSidrRep, CmSidrReq, CmaHdr, IpServiceId, MessageKind, PortSpace as WirePortSpace,
+    TransportType, CMA_HDR_LEN, IP_SIDR_REQ_USER_DATA_LEN, REP_PRIVATE_DATA_LEN,
+    REQ_PRIVATE_DATA_LEN, SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use softverbs_wire::{Psn, Qpn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -32,10 +32,10 @@ const EPROTONOSUPPORT: i32 = 93;
 const EOPNOTSUPP: i32 = 95;
 
 /// The port spaces, as CREATE_ID names them and service IDs carry them.
-const PS_TCP: u16 = 0x0106;
-const PS_UDP: u16 = 0x0111;
-const PS_IB: u16 = 0x013F;
-const PS_IPOIB: u16 = 0x0002;
+const PS_TCP: u16 = WirePortSpace::Tcp as u16;
+const PS_UDP: u16 = WirePortSpace::Udp as u16;
+const PS_IB: u16 = WirePortSpace::Ib as u16;
+const PS_IPOIB: u16 = WirePortSpace::Ipoib as u16;
 /// The bits of an IP-mapped service ID that hold the port space
 /// (`RDMA_IB_IP_PS_MASK`); the low 16 are the port.
 const SID_PS_MASK: u64 = 0xFFFF_FFFF_FFFF_0000;
@@ -525,7 +525,10 @@ impl Agent {
             return Err(EINVAL);
         }
         if dst_family == abi::AF_IB {
-            return self.resolve_ib(handle, (src_size != 0).then_some(src_family), ports);
+            let src = (src_size != 0)
+                .then(|| c.bytes(24, usize::from(src_size)))
+                .transpose()?;
+            return self.resolve_ib(handle, src, ports);
         }
         let src = if src_size == 0 {
             None
@@ -539,21 +542,30 @@ impl Agent {
         self.resolve(handle, src, dst, ports)
     }
 
-    /// An AF_IB destination: an IP-bound id or source is of the wrong
-    /// family (EINVAL); a fresh id is bound to the unspecified AF_IB
-    /// address first, as `cma_bind_addr` does, and stays bound.
+    /// An AF_IB destination, which no RoCE port resolves. A fresh id is
+    /// bound first, as `cma_bind_addr` binds it: to the source given (an
+    /// IP one, whose family then differs: EINVAL; an AF_IB one with a GID:
+    /// ENODEV) or to the unspecified AF_IB address; it stays bound.
     fn resolve_ib(
         &mut self,
         handle: u32,
-        src_family: Option<u16>,
+        src: Option<&[u8]>,
         ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
         let id = self.id(handle)?;
-        if id.src.is_some() || src_family.is_some_and(|f| f != abi::AF_IB) {
+        if id.state != State::Idle || id.src.is_some() {
             return Err(EINVAL);
         }
         if id.ib_src.is_none() {
-            self.bind_ib(handle, &abi::sockaddr_ib(0, [0; 16], 0, 0), ports)?;
+            match src {
+                Some(b) if abi::parse_sockaddr(b).is_some() => {
+                    let ip = abi::parse_sockaddr(b).ok_or(EINVAL)?;
+                    self.bind_to(handle, ip, ports)?;
+                    return Err(EINVAL);
+                }
+                Some(b) => self.bind_ib(handle, b, ports)?,
+                None => self.bind_ib(handle, &abi::sockaddr_ib(0, [0; 16], 0, 0), ports)?,
+            };
         }
         Err(ENODEV)
     }
@@ -571,6 +583,17 @@ impl Agent {
         let id = self.id(handle)?;
         if id.state != State::Idle || id.ib_src.is_some() {
             return Err(EINVAL);
+        }
+        if id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified()) {
+            // Bound to a loopback address no device has: nothing routes
+            // from there (the port stays where it was reserved).
+            self.notify_id(
+                handle,
+                event::ADDR_ERROR,
+                -EADDRNOTAVAIL,
+                EventConn::default(),
+            );
+            return Ok(Reply::Done);
         }
         // The device: the bound one, the source's, the destination's when
         // it is local, else the first of the destination's family.
@@ -639,14 +662,16 @@ impl Agent {
         let id = self.id(c.u32(16)?)?;
         let out = usize::from(c.out);
         let device = self.device(id);
-        let bytes = match c.u32(20)? {
-            0 | 2 if out < query::ADDR_LEN => return Err(ENOSPC),
+        let mut bytes = match c.u32(20)? {
+            0 | 2 if out < query::ADDR_MIN_LEN => return Err(ENOSPC),
             0 => query::addr(id, device),
             1 if out < query::PATH_HEAD_LEN => return Err(ENOSPC),
             1 => query::paths(id, device, HOP_LIMIT, PACKET_LIFE_TIME, out),
             2 => query::gid(id, device),
             _ => return Err(ENOSYS),
         };
+        // The kernel copies no more than the caller has room for.
+        bytes.truncate(out);
         Ok(Reply::Respond {
             addr: response,
             bytes,
@@ -1053,6 +1078,9 @@ impl Agent {
     /// 0xFFFFFF, the UD Q_Key). The application then attaches its QP,
     /// and the device joins the IP group (`ibv_attach_mcast`).
     fn join_ip(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        if c.out < 4 {
+            return Err(ENOSPC); // no room for the join's handle
+        }
         let group = c.sockaddr(24, 28)?.ok_or(EINVAL)?.ip();
         self.join(c.u64(8)?, c.u64(16)?, group, c.u32(52)?)
     }
@@ -1062,6 +1090,9 @@ impl Agent {
     /// both are a join with no subnet manager; only a full member's QP
     /// will take the group's traffic, by its own `ibv_attach_mcast`).
     fn join_mcast(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        if c.out < 4 {
+            return Err(ENOSPC);
+        }
         let (size, flags) = (c.u16(28)?, c.u16(30)?);
         if size == 0 || usize::from(size) != abi::family_len(c.u16(32)?) || flags > 1 {
             return Err(EINVAL);

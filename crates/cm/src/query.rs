@@ -1,6 +1,6 @@
 //! What QUERY_ROUTE and QUERY (ADDR, GID, PATH) answer about an id: its
 //! device, its two addresses and the RoCE path between them, as the
-//! kernel's `ucma.c` lays them out (docs/rdma-cm.md, 2.4). librdmacm asks
+//! kernel's `ucma.c` lays them out (docs/rdma-cm.md, 2.3). librdmacm asks
 //! QUERY_ROUTE where it speaks the IP-only command set and the three
 //! QUERY options where the AF_IB probe succeeded.
 
@@ -13,6 +13,9 @@ use std::net::SocketAddr;
 pub const ROUTE_LEN: usize = 208;
 /// Bytes of a QUERY ADDR or GID response (`struct rdma_ucm_query_addr_resp`).
 pub const ADDR_LEN: usize = 280;
+/// The least room a QUERY ADDR or GID needs: up to `ibdev_index`, which an
+/// older caller's struct lacks (the kernel's check).
+pub const ADDR_MIN_LEN: usize = 272;
 /// Bytes of a QUERY PATH response's head (`num_paths`, reserved).
 pub const PATH_HEAD_LEN: usize = 8;
 /// Bytes of one path of it (`struct ib_path_rec_data`: flags, reserved,
@@ -179,8 +182,9 @@ pub fn paths(
     let mut r = vec![0u8; PATH_HEAD_LEN];
     let n = num_paths(id);
     r[0..4].copy_from_slice(&n.to_ne_bytes());
-    let room = out_len.saturating_sub(PATH_HEAD_LEN) / PATH_DATA_LEN;
-    if let (Some(p), true) = (path(id, device), n > 0 && room > 0) {
+    // The kernel copies a path only where more than its size is left.
+    let room = out_len.saturating_sub(PATH_HEAD_LEN) > PATH_DATA_LEN;
+    if let (Some(p), true) = (path(id, device), n > 0 && room) {
         let mut data = [0u8; PATH_DATA_LEN];
         data[0..4].copy_from_slice(&PATH_FLAGS.to_ne_bytes());
         let rec = &mut data[8..72];

@@ -483,6 +483,15 @@ fn a_loopback_address_no_device_has_binds_with_no_device_as_in_the_kernel() {
         Some("127.0.0.1".parse().unwrap())
     );
     s.listen(lo);
+    // Nothing routes from there: resolving is ADDR_ERROR.
+    let from_lo = s.create(4);
+    s.bind(from_lo, "127.0.0.1:0").unwrap();
+    let mut r = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut r[36..64], "10.0.0.1:7471".parse().unwrap());
+    put32(&mut r, 64, from_lo);
+    s.ok(&r);
+    let ev = s.event();
+    assert_eq!((ev.event, ev.status), (event::ADDR_ERROR, -99));
     let v6 = s.create(2);
     s.bind(v6, "[::1]:0").unwrap();
     let other = s.create(3);
@@ -565,6 +574,13 @@ fn af_ib_addresses_of_devices_and_bad_sizes_are_refused_as_on_roce() {
     );
     put32(&mut r, 8, id);
     assert_eq!(s.run(&r), Err(22), "an IPv4 id, an AF_IB destination");
+    let ip_src = s.create(4);
+    abi::put_sockaddr(&mut r[24..40], "10.0.0.2:0".parse().unwrap());
+    put16(&mut r, 16, 16);
+    put32(&mut r, 8, ip_src);
+    assert_eq!(s.run(&r), Err(22), "an IPv4 source, an AF_IB destination");
+    let bound = query(&mut s, ip_src, 0);
+    assert_eq!(addr_at(&bound, 12, 16), (16, 2), "bound to it all the same");
 }
 
 /// RESOLVE_ADDR (the new command set) of `dst`, then RESOLVE_ROUTE.
