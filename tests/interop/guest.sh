@@ -348,9 +348,11 @@ cm_run() {
     # the synchronous API's callers by its errno (ECONNREFUSED); rsockets'
     # riostream by a failed rpoll of its connect, with whatever errno
     # (ENOTCONN, EINPROGRESS, even "Success").
-    # qperf before its server listens: "failed to connect"; rdma-sys'
-    # client names the call only: "rdma_connect".
-    grep -Eq "REJECTED|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: |^rdma_connect$" "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # qperf before its server listens: "failed to connect", and "Event
+    # rejected" when a test's REQ comes before the server's listener for
+    # it (rdma_cm.sh, "qperf"); rdma-sys' client names the call only:
+    # "rdma_connect".
+    grep -Eq "REJECTED|Event rejected|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: |^rdma_connect$" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   if [[ "$prog" =~ ^(cmtime|iperf|qperf)$ ]] && [ $crc -eq 0 ]; then
