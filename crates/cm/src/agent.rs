@@ -558,12 +558,13 @@ impl Agent {
         }
         if id.ib_src.is_none() {
             match src {
-                Some(b) if abi::parse_sockaddr(b).is_some() => {
-                    let ip = abi::parse_sockaddr(b).ok_or(EINVAL)?;
-                    self.bind_to(handle, ip, ports)?;
-                    return Err(EINVAL);
-                }
-                Some(b) => self.bind_ib(handle, b, ports)?,
+                Some(b) => match abi::parse_sockaddr(b) {
+                    Some(ip) => {
+                        self.bind_to(handle, ip, ports)?;
+                        return Err(EINVAL);
+                    }
+                    None => self.bind_ib(handle, b, ports)?,
+                },
                 None => self.bind_ib(handle, &abi::sockaddr_ib(0, [0; 16], 0, 0), ports)?,
             };
         }
@@ -584,19 +585,12 @@ impl Agent {
         if id.state != State::Idle || id.ib_src.is_some() {
             return Err(EINVAL);
         }
-        if id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified()) {
-            // Bound to a loopback address no device has: nothing routes
-            // from there (the port stays where it was reserved).
-            self.notify_id(
-                handle,
-                event::ADDR_ERROR,
-                -EADDRNOTAVAIL,
-                EventConn::default(),
-            );
-            return Ok(Reply::Done);
-        }
         // The device: the bound one, the source's, the destination's when
-        // it is local, else the first of the destination's family.
+        // it is local, else the first of the destination's family. None
+        // for an id bound to a loopback address no device has: nothing
+        // routes from there (its port stays where it was reserved).
+        let loopback_bound =
+            id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified());
         let device = id
             .device
             .or_else(|| src.and_then(|s| self.device_of(s.ip())))
@@ -604,7 +598,8 @@ impl Agent {
             .or_else(|| {
                 let family = dst.is_ipv4();
                 self.devices.iter().position(|d| d.ip.is_ipv4() == family)
-            });
+            })
+            .filter(|_| !loopback_bound);
         let Some(device) = device else {
             self.notify_id(
                 handle,
@@ -1078,11 +1073,9 @@ impl Agent {
     /// 0xFFFFFF, the UD Q_Key). The application then attaches its QP,
     /// and the device joins the IP group (`ibv_attach_mcast`).
     fn join_ip(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
-        if c.out < 4 {
-            return Err(ENOSPC); // no room for the join's handle
-        }
+        let (response, uid) = join_head(c)?;
         let group = c.sockaddr(24, 28)?.ok_or(EINVAL)?.ip();
-        self.join(c.u64(8)?, c.u64(16)?, group, c.u32(52)?)
+        self.join(response, uid, group, c.u32(52)?)
     }
 
     /// JOIN_MCAST: as JOIN_IP_MCAST, with the address's size and the
@@ -1090,15 +1083,13 @@ impl Agent {
     /// both are a join with no subnet manager; only a full member's QP
     /// will take the group's traffic, by its own `ibv_attach_mcast`).
     fn join_mcast(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
-        if c.out < 4 {
-            return Err(ENOSPC);
-        }
+        let (response, uid) = join_head(c)?;
         let (size, flags) = (c.u16(28)?, c.u16(30)?);
         if size == 0 || usize::from(size) != abi::family_len(c.u16(32)?) || flags > 1 {
             return Err(EINVAL);
         }
         let group = c.sockaddr(32, 128)?.ok_or(EINVAL)?.ip();
-        self.join(c.u64(8)?, c.u64(16)?, group, c.u32(24)?)
+        self.join(response, uid, group, c.u32(24)?)
     }
 
     fn join(&mut self, response: u64, uid: u64, group: IpAddr, handle: u32) -> Result<Reply, i32> {
@@ -1858,6 +1849,15 @@ fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
+}
+
+/// The start both JOINs share (`response` and `uid` at the same places),
+/// after the kernel's first check: room for the join's handle (ENOSPC).
+fn join_head(c: &Command<'_>) -> Result<(u64, u64), i32> {
+    if c.out < 4 {
+        return Err(ENOSPC);
+    }
+    Ok((c.u64(8)?, c.u64(16)?))
 }
 
 /// The port space an AF_IB service ID names for an id of port space

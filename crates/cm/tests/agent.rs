@@ -897,6 +897,30 @@ fn join_mcast_takes_both_full_member_kinds_and_checks_the_size() {
 }
 
 #[test]
+fn answers_fit_the_callers_room_as_the_kernels_do() {
+    let (mut client, _server, id, _) = requested(b"");
+    // QUERY ADDR or GID: at least up to ibdev_index, no more than room.
+    let mut q = cmd_buf(cmd::QUERY, 24, 272);
+    put32(&mut q, 16, id);
+    assert_eq!(client.ok(&q).len(), 272);
+    put16(&mut q, 6, 271);
+    assert_eq!(client.run(&q), Err(28), "ENOSPC");
+    // QUERY PATH: a path only where more than its 72 bytes are left.
+    put32(&mut q, 20, 1);
+    put16(&mut q, 6, 8 + 72);
+    let p = client.ok(&q);
+    assert_eq!((get32(&p, 0), p.len()), (1, 8), "one path, none copied");
+    // JOIN without room for the handle.
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let ud = s.create_in(5, PS_UDP);
+    s.bind(ud, "10.0.0.2:0").unwrap();
+    let mut j = cmd_buf(cmd::JOIN_IP_MCAST, 56, 0);
+    abi::put_sockaddr(&mut j[24..52], "239.1.2.5:0".parse().unwrap());
+    put32(&mut j, 52, ud);
+    assert_eq!(s.run(&j), Err(28), "ENOSPC");
+}
+
+#[test]
 fn destroying_a_listener_frees_its_port_while_its_connections_live() {
     let (_client, mut server, _, sid) = requested(b"");
     let listener = softverbs_cm::ID_HANDLES; // the first id the server made
