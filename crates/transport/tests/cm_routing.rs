@@ -465,3 +465,41 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
         "from the dead end, to the living one"
     );
 }
+
+/// A client that dies after its peer's DREQ came, before its application
+/// destroyed the id (qperf 0.4.11's server crashes right there): the
+/// daemon sends the peer the DREP the kernel's rdma_cm sends when a dead
+/// process's ids are destroyed, with the DREQ's transaction ID, so the
+/// peer sees DISCONNECTED at once instead of after its DREQ's retries.
+#[test]
+fn a_client_gone_after_its_peers_dreq_answers_it() {
+    let h = host();
+    let (mut active, mut passive) = (h.endpoint(), h.endpoint());
+    let rtu = CmRtu {
+        local_comm_id: comm_id(&active, 4),
+        remote_comm_id: comm_id(&passive, 3),
+        ..CmRtu::default()
+    };
+    active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
+    next_mad(&mut passive);
+    let dreq = CmDreq {
+        local_comm_id: rtu.local_comm_id,
+        remote_comm_id: rtu.remote_comm_id,
+        ..CmDreq::default()
+    };
+    active
+        .send_gsi(h.ip, &mad(CmMessage::Dreq(dreq), 10))
+        .unwrap();
+    next_mad(&mut passive);
+    drop(passive);
+    let (_, answer) = next_mad(&mut active);
+    let (header, CmMessage::Drep(drep)) = CmMessage::parse_mad(&answer).unwrap() else {
+        panic!("not a DREP");
+    };
+    assert_eq!(header.tid, 10, "the DREQ's transaction");
+    assert_eq!(
+        (drep.local_comm_id, drep.remote_comm_id),
+        (dreq.remote_comm_id, dreq.local_comm_id),
+        "from the dead end, to the one that asked"
+    );
+}

@@ -39,7 +39,7 @@ use rustix::net::{
     accept_with, bind, listen, send, socket_with, sockopt, AddressFamily, SendFlags,
     SocketAddrUnix, SocketFlags, SocketType,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -203,9 +203,13 @@ pub struct Daemon {
     ports: HashMap<(u16, u16), Vec<Reservation>>,
     /// Connections of this host's clients, learnt from the REPs and RTUs
     /// routed to them: our end's comm ID -> the peer's end. When a client
-    /// dies, its peers get the DREQ its rdma_cm would have sent (the
-    /// kernel's rdma_cm outlives a killed process; a client's does not).
+    /// dies, its peers get the DREQ its rdma_cm would have sent, or the
+    /// DREP for a DREQ of theirs (the kernel's rdma_cm outlives a killed
+    /// process; a client's does not).
     cm_peers: HashMap<u32, CmPeer>,
+    /// The connections whose peer sent a DREQ, oldest first: (when, our
+    /// comm ID), so that their DREQ marks expire in order.
+    dreqs: VecDeque<(Instant, u32)>,
 }
 
 /// The far end of a connection of a client (`cm_peers`).
@@ -217,7 +221,16 @@ struct CmPeer {
     /// The address they came to, and the UDP socket slot it is.
     local: SocketAddr,
     slot: usize,
+    /// The peer's DREQ came (its transaction ID, and when): it waits for
+    /// a DREP, which the client sends when its application destroys the
+    /// id or disconnects, and the daemon if the client dies first.
+    dreq: Option<(u64, Instant)>,
 }
+
+/// How long a peer that sent a DREQ may still wait for the DREP: the
+/// kernel's CM resends a DREQ 15 times, seconds apart, before it gives up.
+/// A DREP later than that would answer nobody.
+const DREQ_ANSWERED_WITHIN: Duration = Duration::from_secs(120);
 
 /// Connections `cm_peers` remembers at most (a bound on what a flood of
 /// REPs could make the daemon hold).
@@ -255,6 +268,7 @@ impl Daemon {
             capture: None,
             ports: HashMap::new(),
             cm_peers: HashMap::new(),
+            dreqs: VecDeque::new(),
         })
     }
 
@@ -934,63 +948,109 @@ impl Daemon {
     }
 
     /// Keeps what a CM message routed to a client says of its connection:
-    /// a REP or RTU makes it known, a DREQ, DREP or REJ ends it.
+    /// a REP or RTU makes it known, a DREQ marks it (its peer waits for a
+    /// DREP), a DREP or REJ ends it.
     fn note_connection(&mut self, mad: &[u8; 256], slot: usize, src: SocketAddr, dst: SocketAddr) {
         use softverbs_wire::cm::CmMessage;
-        let Ok((_, msg)) = CmMessage::parse_mad(mad) else {
+        let Ok((header, msg)) = CmMessage::parse_mad(mad) else {
             return;
         };
-        let (ours, theirs) = match msg {
-            CmMessage::Rep(m) => (m.remote_comm_id, Some(m.local_comm_id)),
-            CmMessage::Rtu(m) => (m.remote_comm_id, Some(m.local_comm_id)),
-            CmMessage::Dreq(m) => (m.remote_comm_id, None),
-            CmMessage::Drep(m) => (m.remote_comm_id, None),
-            CmMessage::Rej(m) => (m.remote_comm_id, None),
-            _ => return,
-        };
-        match theirs {
-            Some(comm_id) => {
-                if self.cm_peers.len() >= CM_PEERS_MAX && !self.cm_peers.contains_key(&ours) {
-                    // Full (connections that ended unseen): one goes, so
-                    // new ones are still known.
-                    if let Some(&old) = self.cm_peers.keys().next() {
-                        self.cm_peers.remove(&old);
-                    }
-                }
-                let peer = CmPeer {
-                    comm_id,
-                    addr: src,
-                    local: dst,
-                    slot,
-                };
-                self.cm_peers.insert(ours, peer);
+        match msg {
+            CmMessage::Rep(m) => self.connected(m.remote_comm_id, m.local_comm_id, slot, src, dst),
+            CmMessage::Rtu(m) => self.connected(m.remote_comm_id, m.local_comm_id, slot, src, dst),
+            CmMessage::Dreq(m) => self.dreq_came(m.remote_comm_id, header.tid),
+            CmMessage::Drep(m) => _ = self.cm_peers.remove(&m.remote_comm_id),
+            CmMessage::Rej(m) => _ = self.cm_peers.remove(&m.remote_comm_id),
+            _ => {}
+        }
+    }
+
+    /// A connection of comm ID `ours` to the peer's `theirs` is known.
+    fn connected(&mut self, ours: u32, theirs: u32, slot: usize, src: SocketAddr, dst: SocketAddr) {
+        if self.cm_peers.len() >= CM_PEERS_MAX && !self.cm_peers.contains_key(&ours) {
+            // Full (connections that ended unseen): one goes, so new ones
+            // are still known.
+            if let Some(&old) = self.cm_peers.keys().next() {
+                self.cm_peers.remove(&old);
             }
-            None => {
-                self.cm_peers.remove(&ours);
+        }
+        let peer = CmPeer {
+            comm_id: theirs,
+            addr: src,
+            local: dst,
+            slot,
+            dreq: None,
+        };
+        self.cm_peers.insert(ours, peer);
+    }
+
+    /// The peer of connection `ours` asks to disconnect (transaction
+    /// `tid`). The mark stays while the peer may wait for the DREP: the
+    /// daemon does not see the client's own DREP go out.
+    fn dreq_came(&mut self, ours: u32, tid: u64) {
+        let now = Instant::now();
+        while let Some(&(at, id)) = self.dreqs.front() {
+            let full = self.dreqs.len() >= CM_PEERS_MAX;
+            if !full && now.duration_since(at) < DREQ_ANSWERED_WITHIN {
+                break;
+            }
+            self.dreqs.pop_front();
+            // The connection's mark, not that of a later one of its ID.
+            if self
+                .cm_peers
+                .get(&id)
+                .and_then(|p| p.dreq)
+                .is_some_and(|(_, t)| t == at)
+            {
+                self.cm_peers.remove(&id);
+            }
+        }
+        // A resent DREQ (the same transaction) keeps the first one's mark.
+        if let Some(peer) = self.cm_peers.get_mut(&ours) {
+            if peer.dreq.is_none() {
+                peer.dreq = Some((tid, now));
+                self.dreqs.push_back((now, ours));
             }
         }
     }
 
     /// Client `id` is gone with its rdma_cm: the peers of its connections
-    /// get a DREQ from its comm ID, as the kernel's rdma_cm sends one when
-    /// a dead process's file is released, so they see DISCONNECTED.
+    /// get a DREQ from its comm ID, and those that asked to disconnect the
+    /// DREP they wait for, as the kernel's rdma_cm sends them when a dead
+    /// process's file is released (`rdma_destroy_id` of each id), so they
+    /// see DISCONNECTED at once.
     fn disconnect_peers_of(&mut self, blocks: &[usize]) {
+        use softverbs_wire::cm::{CmDrep, CmDreq, CmMessage};
         let dead: Vec<(u32, CmPeer)> = self
             .cm_peers
             .iter()
             .filter(|(ours, _)| blocks.contains(&usize::from(gsi::block_of_comm_id(**ours))))
             .map(|(ours, peer)| (*ours, *peer))
             .collect();
+        let now = Instant::now();
         for (ours, peer) in dead {
             self.cm_peers.remove(&ours);
-            let dreq = softverbs_wire::cm::CmDreq {
-                local_comm_id: ours,
-                remote_comm_id: peer.comm_id,
-                ..Default::default()
+            let (message, tid) = match peer.dreq {
+                Some((tid, at)) if now.duration_since(at) < DREQ_ANSWERED_WITHIN => {
+                    let drep = CmDrep {
+                        local_comm_id: ours,
+                        remote_comm_id: peer.comm_id,
+                        ..Default::default()
+                    };
+                    (CmMessage::Drep(drep), tid)
+                }
+                Some(_) => continue,
+                None => {
+                    let dreq = CmDreq {
+                        local_comm_id: ours,
+                        remote_comm_id: peer.comm_id,
+                        ..Default::default()
+                    };
+                    (CmMessage::Dreq(dreq), u64::from(ours))
+                }
             };
             let mut mad = [0u8; 256];
-            let message = softverbs_wire::cm::CmMessage::Dreq(dreq);
-            if message.emit_mad(u64::from(ours), 0, &mut mad).is_err() {
+            if message.emit_mad(tid, 0, &mut mad).is_err() {
                 continue;
             }
             let mut to = peer.addr;
