@@ -64,7 +64,7 @@ pub(crate) struct CmId {
     pub(crate) src: Option<SocketAddr>,
     /// The `sockaddr_ib` an AF_IB bind gave it (then `src` is `None`):
     /// only the unspecified GID, as librdmacm's probe binds.
-    pub(crate) ib_src: Option<[u8; 48]>,
+    pub(crate) ib_src: Option<[u8; crate::abi::SOCKADDR_IB_LEN]>,
     pub(crate) dst: Option<SocketAddr>,
     /// Index of the softverbs device it is bound to.
     pub(crate) device: Option<usize>,

@@ -133,7 +133,7 @@ fn put_addr(r: &mut [u8], size_at: usize, at: usize, addr: Option<Addr<'_>>) {
 #[derive(Clone, Copy)]
 enum Addr<'a> {
     Ip(SocketAddr),
-    Ib(&'a [u8; 48]),
+    Ib(&'a [u8; abi::SOCKADDR_IB_LEN]),
 }
 
 fn source(id: &CmId) -> Option<Addr<'_>> {

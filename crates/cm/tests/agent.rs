@@ -583,6 +583,34 @@ fn af_ib_addresses_of_devices_and_bad_sizes_are_refused_as_on_roce() {
     assert_eq!(addr_at(&bound, 12, 16), (16, 2), "bound to it all the same");
 }
 
+/// RESOLVE_ADDR with an AF_IB source: one with a GID binds as the kernel
+/// binds it, and no RoCE port has it (ENODEV); one for an IP destination
+/// is of another family (EINVAL).
+#[test]
+fn af_ib_sources_are_refused_as_on_roce() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let mut r = cmd_buf(cmd::RESOLVE_ADDR, 280, 0);
+    put16(&mut r, 16, 48);
+    let with_gid = s.create(1);
+    put32(&mut r, 8, with_gid);
+    r[24..72].copy_from_slice(&abi::sockaddr_ib(0xFFFF, abi::gid_of(s.ip), 0, 0));
+    put16(&mut r, 18, 48);
+    r[152..200].copy_from_slice(&abi::sockaddr_ib(0xFFFF, [1; 16], 0, 0));
+    assert_eq!(s.run(&r), Err(19), "ENODEV");
+    assert_eq!(
+        addr_at(&query(&mut s, with_gid, 0), 12, 16),
+        (0, 0),
+        "the GID was not bound"
+    );
+    let to_ip = s.create(2);
+    put32(&mut r, 8, to_ip);
+    r[24..72].copy_from_slice(&abi::sockaddr_ib(0, [0; 16], 0, 0));
+    r[152..200].fill(0);
+    put16(&mut r, 18, 16);
+    abi::put_sockaddr(&mut r[152..168], "10.0.0.1:7471".parse().unwrap());
+    assert_eq!(s.run(&r), Err(22), "an AF_IB source, an IPv4 destination");
+}
+
 /// RESOLVE_ADDR (the new command set) of `dst`, then RESOLVE_ROUTE.
 fn resolve_addr(s: &mut Side, id: u32, dst: SocketAddr) {
     let mut b = cmd_buf(cmd::RESOLVE_ADDR, 280, 0);

@@ -115,6 +115,11 @@ fn next_mad(e: &mut Endpoint) -> (FrameHeader, [u8; MAD_LEN]) {
     (h, mad)
 }
 
+/// The CM message of the next packet to reach `e`, with its MAD header.
+fn next_cm(e: &mut Endpoint) -> (MadHeader, CmMessage) {
+    CmMessage::parse_mad(&next_mad(e).1).expect("a CM message")
+}
+
 /// The MADs of the next `n` packets to reach `e` (within 5 s), however
 /// they are framed.
 fn next_mads(e: &mut Endpoint, n: usize) -> Vec<[u8; MAD_LEN]> {
@@ -412,8 +417,7 @@ fn cm_messages_reach_the_holder_of_their_comm_id() {
         ..CmDreq::default()
     };
     a.send_gsi(h.ip, &mad(CmMessage::Dreq(gone), 7)).unwrap();
-    let (_, answer) = next_mad(&mut a);
-    let (header, CmMessage::Drep(drep)) = CmMessage::parse_mad(&answer).unwrap() else {
+    let (header, CmMessage::Drep(drep)) = next_cm(&mut a) else {
         panic!("not a DREP");
     };
     assert_eq!(header.tid, 7);
@@ -455,8 +459,7 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
         .unwrap();
     next_mad(&mut active);
     drop(active);
-    let (_, answer) = next_mad(&mut passive);
-    let (_, CmMessage::Dreq(dreq)) = CmMessage::parse_mad(&answer).unwrap() else {
+    let (_, CmMessage::Dreq(dreq)) = next_cm(&mut passive) else {
         panic!("not a DREQ");
     };
     assert_eq!(
@@ -492,8 +495,7 @@ fn a_client_gone_after_its_peers_dreq_answers_it() {
         .unwrap();
     next_mad(&mut passive);
     drop(passive);
-    let (_, answer) = next_mad(&mut active);
-    let (header, CmMessage::Drep(drep)) = CmMessage::parse_mad(&answer).unwrap() else {
+    let (header, CmMessage::Drep(drep)) = next_cm(&mut active) else {
         panic!("not a DREP");
     };
     assert_eq!(header.tid, 10, "the DREQ's transaction");
