@@ -538,6 +538,42 @@ for fam in ipv4 ipv6; do
   done
 done
 
+# Under loss: netem drops 1% of what each end of the rxe0-softverbs link
+# sends, one packet at a time (softverbs' transmit checksum offload off, so
+# it sends no GSO bursts for netem to drop whole). Lost requests, ACKs and
+# READ responses both ways: softverbs' requester asks again for the READ
+# that lost responses alone and takes the later READs' responses, which
+# rxe's responder must serve; rxe's requester goes back, and softverbs'
+# responder sends the repeated READ ahead of the responses it has queued.
+LOSSY=(
+  "read_bw|ib_read_bw -m 1024 -s 65536 -n 200 -F"
+  "write_bw|ib_write_bw -m 1024 -s 65536 -n 200 -F"
+  "send_bw|ib_send_bw -m 1024 -s 65536 -n 200 -F"
+)
+lossy_wanted=
+for p in "${LOSSY[@]}"; do
+  [[ "lossy rxe-softverbs ${p%%|*} (rxe server)" =~ $FILTER ]] && lossy_wanted=1
+  [[ "lossy rxe-softverbs ${p%%|*} (softverbs server)" =~ $FILTER ]] && lossy_wanted=1
+done
+if [ -n "$lossy_wanted" ]; then
+  if modprobe sch_netem && ip netns exec sv ethtool -K vb tx off > /dev/null &&
+    tc qdisc add dev va root netem loss 1% limit 100000 &&
+    tc -n sv qdisc add dev vb root netem loss 1% limit 100000; then
+    for p in "${LOSSY[@]}"; do
+      label=${p%%|*}
+      # shellcheck disable=SC2086
+      case_run "lossy rxe-softverbs $label (rxe server)" rxe0 softverbs ipv4 ${p#*|}
+      # shellcheck disable=SC2086
+      case_run "lossy rxe-softverbs $label (softverbs server)" softverbs rxe0 ipv4 ${p#*|}
+    done
+  else
+    fail=$((fail + 1)); echo "FAIL lossy cases: netem on the rxe0-softverbs link could not be set up"
+  fi
+  tc qdisc del dev va root 2> /dev/null
+  tc -n sv qdisc del dev vb root 2> /dev/null
+  ip netns exec sv ethtool -K vb tx on > /dev/null
+fi
+
 # rdma_cm: rping with the kernel's CM on rxe, both roles, and between two
 # rxe devices first over IPv4. (Between rxe_xa and rxe_xb over IPv6 the
 # kernel's rdma_cm refuses the connection itself, REJ 28: both devices are

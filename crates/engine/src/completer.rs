@@ -139,8 +139,8 @@ impl SendSide<'_> {
 
     /// Acknowledges every SEND and WRITE whose PSNs are all at or before
     /// `psn`. A READ or atomic covered by the ACK but not yet answered lost
-    /// its response: it is requested again. Returns whether the requester
-    /// made progress (newly acknowledged PSNs).
+    /// its responses: it alone is requested again. Returns whether the
+    /// requester made progress (newly acknowledged PSNs).
     pub(crate) fn ack_through(&mut self, psn: Psn) -> bool {
         if self.req.next_psn.wrapping_sub(1).distance(psn) > 0 {
             return false; // acknowledges PSNs never sent: ignore
@@ -151,25 +151,22 @@ impl SendSide<'_> {
         if progress {
             self.req.acked = psn;
         }
-        let mut lost = None;
-        for e in self
-            .req
-            .inflight
-            .iter_mut()
-            .filter(|e| !e.done && e.npkts > 0)
-        {
+        for idx in 0..self.req.inflight.len() {
+            let e = &mut self.req.inflight[idx];
+            if e.done || e.npkts == 0 {
+                continue;
+            }
             if !e.sent_once || e.last_psn().distance(psn) < 0 {
                 break;
             }
-            if e.op.is_rd_atomic() {
-                lost = Some(e.first_psn.wrapping_add(e.resp_pkts));
-                break;
+            if !e.op.is_rd_atomic() {
+                e.done = true;
+                progress = true;
+            } else if e.asked_again.is_none() {
+                // Its responses all came before this ACK or were lost.
+                let stale = e.part_end();
+                self.req.ask_again(idx, stale);
             }
-            e.done = true;
-            progress = true;
-        }
-        if let Some(p) = lost {
-            self.req.go_back(p);
         }
         progress
     }
@@ -218,12 +215,12 @@ impl SendSide<'_> {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some((idx, expected)) = self.awaited_response() else {
+        let Some((idx, expected)) = self.awaited_response(pkt.psn()) else {
             return false;
         };
         let e = &self.req.inflight[idx];
         if e.op != ReqOp::Read || pkt.psn() != expected {
-            return self.implied_nak(ctx, expected, pkt.psn());
+            return self.implied_nak(ctx, idx, expected, pkt.psn());
         }
         self.ack_through(e.first_psn.wrapping_sub(1));
         let mtu = self.mtu();
@@ -251,9 +248,10 @@ impl SendSide<'_> {
         }
         let e = &mut self.req.inflight[idx];
         e.resp_pkts += 1;
+        e.asked_again = None;
         if e.resp_pkts == e.npkts {
             e.done = true;
-            self.req.rd_atomic -= 1;
+            self.req.recount_rd_atomic();
         } else if e.resp_pkts == e.req_end {
             e.next_pkt = 0; // the next part is asked for
         }
@@ -266,14 +264,14 @@ impl SendSide<'_> {
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some((idx, expected)) = self.awaited_response() else {
+        let Some((idx, expected)) = self.awaited_response(pkt.psn()) else {
             return false;
         };
         let e = &self.req.inflight[idx];
         let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
         let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
         else {
-            return self.implied_nak(ctx, expected, pkt.psn());
+            return self.implied_nak(ctx, idx, expected, pkt.psn());
         };
         self.ack_through(e.first_psn.wrapping_sub(1));
         let e = &self.req.inflight[idx];
@@ -283,38 +281,64 @@ impl SendSide<'_> {
             return false;
         }
         self.req.inflight[idx].done = true;
-        self.req.rd_atomic -= 1;
+        self.req.recount_rd_atomic();
         true
     }
 
-    /// The READ or atomic the next response answers (the oldest waiting:
-    /// responses come in request order) and the PSN it must carry.
-    fn awaited_response(&self) -> Option<(usize, Psn)> {
-        let idx = self.req.oldest_rd_atomic()?;
+    /// The READ or atomic a response with PSN `psn` answers and the PSN
+    /// it waits for next; `None` for a response to nothing unanswered (a
+    /// duplicate, or a PSN never asked for).
+    fn awaited_response(&self, psn: Psn) -> Option<(usize, Psn)> {
+        let idx = self.req.rd_atomic_of(psn)?;
         let e = &self.req.inflight[idx];
         Some((idx, e.first_psn.wrapping_add(e.resp_pkts)))
     }
 
-    /// A response for a PSN after `expected`, the one the oldest READ or
-    /// atomic waits for: responses come in order, so the ones between were
-    /// lost. As for a PSN sequence error NAK (rxe: `check_psn` in rxe_comp.c),
-    /// the requester asks again from `expected` at once instead of waiting
-    /// for the local ACK timeout; a burst of such responses for one loss
-    /// costs one retry. Older (duplicate) PSNs and PSNs never sent are
-    /// ignored. Never progress, so always false.
-    fn implied_nak(&mut self, ctx: &mut Ctx<'_>, expected: Psn, psn: Psn) -> bool {
+    /// A response for PSN `psn` of the READ or atomic `idx` that does not
+    /// continue its responses (`expected` is due): the ones between were
+    /// lost, and so were the last ones of every earlier READ or atomic
+    /// still unanswered, since responses come in request order. As for a
+    /// PSN sequence error NAK (rxe: `check_psn` in rxe_comp.c), each is
+    /// asked for again at once from its first missing PSN instead of
+    /// waiting for the local ACK timeout, and the loss costs one retry.
+    /// Only those: later READs whose responses arrive whole are kept (on
+    /// a lossy link go-back-N asked again for every READ in flight after
+    /// each loss). Earlier SENDs and WRITEs are acknowledged; a gap
+    /// never is progress of its own.
+    fn implied_nak(&mut self, ctx: &mut Ctx<'_>, idx: usize, expected: Psn, psn: Psn) -> bool {
         let ahead = expected.distance(psn) > 0;
-        let sent = self.req.next_psn.wrapping_sub(1).distance(psn) <= 0;
         let waiting = self.req.rnr_resume.is_some();
-        if !ahead || !sent || waiting || self.req.retrying {
+        if !ahead || waiting || self.req.retrying {
             return false;
         }
-        if self.consume_retry(ctx) {
-            self.req.go_back(expected);
-            self.req.retrying = true;
-            self.on_loss(ctx);
+        let e = &mut self.req.inflight[idx];
+        let first = e.first_psn;
+        let gap = match e.asked_again {
+            // The stream from before the last ask going on.
+            Some(stale) if stale.distance(psn) > 0 => {
+                e.asked_again = Some(psn);
+                false
+            }
+            _ => true,
+        };
+        let unanswered_before = self
+            .req
+            .inflight
+            .iter()
+            .take(idx)
+            .any(|e| !e.done && e.op.is_rd_atomic() && e.asked_again.is_none() && e.sent_once);
+        if !unanswered_before && !gap {
+            return false;
         }
-        false
+        if !self.consume_retry(ctx) {
+            return false;
+        }
+        let progress = self.ack_through(first.wrapping_sub(1));
+        if gap {
+            self.req.ask_again(idx, psn);
+        }
+        self.on_loss(ctx);
+        progress
     }
 
     /// Timer expiry: the end of an RNR wait, or the local ACK timeout.

@@ -74,6 +74,13 @@ pub(crate) struct InFlight {
     pub(crate) next_pkt: u32,
     /// READ response packets received, in order.
     pub(crate) resp_pkts: u32,
+    /// A READ or atomic asked for again from `resp_pkts` after a lost
+    /// response, and the highest PSN of its responses sent before that may
+    /// still arrive. Those are no new loss: responses ahead of the one
+    /// awaited are ignored while their PSNs rise past this one (the stream
+    /// from before going on). One at or below it comes from the stream
+    /// asked for again, whose first packets were lost in turn.
+    pub(crate) asked_again: Option<Psn>,
     /// A READ on the wire: the response packet at which the request last
     /// sent ends. A READ larger than the send window is asked for one
     /// window at a time ([`Qp::read_request_end`]), so that its responses
@@ -100,6 +107,12 @@ impl InFlight {
 
     pub(crate) fn all_sent(&self) -> bool {
         self.next_pkt >= self.npkts
+    }
+
+    /// A READ or atomic: the PSN of the last response its request asked
+    /// for (the end of the part asked for, for a READ asked in parts).
+    pub(crate) fn part_end(&self) -> Psn {
+        self.first_psn.wrapping_add(self.req_end.max(1) - 1)
     }
 }
 
@@ -197,6 +210,7 @@ impl Requester {
             if e.done {
                 continue;
             }
+            e.asked_again = e.op.is_rd_atomic().then(|| e.part_end());
             e.next_pkt = match e.op {
                 _ if e.op.is_rd_atomic() => 0,
                 _ if i == idx => e.first_psn.distance(psn) as u32,
@@ -205,12 +219,41 @@ impl Requester {
         }
     }
 
-    /// The oldest READ or atomic still waiting for its response: responses
-    /// come back in request order, so only it can be answered next.
-    pub(crate) fn oldest_rd_atomic(&self) -> Option<usize> {
+    /// Asks again for the READ or atomic `idx` alone, from its first
+    /// missing response, after its responses from there on were lost;
+    /// `stale` is the highest PSN of its responses from before that may
+    /// still arrive. The later WRs stay as they are: their responses,
+    /// arriving whole, are kept (go-back-N would ask again for every one
+    /// of them).
+    pub(crate) fn ask_again(&mut self, idx: usize, stale: Psn) {
+        let e = &mut self.inflight[idx];
+        e.next_pkt = 0;
+        e.asked_again = Some(stale);
+        self.send_idx = self.send_idx.min(idx);
+    }
+
+    /// The READ or atomic still waiting for responses that a response
+    /// with PSN `psn` belongs to.
+    pub(crate) fn rd_atomic_of(&self, psn: Psn) -> Option<usize> {
         self.inflight
             .iter()
-            .position(|e| !e.done && e.op.is_rd_atomic())
+            .position(|e| !e.done && e.op.is_rd_atomic() && e.contains(psn))
+    }
+
+    /// Counts the READs and atomics that may still hold a responder
+    /// resource: every one from the oldest unanswered on, answered or not.
+    /// A later READ answered while an earlier one waits for a response
+    /// asked again does not free its slot: the responder serves a repeated
+    /// request from a resource of its last `max_dest_rd_atomic` requests
+    /// (rxe drops one whose resource is gone), so no more than
+    /// `max_rd_atomic` may follow the oldest unanswered.
+    pub(crate) fn recount_rd_atomic(&mut self) {
+        self.rd_atomic = self
+            .inflight
+            .iter()
+            .filter(|e| e.op.is_rd_atomic())
+            .skip_while(|e| e.done)
+            .count() as u32;
     }
 
     /// The oldest PSN sent and not known to have arrived: within a
@@ -352,6 +395,7 @@ impl SendSide<'_> {
             len,
             next_pkt: 0,
             resp_pkts: 0,
+            asked_again: None,
             req_end: npkts,
             sent_once: false,
             done: false,

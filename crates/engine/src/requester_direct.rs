@@ -258,7 +258,7 @@ impl SendSide<'_> {
                 let e = &mut self.req.inflight[idx];
                 e.resp_pkts = e.npkts;
                 e.done = true;
-                self.req.rd_atomic -= 1;
+                self.req.recount_rd_atomic();
                 true
             }
             DirectOutcome::Done => self.ack_through(last),
@@ -271,7 +271,7 @@ impl SendSide<'_> {
                     return false;
                 }
                 self.req.inflight[idx].done = true;
-                self.req.rd_atomic -= 1;
+                self.req.recount_rd_atomic();
                 true
             }
             DirectOutcome::Nak(kind) => {

@@ -70,15 +70,27 @@ pub(crate) enum Response {
 }
 
 impl Response {
-    /// Whether this is a READ response stream with PSNs left at or after
-    /// `psn`: one that includes it, or one of a later READ.
-    fn read_reaches(&self, psn: Psn, mtu: u32) -> bool {
+    /// The PSN of the (next) packet of this response.
+    fn psn(&self) -> Psn {
+        match *self {
+            Response::Ack { psn, .. }
+            | Response::Read { psn, .. }
+            | Response::Atomic { psn, .. } => psn,
+        }
+    }
+
+    /// Whether this is a READ response stream with PSNs left among the
+    /// `span` PSNs from `psn`.
+    fn read_overlaps(&self, psn: Psn, span: u32, mtu: u32) -> bool {
         match *self {
             Response::Read {
                 psn: first,
                 remaining,
                 ..
-            } => first.distance(psn) < remaining.div_ceil(mtu).max(1) as i32,
+            } => {
+                let len = remaining.div_ceil(mtu).max(1) as i32;
+                first.distance(psn) < len && psn.distance(first) < span as i32
+            }
             _ => false,
         }
     }
@@ -265,20 +277,30 @@ impl RecvSide<'_> {
         let psn = pkt.psn();
         match pkt.opcode().kind() {
             OpKind::ReadRequest => {
-                // The requester asks again from `psn`, and goes back to
-                // it: it drops every response after `psn` until then and
-                // asks again for every later READ too. So the responses
-                // still queued from `psn` on (the rest of this READ's
-                // stream, later READs') are superseded; sent, they would
-                // only reach a requester that drops them, each taken for
-                // a new loss. The READ is re-executed with its rkey
-                // checked again; an MR gone since is a remote access error
-                // as for a new READ (rxe `read_reply` rechecks the MR of a
-                // replay).
+                // The requester asks again for the PSNs from `psn` on,
+                // which it lost. A queued stream of those PSNs (the rest
+                // of this READ's, not yet sent) is superseded by the
+                // re-execution, which goes out ahead of the responses
+                // queued for later PSNs: a go-back-N requester (rxe) takes
+                // nothing after the lost PSN until it comes, and the
+                // later streams queued behind it then arrive in order
+                // instead of being dropped and asked for again; a
+                // requester that asks again for this READ alone (ours)
+                // keeps them either way. The READ is re-executed with its
+                // rkey checked again; an MR gone since is a remote access
+                // error as for a new READ (rxe `read_reply` rechecks the
+                // MR of a replay).
                 let mtu = self.mtu();
-                self.resp.out.retain(|r| !r.read_reaches(psn, mtu));
-                if let Err(fault) = self.queue_read(ctx, pkt, true) {
-                    self.rc_fault(ctx, psn, fault);
+                let span = pkt.reth().map_or(1, |r| r.dma_len.div_ceil(mtu).max(1));
+                self.resp.out.retain(|r| !r.read_overlaps(psn, span, mtu));
+                match self.read_response(ctx, pkt, true) {
+                    Ok((response, _)) => {
+                        let at = self.resp.out.iter().position(|r| psn.distance(r.psn()) > 0);
+                        self.resp
+                            .out
+                            .insert(at.unwrap_or(self.resp.out.len()), response);
+                    }
+                    Err(fault) => self.rc_fault(ctx, psn, fault),
                 }
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
@@ -569,17 +591,18 @@ impl RecvSide<'_> {
         if pending >= usize::from(self.attr.max_dest_rd_atomic) {
             return Err(Fault::Invalid); // more READs than responder resources
         }
-        let len = self.queue_read(ctx, pkt, false)?;
+        let (response, len) = self.read_response(ctx, pkt, false)?;
+        self.resp.out.push_back(response);
         Ok(len.div_ceil(self.mtu()).max(1))
     }
 
-    /// Validates a READ request and queues its responses; returns its length.
-    fn queue_read(
-        &mut self,
+    /// Validates a READ request; returns its response stream and length.
+    fn read_response(
+        &self,
         ctx: &Ctx<'_>,
         pkt: &PacketView<'_>,
         replay: bool,
-    ) -> Result<u32, Fault> {
+    ) -> Result<(Response, u32), Fault> {
         let reth = pkt.reth().ok_or(Fault::Invalid)?;
         if reth.dma_len > ctx.config.limits.max_msg_sz {
             return Err(Fault::Invalid);
@@ -597,15 +620,15 @@ impl RecvSide<'_> {
                 )
                 .map_err(|_| Fault::Access)?
         };
-        self.resp.out.push_back(Response::Read {
+        let response = Response::Read {
             psn: pkt.psn(),
             addr,
             remaining: reth.dma_len,
             first: true,
             rkey: reth.rkey,
             replay,
-        });
-        Ok(reth.dma_len)
+        };
+        Ok((response, reth.dma_len))
     }
 
     fn receive_atomic(
