@@ -28,7 +28,7 @@ done
 
 # pingpong NAME PROVIDER EP: fi_pingpong server, then once its control
 # port listens, the client; both exit 0 with data checks on.
-port=$((20000 + RANDOM % 20000))
+port=$(random_port_base)
 pingpong() {
   local name=$1 prov=$2 ep=$3 crc src
   port=$((port + 1))

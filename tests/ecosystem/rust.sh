@@ -47,7 +47,7 @@ if cargo test --locked --no-run > "$log/build" 2>&1 && cargo build --locked --ex
   ex=$CARGO_TARGET_DIR/debug/examples
   one "sideway ibv_devinfo example" "softverbs0" "${sv[@]}" "$ex/ibv_devinfo"
   one "sideway show_gids example" "softverbs0 .*127\.0\.0\.1 .*RoCEv2" "${sv[@]}" "$ex/show_gids"
-  port=$((20000 + RANDOM % 20000))
+  port=$(random_port_base)
   serve_then_connect $port "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port \
     --then "${sv[@]}" timeout 60 "$ex/rc_pingpong" -g 1 -p $port 127.0.0.1
   pair_verdict "sideway rc_pingpong example, server and client" "iters in"

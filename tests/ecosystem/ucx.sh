@@ -13,7 +13,7 @@ here=$(dirname "$(readlink -f "$0")")
 . "$here/../programs/lib.sh"
 log=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$log"' EXIT
-PORT_BASE=$((20000 + RANDOM % 20000))
+PORT_BASE=$(random_port_base)
 pass=0; fail=0; n=0
 
 command -v ucx_perftest >/dev/null || cannot_run "UCX (tests/ecosystem/ucx.sh)" "ucx_perftest is not installed (Debian package ucx-utils)"

@@ -13,7 +13,7 @@ export LD_PRELOAD=$SO
 export SOFTVERBS_DEVICES="softverbs0=$ip"
 export SOFTVERBS_DAEMON_SOCKET="softverbs-test-$$"
 export SOFTVERBS_DAEMON_IDLE_EXIT=4
-PORT_BASE=$((20000 + RANDOM % 20000))
+PORT_BASE=$(random_port_base)
 pass=0; fail=0; n=0
 log=$(mktemp -d)
 cleanup() {

@@ -3,6 +3,18 @@
 # functions below; run as a command (`lib.sh FUNCTION ARGS...`) it calls
 # one of them, so a Makefile recipe can use them too.
 
+# random_port_base: a random first port for a script's servers (it adds
+# its case number), below the kernel's ephemeral range
+# (ip_local_port_range): a port there can be taken at any moment by some
+# client socket's local end, and a server that cannot bind fails its case
+# ("Couldn't listen to port"). 1,000 ports are left above the base.
+random_port_base() {
+  local low
+  read -r low _ < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || low=32768
+  [ "${low:-0}" -ge 12000 ] 2> /dev/null || low=32768
+  echo $((10000 + RANDOM % (low - 11000)))
+}
+
 # wait_listen PORT [NETNS [PID]]: returns once a TCP socket listens on PORT
 # (in the named network namespace NETNS if not empty). The clients of
 # ibv_*_pingpong and perftest do not retry a refused connection, so they

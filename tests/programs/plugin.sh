@@ -50,7 +50,7 @@ cleanup() {
 trap cleanup EXIT
 
 pass=0; fail=0; n=0
-PORT_BASE=$((20000 + RANDOM % 20000))
+PORT_BASE=$(random_port_base)
 # pair NAME EXPECT CMD...: CMD as server and, once it listens, CMD
 # 127.0.0.1 as client.
 pair() {

@@ -23,7 +23,7 @@ ip=127.79.$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))
 export LD_PRELOAD=$SO
 export SOFTVERBS_DEVICES="softverbs0=$ip"
 export SOFTVERBS_DAEMON_SOCKET="softverbs-cm-test-$$"
-PORT_BASE=$((20000 + RANDOM % 20000))
+PORT_BASE=$(random_port_base)
 pass=0; fail=0; n=0
 log=$(mktemp -d)
 chmod 755 "$log"

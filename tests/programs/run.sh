@@ -6,12 +6,12 @@
 set -u
 SO=$(readlink -f "$1")
 export LD_PRELOAD=$SO
-PORT_BASE=$((20000 + RANDOM % 20000))
 pass=0; fail=0; n=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"; kill $(jobs -p) 2>/dev/null' EXIT
 here=$(dirname "$(readlink -f "$0")")
 . "$here/lib.sh"
+PORT_BASE=$(random_port_base)
 
 ONE_TIMEOUT=30
 

@@ -19,12 +19,12 @@ export LD_PRELOAD=$SO
 export SOFTVERBS_DEVICES=softverbs0=127.0.0.1
 CLI=$(dirname "$SO")/softverbs
 PY=/usr/bin/python3
-PORT_BASE=$((20000 + RANDOM % 20000))
 pass=0; fail=0; n=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"; kill $(jobs -p) 2>/dev/null' EXIT
 here=$(dirname "$(readlink -f "$0")")
 . "$here/lib.sh"
+PORT_BASE=$(random_port_base)
 ONE_TIMEOUT=60
 
 # summary NAME FILE PATTERN...: `softverbs trace summarize FILE` succeeds
