@@ -293,6 +293,20 @@ impl RecvSide<'_> {
                 let mtu = self.mtu();
                 let span = pkt.reth().map_or(1, |r| r.dma_len.div_ceil(mtu).max(1));
                 self.resp.out.retain(|r| !r.read_overlaps(psn, span, mtu));
+                // A requester repeats at most the READs it has outstanding,
+                // max_dest_rd_atomic of them: more repeats queued at once
+                // come from a broken or hostile peer, and each would hold
+                // a stream here. Dropped, as rxe drops a repeated READ it
+                // has no responder resource for.
+                let replays = self
+                    .resp
+                    .out
+                    .iter()
+                    .filter(|r| matches!(r, Response::Read { replay: true, .. }))
+                    .count();
+                if replays >= usize::from(self.attr.max_dest_rd_atomic).max(1) {
+                    return;
+                }
                 match self.read_response(ctx, pkt, true) {
                     Ok((response, _)) => {
                         let at = self.resp.out.iter().position(|r| psn.distance(r.psn()) > 0);

@@ -2,12 +2,13 @@
 //! them, from its first missing PSN, and keeps the whole responses of the
 //! READs after it (where go-back-N would ask for every one again); the
 //! responder sends a repeated READ ahead of the responses it still has
-//! queued for later PSNs.
+//! queued for later PSNs, and queues no more repeats than
+//! max_dest_rd_atomic.
 
 mod common;
 use common::pair::*;
 use softverbs_engine::*;
-use softverbs_wire::{OpKind, PacketView};
+use softverbs_wire::{Bth, ExtHeaders, OpKind, Opcode, PacketBuilder, PacketView, Psn, Qpn, Reth};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -264,4 +265,55 @@ fn under_one_percent_loss_reads_cost_little_more_than_their_responses() {
         responses < 12_800 * 3 / 2,
         "{responses} response packets for 12,800"
     );
+}
+
+/// A peer that repeats READs it cannot have outstanding (one request per
+/// PSN of an answered READ, each for one packet) gets no more repeated
+/// streams queued at once than max_dest_rd_atomic: the others are dropped,
+/// as rxe drops a repeat it has no resource for.
+#[test]
+fn repeated_reads_beyond_max_dest_rd_atomic_are_dropped() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    // One READ of 16 packets, answered: B expects the PSN after it.
+    let sge = [p.a.sge(0x40000, 16 * 1024)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let dest = p.b.e.qp_num(qb).unwrap();
+    let first = Link::default().psn_a;
+    let mut sink = SealingSink::default();
+    let mut buf = vec![0u8; 256];
+    for k in 0..16 {
+        let builder = PacketBuilder {
+            bth: Bth::new(
+                Opcode::from_u8(0x0C).unwrap(), // RC RDMA READ request
+                Qpn::new_masked(dest),
+                Psn::new_masked(first + k),
+            ),
+            ext: ExtHeaders {
+                reth: Some(Reth {
+                    va: MEM_BASE + 0x2000 + u64::from(k) * 1024,
+                    rkey: p.b.key,
+                    dma_len: 1024,
+                }),
+                ..ExtHeaders::default()
+            },
+            payload: &[],
+        };
+        let n = builder.build_unsealed(&mut buf).unwrap();
+        p.b.e
+            .handle_packet(p.now, p.a.gid, p.b.gid, &buf[..n], &mut p.b.mem);
+    }
+    let mut responses = 0;
+    while p.b.e.poll_transmit_to(p.now, &p.b.mem, &mut sink).is_some() {
+        responses += 1;
+    }
+    assert_eq!(responses, usize::from(Link::default().rd_atomic));
+    assert!(p.b.events().is_empty(), "no error: repeats are not invalid");
 }
