@@ -96,6 +96,17 @@ impl Response {
     }
 }
 
+impl Responder {
+    /// READ response streams queued: new READs' (`replay` false), each
+    /// holding a responder resource, or repeated ones'.
+    fn queued_reads(&self, replay: bool) -> usize {
+        self.out
+            .iter()
+            .filter(|r| matches!(r, Response::Read { replay: rp, .. } if *rp == replay))
+            .count()
+    }
+}
+
 /// Responder state of a QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
@@ -298,13 +309,8 @@ impl RecvSide<'_> {
                 // come from a broken or hostile peer, and each would hold
                 // a stream here. Dropped, as rxe drops a repeated READ it
                 // has no responder resource for.
-                let replays = self
-                    .resp
-                    .out
-                    .iter()
-                    .filter(|r| matches!(r, Response::Read { replay: true, .. }))
-                    .count();
-                if replays >= usize::from(self.attr.max_dest_rd_atomic).max(1) {
+                if self.resp.queued_reads(true) >= usize::from(self.attr.max_dest_rd_atomic).max(1)
+                {
                     return;
                 }
                 match self.read_response(ctx, pkt, true) {
@@ -596,13 +602,7 @@ impl RecvSide<'_> {
 
     fn receive_read(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> Result<u32, Fault> {
         self.grants(AccessFlags::REMOTE_READ)?;
-        let pending = self
-            .resp
-            .out
-            .iter()
-            .filter(|r| matches!(r, Response::Read { replay: false, .. }))
-            .count();
-        if pending >= usize::from(self.attr.max_dest_rd_atomic) {
+        if self.resp.queued_reads(false) >= usize::from(self.attr.max_dest_rd_atomic) {
             return Err(Fault::Invalid); // more READs than responder resources
         }
         let (response, len) = self.read_response(ctx, pkt, false)?;

@@ -15,6 +15,18 @@ use std::rc::Rc;
 /// Three MTUs of 1,024 bytes: three response packets.
 const READ_LEN: u32 = 3000;
 
+/// Posts a READ (wr_id `id`) of `len` bytes from B's memory at `remote`
+/// into A's at `local` (offsets from `MEM_BASE`).
+fn post_read(p: &mut Pair, qa: QpId, id: u64, local: u64, remote: u64, len: u32) {
+    let sge = [p.a.sge(local, len)];
+    let mut r = wr(id, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + remote,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+}
+
 /// Posts `n` READs of [`READ_LEN`] from B's memory at 0x2000 + i * 0x1000
 /// into A's at 0x40000 + i * 0x1000 (wr_id i), and returns the data each
 /// must bring.
@@ -27,13 +39,14 @@ fn post_reads(p: &mut Pair, qa: QpId, n: u64) -> Vec<Vec<u8>> {
             p.b.mem
                 .write(MEM_BASE + 0x2000 + i * 0x1000, &data)
                 .unwrap();
-            let sge = [p.a.sge(0x40000 + i * 0x1000, READ_LEN)];
-            let mut r = wr(i, send_opcode::RDMA_READ, &sge);
-            r.rdma = RdmaTarget {
-                remote_addr: MEM_BASE + 0x2000 + i * 0x1000,
-                rkey: p.b.key,
-            };
-            p.a.e.post_send(qa, &r).unwrap();
+            post_read(
+                p,
+                qa,
+                i,
+                0x40000 + i * 0x1000,
+                0x2000 + i * 0x1000,
+                READ_LEN,
+            );
             data
         })
         .collect()
@@ -243,13 +256,7 @@ fn under_one_percent_loss_reads_cost_little_more_than_their_responses() {
     while done < READS {
         // 64 outstanding, as perftest keeps its send queue full.
         while posted < READS && posted - done < 64 {
-            let sge = [p.a.sge(0x10000, 65536)];
-            let mut r = wr(posted, send_opcode::RDMA_READ, &sge);
-            r.rdma = RdmaTarget {
-                remote_addr: MEM_BASE + 0x80000,
-                rkey: p.b.key,
-            };
-            p.a.e.post_send(qa, &r).unwrap();
+            post_read(&mut p, qa, posted, 0x10000, 0x80000, 65536);
             posted += 1;
         }
         if p.exchange() == 0 {
@@ -276,13 +283,7 @@ fn repeated_reads_beyond_max_dest_rd_atomic_are_dropped() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     // One READ of 16 packets, answered: B expects the PSN after it.
-    let sge = [p.a.sge(0x40000, 16 * 1024)];
-    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
-    r.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x2000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &r).unwrap();
+    post_read(&mut p, qa, 1, 0x40000, 0x2000, 16 * 1024);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     let dest = p.b.e.qp_num(qb).unwrap();
