@@ -4,15 +4,22 @@
 # one of them, so a Makefile recipe can use them too.
 
 # random_port_base: a random first port for a script's servers (it adds
-# its case number), below the kernel's ephemeral range
+# its case number), outside the kernel's ephemeral range
 # (ip_local_port_range): a port there can be taken at any moment by some
 # client socket's local end, and a server that cannot bind fails its case
-# ("Couldn't listen to port"). 1,000 ports are left above the base.
+# ("Couldn't listen to port"). Below the range if it starts at 12000 or
+# above, else above it; 1,000 ports are left above the base.
 random_port_base() {
-  local low
-  read -r low _ < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || low=32768
-  [ "${low:-0}" -ge 12000 ] 2> /dev/null || low=32768
-  echo $((10000 + RANDOM % (low - 11000)))
+  local low=32768 high=60999
+  read -r low high < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || true
+  if [ "$low" -ge 12000 ]; then
+    echo $((10000 + RANDOM % (low - 11000)))
+  elif [ "$high" -le 63000 ]; then
+    echo $((high + 1 + RANDOM % (64535 - high)))
+  else
+    echo "random_port_base: the ephemeral range $low-$high leaves no room; its ports may clash" >&2
+    echo $((10000 + RANDOM % 20000))
+  fi
 }
 
 # wait_listen PORT [NETNS [PID]]: returns once a TCP socket listens on PORT

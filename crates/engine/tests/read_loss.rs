@@ -3,7 +3,7 @@
 //! READs after it (where go-back-N would ask for every one again); the
 //! responder sends a repeated READ ahead of the responses it still has
 //! queued for later PSNs, and queues no more repeats than
-//! max_dest_rd_atomic.
+//! max_dest_rd_atomic. An atomic whose ACK is lost is asked for again alike.
 
 mod common;
 use common::pair::*;
@@ -317,4 +317,69 @@ fn repeated_reads_beyond_max_dest_rd_atomic_are_dropped() {
     }
     assert_eq!(responses, usize::from(Link::default().rd_atomic));
     assert!(p.b.events().is_empty(), "no error: repeats are not invalid");
+}
+
+/// An atomic whose ACK is lost, then a READ: the READ's response shows the
+/// atomic's ACK lost, so the atomic alone is asked for again, and the
+/// responder answers it from its saved result instead of adding twice.
+#[test]
+fn an_atomic_whose_ack_is_lost_is_asked_again_when_a_later_read_is_answered() {
+    let mut p = Pair::new();
+    let link = Link {
+        timeout: 20,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    p.b.mem
+        .write(MEM_BASE + 0x100, &10u64.to_ne_bytes())
+        .unwrap();
+    let sge = [p.a.sge(0x800, 8)];
+    let mut add = wr(0, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE + 0x100,
+        compare_add: 5,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &add).unwrap();
+    let data: Vec<u8> = (0..READ_LEN as usize).map(|k| k as u8).collect();
+    p.b.mem.write(MEM_BASE + 0x2000, &data).unwrap();
+    post_read(&mut p, qa, 1, 0x40000, 0x2000, READ_LEN);
+    let requests = Rc::new(RefCell::new(Vec::new()));
+    let seen = requests.clone();
+    let mut dropped = false;
+    p.filter = Box::new(move |from_a, v: &PacketView<'_>| {
+        let request = matches!(v.opcode().kind(), OpKind::ReadRequest) || v.atomic_eth().is_some();
+        if from_a && request {
+            seen.borrow_mut()
+                .push(v.psn().get() - Link::default().psn_a);
+        }
+        if !from_a && v.atomic_ack_eth().is_some() && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let start = p.now;
+    p.run(200);
+    assert_eq!(
+        *requests.borrow(),
+        [0, 1, 0],
+        "the atomic asked for again, the READ not"
+    );
+    assert!(p.now - start < 1_000_000_000, "no local ACK timeout");
+    let wcs = p.a.poll();
+    assert_eq!(wcs.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(), [0, 1]);
+    assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+    assert_eq!(
+        p.b.mem.slice(MEM_BASE + 0x100, 8),
+        &15u64.to_ne_bytes(),
+        "added once"
+    );
+    assert_eq!(
+        p.a.mem.slice(MEM_BASE + 0x800, 8),
+        &10u64.to_ne_bytes(),
+        "the original value, from the saved result"
+    );
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x40000, data.len()), &data[..]);
 }
