@@ -121,7 +121,7 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         if ring.pop_with(BATCH, |w| q.push_back(w)) == 0
             && st
                 .driver
-                .with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
+                .poll_with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
                 .is_err()
         {
             return libc::EINVAL;

@@ -526,7 +526,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             }
             match st
                 .driver
-                .with(|e, _| e.poll_cq_with(id, max - earlier, take))
+                .poll_with(|e, _| e.poll_cq_with(id, max - earlier, take))
             {
                 Ok(_) => next as c_int,
                 Err(_) => -1,
@@ -544,9 +544,13 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     verb(|| {
         // SAFETY: one of our CQs.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
-        st.driver
-            .with(|e, _| e.req_notify_cq(id, solicited_only != 0))
-            .map_or_else(err, |()| 0)
+        let armed = st
+            .driver
+            .with(|e, _| e.req_notify_cq(id, solicited_only != 0));
+        // Its thread may sleep for the event now: only the progress thread
+        // can then take in what completes its work.
+        st.driver.armed_for_event();
+        armed.map_or_else(err, |()| 0)
     })
 }
 

@@ -378,7 +378,7 @@ pub unsafe extern "C" fn post_recv(
     verb(|| {
         // SAFETY: our QP.
         let (st, id) = unsafe { (state((*qp).context), qp_id(qp)) };
-        st.driver.with(|e, _| {
+        st.driver.post_recv_with(|e, _| {
             // The device's SGE limit bounds the read; the engine checks the
             // QP's own after finding a full queue, as rxe and mlx5 do.
             let max_sge = e.config().limits.max_sge;
@@ -555,7 +555,7 @@ pub unsafe extern "C" fn post_srq_recv(
     verb(|| {
         // SAFETY: our SRQ.
         let (st, id) = unsafe { (state((*srq).context), srq_id(srq)) };
-        st.driver.with(|e, _| {
+        st.driver.post_recv_with(|e, _| {
             // As for a QP: the device's limit bounds the read, the engine
             // checks the SRQ's after finding it full.
             let max_sge = e.config().limits.max_srq_sge;

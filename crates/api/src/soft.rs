@@ -10,7 +10,7 @@ use softverbs_engine::{
     AhAttr, AhId, AsyncEvent, CqId, Engine, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId,
     QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
-use softverbs_transport::{Driver, DriverConfig, Notify};
+use softverbs_transport::{DeviceFailed, Driver, DriverConfig, Notify};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,10 +50,15 @@ impl Soft {
         &self,
         verb: impl FnOnce(&mut Engine, &mut RegionMemory) -> softverbs_engine::VerbsResult<R>,
     ) -> Result<R> {
-        match self.driver.try_with(verb) {
-            Ok(r) => r.map_err(Error::from),
-            Err(failed) => Err(Error::new(libc::EIO, failed.to_string())),
-        }
+        answer(self.driver.try_with(verb))
+    }
+}
+
+/// A verb's answer; EIO once the device has failed.
+fn answer<R>(r: std::result::Result<softverbs_engine::VerbsResult<R>, DeviceFailed>) -> Result<R> {
+    match r {
+        Ok(r) => r.map_err(Error::from),
+        Err(failed) => Err(Error::new(libc::EIO, failed.to_string())),
     }
 }
 
@@ -153,7 +158,10 @@ impl Verbs for Soft {
 
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::new();
-        self.with(|e, _| e.poll_cq(cq, max, &mut out))?;
+        answer(
+            self.driver
+                .try_poll_with(|e, _| e.poll_cq_with(cq, max, |w| out.push(w))),
+        )?;
         Ok(out)
     }
 
@@ -186,7 +194,7 @@ impl Verbs for Soft {
     }
 
     fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {
-        self.with(|e, _| e.post_recv(qp, wr))
+        answer(self.driver.try_post_recv_with(|e, _| e.post_recv(qp, wr)))
     }
 
     fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr)> {
@@ -206,11 +214,16 @@ impl Verbs for Soft {
     }
 
     fn post_srq_recv(&self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
-        self.with(|e, _| e.post_srq_recv(srq, wr))
+        answer(
+            self.driver
+                .try_post_recv_with(|e, _| e.post_srq_recv(srq, wr)),
+        )
     }
 
     fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {
-        self.with(|e, _| e.req_notify_cq(cq, solicited_only))
+        let armed = self.with(|e, _| e.req_notify_cq(cq, solicited_only));
+        self.driver.armed_for_event();
+        armed
     }
 
     fn get_cq_event(&self, timeout: Duration) -> Result<Option<CqId>> {

@@ -26,6 +26,7 @@ use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats, StepBy};
 use crate::packet_faults::PacketFaults;
+use crate::receive_owner::{AppPolls, Change, Owner};
 use crate::same_host::host::{SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
@@ -55,6 +56,9 @@ const APP_IDLE: Nanos = 50_000;
 /// Set (and not `0`), a context prints its packet counters when it
 /// closes ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
+/// The steered socket datagrams arrive on, unless lent to the application
+/// (`receive_owner.rs`).
+const DIRECT: Token = Token(1);
 /// The sending socket, polled for room while packets wait for it.
 const SEND_ROOM: Token = Token(3);
 /// The timer a verb arms when it brings the earliest deadline forward.
@@ -117,6 +121,9 @@ struct State<M> {
     same_host: Option<SameHost>,
     /// The deadline the progress thread sleeps towards (None: no timer).
     thread_deadline: Option<Nanos>,
+    /// The last verb's step kept the packets due for the next
+    /// ([`Driver::poll_with`]).
+    held: bool,
     /// The sending socket is registered with the progress thread's poller
     /// for room (only while packets wait for it: registered for good, it
     /// would wake the thread for every datagram the device sends).
@@ -137,6 +144,9 @@ struct Shared<M> {
     failed: AtomicBool,
     /// When the application last ran a verb (clock nanoseconds).
     last_verb: AtomicU64,
+    /// How the application polls its CQs: whether the progress thread
+    /// lends it the steered socket (`receive_owner.rs`).
+    app_polls: AppPolls,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -182,7 +192,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if let Some(direct) = endpoint.direct_socket() {
             poll.registry().register(
                 &mut SourceFd(&direct.as_raw_fd()),
-                Token(1),
+                DIRECT,
                 Interest::READABLE,
             )?;
         }
@@ -223,6 +233,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 io,
                 same_host,
                 thread_deadline: None,
+                held: false,
                 waiting_for_room: false,
             }),
             clock,
@@ -233,6 +244,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             last_verb: AtomicU64::new(0),
+            app_polls: AppPolls::default(),
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
@@ -253,6 +265,56 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
     ) -> Result<R, DeviceFailed> {
+        self.run(verb, VerbKind::Other)
+    }
+
+    /// [`Driver::try_with`] for `ibv_post_recv` and `ibv_post_srq_recv`.
+    pub fn try_post_recv_with<R>(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> R,
+    ) -> Result<R, DeviceFailed> {
+        self.run(verb, VerbKind::PostRecv)
+    }
+
+    /// [`Driver::try_post_recv_with`], unwinding as [`Driver::with`].
+    pub fn post_recv_with<R>(&self, verb: impl FnOnce(&mut Engine, &mut M) -> R) -> R {
+        self.try_post_recv_with(verb).unwrap_or_else(unwind)
+    }
+
+    /// [`Driver::with`] for a poll of a CQ that found no completion
+    /// queued (`verb` returns how many it took): a thread that keeps
+    /// polling is lent the socket (`receive_owner.rs`).
+    pub fn try_poll_with(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<usize>,
+    ) -> Result<VerbsResult<usize>, DeviceFailed> {
+        self.run(verb, VerbKind::Poll(|r| matches!(r, Ok(n) if *n > 0)))
+    }
+
+    /// [`Driver::try_poll_with`], unwinding as [`Driver::with`].
+    pub fn poll_with(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<usize>,
+    ) -> VerbsResult<usize> {
+        self.try_poll_with(verb).unwrap_or_else(unwind)
+    }
+
+    /// A CQ was armed for an event: its thread may sleep in
+    /// `ibv_get_cq_event` now, so the progress thread takes the socket
+    /// back if it lent it.
+    pub fn armed_for_event(&self) {
+        if self.shared.app_polls.armed() {
+            let _ = self.shared.waker.wake();
+        }
+    }
+
+    /// Runs a verb between the two halves of progress; for a poll of a
+    /// CQ, `completed` says whether it handed completions over.
+    fn run<R>(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> R,
+        kind: VerbKind<R>,
+    ) -> Result<R, DeviceFailed> {
         let mut guard = self.shared.lock()?;
         let state = &mut *guard;
         // One reading of the clock serves the whole verb: a verb takes
@@ -266,10 +328,36 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // What peers delivered is seen by this very verb (a poll_cq).
             sh.apply_deliveries(&mut state.engine);
         }
-        self.shared.receive(state, now);
+        // A posted receive returns nothing that arrived, and a SEND that
+        // arrives after it finds it: receiving first would only add a
+        // system call on the way to the application's next verb.
+        if !matches!(kind, VerbKind::PostRecv) {
+            self.shared.receive(state, now);
+        }
         let result = verb(&mut state.engine, &mut state.mem);
-        self.shared.step(state, StepBy::Verb, now);
+        // A poll that hands completions to a thread spinning on its CQs
+        // (the socket lent to it) keeps what it would send for the
+        // thread's next verbs, most often a receive posted again and the
+        // reply: the ACK of a SEND and the reply then leave in one send and
+        // arrive in one receive, where the ACK, sent first, delayed the
+        // reply by a system call on each side. Never in two polls in a
+        // row, so that a thread whose every poll finds completions still
+        // sends its ACKs; and the progress thread, which looks again
+        // within `receive_owner::HANDBACK` while the socket is lent, sends
+        // them if no verb comes.
+        let lent = self.shared.app_polls.lent();
+        let hold = lent
+            && match kind {
+                VerbKind::Poll(completed) => completed(&result) && !state.held,
+                VerbKind::PostRecv => state.held,
+                VerbKind::Other => false,
+            };
+        state.held = hold;
+        self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
+        if matches!(kind, VerbKind::Poll(_)) {
+            self.shared.app_polls.polled(now);
+        }
         Ok(result)
     }
 
@@ -282,14 +370,20 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// provider's entry-point guard turns any unwind into EIO, which is
     /// what every verb on a failed device answers.
     pub fn with<R>(&self, verb: impl FnOnce(&mut Engine, &mut M) -> R) -> R {
-        self.try_with(verb)
-            .unwrap_or_else(|failed| std::panic::resume_unwind(Box::new(failed)))
+        self.try_with(verb).unwrap_or_else(unwind)
     }
 
     /// Makes progress without running a verb; unwinds as [`Driver::with`]
     /// once the device failed.
     pub fn progress(&self) {
         self.with(|_, _| ());
+    }
+
+    /// Whether the progress thread has lent the steered socket to an
+    /// application thread spinning on its CQs (`receive_owner.rs`), for
+    /// diagnostics and tests.
+    pub fn receive_lent(&self) -> bool {
+        self.shared.app_polls.lent()
     }
 
     /// Asks the daemon for one more slot (4096 more QP numbers).
@@ -386,7 +480,7 @@ impl<M: HostMemory> Shared<M> {
     /// One progress step, then the reports; on a verb's step, the progress
     /// thread's timer is brought forward if it sleeps past the engine's new
     /// earliest deadline (the thread sets its own sleep after its step).
-    fn step(&self, state: &mut State<M>, by: StepBy, now: Nanos) {
+    fn step(&self, state: &mut State<M>, by: StepBy, now: Nanos, hold: bool) {
         let State {
             engine,
             mem,
@@ -399,7 +493,9 @@ impl<M: HostMemory> Shared<M> {
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }
-        with_wire_memory(mem, same_host.as_ref(), |mem| io.step(engine, mem, now, by));
+        with_wire_memory(mem, same_host.as_ref(), |mem| {
+            io.step(engine, mem, now, by, hold)
+        });
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }
@@ -484,6 +580,26 @@ impl<M> State<M> {
 }
 
 impl<M> Shared<M> {
+    /// Stops (`lend`) or starts again polling the steered socket for
+    /// datagrams. Registered again, a socket that holds datagrams reports
+    /// them at once (as `wait_for_room` below).
+    fn lend_socket(&self, io: &Io, lend: bool) {
+        if io.link_down_handled {
+            return; // its socket is closed
+        }
+        let Some(direct) = io.endpoint.direct_socket() else {
+            return;
+        };
+        let fd = direct.as_raw_fd();
+        let mut source = SourceFd(&fd);
+        let _ = if lend {
+            self.registry.deregister(&mut source)
+        } else {
+            self.registry
+                .register(&mut source, DIRECT, Interest::READABLE)
+        };
+    }
+
     /// Starts (`on`) or stops polling the sending socket for room. The
     /// poller is edge-triggered: a socket that has room by the time it is
     /// registered reports it at once, so no wake-up is missed.
@@ -554,6 +670,22 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     }
 }
 
+/// A verb on a failed device unwinds with a [`DeviceFailed`] payload
+/// ([`Driver::with`]).
+fn unwind<R>(failed: DeviceFailed) -> R {
+    std::panic::resume_unwind(Box::new(failed))
+}
+
+/// Which verb runs, for the progress made around it ([`Driver::run`]).
+enum VerbKind<R> {
+    /// A poll of a CQ; says whether it handed completions over.
+    Poll(fn(&R) -> bool),
+    /// A receive posted.
+    PostRecv,
+    /// Any other.
+    Other,
+}
+
 /// Marks the driver failed if dropped during a panic. Made after the state
 /// lock is taken, it is dropped before the lock is released, so no other
 /// thread sees the state a panic left half changed.
@@ -579,6 +711,7 @@ impl Drop for FailOnUnwind<'_> {
 fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
     let mut linger_until: Nanos = 0;
+    let mut owner = Owner::default();
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
             let Ok(mut state) = shared.lock() else {
@@ -592,19 +725,29 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             let received = state.io.stats.rx;
             let started = shared.clock.now();
             state.engine.set_time(started);
-            shared.step(&mut state, StepBy::ProgressThread, started);
+            shared.step(&mut state, StepBy::ProgressThread, started, false);
+            state.held = false; // whatever a verb kept has left
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;
             }
             let app_idle = now.saturating_sub(shared.last_verb.load(Ordering::Relaxed)) > APP_IDLE;
+            let change = owner.review(&shared.app_polls, now);
+            if let Some(change) = change {
+                shared.lend_socket(&state.io, change == Change::Lend);
+            }
             let deadline = state.deadline();
             state.thread_deadline = deadline;
             let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
-            if delivered || (app_idle && now < linger_until) {
+            if delivered || change == Some(Change::TakeBack) || (app_idle && now < linger_until) {
                 Some(std::time::Duration::ZERO)
             } else {
-                deadline.map(|at| shared.clock.until(at))
+                let look = owner.look_again_at(&shared.app_polls);
+                let wake = match (deadline, look) {
+                    (Some(d), Some(l)) => Some(d.min(l)),
+                    (d, l) => d.or(l),
+                };
+                wake.map(|at| shared.clock.until(at))
             }
         };
         if let Err(e) = poll.poll(&mut events, timeout) {

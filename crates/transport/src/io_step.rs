@@ -30,6 +30,8 @@ pub struct IoStats {
     pub tx_waits: u64,
     /// Datagrams a packet rule of `SOFTVERBS_FAULTS` dropped.
     pub rx_dropped_by_rule: u64,
+    /// Polls that kept the packets due (an ACK) for the verb after them.
+    pub held: u64,
 }
 
 /// Who makes a step.
@@ -71,13 +73,14 @@ impl Io {
 
     /// Receives everything waiting (unless a verb's step, which received
     /// before the verb ran: [`Io::receive`]), runs due timers, then sends
-    /// everything due.
+    /// everything due, unless told to `hold` it for the next step.
     pub(crate) fn step(
         &mut self,
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
         now: Nanos,
         by: StepBy,
+        hold: bool,
     ) {
         if by == StepBy::ProgressThread {
             self.receive(engine, mem, now, by);
@@ -87,7 +90,11 @@ impl Io {
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
         }
-        self.send_all(engine, mem, now, by);
+        if hold {
+            self.stats.held += 1;
+        } else {
+            self.send_all(engine, mem, now, by);
+        }
     }
 
     /// Receives what waits. A verb receives before it runs, so that an

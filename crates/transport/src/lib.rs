@@ -27,6 +27,7 @@ pub mod gsi;
 mod io_step;
 pub mod netif;
 mod packet_faults;
+mod receive_owner;
 pub mod same_host;
 pub mod say;
 mod send_batch;

@@ -10,9 +10,10 @@ use common::*;
 use softverbs_engine::*;
 use softverbs_transport::*;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A daemon of the test's own, on a loopback address of its own.
 struct Host {
@@ -409,4 +410,119 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
     b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 6), b"to all"));
     b.d.detach_mcast(qb, group).unwrap().unwrap();
     b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
+}
+
+/// A thread spinning in `ibv_poll_cq` is lent the socket, and a poll that
+/// hands it a receive completion keeps the ACK for its next verb, to
+/// leave with its reply. When it makes no verb after the poll, the
+/// progress thread sends the ACK: the sender's SEND completes without
+/// being sent again. Whether the last poll keeps the ACK depends on the
+/// scheduler (a spinner preempted for a tick gets the socket taken back),
+/// so rounds are tried until one does; every round must see its SENDs
+/// acknowledged.
+#[test]
+fn an_ack_kept_for_the_next_verb_leaves_when_none_comes() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, qb) = rc_pair(&a, &b);
+    for _ in 0..4 {
+        post_small_recv(&b, qb);
+    }
+    let kept = (0..50).any(|_| spin_until_lent_then_stop(&a, qa, &b, qb));
+    assert!(kept, "no round's last poll kept its ACK");
+    assert_eq!(
+        a.d.with(|e, _| e.stats().tx_resent),
+        0,
+        "every SEND acknowledged without a resend"
+    );
+}
+
+/// Posts a 64-byte receive on `s`'s QP `qp`.
+fn post_small_recv(s: &Side, qp: QpId) {
+    let recv = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: s.key,
+    }];
+    let r = RecvWr {
+        wr_id: 0,
+        sg_list: &recv,
+    };
+    s.d.post_recv_with(|e, _| e.post_recv(qp, &r)).unwrap();
+}
+
+/// One round: B spins on its CQ (posting a receive again for each it
+/// takes) while A sends SENDs one at a time, until B's socket is lent (or
+/// 200 SENDs); then B takes one more SEND and makes no more verbs, and
+/// A's SEND must complete. Whether that last poll kept the ACK for a next
+/// verb.
+fn spin_until_lent_then_stop(a: &Side, qa: QpId, b: &Side, qb: QpId) -> bool {
+    let send = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: a.key,
+    }];
+    let wr = SendWr {
+        wr_id: 1,
+        opcode: send_opcode::SEND,
+        send_flags: send_flags::SIGNALED,
+        sg_list: &send,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let last = AtomicBool::new(false);
+    let (took, taken) = mpsc::channel();
+    let (bd, bcq, bkey, last) = (&b.d, b.cq, b.key, &last);
+    std::thread::scope(|scope| {
+        // (B takes SEND k before A sees it complete, and so before the
+        // last one is posted: `last` is read after the poll.)
+        let spinner = scope.spawn(move || {
+            let recv = [Sge {
+                addr: BASE,
+                length: 64,
+                lkey: bkey,
+            }];
+            while Instant::now() < deadline {
+                let before = bd.io_stats().held;
+                let n = bd
+                    .poll_with(|e, _| {
+                        e.poll_cq_with(bcq, 1, |w| assert_eq!(w.status, WcStatus::Success))
+                    })
+                    .unwrap();
+                if n == 1 && last.load(Ordering::Acquire) {
+                    return bd.io_stats().held > before;
+                }
+                if n == 1 {
+                    let r = RecvWr {
+                        wr_id: 0,
+                        sg_list: &recv,
+                    };
+                    bd.post_recv_with(|e, _| e.post_recv(qb, &r)).unwrap();
+                    took.send(()).unwrap();
+                }
+            }
+            panic!("the last SEND did not arrive");
+        });
+        // Each SEND wakes B's progress thread, which finds B spinning and
+        // lends it the socket.
+        let mut sent = 0;
+        while !bd.receive_lent() && sent < 200 {
+            a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+            sent += 1;
+            assert_eq!(wait_completions(a, 1)[0].status, WcStatus::Success);
+            let left = deadline.saturating_duration_since(Instant::now());
+            taken.recv_timeout(left).expect("B took the SEND");
+        }
+        last.store(true, Ordering::Release);
+        a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+        let kept = spinner.join().unwrap();
+        // B makes no more verbs: its progress thread sends the ACK.
+        assert_eq!(wait_completions(a, 1)[0].status, WcStatus::Success);
+        post_small_recv(b, qb); // for the next round
+        kept
+    })
 }

@@ -1,0 +1,186 @@
+//! Who takes the datagrams in from the steered socket: the progress
+//! thread, or an application thread spinning in `ibv_poll_cq`.
+//!
+//! Every verb receives what waits before it runs, so an application that
+//! spins on its CQs takes every datagram in itself. Yet while the progress
+//! thread sleeps in its poller with the socket registered, each datagram
+//! wakes it too, and on a machine whose CPUs both spin (two applications
+//! in a latency test on two CPUs) the woken thread preempts one of them,
+//! only to find the datagram taken: wire `ib_send_lat` paid 0.8 context
+//! switches per iteration on each side for it. So while an application
+//! spins, the thread lends it the socket (stops polling it) and sleeps
+//! until a timer of the engine is due or the application stopped
+//! spinning; it takes the socket back when it wakes and finds no poll for
+//! [`HANDBACK`], or at once when the application arms a CQ for an event
+//! (`ibv_req_notify_cq`: it is about to sleep in `ibv_get_cq_event`, and
+//! only the thread can then take in what completes its work). A datagram
+//! that comes after the spinning stopped waits at most [`HANDBACK`]; a
+//! NIC's interrupt moderation holds one back for as long.
+
+use softverbs_engine::Nanos;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// An application thread counts as spinning once it polled this many times
+/// between two looks of the progress thread ...
+const SPIN_POLLS: u64 = 4;
+/// ... the last of them this recently.
+const SPIN_GAP: Nanos = 20_000;
+/// No poll for this long: the thread takes the socket back.
+pub(crate) const HANDBACK: Nanos = 250_000;
+
+/// What the application threads report, shared with the progress thread.
+#[derive(Debug, Default)]
+pub(crate) struct AppPolls {
+    /// Polls that found their CQ empty and received (`ibv_poll_cq` takes
+    /// completions already queued without the driver).
+    polls: AtomicU64,
+    /// When the last of them ran (clock nanoseconds).
+    last: AtomicU64,
+    /// CQs armed for an event.
+    arms: AtomicU64,
+    /// The progress thread has lent the socket.
+    lent: AtomicBool,
+}
+
+impl AppPolls {
+    /// An application thread polled a CQ and received.
+    pub(crate) fn polled(&self, now: Nanos) {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether the progress thread has lent the socket.
+    pub(crate) fn lent(&self) -> bool {
+        self.lent.load(Ordering::Relaxed)
+    }
+
+    /// An application thread armed a CQ for an event; true if the
+    /// progress thread must be woken to take the socket back.
+    pub(crate) fn armed(&self) -> bool {
+        // SeqCst with the thread's store of `lent` and load of `arms`
+        // (Dekker): either the thread sees this arm and keeps the socket,
+        // or this sees the socket lent and wakes the thread.
+        self.arms.fetch_add(1, Ordering::SeqCst);
+        self.lent.load(Ordering::SeqCst)
+    }
+}
+
+/// A change of who receives, for the progress thread to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Stop polling the socket: the application spins.
+    Lend,
+    /// Poll the socket again and receive: the application stopped.
+    TakeBack,
+}
+
+/// The progress thread's side: what it saw at its last look.
+#[derive(Debug, Default)]
+pub(crate) struct Owner {
+    seen_polls: u64,
+    seen_arms: u64,
+    lent: bool,
+}
+
+impl Owner {
+    /// Looks at the application's polls since the last look, and says
+    /// whether to lend the socket or take it back.
+    pub(crate) fn review(&mut self, app: &AppPolls, now: Nanos) -> Option<Change> {
+        let polls = app.polls.load(Ordering::Relaxed);
+        let arms = app.arms.load(Ordering::SeqCst);
+        let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
+        let no_arm = arms == self.seen_arms;
+        let spinning =
+            no_arm && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS && since_poll < SPIN_GAP;
+        let still_spinning = no_arm && since_poll < HANDBACK;
+        self.seen_polls = polls;
+        self.seen_arms = arms;
+        if !self.lent && spinning {
+            app.lent.store(true, Ordering::SeqCst);
+            if app.arms.load(Ordering::SeqCst) == arms {
+                self.lent = true;
+                return Some(Change::Lend);
+            }
+            app.lent.store(false, Ordering::SeqCst);
+        } else if self.lent && !still_spinning {
+            self.lent = false;
+            app.lent.store(false, Ordering::SeqCst);
+            return Some(Change::TakeBack);
+        }
+        None
+    }
+
+    /// While lent: when to look again, if no timer comes first.
+    pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
+        self.lent
+            .then(|| app.last.load(Ordering::Relaxed) + HANDBACK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spin(app: &AppPolls, at: Nanos) {
+        for _ in 0..SPIN_POLLS {
+            app.polled(at);
+        }
+    }
+
+    #[test]
+    fn a_spinning_application_is_lent_the_socket_until_it_stops() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        assert_eq!(owner.review(&app, 1_000_000), None, "no polls yet");
+        spin(&app, 1_000_000);
+        assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
+        assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
+        app.polled(1_100_000);
+        assert_eq!(
+            owner.review(&app, 1_000_000 + HANDBACK),
+            None,
+            "still spinning"
+        );
+        assert_eq!(
+            owner.review(&app, 1_100_000 + HANDBACK),
+            Some(Change::TakeBack)
+        );
+        assert_eq!(owner.look_again_at(&app), None);
+    }
+
+    #[test]
+    fn arming_a_cq_takes_the_socket_back_and_wakes_the_thread() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        assert!(!app.armed(), "not lent: no wake-up needed");
+        assert_eq!(owner.review(&app, 500), None, "armed");
+        spin(&app, 1_000);
+        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        assert!(app.armed(), "lent: the thread must be woken");
+        app.polled(3_000);
+        assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
+    }
+
+    #[test]
+    fn an_application_that_arms_its_cqs_is_never_lent_the_socket() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000);
+        app.armed();
+        assert_eq!(owner.review(&app, 2_000), None);
+    }
+
+    #[test]
+    fn a_few_polls_or_old_ones_are_not_spinning() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        app.polled(1_000);
+        assert_eq!(owner.review(&app, 2_000), None, "one poll");
+        spin(&app, 1_000);
+        assert_eq!(
+            owner.review(&app, 1_000 + SPIN_GAP),
+            None,
+            "polled long ago"
+        );
+    }
+}
