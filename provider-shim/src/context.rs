@@ -145,6 +145,7 @@ impl ContextState {
                 // SAFETY: `reader` was just created and not handed out.
                 unsafe { libc::close(reader) };
             })?;
+        flush_at_exit_once();
         Ok((
             ContextState {
                 device: dev,
@@ -155,6 +156,25 @@ impl ContextState {
             reader,
         ))
     }
+}
+
+/// Registers, once per process, the handler that sends at exit what
+/// the open contexts' polls kept for a next verb
+/// (`softverbs_transport::driver::flush_at_exit`).
+fn flush_at_exit_once() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a function with no arguments that never
+        // unwinds (its body runs under `guard`). glibc's atexit records
+        // it with this library's DSO handle, so a dlclose that unloads
+        // the library runs and removes it first: it is never called
+        // after its code is gone.
+        unsafe { libc::atexit(flush_at_exit) };
+    });
+}
+
+extern "C" fn flush_at_exit() {
+    crate::guard::guard((), softverbs_transport::driver::flush_at_exit);
 }
 
 /// `verbs_context_ops.free_context` (`ibv_close_device`).

@@ -516,6 +516,6 @@ fn post_batch(st: &ContextState, id: QpId, batch: &Batch) -> c_int {
     }
     let wrs: Vec<SendWr<'_>> = batch.wrs.iter().map(BuiltWr::send_wr).collect();
     st.driver
-        .with(|e, _| e.post_send_batch(id, &wrs))
+        .post_send_with(|e, _| e.post_send_batch(id, &wrs))
         .map_or_else(err, |()| 0)
 }

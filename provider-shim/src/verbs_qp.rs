@@ -273,7 +273,7 @@ pub unsafe extern "C" fn post_send(
         // SAFETY: our QP.
         let (st, id, is_ud) =
             unsafe { (state((*qp).context), qp_id(qp), (*qp).qp_type == IBV_QPT_UD) };
-        st.driver.with(|e, _| {
+        st.driver.post_send_with(|e, _| {
             let cap = match e.qp_cap(id) {
                 Ok(c) => c,
                 Err(error) => return err(error),

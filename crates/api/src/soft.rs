@@ -190,7 +190,7 @@ impl Verbs for Soft {
     }
 
     fn post_send(&self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
-        self.with(|e, _| e.post_send(qp, wr))
+        answer(self.driver.try_post_send_with(|e, _| e.post_send(qp, wr)))
     }
 
     fn post_recv(&self, qp: QpId, wr: &RecvWr<'_>) -> Result<()> {

@@ -61,6 +61,9 @@ const STATS_VAR: &str = "SOFTVERBS_STATS";
 const DIRECT: Token = Token(1);
 /// The sending socket, polled for room while packets wait for it.
 const SEND_ROOM: Token = Token(3);
+/// How long a context closing at exit waits for its lock to send what a
+/// poll kept.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 /// The timer a verb arms when it brings the earliest deadline forward.
 const DEADLINE: Token = Token(4);
 
@@ -248,6 +251,11 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
+        let flushed: Arc<dyn Flush> = shared.clone();
+        let mut open = OPEN.lock();
+        open.retain(|context| context.strong_count() > 0);
+        open.push(Arc::downgrade(&flushed));
+        drop(open);
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("softverbs-progress".into())
@@ -266,6 +274,19 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
     ) -> Result<R, DeviceFailed> {
         self.run(verb, VerbKind::Other)
+    }
+
+    /// [`Driver::try_with`] for `ibv_post_send` (and `ibv_wr_complete`).
+    pub fn try_post_send_with<R>(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> R,
+    ) -> Result<R, DeviceFailed> {
+        self.run(verb, VerbKind::PostSend)
+    }
+
+    /// [`Driver::try_post_send_with`], unwinding as [`Driver::with`].
+    pub fn post_send_with<R>(&self, verb: impl FnOnce(&mut Engine, &mut M) -> R) -> R {
+        self.try_post_send_with(verb).unwrap_or_else(unwind)
     }
 
     /// [`Driver::try_with`] for `ibv_post_recv` and `ibv_post_srq_recv`.
@@ -308,8 +329,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         }
     }
 
-    /// Runs a verb between the two halves of progress; for a poll of a
-    /// CQ, `completed` says whether it handed completions over.
+    /// Runs a verb of the given kind between the two halves of progress.
     fn run<R>(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
@@ -328,11 +348,27 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // What peers delivered is seen by this very verb (a poll_cq).
             sh.apply_deliveries(&mut state.engine);
         }
-        // A posted receive returns nothing that arrived, and a SEND that
-        // arrives after it finds it: receiving first would only add a
-        // system call on the way to the application's next verb.
-        if !matches!(kind, VerbKind::PostRecv) {
+        // A poll receives first, to return what just arrived. A post of
+        // sends does too (an ACK may open the send window it waits for),
+        // except while the socket is lent to a thread spinning on its CQs,
+        // whose next poll receives anyway: there, receiving first only
+        // put a system call on the way to the reply's send. A posted
+        // receive returns nothing that arrived, while a SEND arriving
+        // after it finds it.
+        let lent = self.shared.app_polls.lent();
+        let receive = match kind {
+            VerbKind::Poll(_) | VerbKind::Other => true,
+            VerbKind::PostSend => !lent,
+            VerbKind::PostRecv => false,
+        };
+        if receive {
             self.shared.receive(state, now);
+        }
+        // What a poll kept leaves before any verb but a post: a QP
+        // destroyed or moved to another state would take its ACK with it.
+        if state.held && matches!(kind, VerbKind::Other) {
+            self.shared.step(state, StepBy::Verb, now, false);
+            state.held = false;
         }
         let result = verb(&mut state.engine, &mut state.mem);
         // A poll that hands completions to a thread spinning on its CQs
@@ -345,12 +381,11 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         // sends its ACKs; and the progress thread, which looks again
         // within `receive_owner::HANDBACK` while the socket is lent, sends
         // them if no verb comes.
-        let lent = self.shared.app_polls.lent();
         let hold = lent
             && match kind {
                 VerbKind::Poll(completed) => completed(&result) && !state.held,
                 VerbKind::PostRecv => state.held,
-                VerbKind::Other => false,
+                VerbKind::PostSend | VerbKind::Other => false,
             };
         state.held = hold;
         self.shared.step(state, StepBy::Verb, now, hold);
@@ -445,6 +480,7 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
         if std::env::var_os(STATS_VAR).is_some_and(|v| v != "0") {
             crate::say!("{}", self.shared.state.lock().summary());
         }
+        self.shared.flush();
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.shared.waker.wake();
         if let Some(thread) = self.thread.take() {
@@ -454,6 +490,20 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
 }
 
 impl<M: HostMemory> Shared<M> {
+    /// Sends what a poll kept for the next verb (`Driver::run`), as the
+    /// context closes or the process exits: a NIC would have sent it.
+    fn flush(&self) {
+        let Some(mut state) = self.state.try_lock_for(FLUSH_WAIT) else {
+            return; // a thread holds it through exit: nothing safe to do
+        };
+        if state.held && !self.failed.load(Ordering::Acquire) {
+            let now = self.clock.now();
+            state.engine.set_time(now);
+            self.step(&mut state, StepBy::Verb, now, false);
+            state.held = false;
+        }
+    }
+
     /// The state, unless the device failed.
     fn lock(&self) -> Result<parking_lot::MutexGuard<'_, State<M>>, DeviceFailed> {
         let state = self.state.lock();
@@ -670,6 +720,32 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     }
 }
 
+/// Every open context, to send at exit what its polls kept for a next
+/// verb ([`flush_at_exit`]).
+static OPEN: Mutex<Vec<std::sync::Weak<dyn Flush>>> = Mutex::new(Vec::new());
+
+/// A context whose packets can be sent before the process goes.
+trait Flush: Send + Sync {
+    fn flush(&self);
+}
+
+impl<M: HostMemory + Send> Flush for Shared<M> {
+    fn flush(&self) {
+        Shared::flush(self);
+    }
+}
+
+/// Sends what each open context's last poll kept for a next verb (an ACK
+/// the peer waits for): a program that exits right after polling its
+/// completion would otherwise take the ACK with it, and its peer's SEND
+/// would end in RETRY_EXC_ERR. For the provider's `atexit` handler.
+pub fn flush_at_exit() {
+    let open: Vec<_> = OPEN.lock().drain(..).collect();
+    for context in open.iter().filter_map(std::sync::Weak::upgrade) {
+        context.flush();
+    }
+}
+
 /// A verb on a failed device unwinds with a [`DeviceFailed`] payload
 /// ([`Driver::with`]).
 fn unwind<R>(failed: DeviceFailed) -> R {
@@ -682,6 +758,8 @@ enum VerbKind<R> {
     Poll(fn(&R) -> bool),
     /// A receive posted.
     PostRecv,
+    /// Sends posted.
+    PostSend,
     /// Any other.
     Other,
 }

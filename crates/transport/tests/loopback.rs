@@ -428,7 +428,11 @@ fn an_ack_kept_for_the_next_verb_leaves_when_none_comes() {
     for _ in 0..4 {
         post_small_recv(&b, qb);
     }
-    let kept = (0..50).any(|_| spin_until_lent_then_stop(&a, qa, &b, qb));
+    let kept = (0..50).any(|_| {
+        let kept = spin_until_lent_then_stop(&a, qa, &b, qb, |_, _| {});
+        post_small_recv(&b, qb); // for the next round
+        kept
+    });
     assert!(kept, "no round's last poll kept its ACK");
     assert_eq!(
         a.d.with(|e, _| e.stats().tx_resent),
@@ -451,12 +455,37 @@ fn post_small_recv(s: &Side, qp: QpId) {
     s.d.post_recv_with(|e, _| e.post_recv(qp, &r)).unwrap();
 }
 
+/// A QP destroyed right after a poll kept its ACK sends the ACK first, as
+/// a NIC would have sent it on receipt: the peer's SEND completes instead
+/// of ending in RETRY_EXC_ERR.
+#[test]
+fn a_qp_destroyed_after_its_ack_was_kept_sends_it_first() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let kept = (0..50).any(|_| {
+        let (qa, qb) = rc_pair(&a, &b);
+        for _ in 0..4 {
+            post_small_recv(&b, qb);
+        }
+        spin_until_lent_then_stop(&a, qa, &b, qb, |d, qb| {
+            d.with(|e, _| e.destroy_qp(qb)).unwrap();
+        })
+    });
+    assert!(kept, "no round's last poll kept its ACK");
+}
+
 /// One round: B spins on its CQ (posting a receive again for each it
 /// takes) while A sends SENDs one at a time, until B's socket is lent (or
-/// 200 SENDs); then B takes one more SEND and makes no more verbs, and
-/// A's SEND must complete. Whether that last poll kept the ACK for a next
-/// verb.
-fn spin_until_lent_then_stop(a: &Side, qa: QpId, b: &Side, qb: QpId) -> bool {
+/// 200 SENDs); then B takes one more SEND, runs `then` and makes no more
+/// verbs, and A's SEND must complete. Whether that last poll kept the ACK
+/// for a next verb.
+fn spin_until_lent_then_stop(
+    a: &Side,
+    qa: QpId,
+    b: &Side,
+    qb: QpId,
+    then: impl FnOnce(&Driver<FlatMemory>, QpId) + Send,
+) -> bool {
     let send = [Sge {
         addr: BASE,
         length: 8,
@@ -494,7 +523,9 @@ fn spin_until_lent_then_stop(a: &Side, qa: QpId, b: &Side, qb: QpId) -> bool {
                     })
                     .unwrap();
                 if n == 1 && last.load(Ordering::Acquire) {
-                    return bd.io_stats().held > before;
+                    let kept = bd.io_stats().held > before;
+                    then(bd, qb);
+                    return kept;
                 }
                 if n == 1 {
                     let r = RecvWr {
@@ -522,7 +553,6 @@ fn spin_until_lent_then_stop(a: &Side, qa: QpId, b: &Side, qb: QpId) -> bool {
         let kept = spinner.join().unwrap();
         // B makes no more verbs: its progress thread sends the ACK.
         assert_eq!(wait_completions(a, 1)[0].status, WcStatus::Success);
-        post_small_recv(b, qb); // for the next round
         kept
     })
 }
