@@ -15,6 +15,7 @@ use crate::ffi::*;
 use crate::guard::guard;
 use crate::verbs_basic::{cq_id, cq_polled, cq_ring, create_cq_locked, null};
 use softverbs_engine::WorkCompletion;
+use softverbs_transport::Polled;
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_uint};
 use std::ptr::addr_of_mut;
@@ -121,7 +122,14 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         if ring.pop_with(BATCH, |w| q.push_back(w)) == 0
             && st
                 .driver
-                .poll_with(|e, _| e.poll_cq_with(id, BATCH, |w| q.push_back(w)))
+                .poll_with(|e, _| {
+                    let mut polled = Polled::default();
+                    e.poll_cq_with(id, BATCH, |w| {
+                        polled.saw(&w);
+                        q.push_back(w);
+                    })?;
+                    Ok(polled)
+                })
                 .is_err()
         {
             return libc::EINVAL;

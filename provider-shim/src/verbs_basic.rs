@@ -13,6 +13,7 @@ use crate::guard::{guard, set_errno, verb};
 use softverbs_engine::{
     AhId, CqId, CqRing, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
 };
+use softverbs_transport::Polled;
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -524,10 +525,14 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
                 return next as c_int;
             }
-            match st
-                .driver
-                .poll_with(|e, _| e.poll_cq_with(id, max - earlier, take))
-            {
+            match st.driver.poll_with(|e, _| {
+                let mut polled = Polled::default();
+                e.poll_cq_with(id, max - earlier, |w| {
+                    polled.saw(&w);
+                    take(w);
+                })?;
+                Ok(polled)
+            }) {
                 Ok(_) => next as c_int,
                 Err(_) => -1,
             }

@@ -10,7 +10,7 @@ use softverbs_engine::{
     AhAttr, AhId, AsyncEvent, CqId, Engine, Gid, MrId, PdId, QpAttr, QpAttrMask, QpCreated, QpId,
     QpInitAttr, RecvWr, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
-use softverbs_transport::{DeviceFailed, Driver, DriverConfig, Notify};
+use softverbs_transport::{DeviceFailed, Driver, DriverConfig, Notify, Polled};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,10 +158,14 @@ impl Verbs for Soft {
 
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::new();
-        answer(
-            self.driver
-                .try_poll_with(|e, _| e.poll_cq_with(cq, max, |w| out.push(w))),
-        )?;
+        answer(self.driver.try_poll_with(|e, _| {
+            let mut polled = Polled::default();
+            e.poll_cq_with(cq, max, |w| {
+                polled.saw(&w);
+                out.push(w);
+            })?;
+            Ok(polled)
+        }))?;
         Ok(out)
     }
 

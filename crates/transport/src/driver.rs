@@ -36,6 +36,7 @@ use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
+    WcOpcode, WorkCompletion,
 };
 use softverbs_faults::{FaultSpec, Faults, Part};
 use std::io;
@@ -303,20 +304,21 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     }
 
     /// [`Driver::with`] for a poll of a CQ that found no completion
-    /// queued (`verb` returns how many it took): a thread that keeps
-    /// polling is lent the socket (`receive_owner.rs`).
+    /// queued (`verb` says what it took): a thread that keeps polling, and
+    /// takes its incoming messages that way, is lent the socket
+    /// (`receive_owner.rs`).
     pub fn try_poll_with(
         &self,
-        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<usize>,
-    ) -> Result<VerbsResult<usize>, DeviceFailed> {
-        self.run(verb, VerbKind::Poll(|r| matches!(r, Ok(n) if *n > 0)))
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
+    ) -> Result<VerbsResult<Polled>, DeviceFailed> {
+        self.run(verb, VerbKind::Poll(|r| r.unwrap_or_default()))
     }
 
     /// [`Driver::try_poll_with`], unwinding as [`Driver::with`].
     pub fn poll_with(
         &self,
-        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<usize>,
-    ) -> VerbsResult<usize> {
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
+    ) -> VerbsResult<Polled> {
         self.try_poll_with(verb).unwrap_or_else(unwind)
     }
 
@@ -383,15 +385,15 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         // them if no verb comes.
         let hold = lent
             && match kind {
-                VerbKind::Poll(completed) => completed(&result) && !state.held,
+                VerbKind::Poll(polled) => polled(&result).taken > 0 && !state.held,
                 VerbKind::PostRecv => state.held,
                 VerbKind::PostSend | VerbKind::Other => false,
             };
         state.held = hold;
         self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
-        if matches!(kind, VerbKind::Poll(_)) {
-            self.shared.app_polls.polled(now);
+        if let VerbKind::Poll(polled) = kind {
+            self.shared.app_polls.polled(now, polled(&result).receive);
         }
         Ok(result)
     }
@@ -752,10 +754,28 @@ fn unwind<R>(failed: DeviceFailed) -> R {
     std::panic::resume_unwind(Box::new(failed))
 }
 
+/// What a poll of a CQ handed the application.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// Completions.
+    pub taken: usize,
+    /// One of them was a receive's: the application takes its incoming
+    /// messages from its CQs, so its polls will take the datagrams.
+    pub receive: bool,
+}
+
+impl Polled {
+    /// Counts a completion handed over.
+    pub fn saw(&mut self, wc: &WorkCompletion) {
+        self.taken += 1;
+        self.receive |= matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+    }
+}
+
 /// Which verb runs, for the progress made around it ([`Driver::run`]).
 enum VerbKind<R> {
-    /// A poll of a CQ; says whether it handed completions over.
-    Poll(fn(&R) -> bool),
+    /// A poll of a CQ; what it handed over.
+    Poll(fn(&R) -> Polled),
     /// A receive posted.
     PostRecv,
     /// Sends posted.

@@ -34,5 +34,5 @@ mod send_batch;
 pub mod slots;
 
 pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
-pub use driver::{DeviceFailed, Driver, DriverConfig, Notify};
+pub use driver::{DeviceFailed, Driver, DriverConfig, Notify, Polled};
 pub use io_step::IoStats;

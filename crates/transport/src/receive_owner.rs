@@ -8,14 +8,19 @@
 //! in a latency test on two CPUs) the woken thread preempts one of them,
 //! only to find the datagram taken: wire `ib_send_lat` paid 0.8 context
 //! switches per iteration on each side for it. So while an application
-//! spins, the thread lends it the socket (stops polling it) and sleeps
+//! spins on CQs that hand it its incoming messages (receive completions),
+//! the thread lends it the socket (stops polling it) and sleeps
 //! until a timer of the engine is due or the application stopped
 //! spinning; it takes the socket back when it wakes and finds no poll for
 //! [`HANDBACK`], or at once when the application arms a CQ for an event
 //! (`ibv_req_notify_cq`: it is about to sleep in `ibv_get_cq_event`, and
 //! only the thread can then take in what completes its work). A datagram
 //! that comes after the spinning stopped waits at most [`HANDBACK`]; a
-//! NIC's interrupt moderation holds one back for as long.
+//! NIC's interrupt moderation holds one back for as long. An application
+//! whose polls hand it only its own sends' completions learns of incoming
+//! data some other way (`ib_write_lat` spins on memory between polls for
+//! the peer's WRITE), so only the thread can take that in at once: it
+//! keeps the socket.
 
 use softverbs_engine::Nanos;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,6 +41,8 @@ pub(crate) struct AppPolls {
     polls: AtomicU64,
     /// When the last of them ran (clock nanoseconds).
     last: AtomicU64,
+    /// Polls that handed over a receive's completion.
+    receives: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
     /// The progress thread has lent the socket.
@@ -43,9 +50,12 @@ pub(crate) struct AppPolls {
 }
 
 impl AppPolls {
-    /// An application thread polled a CQ and received.
-    pub(crate) fn polled(&self, now: Nanos) {
+    /// An application thread polled a CQ and received; `receive`: it was
+    /// handed a receive's completion.
+    pub(crate) fn polled(&self, now: Nanos, receive: bool) {
         self.polls.fetch_add(1, Ordering::Relaxed);
+        self.receives
+            .fetch_add(u64::from(receive), Ordering::Relaxed);
         self.last.store(now, Ordering::Relaxed);
     }
 
@@ -78,6 +88,7 @@ pub(crate) enum Change {
 #[derive(Debug, Default)]
 pub(crate) struct Owner {
     seen_polls: u64,
+    seen_receives: u64,
     seen_arms: u64,
     lent: bool,
 }
@@ -87,13 +98,17 @@ impl Owner {
     /// whether to lend the socket or take it back.
     pub(crate) fn review(&mut self, app: &AppPolls, now: Nanos) -> Option<Change> {
         let polls = app.polls.load(Ordering::Relaxed);
+        let receives = app.receives.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
         let no_arm = arms == self.seen_arms;
-        let spinning =
-            no_arm && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS && since_poll < SPIN_GAP;
+        let spinning = no_arm
+            && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
+            && receives != self.seen_receives
+            && since_poll < SPIN_GAP;
         let still_spinning = no_arm && since_poll < HANDBACK;
         self.seen_polls = polls;
+        self.seen_receives = receives;
         self.seen_arms = arms;
         if !self.lent && spinning {
             app.lent.store(true, Ordering::SeqCst);
@@ -123,7 +138,7 @@ mod tests {
 
     fn spin(app: &AppPolls, at: Nanos) {
         for _ in 0..SPIN_POLLS {
-            app.polled(at);
+            app.polled(at, true);
         }
     }
 
@@ -135,7 +150,7 @@ mod tests {
         spin(&app, 1_000_000);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
         assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
-        app.polled(1_100_000);
+        app.polled(1_100_000, false);
         assert_eq!(
             owner.review(&app, 1_000_000 + HANDBACK),
             None,
@@ -157,7 +172,7 @@ mod tests {
         spin(&app, 1_000);
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
         assert!(app.armed(), "lent: the thread must be woken");
-        app.polled(3_000);
+        app.polled(3_000, false);
         assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
     }
 
@@ -171,10 +186,20 @@ mod tests {
     }
 
     #[test]
+    fn polls_that_hand_over_no_receive_are_not_lent_the_socket() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        for _ in 0..SPIN_POLLS {
+            app.polled(1_000, false);
+        }
+        assert_eq!(owner.review(&app, 2_000), None);
+    }
+
+    #[test]
     fn a_few_polls_or_old_ones_are_not_spinning() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
-        app.polled(1_000);
+        app.polled(1_000, true);
         assert_eq!(owner.review(&app, 2_000), None, "one poll");
         spin(&app, 1_000);
         assert_eq!(

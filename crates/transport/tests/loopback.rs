@@ -519,9 +519,15 @@ fn spin_until_lent_then_stop(
                 let before = bd.io_stats().held;
                 let n = bd
                     .poll_with(|e, _| {
-                        e.poll_cq_with(bcq, 1, |w| assert_eq!(w.status, WcStatus::Success))
+                        let mut polled = Polled::default();
+                        e.poll_cq_with(bcq, 1, |w| {
+                            assert_eq!(w.status, WcStatus::Success);
+                            polled.saw(&w);
+                        })?;
+                        Ok(polled)
                     })
-                    .unwrap();
+                    .unwrap()
+                    .taken;
                 if n == 1 && last.load(Ordering::Acquire) {
                     let kept = bd.io_stats().held > before;
                     then(bd, qb);
