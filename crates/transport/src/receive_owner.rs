@@ -11,10 +11,11 @@
 //! spins on CQs that hand it its incoming messages (receive completions),
 //! the thread lends it the socket (stops polling it) and sleeps
 //! until a timer of the engine is due or the application stopped
-//! spinning; it takes the socket back when it wakes and finds no poll for
-//! [`HANDBACK`], or at once when the application arms a CQ for an event
-//! (`ibv_req_notify_cq`: it is about to sleep in `ibv_get_cq_event`, and
-//! only the thread can then take in what completes its work). A datagram
+//! spinning; it takes the socket back when it wakes and finds no poll, or
+//! no receive completion handed over, for about [`HANDBACK`], or at once
+//! when the application arms a CQ for an event (`ibv_req_notify_cq`: it
+//! is about to sleep in `ibv_get_cq_event`, and only the thread can then
+//! take in what completes its work). A datagram
 //! that comes after the spinning stopped waits at most [`HANDBACK`]; a
 //! NIC's interrupt moderation holds one back for as long. An application
 //! whose polls hand it only its own sends' completions learns of incoming
@@ -106,7 +107,10 @@ impl Owner {
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
             && receives != self.seen_receives
             && since_poll < SPIN_GAP;
-        let still_spinning = no_arm && since_poll < HANDBACK;
+        // Still taking its messages from its CQs: an application that
+        // goes on polling only for its sends' completions may be waiting
+        // for data the thread must take in.
+        let still_spinning = no_arm && since_poll < HANDBACK && receives != self.seen_receives;
         self.seen_polls = polls;
         self.seen_receives = receives;
         self.seen_arms = arms;
@@ -150,7 +154,7 @@ mod tests {
         spin(&app, 1_000_000);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
         assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
-        app.polled(1_100_000, false);
+        app.polled(1_100_000, true);
         assert_eq!(
             owner.review(&app, 1_000_000 + HANDBACK),
             None,
@@ -161,6 +165,16 @@ mod tests {
             Some(Change::TakeBack)
         );
         assert_eq!(owner.look_again_at(&app), None);
+    }
+
+    #[test]
+    fn polls_without_receives_take_the_socket_back() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000);
+        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        app.polled(3_000, false);
+        assert_eq!(owner.review(&app, 4_000), Some(Change::TakeBack));
     }
 
     #[test]
