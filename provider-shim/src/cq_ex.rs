@@ -122,14 +122,7 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         if ring.pop_with(BATCH, |w| q.push_back(w)) == 0
             && st
                 .driver
-                .poll_with(|e, _| {
-                    let mut polled = Polled::default();
-                    e.poll_cq_with(id, BATCH, |w| {
-                        polled.saw(&w);
-                        q.push_back(w);
-                    })?;
-                    Ok(polled)
-                })
+                .poll_with(|e, _| Polled::poll(e, id, BATCH, |w| q.push_back(w)))
                 .is_err()
         {
             return libc::EINVAL;

@@ -525,14 +525,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
                 return next as c_int;
             }
-            match st.driver.poll_with(|e, _| {
-                let mut polled = Polled::default();
-                e.poll_cq_with(id, max - earlier, |w| {
-                    polled.saw(&w);
-                    take(w);
-                })?;
-                Ok(polled)
-            }) {
+            match st
+                .driver
+                .poll_with(|e, _| Polled::poll(e, id, max - earlier, take))
+            {
                 Ok(_) => next as c_int,
                 Err(_) => -1,
             }

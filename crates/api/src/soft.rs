@@ -158,14 +158,10 @@ impl Verbs for Soft {
 
     fn poll_cq(&self, cq: CqId, max: usize) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::new();
-        answer(self.driver.try_poll_with(|e, _| {
-            let mut polled = Polled::default();
-            e.poll_cq_with(cq, max, |w| {
-                polled.saw(&w);
-                out.push(w);
-            })?;
-            Ok(polled)
-        }))?;
+        answer(
+            self.driver
+                .try_poll_with(|e, _| Polled::poll(e, cq, max, |w| out.push(w))),
+        )?;
         Ok(out)
     }
 

@@ -765,10 +765,21 @@ pub struct Polled {
 }
 
 impl Polled {
-    /// Counts a completion handed over.
-    pub fn saw(&mut self, wc: &WorkCompletion) {
-        self.taken += 1;
-        self.receive |= matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+    /// `Engine::poll_cq_with`, counting what it hands `take`: the verb a
+    /// [`Driver::poll_with`] runs.
+    pub fn poll(
+        e: &mut Engine,
+        cq: CqId,
+        max: usize,
+        mut take: impl FnMut(WorkCompletion),
+    ) -> VerbsResult<Polled> {
+        let mut polled = Polled::default();
+        e.poll_cq_with(cq, max, |wc| {
+            polled.taken += 1;
+            polled.receive |= matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+            take(wc);
+        })?;
+        Ok(polled)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Who takes the datagrams in from the steered socket: the progress
 //! thread, or an application thread spinning in `ibv_poll_cq`.
 //!
-//! Every verb receives what waits before it runs, so an application that
-//! spins on its CQs takes every datagram in itself. Yet while the progress
+//! A poll of a CQ receives what waits before it runs, so an application
+//! that spins on its CQs takes every datagram in itself. Yet while the progress
 //! thread sleeps in its poller with the socket registered, each datagram
 //! wakes it too, and on a machine whose CPUs both spin (two applications
 //! in a latency test on two CPUs) the woken thread preempts one of them,

@@ -426,11 +426,11 @@ fn an_ack_kept_for_the_next_verb_leaves_when_none_comes() {
     let (a, b) = (side(&h), side(&h));
     let (qa, qb) = rc_pair(&a, &b);
     for _ in 0..4 {
-        post_small_recv(&b, qb);
+        post_small_recv(&b.d, b.key, qb);
     }
     let kept = (0..50).any(|_| {
         let kept = spin_until_lent_then_stop(&a, qa, &b, qb, |_, _| {});
-        post_small_recv(&b, qb); // for the next round
+        post_small_recv(&b.d, b.key, qb); // for the next round
         kept
     });
     assert!(kept, "no round's last poll kept its ACK");
@@ -441,18 +441,18 @@ fn an_ack_kept_for_the_next_verb_leaves_when_none_comes() {
     );
 }
 
-/// Posts a 64-byte receive on `s`'s QP `qp`.
-fn post_small_recv(s: &Side, qp: QpId) {
+/// Posts a 64-byte receive at BASE (memory key `key`) on QP `qp` of `d`.
+fn post_small_recv(d: &Driver<FlatMemory>, key: u32, qp: QpId) {
     let recv = [Sge {
         addr: BASE,
         length: 64,
-        lkey: s.key,
+        lkey: key,
     }];
     let r = RecvWr {
         wr_id: 0,
         sg_list: &recv,
     };
-    s.d.post_recv_with(|e, _| e.post_recv(qp, &r)).unwrap();
+    d.post_recv_with(|e, _| e.post_recv(qp, &r)).unwrap();
 }
 
 /// A QP destroyed right after a poll kept its ACK sends the ACK first, as
@@ -465,7 +465,7 @@ fn a_qp_destroyed_after_its_ack_was_kept_sends_it_first() {
     let kept = (0..50).any(|_| {
         let (qa, qb) = rc_pair(&a, &b);
         for _ in 0..4 {
-            post_small_recv(&b, qb);
+            post_small_recv(&b.d, b.key, qb);
         }
         spin_until_lent_then_stop(&a, qa, &b, qb, |d, qb| {
             d.with(|e, _| e.destroy_qp(qb)).unwrap();
@@ -510,21 +510,11 @@ fn spin_until_lent_then_stop(
         // (B takes SEND k before A sees it complete, and so before the
         // last one is posted: `last` is read after the poll.)
         let spinner = scope.spawn(move || {
-            let recv = [Sge {
-                addr: BASE,
-                length: 64,
-                lkey: bkey,
-            }];
             while Instant::now() < deadline {
                 let before = bd.io_stats().held;
                 let n = bd
                     .poll_with(|e, _| {
-                        let mut polled = Polled::default();
-                        e.poll_cq_with(bcq, 1, |w| {
-                            assert_eq!(w.status, WcStatus::Success);
-                            polled.saw(&w);
-                        })?;
-                        Ok(polled)
+                        Polled::poll(e, bcq, 1, |w| assert_eq!(w.status, WcStatus::Success))
                     })
                     .unwrap()
                     .taken;
@@ -534,11 +524,7 @@ fn spin_until_lent_then_stop(
                     return kept;
                 }
                 if n == 1 {
-                    let r = RecvWr {
-                        wr_id: 0,
-                        sg_list: &recv,
-                    };
-                    bd.post_recv_with(|e, _| e.post_recv(qb, &r)).unwrap();
+                    post_small_recv(bd, bkey, qb);
                     took.send(()).unwrap();
                 }
             }
