@@ -125,9 +125,17 @@ case_run() {
   pair_result "$name" "$took" "$crc" "$src" "$expect" "$sv_case"
 }
 
+# failure_lines LOG: what a failed program said. Its errors on stderr
+# (unbuffered) come before its buffered stdout in a shared log, so they are
+# picked out first, then the last lines.
+failure_lines() {
+  grep -Ei "error|fail|couldn't|unable|status" "$1" | head -n 6
+  tail -n 4 "$1"
+}
+
 # pair_result NAME SECONDS CLIENT_RC SERVER_RC EXPECT SV_CASE: a client and
 # server case passes when both exited 0 and the client printed EXPECT (if
-# any); a failure shows the end of both logs, and for a softverbs case
+# any); a failure shows both logs' error lines and ends, and for a softverbs case
 # what the wire saw.
 pair_result() {
   local name=$1 took=$2 crc=$3 src=$4 expect=$5 sv_case=$6
@@ -135,8 +143,8 @@ pair_result() {
     pass=$((pass + 1)); echo "ok   $name (${took} s)"
   else
     fail=$((fail + 1)); echo "FAIL $name (${took} s; client $(status "$crc"), server $(status "$src"))"
-    tail -n 4 "$log/cli" | sed 's/^/    client: /'
-    tail -n 4 "$log/srv" | sed 's/^/    server: /'
+    failure_lines "$log/cli" | sed 's/^/    client: /'
+    failure_lines "$log/srv" | sed 's/^/    server: /'
     [ -n "$sv_case" ] && observe_report
   fi
 }
