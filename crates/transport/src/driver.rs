@@ -393,7 +393,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
         if let VerbKind::Poll(polled) = kind {
-            self.shared.app_polls.polled(now, polled(&result).receive);
+            self.shared.app_polls.polled(now, polled(&result).incoming);
         }
         Ok(result)
     }
@@ -759,9 +759,10 @@ fn unwind<R>(failed: DeviceFailed) -> R {
 pub struct Polled {
     /// Completions.
     pub taken: usize,
-    /// One of them was a receive's: the application takes its incoming
-    /// messages from its CQs, so its polls will take the datagrams.
-    pub receive: bool,
+    /// One of them was completed by data that came in (a receive, a READ,
+    /// an atomic): the application learns of its incoming data from its
+    /// CQs, so its polls will take the datagrams.
+    pub incoming: bool,
 }
 
 impl Polled {
@@ -776,7 +777,14 @@ impl Polled {
         let mut polled = Polled::default();
         e.poll_cq_with(cq, max, |wc| {
             polled.taken += 1;
-            polled.receive |= matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+            polled.incoming |= matches!(
+                wc.opcode,
+                WcOpcode::Recv
+                    | WcOpcode::RecvRdmaWithImm
+                    | WcOpcode::RdmaRead
+                    | WcOpcode::CompSwap
+                    | WcOpcode::FetchAdd
+            );
             take(wc);
         })?;
         Ok(polled)

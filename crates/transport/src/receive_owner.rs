@@ -8,20 +8,20 @@
 //! in a latency test on two CPUs) the woken thread preempts one of them,
 //! only to find the datagram taken: wire `ib_send_lat` paid 0.8 context
 //! switches per iteration on each side for it. So while an application
-//! spins on CQs that hand it its incoming messages (receive completions),
-//! the thread lends it the socket (stops polling it) and sleeps
-//! until a timer of the engine is due or the application stopped
-//! spinning; it takes the socket back when it wakes and finds no poll, or
-//! no receive completion handed over, for about [`HANDBACK`], or at once
-//! when the application arms a CQ for an event (`ibv_req_notify_cq`: it
-//! is about to sleep in `ibv_get_cq_event`, and only the thread can then
-//! take in what completes its work). A datagram
+//! spins on CQs that hand it its incoming data (the completions of
+//! receives, READs and atomics), the thread lends it the socket (stops
+//! polling it) and sleeps until a timer of the engine is due or the
+//! application stopped spinning; it takes the socket back when it wakes
+//! and finds no poll, or no such completion handed over, for about
+//! [`HANDBACK`], or at once when the application arms a CQ for an event
+//! (`ibv_req_notify_cq`: it is about to sleep in `ibv_get_cq_event`, and
+//! only the thread can then take in what completes its work). A datagram
 //! that comes after the spinning stopped waits at most [`HANDBACK`]; a
 //! NIC's interrupt moderation holds one back for as long. An application
-//! whose polls hand it only its own sends' completions learns of incoming
-//! data some other way (`ib_write_lat` spins on memory between polls for
-//! the peer's WRITE), so only the thread can take that in at once: it
-//! keeps the socket.
+//! whose polls hand it only the completions of its SENDs and WRITEs learns
+//! of incoming data some other way (`ib_write_lat` spins on memory between
+//! polls for the peer's WRITE), so only the thread can take that in at
+//! once: it keeps the socket.
 
 use softverbs_engine::Nanos;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,8 +42,9 @@ pub(crate) struct AppPolls {
     polls: AtomicU64,
     /// When the last of them ran (clock nanoseconds).
     last: AtomicU64,
-    /// Polls that handed over a receive's completion.
-    receives: AtomicU64,
+    /// Polls that handed over a completion of incoming data
+    /// ([`crate::driver::Polled::incoming`]).
+    incoming: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
     /// The progress thread has lent the socket.
@@ -51,12 +52,12 @@ pub(crate) struct AppPolls {
 }
 
 impl AppPolls {
-    /// An application thread polled a CQ and received; `receive`: it was
-    /// handed a receive's completion.
-    pub(crate) fn polled(&self, now: Nanos, receive: bool) {
+    /// An application thread polled a CQ and received; `incoming`: it was
+    /// handed a completion of incoming data.
+    pub(crate) fn polled(&self, now: Nanos, incoming: bool) {
         self.polls.fetch_add(1, Ordering::Relaxed);
-        self.receives
-            .fetch_add(u64::from(receive), Ordering::Relaxed);
+        self.incoming
+            .fetch_add(u64::from(incoming), Ordering::Relaxed);
         self.last.store(now, Ordering::Relaxed);
     }
 
@@ -89,7 +90,7 @@ pub(crate) enum Change {
 #[derive(Debug, Default)]
 pub(crate) struct Owner {
     seen_polls: u64,
-    seen_receives: u64,
+    seen_incoming: u64,
     seen_arms: u64,
     lent: bool,
 }
@@ -99,20 +100,20 @@ impl Owner {
     /// whether to lend the socket or take it back.
     pub(crate) fn review(&mut self, app: &AppPolls, now: Nanos) -> Option<Change> {
         let polls = app.polls.load(Ordering::Relaxed);
-        let receives = app.receives.load(Ordering::Relaxed);
+        let incoming = app.incoming.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
-            && receives != self.seen_receives
+            && incoming != self.seen_incoming
             && since_poll < SPIN_GAP;
         // Still taking its messages from its CQs: an application that
         // goes on polling only for its sends' completions may be waiting
         // for data the thread must take in.
-        let still_spinning = no_arm && since_poll < HANDBACK && receives != self.seen_receives;
+        let still_spinning = no_arm && since_poll < HANDBACK && incoming != self.seen_incoming;
         self.seen_polls = polls;
-        self.seen_receives = receives;
+        self.seen_incoming = incoming;
         self.seen_arms = arms;
         if !self.lent && spinning {
             app.lent.store(true, Ordering::SeqCst);
@@ -168,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn polls_without_receives_take_the_socket_back() {
+    fn polls_without_incoming_data_take_the_socket_back() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         spin(&app, 1_000);
@@ -200,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn polls_that_hand_over_no_receive_are_not_lent_the_socket() {
+    fn polls_that_hand_over_no_incoming_data_are_not_lent_the_socket() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         for _ in 0..SPIN_POLLS {

@@ -548,3 +548,70 @@ fn spin_until_lent_then_stop(
         kept
     })
 }
+
+/// Posts signaled WRs of `opcode` one at a time (`a`'s BASE to or from
+/// `b`'s BASE + 1 MiB), spinning on `a`'s CQ for each and polling it a
+/// few times more before the next (on one host a WR may complete within
+/// fewer polls than make a spinning thread), until `a`'s socket is lent
+/// (`lent`) or not: whether that came within 30 s. The progress thread
+/// looks only when it wakes, for a datagram the polls have not yet taken.
+fn spin_on_completions_until(a: &Side, qa: QpId, b: &Side, opcode: u32, lent: bool) -> bool {
+    let sge = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: a.key,
+    }];
+    let wr = SendWr {
+        wr_id: 1,
+        opcode,
+        send_flags: send_flags::SIGNALED,
+        sg_list: &sge,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget {
+            remote_addr: BASE + (1 << 20),
+            rkey: b.key,
+        },
+        atomic: AtomicTarget::default(),
+        ud: None,
+    };
+    let poll = || {
+        a.d.poll_with(|e, _| Polled::poll(e, a.cq, 1, |w| assert_eq!(w.status, WcStatus::Success)))
+            .unwrap()
+            .taken
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if a.d.receive_lent() == lent {
+            return true;
+        }
+        a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+        while poll() == 0 {
+            assert!(Instant::now() < deadline, "the WR did not complete");
+        }
+        for _ in 0..8 {
+            assert_eq!(poll(), 0);
+        }
+    }
+    false
+}
+
+/// A READ's completion is data come in, as a receive's is: a requester
+/// spinning on its READs takes their responses in itself, and is lent the
+/// socket. A WRITE's completion is not: once the thread spins on WRITEs
+/// only, the progress thread takes the socket back, for data the
+/// application may await in memory (`receive_owner.rs`).
+#[test]
+fn a_requester_spinning_on_reads_is_lent_the_socket_and_on_writes_is_not() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _qb) = rc_pair(&a, &b);
+    assert!(
+        spin_on_completions_until(&a, qa, &b, send_opcode::RDMA_READ, true),
+        "not lent to a thread spinning on READs"
+    );
+    assert!(
+        spin_on_completions_until(&a, qa, &b, send_opcode::RDMA_WRITE, false),
+        "still lent to a thread that only completes WRITEs"
+    );
+}
