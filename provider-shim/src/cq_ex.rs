@@ -119,7 +119,15 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         // Into the CQ's own queue, whose room stays once grown: no
         // allocation in the steady state. Completions already there are
         // taken without the driver lock (as `ibv_poll_cq` does).
-        if ring.pop_with(BATCH, |w| q.push_back(w)) == 0
+        let mut incoming = false;
+        let from_ring = ring.pop_with(BATCH, |w| {
+            incoming |= Polled::is_incoming(&w);
+            q.push_back(w);
+        });
+        if incoming {
+            st.driver.took_incoming();
+        }
+        if from_ring == 0
             && st
                 .driver
                 .poll_with(|e, _| Polled::poll(e, id, BATCH, |w| q.push_back(w)))

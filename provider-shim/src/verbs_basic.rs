@@ -515,7 +515,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
                 put(i, &w);
             }
             let mut next = earlier;
+            let mut incoming = false;
             let mut take = |w: WorkCompletion| {
+                incoming |= Polled::is_incoming(&w);
                 put(next, &w);
                 next += 1;
             };
@@ -523,6 +525,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             // lock, which the progress thread may hold while it works;
             // only a poll that finds none receives what may have come.
             if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
+                if incoming {
+                    st.driver.took_incoming();
+                }
                 return next as c_int;
             }
             match st

@@ -25,6 +25,7 @@ use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::Endpoint;
 use crate::io_step::{Io, IoStats, StepBy};
+use crate::kept_packets::{kept_after, Verb};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner};
 use crate::same_host::host::{SameHost, ShmMode};
@@ -125,9 +126,9 @@ struct State<M> {
     same_host: Option<SameHost>,
     /// The deadline the progress thread sleeps towards (None: no timer).
     thread_deadline: Option<Nanos>,
-    /// The last verb's step kept the packets due for the next
-    /// ([`Driver::poll_with`]).
-    held: bool,
+    /// Since when the verbs' steps keep the packets due for a next verb
+    /// ([`Driver::poll_with`]); None: nothing kept.
+    held_since: Option<Nanos>,
     /// The sending socket is registered with the progress thread's poller
     /// for room (only while packets wait for it: registered for good, it
     /// would wake the thread for every datagram the device sends).
@@ -237,7 +238,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 io,
                 same_host,
                 thread_deadline: None,
-                held: false,
+                held_since: None,
                 waiting_for_room: false,
             }),
             clock,
@@ -368,28 +369,22 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         }
         // What a poll kept leaves before any verb but a post: a QP
         // destroyed or moved to another state would take its ACK with it.
-        if state.held && matches!(kind, VerbKind::Other) {
+        if state.held_since.is_some() && matches!(kind, VerbKind::Other) {
             self.shared.step(state, StepBy::Verb, now, false);
-            state.held = false;
+            state.held_since = None;
         }
         let result = verb(&mut state.engine, &mut state.mem);
-        // A poll that hands completions to a thread spinning on its CQs
-        // (the socket lent to it) keeps what it would send for the
-        // thread's next verbs, most often a receive posted again and the
-        // reply: the ACK of a SEND and the reply then leave in one send and
-        // arrive in one receive, where the ACK, sent first, delayed the
-        // reply by a system call on each side. Never in two polls in a
-        // row, so that a thread whose every poll finds completions still
-        // sends its ACKs; and the progress thread, which looks again
-        // within `receive_owner::HANDBACK` while the socket is lent, sends
-        // them if no verb comes.
-        let hold = lent
-            && match kind {
-                VerbKind::Poll(polled) => polled(&result).taken > 0 && !state.held,
-                VerbKind::PostRecv => state.held,
-                VerbKind::PostSend | VerbKind::Other => false,
-            };
-        state.held = hold;
+        // What to keep for the thread's next verb (`kept_packets.rs`).
+        let verb_kind = match kind {
+            VerbKind::Poll(polled) => Verb::Poll {
+                taken: polled(&result).taken,
+            },
+            VerbKind::PostRecv => Verb::PostRecv,
+            VerbKind::PostSend => Verb::PostSend,
+            VerbKind::Other => Verb::Other,
+        };
+        state.held_since = kept_after(verb_kind, lent, state.held_since, now);
+        let hold = state.held_since.is_some();
         self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
         if let VerbKind::Poll(polled) = kind {
@@ -414,6 +409,15 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// once the device failed.
     pub fn progress(&self) {
         self.with(|_, _| ());
+    }
+
+    /// An application thread took completions of incoming data
+    /// ([`Polled::is_incoming`]) that were already in a CQ's ring, without
+    /// the driver: most often a poll of another CQ took their datagrams
+    /// in (`ib_send_lat`'s poll of its send CQ, for the ACK that came with
+    /// the peer's SEND). For the lending of the socket (`receive_owner.rs`).
+    pub fn took_incoming(&self) {
+        self.shared.app_polls.took_incoming();
     }
 
     /// Whether the progress thread has lent the steered socket to an
@@ -480,7 +484,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
 impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
     fn drop(&mut self) {
         if std::env::var_os(STATS_VAR).is_some_and(|v| v != "0") {
-            crate::say!("{}", self.shared.state.lock().summary());
+            let (summary, held) = {
+                let state = self.shared.state.lock();
+                (state.summary(), state.io.stats.held)
+            };
+            match self.shared.app_polls.lends() {
+                0 => crate::say!("{summary}"),
+                n => crate::say!(
+                    "{summary}; the socket lent to a spinning poller {n} times, \
+                     packets kept for a next verb {held} times"
+                ),
+            }
         }
         self.shared.flush();
         self.shared.stop.store(true, Ordering::Release);
@@ -498,11 +512,11 @@ impl<M: HostMemory> Shared<M> {
         let Some(mut state) = self.state.try_lock_for(FLUSH_WAIT) else {
             return; // a thread holds it through exit: nothing safe to do
         };
-        if state.held && !self.failed.load(Ordering::Acquire) {
+        if state.held_since.is_some() && !self.failed.load(Ordering::Acquire) {
             let now = self.clock.now();
             state.engine.set_time(now);
             self.step(&mut state, StepBy::Verb, now, false);
-            state.held = false;
+            state.held_since = None;
         }
     }
 
@@ -777,17 +791,23 @@ impl Polled {
         let mut polled = Polled::default();
         e.poll_cq_with(cq, max, |wc| {
             polled.taken += 1;
-            polled.incoming |= matches!(
-                wc.opcode,
-                WcOpcode::Recv
-                    | WcOpcode::RecvRdmaWithImm
-                    | WcOpcode::RdmaRead
-                    | WcOpcode::CompSwap
-                    | WcOpcode::FetchAdd
-            );
+            polled.incoming |= Polled::is_incoming(&wc);
             take(wc);
         })?;
         Ok(polled)
+    }
+
+    /// Whether data that came in completed `wc`: a receive, a READ, an
+    /// atomic.
+    pub fn is_incoming(wc: &WorkCompletion) -> bool {
+        matches!(
+            wc.opcode,
+            WcOpcode::Recv
+                | WcOpcode::RecvRdmaWithImm
+                | WcOpcode::RdmaRead
+                | WcOpcode::CompSwap
+                | WcOpcode::FetchAdd
+        )
     }
 }
 
@@ -843,7 +863,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             let started = shared.clock.now();
             state.engine.set_time(started);
             shared.step(&mut state, StepBy::ProgressThread, started, false);
-            state.held = false; // whatever a verb kept has left
+            state.held_since = None; // whatever a verb kept has left
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;

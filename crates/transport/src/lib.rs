@@ -25,6 +25,7 @@ pub mod endpoint;
 pub mod gid_addr;
 pub mod gsi;
 mod io_step;
+mod kept_packets;
 pub mod netif;
 mod packet_faults;
 mod receive_owner;

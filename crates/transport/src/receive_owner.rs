@@ -42,13 +42,18 @@ pub(crate) struct AppPolls {
     polls: AtomicU64,
     /// When the last of them ran (clock nanoseconds).
     last: AtomicU64,
-    /// Polls that handed over a completion of incoming data
-    /// ([`crate::driver::Polled::incoming`]).
-    incoming: AtomicU64,
+    /// When the last poll that handed over a completion of incoming data
+    /// ([`crate::driver::Polled::incoming`]) ran; 0: none yet.
+    last_incoming: AtomicU64,
+    /// Polls that took such completions from a CQ's ring, without the
+    /// driver (and without reading the clock).
+    ring_incoming: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
     /// The progress thread has lent the socket.
     lent: AtomicBool,
+    /// Times it lent it (`SOFTVERBS_STATS`).
+    lends: AtomicU64,
 }
 
 impl AppPolls {
@@ -56,9 +61,21 @@ impl AppPolls {
     /// handed a completion of incoming data.
     pub(crate) fn polled(&self, now: Nanos, incoming: bool) {
         self.polls.fetch_add(1, Ordering::Relaxed);
-        self.incoming
-            .fetch_add(u64::from(incoming), Ordering::Relaxed);
         self.last.store(now, Ordering::Relaxed);
+        if incoming {
+            self.last_incoming.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// An application thread took completions of incoming data from a
+    /// CQ's ring.
+    pub(crate) fn took_incoming(&self) {
+        self.ring_incoming.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times the progress thread lent the socket.
+    pub(crate) fn lends(&self) -> u64 {
+        self.lends.load(Ordering::Relaxed)
     }
 
     /// Whether the progress thread has lent the socket.
@@ -90,7 +107,10 @@ pub(crate) enum Change {
 #[derive(Debug, Default)]
 pub(crate) struct Owner {
     seen_polls: u64,
-    seen_incoming: u64,
+    seen_ring_incoming: u64,
+    /// When a look last found completions of incoming data taken from a
+    /// ring since the look before.
+    ring_incoming_at: Nanos,
     seen_arms: u64,
     lent: bool,
 }
@@ -100,25 +120,33 @@ impl Owner {
     /// whether to lend the socket or take it back.
     pub(crate) fn review(&mut self, app: &AppPolls, now: Nanos) -> Option<Change> {
         let polls = app.polls.load(Ordering::Relaxed);
-        let incoming = app.incoming.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
+        let ring_incoming = app.ring_incoming.load(Ordering::Relaxed);
+        if ring_incoming != self.seen_ring_incoming {
+            self.ring_incoming_at = now; // taken since the last look
+        }
+        let last_incoming = self.last_incoming(app);
+        // It takes its incoming data from its CQs: an application whose
+        // polls hand it only its SENDs' and WRITEs' completions may be
+        // waiting for data the thread must take in. Over a time, not since
+        // the last look: the thread may look twice within one message (a
+        // timer, a kept ACK's deadline), and took the socket back then.
+        let takes_incoming = last_incoming != 0 && now.saturating_sub(last_incoming) < HANDBACK;
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
-            && incoming != self.seen_incoming
-            && since_poll < SPIN_GAP;
-        // Still taking its messages from its CQs: an application that
-        // goes on polling only for its sends' completions may be waiting
-        // for data the thread must take in.
-        let still_spinning = no_arm && since_poll < HANDBACK && incoming != self.seen_incoming;
+            && since_poll < SPIN_GAP
+            && takes_incoming;
+        let still_spinning = no_arm && since_poll < HANDBACK && takes_incoming;
         self.seen_polls = polls;
-        self.seen_incoming = incoming;
+        self.seen_ring_incoming = ring_incoming;
         self.seen_arms = arms;
         if !self.lent && spinning {
             app.lent.store(true, Ordering::SeqCst);
             if app.arms.load(Ordering::SeqCst) == arms {
                 self.lent = true;
+                app.lends.fetch_add(1, Ordering::Relaxed);
                 return Some(Change::Lend);
             }
             app.lent.store(false, Ordering::SeqCst);
@@ -130,10 +158,21 @@ impl Owner {
         None
     }
 
-    /// While lent: when to look again, if no timer comes first.
+    /// While lent: when to look again, if no timer comes first (the
+    /// earliest the application may have stopped).
     pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
-        self.lent
-            .then(|| app.last.load(Ordering::Relaxed) + HANDBACK)
+        self.lent.then(|| {
+            let last = app.last.load(Ordering::Relaxed);
+            last.min(self.last_incoming(app)) + HANDBACK
+        })
+    }
+
+    /// When the application last took completions of incoming data, as
+    /// far as this thread knows (0: never).
+    fn last_incoming(&self, app: &AppPolls) -> Nanos {
+        app.last_incoming
+            .load(Ordering::Relaxed)
+            .max(self.ring_incoming_at)
     }
 }
 
@@ -169,13 +208,37 @@ mod tests {
     }
 
     #[test]
-    fn polls_without_incoming_data_take_the_socket_back() {
+    fn polls_without_incoming_data_for_a_while_take_the_socket_back() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         spin(&app, 1_000);
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
         app.polled(3_000, false);
-        assert_eq!(owner.review(&app, 4_000), Some(Change::TakeBack));
+        assert_eq!(owner.review(&app, 4_000), None, "a look soon after");
+        assert_eq!(owner.review(&app, 4_500), None, "and another");
+        assert_eq!(owner.look_again_at(&app), Some(1_000 + HANDBACK));
+        app.polled(1_000 + HANDBACK, false);
+        assert_eq!(owner.review(&app, 1_000 + HANDBACK), Some(Change::TakeBack));
+    }
+
+    #[test]
+    fn incoming_data_taken_from_a_ring_keeps_the_socket_lent() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000);
+        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        // Its polls that receive now hand over only its sends'
+        // completions; its receives' come from their CQ's ring.
+        app.polled(1_000 + HANDBACK, false);
+        app.took_incoming();
+        assert_eq!(owner.review(&app, 1_000 + HANDBACK), None);
+        assert_eq!(owner.look_again_at(&app), Some(1_000 + 2 * HANDBACK));
+        app.polled(1_000 + 2 * HANDBACK, false);
+        assert_eq!(
+            owner.review(&app, 1_000 + 2 * HANDBACK),
+            Some(Change::TakeBack),
+            "none since"
+        );
     }
 
     #[test]

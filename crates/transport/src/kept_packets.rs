@@ -1,0 +1,111 @@
+//! What a verb of a thread spinning on its CQs keeps for its next verb.
+//!
+//! While the socket is lent to such a thread (`receive_owner.rs`), a poll
+//! that hands it completions keeps what it would send (most often the ACK
+//! of the SEND it just completed) for the thread's next verbs, most often
+//! a receive posted again and the reply: the ACK and the reply then leave
+//! in one send and arrive in one receive, where the ACK, sent first,
+//! delayed the reply by a system call on each side. A posted receive goes
+//! on keeping; polls that find completions do too (`ib_send_lat` polls
+//! its send CQ between the receive and the reply), for at most
+//! [`KEEP_AT_MOST`], so that a thread whose every poll finds completions
+//! still sends its ACKs. A poll that finds nothing sends them, as does a
+//! post of sends (with its own packets), and any other verb before it runs
+//! (a QP destroyed or moved to another state would take its ACK with it).
+//! The progress thread, which looks again within
+//! `receive_owner::HANDBACK` while the socket is lent, sends them if no
+//! verb comes, and so does a context that closes or a process that exits.
+
+use softverbs_engine::Nanos;
+
+/// How long the verbs go on keeping what the first of them kept: long
+/// enough for the polls and the posted receive between a SEND taken and
+/// the reply posted, short against any ACK timeout.
+pub(crate) const KEEP_AT_MOST: Nanos = 20_000;
+
+/// A verb, as far as keeping goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    /// A poll of a CQ that handed over `taken` completions.
+    Poll { taken: usize },
+    /// A receive posted.
+    PostRecv,
+    /// Sends posted.
+    PostSend,
+    /// Any other.
+    Other,
+}
+
+/// After `verb`, run at `now` while the socket is `lent` or not, with
+/// packets kept since `kept` (None: nothing kept): since when packets are
+/// kept (None: send them now).
+pub(crate) fn kept_after(verb: Verb, lent: bool, kept: Option<Nanos>, now: Nanos) -> Option<Nanos> {
+    let young = kept.is_none_or(|since| now.saturating_sub(since) < KEEP_AT_MOST);
+    let keep = lent
+        && young
+        && match verb {
+            Verb::Poll { taken } => taken > 0,
+            Verb::PostRecv => kept.is_some(),
+            Verb::PostSend | Verb::Other => false,
+        };
+    keep.then(|| kept.unwrap_or(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_that_hands_over_completions_keeps_only_while_lent() {
+        assert_eq!(
+            kept_after(Verb::Poll { taken: 1 }, true, None, 100),
+            Some(100)
+        );
+        assert_eq!(kept_after(Verb::Poll { taken: 1 }, false, None, 100), None);
+        assert_eq!(kept_after(Verb::Poll { taken: 0 }, true, None, 100), None);
+    }
+
+    #[test]
+    fn the_send_cq_polled_and_a_receive_posted_go_on_keeping_then_the_reply_sends() {
+        let kept = kept_after(Verb::Poll { taken: 1 }, true, None, 1_000);
+        let kept = kept_after(Verb::PostRecv, true, kept, 1_300);
+        let kept = kept_after(Verb::Poll { taken: 1 }, true, kept, 1_600);
+        assert_eq!(kept, Some(1_000), "kept since the first poll");
+        assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900), None);
+    }
+
+    #[test]
+    fn a_poll_that_finds_nothing_or_another_verb_sends() {
+        assert_eq!(
+            kept_after(Verb::Poll { taken: 0 }, true, Some(1_000), 1_100),
+            None
+        );
+        assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100), None);
+    }
+
+    #[test]
+    fn a_receive_posted_keeps_nothing_new() {
+        assert_eq!(kept_after(Verb::PostRecv, true, None, 1_000), None);
+    }
+
+    #[test]
+    fn polls_that_always_find_completions_send_after_keep_at_most() {
+        let mut kept = None;
+        let mut now = 1_000;
+        while now < 1_000 + KEEP_AT_MOST {
+            kept = kept_after(Verb::Poll { taken: 4 }, true, kept, now);
+            assert_eq!(kept, Some(1_000));
+            now += 1_000;
+        }
+        assert_eq!(kept_after(Verb::Poll { taken: 4 }, true, kept, now), None);
+    }
+
+    #[test]
+    fn the_socket_taken_back_sends() {
+        assert_eq!(
+            kept_after(Verb::Poll { taken: 1 }, false, Some(1_000), 1_100),
+            None
+        );
+        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
+    }
+}
