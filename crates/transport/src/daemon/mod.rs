@@ -2,6 +2,7 @@
 //! context's link to it. See docs/architecture.md, "The host daemon".
 
 pub mod client;
+mod cm_connections;
 pub mod protocol;
 pub mod record;
 pub mod server;

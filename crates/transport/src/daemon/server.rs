@@ -26,6 +26,7 @@
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
+use super::cm_connections::{CmConnections, CmPeer, Farewell};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
@@ -39,7 +40,7 @@ use rustix::net::{
     accept_with, bind, listen, send, socket_with, sockopt, AddressFamily, SendFlags,
     SocketAddrUnix, SocketFlags, SocketType,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -201,40 +202,10 @@ pub struct Daemon {
     capture: Option<Capture>,
     /// The rdma_cm port space: (port space, port) -> who holds it where.
     ports: HashMap<(u16, u16), Vec<Reservation>>,
-    /// Connections of this host's clients, learnt from the REPs and RTUs
-    /// routed to them: our end's comm ID -> the peer's end. When a client
-    /// dies, its peers get the DREQ its rdma_cm would have sent, or the
-    /// DREP for a DREQ of theirs (the kernel's rdma_cm outlives a killed
-    /// process; a client's does not).
-    cm_peers: HashMap<u32, CmPeer>,
-    /// The connections whose peer sent a DREQ, oldest first: (when, our
-    /// comm ID), so that their DREQ marks expire in order.
-    dreqs: VecDeque<(Instant, u32)>,
+    /// The rdma_cm connections of this host's clients, learnt from the CM
+    /// messages routed to them (`cm_connections.rs`).
+    cm: CmConnections,
 }
-
-/// The far end of a connection of a client (`cm_peers`).
-#[derive(Debug, Clone, Copy)]
-struct CmPeer {
-    comm_id: u32,
-    /// Where its messages came from (its QP1).
-    addr: SocketAddr,
-    /// The address they came to, and the UDP socket slot it is.
-    local: SocketAddr,
-    slot: usize,
-    /// The peer's DREQ came (its transaction ID, and when): it waits for
-    /// a DREP, which the client sends when its application destroys the
-    /// id or disconnects, and the daemon if the client dies first.
-    dreq: Option<(u64, Instant)>,
-}
-
-/// How long a peer that sent a DREQ may still wait for the DREP: the
-/// kernel's CM resends a DREQ 15 times, seconds apart, before it gives up.
-/// A DREP later than that would answer nobody.
-const DREQ_ANSWERED_WITHIN: Duration = Duration::from_secs(120);
-
-/// Connections `cm_peers` remembers at most (a bound on what a flood of
-/// REPs could make the daemon hold).
-const CM_PEERS_MAX: usize = 1 << 16;
 
 impl Daemon {
     /// Listens on the abstract socket; EADDRINUSE means a daemon already
@@ -267,8 +238,7 @@ impl Daemon {
             stats: DaemonStats::default(),
             capture: None,
             ports: HashMap::new(),
-            cm_peers: HashMap::new(),
-            dreqs: VecDeque::new(),
+            cm: CmConnections::default(),
         })
     }
 
@@ -947,70 +917,28 @@ impl Daemon {
         To::Handled
     }
 
-    /// Keeps what a CM message routed to a client says of its connection:
-    /// a REP or RTU makes it known, a DREQ marks it (its peer waits for a
-    /// DREP), a DREP or REJ ends it.
+    /// Keeps what a CM message routed to a client says of its connection
+    /// (`cm_connections.rs`).
     fn note_connection(&mut self, mad: &[u8; 256], slot: usize, src: SocketAddr, dst: SocketAddr) {
         use softverbs_wire::cm::CmMessage;
         let Ok((header, msg)) = CmMessage::parse_mad(mad) else {
             return;
         };
-        match msg {
-            CmMessage::Rep(m) => self.connected(m.remote_comm_id, m.local_comm_id, slot, src, dst),
-            CmMessage::Rtu(m) => self.connected(m.remote_comm_id, m.local_comm_id, slot, src, dst),
-            CmMessage::Dreq(m) => self.dreq_came(m.remote_comm_id, header.tid),
-            CmMessage::Drep(m) => _ = self.cm_peers.remove(&m.remote_comm_id),
-            CmMessage::Rej(m) => _ = self.cm_peers.remove(&m.remote_comm_id),
-            _ => {}
-        }
-    }
-
-    /// A connection of comm ID `ours` to the peer's `theirs` is known.
-    fn connected(&mut self, ours: u32, theirs: u32, slot: usize, src: SocketAddr, dst: SocketAddr) {
-        if self.cm_peers.len() >= CM_PEERS_MAX && !self.cm_peers.contains_key(&ours) {
-            // Full (connections that ended unseen): one goes, so new ones
-            // are still known.
-            if let Some(&old) = self.cm_peers.keys().next() {
-                self.cm_peers.remove(&old);
-            }
-        }
-        let peer = CmPeer {
-            comm_id: theirs,
+        let peer = |comm_id| CmPeer {
+            comm_id,
             addr: src,
             local: dst,
             slot,
-            dreq: None,
         };
-        self.cm_peers.insert(ours, peer);
-    }
-
-    /// The peer of connection `ours` asks to disconnect (transaction
-    /// `tid`). The mark stays while the peer may wait for the DREP: the
-    /// daemon does not see the client's own DREP go out.
-    fn dreq_came(&mut self, ours: u32, tid: u64) {
-        let now = Instant::now();
-        while let Some(&(at, id)) = self.dreqs.front() {
-            let full = self.dreqs.len() >= CM_PEERS_MAX;
-            if !full && now.duration_since(at) < DREQ_ANSWERED_WITHIN {
-                break;
-            }
-            self.dreqs.pop_front();
-            // The connection's mark, not that of a later one of its ID.
-            if self
-                .cm_peers
-                .get(&id)
-                .and_then(|p| p.dreq)
-                .is_some_and(|(_, t)| t == at)
-            {
-                self.cm_peers.remove(&id);
-            }
-        }
-        // A resent DREQ (the same transaction) keeps the first one's mark.
-        if let Some(peer) = self.cm_peers.get_mut(&ours) {
-            if peer.dreq.is_none() {
-                peer.dreq = Some((tid, now));
-                self.dreqs.push_back((now, ours));
-            }
+        match msg {
+            CmMessage::Rep(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
+            CmMessage::Rtu(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
+            CmMessage::Dreq(m) => self
+                .cm
+                .dreq_came(m.remote_comm_id, header.tid, Instant::now()),
+            CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
+            CmMessage::Rej(m) => self.cm.ended(m.remote_comm_id),
+            _ => {}
         }
     }
 
@@ -1021,17 +949,10 @@ impl Daemon {
     /// see DISCONNECTED at once.
     fn disconnect_peers_of(&mut self, blocks: &[usize]) {
         use softverbs_wire::cm::{CmDrep, CmDreq, CmMessage};
-        let dead: Vec<(u32, CmPeer)> = self
-            .cm_peers
-            .iter()
-            .filter(|(ours, _)| blocks.contains(&usize::from(gsi::block_of_comm_id(**ours))))
-            .map(|(ours, peer)| (*ours, *peer))
-            .collect();
-        let now = Instant::now();
-        for (ours, peer) in dead {
-            self.cm_peers.remove(&ours);
-            let (message, tid) = match peer.dreq {
-                Some((tid, at)) if now.duration_since(at) < DREQ_ANSWERED_WITHIN => {
+        let is_dead = |ours| blocks.contains(&usize::from(gsi::block_of_comm_id(ours)));
+        for (ours, peer, farewell) in self.cm.take_dead(is_dead, Instant::now()) {
+            let (message, tid) = match farewell {
+                Farewell::Drep { tid } => {
                     let drep = CmDrep {
                         local_comm_id: ours,
                         remote_comm_id: peer.comm_id,
@@ -1039,8 +960,7 @@ impl Daemon {
                     };
                     (CmMessage::Drep(drep), tid)
                 }
-                Some(_) => continue,
-                None => {
+                Farewell::Dreq => {
                     let dreq = CmDreq {
                         local_comm_id: ours,
                         remote_comm_id: peer.comm_id,
