@@ -492,7 +492,7 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
                 0 => crate::say!("{summary}"),
                 n => crate::say!(
                     "{summary}; the socket lent to a spinning poller {n} times, \
-                     packets kept for a next verb {held} times"
+                     {held} verbs kept what was due for the next"
                 ),
             }
         }

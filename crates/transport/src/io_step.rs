@@ -30,7 +30,7 @@ pub struct IoStats {
     pub tx_waits: u64,
     /// Datagrams a packet rule of `SOFTVERBS_FAULTS` dropped.
     pub rx_dropped_by_rule: u64,
-    /// Polls that kept the packets due (an ACK) for the verb after them.
+    /// Verbs that kept the packets due (an ACK) for the verb after them.
     pub held: u64,
 }
 
