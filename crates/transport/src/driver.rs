@@ -37,7 +37,7 @@ use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
-    WcOpcode, WorkCompletion,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use softverbs_faults::{FaultSpec, Faults, Part};
 use std::io;
@@ -798,16 +798,17 @@ impl Polled {
     }
 
     /// Whether data that came in completed `wc`: a receive, a READ, an
-    /// atomic.
+    /// atomic, done (a flushed receive is a QP's end, not data).
     pub fn is_incoming(wc: &WorkCompletion) -> bool {
-        matches!(
-            wc.opcode,
-            WcOpcode::Recv
-                | WcOpcode::RecvRdmaWithImm
-                | WcOpcode::RdmaRead
-                | WcOpcode::CompSwap
-                | WcOpcode::FetchAdd
-        )
+        wc.status == WcStatus::Success
+            && matches!(
+                wc.opcode,
+                WcOpcode::Recv
+                    | WcOpcode::RecvRdmaWithImm
+                    | WcOpcode::RdmaRead
+                    | WcOpcode::CompSwap
+                    | WcOpcode::FetchAdd
+            )
     }
 }
 

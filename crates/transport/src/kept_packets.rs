@@ -20,7 +20,10 @@ use softverbs_engine::Nanos;
 
 /// How long the verbs go on keeping what the first of them kept: long
 /// enough for the polls and the posted receive between a SEND taken and
-/// the reply posted, short against any ACK timeout.
+/// the reply posted, short against usual ACK timeouts (67 ms for a
+/// `timeout` of 14). A requester with a `timeout` of 2 or less (16 us or
+/// less) may resend, and one of 5 or less when no verb follows and the
+/// progress thread sends them (architecture.md, "Threading and progress").
 pub(crate) const KEEP_AT_MOST: Nanos = 20_000;
 
 /// A verb, as far as keeping goes.

@@ -43,11 +43,9 @@ pub(crate) struct AppPolls {
     /// When the last of them ran (clock nanoseconds).
     last: AtomicU64,
     /// When the last poll that handed over a completion of incoming data
-    /// ([`crate::driver::Polled::incoming`]) ran; 0: none yet.
+    /// ([`crate::driver::Polled::incoming`]) ran, or took one from a CQ's
+    /// ring; 0: none yet.
     last_incoming: AtomicU64,
-    /// Polls that took such completions from a CQ's ring, without the
-    /// driver (and without reading the clock).
-    ring_incoming: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
     /// The progress thread has lent the socket.
@@ -68,9 +66,11 @@ impl AppPolls {
     }
 
     /// An application thread took completions of incoming data from a
-    /// CQ's ring.
+    /// CQ's ring. Dated by the last poll that received, without reading
+    /// the clock: a thread that spins polled microseconds ago.
     pub(crate) fn took_incoming(&self) {
-        self.ring_incoming.fetch_add(1, Ordering::Relaxed);
+        let last = self.last.load(Ordering::Relaxed);
+        self.last_incoming.fetch_max(last, Ordering::Relaxed);
     }
 
     /// How many times the progress thread lent the socket.
@@ -107,10 +107,6 @@ pub(crate) enum Change {
 #[derive(Debug, Default)]
 pub(crate) struct Owner {
     seen_polls: u64,
-    seen_ring_incoming: u64,
-    /// When a look last found completions of incoming data taken from a
-    /// ring since the look before.
-    ring_incoming_at: Nanos,
     seen_arms: u64,
     lent: bool,
 }
@@ -122,16 +118,12 @@ impl Owner {
         let polls = app.polls.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
-        let ring_incoming = app.ring_incoming.load(Ordering::Relaxed);
-        if ring_incoming != self.seen_ring_incoming {
-            self.ring_incoming_at = now; // taken since the last look
-        }
-        let last_incoming = self.last_incoming(app);
+        let last_incoming = app.last_incoming.load(Ordering::Relaxed);
         // It takes its incoming data from its CQs: an application whose
         // polls hand it only its SENDs' and WRITEs' completions may be
         // waiting for data the thread must take in. Over a time, not since
         // the last look: the thread may look twice within one message (a
-        // timer, a kept ACK's deadline), and took the socket back then.
+        // datagram, then a timer), and took the socket back then.
         let takes_incoming = last_incoming != 0 && now.saturating_sub(last_incoming) < HANDBACK;
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
@@ -140,7 +132,6 @@ impl Owner {
             && takes_incoming;
         let still_spinning = no_arm && since_poll < HANDBACK && takes_incoming;
         self.seen_polls = polls;
-        self.seen_ring_incoming = ring_incoming;
         self.seen_arms = arms;
         if !self.lent && spinning {
             app.lent.store(true, Ordering::SeqCst);
@@ -163,16 +154,8 @@ impl Owner {
     pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
         self.lent.then(|| {
             let last = app.last.load(Ordering::Relaxed);
-            last.min(self.last_incoming(app)) + HANDBACK
+            last.min(app.last_incoming.load(Ordering::Relaxed)) + HANDBACK
         })
-    }
-
-    /// When the application last took completions of incoming data, as
-    /// far as this thread knows (0: never).
-    fn last_incoming(&self, app: &AppPolls) -> Nanos {
-        app.last_incoming
-            .load(Ordering::Relaxed)
-            .max(self.ring_incoming_at)
     }
 }
 
