@@ -292,11 +292,19 @@ fn write_and_wait(a: &Side, qa: QpId, b: &Side, len: u32) -> WorkCompletion {
         length: len,
         lkey: a.key,
     }];
-    let w = SendWr {
+    let w = signaled_rdma(send_opcode::RDMA_WRITE, &sge, b);
+    a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
+    wait_completions(a, 1).remove(0)
+}
+
+/// A signaled RDMA WR of `opcode` (WRITE or READ) from or into `sg_list`,
+/// to or from `b`'s BASE + 1 MiB.
+fn signaled_rdma<'a>(opcode: u32, sg_list: &'a [Sge], b: &Side) -> SendWr<'a> {
+    SendWr {
         wr_id: 1,
-        opcode: send_opcode::RDMA_WRITE,
+        opcode,
         send_flags: send_flags::SIGNALED,
-        sg_list: &sge,
+        sg_list,
         inline_data: &[],
         imm_data_or_inv_rkey: 0,
         rdma: RdmaTarget {
@@ -305,9 +313,7 @@ fn write_and_wait(a: &Side, qa: QpId, b: &Side, len: u32) -> WorkCompletion {
         },
         atomic: AtomicTarget::default(),
         ud: None,
-    };
-    a.d.with(|e, _| e.post_send(qa, &w)).unwrap();
-    wait_completions(a, 1).remove(0)
+    }
 }
 
 /// With the daemon's steering (SO_REUSEPORT and a BPF program by QP
@@ -561,20 +567,7 @@ fn spin_on_completions_until(a: &Side, qa: QpId, b: &Side, opcode: u32, lent: bo
         length: 8,
         lkey: a.key,
     }];
-    let wr = SendWr {
-        wr_id: 1,
-        opcode,
-        send_flags: send_flags::SIGNALED,
-        sg_list: &sge,
-        inline_data: &[],
-        imm_data_or_inv_rkey: 0,
-        rdma: RdmaTarget {
-            remote_addr: BASE + (1 << 20),
-            rkey: b.key,
-        },
-        atomic: AtomicTarget::default(),
-        ud: None,
-    };
+    let wr = signaled_rdma(opcode, &sge, b);
     let poll = || {
         a.d.poll_with(|e, _| Polled::poll(e, a.cq, 1, |w| assert_eq!(w.status, WcStatus::Success)))
             .unwrap()
