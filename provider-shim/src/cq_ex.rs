@@ -118,7 +118,8 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         };
         // Into the CQ's own queue, whose room stays once grown: no
         // allocation in the steady state. Completions already there are
-        // taken without the driver lock (as `ibv_poll_cq` does).
+        // taken without the driver lock, and the driver is skipped while
+        // another thread holds it (as `ibv_poll_cq` does).
         let mut incoming = false;
         let from_ring = ring.pop_with(BATCH, |w| {
             incoming |= Polled::is_incoming(&w);
@@ -130,8 +131,8 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         if from_ring == 0
             && st
                 .driver
-                .poll_with(|e, _| Polled::poll(e, id, BATCH, |w| q.push_back(w)))
-                .is_err()
+                .poll_unless_busy(|e, _| Polled::poll(e, id, BATCH, |w| q.push_back(w)))
+                .is_some_and(|polled| polled.is_err())
         {
             return libc::EINVAL;
         }

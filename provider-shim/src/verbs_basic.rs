@@ -523,7 +523,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             };
             // Completions already there are taken without the driver
             // lock, which the progress thread may hold while it works;
-            // only a poll that finds none receives what may have come.
+            // only a poll that finds none receives what may have come,
+            // unless that thread is at it (its completions land in the
+            // ring, for the next poll).
             if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
                 if incoming {
                     st.driver.took_incoming();
@@ -532,10 +534,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             }
             match st
                 .driver
-                .poll_with(|e, _| Polled::poll(e, id, max - earlier, take))
+                .poll_unless_busy(|e, _| Polled::poll(e, id, max - earlier, take))
             {
-                Ok(_) => next as c_int,
-                Err(_) => -1,
+                None | Some(Ok(_)) => next as c_int,
+                Some(Err(_)) => -1,
             }
         })
     })

@@ -34,7 +34,7 @@ use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use softverbs_engine::{
     AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
     WcOpcode, WcStatus, WorkCompletion,
@@ -323,6 +323,22 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.try_poll_with(verb).unwrap_or_else(unwind)
     }
 
+    /// [`Driver::poll_with`] for a caller that found the CQ's ring empty,
+    /// unless another thread holds the driver: then None at once. That
+    /// thread (most often the progress thread) is taking in what arrived,
+    /// and what it completes lands in the ring the caller polls next;
+    /// waiting for it instead had the spinning thread sleep on the lock,
+    /// and on an otherwise idle CPU its wake-up took tens of microseconds
+    /// (docs/perf-profile.md).
+    pub fn poll_unless_busy(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
+    ) -> Option<VerbsResult<Polled>> {
+        let guard = self.shared.try_lock().unwrap_or_else(unwind)?;
+        let polled = self.run_locked(guard, verb, VerbKind::Poll(|r| r.unwrap_or_default()));
+        Some(polled.unwrap_or_else(unwind))
+    }
+
     /// A CQ was armed for an event: its thread may sleep in
     /// `ibv_get_cq_event` now, so the progress thread takes the socket
     /// back if it lent it.
@@ -338,7 +354,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
         kind: VerbKind<R>,
     ) -> Result<R, DeviceFailed> {
-        let mut guard = self.shared.lock()?;
+        let guard = self.shared.lock()?;
+        self.run_locked(guard, verb, kind)
+    }
+
+    /// [`Driver::run`] with the driver locked.
+    fn run_locked<R>(
+        &self,
+        mut guard: MutexGuard<'_, State<M>>,
+        verb: impl FnOnce(&mut Engine, &mut M) -> R,
+        kind: VerbKind<R>,
+    ) -> Result<R, DeviceFailed> {
         let state = &mut *guard;
         // One reading of the clock serves the whole verb: a verb takes
         // microseconds (a timer it starts may end that much early, which
@@ -521,8 +547,17 @@ impl<M: HostMemory> Shared<M> {
     }
 
     /// The state, unless the device failed.
-    fn lock(&self) -> Result<parking_lot::MutexGuard<'_, State<M>>, DeviceFailed> {
+    fn lock(&self) -> Result<MutexGuard<'_, State<M>>, DeviceFailed> {
         let state = self.state.lock();
+        if self.failed.load(Ordering::Acquire) {
+            return Err(DeviceFailed);
+        }
+        Ok(state)
+    }
+
+    /// [`Shared::lock`], unless another thread holds it (None).
+    fn try_lock(&self) -> Result<Option<MutexGuard<'_, State<M>>>, DeviceFailed> {
+        let state = self.state.try_lock();
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);
         }

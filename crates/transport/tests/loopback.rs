@@ -608,3 +608,38 @@ fn a_requester_spinning_on_reads_is_lent_the_socket_and_on_writes_is_not() {
         "still lent to a thread that only completes WRITEs"
     );
 }
+
+/// A poll that finds its CQ's ring empty while another thread holds the
+/// driver (the progress thread taking datagrams in) returns at once with
+/// nothing: it does not sleep on the lock. Once the driver is free, such
+/// polls receive and take the completion.
+#[test]
+fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _qb) = rc_pair(&a, &b);
+    let poll = || a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()));
+    a.d.with(|_, _| {
+        // Joined while the driver is held: a poll that waited for it
+        // would never return.
+        let busy = std::thread::scope(|s| s.spawn(poll).join().unwrap());
+        assert_eq!(busy, None);
+    });
+    let sge = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: a.key,
+    }];
+    let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, &b);
+    a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The progress thread may hold the driver now and then: None.
+        if let Some(polled) = poll() {
+            if polled.unwrap().taken == 1 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the WRITE did not complete");
+    }
+}
