@@ -435,7 +435,7 @@ fn an_ack_kept_for_the_next_verb_leaves_when_none_comes() {
         post_small_recv(&b.d, b.key, qb);
     }
     let kept = (0..50).any(|_| {
-        let kept = spin_until_lent_then_stop(&a, qa, &b, qb, |_, _| {});
+        let kept = spin_until_lent_then_stop(&a, qa, (&b.d, b.cq, b.key), qb, |_, _| {});
         post_small_recv(&b.d, b.key, qb); // for the next round
         kept
     });
@@ -473,25 +473,56 @@ fn a_qp_destroyed_after_its_ack_was_kept_sends_it_first() {
         for _ in 0..4 {
             post_small_recv(&b.d, b.key, qb);
         }
-        spin_until_lent_then_stop(&a, qa, &b, qb, |d, qb| {
+        spin_until_lent_then_stop(&a, qa, (&b.d, b.cq, b.key), qb, |d, qb| {
             d.with(|e, _| e.destroy_qp(qb)).unwrap();
         })
     });
     assert!(kept, "no round's last poll kept its ACK");
 }
 
-/// One round: B spins on its CQ (posting a receive again for each it
-/// takes) while A sends SENDs one at a time, until B's socket is lent (or
-/// 200 SENDs); then B takes one more SEND, runs `then` and makes no more
-/// verbs, and A's SEND must complete. Whether that last poll kept the ACK
-/// for a next verb.
-fn spin_until_lent_then_stop(
+/// A context closed right after a poll kept its ACK sends the ACK as it
+/// closes (`Driver`'s drop): the peer's SEND completes instead of ending
+/// in RETRY_EXC_ERR, the receiving context gone.
+#[test]
+fn a_context_closed_after_its_ack_was_kept_sends_it_first() {
+    let h = host();
+    let a = side(&h);
+    // Each round lends a new context's socket from scratch, which a loaded
+    // machine may take many rounds to do: rounds for up to a minute.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let b = side(&h);
+        let (qa, qb) = rc_pair(&a, &b);
+        for _ in 0..4 {
+            post_small_recv(&b.d, b.key, qb);
+        }
+        let owned = (Box::new(b.d), b.cq, b.key);
+        if spin_until_lent_then_stop(&a, qa, owned, qb, |d, _| drop(d)) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+    };
+    assert!(kept, "no round's last poll kept its ACK");
+}
+
+/// One round: B (its driver, CQ and memory key; the driver borrowed or
+/// owned) spins on its CQ, posting a receive again for each it takes,
+/// while A sends SENDs one at a time, until B's socket is lent (or 200
+/// SENDs); then B takes one more SEND, runs `then` (given the driver) and
+/// makes no more verbs, and A's SEND must complete. Whether that last poll
+/// kept the ACK for a next verb.
+fn spin_until_lent_then_stop<D>(
     a: &Side,
     qa: QpId,
-    b: &Side,
+    (bd, bcq, bkey): (D, CqId, u32),
     qb: QpId,
-    then: impl FnOnce(&Driver<FlatMemory>, QpId) + Send,
-) -> bool {
+    then: impl FnOnce(D, QpId) + Send,
+) -> bool
+where
+    D: std::ops::Deref<Target = Driver<FlatMemory>> + Send,
+{
     let send = [Sge {
         addr: BASE,
         length: 8,
@@ -510,8 +541,9 @@ fn spin_until_lent_then_stop(
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let last = AtomicBool::new(false);
+    let lent = AtomicBool::new(false);
     let (took, taken) = mpsc::channel();
-    let (bd, bcq, bkey, last) = (&b.d, b.cq, b.key, &last);
+    let (last, lent) = (&last, &lent);
     std::thread::scope(|scope| {
         // (B takes SEND k before A sees it complete, and so before the
         // last one is posted: `last` is read after the poll.)
@@ -530,7 +562,8 @@ fn spin_until_lent_then_stop(
                     return kept;
                 }
                 if n == 1 {
-                    post_small_recv(bd, bkey, qb);
+                    post_small_recv(&bd, bkey, qb);
+                    lent.store(bd.receive_lent(), Ordering::Release);
                     took.send(()).unwrap();
                 }
             }
@@ -539,7 +572,7 @@ fn spin_until_lent_then_stop(
         // Each SEND wakes B's progress thread, which finds B spinning and
         // lends it the socket.
         let mut sent = 0;
-        while !bd.receive_lent() && sent < 200 {
+        while !lent.load(Ordering::Acquire) && sent < 200 {
             a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
             sent += 1;
             assert_eq!(wait_completions(a, 1)[0].status, WcStatus::Success);
@@ -549,7 +582,8 @@ fn spin_until_lent_then_stop(
         last.store(true, Ordering::Release);
         a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
         let kept = spinner.join().unwrap();
-        // B makes no more verbs: its progress thread sends the ACK.
+        // B makes no more verbs: its progress thread, or `then` (a QP
+        // destroyed, the context closed), sends the ACK.
         assert_eq!(wait_completions(a, 1)[0].status, WcStatus::Success);
         kept
     })
@@ -618,7 +652,9 @@ fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
     let h = host();
     let (a, b) = (side(&h), side(&h));
     let (qa, _qb) = rc_pair(&a, &b);
-    let poll = || a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()));
+    let poll = || {
+        a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()))
+    };
     a.d.with(|_, _| {
         // Joined while the driver is held: a poll that waited for it
         // would never return.
