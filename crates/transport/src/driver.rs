@@ -334,7 +334,13 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
-        let guard = self.shared.try_lock().unwrap_or_else(unwind)?;
+        let Some(guard) = self.shared.try_lock().unwrap_or_else(unwind) else {
+            // Still a verb call: the progress thread must not take the
+            // application for idle and linger, polling, against it.
+            let now = self.shared.clock.now();
+            self.shared.last_verb.store(now, Ordering::Relaxed);
+            return None;
+        };
         let polled = self.run_locked(guard, verb, VerbKind::Poll(|r| r.unwrap_or_default()));
         Some(polled.unwrap_or_else(unwind))
     }
