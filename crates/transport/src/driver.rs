@@ -420,7 +420,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
         if let VerbKind::Poll(polled) = kind {
-            self.shared.app_polls.polled(now, polled(&result).incoming);
+            // Dated by its end: a look then finds a spinning thread's last
+            // poll just ended, however long a poll takes (under emulation,
+            // tens of microseconds).
+            let ended = self.shared.clock.now();
+            let took = ended.saturating_sub(now);
+            self.shared.app_polls.polled(ended, took, polled(&result));
         }
         Ok(result)
     }
@@ -911,7 +916,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 linger_until = now + LINGER;
             }
             let app_idle = now.saturating_sub(shared.last_verb.load(Ordering::Relaxed)) > APP_IDLE;
-            let change = owner.review(&shared.app_polls, now);
+            // As of when the thread took the driver: its own step may
+            // take longer than a spinning thread's gap between polls.
+            let change = owner.review(&shared.app_polls, started);
             if let Some(change) = change {
                 shared.lend_socket(&state.io, change == Change::Lend);
             }

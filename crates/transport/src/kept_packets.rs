@@ -13,7 +13,8 @@
 //! post of sends (with its own packets), and any other verb before it runs
 //! (a QP destroyed or moved to another state would take its ACK with it).
 //! The progress thread, which looks again within
-//! `receive_owner::HANDBACK` while the socket is lent, sends them if no
+//! `receive_owner::HANDBACK` while the socket is lent (longer where polls
+//! cost more, as under an emulator), sends them if no
 //! verb comes, and so does a context that closes or a process that exits.
 
 use softverbs_engine::Nanos;

@@ -12,27 +12,40 @@
 //! receives, READs and atomics), the thread lends it the socket (stops
 //! polling it) and sleeps until a timer of the engine is due or the
 //! application stopped spinning; it takes the socket back when it wakes
-//! and finds no poll, or no such completion handed over, for about
-//! [`HANDBACK`], or at once when the application arms a CQ for an event
-//! (`ibv_req_notify_cq`: it is about to sleep in `ibv_get_cq_event`, and
-//! only the thread can then take in what completes its work). A datagram
-//! that comes after the spinning stopped waits at most [`HANDBACK`]; a
-//! NIC's interrupt moderation holds one back for as long. An application
-//! whose polls hand it only the completions of its SENDs and WRITEs learns
-//! of incoming data some other way (`ib_write_lat` spins on memory between
-//! polls for the peer's WRITE), so only the thread can take that in at
-//! once: it keeps the socket.
+//! and finds no poll for about [`HANDBACK`], or polls that handed over
+//! only other completions since the last of incoming data
+//! ([`OTHERS_AT_MOST`] of them), or at once when the application arms a
+//! CQ for an event (`ibv_req_notify_cq`: it is about to sleep in
+//! `ibv_get_cq_event`, and only the thread can then take in what
+//! completes its work). A datagram that comes after the spinning stopped
+//! waits at most [`HANDBACK`]; a NIC's interrupt moderation holds one back
+//! for as long. An application whose polls hand it only the completions
+//! of its SENDs and WRITEs learns of incoming data some other way
+//! (`ib_write_lat` spins on memory between polls for the peer's WRITE), so
+//! only the thread can take that in at once: it keeps the socket. The
+//! times are those of a machine where a poll costs a microsecond; where
+//! polls cost more (an emulated VM), they stretch in proportion.
 
+use crate::driver::Polled;
 use softverbs_engine::Nanos;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// An application thread counts as spinning once it polled this many times
 /// between two looks of the progress thread ...
 const SPIN_POLLS: u64 = 4;
-/// ... the last of them this recently.
+/// ... the last of them ending this recently.
 const SPIN_GAP: Nanos = 20_000;
 /// No poll for this long: the thread takes the socket back.
 pub(crate) const HANDBACK: Nanos = 250_000;
+/// What a poll that finds its CQ empty costs where the times above were
+/// measured (a system call and the engine's look, about a microsecond).
+/// Where polls cost more (under an emulator, a hundred times more), the
+/// times above stretch in proportion: else a spinning thread's polls are
+/// never recent enough to be lent the socket.
+const NATIVE_POLL: Nanos = 2_000;
+/// Polls handing over completions, none of incoming data, after which an
+/// application no longer counts as taking its incoming data from its CQs.
+const OTHERS_AT_MOST: u64 = 8;
 
 /// What the application threads report, shared with the progress thread.
 #[derive(Debug, Default)]
@@ -40,12 +53,17 @@ pub(crate) struct AppPolls {
     /// Polls that found their CQ empty and received (`ibv_poll_cq` takes
     /// completions already queued without the driver).
     polls: AtomicU64,
-    /// When the last of them ran (clock nanoseconds).
+    /// When the last of them ended (clock nanoseconds).
     last: AtomicU64,
-    /// When the last poll that handed over a completion of incoming data
-    /// ([`crate::driver::Polled::incoming`]) ran, or took one from a CQ's
-    /// ring; 0: none yet.
-    last_incoming: AtomicU64,
+    /// How long it took.
+    took: AtomicU64,
+    /// A poll handed over a completion of incoming data
+    /// ([`crate::driver::Polled::incoming`]), or one was taken from a CQ's
+    /// ring.
+    incoming_seen: AtomicBool,
+    /// Polls since, that handed over completions none of which was of
+    /// incoming data.
+    others_since_incoming: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
     /// The progress thread has lent the socket.
@@ -55,22 +73,24 @@ pub(crate) struct AppPolls {
 }
 
 impl AppPolls {
-    /// An application thread polled a CQ and received; `incoming`: it was
-    /// handed a completion of incoming data.
-    pub(crate) fn polled(&self, now: Nanos, incoming: bool) {
+    /// An application thread polled a CQ and received, ending at `ended`
+    /// after `took`; `polled`: what it was handed.
+    pub(crate) fn polled(&self, ended: Nanos, took: Nanos, polled: Polled) {
         self.polls.fetch_add(1, Ordering::Relaxed);
-        self.last.store(now, Ordering::Relaxed);
-        if incoming {
-            self.last_incoming.store(now, Ordering::Relaxed);
+        self.last.store(ended, Ordering::Relaxed);
+        self.took.store(took, Ordering::Relaxed);
+        if polled.incoming {
+            self.took_incoming();
+        } else if polled.taken > 0 {
+            self.others_since_incoming.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// An application thread took completions of incoming data from a
-    /// CQ's ring. Dated by the last poll that received, without reading
-    /// the clock: a thread that spins polled microseconds ago.
+    /// An application thread took completions of incoming data, from a
+    /// poll or from a CQ's ring.
     pub(crate) fn took_incoming(&self) {
-        let last = self.last.load(Ordering::Relaxed);
-        self.last_incoming.fetch_max(last, Ordering::Relaxed);
+        self.incoming_seen.store(true, Ordering::Relaxed);
+        self.others_since_incoming.store(0, Ordering::Relaxed);
     }
 
     /// How many times the progress thread lent the socket.
@@ -109,6 +129,10 @@ pub(crate) struct Owner {
     seen_polls: u64,
     seen_arms: u64,
     lent: bool,
+    /// What a poll costs, as last seen: it falls at once to a cheaper
+    /// poll and rises by an eighth per look, so that a poll preempted
+    /// halfway does not stretch the times for long.
+    poll_cost: Nanos,
 }
 
 impl Owner {
@@ -118,19 +142,20 @@ impl Owner {
         let polls = app.polls.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
-        let last_incoming = app.last_incoming.load(Ordering::Relaxed);
+        self.note_poll_cost(app.took.load(Ordering::Relaxed));
         // It takes its incoming data from its CQs: an application whose
         // polls hand it only its SENDs' and WRITEs' completions may be
-        // waiting for data the thread must take in. Over a time, not since
-        // the last look: the thread may look twice within one message (a
-        // datagram, then a timer), and took the socket back then.
-        let takes_incoming = last_incoming != 0 && now.saturating_sub(last_incoming) < HANDBACK;
+        // waiting for data the thread must take in. Counted in polls, not
+        // since the last look: the thread may look twice within one
+        // message (a datagram, then a timer).
+        let takes_incoming = app.incoming_seen.load(Ordering::Relaxed)
+            && app.others_since_incoming.load(Ordering::Relaxed) < OTHERS_AT_MOST;
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
-            && since_poll < SPIN_GAP
+            && since_poll < self.stretched(SPIN_GAP)
             && takes_incoming;
-        let still_spinning = no_arm && since_poll < HANDBACK && takes_incoming;
+        let still_spinning = no_arm && since_poll < self.stretched(HANDBACK) && takes_incoming;
         self.seen_polls = polls;
         self.seen_arms = arms;
         if !self.lent && spinning {
@@ -152,10 +177,21 @@ impl Owner {
     /// While lent: when to look again, if no timer comes first (the
     /// earliest the application may have stopped).
     pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
-        self.lent.then(|| {
-            let last = app.last.load(Ordering::Relaxed);
-            last.min(app.last_incoming.load(Ordering::Relaxed)) + HANDBACK
-        })
+        self.lent
+            .then(|| app.last.load(Ordering::Relaxed) + self.stretched(HANDBACK))
+    }
+
+    fn note_poll_cost(&mut self, took: Nanos) {
+        self.poll_cost = if self.poll_cost == 0 {
+            took
+        } else {
+            took.min(self.poll_cost + self.poll_cost / 8 + 1)
+        };
+    }
+
+    /// `time` stretched by how much more than [`NATIVE_POLL`] a poll costs.
+    fn stretched(&self, time: Nanos) -> Nanos {
+        time.saturating_mul((self.poll_cost / NATIVE_POLL).max(1))
     }
 }
 
@@ -163,9 +199,24 @@ impl Owner {
 mod tests {
     use super::*;
 
+    /// What a poll costs in these tests: as on a native machine.
+    const POLL: Nanos = 1_000;
+    const INCOMING: Polled = Polled {
+        taken: 1,
+        incoming: true,
+    };
+    const OTHER: Polled = Polled {
+        taken: 1,
+        incoming: false,
+    };
+    const EMPTY: Polled = Polled {
+        taken: 0,
+        incoming: false,
+    };
+
     fn spin(app: &AppPolls, at: Nanos) {
         for _ in 0..SPIN_POLLS {
-            app.polled(at, true);
+            app.polled(at, POLL, INCOMING);
         }
     }
 
@@ -177,7 +228,7 @@ mod tests {
         spin(&app, 1_000_000);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
         assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
-        app.polled(1_100_000, true);
+        app.polled(1_100_000, POLL, EMPTY);
         assert_eq!(
             owner.review(&app, 1_000_000 + HANDBACK),
             None,
@@ -191,17 +242,18 @@ mod tests {
     }
 
     #[test]
-    fn polls_without_incoming_data_for_a_while_take_the_socket_back() {
+    fn polls_handing_over_only_other_completions_take_the_socket_back() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         spin(&app, 1_000);
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
-        app.polled(3_000, false);
-        assert_eq!(owner.review(&app, 4_000), None, "a look soon after");
-        assert_eq!(owner.review(&app, 4_500), None, "and another");
-        assert_eq!(owner.look_again_at(&app), Some(1_000 + HANDBACK));
-        app.polled(1_000 + HANDBACK, false);
-        assert_eq!(owner.review(&app, 1_000 + HANDBACK), Some(Change::TakeBack));
+        for at in 1..OTHERS_AT_MOST {
+            app.polled(2_000 + at, POLL, OTHER);
+            app.polled(2_000 + at, POLL, EMPTY);
+        }
+        assert_eq!(owner.review(&app, 3_000), None, "a WRITE's too few");
+        app.polled(3_000, POLL, OTHER);
+        assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
     }
 
     #[test]
@@ -212,16 +264,11 @@ mod tests {
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
         // Its polls that receive now hand over only its sends'
         // completions; its receives' come from their CQ's ring.
-        app.polled(1_000 + HANDBACK, false);
-        app.took_incoming();
-        assert_eq!(owner.review(&app, 1_000 + HANDBACK), None);
-        assert_eq!(owner.look_again_at(&app), Some(1_000 + 2 * HANDBACK));
-        app.polled(1_000 + 2 * HANDBACK, false);
-        assert_eq!(
-            owner.review(&app, 1_000 + 2 * HANDBACK),
-            Some(Change::TakeBack),
-            "none since"
-        );
+        for round in 0..3 * OTHERS_AT_MOST {
+            app.polled(2_000 + round, POLL, OTHER);
+            app.took_incoming();
+            assert_eq!(owner.review(&app, 2_000 + round), None);
+        }
     }
 
     #[test]
@@ -233,7 +280,7 @@ mod tests {
         spin(&app, 1_000);
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
         assert!(app.armed(), "lent: the thread must be woken");
-        app.polled(3_000, false);
+        app.polled(3_000, POLL, EMPTY);
         assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
     }
 
@@ -251,7 +298,8 @@ mod tests {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         for _ in 0..SPIN_POLLS {
-            app.polled(1_000, false);
+            app.polled(1_000, POLL, OTHER);
+            app.polled(1_000, POLL, EMPTY);
         }
         assert_eq!(owner.review(&app, 2_000), None);
     }
@@ -260,7 +308,7 @@ mod tests {
     fn a_few_polls_or_old_ones_are_not_spinning() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
-        app.polled(1_000, true);
+        app.polled(1_000, POLL, INCOMING);
         assert_eq!(owner.review(&app, 2_000), None, "one poll");
         spin(&app, 1_000);
         assert_eq!(
@@ -268,5 +316,22 @@ mod tests {
             None,
             "polled long ago"
         );
+    }
+
+    #[test]
+    fn where_polls_cost_more_the_times_stretch_in_proportion() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        let slow = 30 * NATIVE_POLL;
+        for _ in 0..SPIN_POLLS {
+            app.polled(1_000_000, slow, INCOMING);
+        }
+        // Five times the native gap since the last poll: still spinning.
+        let later = 1_000_000 + 5 * SPIN_GAP;
+        assert_eq!(owner.review(&app, later), Some(Change::Lend));
+        assert_eq!(owner.look_again_at(&app), Some(1_000_000 + 30 * HANDBACK));
+        // A cheap poll brings them back at once.
+        app.polled(later, NATIVE_POLL, EMPTY);
+        assert_eq!(owner.review(&app, later + HANDBACK), Some(Change::TakeBack));
     }
 }
