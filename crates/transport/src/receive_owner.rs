@@ -37,11 +37,12 @@ const SPIN_POLLS: u64 = 4;
 const SPIN_GAP: Nanos = 20_000;
 /// No poll for this long: the thread takes the socket back.
 pub(crate) const HANDBACK: Nanos = 250_000;
-/// What a poll that finds its CQ empty costs where the times above were
-/// measured (a system call and the engine's look, about a microsecond).
-/// Where polls cost more (under an emulator, a hundred times more), the
-/// times above stretch in proportion: else a spinning thread's polls are
-/// never recent enough to be lent the socket.
+/// Twice what a poll that finds its CQ empty costs where the times above
+/// were measured (a system call and the engine's look, about a
+/// microsecond): polls up to this cost leave them as they are. Where polls
+/// cost more (under an emulator, tens of times more), the times stretch in
+/// proportion: else a spinning thread's polls are never recent enough to
+/// be lent the socket.
 const NATIVE_POLL: Nanos = 2_000;
 /// Polls handing over completions, none of incoming data, after which an
 /// application no longer counts as taking its incoming data from its CQs.
@@ -251,7 +252,7 @@ mod tests {
             app.polled(2_000 + at, POLL, OTHER);
             app.polled(2_000 + at, POLL, EMPTY);
         }
-        assert_eq!(owner.review(&app, 3_000), None, "a WRITE's too few");
+        assert_eq!(owner.review(&app, 3_000), None, "one too few");
         app.polled(3_000, POLL, OTHER);
         assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
     }
