@@ -417,12 +417,10 @@ def wire_headline(w):
     return rows
 
 
-# What the profile of the wire path shows, for the targets it misses
-# (docs/perf-profile.md has the measurements behind each point).
-WIRE_PROFILE = """What the profile shows where a target is missed
-([perf-profile.md](perf-profile.md)):
-
-- Latency: the UDP ping-pong makes one `sendto` and one `recvfrom` per
+# What the profile of the wire path showed (2026-11-28), per kind of
+# target it misses: docs/perf-profile.md has the measurements behind each.
+WIRE_PROFILE = {
+    "lat": """- Latency: the UDP ping-pong makes one `sendto` and one `recvfrom` per
   half round trip and nothing else. A trace of `ib_send_lat` puts most of
   softverbs' extra time between a datagram taken in and the reply sent
   (4.2 us against 0.4: the engine's work on the packet and its ICRC, the
@@ -430,13 +428,26 @@ WIRE_PROFILE = """What the profile shows where a target is missed
   (3.0 us against 1.7; the profile finds in it wake-ups of the peer's
   progress thread, which the ping-pong does not have). While the socket
   is lent to a spinning application the thread sleeps, but an
-  application stalled for 250 us gets it taken back, and until it is lent
-  again every datagram wakes the thread, which preempts an application on
-  a machine whose 2 CPUs both spin (\"Polls that no longer wait for the
-  driver\").
-- CPU per GB: the receiving side's progress thread lingers, polling,
+  application stalled for about 250 us gets it taken back, and until it
+  is lent again every datagram wakes the thread, which preempts an
+  application on a machine whose 2 CPUs both spin (\"Polls that no
+  longer wait for the driver\").""",
+    "CPU": """- CPU per GB: the receiving side's progress thread lingers, polling,
   between datagrams while its application makes no verb call (\"The wire
-  path after flow control\")."""
+  path after flow control\").""",
+}
+
+
+def wire_profile(missed):
+    """What the profile showed for the wire targets in `missed` (their
+    measure names), or nothing when none is missed."""
+    points = [text for key, text in WIRE_PROFILE.items() if any(key in m for m in missed)]
+    if not points:
+        return ""
+    return (
+        "What the profile of 2026-11-28 showed where a target is missed\n"
+        "([perf-profile.md](perf-profile.md)):\n\n" + "\n".join(points)
+    )
 
 
 def wire_section(w, header, sweep_header):
@@ -453,8 +464,9 @@ def wire_section(w, header, sweep_header):
         for s in (2, 4096)
     )
     missing = ("\nNot measured on the wire path in this run: " + ", ".join(w.failed) + "\n") if w.failed else ""
-    if "missed" in verdicts:
-        verdicts += "\n\n" + WIRE_PROFILE
+    profile = wire_profile([m for m, _, _, _, target in wire_headline(w) if "missed" in target])
+    if profile:
+        verdicts += "\n\n" + profile
     return f"""## The wire path (issue 13)
 
 The same perftest runs with `SOFTVERBS_SHM=0`: every operation travels as

@@ -125,8 +125,8 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
             incoming |= Polled::is_incoming(&w);
             q.push_back(w);
         });
-        if incoming {
-            st.driver.took_incoming();
+        if from_ring > 0 {
+            st.driver.took_from_ring(incoming);
         }
         if from_ring == 0
             && st

@@ -526,10 +526,11 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             // only a poll that finds none receives what may have come,
             // unless that thread is at it (its completions land in the
             // ring, for the next poll).
-            if ring.pop_with(max - earlier, &mut take) > 0 || earlier == max {
-                if incoming {
-                    st.driver.took_incoming();
-                }
+            if ring.pop_with(max - earlier, &mut take) > 0 {
+                st.driver.took_from_ring(incoming);
+                return next as c_int;
+            }
+            if earlier == max {
                 return next as c_int;
             }
             match st

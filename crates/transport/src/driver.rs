@@ -52,6 +52,15 @@ const WAKER: Token = Token(usize::MAX);
 /// How long the progress thread keeps polling after a datagram arrived
 /// while the application makes no verb calls, before it sleeps again.
 const LINGER: Nanos = 100_000;
+/// Polls in a row that may find the driver held and return at once
+/// ([`Driver::poll_unless_busy`]) before one waits for it.
+const BUSY_POLLS_AT_MOST: u32 = 64;
+
+thread_local! {
+    /// This thread's polls in a row that found the driver held (over all
+    /// contexts: a thread seldom spins on two).
+    static BUSY_IN_A_ROW: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
 /// No verb for this long: the application is not polling, so the
 /// progress thread is the only one to take packets in.
 const APP_IDLE: Nanos = 50_000;
@@ -329,18 +338,27 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// and what it completes lands in the ring the caller polls next;
     /// waiting for it instead had the spinning thread sleep on the lock,
     /// and on an otherwise idle CPU its wake-up took tens of microseconds
-    /// (docs/perf-profile.md).
+    /// (docs/perf-profile.md). After [`BUSY_POLLS_AT_MOST`] such polls in
+    /// a row the thread waits for its turn: a thread that holds the driver
+    /// most of the time (another application thread posting without end)
+    /// may take nothing in for it.
     pub fn poll_unless_busy(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
-        let Some(guard) = self.shared.try_lock().unwrap_or_else(unwind) else {
-            // Still a verb call: the progress thread must not take the
-            // application for idle and linger, polling, against it.
-            let now = self.shared.clock.now();
-            self.shared.last_verb.store(now, Ordering::Relaxed);
-            return None;
+        let guard = match self.shared.try_lock().unwrap_or_else(unwind) {
+            Some(guard) => guard,
+            None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST => {
+                BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
+                // Still a verb call: the progress thread must not take the
+                // application for idle and linger, polling, against it.
+                let now = self.shared.clock.now();
+                self.shared.last_verb.store(now, Ordering::Relaxed);
+                return None;
+            }
+            None => self.shared.lock().unwrap_or_else(unwind),
         };
+        BUSY_IN_A_ROW.set(0);
         let polled = self.run_locked(guard, verb, VerbKind::Poll(|r| r.unwrap_or_default()));
         Some(polled.unwrap_or_else(unwind))
     }
@@ -420,9 +438,11 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.shared.step(state, StepBy::Verb, now, hold);
         self.shared.last_verb.store(now, Ordering::Relaxed);
         if let VerbKind::Poll(polled) = kind {
-            // Dated by its end: a look then finds a spinning thread's last
-            // poll just ended, however long a poll takes (under emulation,
-            // tens of microseconds).
+            // Dated by its end, a second reading of the clock for polls
+            // only: a look then finds a spinning thread's last poll just
+            // ended, however long a poll takes (under emulation, tens of
+            // microseconds), and the poll's cost stretches the lending's
+            // times (`receive_owner.rs`).
             let ended = self.shared.clock.now();
             let took = ended.saturating_sub(now);
             self.shared.app_polls.polled(ended, took, polled(&result));
@@ -448,13 +468,14 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.with(|_, _| ());
     }
 
-    /// An application thread took completions of incoming data
-    /// ([`Polled::is_incoming`]) that were already in a CQ's ring, without
-    /// the driver: most often a poll of another CQ took their datagrams
-    /// in (`ib_send_lat`'s poll of its send CQ, for the ACK that came with
-    /// the peer's SEND). For the lending of the socket (`receive_owner.rs`).
-    pub fn took_incoming(&self) {
-        self.shared.app_polls.took_incoming();
+    /// An application thread took completions that were already in a
+    /// CQ's ring, without the driver; `incoming`: some were of incoming
+    /// data ([`Polled::is_incoming`]), most often taken in by a poll of
+    /// another CQ (`ib_send_lat`'s poll of its send CQ, for the ACK that
+    /// came with the peer's SEND). For the lending of the socket
+    /// (`receive_owner.rs`).
+    pub fn took_from_ring(&self, incoming: bool) {
+        self.shared.app_polls.took_from_ring(incoming);
     }
 
     /// Whether the progress thread has lent the steered socket to an

@@ -12,9 +12,9 @@
 //! receives, READs and atomics), the thread lends it the socket (stops
 //! polling it) and sleeps until a timer of the engine is due or the
 //! application stopped spinning; it takes the socket back when it wakes
-//! and finds no poll for about [`HANDBACK`], or polls that handed over
-//! only other completions since the last of incoming data
-//! ([`OTHERS_AT_MOST`] of them), or at once when the application arms a
+//! and finds no poll for about [`HANDBACK`], or no such completion handed
+//! over for as long and since then [`OTHERS_AT_MOST`] polls that handed
+//! over other completions only, or at once when the application arms a
 //! CQ for an event (`ibv_req_notify_cq`: it is about to sleep in
 //! `ibv_get_cq_event`, and only the thread can then take in what
 //! completes its work). A datagram that comes after the spinning stopped
@@ -23,8 +23,9 @@
 //! of its SENDs and WRITEs learns of incoming data some other way
 //! (`ib_write_lat` spins on memory between polls for the peer's WRITE), so
 //! only the thread can take that in at once: it keeps the socket. The
-//! times are those of a machine where a poll costs a microsecond; where
-//! polls cost more (an emulated VM), they stretch in proportion.
+//! times are those of a machine where a poll costs a microsecond or
+//! two; where polls cost more (an emulated VM), they stretch in
+//! proportion.
 
 use crate::driver::Polled;
 use softverbs_engine::Nanos;
@@ -37,15 +38,22 @@ const SPIN_POLLS: u64 = 4;
 const SPIN_GAP: Nanos = 20_000;
 /// No poll for this long: the thread takes the socket back.
 pub(crate) const HANDBACK: Nanos = 250_000;
-/// Twice what a poll that finds its CQ empty costs where the times above
-/// were measured (a system call and the engine's look, about a
-/// microsecond): polls up to this cost leave them as they are. Where polls
-/// cost more (under an emulator, tens of times more), the times stretch in
-/// proportion: else a spinning thread's polls are never recent enough to
-/// be lent the socket.
+/// The unit the times above stretch by: about what a poll costs where
+/// they were measured (a system call and the engine's look, a microsecond
+/// or two), so that polls costing less than twice this leave them as they
+/// are. Where polls cost more (under an emulator, tens of times more), the
+/// times stretch by as many units: else a spinning thread's polls are
+/// never recent enough to be lent the socket, and a thread the emulated
+/// CPUs stall for a while gets it taken back.
 const NATIVE_POLL: Nanos = 2_000;
+/// The most the times stretch, so that a poll that was preempted does not
+/// keep the socket lent for long.
+const STRETCH_AT_MOST: Nanos = 64;
 /// Polls handing over completions, none of incoming data, after which an
-/// application no longer counts as taking its incoming data from its CQs.
+/// application that took none for [`HANDBACK`] no longer counts as taking
+/// its incoming data from its CQs. Counted as well as timed: where a round
+/// trip takes longer than even the stretched time (an emulated VM), the
+/// count still says the application takes its data from its CQs.
 const OTHERS_AT_MOST: u64 = 8;
 
 /// What the application threads report, shared with the progress thread.
@@ -56,14 +64,14 @@ pub(crate) struct AppPolls {
     polls: AtomicU64,
     /// When the last of them ended (clock nanoseconds).
     last: AtomicU64,
-    /// How long it took.
+    /// How long the last of them took.
     took: AtomicU64,
-    /// A poll handed over a completion of incoming data
-    /// ([`crate::driver::Polled::incoming`]), or one was taken from a CQ's
-    /// ring.
-    incoming_seen: AtomicBool,
-    /// Polls since, that handed over completions none of which was of
-    /// incoming data.
+    /// When the last poll that handed over a completion of incoming data
+    /// ([`crate::driver::Polled::incoming`]) ended, or took one from a
+    /// CQ's ring; 0: none yet.
+    last_incoming: AtomicU64,
+    /// Polls since, through the driver or from a ring, that handed over
+    /// completions none of which was of incoming data.
     others_since_incoming: AtomicU64,
     /// CQs armed for an event.
     arms: AtomicU64,
@@ -81,17 +89,25 @@ impl AppPolls {
         self.last.store(ended, Ordering::Relaxed);
         self.took.store(took, Ordering::Relaxed);
         if polled.incoming {
-            self.took_incoming();
+            self.last_incoming.store(ended, Ordering::Relaxed);
+            self.others_since_incoming.store(0, Ordering::Relaxed);
         } else if polled.taken > 0 {
             self.others_since_incoming.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// An application thread took completions of incoming data, from a
-    /// poll or from a CQ's ring.
-    pub(crate) fn took_incoming(&self) {
-        self.incoming_seen.store(true, Ordering::Relaxed);
-        self.others_since_incoming.store(0, Ordering::Relaxed);
+    /// An application thread took completions from a CQ's ring;
+    /// `incoming`: some were of incoming data. Dated by the last poll
+    /// that received, without reading the clock: a thread that spins
+    /// polled moments ago.
+    pub(crate) fn took_from_ring(&self, incoming: bool) {
+        if incoming {
+            let last = self.last.load(Ordering::Relaxed);
+            self.last_incoming.fetch_max(last, Ordering::Relaxed);
+            self.others_since_incoming.store(0, Ordering::Relaxed);
+        } else {
+            self.others_since_incoming.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// How many times the progress thread lent the socket.
@@ -130,9 +146,10 @@ pub(crate) struct Owner {
     seen_polls: u64,
     seen_arms: u64,
     lent: bool,
-    /// What a poll costs, as last seen: it falls at once to a cheaper
-    /// poll and rises by an eighth per look, so that a poll preempted
-    /// halfway does not stretch the times for long.
+    /// What a poll that finds nothing costs, as last seen: it falls at
+    /// once to a cheaper poll and rises by an eighth per look that found
+    /// new polls, so that a poll preempted halfway does not stretch the
+    /// times for long.
     poll_cost: Nanos,
 }
 
@@ -143,14 +160,18 @@ impl Owner {
         let polls = app.polls.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
         let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
-        self.note_poll_cost(app.took.load(Ordering::Relaxed));
+        if polls != self.seen_polls {
+            self.note_poll_cost(app.took.load(Ordering::Relaxed));
+        }
+        let last_incoming = app.last_incoming.load(Ordering::Relaxed);
         // It takes its incoming data from its CQs: an application whose
         // polls hand it only its SENDs' and WRITEs' completions may be
-        // waiting for data the thread must take in. Counted in polls, not
-        // since the last look: the thread may look twice within one
-        // message (a datagram, then a timer).
-        let takes_incoming = app.incoming_seen.load(Ordering::Relaxed)
-            && app.others_since_incoming.load(Ordering::Relaxed) < OTHERS_AT_MOST;
+        // waiting for data the thread must take in. Over a time, not since
+        // the last look: the thread may look twice within one message (a
+        // datagram, then a timer), and took the socket back then.
+        let takes_incoming = last_incoming != 0
+            && (now.saturating_sub(last_incoming) < self.stretched(HANDBACK)
+                || app.others_since_incoming.load(Ordering::Relaxed) < OTHERS_AT_MOST);
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
@@ -178,8 +199,10 @@ impl Owner {
     /// While lent: when to look again, if no timer comes first (the
     /// earliest the application may have stopped).
     pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
-        self.lent
-            .then(|| app.last.load(Ordering::Relaxed) + self.stretched(HANDBACK))
+        self.lent.then(|| {
+            let last = app.last.load(Ordering::Relaxed);
+            last.min(app.last_incoming.load(Ordering::Relaxed)) + self.stretched(HANDBACK)
+        })
     }
 
     fn note_poll_cost(&mut self, took: Nanos) {
@@ -190,9 +213,10 @@ impl Owner {
         };
     }
 
-    /// `time` stretched by how much more than [`NATIVE_POLL`] a poll costs.
+    /// `time` stretched by how many [`NATIVE_POLL`]s a poll costs.
     fn stretched(&self, time: Nanos) -> Nanos {
-        time.saturating_mul((self.poll_cost / NATIVE_POLL).max(1))
+        let units = (self.poll_cost / NATIVE_POLL).clamp(1, STRETCH_AT_MOST);
+        time.saturating_mul(units)
     }
 }
 
@@ -229,7 +253,7 @@ mod tests {
         spin(&app, 1_000_000);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
         assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
-        app.polled(1_100_000, POLL, EMPTY);
+        app.polled(1_100_000, POLL, INCOMING);
         assert_eq!(
             owner.review(&app, 1_000_000 + HANDBACK),
             None,
@@ -243,18 +267,20 @@ mod tests {
     }
 
     #[test]
-    fn polls_handing_over_only_other_completions_take_the_socket_back() {
+    fn polls_without_incoming_data_for_a_while_take_the_socket_back() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
         spin(&app, 1_000);
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
-        for at in 1..OTHERS_AT_MOST {
-            app.polled(2_000 + at, POLL, OTHER);
-            app.polled(2_000 + at, POLL, EMPTY);
-        }
-        assert_eq!(owner.review(&app, 3_000), None, "one too few");
         app.polled(3_000, POLL, OTHER);
-        assert_eq!(owner.review(&app, 3_000), Some(Change::TakeBack));
+        assert_eq!(owner.review(&app, 4_000), None, "a look soon after");
+        assert_eq!(owner.review(&app, 4_500), None, "and another");
+        assert_eq!(owner.look_again_at(&app), Some(1_000 + HANDBACK));
+        assert_eq!(owner.review(&app, 1_000 + HANDBACK), None, "too few");
+        for _ in 1..OTHERS_AT_MOST {
+            app.polled(1_000 + HANDBACK, POLL, OTHER);
+        }
+        assert_eq!(owner.review(&app, 1_000 + HANDBACK), Some(Change::TakeBack));
     }
 
     #[test]
@@ -265,11 +291,19 @@ mod tests {
         assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
         // Its polls that receive now hand over only its sends'
         // completions; its receives' come from their CQ's ring.
-        for round in 0..3 * OTHERS_AT_MOST {
-            app.polled(2_000 + round, POLL, OTHER);
-            app.took_incoming();
-            assert_eq!(owner.review(&app, 2_000 + round), None);
+        app.polled(1_000 + HANDBACK, POLL, OTHER);
+        app.took_from_ring(true);
+        assert_eq!(owner.review(&app, 1_000 + HANDBACK), None);
+        assert_eq!(owner.look_again_at(&app), Some(1_000 + 2 * HANDBACK));
+        for _ in 0..OTHERS_AT_MOST {
+            app.took_from_ring(false);
         }
+        app.polled(1_000 + 2 * HANDBACK, POLL, EMPTY);
+        assert_eq!(
+            owner.review(&app, 1_000 + 2 * HANDBACK),
+            Some(Change::TakeBack),
+            "none since"
+        );
     }
 
     #[test]
@@ -325,14 +359,50 @@ mod tests {
         let mut owner = Owner::default();
         let slow = 30 * NATIVE_POLL;
         for _ in 0..SPIN_POLLS {
-            app.polled(1_000_000, slow, INCOMING);
+            app.polled(1_000_000, slow, EMPTY);
         }
+        app.polled(1_000_000, slow, INCOMING);
         // Five times the native gap since the last poll: still spinning.
         let later = 1_000_000 + 5 * SPIN_GAP;
         assert_eq!(owner.review(&app, later), Some(Change::Lend));
         assert_eq!(owner.look_again_at(&app), Some(1_000_000 + 30 * HANDBACK));
+        assert_eq!(owner.review(&app, later + HANDBACK), None, "no new poll");
         // A cheap poll brings them back at once.
         app.polled(later, NATIVE_POLL, EMPTY);
-        assert_eq!(owner.review(&app, later + HANDBACK), Some(Change::TakeBack));
+        assert_eq!(
+            owner.review(&app, later + 2 * HANDBACK),
+            Some(Change::TakeBack)
+        );
+    }
+
+    #[test]
+    fn round_trips_longer_than_the_times_keep_the_socket_lent_by_count() {
+        // Each round trip takes 10 HANDBACKs; the application polls its
+        // send CQ (a completion), then spins on its receive CQ (empty
+        // polls) until the reply comes.
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000);
+        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        for round in 1..4 {
+            let at = round * 10 * HANDBACK;
+            app.polled(at, POLL, OTHER);
+            app.polled(at, POLL, EMPTY);
+            assert_eq!(owner.review(&app, at + 1_000), None, "round {round}");
+            app.polled(at + 2_000, POLL, INCOMING);
+        }
+    }
+
+    #[test]
+    fn a_preempted_poll_stretches_the_times_only_so_far() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000_000);
+        app.polled(1_000_000, 1_000_000_000, INCOMING);
+        assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
+        assert_eq!(
+            owner.look_again_at(&app),
+            Some(1_000_000 + STRETCH_AT_MOST * HANDBACK)
+        );
     }
 }

@@ -655,11 +655,18 @@ fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
     let poll = || {
         a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()))
     };
-    a.d.with(|_, _| {
-        // Joined while the driver is held: a poll that waited for it
-        // would never return.
-        let busy = std::thread::scope(|s| s.spawn(poll).join().unwrap());
-        assert_eq!(busy, None);
+    std::thread::scope(|s| {
+        let (held, hold) = mpsc::channel();
+        let (polled, result) = mpsc::channel();
+        s.spawn(move || {
+            hold.recv().unwrap();
+            polled.send(poll()).unwrap();
+        });
+        a.d.with(|_, _| {
+            held.send(()).unwrap();
+            let busy = result.recv_timeout(Duration::from_secs(30));
+            assert_eq!(busy, Ok(None), "the poll waited for the driver");
+        });
     });
     let sge = [Sge {
         addr: BASE,
