@@ -949,7 +949,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             if delivered || change == Some(Change::TakeBack) || (app_idle && now < linger_until) {
                 Some(std::time::Duration::ZERO)
             } else {
-                let look = owner.look_again_at(&shared.app_polls);
+                let look = owner.look_again_at();
                 let wake = match (deadline, look) {
                     (Some(d), Some(l)) => Some(d.min(l)),
                     (d, l) => d.or(l),

@@ -146,11 +146,12 @@ pub(crate) struct Owner {
     seen_polls: u64,
     seen_arms: u64,
     lent: bool,
-    /// What a poll that finds nothing costs, as last seen: it falls at
-    /// once to a cheaper poll and rises by an eighth per look that found
-    /// new polls, so that a poll preempted halfway does not stretch the
-    /// times for long.
+    /// What a poll costs, as last seen: it falls at once to a cheaper
+    /// poll and rises by an eighth per look that found new polls, so that
+    /// a poll preempted halfway does not stretch the times for long.
     poll_cost: Nanos,
+    /// While lent: when to look again (see [`Owner::look_again_at`]).
+    look_at: Nanos,
 }
 
 impl Owner {
@@ -159,7 +160,8 @@ impl Owner {
     pub(crate) fn review(&mut self, app: &AppPolls, now: Nanos) -> Option<Change> {
         let polls = app.polls.load(Ordering::Relaxed);
         let arms = app.arms.load(Ordering::SeqCst);
-        let since_poll = now.saturating_sub(app.last.load(Ordering::Relaxed));
+        let last = app.last.load(Ordering::Relaxed);
+        let since_poll = now.saturating_sub(last);
         if polls != self.seen_polls {
             self.note_poll_cost(app.took.load(Ordering::Relaxed));
         }
@@ -169,15 +171,23 @@ impl Owner {
         // waiting for data the thread must take in. Over a time, not since
         // the last look: the thread may look twice within one message (a
         // datagram, then a timer), and took the socket back then.
-        let takes_incoming = last_incoming != 0
-            && (now.saturating_sub(last_incoming) < self.stretched(HANDBACK)
-                || app.others_since_incoming.load(Ordering::Relaxed) < OTHERS_AT_MOST);
+        let handback = self.stretched(HANDBACK);
+        let by_count = app.others_since_incoming.load(Ordering::Relaxed) < OTHERS_AT_MOST;
+        let takes_incoming =
+            last_incoming != 0 && (now.saturating_sub(last_incoming) < handback || by_count);
+        // The earliest the application may have stopped: its last poll
+        // ages, or (unless the count holds, which only polls can change)
+        // its last completion of incoming data does.
+        self.look_at = match by_count {
+            true => last + handback,
+            false => last.min(last_incoming) + handback,
+        };
         let no_arm = arms == self.seen_arms;
         let spinning = no_arm
             && polls.wrapping_sub(self.seen_polls) >= SPIN_POLLS
             && since_poll < self.stretched(SPIN_GAP)
             && takes_incoming;
-        let still_spinning = no_arm && since_poll < self.stretched(HANDBACK) && takes_incoming;
+        let still_spinning = no_arm && since_poll < handback && takes_incoming;
         self.seen_polls = polls;
         self.seen_arms = arms;
         if !self.lent && spinning {
@@ -198,11 +208,8 @@ impl Owner {
 
     /// While lent: when to look again, if no timer comes first (the
     /// earliest the application may have stopped).
-    pub(crate) fn look_again_at(&self, app: &AppPolls) -> Option<Nanos> {
-        self.lent.then(|| {
-            let last = app.last.load(Ordering::Relaxed);
-            last.min(app.last_incoming.load(Ordering::Relaxed)) + self.stretched(HANDBACK)
-        })
+    pub(crate) fn look_again_at(&self) -> Option<Nanos> {
+        self.lent.then_some(self.look_at)
     }
 
     fn note_poll_cost(&mut self, took: Nanos) {
@@ -252,7 +259,7 @@ mod tests {
         assert_eq!(owner.review(&app, 1_000_000), None, "no polls yet");
         spin(&app, 1_000_000);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
-        assert_eq!(owner.look_again_at(&app), Some(1_000_000 + HANDBACK));
+        assert_eq!(owner.look_again_at(), Some(1_000_000 + HANDBACK));
         app.polled(1_100_000, POLL, INCOMING);
         assert_eq!(
             owner.review(&app, 1_000_000 + HANDBACK),
@@ -263,7 +270,7 @@ mod tests {
             owner.review(&app, 1_100_000 + HANDBACK),
             Some(Change::TakeBack)
         );
-        assert_eq!(owner.look_again_at(&app), None);
+        assert_eq!(owner.look_again_at(), None);
     }
 
     #[test]
@@ -275,7 +282,7 @@ mod tests {
         app.polled(3_000, POLL, OTHER);
         assert_eq!(owner.review(&app, 4_000), None, "a look soon after");
         assert_eq!(owner.review(&app, 4_500), None, "and another");
-        assert_eq!(owner.look_again_at(&app), Some(1_000 + HANDBACK));
+        assert_eq!(owner.look_again_at(), Some(3_000 + HANDBACK));
         assert_eq!(owner.review(&app, 1_000 + HANDBACK), None, "too few");
         for _ in 1..OTHERS_AT_MOST {
             app.polled(1_000 + HANDBACK, POLL, OTHER);
@@ -294,7 +301,7 @@ mod tests {
         app.polled(1_000 + HANDBACK, POLL, OTHER);
         app.took_from_ring(true);
         assert_eq!(owner.review(&app, 1_000 + HANDBACK), None);
-        assert_eq!(owner.look_again_at(&app), Some(1_000 + 2 * HANDBACK));
+        assert_eq!(owner.look_again_at(), Some(1_000 + 2 * HANDBACK));
         for _ in 0..OTHERS_AT_MOST {
             app.took_from_ring(false);
         }
@@ -365,7 +372,7 @@ mod tests {
         // Five times the native gap since the last poll: still spinning.
         let later = 1_000_000 + 5 * SPIN_GAP;
         assert_eq!(owner.review(&app, later), Some(Change::Lend));
-        assert_eq!(owner.look_again_at(&app), Some(1_000_000 + 30 * HANDBACK));
+        assert_eq!(owner.look_again_at(), Some(1_000_000 + 30 * HANDBACK));
         assert_eq!(owner.review(&app, later + HANDBACK), None, "no new poll");
         // A cheap poll brings them back at once.
         app.polled(later, NATIVE_POLL, EMPTY);
@@ -394,6 +401,20 @@ mod tests {
     }
 
     #[test]
+    fn lent_by_the_count_the_thread_looks_again_after_the_last_poll() {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, 1_000);
+        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        // Empty polls long after the last completion of incoming data:
+        // the next look is due after the last poll, not in the past.
+        let late = 10 * HANDBACK;
+        app.polled(late, POLL, EMPTY);
+        assert_eq!(owner.review(&app, late + 1_000), None);
+        assert_eq!(owner.look_again_at(), Some(late + HANDBACK));
+    }
+
+    #[test]
     fn a_preempted_poll_stretches_the_times_only_so_far() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
@@ -401,7 +422,7 @@ mod tests {
         app.polled(1_000_000, 1_000_000_000, INCOMING);
         assert_eq!(owner.review(&app, 1_001_000), Some(Change::Lend));
         assert_eq!(
-            owner.look_again_at(&app),
+            owner.look_again_at(),
             Some(1_000_000 + STRETCH_AT_MOST * HANDBACK)
         );
     }
