@@ -252,6 +252,16 @@ mod tests {
         }
     }
 
+    /// An application that spun at `at`, lent the socket a microsecond
+    /// later.
+    fn lent_at(at: Nanos) -> (AppPolls, Owner) {
+        let app = AppPolls::default();
+        let mut owner = Owner::default();
+        spin(&app, at);
+        assert_eq!(owner.review(&app, at + 1_000), Some(Change::Lend));
+        (app, owner)
+    }
+
     #[test]
     fn a_spinning_application_is_lent_the_socket_until_it_stops() {
         let app = AppPolls::default();
@@ -275,10 +285,7 @@ mod tests {
 
     #[test]
     fn polls_without_incoming_data_for_a_while_take_the_socket_back() {
-        let app = AppPolls::default();
-        let mut owner = Owner::default();
-        spin(&app, 1_000);
-        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        let (app, mut owner) = lent_at(1_000);
         app.polled(3_000, POLL, OTHER);
         assert_eq!(owner.review(&app, 4_000), None, "a look soon after");
         assert_eq!(owner.review(&app, 4_500), None, "and another");
@@ -292,10 +299,7 @@ mod tests {
 
     #[test]
     fn incoming_data_taken_from_a_ring_keeps_the_socket_lent() {
-        let app = AppPolls::default();
-        let mut owner = Owner::default();
-        spin(&app, 1_000);
-        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        let (app, mut owner) = lent_at(1_000);
         // Its polls that receive now hand over only its sends'
         // completions; its receives' come from their CQ's ring.
         app.polled(1_000 + HANDBACK, POLL, OTHER);
@@ -387,10 +391,7 @@ mod tests {
         // Each round trip takes 10 HANDBACKs; the application polls its
         // send CQ (a completion), then spins on its receive CQ (empty
         // polls) until the reply comes.
-        let app = AppPolls::default();
-        let mut owner = Owner::default();
-        spin(&app, 1_000);
-        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        let (app, mut owner) = lent_at(1_000);
         for round in 1..4 {
             let at = round * 10 * HANDBACK;
             app.polled(at, POLL, OTHER);
@@ -402,10 +403,7 @@ mod tests {
 
     #[test]
     fn lent_by_the_count_the_thread_looks_again_after_the_last_poll() {
-        let app = AppPolls::default();
-        let mut owner = Owner::default();
-        spin(&app, 1_000);
-        assert_eq!(owner.review(&app, 2_000), Some(Change::Lend));
+        let (app, mut owner) = lent_at(1_000);
         // Empty polls long after the last completion of incoming data:
         // the next look is due after the last poll, not in the past.
         let late = 10 * HANDBACK;
