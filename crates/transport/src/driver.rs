@@ -52,6 +52,9 @@ const WAKER: Token = Token(usize::MAX);
 /// How long the progress thread keeps polling after a datagram arrived
 /// while the application makes no verb calls, before it sleeps again.
 const LINGER: Nanos = 100_000;
+/// No verb for this long: the application is not polling, so the
+/// progress thread is the only one to take packets in.
+const APP_IDLE: Nanos = 50_000;
 /// Polls in a row that may find the driver held and return at once
 /// ([`Driver::poll_unless_busy`]) before one waits for it.
 const BUSY_POLLS_AT_MOST: u32 = 64;
@@ -61,9 +64,6 @@ thread_local! {
     /// contexts: a thread seldom spins on two).
     static BUSY_IN_A_ROW: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
-/// No verb for this long: the application is not polling, so the
-/// progress thread is the only one to take packets in.
-const APP_IDLE: Nanos = 50_000;
 /// Set (and not `0`), a context prints its packet counters when it
 /// closes ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
@@ -1017,6 +1017,11 @@ mod tests {
             .expect("device_fatal reported");
 
         assert_eq!(d.try_with(|e, _| e.alloc_pd()).err(), Some(DeviceFailed));
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            d.poll_unless_busy(|_, _| Ok(Polled::default()))
+        }));
+        let payload = polled.expect_err("a poll unwinds on a failed device");
+        assert_eq!(payload.downcast_ref(), Some(&DeviceFailed));
         let unwound = catch_unwind(AssertUnwindSafe(|| d.with(|e, _| e.alloc_pd())));
         let payload = unwound.expect_err("with unwinds on a failed device");
         assert_eq!(payload.downcast_ref(), Some(&DeviceFailed));

@@ -686,3 +686,38 @@ fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
         assert!(Instant::now() < deadline, "the WRITE did not complete");
     }
 }
+
+/// A thread whose polls found the driver held 64 times in a row waits for
+/// its turn with the next: a thread that holds the driver most of the time
+/// must not leave it taking nothing in.
+#[test]
+fn a_poll_that_found_the_driver_held_64_times_waits_for_it() {
+    let h = host();
+    let a = side(&h);
+    let poll = || {
+        a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()))
+    };
+    std::thread::scope(|s| {
+        let (held, hold) = mpsc::channel();
+        let (polled, result) = mpsc::channel();
+        s.spawn(move || {
+            hold.recv().unwrap();
+            for _ in 0..64 {
+                polled.send(poll()).unwrap();
+            }
+            polled.send(poll()).unwrap();
+        });
+        a.d.with(|_, _| {
+            held.send(()).unwrap();
+            for _ in 0..64 {
+                let busy = result.recv_timeout(Duration::from_secs(30));
+                assert_eq!(busy, Ok(None), "returned at once");
+            }
+            // A correct 65th poll never returns while the driver is held.
+            let waited = result.recv_timeout(Duration::from_millis(200));
+            assert_eq!(waited, Err(mpsc::RecvTimeoutError::Timeout));
+        });
+        let turn = result.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(turn.map(|p| p.unwrap().taken), Some(0), "its turn");
+    });
+}
