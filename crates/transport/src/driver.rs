@@ -23,7 +23,7 @@
 use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Receiver};
 use crate::io_step::{Io, IoStats, StepBy};
 use crate::kept_packets::{kept_after, Verb};
 use crate::packet_faults::PacketFaults;
@@ -415,7 +415,11 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             VerbKind::PostRecv => false,
         };
         if receive {
-            self.shared.receive(state, now);
+            let by = match kind {
+                VerbKind::Poll(_) => Receiver::Poll,
+                _ => Receiver::Verb,
+            };
+            self.shared.receive(state, now, by);
         }
         // What a poll kept leaves before any verb but a post: a QP
         // destroyed or moved to another state would take its ACK with it.
@@ -597,7 +601,7 @@ impl<M: HostMemory> Shared<M> {
     }
 
     /// What arrived, into the engine, before a verb runs (`Io::receive`).
-    fn receive(&self, state: &mut State<M>, now: Nanos) {
+    fn receive(&self, state: &mut State<M>, now: Nanos, by: Receiver) {
         let State {
             engine,
             mem,
@@ -606,7 +610,7 @@ impl<M: HostMemory> Shared<M> {
             ..
         } = state;
         with_wire_memory(mem, same_host.as_ref(), |mem| {
-            io.receive(engine, mem, now, StepBy::Verb)
+            io.receive(engine, mem, now, by)
         });
     }
 

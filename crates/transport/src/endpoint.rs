@@ -189,23 +189,23 @@ impl Endpoint {
         self.session.close_direct();
     }
 
-    /// Hands every packet waiting to `frame`: the datagrams on the
-    /// steered socket, then, with `from_daemon` or when there is no
-    /// steered socket, the frames the daemon passed on.
+    /// Hands the packets waiting to `frame`: the datagrams on the steered
+    /// socket (what `by` takes of them), then, for the progress thread or
+    /// when there is no steered socket, the frames the daemon passed on.
     pub fn receive(
         &mut self,
-        from_daemon: bool,
+        by: Receiver,
         mut frame: impl FnMut(FrameHeader, &[u8]),
     ) -> io::Result<()> {
         let steered = self.session.direct().is_some();
-        self.receive_direct(&mut frame);
-        if steered && !from_daemon {
+        self.receive_direct(by, &mut frame);
+        if steered && by != Receiver::ProgressThread {
             return Ok(());
         }
         self.session.receive(frame)
     }
 
-    fn receive_direct(&mut self, frame: &mut impl FnMut(FrameHeader, &[u8])) {
+    fn receive_direct(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8])) {
         let Some(socket) = self.session.direct() else {
             return;
         };
@@ -220,6 +220,9 @@ impl Endpoint {
                     let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
                     let header = FrameHeader { src, dst, segment };
                     frame(header, &self.direct_buf[..n]);
+                    if by == Receiver::Poll {
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 // A failed receive usually consumed its datagram; one that
@@ -229,6 +232,25 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// Who receives, which decides how much of the steered socket's queue
+/// one receive takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// The progress thread, about to sleep: every datagram waiting, then
+    /// the daemon's frames.
+    ProgressThread,
+    /// A verb other than a poll: every datagram waiting.
+    Verb,
+    /// A poll of a CQ: at most one datagram. Only a second system call
+    /// finding the queue empty would say that it held one, and on a
+    /// request-reply exchange (wire `ib_send_lat`) that call sat between
+    /// the request's completion and the reply's post. What is left waits
+    /// for the next poll, or wakes the progress thread if the socket is
+    /// not lent (its poller reports every datagram arriving, and its step
+    /// takes all that waits).
+    Poll,
 }
 
 /// Multicast datagrams leave through the device's interface (not the

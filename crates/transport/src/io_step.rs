@@ -6,7 +6,7 @@
 //! identification).
 
 use crate::daemon::udp_port;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Receiver};
 use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
 use socket2::SockRef;
@@ -83,7 +83,7 @@ impl Io {
         hold: bool,
     ) {
         if by == StepBy::ProgressThread {
-            self.receive(engine, mem, now, by);
+            self.receive(engine, mem, now, Receiver::ProgressThread);
         } else {
             self.release_held(engine, mem, now);
         }
@@ -108,7 +108,7 @@ impl Io {
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
         now: Nanos,
-        by: StepBy,
+        by: Receiver,
     ) {
         if self.link_down {
             // Held packets would stay due, and the progress thread spin.
@@ -123,8 +123,7 @@ impl Io {
             packet_faults,
             ..
         } = self;
-        let from_daemon = by == StepBy::ProgressThread;
-        let got = endpoint.receive(from_daemon, |frame, packets| {
+        let got = endpoint.receive(by, |frame, packets| {
             let Some(from) = Arrival::of(frame.src, frame.dst) else {
                 stats.rx_bad_icrc += 1;
                 return;

@@ -7,7 +7,7 @@
 
 use softverbs_transport::daemon::protocol::FrameHeader;
 use softverbs_transport::daemon::{self, DaemonStats};
-use softverbs_transport::endpoint::Endpoint;
+use softverbs_transport::endpoint::{Endpoint, Receiver};
 use softverbs_transport::gsi::{comm_ids_of, gsi_packet, parse_gsi};
 use softverbs_transport::DaemonAddress;
 use softverbs_wire::cm::{
@@ -94,7 +94,7 @@ fn next_packet(e: &mut Endpoint) -> (FrameHeader, Vec<u8>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let mut got = Vec::new();
-        e.receive(true, |h, bytes| {
+        e.receive(Receiver::ProgressThread, |h, bytes| {
             let segment = usize::from(h.segment).max(1);
             got.extend(bytes.chunks(segment).map(|p| (h, p.to_vec())));
         })
@@ -126,7 +126,7 @@ fn next_mads(e: &mut Endpoint, n: usize) -> Vec<[u8; MAD_LEN]> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = Vec::new();
     while got.len() < n {
-        e.receive(true, |h, bytes| {
+        e.receive(Receiver::ProgressThread, |h, bytes| {
             let segment = usize::from(h.segment).max(1);
             got.extend(
                 bytes
@@ -150,7 +150,7 @@ fn quiet(es: &mut [&mut Endpoint]) {
     std::thread::sleep(Duration::from_millis(300));
     for (i, e) in es.iter_mut().enumerate() {
         let mut n = 0;
-        e.receive(true, |_, _| n += 1).unwrap();
+        e.receive(Receiver::ProgressThread, |_, _| n += 1).unwrap();
         assert_eq!(n, 0, "endpoint {i} got something");
     }
 }

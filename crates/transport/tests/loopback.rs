@@ -721,3 +721,47 @@ fn a_poll_that_found_the_driver_held_64_times_waits_for_it() {
         assert_eq!(turn.map(|p| p.unwrap().taken), Some(0), "its turn");
     });
 }
+
+/// A poll takes at most one datagram from the steered socket (a second
+/// system call, to find the queue empty, sat between a request's
+/// completion and the reply's post), and leaves the rest for the next
+/// receive; any other receive takes every datagram waiting.
+#[test]
+fn a_poll_receives_one_datagram_and_leaves_the_rest_waiting() {
+    use softverbs_transport::endpoint::{Endpoint, Receiver};
+    let h = host();
+    let mut e = Endpoint::open(IpAddr::V4(h.ip), &h.daemon).unwrap();
+    // The steering reads only the destination QP number (BTH bytes 5-7);
+    // the endpoint hands frames over without parsing them.
+    let qpn = slots::qpns_of(e.slots()[0]).start + 2;
+    let mut datagram = [0u8; 20];
+    datagram[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    let tx = std::net::UdpSocket::bind((h.ip, 0)).unwrap();
+    let to = (h.ip, udp_port());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for by in [Receiver::Poll, Receiver::Verb] {
+        for _ in 0..3 {
+            tx.send_to(&datagram, to).unwrap();
+        }
+        let mut taken = 0;
+        let mut most_at_once = 0;
+        while taken < 3 {
+            assert!(Instant::now() < deadline, "{by:?}: {taken} of 3 datagrams");
+            let mut frames = 0;
+            e.receive(by, |_, bytes| {
+                assert_eq!(bytes.len(), datagram.len());
+                frames += 1;
+            })
+            .unwrap();
+            taken += frames;
+            most_at_once = most_at_once.max(frames);
+        }
+        assert_eq!(taken, 3, "{by:?}");
+        if by == Receiver::Poll {
+            assert_eq!(most_at_once, 1);
+        }
+    }
+    drop(e);
+    let stats = h.thread.join().unwrap().unwrap();
+    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+}

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use softverbs_cm::abi::{cmd, Command};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
 use softverbs_transport::clock::Clock;
-use softverbs_transport::endpoint::Endpoint;
+use softverbs_transport::endpoint::{Endpoint, Receiver};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -392,7 +392,7 @@ impl Inner {
             agent, endpoints, ..
         } = self;
         for (_, endpoint) in endpoints.iter_mut() {
-            let _ = endpoint.receive(true, |hdr, bytes| {
+            let _ = endpoint.receive(Receiver::ProgressThread, |hdr, bytes| {
                 let seg = usize::from(hdr.segment).max(1);
                 for packet in bytes.chunks(seg) {
                     if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
