@@ -1173,8 +1173,9 @@ the data with cross-memory attach.
 {md_table(sweep_header, sweep_rows(r))}
 
 One perftest run per size, RC, one QP, perftest's defaults otherwise (128
-outstanding WRs, completion every 100): each size moves 256 MiB, at most
-50,000 messages. "x TCP" is the ratio to loopback TCP (iperf3, one stream,
+outstanding WRs, completion every 100) but for `-N` (no peak bandwidth,
+whose quadratic computation would count as CPU): each size moves 256 MiB,
+at most 50,000 messages, and 64 KiB, the targets' size, 2 GiB. "x TCP" is the ratio to loopback TCP (iperf3, one stream,
 5 s: {fmt(r.tcp_gbs)} GB/s). CPU s/GB is the user + system time of both
 perftest processes (GNU time), less that of a 5-message run of the same
 test (the setup: device, memory registration, connection), divided by the
