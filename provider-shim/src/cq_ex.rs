@@ -15,7 +15,6 @@ use crate::ffi::*;
 use crate::guard::guard;
 use crate::verbs_basic::{cq_id, cq_polled, cq_ring, create_cq_locked, null};
 use softverbs_engine::WorkCompletion;
-use softverbs_transport::Polled;
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_uint};
 use std::ptr::addr_of_mut;
@@ -120,19 +119,10 @@ unsafe fn advance(cq: *mut ibv_cq_ex, first: bool) -> c_int {
         // allocation in the steady state. Completions already there are
         // taken without the driver lock, and the driver is skipped while
         // another thread holds it (as `ibv_poll_cq` does).
-        let mut incoming = false;
-        let from_ring = ring.pop_with(BATCH, |w| {
-            incoming |= Polled::is_incoming(&w);
-            q.push_back(w);
-        });
-        if from_ring > 0 {
-            st.driver.took_from_ring(incoming);
-        }
-        if from_ring == 0
-            && st
-                .driver
-                .poll_unless_busy(|e, _| Polled::poll(e, id, BATCH, |w| q.push_back(w)))
-                .is_some_and(|polled| polled.is_err())
+        if st
+            .driver
+            .poll_cq(id, ring, BATCH, |w| q.push_back(w))
+            .is_err()
         {
             return libc::EINVAL;
         }

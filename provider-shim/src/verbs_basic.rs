@@ -13,7 +13,6 @@ use crate::guard::{guard, set_errno, verb};
 use softverbs_engine::{
     AhId, CqId, CqRing, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
 };
-use softverbs_transport::Polled;
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -514,31 +513,20 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             for (i, w) in polled.drain(..earlier).enumerate() {
                 put(i, &w);
             }
+            if earlier == max {
+                return earlier as c_int;
+            }
+            // The ring first, without the driver; the driver only if the
+            // ring is empty and no other thread holds it (its completions
+            // land in the ring, for the next poll).
             let mut next = earlier;
-            let mut incoming = false;
-            let mut take = |w: WorkCompletion| {
-                incoming |= Polled::is_incoming(&w);
+            let polled = st.driver.poll_cq(id, ring, max - earlier, |w| {
                 put(next, &w);
                 next += 1;
-            };
-            // Completions already there are taken without the driver
-            // lock, which the progress thread may hold while it works;
-            // only a poll that finds none receives what may have come,
-            // unless that thread is at it (its completions land in the
-            // ring, for the next poll).
-            if ring.pop_with(max - earlier, &mut take) > 0 {
-                st.driver.took_from_ring(incoming);
-                return next as c_int;
-            }
-            if earlier == max {
-                return next as c_int;
-            }
-            match st
-                .driver
-                .poll_unless_busy(|e, _| Polled::poll(e, id, max - earlier, take))
-            {
-                None | Some(Ok(_)) => next as c_int,
-                Some(Err(_)) => -1,
+            });
+            match polled {
+                Ok(_) => next as c_int,
+                Err(_) => -1,
             }
         })
     })

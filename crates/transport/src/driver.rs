@@ -36,8 +36,8 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
 use parking_lot::{Mutex, MutexGuard};
 use softverbs_engine::{
-    AsyncEvent, CqId, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId, VerbsResult,
-    WcOpcode, WcStatus, WorkCompletion,
+    AsyncEvent, CqId, CqRing, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId,
+    VerbsResult, WcOpcode, WcStatus, WorkCompletion,
 };
 use softverbs_faults::{FaultSpec, Faults, Part};
 use std::io;
@@ -363,6 +363,37 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         Some(polled.unwrap_or_else(unwind))
     }
 
+    /// A poll of `cq` as `ibv_poll_cq` makes it, handing up to `max`
+    /// completions to `take`: those already in the CQ's `ring` (its
+    /// [`Engine::cq_ring`]) without the driver, which the progress thread
+    /// may hold while it works; only when there are none, through the
+    /// driver, unless another thread holds it
+    /// ([`Driver::poll_unless_busy`]). How many it handed over.
+    pub fn poll_cq(
+        &self,
+        cq: CqId,
+        ring: &CqRing,
+        max: usize,
+        mut take: impl FnMut(WorkCompletion),
+    ) -> VerbsResult<usize> {
+        let mut incoming = false;
+        let from_ring = ring.pop_with(max, |wc| {
+            incoming |= Polled::is_incoming(&wc);
+            take(wc);
+        });
+        if from_ring > 0 {
+            // Most often taken in by a poll of another CQ (`ib_send_lat`'s
+            // poll of its send CQ, for the ACK that came with the peer's
+            // SEND): for the lending of the socket.
+            self.shared.app_polls.took_from_ring(incoming);
+            return Ok(from_ring);
+        }
+        match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, take)) {
+            None => Ok(0),
+            Some(polled) => polled.map(|p| p.taken),
+        }
+    }
+
     /// A CQ was armed for an event: its thread may sleep in
     /// `ibv_get_cq_event` now, so the progress thread takes the socket
     /// back if it lent it.
@@ -470,16 +501,6 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// once the device failed.
     pub fn progress(&self) {
         self.with(|_, _| ());
-    }
-
-    /// An application thread took completions that were already in a
-    /// CQ's ring, without the driver; `incoming`: some were of incoming
-    /// data ([`Polled::is_incoming`]), most often taken in by a poll of
-    /// another CQ (`ib_send_lat`'s poll of its send CQ, for the ACK that
-    /// came with the peer's SEND). For the lending of the socket
-    /// (`receive_owner.rs`).
-    pub fn took_from_ring(&self, incoming: bool) {
-        self.shared.app_polls.took_from_ring(incoming);
     }
 
     /// Whether the progress thread has lent the steered socket to an

@@ -544,6 +544,7 @@ where
     let lent = AtomicBool::new(false);
     let (took, taken) = mpsc::channel();
     let (last, lent) = (&last, &lent);
+    let ring = bd.with(|e, _| e.cq_ring(bcq)).unwrap();
     std::thread::scope(|scope| {
         // (B takes SEND k before A sees it complete, and so before the
         // last one is posted: `last` is read after the poll.)
@@ -551,11 +552,8 @@ where
             while Instant::now() < deadline {
                 let before = bd.io_stats().held;
                 let n = bd
-                    .poll_with(|e, _| {
-                        Polled::poll(e, bcq, 1, |w| assert_eq!(w.status, WcStatus::Success))
-                    })
-                    .unwrap()
-                    .taken;
+                    .poll_cq(bcq, &ring, 1, |w| assert_eq!(w.status, WcStatus::Success))
+                    .unwrap();
                 if n == 1 && last.load(Ordering::Acquire) {
                     let kept = bd.io_stats().held > before;
                     then(bd, qb);
@@ -602,10 +600,10 @@ fn spin_on_completions_until(a: &Side, qa: QpId, b: &Side, opcode: u32, lent: bo
         lkey: a.key,
     }];
     let wr = signaled_rdma(opcode, &sge, b);
+    let ring = a.d.with(|e, _| e.cq_ring(a.cq)).unwrap();
     let poll = || {
-        a.d.poll_with(|e, _| Polled::poll(e, a.cq, 1, |w| assert_eq!(w.status, WcStatus::Success)))
+        a.d.poll_cq(a.cq, &ring, 1, |w| assert_eq!(w.status, WcStatus::Success))
             .unwrap()
-            .taken
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
