@@ -420,21 +420,24 @@ def wire_headline(w):
 # What the profile of the wire path showed (2026-11-28), per kind of
 # target it misses: docs/perf-profile.md has the measurements behind each.
 WIRE_PROFILE = {
-    "lat": """- Latency: the UDP ping-pong makes one `sendto` and one `recvfrom` per
-  half round trip and nothing else. A trace of `ib_send_lat` puts most of
-  softverbs' extra time between a datagram taken in and the reply sent
-  (4.2 us against 0.4: the engine's work on the packet and its ICRC, the
-  completion, perftest's polls of both CQs), and its send takes longer
-  (3.0 us against 1.7; the profile finds in it wake-ups of the peer's
-  progress thread, which the ping-pong does not have). While the socket
-  is lent to a spinning application the thread sleeps, but an
-  application stalled for about 250 us gets it taken back, and until it
-  is lent again every datagram wakes the thread, which preempts an
-  application on a machine whose 2 CPUs both spin (\"Polls that no
-  longer wait for the driver\").""",
-    "CPU": """- CPU per GB: the receiving side's progress thread lingers, polling,
-  between datagrams while its application makes no verb call (\"The wire
-  path after flow control\").""",
+    "lat": """- Latency: the UDP ping-pong makes one `recvfrom` and one `sendto` per
+  half round trip and nothing else. Timed inside softverbs (wire
+  `ib_send_lat`, medians), a half round trip spends about 3.3 us in its
+  two system calls, the `recvmsg` that takes the peer's SEND with its
+  ACK (1.1 us) and the GSO `sendmsg` of the reply with the ACK (about
+  2.2 us), more than 1.5 times the ping-pong's whole half round trip; and
+  about 2 us in user space, spread over some forty functions of 50 to
+  100 ns each (the engine's work on the two packets arriving 0.9 us, the
+  reply's build 0.9 us, polls and the posted receive 0.3 us). Less work
+  per packet alone cannot meet the target: it needs the datagrams taken
+  in without a system call as well (\"Where a wire half round trip
+  goes\").""",
+    "CPU": """- CPU per GB: both CPUs are busy for the whole transfer, perftest's
+  client spinning on its CQ and taking the responses or ACKs in, the
+  server's progress thread taking the data in or serving the READs and
+  lingering, polling, between datagrams; so the CPU per GB is about two
+  CPUs over the bandwidth, and it follows the bandwidth of the run
+  (\"Where a wire half round trip goes\").""",
 }
 
 
@@ -445,7 +448,7 @@ def wire_profile(missed):
     if not points:
         return ""
     return (
-        "What the profile of 2026-11-28 showed where a target is missed\n"
+        "What the profile of 2026-11-29 showed where a target is missed\n"
         "([perf-profile.md](perf-profile.md)):\n\n" + "\n".join(points)
     )
 
