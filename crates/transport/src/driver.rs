@@ -52,6 +52,14 @@ const WAKER: Token = Token(usize::MAX);
 /// How long the progress thread keeps polling after a datagram arrived
 /// while the application makes no verb calls, before it sleeps again.
 const LINGER: Nanos = 100_000;
+/// Steps the progress thread makes while it lingers between two looks at
+/// its poller: each look is an `epoll_wait` and a read of the daemon's
+/// stream, and with them a lingering step took three system calls where
+/// one receives. A datagram waits on average half a step before it is
+/// taken in (the READ a responder serves, wire `ib_read_lat`); what else
+/// the poller reports (the daemon's stream, a waker, a timer the step
+/// runs anyway) waits for the look, microseconds.
+const LINGER_STEPS_PER_LOOK: u32 = 16;
 /// No verb for this long: the application is not polling, so the
 /// progress thread is the only one to take packets in.
 const APP_IDLE: Nanos = 50_000;
@@ -942,8 +950,15 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
     let mut linger_until: Nanos = 0;
     let mut owner = Owner::default();
+    // Steps made without a look at the poller, while lingering.
+    let mut steps_unlooked: u32 = 0;
     while !shared.stop.load(Ordering::Acquire) {
-        let timeout = {
+        let by = if steps_unlooked > 0 {
+            StepBy::Linger
+        } else {
+            StepBy::ProgressThread
+        };
+        let (timeout, lingering) = {
             let Ok(mut state) = shared.lock() else {
                 return;
             };
@@ -955,7 +970,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             let received = state.io.stats.rx;
             let started = shared.clock.now();
             state.engine.set_time(started);
-            shared.step(&mut state, StepBy::ProgressThread, started, false);
+            shared.step(&mut state, by, started, false);
             state.held_since = None; // whatever a verb kept has left
             let now = shared.clock.now();
             if state.io.stats.rx != received {
@@ -971,17 +986,26 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             let deadline = state.deadline();
             state.thread_deadline = deadline;
             let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
-            if delivered || change == Some(Change::TakeBack) || (app_idle && now < linger_until) {
-                Some(std::time::Duration::ZERO)
+            let linger = app_idle && now < linger_until;
+            // Only a wire context lingers without looking: a same-host one
+            // armed its doorbell just now, which a look disarms.
+            let lingering = linger && change.is_none() && state.same_host.is_none();
+            if delivered || change == Some(Change::TakeBack) || linger {
+                (Some(std::time::Duration::ZERO), lingering)
             } else {
                 let look = owner.look_again_at();
                 let wake = match (deadline, look) {
                     (Some(d), Some(l)) => Some(d.min(l)),
                     (d, l) => d.or(l),
                 };
-                wake.map(|at| shared.clock.until(at))
+                (wake.map(|at| shared.clock.until(at)), false)
             }
         };
+        if lingering && steps_unlooked < LINGER_STEPS_PER_LOOK {
+            steps_unlooked += 1;
+            continue;
+        }
+        steps_unlooked = 0;
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return;

@@ -241,7 +241,8 @@ pub enum Receiver {
     /// The progress thread, about to sleep: every datagram waiting, then
     /// the daemon's frames.
     ProgressThread,
-    /// A verb other than a poll: every datagram waiting.
+    /// A verb other than a poll, or the progress thread lingering between
+    /// two looks at its poller: every datagram waiting.
     Verb,
     /// A poll of a CQ: at most one datagram. Only a second system call
     /// finding the queue empty would say that it held one, and on a

@@ -42,6 +42,11 @@ pub(crate) enum StepBy {
     /// The progress thread, woken by its poller (a datagram, a timer, or
     /// room in the sending socket).
     ProgressThread,
+    /// The progress thread lingering, polling, between two looks at its
+    /// poller: it receives from the steered socket only. The daemon's
+    /// stream, which carries only multicast datagrams and CM messages,
+    /// waits for the next look (`driver.rs`, `LINGER_STEPS_PER_LOOK`).
+    Linger,
 }
 
 /// The endpoint, buffer and counters a step works with.
@@ -82,10 +87,10 @@ impl Io {
         by: StepBy,
         hold: bool,
     ) {
-        if by == StepBy::ProgressThread {
-            self.receive(engine, mem, now, Receiver::ProgressThread);
-        } else {
-            self.release_held(engine, mem, now);
+        match by {
+            StepBy::ProgressThread => self.receive(engine, mem, now, Receiver::ProgressThread),
+            StepBy::Linger => self.receive(engine, mem, now, Receiver::Verb),
+            StepBy::Verb => self.release_held(engine, mem, now),
         }
         if engine.poll_timeout().is_some_and(|at| at <= now) {
             engine.handle_timeout(now);
