@@ -132,6 +132,9 @@ enum Placement {
     Queued(Packet),
     /// After the queued packets, held until they have left.
     Held(Packet),
+    /// Ahead of the one queued packet, which is shorter
+    /// ([`SendBatch::goes_ahead`]).
+    Ahead(Packet),
     /// Nowhere: dropped and counted.
     Dropped,
 }
@@ -199,11 +202,15 @@ impl SendBatch {
             flow,
         };
         let mut sent = Sent::default();
-        if !self.fits(&packet) {
+        let ahead = self.goes_ahead(&packet);
+        if !ahead && !self.fits(&packet) {
             sent = self.flush(socket);
         }
-        // A held packet leads the next batch, so it is sealed as the first.
-        let (placement, identification) = if self.blocked {
+        // A held packet leads the next batch, so it is sealed as the first;
+        // so is one that goes ahead of the queued one.
+        let (placement, identification) = if ahead {
+            (Placement::Ahead(packet), 0)
+        } else if self.blocked {
             (Placement::Held(packet), 0)
         } else if self.gso_off {
             (Placement::Queued(packet), 0)
@@ -246,6 +253,7 @@ impl SendBatch {
                 self.held = Some(packet);
                 Sent::default()
             }
+            Some(Placement::Ahead(packet)) => self.put_ahead(socket, packet),
             Some(Placement::Dropped) => Sent::dropped(1),
             None => Sent::default(),
         }
@@ -265,6 +273,41 @@ impl SendBatch {
             return self.flush(socket);
         }
         Sent::default()
+    }
+
+    /// Whether `packet`, longer than the one packet queued, goes ahead of
+    /// it: a GSO send's last segment may be shorter than the others, so the
+    /// two leave in one send, the shorter last. That is a kept ACK and the
+    /// reply to the peer's SEND (`kept_packets.rs`): the ACK, a response,
+    /// leaves first, and a SEND longer than it (more than 2 bytes of
+    /// payload) went in a send of its own after it, two system calls on
+    /// each side of a round trip of `ib_send_lat -s 64` instead of one.
+    fn goes_ahead(&self, packet: &Packet) -> bool {
+        self.count == 1
+            && !self.gso_off
+            && !self.blocked
+            && self.held.is_none()
+            && self.dst == Some(packet.dst)
+            && self.block == Some(packet.block)
+            && self.flow == Some(packet.flow)
+            && packet.len > self.segment
+            && self.len + packet.len <= MAX_BATCH_BYTES
+    }
+
+    /// The packet written right after the one queued moves ahead of it,
+    /// the place it was sealed for; the queued one is sealed again as the
+    /// second segment, and, shorter, closes the batch, which leaves.
+    fn put_ahead(&mut self, socket: &impl DatagramOut, packet: Packet) -> Sent {
+        let total = self.len + packet.len;
+        self.buf[..total].rotate_right(packet.len);
+        if let Some(flow) = self.flow {
+            // Sealed once already, so it cannot fail now.
+            let _ = flow.seal_with_identification(&mut self.buf[packet.len..total], 1);
+        }
+        self.segment = packet.len;
+        self.count = 2;
+        self.len = total;
+        self.flush(socket)
     }
 
     fn fits(&self, packet: &Packet) -> bool {
@@ -472,6 +515,33 @@ mod tests {
         }
         assert_eq!(recv_sealed(&rx, src), (short[..296].to_vec(), Some(5)));
         assert_eq!(recv_sealed(&rx2, src), (other[..996].to_vec(), Some(0)));
+    }
+
+    /// A packet longer than the one queued (a reply after a kept ACK) goes
+    /// ahead of it: the two leave in one GSO send, the shorter last, each
+    /// sealed for its place there.
+    #[test]
+    fn a_longer_packet_goes_ahead_of_one_shorter_queued() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let sock = &SockRef::from(&tx);
+        let mut batch = SendBatch::new();
+        let (ack, reply) = (packet(1, 20), packet(2, 80));
+        assert_eq!(push(&mut batch, sock, &ack, src, dst).packets, 0);
+        assert_eq!(push(&mut batch, sock, &reply, src, dst).packets, 2);
+        assert_eq!(recv_sealed(&rx, src), (reply[..76].to_vec(), Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (ack[..16].to_vec(), Some(1)));
+        // Two packets queued: a longer one starts a batch of its own.
+        let mut sent = Sent::default();
+        for p in [packet(3, 20), packet(4, 20), packet(5, 80)] {
+            sent.packets += push(&mut batch, sock, &p, src, dst).packets;
+        }
+        sent.packets += batch.flush(sock).packets;
+        assert_eq!(sent.packets, 3);
+        assert_eq!(recv_sealed(&rx, src), (packet(3, 16), Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (packet(4, 16), Some(1)));
+        assert_eq!(recv_sealed(&rx, src), (packet(5, 76), Some(0)));
     }
 
     /// After GSO is refused, queued packets are sealed again for leaving
