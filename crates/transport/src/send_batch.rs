@@ -36,7 +36,7 @@
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
 use socket2::{SockAddr, SockRef};
 use softverbs_engine::{Reservation, MAX_PACKET_LEN};
-use softverbs_wire::{Flow, Icrc};
+use softverbs_wire::{Flow, Icrc, Opcode};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -275,15 +275,19 @@ impl SendBatch {
         Sent::default()
     }
 
-    /// Whether `packet`, longer than the one packet queued, goes ahead of
-    /// it: a GSO send's last segment may be shorter than the others, so the
-    /// two leave in one send, the shorter last. That is a kept ACK and the
-    /// reply to the peer's SEND (`kept_packets.rs`): the ACK, a response,
-    /// leaves first, and a SEND longer than it (more than 2 bytes of
-    /// payload) went in a send of its own after it, two system calls on
-    /// each side of a round trip of `ib_send_lat -s 64` instead of one.
+    /// Whether `packet`, longer than the one packet queued, an ACK (or
+    /// NAK), goes ahead of it: a GSO send's last segment may be shorter
+    /// than the others, so the two leave in one send, the ACK last. That
+    /// is a kept ACK and the reply to the peer's SEND (`kept_packets.rs`):
+    /// the ACK, a response, leaves first, and a SEND longer than it (more
+    /// than 2 bytes of payload) went in a send of its own after it, two
+    /// system calls on each side of a round trip of `ib_send_lat -s 64`
+    /// instead of one. Only an ACK: it carries no data, and a later
+    /// response of its QP acknowledges as much, so the peer may take it
+    /// after anything; two requests of one QP must arrive in PSN order.
     fn goes_ahead(&self, packet: &Packet) -> bool {
         self.count == 1
+            && self.buf[0] == u8::from(Opcode::RcAck)
             && !self.gso_off
             && !self.blocked
             && self.held.is_none()
@@ -517,9 +521,9 @@ mod tests {
         assert_eq!(recv_sealed(&rx2, src), (other[..996].to_vec(), Some(0)));
     }
 
-    /// A packet longer than the one queued (a reply after a kept ACK) goes
-    /// ahead of it: the two leave in one GSO send, the shorter last, each
-    /// sealed for its place there.
+    /// A packet longer than the one queued, an ACK (a reply after a kept
+    /// ACK), goes ahead of it: the two leave in one GSO send, the ACK last,
+    /// each sealed for its place there.
     #[test]
     fn a_longer_packet_goes_ahead_of_one_shorter_queued() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -527,21 +531,29 @@ mod tests {
         let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
-        let (ack, reply) = (packet(1, 20), packet(2, 80));
-        assert_eq!(push(&mut batch, sock, &ack, src, dst).packets, 0);
+        let ack = |fill| {
+            let mut p = packet(fill, 20);
+            p[0] = u8::from(Opcode::RcAck);
+            p
+        };
+        let (kept, reply) = (ack(1), packet(2, 80));
+        assert_eq!(push(&mut batch, sock, &kept, src, dst).packets, 0);
         assert_eq!(push(&mut batch, sock, &reply, src, dst).packets, 2);
         assert_eq!(recv_sealed(&rx, src), (reply[..76].to_vec(), Some(0)));
-        assert_eq!(recv_sealed(&rx, src), (ack[..16].to_vec(), Some(1)));
-        // Two packets queued: a longer one starts a batch of its own.
+        assert_eq!(recv_sealed(&rx, src), (kept[..16].to_vec(), Some(1)));
+        // Not ahead of two queued packets, nor of a request: requests of
+        // one QP leave in PSN order.
         let mut sent = Sent::default();
-        for p in [packet(3, 20), packet(4, 20), packet(5, 80)] {
-            sent.packets += push(&mut batch, sock, &p, src, dst).packets;
+        let (first, second, request) = (ack(3), ack(4), packet(5, 24));
+        for p in [&first, &second, &request, &packet(6, 80)] {
+            sent.packets += push(&mut batch, sock, p, src, dst).packets;
         }
         sent.packets += batch.flush(sock).packets;
-        assert_eq!(sent.packets, 3);
-        assert_eq!(recv_sealed(&rx, src), (packet(3, 16), Some(0)));
-        assert_eq!(recv_sealed(&rx, src), (packet(4, 16), Some(1)));
-        assert_eq!(recv_sealed(&rx, src), (packet(5, 76), Some(0)));
+        assert_eq!(sent.packets, 4);
+        assert_eq!(recv_sealed(&rx, src), (first[..16].to_vec(), Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (second[..16].to_vec(), Some(1)));
+        assert_eq!(recv_sealed(&rx, src), (request[..20].to_vec(), Some(0)));
+        assert_eq!(recv_sealed(&rx, src), (packet(6, 76), Some(0)));
     }
 
     /// After GSO is refused, queued packets are sealed again for leaving
