@@ -480,6 +480,14 @@ mod tests {
         }
     }
 
+    /// A receiving and a sending socket on loopback, and their addresses.
+    fn sockets() -> (UdpSocket, UdpSocket, SocketAddr, SocketAddr) {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        (rx, tx, dst, src)
+    }
+
     /// Receives one datagram and checks its ICRC without knowing the
     /// identification: the payload and the identification it was sealed
     /// with.
@@ -526,9 +534,7 @@ mod tests {
     /// each sealed for its place there.
     #[test]
     fn a_longer_packet_goes_ahead_of_one_shorter_queued() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let (rx, tx, dst, src) = sockets();
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         let ack = |fill| {
@@ -560,9 +566,7 @@ mod tests {
     /// alone, and later ones are sealed with identification 0 directly.
     #[test]
     fn packets_sent_one_by_one_carry_identification_zero() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let (rx, tx, dst, src) = sockets();
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         for i in 0..3u8 {
@@ -584,9 +588,7 @@ mod tests {
     /// steering whole datagrams by block would get the other's packets.
     #[test]
     fn a_batch_holds_packets_for_one_block() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (dst, src) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let (rx, tx, dst, src) = sockets();
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
         let mut other = packet(2, 500);

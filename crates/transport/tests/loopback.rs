@@ -43,6 +43,14 @@ impl Host {
     }
 }
 
+/// Once every context of `h` is gone: its daemon passed no packet on and
+/// found none it could not route, so all went straight to their
+/// contexts' steered sockets.
+fn every_packet_went_straight(h: Host) {
+    let stats = h.thread.join().unwrap().unwrap();
+    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+}
+
 fn side(host: &Host) -> Side {
     let (tx, events) = mpsc::channel();
     let mut device = DeviceConfig::loopback(fastrand::u64(..));
@@ -297,6 +305,21 @@ fn write_and_wait(a: &Side, qa: QpId, b: &Side, len: u32) -> WorkCompletion {
     wait_completions(a, 1).remove(0)
 }
 
+/// A signaled SEND of `sg_list` on an RC QP.
+fn signaled_send(wr_id: u64, sg_list: &[Sge]) -> SendWr<'_> {
+    SendWr {
+        wr_id,
+        opcode: send_opcode::SEND,
+        send_flags: send_flags::SIGNALED,
+        sg_list,
+        inline_data: &[],
+        imm_data_or_inv_rkey: 0,
+        rdma: RdmaTarget::default(),
+        atomic: AtomicTarget::default(),
+        ud: None,
+    }
+}
+
 /// A signaled RDMA WR of `opcode` (WRITE or READ) from or into `sg_list`,
 /// to or from `b`'s BASE + 1 MiB.
 fn signaled_rdma<'a>(opcode: u32, sg_list: &'a [Sge], b: &Side) -> SendWr<'a> {
@@ -331,8 +354,7 @@ fn packets_go_straight_to_their_context() {
         assert_eq!(done.status, WcStatus::Success);
         b.d.with(|_, m| assert!(m.slice(BASE + (1 << 20), data.len()) == &data[..]));
     }
-    let stats = h.thread.join().unwrap().unwrap();
-    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+    every_packet_went_straight(h);
 }
 
 /// A context that goes away frees its member of the steering group; the
@@ -348,8 +370,7 @@ fn a_member_freed_by_a_dead_context_serves_the_next_one() {
         let (qa, _) = rc_pair(&a, &c);
         assert_eq!(write_and_wait(&a, qa, &c, 5000).status, WcStatus::Success);
     }
-    let stats = h.thread.join().unwrap().unwrap();
-    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+    every_packet_went_straight(h);
 }
 
 #[test]
@@ -528,17 +549,7 @@ where
         length: 8,
         lkey: a.key,
     }];
-    let wr = SendWr {
-        wr_id: 1,
-        opcode: send_opcode::SEND,
-        send_flags: send_flags::SIGNALED,
-        sg_list: &send,
-        inline_data: &[],
-        imm_data_or_inv_rkey: 0,
-        rdma: RdmaTarget::default(),
-        atomic: AtomicTarget::default(),
-        ud: None,
-    };
+    let wr = signaled_send(1, &send);
     let deadline = Instant::now() + Duration::from_secs(30);
     let last = AtomicBool::new(false);
     let lent = AtomicBool::new(false);
@@ -760,8 +771,7 @@ fn a_poll_receives_one_datagram_and_leaves_the_rest_waiting() {
         }
     }
     drop(e);
-    let stats = h.thread.join().unwrap().unwrap();
-    assert_eq!((stats.delivered, stats.unrouted), (0, 0), "{stats:?}");
+    every_packet_went_straight(h);
 }
 
 /// SENDs of one QP leave in PSN order even when a longer one follows a
@@ -784,21 +794,10 @@ fn a_short_send_then_a_longer_one_arrive_in_order() {
         }]
     };
     let (short, long) = (sge(2), sge(64));
-    let send = |wr_id, sg_list| SendWr {
-        wr_id,
-        opcode: send_opcode::SEND,
-        send_flags: send_flags::SIGNALED,
-        sg_list,
-        inline_data: &[],
-        imm_data_or_inv_rkey: 0,
-        rdma: RdmaTarget::default(),
-        atomic: AtomicTarget::default(),
-        ud: None,
-    };
     // Posted in one verb, both leave in the step after it, one batch.
     a.d.with(|e, _| {
-        e.post_send(qa, &send(1, &short))?;
-        e.post_send(qa, &send(2, &long))
+        e.post_send(qa, &signaled_send(1, &short))?;
+        e.post_send(qa, &signaled_send(2, &long))
     })
     .unwrap();
     let rx = wait_completions(&b, 2);
