@@ -52,10 +52,10 @@ const WAKER: Token = Token(usize::MAX);
 /// How long the progress thread keeps polling after a datagram arrived
 /// while the application makes no verb calls, before it sleeps again.
 const LINGER: Nanos = 100_000;
-/// Steps the progress thread makes while it lingers between two looks at
-/// its poller: each look is an `epoll_wait` and a read of the daemon's
-/// stream, and with them a lingering step took three system calls where
-/// one receives. A datagram waits on average half a step before it is
+/// Steps a lingering progress thread makes after each look at its poller
+/// before the next (so it looks every 17th step): each look is an
+/// `epoll_wait` and a read of the daemon's stream, and with them a
+/// lingering step took three system calls where one receives. A datagram waits on average half a step before it is
 /// taken in (the READ a responder serves, wire `ib_read_lat`); what else
 /// the poller reports (the daemon's stream, a waker, a timer the step
 /// runs anyway) waits for the look, microseconds.
@@ -384,6 +384,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         max: usize,
         mut take: impl FnMut(WorkCompletion),
     ) -> VerbsResult<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
         let mut incoming = false;
         let from_ring = ring.pop_with(max, |wc| {
             incoming |= Polled::is_incoming(&wc);
@@ -417,7 +420,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
         kind: VerbKind<R>,
     ) -> Result<R, DeviceFailed> {
-        let guard = self.shared.lock()?;
+        let guard = match self.shared.try_lock()? {
+            Some(guard) => guard,
+            None => {
+                // Dated before it waits: a lingering progress thread takes
+                // the lock back between its steps, which follow each
+                // other without a pause, until it sees a verb.
+                let now = self.shared.clock.now();
+                self.shared.last_verb.store(now, Ordering::Relaxed);
+                self.shared.lock()?
+            }
+        };
         self.run_locked(guard, verb, kind)
     }
 
@@ -985,11 +998,12 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             }
             let deadline = state.deadline();
             state.thread_deadline = deadline;
-            let delivered = state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
             let linger = app_idle && now < linger_until;
-            // Only a wire context lingers without looking: a same-host one
-            // armed its doorbell just now, which a look disarms.
-            let lingering = linger && change.is_none() && state.same_host.is_none();
+            let lingering = linger && change.is_none();
+            // Peers ring the doorbell only for a thread about to sleep: a
+            // lingering one applies their deliveries at every step.
+            let delivered =
+                !lingering && state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
             if delivered || change == Some(Change::TakeBack) || linger {
                 (Some(std::time::Duration::ZERO), lingering)
             } else {

@@ -190,8 +190,9 @@ impl Endpoint {
     }
 
     /// Hands the packets waiting to `frame`: the datagrams on the steered
-    /// socket (what `by` takes of them), then, for the progress thread or
-    /// when there is no steered socket, the frames the daemon passed on.
+    /// socket (what `by` takes of them), then, for the progress thread
+    /// after a look at its poller or when there is no steered socket, the
+    /// frames the daemon passed on.
     pub fn receive(
         &mut self,
         by: Receiver,
@@ -238,8 +239,8 @@ impl Endpoint {
 /// one receive takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Receiver {
-    /// The progress thread, about to sleep: every datagram waiting, then
-    /// the daemon's frames.
+    /// The progress thread after a look at its poller: every datagram
+    /// waiting, then the daemon's frames.
     ProgressThread,
     /// A verb other than a poll, or the progress thread lingering between
     /// two looks at its poller: every datagram waiting.

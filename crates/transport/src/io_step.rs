@@ -76,9 +76,10 @@ impl Io {
         }
     }
 
-    /// Receives everything waiting (unless a verb's step, which received
-    /// before the verb ran: [`Io::receive`]), runs due timers, then sends
-    /// everything due, unless told to `hold` it for the next step.
+    /// Receives everything waiting (a lingering step, the steered
+    /// socket's only; a verb's step nothing, for it received before the
+    /// verb ran: [`Io::receive`]), runs due timers, then sends everything
+    /// due, unless told to `hold` it for the next step.
     pub(crate) fn step(
         &mut self,
         engine: &mut Engine,

@@ -1,8 +1,8 @@
 //! Who takes the datagrams in from the steered socket: the progress
 //! thread, or an application thread spinning in `ibv_poll_cq`.
 //!
-//! A poll of a CQ receives what waits before it runs, so an application
-//! that spins on its CQs takes every datagram in itself. Yet while the progress
+//! A poll of a CQ receives before it runs (a datagram), so an
+//! application that spins on its CQs takes every datagram in itself. Yet while the progress
 //! thread sleeps in its poller with the socket registered, each datagram
 //! wakes it too, and on a machine whose CPUs both spin (two applications
 //! in a latency test on two CPUs) the woken thread preempts one of them,
@@ -17,7 +17,8 @@
 //! over other completions only, or at once when the application arms a
 //! CQ for an event (`ibv_req_notify_cq`: it is about to sleep in
 //! `ibv_get_cq_event`, and only the thread can then take in what
-//! completes its work). A datagram that comes after the spinning stopped
+//! completes its work). A datagram left waiting when the spinning stopped
+//! (come after the last poll, or behind the one datagram a poll takes)
 //! waits at most [`HANDBACK`]; a NIC's interrupt moderation holds one back
 //! for as long. An application whose polls hand it only the completions
 //! of its SENDs and WRITEs learns of incoming data some other way

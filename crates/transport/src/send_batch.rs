@@ -533,7 +533,7 @@ mod tests {
     /// ACK), goes ahead of it: the two leave in one GSO send, the ACK last,
     /// each sealed for its place there.
     #[test]
-    fn a_longer_packet_goes_ahead_of_one_shorter_queued() {
+    fn a_longer_packet_goes_ahead_of_a_lone_ack() {
         let (rx, tx, dst, src) = sockets();
         let sock = &SockRef::from(&tx);
         let mut batch = SendBatch::new();
@@ -560,6 +560,42 @@ mod tests {
         assert_eq!(recv_sealed(&rx, src), (second[..16].to_vec(), Some(1)));
         assert_eq!(recv_sealed(&rx, src), (request[..20].to_vec(), Some(0)));
         assert_eq!(recv_sealed(&rx, src), (packet(6, 76), Some(0)));
+    }
+
+    /// The two packets of a reply gone ahead of its ACK wait together for
+    /// a socket without room, and leave sealed for their places; where GSO
+    /// is refused they leave one by one, both sealed with identification 0.
+    #[test]
+    fn a_reply_ahead_of_its_ack_waits_for_room_and_survives_refused_gso() {
+        let src: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut ack = packet(1, 20);
+        ack[0] = u8::from(Opcode::RcAck);
+        let reply = packet(2, 80);
+        let ids = |room: &Room| -> Vec<_> {
+            let flow = Flow::from_sockets(src, dst).unwrap();
+            let got = room.datagrams.borrow();
+            got.iter()
+                .map(|(_, p)| (p.len(), flow.verify_recovering_identification(p).unwrap()))
+                .collect()
+        };
+        let room = Room::default();
+        let mut batch = SendBatch::new();
+        push(&mut batch, &room, &ack, src, dst);
+        room.room.set(Some(0));
+        assert_eq!(push(&mut batch, &room, &reply, src, dst), Sent::default());
+        assert!(batch.blocked(), "no room: both wait");
+        room.room.set(None);
+        assert_eq!(batch.flush(&room).packets, 2);
+        assert_eq!(ids(&room), [(80, Some(0)), (20, Some(1))]);
+        let refused = Room {
+            no_gso: true,
+            ..Room::default()
+        };
+        let mut batch = SendBatch::new();
+        push(&mut batch, &refused, &ack, src, dst);
+        assert_eq!(push(&mut batch, &refused, &reply, src, dst).packets, 2);
+        assert_eq!(ids(&refused), [(80, Some(0)), (20, Some(0))]);
     }
 
     /// After GSO is refused, queued packets are sealed again for leaving

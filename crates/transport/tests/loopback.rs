@@ -734,7 +734,9 @@ fn a_poll_that_found_the_driver_held_64_times_waits_for_it() {
 /// A poll takes at most one datagram from the steered socket (a second
 /// system call, to find the queue empty, sat between a request's
 /// completion and the reply's post), and leaves the rest for the next
-/// receive; any other receive takes every datagram waiting.
+/// receive. Any other receive takes every datagram waiting; that each
+/// arrives is all this checks of it, for whether all three are queued
+/// when it runs is the kernel's timing.
 #[test]
 fn a_poll_receives_one_datagram_and_leaves_the_rest_waiting() {
     use softverbs_transport::endpoint::{Endpoint, Receiver};
