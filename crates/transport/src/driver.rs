@@ -55,10 +55,11 @@ const LINGER: Nanos = 100_000;
 /// Steps a lingering progress thread makes after each look at its poller
 /// before the next (so it looks every 17th step): each look is an
 /// `epoll_wait` and a read of the daemon's stream, and with them a
-/// lingering step took three system calls where one receives. A datagram waits on average half a step before it is
-/// taken in (the READ a responder serves, wire `ib_read_lat`); what else
-/// the poller reports (the daemon's stream, a waker, a timer the step
-/// runs anyway) waits for the look, microseconds.
+/// lingering step took three system calls where one receives. A datagram
+/// waits on average half a step before it is taken in (the READ a
+/// responder serves, wire `ib_read_lat`); what else the poller reports
+/// (the daemon's stream, a waker, a timer the step runs anyway) waits for
+/// the look, microseconds.
 const LINGER_STEPS_PER_LOOK: u32 = 16;
 /// No verb for this long: the application is not polling, so the
 /// progress thread is the only one to take packets in.

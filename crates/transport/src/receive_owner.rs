@@ -1,13 +1,13 @@
 //! Who takes the datagrams in from the steered socket: the progress
 //! thread, or an application thread spinning in `ibv_poll_cq`.
 //!
-//! A poll of a CQ receives before it runs (a datagram), so an
-//! application that spins on its CQs takes every datagram in itself. Yet while the progress
-//! thread sleeps in its poller with the socket registered, each datagram
-//! wakes it too, and on a machine whose CPUs both spin (two applications
-//! in a latency test on two CPUs) the woken thread preempts one of them,
-//! only to find the datagram taken: wire `ib_send_lat` paid 0.8 context
-//! switches per iteration on each side for it. So while an application
+//! A poll of a CQ takes a datagram in before it runs, so an application
+//! that spins on its CQs takes every datagram in itself. Yet while the
+//! progress thread sleeps in its poller with the socket registered, each
+//! datagram wakes it too, and on a machine whose CPUs both spin (two
+//! applications in a latency test on two CPUs) the woken thread preempts
+//! one of them, only to find the datagram taken: wire `ib_send_lat` paid
+//! 0.8 context switches per iteration on each side for it. So while an application
 //! spins on CQs that hand it its incoming data (the completions of
 //! receives, READs and atomics), the thread lends it the socket (stops
 //! polling it) and sleeps until a timer of the engine is due or the
