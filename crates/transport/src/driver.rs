@@ -421,17 +421,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
         kind: VerbKind<R>,
     ) -> Result<R, DeviceFailed> {
-        let guard = match self.shared.try_lock()? {
-            Some(guard) => guard,
-            None => {
-                // Dated before it waits: a lingering progress thread takes
-                // the lock back between its steps, which follow each
-                // other without a pause, until it sees a verb.
-                let now = self.shared.clock.now();
-                self.shared.last_verb.store(now, Ordering::Relaxed);
-                self.shared.lock()?
-            }
-        };
+        let guard = self.shared.lock()?;
         self.run_locked(guard, verb, kind)
     }
 
