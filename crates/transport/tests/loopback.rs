@@ -731,6 +731,48 @@ fn a_poll_that_found_the_driver_held_64_times_waits_for_it() {
     });
 }
 
+/// A poll for no completions (`ibv_poll_cq` with 0 entries) returns 0 at
+/// once, without the driver (here held by another thread), and hands
+/// nothing over; the WRITE posted before it then completes as usual.
+#[test]
+fn a_poll_for_no_completions_returns_at_once_and_hands_nothing_over() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _qb) = rc_pair(&a, &b);
+    let ring = a.d.with(|e, _| e.cq_ring(a.cq)).unwrap();
+    let sge = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: a.key,
+    }];
+    let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, &b);
+    a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+    let none = || a.d.poll_cq(a.cq, &ring, 0, |w| panic!("handed {w:?}"));
+    std::thread::scope(|s| {
+        let (held, hold) = mpsc::channel();
+        let (polled, result) = mpsc::channel();
+        s.spawn(move || {
+            hold.recv().unwrap();
+            polled.send(none()).unwrap();
+        });
+        a.d.with(|_, _| {
+            held.send(()).unwrap();
+            let at_once = result.recv_timeout(Duration::from_secs(30));
+            assert_eq!(at_once, Ok(Ok(0)), "the poll waited for the driver");
+        });
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(none(), Ok(0));
+        let taken =
+            a.d.poll_cq(a.cq, &ring, 1, |w| assert_eq!(w.status, WcStatus::Success));
+        if taken == Ok(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the WRITE did not complete");
+    }
+}
+
 /// A poll takes at most one datagram from the steered socket (a second
 /// system call, to find the queue empty, sat between a request's
 /// completion and the reply's post), and leaves the rest for the next

@@ -185,7 +185,10 @@ const fn undo_table(step: u32) -> [u32; 256] {
 /// identification field back to the field.
 fn undo_factor(bytes_after: u16) -> u32 {
     let [high, low] = bytes_after.to_be_bytes();
-    mul_mod(UNDO_BYTES[usize::from(low)], UNDO_256_BYTES[usize::from(high)])
+    mul_mod(
+        UNDO_BYTES[usize::from(low)],
+        UNDO_256_BYTES[usize::from(high)],
+    )
 }
 
 /// The difference `d`, which arrived with `bytes_after` covered bytes
@@ -390,7 +393,9 @@ mod tests {
     fn differences(len: usize) -> Vec<u32> {
         let rest: Vec<u8> = (0..len as u32).map(|i| (i * 29 + 3) as u8).collect();
         let zero = crc_with(0, &rest);
-        let solvable = (0..=u16::MAX).step_by(97).map(|id| zero ^ crc_with(id, &rest));
+        let solvable = (0..=u16::MAX)
+            .step_by(97)
+            .map(|id| zero ^ crc_with(id, &rest));
         let mut x = 0x9E37_79B9u32;
         let others = (0..2000).map(move |_| {
             x ^= x << 13;
