@@ -143,7 +143,7 @@ if [ -s "$log/stats" ] && ! grep -Ev ' 0 not sent, 0 dropped on receipt' "$log/s
 else
   bad "no packet unsent or dropped on receipt" "$log/lossy"
 fi
-awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "resent,") r += $i } END { print "packets resent (timeouts under load):", r + 0 }' "$log/stats"
+awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "resent,") r += $i } END { print "packets resent under load (local ACK timeouts, early go-backs):", r + 0 }' "$log/stats"
 lost=$(drops)
 if [ -z "$lost" ]; then
   ok "no UDP datagram dropped for want of buffer room"

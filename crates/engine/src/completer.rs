@@ -37,6 +37,7 @@ impl SendSide<'_> {
                 pkt.aeth().map(|a| a.syndrome),
                 Some(Syndrome::Nak(NakCode::PsnSequenceError))
             );
+            self.req.early.acknowledged(self.req.acked, now);
             self.on_progress(seq_nak);
             if !seq_nak {
                 self.on_acked(ctx);
@@ -52,6 +53,7 @@ impl SendSide<'_> {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
         self.req.retransmit_at = None;
+        self.req.early.disarm();
     }
 
     /// While anything sent is unacknowledged a local ACK timeout runs,
@@ -64,7 +66,17 @@ impl SendSide<'_> {
             && !waiting
             && self.has_unacked()
         {
-            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
+            self.arm_retransmit_timer(now);
+        }
+    }
+
+    /// Starts the local ACK timeout at `now`, and on the wire the early
+    /// go-back before it (`early_go_back.rs`).
+    pub(crate) fn arm_retransmit_timer(&mut self, now: Nanos) {
+        let timeout = ack_timeout(self.attr.timeout);
+        self.req.retransmit_at = timeout.map(|t| now + t);
+        if !self.direct {
+            self.req.early.arm(now, timeout);
         }
     }
 
@@ -188,6 +200,7 @@ impl SendSide<'_> {
         }
         self.req.go_back(psn);
         self.req.retransmit_at = None;
+        self.req.early.disarm();
         self.req.rnr_resume = Some((now + rnr_delay(timer), psn));
     }
 
@@ -349,8 +362,18 @@ impl SendSide<'_> {
                 self.req.go_back(psn);
             }
         }
+        let timeout_at = self.req.retransmit_at;
+        if timeout_at.is_none_or(|at| at > now) && self.req.early.fire(now, timeout_at) {
+            // Early: as the timeout below would, but spending no retry.
+            if let Some(psn) = self.req.oldest_unacked() {
+                self.req.go_back(psn);
+                self.on_loss(ctx);
+                self.req.retrying = true;
+            }
+        }
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
             self.req.retransmit_at = None;
+            self.req.early.disarm();
             self.req.direct_stalled = false;
             if self.consume_retry(ctx) {
                 if let Some(psn) = self.req.oldest_unacked() {

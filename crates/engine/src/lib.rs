@@ -22,6 +22,7 @@ mod device;
 pub mod direct;
 mod direct_engine_target;
 mod direct_path;
+mod early_go_back;
 mod engine;
 mod error;
 mod event;

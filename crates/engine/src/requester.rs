@@ -10,13 +10,14 @@
 //! order.
 
 use crate::ctx::Ctx;
+use crate::early_go_back::EarlyGoBack;
 use crate::gid::Gid;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
 use crate::send_side::SendSide;
-use crate::time::{ack_timeout, Nanos};
+use crate::time::Nanos;
 use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::WcStatus;
 use crate::wr::{send_flags, send_opcode, SendWqe};
@@ -145,6 +146,9 @@ pub(crate) struct Requester {
     /// Packets the QP may keep unacknowledged since its last loss, when
     /// fewer than the send window (`flow_control.rs`, loss window).
     pub(crate) loss_window: Option<u32>,
+    /// The round trip, and going back before the local ACK timeout
+    /// (`early_go_back.rs`; on the wire only).
+    pub(crate) early: EarlyGoBack,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered
@@ -185,10 +189,10 @@ impl Requester {
     /// The earliest timer of the requester.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
         let rnr = self.rnr_resume.map(|(at, _)| at);
-        match (self.retransmit_at, rnr) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.retransmit_at, rnr, self.early.due_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether a send WR is still in progress (`sq_draining`).
@@ -198,6 +202,7 @@ impl Requester {
 
     /// Moves transmission back so that `psn` is sent next (go-back-N).
     pub(crate) fn go_back(&mut self, psn: Psn) {
+        self.early.went_back();
         let Some(idx) = self
             .inflight
             .iter()
@@ -226,6 +231,7 @@ impl Requester {
     /// arriving whole, are kept (go-back-N would ask again for every one
     /// of them).
     pub(crate) fn ask_again(&mut self, idx: usize, stale: Psn) {
+        self.early.went_back();
         let e = &mut self.inflight[idx];
         e.next_pkt = 0;
         e.asked_again = Some(stale);
@@ -447,6 +453,10 @@ impl SendSide<'_> {
             self.req.resent += 1;
         } else {
             self.req.sent_end = end;
+            // `build_request` cleared the count for a packet asking for an ACK.
+            if reliable && self.req.since_ack_req == 0 {
+                self.req.early.sent_ack_request(psn, now);
+            }
         }
         entry.sent_once = true;
         entry.next_pkt = if entry.op.is_rd_atomic() {
@@ -460,7 +470,7 @@ impl SendSide<'_> {
             return;
         }
         if reliable && self.req.retransmit_at.is_none() {
-            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|t| now + t);
+            self.arm_retransmit_timer(now);
         }
     }
 

@@ -1212,6 +1212,61 @@ fn a_duplicate_read_request_replaces_the_queued_response_stream() {
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
 
+/// Once a round trip is measured, a lost sequence NAK (the responder sends
+/// one per gap and drops the requests after it) no longer costs the local
+/// ACK timeout, nor a retry: the requester goes back on its own after
+/// four round trips, at least `early_go_back::FLOOR` (32 ms). With
+/// `retry_cnt` 0 a local ACK timeout here would end the QP in
+/// RETRY_EXC_ERR.
+#[test]
+fn a_lost_sequence_nak_is_recovered_before_the_local_ack_timeout() {
+    let mut p = Pair::new();
+    let link = Link {
+        timeout: 14,
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    post_recv(&mut p.b, qb, 2, 0x5000, 4096);
+    let send = |p: &mut Pair, id, len| {
+        p.a.e
+            .post_send(qa, &wr(id, send_opcode::SEND, &[p.a.sge(0, len)]))
+            .unwrap();
+    };
+    // A first message measures the round trip.
+    send(&mut p, 1, 10);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let data = fill(&mut p.a, 0, 4096, 5);
+    send(&mut p, 2, 4096);
+    let (mut requests, mut naks) = (0, 0);
+    p.filter = Box::new(move |from_a, v| {
+        if from_a {
+            requests += 1;
+            if requests == 2 {
+                return Fate::Drop; // its second packet, once
+            }
+        } else if v.aeth().is_some_and(|a| a.syndrome.is_nak()) {
+            naks += 1;
+            if naks == 1 {
+                return Fate::Drop; // and the NAK that reports it
+            }
+        }
+        Fate::Deliver
+    });
+    let before = p.now;
+    p.run(100);
+    assert_eq!(
+        p.a.poll()[0].status,
+        WcStatus::Success,
+        "went back without a local ACK timeout"
+    );
+    assert!(p.now - before < ack_timeout(14).unwrap());
+    assert_eq!(p.b.poll().len(), 2);
+    assert!(same(p.b.mem.slice(MEM_BASE + 0x5000, 4096), &data));
+}
+
 #[test]
 fn duplicated_sequence_naks_cost_no_retry_and_resend_only_what_is_missing() {
     let mut p = Pair::new();
