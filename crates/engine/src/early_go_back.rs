@@ -86,7 +86,7 @@ impl EarlyGoBack {
         self.at = self
             .wait()
             .filter(|&wait| timeout.is_none_or(|t| wait < t))
-            .map(|wait| since + wait);
+            .map(|wait| since.saturating_add(wait));
     }
 
     /// No early go-back is due (progress, an RNR wait, the timeout itself).
@@ -109,16 +109,21 @@ impl EarlyGoBack {
         self.timing = None;
         self.at = self
             .wait()
-            .map(|wait| now + wait)
+            .map(|wait| now.saturating_add(wait))
             .filter(|&at| timeout_at.is_none_or(|t| at < t));
         true
     }
 
     /// How long after the last progress to go back: four round trips, at
-    /// least the floor, doubled per early go-back without progress.
+    /// least the floor, doubled per early go-back without progress
+    /// (saturating: the embedder's clock is not checked).
     fn wait(&self) -> Option<Nanos> {
-        self.srtt
-            .map(|srtt| (ROUND_TRIPS * srtt).max(FLOOR) << self.backoff)
+        self.srtt.map(|srtt| {
+            ROUND_TRIPS
+                .saturating_mul(srtt)
+                .max(FLOOR)
+                .saturating_mul(1 << self.backoff)
+        })
     }
 }
 
@@ -175,6 +180,17 @@ mod tests {
         assert_eq!(early.due_at(), None, "the local ACK timeout comes first");
         early.arm(0, None);
         assert_eq!(early.due_at(), Some(40 * MS), "timeout 0 waits forever");
+    }
+
+    #[test]
+    fn times_from_a_clock_near_its_end_saturate() {
+        let mut early = EarlyGoBack::default();
+        early.sent_ack_request(Psn::new_masked(0), 0);
+        early.acknowledged(Psn::new_masked(0), u64::MAX / 2);
+        early.arm(u64::MAX - 5, None);
+        assert_eq!(early.due_at(), Some(u64::MAX));
+        assert!(early.fire(u64::MAX, None));
+        assert_eq!(early.due_at(), Some(u64::MAX));
     }
 
     #[test]

@@ -652,6 +652,26 @@ fn a_requester_spinning_on_reads_is_lent_the_socket_and_on_writes_is_not() {
     );
 }
 
+/// What `poll`, run on another thread while this one holds `a`'s driver,
+/// returned: within 30 s, or the poll waited for the driver.
+fn polled_while_held<R: Send>(
+    a: &Side,
+    poll: impl FnOnce() -> R + Send,
+) -> Result<R, mpsc::RecvTimeoutError> {
+    std::thread::scope(|s| {
+        let (held, hold) = mpsc::channel();
+        let (polled, result) = mpsc::channel();
+        s.spawn(move || {
+            hold.recv().unwrap();
+            let _ = polled.send(poll());
+        });
+        a.d.with(|_, _| {
+            held.send(()).unwrap();
+            result.recv_timeout(Duration::from_secs(30))
+        })
+    })
+}
+
 /// A poll that finds its CQ's ring empty while another thread holds the
 /// driver (the progress thread taking datagrams in) returns at once with
 /// nothing: it does not sleep on the lock. Once the driver is free, such
@@ -664,19 +684,8 @@ fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
     let poll = || {
         a.d.poll_unless_busy(|e, _| Polled::poll(e, a.cq, 1, |_| ()))
     };
-    std::thread::scope(|s| {
-        let (held, hold) = mpsc::channel();
-        let (polled, result) = mpsc::channel();
-        s.spawn(move || {
-            hold.recv().unwrap();
-            polled.send(poll()).unwrap();
-        });
-        a.d.with(|_, _| {
-            held.send(()).unwrap();
-            let busy = result.recv_timeout(Duration::from_secs(30));
-            assert_eq!(busy, Ok(None), "the poll waited for the driver");
-        });
-    });
+    let busy = polled_while_held(&a, poll);
+    assert_eq!(busy, Ok(None), "the poll waited for the driver");
     let sge = [Sge {
         addr: BASE,
         length: 8,
@@ -748,19 +757,8 @@ fn a_poll_for_no_completions_returns_at_once_and_hands_nothing_over() {
     let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, &b);
     a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
     let none = || a.d.poll_cq(a.cq, &ring, 0, |w| panic!("handed {w:?}"));
-    std::thread::scope(|s| {
-        let (held, hold) = mpsc::channel();
-        let (polled, result) = mpsc::channel();
-        s.spawn(move || {
-            hold.recv().unwrap();
-            polled.send(none()).unwrap();
-        });
-        a.d.with(|_, _| {
-            held.send(()).unwrap();
-            let at_once = result.recv_timeout(Duration::from_secs(30));
-            assert_eq!(at_once, Ok(Ok(0)), "the poll waited for the driver");
-        });
-    });
+    let at_once = polled_while_held(&a, none);
+    assert_eq!(at_once, Ok(Ok(0)), "the poll waited for the driver");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         assert_eq!(none(), Ok(0));
