@@ -652,6 +652,17 @@ fn a_requester_spinning_on_reads_is_lent_the_socket_and_on_writes_is_not() {
     );
 }
 
+/// Posts a signaled 8-byte WRITE from `a`'s BASE to `b`'s.
+fn post_signaled_write(a: &Side, qa: QpId, b: &Side) {
+    let sge = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: a.key,
+    }];
+    let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, b);
+    a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+}
+
 /// What `poll`, run on another thread while this one holds `a`'s driver,
 /// returned: within 30 s, or the poll waited for the driver.
 fn polled_while_held<R: Send>(
@@ -686,13 +697,7 @@ fn a_poll_returns_at_once_while_another_thread_holds_the_driver() {
     };
     let busy = polled_while_held(&a, poll);
     assert_eq!(busy, Ok(None), "the poll waited for the driver");
-    let sge = [Sge {
-        addr: BASE,
-        length: 8,
-        lkey: a.key,
-    }];
-    let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, &b);
-    a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+    post_signaled_write(&a, qa, &b);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // The progress thread may hold the driver now and then: None.
@@ -749,13 +754,7 @@ fn a_poll_for_no_completions_returns_at_once_and_hands_nothing_over() {
     let (a, b) = (side(&h), side(&h));
     let (qa, _qb) = rc_pair(&a, &b);
     let ring = a.d.with(|e, _| e.cq_ring(a.cq)).unwrap();
-    let sge = [Sge {
-        addr: BASE,
-        length: 8,
-        lkey: a.key,
-    }];
-    let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, &b);
-    a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
+    post_signaled_write(&a, qa, &b);
     let none = || a.d.poll_cq(a.cq, &ring, 0, |w| panic!("handed {w:?}"));
     let at_once = polled_while_held(&a, none);
     assert_eq!(at_once, Ok(Ok(0)), "the poll waited for the driver");
