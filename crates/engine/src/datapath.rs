@@ -16,7 +16,7 @@ use crate::qp::Qp;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::{response_gids, transport_of};
 use crate::time::Nanos;
-use softverbs_wire::{Bth, PacketView};
+use softverbs_wire::{Bth, OpKind, PacketView, Position};
 
 impl Engine {
     /// A packet arrived from `src_gid` for `dst_gid`: the RoCE bytes from
@@ -79,16 +79,19 @@ impl Engine {
             }
             if pkt.opcode().is_response() {
                 qp.requester_receive(ctx, now, pkt, mem);
-            } else {
-                qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
+                return Ok(false);
             }
-            Ok(())
+            qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
+            let opcode = pkt.opcode();
+            Ok(opcode.kind() == OpKind::Write
+                && matches!(opcode.position(), Position::Last | Position::Only))
         });
         match verdict {
             Some(Err(Rejected::WrongTransport)) => self.stats.rx_wrong_transport += 1,
             Some(Err(Rejected::WrongAddress)) => self.stats.rx_wrong_address += 1,
             Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
-            Some(Ok(())) => {
+            Some(Ok(write_end)) => {
+                self.stats.rx_write_ends += u64::from(write_end);
                 self.schedule.wake(id);
                 self.schedule.wake_transmit(id);
                 self.sync_timer(id);
@@ -167,6 +170,11 @@ pub struct DatapathStats {
     /// A BTH P_Key that does not match the QP's (IBTA 9.6.1.1: dropped
     /// silently, counted).
     pub rx_bad_pkey: u64,
+    /// Last or only packets of RDMA WRITEs handed to a responder: the
+    /// ends of data an application may learn of only from its memory
+    /// (`ib_write_lat` spins on its buffer), for the embedder to see
+    /// which of its receives took such data in.
+    pub rx_write_ends: u64,
 }
 
 /// Why `handle_packet` dropped a packet addressed to an existing QP.

@@ -24,10 +24,10 @@ use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::{Endpoint, Receiver};
-use crate::io_step::{Io, IoStats, StepBy};
+use crate::io_step::{Io, IoStats, Sending, StepBy};
 use crate::kept_packets::{kept_after, Verb};
 use crate::packet_faults::PacketFaults;
-use crate::receive_owner::{AppPolls, Change, Owner};
+use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
 use crate::same_host::host::{SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
@@ -457,6 +457,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             VerbKind::PostSend => !lent,
             VerbKind::PostRecv => false,
         };
+        let write_ends = state.engine.stats().rx_write_ends;
         if receive {
             let by = match kind {
                 VerbKind::Poll(_) => Receiver::Poll,
@@ -467,22 +468,27 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         // What a poll kept leaves before any verb but a post: a QP
         // destroyed or moved to another state would take its ACK with it.
         if state.held_since.is_some() && matches!(kind, VerbKind::Other) {
-            self.shared.step(state, StepBy::Verb, now, false);
+            self.shared.step(state, StepBy::Verb, now, Sending::All);
             state.held_since = None;
         }
+        let took_write = state.engine.stats().rx_write_ends != write_ends;
         let result = verb(&mut state.engine, &mut state.mem);
         // What to keep for the thread's next verb (`kept_packets.rs`).
         let verb_kind = match kind {
             VerbKind::Poll(polled) => Verb::Poll {
                 taken: polled(&result).taken,
+                took_write,
             },
             VerbKind::PostRecv => Verb::PostRecv,
             VerbKind::PostSend => Verb::PostSend,
             VerbKind::Other => Verb::Other,
         };
         state.held_since = kept_after(verb_kind, lent, state.held_since, now);
-        let hold = state.held_since.is_some();
-        self.shared.step(state, StepBy::Verb, now, hold);
+        let sending = match state.held_since {
+            Some(_) => Sending::Kept,
+            None => Sending::All,
+        };
+        self.shared.step(state, StepBy::Verb, now, sending);
         self.shared.last_verb.store(now, Ordering::Relaxed);
         if let VerbKind::Poll(polled) = kind {
             // Dated by its end, a second reading of the clock for polls
@@ -492,7 +498,16 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // times (`receive_owner.rs`).
             let ended = self.shared.clock.now();
             let took = ended.saturating_sub(now);
-            self.shared.app_polls.polled(ended, took, polled(&result));
+            let mut polled = polled(&result);
+            // A WRITE this poll took in counts, for the lending, as data
+            // its CQ handed over: a peer that keeps its ACK for its next
+            // WRITE (`kept_packets.rs`) sends both in one datagram, which
+            // this thread's poll for that ACK takes in whole, so the
+            // thread learns of the WRITE from its memory at once where
+            // only the progress thread, woken, would otherwise take it in
+            // (`ib_write_lat`; docs/perf-profile.md).
+            polled.incoming |= took_write;
+            self.shared.app_polls.polled(ended, took, polled);
         }
         Ok(result)
     }
@@ -610,7 +625,7 @@ impl<M: HostMemory> Shared<M> {
         if state.held_since.is_some() && !self.failed.load(Ordering::Acquire) {
             let now = self.clock.now();
             state.engine.set_time(now);
-            self.step(&mut state, StepBy::Verb, now, false);
+            self.step(&mut state, StepBy::Verb, now, Sending::All);
             state.held_since = None;
         }
     }
@@ -650,7 +665,8 @@ impl<M: HostMemory> Shared<M> {
     /// One progress step, then the reports; on a verb's step, the progress
     /// thread's timer is brought forward if it sleeps past the engine's new
     /// earliest deadline (the thread sets its own sleep after its step).
-    fn step(&self, state: &mut State<M>, by: StepBy, now: Nanos, hold: bool) {
+    /// Whether it sent what was due (`Sending`).
+    fn step(&self, state: &mut State<M>, by: StepBy, now: Nanos, sending: Sending) -> bool {
         let State {
             engine,
             mem,
@@ -663,8 +679,8 @@ impl<M: HostMemory> Shared<M> {
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
         }
-        with_wire_memory(mem, same_host.as_ref(), |mem| {
-            io.step(engine, mem, now, by, hold)
+        let sent = with_wire_memory(mem, same_host.as_ref(), |mem| {
+            io.step(engine, mem, now, by, sending)
         });
         if let Some(sh) = same_host.as_mut() {
             sh.step(engine, mem, &mut io.endpoint, now);
@@ -691,7 +707,7 @@ impl<M: HostMemory> Shared<M> {
         while let Some(event) = engine.poll_event() {
             self.notify.async_event(event);
         }
-        let deadline = state.deadline();
+        let deadline = state.deadline(self.app_polls.lent());
         let sooner = match (deadline, state.thread_deadline) {
             (Some(d), Some(t)) => d < t,
             (Some(_), None) => true,
@@ -703,18 +719,25 @@ impl<M: HostMemory> Shared<M> {
                 let _ = self.deadline_timer.arm(self.clock.until(at));
             }
         }
+        sent
     }
 }
 
 impl<M> State<M> {
-    /// The earliest of the engine's timers and the packets fault rules
-    /// hold.
-    fn deadline(&self) -> Option<Nanos> {
-        let timers = self.engine.poll_timeout();
-        match self.io.held_deadline() {
-            Some(at) => Some(timers.map_or(at, |t| t.min(at))),
-            None => timers,
-        }
+    /// The earliest of the engine's timers, the packets fault rules hold,
+    /// and the sending of what verbs kept for the next (`kept_packets.rs`)
+    /// if no verb sends it first; while the socket is `lent`, the thread's
+    /// looks at the spinning application (`Owner::look_again_at`) send that.
+    fn deadline(&self, lent: bool) -> Option<Nanos> {
+        let kept = self.held_since.filter(|_| !lent);
+        [
+            self.engine.poll_timeout(),
+            self.io.held_deadline(),
+            kept.map(|at| at.saturating_add(HANDBACK)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// One line of what the context's packets met: sent, received, sent
@@ -954,6 +977,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
     let mut linger_until: Nanos = 0;
     let mut owner = Owner::default();
+    // The last look took the socket back from a spinning application.
+    let mut took_back = false;
     // Steps made without a look at the poller, while lingering.
     let mut steps_unlooked: u32 = 0;
     while !shared.stop.load(Ordering::Acquire) {
@@ -972,10 +997,24 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 panic!("injected progress-thread panic");
             }
             let received = state.io.stats.rx;
+            let write_ends = state.engine.stats().rx_write_ends;
             let started = shared.clock.now();
             state.engine.set_time(started);
-            shared.step(&mut state, by, started, false);
-            state.held_since = None; // whatever a verb kept has left
+            // What a verb kept lately is left to the verb that comes
+            // (the answering WRITE it rides with), unless this step has
+            // work to send: the thread wakes for it only once it is
+            // `HANDBACK` old (`State::deadline`).
+            let young = |at: Nanos| started.saturating_sub(at) < HANDBACK;
+            let sending = match state.held_since {
+                Some(at) if young(at) => Sending::KeptUnlessWork,
+                _ => Sending::All,
+            };
+            if shared.step(&mut state, by, started, sending) {
+                state.held_since = None; // whatever a verb kept has left
+            }
+            if took_back && state.engine.stats().rx_write_ends != write_ends {
+                shared.app_polls.write_waited();
+            }
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;
@@ -987,7 +1026,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             if let Some(change) = change {
                 shared.lend_socket(&state.io, change == Change::Lend);
             }
-            let deadline = state.deadline();
+            took_back = change == Some(Change::TakeBack);
+            let deadline = state.deadline(owner.look_again_at().is_some());
             state.thread_deadline = deadline;
             let linger = app_idle && now < linger_until;
             let lingering = linger && change.is_none();

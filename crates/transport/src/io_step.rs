@@ -34,6 +34,19 @@ pub struct IoStats {
     pub held: u64,
 }
 
+/// Whether a step sends what is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sending {
+    /// Everything due.
+    All,
+    /// Nothing: a verb keeps it for the next (`kept_packets.rs`).
+    Kept,
+    /// Nothing, unless the step took packets in, ran a timer or finds
+    /// packets waiting for room in the socket: the progress thread, woken
+    /// while a verb's keeping is young, leaves it to the verb that comes.
+    KeptUnlessWork,
+}
+
 /// Who makes a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StepBy {
@@ -79,28 +92,36 @@ impl Io {
     /// Receives everything waiting (a lingering step, the steered
     /// socket's only; a verb's step nothing, for it received before the
     /// verb ran: [`Io::receive`]), runs due timers, then sends everything
-    /// due, unless told to `hold` it for the next step.
+    /// due, unless `sending` says otherwise. Whether it sent.
     pub(crate) fn step(
         &mut self,
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
         now: Nanos,
         by: StepBy,
-        hold: bool,
-    ) {
+        sending: Sending,
+    ) -> bool {
+        let received = self.stats.rx;
         match by {
             StepBy::ProgressThread => self.receive(engine, mem, now, Receiver::ProgressThread),
             StepBy::Linger => self.receive(engine, mem, now, Receiver::Verb),
             StepBy::Verb => self.release_held(engine, mem, now),
         }
-        if engine.poll_timeout().is_some_and(|at| at <= now) {
+        let timer_due = engine.poll_timeout().is_some_and(|at| at <= now);
+        if timer_due {
             engine.handle_timeout(now);
         }
-        if hold {
-            self.stats.held += 1;
-        } else {
+        let send = match sending {
+            Sending::All => true,
+            Sending::Kept => false,
+            Sending::KeptUnlessWork => timer_due || self.stats.rx != received || self.blocked(),
+        };
+        if send {
             self.send_all(engine, mem, now, by);
+        } else if sending == Sending::Kept {
+            self.stats.held += 1;
         }
+        send
     }
 
     /// Receives what waits. A verb receives before it runs, so that an

@@ -16,6 +16,17 @@
 //! `receive_owner::HANDBACK` while the socket is lent (longer where polls
 //! cost more, as under an emulator), sends them if no
 //! verb comes, and so does a context that closes or a process that exits.
+//!
+//! A poll that took in the end of a peer's WRITE, with the completion it
+//! waited for, keeps too, lent or not: `ib_write_lat` answers each WRITE
+//! with a WRITE, and the ACK then leaves with that answer, which the
+//! peer's poll for the ACK takes in whole. Its application learns of the
+//! WRITE from its memory between polls, so only such a datagram spares
+//! it waiting for its progress thread to be woken and take the WRITE in,
+//! which on a machine whose CPUs both spin takes up to a scheduler tick
+//! (docs/perf-profile.md). Kept without the socket lent, what is kept has
+//! the progress thread wake within `HANDBACK` to send it if no verb comes
+//! (`State::deadline` in driver.rs).
 
 use softverbs_engine::Nanos;
 
@@ -30,8 +41,9 @@ pub(crate) const KEEP_AT_MOST: Nanos = 20_000;
 /// A verb, as far as keeping goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verb {
-    /// A poll of a CQ that handed over `taken` completions.
-    Poll { taken: usize },
+    /// A poll of a CQ that handed over `taken` completions, having taken
+    /// in the end of a WRITE or not (`took_write`).
+    Poll { taken: usize, took_write: bool },
     /// A receive posted.
     PostRecv,
     /// Sends posted.
@@ -45,11 +57,10 @@ pub(crate) enum Verb {
 /// kept (None: send them now).
 pub(crate) fn kept_after(verb: Verb, lent: bool, kept: Option<Nanos>, now: Nanos) -> Option<Nanos> {
     let young = kept.is_none_or(|since| now.saturating_sub(since) < KEEP_AT_MOST);
-    let keep = lent
-        && young
+    let keep = young
         && match verb {
-            Verb::Poll { taken } => taken > 0,
-            Verb::PostRecv => kept.is_some(),
+            Verb::Poll { taken, took_write } => taken > 0 && (lent || took_write),
+            Verb::PostRecv => lent && kept.is_some(),
             Verb::PostSend | Verb::Other => false,
         };
     keep.then(|| kept.unwrap_or(now))
@@ -62,18 +73,64 @@ mod tests {
     #[test]
     fn a_poll_that_hands_over_completions_keeps_only_while_lent() {
         assert_eq!(
-            kept_after(Verb::Poll { taken: 1 }, true, None, 100),
+            kept_after(
+                Verb::Poll {
+                    taken: 1,
+                    took_write: false
+                },
+                true,
+                None,
+                100
+            ),
             Some(100)
         );
-        assert_eq!(kept_after(Verb::Poll { taken: 1 }, false, None, 100), None);
-        assert_eq!(kept_after(Verb::Poll { taken: 0 }, true, None, 100), None);
+        assert_eq!(
+            kept_after(
+                Verb::Poll {
+                    taken: 1,
+                    took_write: false
+                },
+                false,
+                None,
+                100
+            ),
+            None
+        );
+        assert_eq!(
+            kept_after(
+                Verb::Poll {
+                    taken: 0,
+                    took_write: false
+                },
+                true,
+                None,
+                100
+            ),
+            None
+        );
     }
 
     #[test]
     fn the_send_cq_polled_and_a_receive_posted_go_on_keeping_then_the_reply_sends() {
-        let kept = kept_after(Verb::Poll { taken: 1 }, true, None, 1_000);
+        let kept = kept_after(
+            Verb::Poll {
+                taken: 1,
+                took_write: false,
+            },
+            true,
+            None,
+            1_000,
+        );
         let kept = kept_after(Verb::PostRecv, true, kept, 1_300);
-        let kept = kept_after(Verb::Poll { taken: 1 }, true, kept, 1_600);
+        let kept = kept_after(
+            Verb::Poll {
+                taken: 1,
+                took_write: false,
+            },
+            true,
+            kept,
+            1_600,
+        );
         assert_eq!(kept, Some(1_000), "kept since the first poll");
         assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900), None);
     }
@@ -81,7 +138,15 @@ mod tests {
     #[test]
     fn a_poll_that_finds_nothing_or_another_verb_sends() {
         assert_eq!(
-            kept_after(Verb::Poll { taken: 0 }, true, Some(1_000), 1_100),
+            kept_after(
+                Verb::Poll {
+                    taken: 0,
+                    took_write: false
+                },
+                true,
+                Some(1_000),
+                1_100
+            ),
             None
         );
         assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100), None);
@@ -97,17 +162,60 @@ mod tests {
         let mut kept = None;
         let mut now = 1_000;
         while now < 1_000 + KEEP_AT_MOST {
-            kept = kept_after(Verb::Poll { taken: 4 }, true, kept, now);
+            kept = kept_after(
+                Verb::Poll {
+                    taken: 4,
+                    took_write: false,
+                },
+                true,
+                kept,
+                now,
+            );
             assert_eq!(kept, Some(1_000));
             now += 1_000;
         }
-        assert_eq!(kept_after(Verb::Poll { taken: 4 }, true, kept, now), None);
+        assert_eq!(
+            kept_after(
+                Verb::Poll {
+                    taken: 4,
+                    took_write: false
+                },
+                true,
+                kept,
+                now
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_poll_that_took_in_a_write_with_its_completion_keeps_lent_or_not() {
+        let took_write = |taken| Verb::Poll {
+            taken,
+            took_write: true,
+        };
+        assert_eq!(kept_after(took_write(1), false, None, 1_000), Some(1_000));
+        assert_eq!(kept_after(took_write(0), false, None, 1_000), None);
+        assert_eq!(
+            kept_after(took_write(1), false, Some(1_000), 1_000 + KEEP_AT_MOST),
+            None,
+            "not past KEEP_AT_MOST"
+        );
+        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
     }
 
     #[test]
     fn the_socket_taken_back_sends() {
         assert_eq!(
-            kept_after(Verb::Poll { taken: 1 }, false, Some(1_000), 1_100),
+            kept_after(
+                Verb::Poll {
+                    taken: 1,
+                    took_write: false
+                },
+                false,
+                Some(1_000),
+                1_100
+            ),
             None
         );
         assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);

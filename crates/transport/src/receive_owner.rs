@@ -111,6 +111,19 @@ impl AppPolls {
         }
     }
 
+    /// The progress thread, taking the socket back, took in the end of a
+    /// WRITE that waited for it: the application learns of its WRITEs
+    /// from its memory, and its polls did not take this one in (a peer
+    /// that sends its ACK at once, as rxe does, and its WRITE later). It
+    /// no longer counts as taking its incoming data from its CQs until a
+    /// poll hands it some again, so that each such WRITE does not wait
+    /// out a lending.
+    pub(crate) fn write_waited(&self) {
+        self.last_incoming.store(0, Ordering::Relaxed);
+        self.others_since_incoming
+            .store(OTHERS_AT_MOST, Ordering::Relaxed);
+    }
+
     /// How many times the progress thread lent the socket.
     pub(crate) fn lends(&self) -> u64 {
         self.lends.load(Ordering::Relaxed)
@@ -282,6 +295,33 @@ mod tests {
             Some(Change::TakeBack)
         );
         assert_eq!(owner.look_again_at(), None);
+    }
+
+    #[test]
+    fn a_write_that_waited_for_the_socket_taken_back_forgets_the_incoming_data() {
+        let (app, mut owner) = lent_at(1_000);
+        assert_eq!(
+            owner.review(&app, 1_000 + HANDBACK),
+            Some(Change::TakeBack),
+            "no poll since"
+        );
+        app.write_waited();
+        spin(&app, 2 * HANDBACK);
+        app.polled(2 * HANDBACK, POLL, OTHER);
+        assert_eq!(
+            owner.review(&app, 2 * HANDBACK + 1_000),
+            Some(Change::Lend),
+            "a poll handed incoming data again"
+        );
+        app.write_waited();
+        for _ in 0..SPIN_POLLS {
+            app.polled(3 * HANDBACK, POLL, OTHER);
+        }
+        assert_eq!(
+            owner.review(&app, 3 * HANDBACK + 1_000),
+            Some(Change::TakeBack),
+            "spinning, but on other completions only"
+        );
     }
 
     #[test]

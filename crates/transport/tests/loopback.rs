@@ -652,13 +652,75 @@ fn a_requester_spinning_on_reads_is_lent_the_socket_and_on_writes_is_not() {
     );
 }
 
-/// Posts a signaled 8-byte WRITE from `a`'s BASE to `b`'s.
-fn post_signaled_write(a: &Side, qa: QpId, b: &Side) {
-    let sge = [Sge {
+/// Two threads that each post a WRITE to the other and spin on their CQ
+/// until it completes, as `ib_write_lat` does between its looks at memory:
+/// a poll that takes the peer's WRITE in with the ACK it waits for keeps
+/// its own ACK for its next WRITE, lent the socket or not
+/// (`kept_packets.rs`). Each thread's last poll may keep one after its
+/// last WRITE, with no verb to follow: its progress thread sends it, and
+/// every WRITE of both completes without a resend (a kept ACK the thread
+/// forgot would have its peer go back after 32 ms at the least).
+#[test]
+fn a_write_ping_pong_keeps_its_acks_and_the_last_leaves_without_a_verb() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, qb) = rc_pair(&a, &b);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kept = AtomicBool::new(false);
+    // (A `Side` is not shared between threads: its driver, CQ and keys.)
+    let ping_pong = |d: &Driver<FlatMemory>, cq: CqId, qp: QpId, wr: &SendWr<'_>| {
+        let ring = d.with(|e, _| e.cq_ring(cq)).unwrap();
+        let mut writes = 0;
+        while writes < 200 || !kept.load(Ordering::Acquire) && Instant::now() < deadline {
+            d.with(|e, _| e.post_send(qp, wr)).unwrap();
+            writes += 1;
+            let (held_before, lent_before) = (d.io_stats().held, d.receive_lent());
+            while d
+                .poll_cq(cq, &ring, 1, |w| assert_eq!(w.status, WcStatus::Success))
+                .unwrap()
+                == 0
+            {
+                let late = deadline + Duration::from_secs(10);
+                assert!(Instant::now() < late, "a WRITE did not complete");
+            }
+            // Kept by a poll while the socket was not lent: only the
+            // WRITE it took in made it keep.
+            if d.io_stats().held > held_before && !lent_before && !d.receive_lent() {
+                kept.store(true, Ordering::Release);
+            }
+        }
+    };
+    let (sge_a, sge_b) = ([sge(&a)], [sge(&b)]);
+    let (wr_a, wr_b) = (
+        signaled_rdma(send_opcode::RDMA_WRITE, &sge_a, &b),
+        signaled_rdma(send_opcode::RDMA_WRITE, &sge_b, &a),
+    );
+    std::thread::scope(|scope| {
+        scope.spawn(|| ping_pong(&a.d, a.cq, qa, &wr_a));
+        scope.spawn(|| ping_pong(&b.d, b.cq, qb, &wr_b));
+    });
+    assert!(
+        kept.into_inner(),
+        "no poll kept its ACK without the socket lent in 30 s"
+    );
+    for (side, name) in [(&a, "a"), (&b, "b")] {
+        let resent = side.d.with(|e, _| e.stats().tx_resent);
+        assert_eq!(resent, 0, "{name} sent WRITEs again");
+    }
+}
+
+/// 8 bytes at `s`'s BASE.
+fn sge(s: &Side) -> Sge {
+    Sge {
         addr: BASE,
         length: 8,
-        lkey: a.key,
-    }];
+        lkey: s.key,
+    }
+}
+
+/// Posts a signaled 8-byte WRITE from `a`'s BASE to `b`'s.
+fn post_signaled_write(a: &Side, qa: QpId, b: &Side) {
+    let sge = [sge(a)];
     let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, b);
     a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
 }
