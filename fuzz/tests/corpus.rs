@@ -4,7 +4,7 @@
 //! seeds do reach what they were written to reach. `FUZZ_REPLAY=FILE`
 //! replays one more input (a crash file) through the target `FUZZ_TARGET`.
 
-use softverbs_engine::{QpState, QpType, WcStatus};
+use softverbs_engine::{DatapathStats, QpState, QpType, WcStatus};
 use softverbs_fuzz::packets::qp_index;
 use softverbs_fuzz::target::Target;
 use softverbs_fuzz::verbs::{Step, World, MEM_BASE};
@@ -122,11 +122,13 @@ fn packet_seeds_reach_their_qp() {
         while let Some(frame) = packets::Frame::decode(&mut r) {
             packets::deliver(&mut t, frame);
         }
-        assert_eq!(
-            *t.engine.stats(),
-            before,
-            "seed {name} was dropped on arrival"
-        );
+        // The ends of WRITEs that reach their QP are counted too; only
+        // the counts of drops matter here.
+        let after = DatapathStats {
+            rx_write_ends: before.rx_write_ends,
+            ..*t.engine.stats()
+        };
+        assert_eq!(after, before, "seed {name} was dropped on arrival");
     }
     assert!(qp_index(QpType::Ud, QpState::Err) > qp_index(QpType::Rc, QpState::Rts));
 }
