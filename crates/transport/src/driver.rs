@@ -25,7 +25,7 @@ use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::{Endpoint, Receiver};
 use crate::io_step::{Io, IoStats, Sending, StepBy};
-use crate::kept_packets::{kept_after, Verb};
+use crate::kept_packets::{kept_after, Verb, WriteAnswers};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
 use crate::same_host::host::{SameHost, ShmMode};
@@ -144,9 +144,13 @@ struct State<M> {
     same_host: Option<SameHost>,
     /// The deadline the progress thread sleeps towards (None: no timer).
     thread_deadline: Option<Nanos>,
-    /// Since when the verbs' steps keep the packets due for a next verb
-    /// ([`Driver::poll_with`]); None: nothing kept.
+    /// Since when the verbs' steps, or the progress thread's, keep the
+    /// packets due for a next verb ([`Driver::poll_with`],
+    /// `kept_packets.rs`); None: nothing kept.
     held_since: Option<Nanos>,
+    /// Whether the application answers the WRITEs it is sent, for the
+    /// progress thread to keep their ACKs too (`kept_packets.rs`).
+    write_answers: WriteAnswers,
     /// The sending socket is registered with the progress thread's poller
     /// for room (only while packets wait for it: registered for good, it
     /// would wake the thread for every datagram the device sends).
@@ -257,6 +261,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 same_host,
                 thread_deadline: None,
                 held_since: None,
+                write_answers: WriteAnswers::default(),
                 waiting_for_room: false,
             }),
             clock,
@@ -472,6 +477,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             state.held_since = None;
         }
         let took_write = state.engine.stats().rx_write_ends != write_ends;
+        if took_write {
+            state.write_answers.took_write(now);
+        }
+        if matches!(kind, VerbKind::PostSend) {
+            state.write_answers.posted(now);
+        }
         let result = verb(&mut state.engine, &mut state.mem);
         // What to keep for the thread's next verb (`kept_packets.rs`).
         let verb_kind = match kind {
@@ -1003,17 +1014,23 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             // What a verb kept lately is left to the verb that comes
             // (the answering WRITE it rides with), unless this step has
             // work to send: the thread wakes for it only once it is
-            // `HANDBACK` old (`State::deadline`).
+            // `HANDBACK` old (`State::deadline`). So is the ACK of a WRITE
+            // the thread takes in for an application that answers them.
             let young = |at: Nanos| started.saturating_sub(at) < HANDBACK;
-            let sending = match state.held_since {
-                Some(at) if young(at) => Sending::KeptUnlessWork,
-                _ => Sending::All,
+            let sending = Sending::Thread {
+                kept: state.held_since.map(young),
+                answering: state.write_answers.answering(),
             };
             if shared.step(&mut state, by, started, sending) {
                 state.held_since = None; // whatever a verb kept has left
+            } else {
+                state.held_since.get_or_insert(started);
             }
-            if took_back && state.engine.stats().rx_write_ends != write_ends {
-                shared.app_polls.write_waited();
+            if state.engine.stats().rx_write_ends != write_ends {
+                state.write_answers.took_write(started);
+                if took_back {
+                    shared.app_polls.write_waited();
+                }
             }
             let now = shared.clock.now();
             if state.io.stats.rx != received {

@@ -41,10 +41,47 @@ pub(crate) enum Sending {
     All,
     /// Nothing: a verb keeps it for the next (`kept_packets.rs`).
     Kept,
-    /// Nothing, unless the step took packets in, ran a timer or finds
-    /// packets waiting for room in the socket: the progress thread, woken
-    /// while a verb's keeping is young, leaves it to the verb that comes.
-    KeptUnlessWork,
+    /// The progress thread's step, which leaves what is due to the
+    /// application's next verb (`kept_packets.rs`) when it runs no timer,
+    /// finds nothing waiting for room in the socket, and either takes
+    /// nothing in while what a verb kept is young, or, where the
+    /// application answers WRITEs with sends of its own (`answering`),
+    /// takes in the end of a WRITE, whose ACK is then kept for the answer.
+    Thread {
+        /// What verbs kept: None, nothing; else whether it is young.
+        kept: Option<bool>,
+        /// `kept_packets::WriteAnswers::answering`.
+        answering: bool,
+    },
+}
+
+/// What a step saw, for [`Sending::sends`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Saw {
+    /// It ran a timer, or packets wait for room in the socket.
+    pub(crate) work: bool,
+    /// It took packets in ...
+    pub(crate) took_in: bool,
+    /// ... among them the end of a WRITE.
+    pub(crate) took_write: bool,
+}
+
+impl Sending {
+    /// Whether a step that saw `saw` sends what is due.
+    pub(crate) fn sends(self, saw: Saw) -> bool {
+        match self {
+            Sending::All => true,
+            Sending::Kept => false,
+            Sending::Thread { kept, answering } => {
+                let keep = match (saw.took_in, kept) {
+                    (false, kept) => kept == Some(true),
+                    (true, Some(false)) => false,
+                    (true, _) => answering && saw.took_write,
+                };
+                saw.work || !keep
+            }
+        }
+    }
 }
 
 /// Who makes a step.
@@ -102,6 +139,7 @@ impl Io {
         sending: Sending,
     ) -> bool {
         let received = self.stats.rx;
+        let write_ends = engine.stats().rx_write_ends;
         match by {
             StepBy::ProgressThread => self.receive(engine, mem, now, Receiver::ProgressThread),
             StepBy::Linger => self.receive(engine, mem, now, Receiver::Verb),
@@ -111,11 +149,11 @@ impl Io {
         if timer_due {
             engine.handle_timeout(now);
         }
-        let send = match sending {
-            Sending::All => true,
-            Sending::Kept => false,
-            Sending::KeptUnlessWork => timer_due || self.stats.rx != received || self.blocked(),
-        };
+        let send = sending.sends(Saw {
+            work: timer_due || self.blocked(),
+            took_in: self.stats.rx != received,
+            took_write: engine.stats().rx_write_ends != write_ends,
+        });
         if send {
             self.send_all(engine, mem, now, by);
         } else if sending == Sending::Kept {
@@ -319,5 +357,52 @@ impl IoStats {
     fn count(&mut self, sent: Sent) {
         self.tx += sent.packets;
         self.tx_dropped += sent.dropped;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOTHING: Saw = Saw {
+        work: false,
+        took_in: false,
+        took_write: false,
+    };
+    const A_WRITE: Saw = Saw {
+        work: false,
+        took_in: true,
+        took_write: true,
+    };
+    const A_SEND: Saw = Saw {
+        work: false,
+        took_in: true,
+        took_write: false,
+    };
+
+    fn thread(kept: Option<bool>, answering: bool) -> Sending {
+        Sending::Thread { kept, answering }
+    }
+
+    #[test]
+    fn the_thread_leaves_a_young_keeping_to_the_next_verb_unless_it_has_work() {
+        assert!(!thread(Some(true), false).sends(NOTHING));
+        assert!(thread(Some(false), false).sends(NOTHING), "old");
+        assert!(thread(None, false).sends(NOTHING), "nothing kept");
+        let work = Saw {
+            work: true,
+            ..NOTHING
+        };
+        assert!(thread(Some(true), true).sends(work));
+        assert!(thread(Some(true), false).sends(A_WRITE), "took data in");
+    }
+
+    #[test]
+    fn the_thread_keeps_a_writes_ack_only_for_an_application_that_answers() {
+        assert!(!thread(None, true).sends(A_WRITE));
+        assert!(!thread(Some(true), true).sends(A_WRITE));
+        assert!(thread(Some(false), true).sends(A_WRITE), "kept too long");
+        assert!(thread(None, false).sends(A_WRITE), "not answering");
+        assert!(thread(None, true).sends(A_SEND), "not a WRITE");
     }
 }

@@ -26,7 +26,9 @@
 //! which on a machine whose CPUs both spin takes up to a scheduler tick
 //! (docs/perf-profile.md). Kept without the socket lent, what is kept has
 //! the progress thread wake within `HANDBACK` to send it if no verb comes
-//! (`State::deadline` in driver.rs).
+//! (`State::deadline` in driver.rs). Where the application answers each
+//! WRITE at once ([`WriteAnswers`]), the progress thread keeps the ACK of
+//! a WRITE it takes in as well.
 
 use softverbs_engine::Nanos;
 
@@ -37,6 +39,51 @@ use softverbs_engine::Nanos;
 /// less) may resend, and one of 5 or less when no verb follows and the
 /// progress thread sends them (architecture.md, "Threading and progress").
 pub(crate) const KEEP_AT_MOST: Nanos = 20_000;
+
+/// WRITEs answered in a row, each by a post of sends within
+/// [`KEEP_AT_MOST`], after which the progress thread keeps the ACK of a
+/// WRITE it takes in: two, so that one answer, which may be chance, is
+/// not enough.
+const ANSWERED_IN_A_ROW: u32 = 2;
+
+/// Whether the application answers each WRITE it is sent with a post of
+/// its own before the next comes, as `ib_write_lat` does. The progress
+/// thread takes such a WRITE in when it wins the race with the
+/// application's poll (which it does while the socket is not lent): then
+/// it too keeps the ACK for the answer, else the ACK leaves alone and the
+/// answer after it, which the peer's poll then misses.
+#[derive(Debug, Default)]
+pub(crate) struct WriteAnswers {
+    /// When the end of a WRITE was last taken in, while not yet answered.
+    unanswered: Option<Nanos>,
+    /// WRITEs answered in a row, up to [`ANSWERED_IN_A_ROW`].
+    answered: u32,
+}
+
+impl WriteAnswers {
+    /// The end of a WRITE was taken in at `now`.
+    pub(crate) fn took_write(&mut self, now: Nanos) {
+        if self.unanswered.is_some() {
+            self.answered = 0; // two WRITEs in, no post between
+        }
+        self.unanswered = Some(now);
+    }
+
+    /// Sends were posted at `now`.
+    pub(crate) fn posted(&mut self, now: Nanos) {
+        if let Some(at) = self.unanswered.take() {
+            self.answered = match now.saturating_sub(at) < KEEP_AT_MOST {
+                true => (self.answered + 1).min(ANSWERED_IN_A_ROW),
+                false => 0,
+            };
+        }
+    }
+
+    /// Whether the WRITEs taken in lately were each answered at once.
+    pub(crate) fn answering(&self) -> bool {
+        self.answered >= ANSWERED_IN_A_ROW
+    }
+}
 
 /// A verb, as far as keeping goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +249,38 @@ mod tests {
             "not past KEEP_AT_MOST"
         );
         assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
+    }
+
+    #[test]
+    fn writes_answered_at_once_twice_in_a_row_count_as_answering() {
+        let mut w = WriteAnswers::default();
+        w.took_write(1_000);
+        w.posted(2_000);
+        assert!(!w.answering(), "once may be chance");
+        w.took_write(10_000);
+        w.posted(11_000);
+        assert!(w.answering());
+        w.posted(12_000);
+        assert!(w.answering(), "a post with no WRITE to answer");
+    }
+
+    #[test]
+    fn a_write_left_unanswered_or_answered_late_stops_the_answering() {
+        let mut w = WriteAnswers::default();
+        for at in [1_000, 10_000] {
+            w.took_write(at);
+            w.posted(at + 1_000);
+        }
+        w.took_write(20_000);
+        w.took_write(21_000);
+        assert!(!w.answering(), "two WRITEs in, no post between");
+        for at in [30_000, 40_000] {
+            w.took_write(at);
+            w.posted(at + 1_000);
+        }
+        w.took_write(50_000);
+        w.posted(50_000 + KEEP_AT_MOST);
+        assert!(!w.answering(), "answered late");
     }
 
     #[test]
