@@ -117,85 +117,33 @@ pub(crate) fn kept_after(verb: Verb, lent: bool, kept: Option<Nanos>, now: Nanos
 mod tests {
     use super::*;
 
+    /// A poll that handed over `taken` completions and took no WRITE in.
+    fn poll(taken: usize) -> Verb {
+        Verb::Poll {
+            taken,
+            took_write: false,
+        }
+    }
+
     #[test]
     fn a_poll_that_hands_over_completions_keeps_only_while_lent() {
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 1,
-                    took_write: false
-                },
-                true,
-                None,
-                100
-            ),
-            Some(100)
-        );
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 1,
-                    took_write: false
-                },
-                false,
-                None,
-                100
-            ),
-            None
-        );
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 0,
-                    took_write: false
-                },
-                true,
-                None,
-                100
-            ),
-            None
-        );
+        assert_eq!(kept_after(poll(1), true, None, 100), Some(100));
+        assert_eq!(kept_after(poll(1), false, None, 100), None);
+        assert_eq!(kept_after(poll(0), true, None, 100), None);
     }
 
     #[test]
     fn the_send_cq_polled_and_a_receive_posted_go_on_keeping_then_the_reply_sends() {
-        let kept = kept_after(
-            Verb::Poll {
-                taken: 1,
-                took_write: false,
-            },
-            true,
-            None,
-            1_000,
-        );
+        let kept = kept_after(poll(1), true, None, 1_000);
         let kept = kept_after(Verb::PostRecv, true, kept, 1_300);
-        let kept = kept_after(
-            Verb::Poll {
-                taken: 1,
-                took_write: false,
-            },
-            true,
-            kept,
-            1_600,
-        );
+        let kept = kept_after(poll(1), true, kept, 1_600);
         assert_eq!(kept, Some(1_000), "kept since the first poll");
         assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900), None);
     }
 
     #[test]
     fn a_poll_that_finds_nothing_or_another_verb_sends() {
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 0,
-                    took_write: false
-                },
-                true,
-                Some(1_000),
-                1_100
-            ),
-            None
-        );
+        assert_eq!(kept_after(poll(0), true, Some(1_000), 1_100), None);
         assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100), None);
     }
 
@@ -209,30 +157,11 @@ mod tests {
         let mut kept = None;
         let mut now = 1_000;
         while now < 1_000 + KEEP_AT_MOST {
-            kept = kept_after(
-                Verb::Poll {
-                    taken: 4,
-                    took_write: false,
-                },
-                true,
-                kept,
-                now,
-            );
+            kept = kept_after(poll(4), true, kept, now);
             assert_eq!(kept, Some(1_000));
             now += 1_000;
         }
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 4,
-                    took_write: false
-                },
-                true,
-                kept,
-                now
-            ),
-            None
-        );
+        assert_eq!(kept_after(poll(4), true, kept, now), None);
     }
 
     #[test]
@@ -246,7 +175,7 @@ mod tests {
         assert_eq!(
             kept_after(took_write(1), false, Some(1_000), 1_000 + KEEP_AT_MOST),
             None,
-            "not past KEEP_AT_MOST"
+            "not once KEEP_AT_MOST old"
         );
         assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
     }
@@ -285,18 +214,7 @@ mod tests {
 
     #[test]
     fn the_socket_taken_back_sends() {
-        assert_eq!(
-            kept_after(
-                Verb::Poll {
-                    taken: 1,
-                    took_write: false
-                },
-                false,
-                Some(1_000),
-                1_100
-            ),
-            None
-        );
+        assert_eq!(kept_after(poll(1), false, Some(1_000), 1_100), None);
         assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
     }
 }

@@ -23,7 +23,10 @@
 //! for as long. An application whose polls hand it only the completions
 //! of its SENDs and WRITEs learns of incoming data some other way
 //! (`ib_write_lat` spins on memory between polls for the peer's WRITE), so
-//! only the thread can take that in at once: it keeps the socket. The
+//! only the thread can take that in at once: it keeps the socket, unless
+//! the polls take those WRITEs in themselves (the peer's ACK, kept for
+//! its answering WRITE, comes with it: `kept_packets.rs`), which counts
+//! as a completion of incoming data handed over. The
 //! times are those of a machine where a poll costs a microsecond or
 //! two; where polls cost more (an emulated VM), they stretch in
 //! proportion.

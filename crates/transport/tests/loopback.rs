@@ -544,11 +544,7 @@ fn spin_until_lent_then_stop<D>(
 where
     D: std::ops::Deref<Target = Driver<FlatMemory>> + Send,
 {
-    let send = [Sge {
-        addr: BASE,
-        length: 8,
-        lkey: a.key,
-    }];
+    let send = [eight_bytes(a)];
     let wr = signaled_send(1, &send);
     let deadline = Instant::now() + Duration::from_secs(30);
     let last = AtomicBool::new(false);
@@ -605,11 +601,7 @@ where
 /// (`lent`) or not: whether that came within 30 s. The progress thread
 /// looks only when it wakes, for a datagram the polls have not yet taken.
 fn spin_on_completions_until(a: &Side, qa: QpId, b: &Side, opcode: u32, lent: bool) -> bool {
-    let sge = [Sge {
-        addr: BASE,
-        length: 8,
-        lkey: a.key,
-    }];
+    let sge = [eight_bytes(a)];
     let wr = signaled_rdma(opcode, &sge, b);
     let ring = a.d.with(|e, _| e.cq_ring(a.cq)).unwrap();
     let poll = || {
@@ -690,7 +682,7 @@ fn a_write_ping_pong_keeps_its_acks_and_the_last_leaves_without_a_verb() {
             }
         }
     };
-    let (sge_a, sge_b) = ([sge(&a)], [sge(&b)]);
+    let (sge_a, sge_b) = ([eight_bytes(&a)], [eight_bytes(&b)]);
     let (wr_a, wr_b) = (
         signaled_rdma(send_opcode::RDMA_WRITE, &sge_a, &b),
         signaled_rdma(send_opcode::RDMA_WRITE, &sge_b, &a),
@@ -710,7 +702,7 @@ fn a_write_ping_pong_keeps_its_acks_and_the_last_leaves_without_a_verb() {
 }
 
 /// 8 bytes at `s`'s BASE.
-fn sge(s: &Side) -> Sge {
+fn eight_bytes(s: &Side) -> Sge {
     Sge {
         addr: BASE,
         length: 8,
@@ -720,7 +712,7 @@ fn sge(s: &Side) -> Sge {
 
 /// Posts a signaled 8-byte WRITE from `a`'s BASE to `b`'s.
 fn post_signaled_write(a: &Side, qa: QpId, b: &Side) {
-    let sge = [sge(a)];
+    let sge = [eight_bytes(a)];
     let wr = signaled_rdma(send_opcode::RDMA_WRITE, &sge, b);
     a.d.with(|e, _| e.post_send(qa, &wr)).unwrap();
 }
