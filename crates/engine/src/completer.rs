@@ -365,29 +365,31 @@ impl SendSide<'_> {
         let timeout_at = self.req.retransmit_at;
         if timeout_at.is_none_or(|at| at > now) && self.req.early.fire(now, timeout_at) {
             // Early: as the timeout below would, but spending no retry.
-            if let Some(psn) = self.req.oldest_unacked() {
-                self.req.go_back(psn);
-                self.on_loss(ctx);
-                self.req.retrying = true;
-            }
+            self.send_unacked_again(ctx);
         }
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
             self.req.retransmit_at = None;
             self.req.early.disarm();
             self.req.direct_stalled = false;
             if self.consume_retry(ctx) {
-                if let Some(psn) = self.req.oldest_unacked() {
-                    self.req.go_back(psn);
-                    self.on_loss(ctx);
-                }
-                // Responses already on their way from before the go-back
-                // arrive out of sequence: they are no new loss, and must
-                // not send the requester back (and use up a retry) again
-                // before anything new is acknowledged.
-                self.req.retrying = true;
+                self.send_unacked_again(ctx);
             }
         }
         self.keep_retransmit_timer(now);
+    }
+
+    /// Goes back to the oldest unacknowledged PSN after a loss nothing
+    /// reported (the local ACK timeout, or the early go-back).
+    fn send_unacked_again(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(psn) = self.req.oldest_unacked() {
+            self.req.go_back(psn);
+            self.on_loss(ctx);
+        }
+        // Responses already on their way from before the go-back arrive
+        // out of sequence: they are no new loss, and must not send the
+        // requester back (and use up a retry) again before anything new
+        // is acknowledged.
+        self.req.retrying = true;
     }
 
     /// Completes finished WRs at the head of `inflight`, in order.

@@ -100,13 +100,13 @@ impl EarlyGoBack {
     }
 
     /// Whether the early go-back is due at `now`; if so the next waits
-    /// twice as long, from `now`, while before `timeout_at`.
+    /// twice as long, from `now`, while before `timeout_at`. (What is
+    /// timed stops being timed as the requester goes back: `went_back`.)
     pub(crate) fn fire(&mut self, now: Nanos, timeout_at: Option<Nanos>) -> bool {
         if self.at.is_none_or(|at| at > now) {
             return false;
         }
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
-        self.timing = None;
         self.at = self
             .wait()
             .map(|wait| now.saturating_add(wait))

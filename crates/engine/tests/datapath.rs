@@ -1212,6 +1212,18 @@ fn a_duplicate_read_request_replaces_the_queued_response_stream() {
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
 
+/// A first SEND, completed, so that the requester has measured its round
+/// trip and arms the early go-back from then on (its receive completion
+/// stays in B's CQ).
+fn measure_the_round_trip(p: &mut Pair, qa: QpId, qb: QpId) {
+    post_recv(&mut p.b, qb, 100, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(100, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
 /// Once a round trip is measured, a lost sequence NAK (the responder sends
 /// one per gap and drops the requests after it) no longer costs the local
 /// ACK timeout, nor a retry: the requester goes back on its own after
@@ -1227,19 +1239,12 @@ fn a_lost_sequence_nak_is_recovered_before_the_local_ack_timeout() {
         ..Link::default()
     };
     let (qa, qb) = p.connect(QpType::Rc, link);
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    measure_the_round_trip(&mut p, qa, qb);
     post_recv(&mut p.b, qb, 2, 0x5000, 4096);
-    let send = |p: &mut Pair, id, len| {
-        p.a.e
-            .post_send(qa, &wr(id, send_opcode::SEND, &[p.a.sge(0, len)]))
-            .unwrap();
-    };
-    // A first message measures the round trip.
-    send(&mut p, 1, 10);
-    p.run(100);
-    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     let data = fill(&mut p.a, 0, 4096, 5);
-    send(&mut p, 2, 4096);
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 4096)]))
+        .unwrap();
     let (mut requests, mut naks) = (0, 0);
     p.filter = Box::new(move |from_a, v| {
         if from_a {
@@ -1265,6 +1270,73 @@ fn a_lost_sequence_nak_is_recovered_before_the_local_ack_timeout() {
     assert!(p.now - before < ack_timeout(14).unwrap());
     assert_eq!(p.b.poll().len(), 2);
     assert!(same(p.b.mem.slice(MEM_BASE + 0x5000, 4096), &data));
+}
+
+/// A READ whose only response is lost, which nothing reports, is asked
+/// for again by the early go-back, spending no retry: with `retry_cnt` 0
+/// the local ACK timeout would end the QP in RETRY_EXC_ERR.
+#[test]
+fn a_read_whose_response_is_lost_is_asked_again_before_the_local_ack_timeout() {
+    let mut p = Pair::new();
+    let link = Link {
+        timeout: 14,
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    measure_the_round_trip(&mut p, qa, qb);
+    let data = fill(&mut p.b, 0x2000, 100, 3);
+    let sge = [p.a.sge(0x6000, 100)];
+    let mut r = wr(1, send_opcode::RDMA_READ, &sge);
+    r.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &r).unwrap();
+    let mut lost = false;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::ReadResponse && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let before = p.now;
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert!(p.now - before < ack_timeout(14).unwrap());
+    assert!(same(p.a.mem.slice(MEM_BASE + 0x6000, 100), &data));
+}
+
+/// With the early go-back armed, an RNR wait (491.52 ms here, where the
+/// early go-back comes after 32 ms) is still waited out whole: the
+/// requester sends nothing again until it is over. (The RNR NAK also
+/// disarms the early go-back, which would otherwise take the wait for a
+/// loss and shrink the loss window; that is not visible here.)
+#[test]
+fn an_rnr_wait_is_not_cut_short_by_the_early_go_back() {
+    let mut p = Pair::new();
+    let link = Link {
+        timeout: 14,
+        min_rnr_timer: 31,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    measure_the_round_trip(&mut p, qa, qb);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    p.exchange(); // the SEND, and the RNR NAK: no receive WR is posted
+    let nak_at = p.now;
+    p.run(1);
+    assert!(
+        p.now - nak_at >= rnr_delay(31),
+        "sent again {} ns after the RNR NAK",
+        p.now - nak_at
+    );
+    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
 
 #[test]
