@@ -25,7 +25,7 @@ use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::{Endpoint, Receiver};
 use crate::io_step::{Io, IoStats, Sending, StepBy};
-use crate::kept_packets::{kept_after, Verb, WriteAnswers};
+use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
 use crate::same_host::host::{SameHost, ShmMode};
@@ -480,8 +480,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if took_write {
             state.write_answers.took_write(now);
         }
+        let keep_at_most = self.shared.app_polls.stretched(KEEP_AT_MOST);
         if matches!(kind, VerbKind::PostSend) {
-            state.write_answers.posted(now);
+            state.write_answers.posted(now, keep_at_most);
         }
         let result = verb(&mut state.engine, &mut state.mem);
         // What to keep for the thread's next verb (`kept_packets.rs`).
@@ -494,7 +495,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             VerbKind::PostSend => Verb::PostSend,
             VerbKind::Other => Verb::Other,
         };
-        state.held_since = kept_after(verb_kind, lent, state.held_since, now);
+        state.held_since = kept_after(verb_kind, lent, state.held_since, now, keep_at_most);
         let sending = match state.held_since {
             Some(_) => Sending::Kept,
             None => Sending::All,
@@ -718,7 +719,8 @@ impl<M: HostMemory> Shared<M> {
         while let Some(event) = engine.poll_event() {
             self.notify.async_event(event);
         }
-        let deadline = state.deadline(self.app_polls.lent());
+        let kept_for = self.app_polls.stretched(HANDBACK);
+        let deadline = state.deadline(self.app_polls.lent(), kept_for);
         let sooner = match (deadline, state.thread_deadline) {
             (Some(d), Some(t)) => d < t,
             (Some(_), None) => true,
@@ -739,12 +741,14 @@ impl<M> State<M> {
     /// and the sending of what verbs kept for the next (`kept_packets.rs`)
     /// if no verb sends it first; while the socket is `lent`, the thread's
     /// looks at the spinning application (`Owner::look_again_at`) send that.
-    fn deadline(&self, lent: bool) -> Option<Nanos> {
+    /// What is kept waits `kept_for` (`HANDBACK`, stretched as the
+    /// lending's times are).
+    fn deadline(&self, lent: bool, kept_for: Nanos) -> Option<Nanos> {
         let kept = self.held_since.filter(|_| !lent);
         [
             self.engine.poll_timeout(),
             self.io.held_deadline(),
-            kept.map(|at| at.saturating_add(HANDBACK)),
+            kept.map(|at| at.saturating_add(kept_for)),
         ]
         .into_iter()
         .flatten()
@@ -1016,7 +1020,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             // work to send: the thread wakes for it only once it is
             // `HANDBACK` old (`State::deadline`). So is the ACK of a WRITE
             // the thread takes in for an application that answers them.
-            let young = |at: Nanos| started.saturating_sub(at) < HANDBACK;
+            let kept_for = shared.app_polls.stretched(HANDBACK);
+            let young = |at: Nanos| started.saturating_sub(at) < kept_for;
             let sending = Sending::Thread {
                 kept: state.held_since.map(young),
                 answering: state.write_answers.answering(),
@@ -1044,7 +1049,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 shared.lend_socket(&state.io, change == Change::Lend);
             }
             took_back = change == Some(Change::TakeBack);
-            let deadline = state.deadline(owner.look_again_at().is_some());
+            let deadline = state.deadline(owner.look_again_at().is_some(), kept_for);
             state.thread_deadline = deadline;
             let linger = app_idle && now < linger_until;
             let lingering = linger && change.is_none();

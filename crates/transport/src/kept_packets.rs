@@ -29,6 +29,10 @@
 //! (`State::deadline` in driver.rs). Where the application answers each
 //! WRITE at once ([`WriteAnswers`]), the progress thread keeps the ACK of
 //! a WRITE it takes in as well.
+//!
+//! The times here are those of a native machine; where polls cost more
+//! (an emulated VM), the driver stretches them as the lending's times are
+//! (`AppPolls::stretched`), else no poll there keeps at all.
 
 use softverbs_engine::Nanos;
 
@@ -69,10 +73,11 @@ impl WriteAnswers {
         self.unanswered = Some(now);
     }
 
-    /// Sends were posted at `now`.
-    pub(crate) fn posted(&mut self, now: Nanos) {
+    /// Sends were posted at `now`: an answer if within `at_most` of the
+    /// WRITE ([`KEEP_AT_MOST`], stretched where polls cost more).
+    pub(crate) fn posted(&mut self, now: Nanos, at_most: Nanos) {
         if let Some(at) = self.unanswered.take() {
-            self.answered = match now.saturating_sub(at) < KEEP_AT_MOST {
+            self.answered = match now.saturating_sub(at) < at_most {
                 true => (self.answered + 1).min(ANSWERED_IN_A_ROW),
                 false => 0,
             };
@@ -100,10 +105,17 @@ pub(crate) enum Verb {
 }
 
 /// After `verb`, run at `now` while the socket is `lent` or not, with
-/// packets kept since `kept` (None: nothing kept): since when packets are
-/// kept (None: send them now).
-pub(crate) fn kept_after(verb: Verb, lent: bool, kept: Option<Nanos>, now: Nanos) -> Option<Nanos> {
-    let young = kept.is_none_or(|since| now.saturating_sub(since) < KEEP_AT_MOST);
+/// packets kept since `kept` (None: nothing kept) and kept for at most
+/// `at_most` ([`KEEP_AT_MOST`], stretched where polls cost more): since
+/// when packets are kept (None: send them now).
+pub(crate) fn kept_after(
+    verb: Verb,
+    lent: bool,
+    kept: Option<Nanos>,
+    now: Nanos,
+    at_most: Nanos,
+) -> Option<Nanos> {
+    let young = kept.is_none_or(|since| now.saturating_sub(since) < at_most);
     let keep = young
         && match verb {
             Verb::Poll { taken, took_write } => taken > 0 && (lent || took_write),
@@ -127,29 +139,29 @@ mod tests {
 
     #[test]
     fn a_poll_that_hands_over_completions_keeps_only_while_lent() {
-        assert_eq!(kept_after(poll(1), true, None, 100), Some(100));
-        assert_eq!(kept_after(poll(1), false, None, 100), None);
-        assert_eq!(kept_after(poll(0), true, None, 100), None);
+        assert_eq!(kept_after(poll(1), true, None, 100, KEEP_AT_MOST), Some(100));
+        assert_eq!(kept_after(poll(1), false, None, 100, KEEP_AT_MOST), None);
+        assert_eq!(kept_after(poll(0), true, None, 100, KEEP_AT_MOST), None);
     }
 
     #[test]
     fn the_send_cq_polled_and_a_receive_posted_go_on_keeping_then_the_reply_sends() {
-        let kept = kept_after(poll(1), true, None, 1_000);
-        let kept = kept_after(Verb::PostRecv, true, kept, 1_300);
-        let kept = kept_after(poll(1), true, kept, 1_600);
+        let kept = kept_after(poll(1), true, None, 1_000, KEEP_AT_MOST);
+        let kept = kept_after(Verb::PostRecv, true, kept, 1_300, KEEP_AT_MOST);
+        let kept = kept_after(poll(1), true, kept, 1_600, KEEP_AT_MOST);
         assert_eq!(kept, Some(1_000), "kept since the first poll");
-        assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900), None);
+        assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900, KEEP_AT_MOST), None);
     }
 
     #[test]
     fn a_poll_that_finds_nothing_or_another_verb_sends() {
-        assert_eq!(kept_after(poll(0), true, Some(1_000), 1_100), None);
-        assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100), None);
+        assert_eq!(kept_after(poll(0), true, Some(1_000), 1_100, KEEP_AT_MOST), None);
+        assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100, KEEP_AT_MOST), None);
     }
 
     #[test]
     fn a_receive_posted_keeps_nothing_new() {
-        assert_eq!(kept_after(Verb::PostRecv, true, None, 1_000), None);
+        assert_eq!(kept_after(Verb::PostRecv, true, None, 1_000, KEEP_AT_MOST), None);
     }
 
     #[test]
@@ -157,11 +169,11 @@ mod tests {
         let mut kept = None;
         let mut now = 1_000;
         while now < 1_000 + KEEP_AT_MOST {
-            kept = kept_after(poll(4), true, kept, now);
+            kept = kept_after(poll(4), true, kept, now, KEEP_AT_MOST);
             assert_eq!(kept, Some(1_000));
             now += 1_000;
         }
-        assert_eq!(kept_after(poll(4), true, kept, now), None);
+        assert_eq!(kept_after(poll(4), true, kept, now, KEEP_AT_MOST), None);
     }
 
     #[test]
@@ -170,26 +182,26 @@ mod tests {
             taken,
             took_write: true,
         };
-        assert_eq!(kept_after(took_write(1), false, None, 1_000), Some(1_000));
-        assert_eq!(kept_after(took_write(0), false, None, 1_000), None);
+        assert_eq!(kept_after(took_write(1), false, None, 1_000, KEEP_AT_MOST), Some(1_000));
+        assert_eq!(kept_after(took_write(0), false, None, 1_000, KEEP_AT_MOST), None);
         assert_eq!(
-            kept_after(took_write(1), false, Some(1_000), 1_000 + KEEP_AT_MOST),
+            kept_after(took_write(1), false, Some(1_000), 1_000 + KEEP_AT_MOST, KEEP_AT_MOST),
             None,
             "not once KEEP_AT_MOST old"
         );
-        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
+        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST), None);
     }
 
     #[test]
     fn writes_answered_at_once_twice_in_a_row_count_as_answering() {
         let mut w = WriteAnswers::default();
         w.took_write(1_000);
-        w.posted(2_000);
+        w.posted(2_000, KEEP_AT_MOST);
         assert!(!w.answering(), "once may be chance");
         w.took_write(10_000);
-        w.posted(11_000);
+        w.posted(11_000, KEEP_AT_MOST);
         assert!(w.answering());
-        w.posted(12_000);
+        w.posted(12_000, KEEP_AT_MOST);
         assert!(w.answering(), "a post with no WRITE to answer");
     }
 
@@ -198,23 +210,23 @@ mod tests {
         let mut w = WriteAnswers::default();
         for at in [1_000, 10_000] {
             w.took_write(at);
-            w.posted(at + 1_000);
+            w.posted(at + 1_000, KEEP_AT_MOST);
         }
         w.took_write(20_000);
         w.took_write(21_000);
         assert!(!w.answering(), "two WRITEs in, no post between");
         for at in [30_000, 40_000] {
             w.took_write(at);
-            w.posted(at + 1_000);
+            w.posted(at + 1_000, KEEP_AT_MOST);
         }
         w.took_write(50_000);
-        w.posted(50_000 + KEEP_AT_MOST);
+        w.posted(50_000 + KEEP_AT_MOST, KEEP_AT_MOST);
         assert!(!w.answering(), "answered late");
     }
 
     #[test]
     fn the_socket_taken_back_sends() {
-        assert_eq!(kept_after(poll(1), false, Some(1_000), 1_100), None);
-        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100), None);
+        assert_eq!(kept_after(poll(1), false, Some(1_000), 1_100, KEEP_AT_MOST), None);
+        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST), None);
     }
 }

@@ -83,6 +83,10 @@ pub(crate) struct AppPolls {
     lent: AtomicBool,
     /// Times it lent it (`SOFTVERBS_STATS`).
     lends: AtomicU64,
+    /// How many [`NATIVE_POLL`]s a poll costs, as the progress thread last
+    /// saw (0: not seen yet, taken as 1): what the times of keeping
+    /// (`kept_packets.rs`) stretch by, as the lending's do.
+    stretch: AtomicU64,
 }
 
 impl AppPolls {
@@ -125,6 +129,12 @@ impl AppPolls {
         self.last_incoming.store(0, Ordering::Relaxed);
         self.others_since_incoming
             .store(OTHERS_AT_MOST, Ordering::Relaxed);
+    }
+
+    /// `time` stretched as the lending's times are, by what a poll costs
+    /// where polls cost more than on a native machine (an emulated VM).
+    pub(crate) fn stretched(&self, time: Nanos) -> Nanos {
+        time.saturating_mul(self.stretch.load(Ordering::Relaxed).max(1))
     }
 
     /// How many times the progress thread lent the socket.
@@ -181,6 +191,7 @@ impl Owner {
         let since_poll = now.saturating_sub(last);
         if polls != self.seen_polls {
             self.note_poll_cost(app.took.load(Ordering::Relaxed));
+            app.stretch.store(self.stretch(), Ordering::Relaxed);
         }
         let last_incoming = app.last_incoming.load(Ordering::Relaxed);
         // It takes its incoming data from its CQs: an application whose
@@ -237,16 +248,21 @@ impl Owner {
         };
     }
 
+    /// How many [`NATIVE_POLL`]s a poll costs.
+    fn stretch(&self) -> Nanos {
+        (self.poll_cost / NATIVE_POLL).clamp(1, STRETCH_AT_MOST)
+    }
+
     /// `time` stretched by how many [`NATIVE_POLL`]s a poll costs.
     fn stretched(&self, time: Nanos) -> Nanos {
-        let units = (self.poll_cost / NATIVE_POLL).clamp(1, STRETCH_AT_MOST);
-        time.saturating_mul(units)
+        time.saturating_mul(self.stretch())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kept_packets::KEEP_AT_MOST;
 
     /// What a poll costs in these tests: as on a native machine.
     const POLL: Nanos = 1_000;
@@ -412,6 +428,7 @@ mod tests {
     fn where_polls_cost_more_the_times_stretch_in_proportion() {
         let app = AppPolls::default();
         let mut owner = Owner::default();
+        assert_eq!(app.stretched(KEEP_AT_MOST), KEEP_AT_MOST, "none seen yet");
         let slow = 30 * NATIVE_POLL;
         for _ in 0..SPIN_POLLS {
             app.polled(1_000_000, slow, EMPTY);
@@ -421,6 +438,8 @@ mod tests {
         let later = 1_000_000 + 5 * SPIN_GAP;
         assert_eq!(owner.review(&app, later), Some(Change::Lend));
         assert_eq!(owner.look_again_at(), Some(1_000_000 + 30 * HANDBACK));
+        // The verbs' times of keeping stretch as much.
+        assert_eq!(app.stretched(KEEP_AT_MOST), 30 * KEEP_AT_MOST);
         assert_eq!(owner.review(&app, later + HANDBACK), None, "no new poll");
         // A cheap poll brings them back at once.
         app.polled(later, NATIVE_POLL, EMPTY);
@@ -428,6 +447,7 @@ mod tests {
             owner.review(&app, later + 2 * HANDBACK),
             Some(Change::TakeBack)
         );
+        assert_eq!(app.stretched(KEEP_AT_MOST), KEEP_AT_MOST);
     }
 
     #[test]
