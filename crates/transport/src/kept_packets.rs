@@ -139,7 +139,10 @@ mod tests {
 
     #[test]
     fn a_poll_that_hands_over_completions_keeps_only_while_lent() {
-        assert_eq!(kept_after(poll(1), true, None, 100, KEEP_AT_MOST), Some(100));
+        assert_eq!(
+            kept_after(poll(1), true, None, 100, KEEP_AT_MOST),
+            Some(100)
+        );
         assert_eq!(kept_after(poll(1), false, None, 100, KEEP_AT_MOST), None);
         assert_eq!(kept_after(poll(0), true, None, 100, KEEP_AT_MOST), None);
     }
@@ -150,18 +153,30 @@ mod tests {
         let kept = kept_after(Verb::PostRecv, true, kept, 1_300, KEEP_AT_MOST);
         let kept = kept_after(poll(1), true, kept, 1_600, KEEP_AT_MOST);
         assert_eq!(kept, Some(1_000), "kept since the first poll");
-        assert_eq!(kept_after(Verb::PostSend, true, kept, 1_900, KEEP_AT_MOST), None);
+        assert_eq!(
+            kept_after(Verb::PostSend, true, kept, 1_900, KEEP_AT_MOST),
+            None
+        );
     }
 
     #[test]
     fn a_poll_that_finds_nothing_or_another_verb_sends() {
-        assert_eq!(kept_after(poll(0), true, Some(1_000), 1_100, KEEP_AT_MOST), None);
-        assert_eq!(kept_after(Verb::Other, true, Some(1_000), 1_100, KEEP_AT_MOST), None);
+        assert_eq!(
+            kept_after(poll(0), true, Some(1_000), 1_100, KEEP_AT_MOST),
+            None
+        );
+        assert_eq!(
+            kept_after(Verb::Other, true, Some(1_000), 1_100, KEEP_AT_MOST),
+            None
+        );
     }
 
     #[test]
     fn a_receive_posted_keeps_nothing_new() {
-        assert_eq!(kept_after(Verb::PostRecv, true, None, 1_000, KEEP_AT_MOST), None);
+        assert_eq!(
+            kept_after(Verb::PostRecv, true, None, 1_000, KEEP_AT_MOST),
+            None
+        );
     }
 
     #[test]
@@ -182,14 +197,29 @@ mod tests {
             taken,
             took_write: true,
         };
-        assert_eq!(kept_after(took_write(1), false, None, 1_000, KEEP_AT_MOST), Some(1_000));
-        assert_eq!(kept_after(took_write(0), false, None, 1_000, KEEP_AT_MOST), None);
         assert_eq!(
-            kept_after(took_write(1), false, Some(1_000), 1_000 + KEEP_AT_MOST, KEEP_AT_MOST),
+            kept_after(took_write(1), false, None, 1_000, KEEP_AT_MOST),
+            Some(1_000)
+        );
+        assert_eq!(
+            kept_after(took_write(0), false, None, 1_000, KEEP_AT_MOST),
+            None
+        );
+        assert_eq!(
+            kept_after(
+                took_write(1),
+                false,
+                Some(1_000),
+                1_000 + KEEP_AT_MOST,
+                KEEP_AT_MOST
+            ),
             None,
             "not once KEEP_AT_MOST old"
         );
-        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST), None);
+        assert_eq!(
+            kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST),
+            None
+        );
     }
 
     #[test]
@@ -226,7 +256,13 @@ mod tests {
 
     #[test]
     fn the_socket_taken_back_sends() {
-        assert_eq!(kept_after(poll(1), false, Some(1_000), 1_100, KEEP_AT_MOST), None);
-        assert_eq!(kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST), None);
+        assert_eq!(
+            kept_after(poll(1), false, Some(1_000), 1_100, KEEP_AT_MOST),
+            None
+        );
+        assert_eq!(
+            kept_after(Verb::PostRecv, false, Some(1_000), 1_100, KEEP_AT_MOST),
+            None
+        );
     }
 }
