@@ -56,7 +56,7 @@ pub(crate) enum Sending {
 }
 
 /// What a step saw, for [`Sending::sends`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Saw {
     /// It ran a timer, or packets wait for room in the socket.
     pub(crate) work: bool,
