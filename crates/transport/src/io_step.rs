@@ -11,7 +11,7 @@ use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
 use socket2::SockRef;
 use softverbs_engine::{Engine, Gid, HostMemory, Nanos, PacketSink, Reservation, Route};
-use softverbs_wire::Flow;
+use softverbs_wire::{Flow, IcrcStarts};
 use std::net::SocketAddr;
 
 /// Counters of what the socket layer did, for diagnostics.
@@ -110,6 +110,8 @@ pub(crate) struct Io {
     /// The driver has stopped polling the dead daemon's sockets.
     pub(crate) link_down_handled: bool,
     batch: SendBatch,
+    /// What checks the ICRCs of arriving packets.
+    icrc_starts: IcrcStarts,
     /// Packet rules of `SOFTVERBS_FAULTS`, if any.
     pub(crate) packet_faults: Option<PacketFaults>,
 }
@@ -122,6 +124,7 @@ impl Io {
             link_down: false,
             link_down_handled: false,
             batch: SendBatch::new(),
+            icrc_starts: IcrcStarts::default(),
             packet_faults: None,
         }
     }
@@ -185,37 +188,39 @@ impl Io {
         let Io {
             endpoint,
             stats,
+            icrc_starts,
             packet_faults,
             ..
         } = self;
+        let mut rx = Rx { stats, icrc_starts };
         let got = endpoint.receive(by, |frame, packets| {
             let Some(from) = Arrival::of(frame.src, frame.dst) else {
-                stats.rx_bad_icrc += 1;
+                rx.stats.rx_bad_icrc += 1;
                 return;
             };
             for packet in packets.chunks(usize::from(frame.segment).max(1)) {
-                stats.rx += 1;
+                rx.stats.rx += 1;
                 let Some(faults) = packet_faults.as_mut() else {
-                    deliver(engine, mem, stats, &from, packet, now);
+                    deliver(engine, mem, &mut rx, &from, packet, now);
                     continue;
                 };
                 match faults.decide(now, frame.src, frame.dst, packet) {
                     Fate::Deliver(copies) => {
-                        stats.rx_dropped_by_rule += u64::from(copies == 0);
+                        rx.stats.rx_dropped_by_rule += u64::from(copies == 0);
                         for _ in 0..copies {
-                            deliver(engine, mem, stats, &from, packet, now);
+                            deliver(engine, mem, &mut rx, &from, packet, now);
                         }
                         if copies > 0 {
                             // A packet held for reordering follows this one.
                             faults.delivered();
                             for held in faults.take_due(now) {
                                 if let Some(from) = Arrival::of(held.src, held.dst) {
-                                    deliver(engine, mem, stats, &from, &held.bytes, now);
+                                    deliver(engine, mem, &mut rx, &from, &held.bytes, now);
                                 }
                             }
                         }
                     }
-                    Fate::Corrupted(bytes) => deliver(engine, mem, stats, &from, &bytes, now),
+                    Fate::Corrupted(bytes) => deliver(engine, mem, &mut rx, &from, &bytes, now),
                     Fate::Held => {}
                 }
             }
@@ -233,7 +238,11 @@ impl Io {
         };
         for held in faults.take_due(now) {
             if let Some(from) = Arrival::of(held.src, held.dst) {
-                deliver(engine, mem, &mut self.stats, &from, &held.bytes, now);
+                let mut rx = Rx {
+                    stats: &mut self.stats,
+                    icrc_starts: &mut self.icrc_starts,
+                };
+                deliver(engine, mem, &mut rx, &from, &held.bytes, now);
             }
         }
     }
@@ -334,19 +343,28 @@ impl Arrival {
     }
 }
 
+/// What receiving counts in and checks packets with.
+struct Rx<'a> {
+    stats: &'a mut IoStats,
+    icrc_starts: &'a mut IcrcStarts,
+}
+
 /// One received packet into the engine, once its ICRC holds.
 fn deliver(
     engine: &mut Engine,
     mem: &mut dyn HostMemory,
-    stats: &mut IoStats,
+    rx: &mut Rx<'_>,
     from: &Arrival,
     packet: &[u8],
     now: Nanos,
 ) {
     // The IPv4 identification is not visible here: recovered from the
     // ICRC (softverbs_wire::identification); IPv6 is checked exactly.
-    if from.flow.verify_recovering_identification(packet).is_err() {
-        stats.rx_bad_icrc += 1;
+    let checked = rx
+        .icrc_starts
+        .verify_recovering_identification(&from.flow, packet);
+    if checked.is_err() {
+        rx.stats.rx_bad_icrc += 1;
         return;
     }
     crate::capture::received(&from.flow, packet);

@@ -36,7 +36,7 @@
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
 use socket2::{SockAddr, SockRef};
 use softverbs_engine::{Reservation, MAX_PACKET_LEN};
-use softverbs_wire::{Flow, Icrc, Opcode};
+use softverbs_wire::{Flow, Icrc, IcrcStarts, Opcode};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -114,6 +114,8 @@ pub(crate) struct SendBatch {
     /// The ICRC of the packet being written, started here and finished
     /// by the engine.
     icrc: Option<Icrc>,
+    /// ICRCs started over the headers of the packet shapes sent lately.
+    icrc_starts: IcrcStarts,
 }
 
 /// A packet's length and where it goes.
@@ -163,6 +165,7 @@ impl SendBatch {
             held: None,
             discard: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
             icrc: None,
+            icrc_starts: IcrcStarts::default(),
         }
     }
 
@@ -220,7 +223,7 @@ impl SendBatch {
         // At most MAX_SEGMENTS (64) packets are queued.
         let icrc = u16::try_from(identification)
             .ok()
-            .and_then(|id| flow.icrc_start(len, id).ok());
+            .and_then(|id| self.icrc_starts.start(&flow, len, id).ok());
         if icrc.is_none() {
             return (sent, self.reserve_dropped(len));
         }

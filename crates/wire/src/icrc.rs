@@ -200,6 +200,16 @@ impl Icrc {
         Ok(())
     }
 
+    /// The ICRC of a packet whose covered bytes (BTH through pad) are
+    /// `covered`, started over its headers; fails if `covered` is shorter
+    /// than a BTH.
+    pub fn over(mut self, covered: &[u8]) -> Result<u32, WireError> {
+        let (bth, rest) = covered.split_at(covered.len().min(BTH_LEN));
+        self.roce_headers(bth)?;
+        self.hasher.update(rest);
+        Ok(self.hasher.finalize())
+    }
+
     /// Feeds the next bytes of the packet.
     pub fn update(&mut self, bytes: &[u8]) {
         self.hasher.update(bytes);

@@ -284,8 +284,20 @@ impl Flow {
         &self,
         packet: &[u8],
     ) -> Result<Option<u16>, WireError> {
+        let start = self.icrc_start(packet.len(), IPV4_ASSUMED_IDENTIFICATION)?;
+        self.verify_recovering_identification_from(start, packet)
+    }
+
+    /// As [`Flow::verify_recovering_identification`], with the ICRC
+    /// already started over the packet's headers for identification 0
+    /// (by [`crate::IcrcStarts`], which keeps such starts).
+    pub fn verify_recovering_identification_from(
+        &self,
+        start: icrc::Icrc,
+        packet: &[u8],
+    ) -> Result<Option<u16>, WireError> {
         let (covered, found) = icrc::split_icrc(packet)?;
-        let computed = self.icrc(covered)?;
+        let computed = start.over(covered)?;
         match self.addrs {
             IpPair::V6 { .. } => icrc::check(computed, found).map(|()| None),
             IpPair::V4 { .. } => {
