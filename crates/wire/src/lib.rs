@@ -12,7 +12,9 @@
 //! copying ([`PacketView`]), builds them into caller-provided buffers
 //! ([`PacketBuilder`]), and computes the ICRC over IPv4 or IPv6, either
 //! from the real IP and UDP headers ([`icrc`]) or from addresses and ports
-//! alone ([`Flow`], with the assumed header fields documented in [`ip`]).
+//! alone ([`Flow`], with the assumed header fields documented in [`ip`]),
+//! keeping its start over those headers for the packet shapes a stream
+//! repeats ([`IcrcStarts`]).
 //!
 //! Nothing here allocates or panics on malformed input: every failure is a
 //! [`WireError`]. All multi-byte header fields are big-endian; the ICRC is
