@@ -33,6 +33,7 @@ pub mod same_host;
 pub mod say;
 mod send_batch;
 pub mod slots;
+mod udp_segment;
 
 pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify, Polled};

@@ -33,13 +33,12 @@
 //! ([`SendBatch::blocked`]). Dropping it would cost a local ACK timeout
 //! per batch.
 
-use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
-use socket2::{SockAddr, SockRef};
+use crate::udp_segment;
+use socket2::{MsgHdr, SockAddr, SockRef};
 use softverbs_engine::{Reservation, MAX_PACKET_LEN};
 use softverbs_wire::{Flow, Icrc, IcrcStarts, Opcode};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 
 /// The kernel's limit on segments in one GSO send (UDP_MAX_SEGMENTS).
 const MAX_SEGMENTS: usize = 64;
@@ -58,16 +57,16 @@ pub(crate) trait DatagramOut {
 
 impl DatagramOut for SockRef<'_> {
     fn send_segmented(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
-        let gso = segment as u16;
-        let addr = SockaddrStorage::from(dst);
-        sendmsg(
-            self.as_raw_fd(),
-            &[IoSlice::new(buf)],
-            &[ControlMessage::UdpGsoSegments(&gso)],
-            MsgFlags::empty(),
-            Some(&addr),
-        )
-        .map_err(io::Error::from)
+        let segment =
+            u16::try_from(segment).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let control = udp_segment::control(segment);
+        let addr = SockAddr::from(dst);
+        let bufs = [IoSlice::new(buf)];
+        let msg = MsgHdr::new()
+            .with_addr(&addr)
+            .with_buffers(&bufs)
+            .with_control(&control);
+        self.sendmsg(&msg, 0)
     }
 
     fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize> {
