@@ -902,3 +902,61 @@ fn a_short_send_then_a_longer_one_arrive_in_order() {
     assert!(tx.iter().all(|w| w.status == WcStatus::Success), "{tx:?}");
     assert_eq!(a.d.with(|e, _| e.stats().tx_resent), 0, "a SEND sent again");
 }
+
+/// The wire path's steady state allocates nothing per work request: once
+/// warm (queues, rings and batches at their working size), a thread that
+/// posts receives, SENDs (two at a time, which leave in one GSO send) and
+/// WRITEs on two connected contexts and polls their completions makes no
+/// allocation. It does much of both ends'
+/// work itself: a poll takes in what arrived and sends what is due. (What
+/// the progress threads do is not counted: `allocation_counter` counts
+/// the measuring thread's allocations.)
+#[test]
+fn the_steady_state_of_sends_and_writes_allocates_nothing() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, qb) = rc_pair(&a, &b);
+    let (ring_a, ring_b) = (
+        a.d.with(|e, _| e.cq_ring(a.cq)).unwrap(),
+        b.d.with(|e, _| e.cq_ring(b.cq)).unwrap(),
+    );
+    let (sge, sge_write) = ([eight_bytes(&a)], [eight_bytes(&a)]);
+    let (send, write) = (
+        signaled_send(1, &sge),
+        signaled_rdma(send_opcode::RDMA_WRITE, &sge_write, &b),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Polls both ends until `a` has `at_a` completions and `b` `at_b`,
+    // every one a success.
+    let complete = |mut at_a: usize, mut at_b: usize| {
+        while at_a + at_b > 0 {
+            assert!(Instant::now() < deadline, "{at_a} and {at_b} to complete");
+            let ok = |w: WorkCompletion| assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            at_a -= a.d.poll_cq(a.cq, &ring_a, at_a, ok).unwrap();
+            at_b -= b.d.poll_cq(b.cq, &ring_b, at_b, ok).unwrap();
+        }
+    };
+    let round = || {
+        post_small_recv(&b.d, b.key, qb);
+        post_small_recv(&b.d, b.key, qb);
+        // Two SENDs in one verb leave in one GSO send.
+        a.d.with(|e, _| {
+            e.post_send(qa, &send)?;
+            e.post_send(qa, &send)
+        })
+        .unwrap();
+        complete(2, 2);
+        a.d.with(|e, _| e.post_send(qa, &write)).unwrap();
+        complete(1, 0);
+    };
+    for _ in 0..200 {
+        round();
+    }
+    let info = allocation_counter::measure(|| {
+        for _ in 0..1000 {
+            round();
+        }
+    });
+    assert_eq!(info.count_total, 0, "{info:?}");
+    assert_eq!(a.d.with(|e, _| e.stats().tx_resent), 0, "a WR sent again");
+}
