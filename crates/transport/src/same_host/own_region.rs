@@ -28,10 +28,12 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The region's size. Tables hold the device's limits; a region is a
+/// The region's size. Tables hold the device's limits (an MR the table
+/// could not hold would be unknown to peers, whose accesses to it would
+/// fail; a QP it could not hold is reached over the wire); a region is a
 /// sparse memfd, so untouched parts cost no memory.
 pub const LAYOUT: RegionLayout = RegionLayout {
-    mr_capacity: 1 << 16,
+    mr_capacity: 1 << 18,
     qp_capacity: 1 << 15,
     inbound_capacity: 1 << 14,
     lock_stripes: 1024,
@@ -353,5 +355,21 @@ fn idle_or_say(idle: bool) {
         crate::say!(
             "softverbs: same host: a peer's copy into a deregistered MR did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_engine::DeviceLimits;
+
+    /// Every MR a context may register is published: a peer that cannot
+    /// find an rkey fails the access (REM_ACCESS_ERR), with no wire to
+    /// fall back on. (The table once held 65,536 of the device's 262,144.)
+    #[test]
+    fn the_region_publishes_as_many_mrs_as_the_device_registers() {
+        let max_mr = DeviceLimits::default().max_mr as usize;
+        assert!(LAYOUT.mr_capacity >= max_mr, "{} < {max_mr}", LAYOUT.mr_capacity);
+        assert!(LAYOUT.total_bytes().is_some());
     }
 }

@@ -1,0 +1,107 @@
+/* A target process that registers many MRs, more than 65,536 (the
+ * same-host path's published MR table once held no more), then one it
+ * is written to and read from: a second process, on the same host, WRITEs
+ * 64 bytes into that last MR and READs them back over an RC QP, and both
+ * complete with success and the data. Usage: many_mrs [MRS] (70000). */
+#define _GNU_SOURCE
+#include "test_util.h"
+#include <stdint.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define LEN 4096
+
+struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
+
+/* RC QP `qp` to RTS, connected to `peer` through GID index 1. */
+static void connect_to(struct ibv_qp *qp, const struct end *peer)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = ACCESS };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = peer->qpn;
+	a.rq_psn = 5; a.min_rnr_timer = 1; a.max_dest_rd_atomic = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = 1; a.ah_attr.grh.hop_limit = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+/* Posts one signaled WR of `opcode` between `buf` and the peer's MR and
+ * waits for its completion, which must succeed. */
+static void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf,
+		   const struct end *peer, enum ibv_wr_opcode opcode, const char *name)
+{
+	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_send_wr w = { .sg_list = &s, .num_sge = 1, .opcode = opcode,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad;
+	w.wr.rdma.remote_addr = peer->addr;
+	w.wr.rdma.rkey = peer->rkey;
+	CHECK(!ibv_post_send(qp, &w, &bad), "post %s", name);
+	struct ibv_wc wc;
+	int n;
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+		;
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "%s: %s", name,
+	      n == 1 ? ibv_wc_status_str(wc.status) : "poll failed");
+}
+
+int main(int argc, char **argv)
+{
+	int mrs = argc > 1 ? atoi(argv[1]) : 70000;
+	int to_initiator[2], to_target[2];
+	/* Close-on-exec: a daemon a context starts must not hold them open. */
+	CHECK(!pipe2(to_initiator, O_CLOEXEC) && !pipe2(to_target, O_CLOEXEC), "pipe");
+	pid_t target = fork();
+	CHECK(target >= 0, "fork");
+	/* Each end keeps only its own pipe ends, so that one that exits
+	 * early (a failed check) ends the other's read. */
+	close(target == 0 ? to_initiator[0] : to_initiator[1]);
+	close(target == 0 ? to_target[1] : to_target[0]);
+	struct ibv_context *ctx = open_device_named("softverbs0");
+	CHECK(ctx, "open softverbs0");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(pd && cq, "pd, cq");
+	static char filler[LEN];
+	for (int i = 0; target == 0 && i < mrs; i++)
+		CHECK(ibv_reg_mr(pd, filler, LEN, ACCESS), "MR %d of %d", i, mrs);
+	char *buf = aligned_alloc(LEN, LEN);
+	memset(buf, target == 0 ? 0 : 0x5a, LEN);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(mr && qp, "MR, QP");
+	struct end me = { qp->qp_num, mr->rkey, (uintptr_t)buf }, peer;
+	CHECK(!ibv_query_gid(ctx, 1, 1, &me.gid), "query_gid");
+	int out = target == 0 ? to_initiator[1] : to_target[1];
+	int in = target == 0 ? to_target[0] : to_initiator[0];
+	CHECK(write(out, &me, sizeof(me)) == sizeof(me) && read(in, &peer, sizeof(peer)) == sizeof(peer),
+	      "exchange");
+	connect_to(qp, &peer);
+	char done;
+	if (target == 0) {
+		CHECK(read(in, &done, 1) == 1, "wait for the initiator");
+		CHECK(buf[0] == 0x5a && buf[63] == 0x5a && buf[64] == 0, "the WRITE's bytes");
+		return 0;
+	}
+	one_wr(qp, cq, mr, buf, &peer, IBV_WR_RDMA_WRITE, "WRITE");
+	memset(buf, 0, 64);
+	one_wr(qp, cq, mr, buf, &peer, IBV_WR_RDMA_READ, "READ");
+	CHECK(buf[0] == 0x5a && buf[63] == 0x5a, "the READ's bytes");
+	CHECK(write(out, "x", 1) == 1, "release the target");
+	int status;
+	CHECK(waitpid(target, &status, 0) == target && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "the target failed");
+	printf("many_mrs ok: %d MRs before the one written and read\n", mrs);
+	return 0;
+}
