@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The host daemon (softverbs daemon, UDP 4791) as programs meet it: the
-# first program starts it, it outlives that program, several programs share
-# it, a `kill -9` of one program disturbs no other's traffic (even mid-
-# transfer), and it leaves once idle. Runs on a loopback address and daemon
-# socket of its own, so a daemon other tests left running is not involved.
+# first program starts it without its descriptors, it outlives that
+# program, several programs share it, a `kill -9` of one program disturbs
+# no other's traffic (even mid-transfer), and it leaves once idle. Runs on
+# a loopback address and daemon socket of its own, so a daemon other tests
+# left running is not involved.
 # Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
@@ -46,15 +47,26 @@ victim() {
   wait_listen "$port" "" $srv 2>> "$log/$name"
 }
 
-# 1. Nothing runs; the first program starts the daemon.
+# 1. Nothing runs; the first program starts the daemon. That program
+#    holds a descriptor open without close-on-exec (9, on a file of the
+#    test's), which the daemon, which outlives it, must not keep.
 [ "$(daemons)" = 0 ] || bad "no daemon of this test's socket before the test"
 next_port p1
+exec 9> "$log/inherited"
 if server s1 "$p1" ibv_rc_pingpong -d softverbs0 -g 0 && [ "$(daemons)" = 1 ]; then
   ok "the first program starts the daemon"
 else
   bad "the first program starts the daemon" "$log/s1"
 fi
+exec 9>&-
 s1=$srv
+daemon_pid=$(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET" | head -1)
+if [ -n "$daemon_pid" ] && ! ls -l /proc/$daemon_pid/fd 2>&1 | grep -q "$log/inherited"; then
+  ok "the daemon keeps no descriptor of the program that started it"
+else
+  ls -l /proc/${daemon_pid:-self}/fd > "$log/daemon_fds" 2>&1
+  bad "the daemon keeps no descriptor of the program that started it" "$log/daemon_fds"
+fi
 
 # 2. A second program shares it; a kill -9 of that program leaves the
 #    first one's connection working.

@@ -31,6 +31,7 @@ pub fn run(
     if detach {
         return start_detached(&socket, idle_exit, pcap.as_deref());
     }
+    close_inherited_descriptors();
     let config = DaemonConfig {
         socket: socket.clone(),
         idle_exit,
@@ -76,6 +77,27 @@ fn libc_eaddrinuse() -> i32 {
 }
 
 /// Starts the daemon in its own process group and returns once it listens.
+/// Closes every descriptor above stderr that this process inherited.
+/// Programs start the daemon when they first open softverbs0, and it
+/// outlives them: a pipe or socket of theirs that is not close-on-exec,
+/// held open here, would keep a reader from seeing end of file (a parent
+/// waiting for its forked child through a pipe) or a peer from seeing the
+/// connection close, for as long as the daemon lives. Nothing of the
+/// daemon's own is open yet.
+fn close_inherited_descriptors() {
+    let Ok(listing) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = listing
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // The listing's own descriptor is closed by now: EBADF, ignored.
+        let _ = nix::unistd::close(fd);
+    }
+}
+
 fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut command = Command::new(me);
