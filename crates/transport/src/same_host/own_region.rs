@@ -369,7 +369,11 @@ mod tests {
     #[test]
     fn the_region_publishes_as_many_mrs_as_the_device_registers() {
         let max_mr = DeviceLimits::default().max_mr as usize;
-        assert!(LAYOUT.mr_capacity >= max_mr, "{} < {max_mr}", LAYOUT.mr_capacity);
+        assert!(
+            LAYOUT.mr_capacity >= max_mr,
+            "{} < {max_mr}",
+            LAYOUT.mr_capacity
+        );
         assert!(LAYOUT.total_bytes().is_some());
     }
 }
