@@ -11,7 +11,9 @@
  *    a post with a NULL bad_wr: EINVAL (rxe's answer);
  *  - a failing ibv_modify_qp sets errno to the value it returns;
  *  - an AH whose flow label is wider than 20 bits (UCX passes ~0);
- *  - the context's cmd_fd is a real descriptor.
+ *  - the context's cmd_fd is a real descriptor;
+ *  - a SEND longer than its receive WR, on a QP connected to itself: the
+ *    receive WR completes with IBV_WC_LOC_LEN_ERR.
  * Prints "app mistakes ok". */
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +119,30 @@ static enum ibv_wc_status one_op(enum ibv_wr_opcode opcode, struct ibv_mr *local
 	return st;
 }
 
+/* A SEND longer than the receive WR it lands in, on a QP connected to
+ * itself: the receive WR completes with IBV_WC_LOC_LEN_ERR, as between
+ * two QPs and on the wire (on the same-host path it was flushed: the NAK
+ * failed the QP before the receive's error was applied). */
+static void a_send_longer_than_its_receive(void)
+{
+	static char buf[PAGE];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, PAGE, ALL_ACCESS);
+	struct ibv_qp *qp = new_qp();
+	CHECK(mr, "reg_mr");
+	connect_qp(qp, qp->qp_num);
+	struct ibv_sge small = { (uintptr_t)buf, 4, mr->lkey }, big = { (uintptr_t)buf + 64, 64, mr->lkey };
+	struct ibv_recv_wr r = { .wr_id = 42, .sg_list = &small, .num_sge = 1 }, *bad_r;
+	struct ibv_send_wr w = { .wr_id = 41, .sg_list = &big, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad;
+	CHECK(!ibv_post_recv(qp, &r, &bad_r) && !ibv_post_send(qp, &w, &bad), "post");
+	enum ibv_wc_status st = completion_of(42);
+	CHECK(st == IBV_WC_LOC_LEN_ERR, "the short receive WR: %s", ibv_wc_status_str(st));
+	struct ibv_wc wc;
+	while (ibv_poll_cq(cq, 1, &wc) > 0)
+		;
+	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr), "destroy");
+}
+
 static void registration_checks(void)
 {
 	expect_reg_fails(NULL, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "NULL");
@@ -206,6 +232,7 @@ int main(void)
 	registration_checks();
 	post_checks();
 	unmapped_under_an_mr();
+	a_send_longer_than_its_receive();
 
 	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	puts("app mistakes ok");

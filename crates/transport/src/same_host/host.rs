@@ -153,6 +153,12 @@ impl SameHost {
         }
         while let Some(op) = engine.poll_direct(now) {
             if let Some(outcome) = self.run(engine, endpoint, &op) {
+                // What the target did comes first, as a responder's
+                // completions precede its ACK or NAK: where the target is
+                // a QP of this context (one connected to itself), the
+                // receive WR a SEND failed in completes with its error
+                // before the NAK fails the QP and flushes the rest.
+                self.own.drain(engine);
                 engine.handle_direct(now, &op, outcome, mem);
             }
         }
