@@ -59,23 +59,6 @@ static struct ibv_qp *new_qp(void)
 	return qp;
 }
 
-static void connect_qp(struct ibv_qp *qp, uint32_t dest)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = ALL_ACCESS };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
-	a.rq_psn = 5; a.min_rnr_timer = 1; a.max_dest_rd_atomic = 1;
-	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
-}
-
 /* Waits for the completion of wr_id and returns its status. */
 static enum ibv_wc_status completion_of(uint64_t wr_id)
 {
@@ -96,8 +79,8 @@ static enum ibv_wc_status one_op(enum ibv_wr_opcode opcode, struct ibv_mr *local
 {
 	static uint64_t next_id = 100;
 	struct ibv_qp *a = new_qp(), *b = new_qp();
-	connect_qp(a, b->qp_num);
-	connect_qp(b, a->qp_num);
+	connect_rc(a, b->qp_num, gid, 0, ALL_ACCESS);
+	connect_rc(b, a->qp_num, gid, 0, ALL_ACCESS);
 	uint64_t id = next_id++;
 	struct ibv_sge sge = { (uintptr_t)local->addr, opcode >= IBV_WR_ATOMIC_CMP_AND_SWP ? 8 : 64, local->lkey };
 	struct ibv_send_wr w = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = opcode,
@@ -129,7 +112,7 @@ static void a_send_longer_than_its_receive(void)
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, PAGE, ALL_ACCESS);
 	struct ibv_qp *qp = new_qp();
 	CHECK(mr, "reg_mr");
-	connect_qp(qp, qp->qp_num);
+	connect_rc(qp, qp->qp_num, gid, 0, ALL_ACCESS);
 	struct ibv_sge small = { (uintptr_t)buf, 4, mr->lkey }, big = { (uintptr_t)buf + 64, 64, mr->lkey };
 	struct ibv_recv_wr r = { .wr_id = 42, .sg_list = &small, .num_sge = 1 }, *bad_r;
 	struct ibv_send_wr w = { .wr_id = 41, .sg_list = &big, .num_sge = 1, .opcode = IBV_WR_SEND,
@@ -187,7 +170,7 @@ static void post_checks(void)
 	static char buf[256];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_qp *qp = new_qp();
-	connect_qp(qp, qp->qp_num);
+	connect_rc(qp, qp->qp_num, gid, 0, ALL_ACCESS);
 	struct ibv_sge sge = { (uintptr_t)buf, 16, mr->lkey };
 	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &sge, .num_sge = 0x7fffffff, .opcode = IBV_WR_SEND },
 		*bad = NULL;

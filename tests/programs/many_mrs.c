@@ -15,25 +15,6 @@
 
 struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
 
-/* RC QP `qp` to RTS, connected to `peer` through GID index 1. */
-static void connect_to(struct ibv_qp *qp, const struct end *peer)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = ACCESS };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = peer->qpn;
-	a.rq_psn = 5; a.min_rnr_timer = 1; a.max_dest_rd_atomic = 1;
-	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1; a.ah_attr.grh.hop_limit = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
-}
-
 /* Posts one signaled WR of `opcode` between `buf` and the peer's MR and
  * waits for its completion, which must succeed. */
 static void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf,
@@ -81,13 +62,13 @@ int main(int argc, char **argv)
 						.max_send_sge = 1, .max_recv_sge = 1 } };
 	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
 	CHECK(mr && qp, "MR, QP");
-	struct end me = { qp->qp_num, mr->rkey, (uintptr_t)buf }, peer;
+	struct end me = { .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf }, peer;
 	CHECK(!ibv_query_gid(ctx, 1, 1, &me.gid), "query_gid");
 	int out = target == 0 ? to_initiator[1] : to_target[1];
 	int in = target == 0 ? to_target[0] : to_initiator[0];
 	CHECK(write(out, &me, sizeof(me)) == sizeof(me) && read(in, &peer, sizeof(peer)) == sizeof(peer),
 	      "exchange");
-	connect_to(qp, &peer);
+	connect_rc(qp, peer.qpn, peer.gid, 1, ACCESS);
 	char done;
 	if (target == 0) {
 		CHECK(read(in, &done, 1) == 1, "wait for the initiator");

@@ -1,5 +1,6 @@
 /* What the C checks in tests/programs share: failing with a message,
- * opening a device by name, and an RC QP connected to itself. Header-only: each check is one source file,
+ * opening a device by name, and connecting an RC QP (to itself, or to a
+ * peer). Header-only: each check is one source file,
  * compiled with `cc FILE.c -libverbs` by the scripts that run it. */
 #ifndef SOFTVERBS_TEST_UTIL_H
 #define SOFTVERBS_TEST_UTIL_H
@@ -26,6 +27,29 @@ static inline struct ibv_context *open_device_named(const char *name)
 		}
 	CHECK(0, "%s not listed", name);
 	return NULL;
+}
+
+/* Moves an RC QP of port 1 to RTS, connected to QP `dest` at `dgid`
+ * through GID `sgid_index`, granting peers `access` and allowing one READ
+ * or atomic outstanding each way (PSNs 5, path MTU 1024, timeout 14,
+ * retries 7); exits on a failure. */
+static inline void connect_rc(struct ibv_qp *qp, uint32_t dest, union ibv_gid dgid, int sgid_index,
+			      int access)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = dest;
+	a.rq_psn = 5; a.min_rnr_timer = 1; a.max_dest_rd_atomic = 1;
+	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = dgid;
+	a.ah_attr.grh.sgid_index = sgid_index; a.ah_attr.grh.hop_limit = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
 }
 
 /* Moves an RC QP of port 1 to RTS, connected to itself through GID
