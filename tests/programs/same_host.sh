@@ -236,7 +236,8 @@ under_load
 # the last one registered (many_mrs.c), where it met REM_ACCESS_ERR.
 if cc -O1 -o "$log/many_mrs" "$here/many_mrs.c" -libverbs 2> "$log/cc"; then
   name="a target's MR registered after 70,000 others is written and read"
-  if timeout 120 "$log/many_mrs" 70000 > "$log/many_mrs.out" 2>&1; then
+  # SOFTVERBS_SHM=1: on the wire the case would pass without the table.
+  if SOFTVERBS_SHM=1 timeout 120 "$log/many_mrs" 70000 > "$log/many_mrs.out" 2>&1; then
     ok "$name"
   else
     bad "$name" "$log/many_mrs.out"

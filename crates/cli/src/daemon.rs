@@ -76,7 +76,6 @@ fn libc_eaddrinuse() -> i32 {
     nix::errno::Errno::EADDRINUSE as i32
 }
 
-/// Starts the daemon in its own process group and returns once it listens.
 /// Closes every descriptor above stderr that this process inherited.
 /// Programs start the daemon when they first open softverbs0, and it
 /// outlives them: a pipe or socket of theirs that is not close-on-exec,
@@ -98,6 +97,7 @@ fn close_inherited_descriptors() {
     }
 }
 
+/// Starts the daemon in its own process group and returns once it listens.
 fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut command = Command::new(me);

@@ -254,6 +254,31 @@ mod tests {
         assert!(!w.answering(), "answered late");
     }
 
+    /// Where polls cost more, the windows the driver passes are longer:
+    /// what the native window would send, a stretched one still keeps,
+    /// up to its own end; an answer as late counts as at once.
+    #[test]
+    fn stretched_windows_keep_and_count_answers_for_longer() {
+        let stretched = 30 * KEEP_AT_MOST;
+        let late = 1_000 + 2 * KEEP_AT_MOST;
+        assert_eq!(
+            kept_after(poll(1), true, Some(1_000), late, KEEP_AT_MOST),
+            None
+        );
+        assert_eq!(
+            kept_after(poll(1), true, Some(1_000), late, stretched),
+            Some(1_000)
+        );
+        let end = 1_000 + stretched;
+        assert_eq!(kept_after(poll(1), true, Some(1_000), end, stretched), None);
+        let mut w = WriteAnswers::default();
+        for at in [1_000, 1_000_000] {
+            w.took_write(at);
+            w.posted(at + 2 * KEEP_AT_MOST, stretched);
+        }
+        assert!(w.answering());
+    }
+
     #[test]
     fn the_socket_taken_back_sends() {
         assert_eq!(

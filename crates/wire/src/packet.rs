@@ -108,14 +108,8 @@ impl ExtHeaders {
     }
 
     /// How many headers are present.
-    const fn count(&self) -> usize {
-        self.reth.is_some() as usize
-            + self.aeth.is_some() as usize
-            + self.atomic_eth.is_some() as usize
-            + self.atomic_ack_eth.is_some() as usize
-            + self.deth.is_some() as usize
-            + self.imm_dt.is_some() as usize
-            + self.ieth.is_some() as usize
+    fn count(&self) -> usize {
+        ALL_EXT.iter().filter(|&&h| self.contains(h)).count()
     }
 
     /// Parses the headers `opcode` implies from `buf`, which starts right
