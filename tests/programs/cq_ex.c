@@ -20,23 +20,9 @@ static int gid_index;
 
 static void connect_to_self(struct ibv_qp *qp)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
 	union ibv_gid gid;
 	CHECK(!ibv_query_gid(qp->context, 1, gid_index, &gid), "query_gid");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = qp->qp_num;
-	a.rq_psn = 1; a.max_dest_rd_atomic = 1; a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64; a.ah_attr.grh.sgid_index = gid_index;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.sq_psn = 1; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+	connect_rc(qp, qp->qp_num, gid, gid_index, IBV_ACCESS_REMOTE_WRITE);
 }
 
 int main(int argc, char **argv)

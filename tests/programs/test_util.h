@@ -53,25 +53,12 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t dest, union ibv_gid dg
 }
 
 /* Moves an RC QP of port 1 to RTS, connected to itself through GID
- * `gid_index` (PSNs 5, path MTU 1024, timeout 14, retries 7); exits on a
- * failure. */
+ * `gid_index`, granting no remote access; exits on a failure. */
 static inline void to_rts_via(struct ibv_qp *qp, int gid_index)
 {
 	union ibv_gid gid;
 	CHECK(!ibv_query_gid(qp->context, 1, gid_index, &gid), "query_gid");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR; a.path_mtu = IBV_MTU_1024; a.dest_qp_num = qp->qp_num;
-	a.rq_psn = 5; a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1; a.ah_attr.port_num = 1; a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS; a.sq_psn = 5; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+	connect_rc(qp, qp->qp_num, gid, gid_index, 0);
 }
 
 /* to_rts_via GID 0. */

@@ -158,7 +158,10 @@ impl SameHost {
                 // a QP of this context (one connected to itself), the
                 // receive WR a SEND failed in completes with its error
                 // before the NAK fails the QP and flushes the rest.
-                self.own.drain(engine);
+                // Another context's deliveries are its own to apply.
+                if endpoint.slots().contains(&slot_of(op.dest_qpn)) {
+                    self.own.drain(engine);
+                }
                 engine.handle_direct(now, &op, outcome, mem);
             }
         }
