@@ -198,12 +198,16 @@ fn pkey_matches(packet: u16, ours: u16) -> bool {
 /// takes datagrams from anyone. GIDs are compared as the addresses they
 /// travel as (`gid_route`): a packet's GIDs are its IP addresses, and a
 /// link-local GID travels as the address it was derived from.
-fn from_the_peer(qp: &Qp, ctx: &Ctx<'_>, src_gid: Gid, dst_gid: Gid) -> bool {
-    if qp.qp_type == QpType::Ud {
+fn from_the_peer(qp: &mut Qp, ctx: &Ctx<'_>, src_gid: Gid, dst_gid: Gid) -> bool {
+    if qp.qp_type == QpType::Ud || qp.peer_seen == Some((src_gid, dst_gid)) {
         return true;
     }
     let local = dst_gid.to_ip();
-    response_gids(&qp.attr, ctx).is_some_and(|(ours, peer)| {
+    let from_peer = response_gids(&qp.attr, ctx).is_some_and(|(ours, peer)| {
         ours.same_endpoint(dst_gid, local) && peer.same_endpoint(src_gid, local)
-    })
+    });
+    if from_peer {
+        qp.peer_seen = Some((src_gid, dst_gid));
+    }
+    from_peer
 }

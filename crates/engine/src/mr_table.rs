@@ -226,24 +226,26 @@ pub(crate) fn scatter_plan(
     offset: u64,
     len: u64,
 ) -> Result<SegPlan, LocalAccessError> {
-    let pieces: SmallVec<[_; 4]> = sge_pieces(sges, offset, len as usize).collect();
-    let covered: u64 = pieces.iter().map(|p| p.2 as u64).sum();
+    // One pass; a short list is a Length error even where an SGE it
+    // touches is unusable too.
+    let mut plan = SegPlan::new();
+    let mut writable = true;
+    let mut covered = 0;
+    for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
+        writable = writable && local_sge_ok(mrs, pd, sge, AccessFlags::LOCAL_WRITE);
+        plan.push(Seg {
+            addr,
+            len: take as u64,
+        });
+        covered += take as u64;
+    }
     if covered != len {
         return Err(LocalAccessError::Length);
     }
-    let writable = pieces
-        .iter()
-        .all(|(sge, _, _)| local_sge_ok(mrs, pd, sge, AccessFlags::LOCAL_WRITE));
     if !writable {
         return Err(LocalAccessError::Protection);
     }
-    Ok(pieces
-        .into_iter()
-        .map(|(_, addr, take)| Seg {
-            addr,
-            len: take as u64,
-        })
-        .collect())
+    Ok(plan)
 }
 
 /// The address ranges of `len` bytes `offset` bytes into an SGE list,

@@ -6,6 +6,7 @@ use crate::ctx::Ctx;
 use crate::device::DeviceLimits;
 use crate::error::{einval, ensure, VerbsResult};
 use crate::event::AsyncEvent;
+use crate::gid::Gid;
 use crate::handles::{CqId, PdId, QpId, SrqId};
 use crate::qp_attr::{QpAttr, QpCap, QpInitAttr};
 use crate::qp_state::{QpState, QpType};
@@ -51,6 +52,11 @@ pub(crate) struct Qp {
     /// (`send_budget.rs`); kept through resets, which empty the requester
     /// but not the budget until the next recharge.
     pub(crate) charged: u64,
+    /// The (source, destination) GIDs of the last packet found to come
+    /// from this connection's peer: a connection's packets repeat them,
+    /// so the next ones skip the route comparison (`from_the_peer`).
+    /// Forgotten at every `ibv_modify_qp`, which may change the path.
+    pub(crate) peer_seen: Option<(Gid, Gid)>,
 }
 
 impl Qp {
@@ -84,6 +90,7 @@ impl Qp {
             direct: false,
             incarnation: 0,
             charged: 0,
+            peer_seen: None,
         }
     }
 

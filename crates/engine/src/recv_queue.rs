@@ -173,6 +173,16 @@ impl RecvQueue {
         if let Some(held) = self.held.pop_front() {
             return Some(held);
         }
+        if self.share.is_none() {
+            // Unshared, the oldest free WR is the first one free: claimed
+            // WRs still queued are a prefix (`first_free`), and none is
+            // queued when only this engine takes.
+            let front = self.wrs.front()?;
+            if self.is_free(front.seq) {
+                self.claimed_below = front.seq + 1;
+                return self.wrs.pop_front();
+            }
+        }
         for _ in 0..CLAIM_TRIES {
             let seq = self.peek()?.seq;
             if self.claim(seq) {
@@ -185,6 +195,9 @@ impl RecvQueue {
     /// Removes WR `seq`, which a consumer claimed (`None`: not here, e.g.
     /// flushed or reset since).
     pub(crate) fn retire(&mut self, seq: u64) -> Option<RecvWqe> {
+        if self.wrs.front().is_some_and(|w| w.seq == seq) {
+            return self.wrs.pop_front(); // the usual case: in order
+        }
         let at = self.wrs.iter().position(|w| w.seq == seq)?;
         self.wrs.remove(at)
     }

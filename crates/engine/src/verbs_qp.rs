@@ -165,6 +165,7 @@ impl Engine {
             .map(|p| p.active_mtu.bytes());
         let qp = &mut self.qps[id];
         qp_modify::store(&mut qp.attr, attr, mask);
+        qp.peer_seen = None;
         if let (true, Some(mtu)) = (mask.contains(QpAttrMask::PORT), port_mtu) {
             qp.port_mtu = mtu;
         }

@@ -694,6 +694,10 @@ fn packets_of_a_connection_from_or_to_other_addresses_are_dropped() {
     p.b.e
         .handle_packet(0, t.src_gid, t.dst_gid, req, &mut p.b.mem);
     assert_eq!(p.b.poll().len(), 1);
+    // Once the peer's packets are known, a stranger's still are not.
+    p.b.e
+        .handle_packet(0, stranger, t.dst_gid, req, &mut p.b.mem);
+    assert_eq!(p.b.e.stats().rx_wrong_address, 2, "from 10.0.0.99");
     let (t, ack) = &drain(&mut p.b, 0)[0];
     p.a.e
         .handle_packet(0, stranger, t.dst_gid, ack, &mut p.a.mem);
