@@ -160,6 +160,11 @@ impl ExtHeaders {
     /// `buf` and returns their length.
     pub fn write(&self, opcode: Opcode, buf: &mut [u8]) -> Result<usize, WireError> {
         self.check(opcode)?;
+        self.write_checked(opcode, buf)
+    }
+
+    /// [`ExtHeaders::write`] once [`ExtHeaders::check`] has passed.
+    fn write_checked(&self, opcode: Opcode, buf: &mut [u8]) -> Result<usize, WireError> {
         let mut offset = 0;
         for &header in opcode.ext_headers() {
             let rest = buf.get_mut(offset..).unwrap_or_default();
@@ -443,7 +448,7 @@ impl<'p> PacketBuilder<'p> {
         let (headers, body) = out.split_at_mut(opcode.header_len());
         let (bth_bytes, ext_bytes) = headers.split_at_mut(BTH_LEN);
         bth.write(bth_bytes)?;
-        self.ext.write(opcode, ext_bytes)?;
+        self.ext.write_checked(opcode, ext_bytes)?;
         let (payload, trailer) = body.split_at_mut(payload_len);
         // Pad and ICRC field.
         trailer.fill(0);
