@@ -680,9 +680,12 @@ impl Agent {
 
     fn listen(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
         let handle = c.u32(8)?;
+        let backlog = listen_backlog(c.u32(12)?);
         let id = self.id(handle)?;
         if id.state == State::Listening {
-            return Ok(Reply::Done); // a new backlog only
+            // A new backlog only, which the kernel sets afresh too.
+            self.id_mut(handle)?.backlog = backlog;
+            return Ok(Reply::Done);
         }
         if id.state != State::Idle || id.addr_resolved {
             return Err(EINVAL);
@@ -699,8 +702,25 @@ impl Agent {
         }
         let r = self.id(handle)?.reserved.ok_or(EINVAL)?;
         ports.listen(r.ps, r.ip, r.port)?;
-        self.id_mut(handle)?.state = State::Listening;
+        let id = self.id_mut(handle)?;
+        id.state = State::Listening;
+        id.backlog = backlog;
         Ok(Reply::Done)
+    }
+
+    /// Takes room in `listener`'s backlog for a new connection request;
+    /// `false` when it is full. The request is then dropped without an
+    /// answer, as the kernel does (ucma's handler fails with ENOMEM, and
+    /// the CM does not reject on ENOMEM), so the peer's CM sends it again
+    /// and it gets in once the application has read what is queued.
+    fn take_backlog(&mut self, listener: u32) -> bool {
+        match self.ids.get_mut(&listener) {
+            Some(l) if l.backlog > 0 => {
+                l.backlog -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn alloc_comm_id(&mut self, device: usize) -> u32 {
@@ -1024,6 +1044,9 @@ impl Agent {
         };
         if let Some(id) = self.ids.get_mut(&q.counts_for) {
             id.events_reported += 1;
+            if q.event.event == event::CONNECT_REQUEST {
+                id.backlog += 1;
+            }
         } else if let Some(join) = self.joins.get_mut(&q.counts_for) {
             join.events_reported += 1;
         }
@@ -1288,6 +1311,9 @@ impl Agent {
         let Some(device) = self.device_of(dst) else {
             return;
         };
+        if !self.take_backlog(listener.handle) {
+            return;
+        }
         let handle = self.new_handle();
         let mut id = requested_id(
             handle,
@@ -1493,6 +1519,9 @@ impl Agent {
         let Some(device) = self.device_of(dst) else {
             return;
         };
+        if !self.take_backlog(listener.handle) {
+            return;
+        }
         let handle = self.new_handle();
         let comm = self.alloc_comm_id(device);
         let seq = self.rng.u32(..) & 0xFF_FFFF;
@@ -1801,6 +1830,19 @@ impl Agent {
 /// listener's port: destroying the listener releases the port while this
 /// connection lives, as in the kernel (a server may bind it again at
 /// once).
+/// The kernel's `net.rdma_ucm.max_backlog` default: the backlog of a
+/// listener that asks for none, or for more.
+const MAX_BACKLOG: u32 = 1024;
+
+/// `rdma_listen`'s backlog as ucma takes it: a value that is not positive
+/// (librdmacm passes an `int`) or above the maximum is the maximum.
+fn listen_backlog(asked: u32) -> u32 {
+    match asked as i32 {
+        n if n <= 0 => MAX_BACKLOG,
+        n => (n as u32).min(MAX_BACKLOG),
+    }
+}
+
 fn requested_id(
     handle: u32,
     listener: &CmId,

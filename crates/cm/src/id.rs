@@ -73,6 +73,10 @@ pub(crate) struct CmId {
     pub(crate) route_resolved: bool,
     /// Events of this id (CONNECT_REQUESTs for a listener) handed out.
     pub(crate) events_reported: u32,
+    /// A listener's room for connection requests not yet read by the
+    /// application (`rdma_listen`'s backlog, as the kernel's ucma counts
+    /// it): a request that finds none is dropped for its sender to retry.
+    pub(crate) backlog: u32,
     pub(crate) conn: Conn,
     pub(crate) retransmit: Option<Retransmit>,
     /// When a TimeWait id's TIMEWAIT_EXIT is due.
@@ -125,6 +129,7 @@ impl CmId {
             addr_resolved: false,
             route_resolved: false,
             events_reported: 0,
+            backlog: 0,
             conn: Conn::default(),
             retransmit: None,
             timewait_until: None,

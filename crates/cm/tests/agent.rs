@@ -1130,3 +1130,59 @@ fn only_a_listener_on_every_address_is_a_wildcard_listener() {
         "a device's address"
     );
 }
+
+/// Rule: a listener holds at most its backlog of connection requests the
+/// application has not read; one more is dropped without an answer (the
+/// kernel's ucma fails it with ENOMEM, which the CM does not reject), and
+/// the peer's CM sending it again gets in once the queue was read.
+#[test]
+fn requests_beyond_the_backlog_wait_for_the_application_to_read() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener); // backlog 10
+    for uid in 0..11 {
+        let id = client.create(200 + uid);
+        client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+        client.connect(id, 0x111, b"");
+    }
+    assert_eq!(exchange(&mut client, &mut server), 11, "11 REQs, no REJ");
+    let mut read = 0;
+    while let Some(ev) = server.try_event() {
+        assert_eq!(ev.event, event::CONNECT_REQUEST);
+        read += 1;
+    }
+    assert_eq!(read, 10, "the backlog");
+    client.now = client.agent.poll_timeout().expect("REQ retries armed");
+    client.agent.handle_timeout(client.now);
+    exchange(&mut client, &mut server);
+    let late = server.event();
+    assert_eq!((late.event, late.uid), (event::CONNECT_REQUEST, 100));
+    assert!(server.try_event().is_none(), "the others were known");
+}
+
+/// Rule: `rdma_listen`'s backlog of 0 or less, or above the kernel's
+/// `max_backlog` (1024), is 1024.
+#[test]
+fn a_backlog_of_zero_is_the_maximum() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    let mut b = cmd_buf(cmd::LISTEN, 16, 0);
+    put32(&mut b, 8, listener);
+    put32(&mut b, 12, 0);
+    server.ok(&b);
+    for uid in 1..=1025 {
+        let id = client.create(uid);
+        client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+        client.connect(id, 0x111, b"");
+    }
+    exchange(&mut client, &mut server);
+    let mut read = 0;
+    while server.try_event().is_some() {
+        read += 1;
+    }
+    assert_eq!(read, 1024);
+}
