@@ -28,6 +28,7 @@ impl SendSide<'_> {
         }
         let progress = match pkt.opcode().kind() {
             OpKind::Ack => self.on_ack(ctx, now, pkt),
+            OpKind::ReadResponse | OpKind::AtomicAck if self.unexpected_response(ctx, pkt) => false,
             OpKind::ReadResponse => self.on_read_response(ctx, pkt, mem),
             OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
             _ => false,
@@ -134,19 +135,55 @@ impl SendSide<'_> {
                 self.on_loss(ctx);
                 progress
             }
-            Syndrome::Nak(code) => {
-                self.ack_through(psn.wrapping_sub(1));
-                if let Some(idx) = self
-                    .req
-                    .inflight
-                    .iter()
-                    .position(|e| !e.done && e.contains(psn))
-                {
-                    self.fail_requester(ctx, idx, nak_status(code));
-                }
-                false
-            }
+            Syndrome::Nak(code) => self.fail_at(ctx, psn, nak_status(code)),
+            // rxe's completer takes any other syndrome for a remote
+            // operational error.
+            Syndrome::Reserved(_) => self.fail_at(ctx, psn, WcStatus::RemOpErr),
         }
+    }
+
+    /// A NAK for `psn`: what comes before it is acknowledged, and the
+    /// request it names, if still outstanding, fails with `status`.
+    fn fail_at(&mut self, ctx: &mut Ctx<'_>, psn: Psn, status: WcStatus) -> bool {
+        self.ack_through(psn.wrapping_sub(1));
+        if let Some(idx) = self.outstanding_at(psn) {
+            self.fail_requester(ctx, idx, status);
+        }
+        false
+    }
+
+    /// The request not yet complete that PSN `psn` belongs to.
+    fn outstanding_at(&self, psn: Psn) -> Option<usize> {
+        self.req
+            .inflight
+            .iter()
+            .position(|e| !e.done && e.contains(psn))
+    }
+
+    /// A READ response or atomic ACK that cannot be one for the request
+    /// its PSN names: a response of the other kind, one for a SEND or
+    /// WRITE, or one whose AETH is not an ACK. That request fails with
+    /// IBV_WC_BAD_RESP_ERR, "an unexpected transport layer opcode was
+    /// returned by the responder" (ibv_poll_cq(3); rxe fails it too).
+    /// Responses for nothing outstanding are stale, and ignored.
+    fn unexpected_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> bool {
+        let (kind, psn) = (pkt.opcode().kind(), pkt.psn());
+        let Some(idx) = self.outstanding_at(psn) else {
+            return false;
+        };
+        let op = self.req.inflight[idx].op;
+        let fits = match kind {
+            OpKind::ReadResponse => op == ReqOp::Read,
+            _ => matches!(op, ReqOp::CmpSwap | ReqOp::FetchAdd),
+        };
+        let acked = pkt
+            .aeth()
+            .is_none_or(|a| matches!(a.syndrome, Syndrome::Ack { .. }));
+        if fits && acked {
+            return false;
+        }
+        self.fail_requester(ctx, idx, WcStatus::BadRespErr);
+        true
     }
 
     /// Acknowledges every SEND and WRITE whose PSNs are all at or before

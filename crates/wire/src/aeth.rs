@@ -63,6 +63,10 @@ pub enum Syndrome {
     },
     /// Negative acknowledgement.
     Nak(NakCode),
+    /// A reserved syndrome byte (AETH type 01, or a NAK code above 4):
+    /// never sent, and a requester that receives one fails the request it
+    /// answers with a remote operational error, as rxe does.
+    Reserved(u8),
 }
 
 impl Syndrome {
@@ -71,17 +75,18 @@ impl Syndrome {
     /// an SRQ).
     pub const NO_CREDIT_COUNT: u8 = 0x1F;
 
-    /// Decodes a syndrome byte; reserved types and NAK codes are errors.
-    pub const fn decode(byte: u8) -> Result<Self, WireError> {
+    /// Decodes a syndrome byte; reserved types and NAK codes are
+    /// [`Syndrome::Reserved`].
+    pub const fn decode(byte: u8) -> Self {
         let value = byte & VALUE_MASK;
         match byte & TYPE_MASK {
-            TYPE_ACK => Ok(Self::Ack { credits: value }),
-            TYPE_RNR_NAK => Ok(Self::RnrNak { timer: value }),
+            TYPE_ACK => Self::Ack { credits: value },
+            TYPE_RNR_NAK => Self::RnrNak { timer: value },
             TYPE_NAK => match NakCode::from_bits(value) {
-                Some(code) => Ok(Self::Nak(code)),
-                None => Err(WireError::ReservedSyndrome(byte)),
+                Some(code) => Self::Nak(code),
+                None => Self::Reserved(byte),
             },
-            _ => Err(WireError::ReservedSyndrome(byte)),
+            _ => Self::Reserved(byte),
         }
     }
 
@@ -92,6 +97,7 @@ impl Syndrome {
             Self::Ack { credits } => with_type(TYPE_ACK, credits, "ACK credit count"),
             Self::RnrNak { timer } => with_type(TYPE_RNR_NAK, timer, "RNR NAK timer"),
             Self::Nak(code) => Ok(TYPE_NAK | code as u8),
+            Self::Reserved(byte) => Err(WireError::ReservedSyndrome(byte)),
         }
     }
 
@@ -141,11 +147,11 @@ impl Header for Aeth {
     const LEN: usize = AETH_LEN;
     const KIND: HeaderKind = HeaderKind::Aeth;
 
-    /// Decodes an AETH; a reserved syndrome is
-    /// [`WireError::ReservedSyndrome`].
+    /// Decodes an AETH; a reserved syndrome is [`Syndrome::Reserved`]
+    /// (writing one is [`WireError::ReservedSyndrome`]).
     fn parse(buf: &[u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(buf, Self::KIND, Self::LEN)?;
-        let syndrome = Syndrome::decode(r.u8()?)?;
+        let syndrome = Syndrome::decode(r.u8()?);
         let msn = Msn::new_masked(r.u24()?);
         Ok(Self { syndrome, msn })
     }
@@ -178,7 +184,7 @@ mod tests {
             (0x64, Syndrome::Nak(InvalidRdRequest)),
         ];
         for (byte, syndrome) in cases {
-            assert_eq!(Syndrome::decode(byte), Ok(syndrome), "{byte:#x}");
+            assert_eq!(Syndrome::decode(byte), syndrome, "{byte:#x}");
             assert_eq!(syndrome.encode(), Ok(byte));
         }
     }
@@ -188,18 +194,24 @@ mod tests {
         let mut valid = 0;
         for byte in 0..=u8::MAX {
             match Syndrome::decode(byte) {
-                Ok(s) => {
+                Syndrome::Reserved(b) => {
+                    assert_eq!(b, byte);
+                    assert_eq!(
+                        Syndrome::Reserved(b).encode(),
+                        Err(WireError::ReservedSyndrome(byte))
+                    );
+                }
+                s => {
                     valid += 1;
                     assert_eq!(s.encode(), Ok(byte));
                 }
-                Err(e) => assert_eq!(e, WireError::ReservedSyndrome(byte)),
             }
         }
         // 32 ACK + 32 RNR NAK + 5 NAK codes.
         assert_eq!(valid, 69);
-        assert!(Syndrome::decode(0x40).is_err());
-        assert!(Syndrome::decode(0x65).is_err());
-        assert!(Syndrome::decode(0x80).is_err());
+        assert_eq!(Syndrome::decode(0x40), Syndrome::Reserved(0x40));
+        assert_eq!(Syndrome::decode(0x65), Syndrome::Reserved(0x65));
+        assert_eq!(Syndrome::decode(0x80), Syndrome::Reserved(0x80));
     }
 
     #[test]

@@ -206,9 +206,9 @@ impl<'a> PacketView<'a> {
     /// Parses a UDP payload (BTH through ICRC).
     ///
     /// Checks: every header is complete; the opcode is known; TVer is 0;
-    /// the AETH syndrome is not reserved; payload plus pad is a multiple
-    /// of 4 and at least PadCnt; opcodes without payload have none. The
-    /// ICRC is returned, not verified: that needs the IP and UDP headers
+    /// payload plus pad is a multiple of 4 and at least PadCnt; opcodes
+    /// without payload have none (a reserved AETH syndrome is not an
+    /// error here: the requester answers it). The ICRC is returned, not verified: that needs the IP and UDP headers
     /// (see [`PacketView::verify_icrc`] and [`crate::icrc`]).
     pub fn parse(bytes: &'a [u8]) -> Result<Self, WireError> {
         let bth = Bth::parse(bytes)?;
@@ -639,13 +639,13 @@ mod tests {
             Err(WireError::Misaligned { len: 7 })
         );
 
-        // A reserved AETH syndrome.
+        // A reserved AETH syndrome parses, for the requester to answer.
         let mut ack = [0u8; 32];
         let m = full(Opcode::RcAck, &[]).build_unsealed(&mut ack).unwrap();
         ack[12] = 0x40;
         assert_eq!(
-            PacketView::parse(&ack[..m]),
-            Err(WireError::ReservedSyndrome(0x40))
+            PacketView::parse(&ack[..m]).map(|v| v.aeth().map(|a| a.syndrome)),
+            Ok(Some(Syndrome::Reserved(0x40)))
         );
         // Payload on an ACK.
         ack[12] = 0;
