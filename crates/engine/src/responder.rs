@@ -22,7 +22,7 @@ use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
 use softverbs_wire::{
     Aeth, AtomicAckEth, Bth, ExtHeaders, Msn, NakCode, OpKind, Opcode, PacketView, Position, Psn,
-    Qpn, Syndrome, Transport,
+    Qpn, Reth, Syndrome, Transport,
 };
 use std::collections::VecDeque;
 
@@ -96,6 +96,43 @@ impl Response {
     }
 }
 
+/// A READ the responder executed: a repeated request is served only if
+/// it asks for part of it (rxe's responder resources: `find_resource`,
+/// then the duplicate's VA, length and rkey checked against the
+/// original's). Anything else behind the expected PSN is dropped: a READ
+/// never received, or one asking for other memory than it did.
+#[derive(Debug, Clone, Copy)]
+struct ReadRecord {
+    psn: Psn,
+    /// PSNs its responses take.
+    span: u32,
+    rkey: u32,
+    va: u64,
+    len: u32,
+}
+
+impl ReadRecord {
+    /// Whether a READ request at `psn` for `reth`, whose responses take
+    /// `span` PSNs, repeats part of this one: its responses' PSNs among
+    /// this one's too (which rxe does not check; a requester asking again
+    /// from a middle PSN asks for the rest).
+    fn covers(&self, psn: Psn, span: u32, reth: &Reth) -> bool {
+        let offset = self.psn.distance(psn);
+        let end = |va: u64, len: u32| u128::from(va) + u128::from(len);
+        (0..self.span as i32).contains(&offset)
+            && offset as u32 + span <= self.span
+            && reth.rkey == self.rkey
+            && reth.va >= self.va
+            && end(reth.va, reth.dma_len) <= end(self.va, self.len)
+    }
+}
+
+/// READs remembered for repeated requests, at least: rxe keeps
+/// `max_dest_rd_atomic` of them, and a requester that outruns that (which
+/// the same-host path allows, docs/supported.md) still has its lost
+/// responses served by a softverbs responder.
+const MIN_READ_RECORDS: usize = 16;
+
 impl Responder {
     /// READ response streams queued: new READs' (`replay` false), each
     /// holding a responder resource, or repeated ones'.
@@ -119,6 +156,8 @@ pub(crate) struct Responder {
     pub(crate) out: VecDeque<Response>,
     /// Results of executed atomics, for duplicate requests.
     atomics: VecDeque<(Psn, u64)>,
+    /// The READs executed last, which a duplicate request must fall in.
+    reads: VecDeque<ReadRecord>,
     comm_est: bool,
 }
 
@@ -301,8 +340,14 @@ impl RecvSide<'_> {
                 // rkey checked again; an MR gone since is a remote access
                 // error as for a new READ (rxe `read_reply` rechecks the
                 // MR of a replay).
+                let Some(reth) = pkt.reth() else {
+                    return;
+                };
                 let mtu = self.mtu();
-                let span = pkt.reth().map_or(1, |r| r.dma_len.div_ceil(mtu).max(1));
+                let span = reth.dma_len.div_ceil(mtu).max(1);
+                if !self.resp.reads.iter().any(|r| r.covers(psn, span, reth)) {
+                    return;
+                }
                 self.resp.out.retain(|r| !r.read_overlaps(psn, span, mtu));
                 // A requester repeats at most the READs it has outstanding,
                 // max_dest_rd_atomic of them: more repeats queued at once
@@ -607,7 +652,21 @@ impl RecvSide<'_> {
         }
         let (response, len) = self.read_response(ctx, pkt, false)?;
         self.resp.out.push_back(response);
-        Ok(len.div_ceil(self.mtu()).max(1))
+        let span = len.div_ceil(self.mtu()).max(1);
+        if let Some(reth) = pkt.reth() {
+            let kept = usize::from(self.attr.max_dest_rd_atomic).max(MIN_READ_RECORDS);
+            if self.resp.reads.len() >= kept {
+                self.resp.reads.pop_front();
+            }
+            self.resp.reads.push_back(ReadRecord {
+                psn: pkt.psn(),
+                span,
+                rkey: reth.rkey,
+                va: reth.va,
+                len: reth.dma_len,
+            });
+        }
+        Ok(span)
     }
 
     /// Validates a READ request; returns its response stream and length.

@@ -393,3 +393,79 @@ fn an_ack_with_a_foreign_pkey_completes_nothing() {
         .handle_packet(0, ack_t.src_gid, ack_t.dst_gid, &ack, &mut p.a.mem);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
+
+/// B's answers to a READ request from A at `psn` for `len` bytes at `va`
+/// under `rkey`: the PSNs of the response packets it sent.
+fn read_answers(p: &mut Pair, qb: QpId, psn: u32, va: u64, len: u32, rkey: u32) -> Vec<u32> {
+    let qpn = p.b.e.qp_num(qb).unwrap();
+    let reth = Reth {
+        va,
+        rkey,
+        dma_len: len,
+    };
+    let req = packet(Opcode::RcReadRequest, qpn, psn, 0, Some(reth));
+    p.b.e.handle_packet(0, p.a.gid, p.b.gid, &req, &mut p.b.mem);
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    let mut psns = Vec::new();
+    while let Some(t) = p.b.e.poll_transmit(0, &p.b.mem, &mut buf) {
+        psns.push(PacketView::parse(&buf[..t.len]).unwrap().psn().get());
+    }
+    psns
+}
+
+/// Rule: a READ request behind the expected PSN is served again only if
+/// it repeats part of a READ executed (the same rkey, its VA and length
+/// inside the original's; rxe `duplicate_request` and its responder
+/// resources); any other is dropped silently, the QP unharmed: a READ
+/// never received is not executed, and a mismatched repeat does not end
+/// the connection.
+#[test]
+fn a_repeated_read_is_served_only_inside_the_read_it_repeats() {
+    let mut p = Pair::new();
+    let (_, qb) = p.connect(QpType::Rc, Link::default());
+    let psn = Link::default().psn_a;
+    let va = MEM_BASE + WRITE_AT;
+    let key = p.b.key;
+    let mtu = MTU as u32;
+    assert_eq!(
+        read_answers(&mut p, qb, psn, va, 3 * mtu, key),
+        [psn, psn + 1, psn + 2]
+    );
+    // Its last two packets asked for again, from the middle: served.
+    assert_eq!(
+        read_answers(&mut p, qb, psn + 1, va + u64::from(mtu), 2 * mtu, key),
+        [psn + 1, psn + 2]
+    );
+    let other =
+        p.b.e
+            .reg_mr(
+                p.b.pd,
+                va,
+                4 * MTU as u64,
+                va,
+                AccessFlags::REMOTE_READ.bits(),
+            )
+            .unwrap()
+            .key;
+    let strays = [
+        (psn - 1, va, mtu, key),     // never received
+        (psn, va - 8, 3 * mtu, key), // starts before it
+        (psn, va, 4 * mtu, key),     // longer
+        (psn, va, 3 * mtu, other),   // another MR
+        (psn + 2, va, 3 * mtu, key), // responses past its last PSN
+    ];
+    for (at, va, len, rkey) in strays {
+        assert_eq!(
+            read_answers(&mut p, qb, at, va, len, rkey),
+            [],
+            "{at} {va:#x} {len}"
+        );
+    }
+    let o = outcome(&mut p, qb);
+    assert_eq!(
+        (o.state, o.events.len(), o.naks.len()),
+        (QpState::Rts, 0, 0)
+    );
+    // The connection goes on: the next READ is served.
+    assert_eq!(read_answers(&mut p, qb, psn + 3, va, 8, key), [psn + 3]);
+}
