@@ -28,9 +28,15 @@ impl SendSide<'_> {
         }
         let progress = match pkt.opcode().kind() {
             OpKind::Ack => self.on_ack(ctx, now, pkt),
-            OpKind::ReadResponse | OpKind::AtomicAck if self.unexpected_response(ctx, pkt) => false,
-            OpKind::ReadResponse => self.on_read_response(ctx, pkt, mem),
-            OpKind::AtomicAck => self.on_atomic_ack(ctx, pkt, mem),
+            kind @ (OpKind::ReadResponse | OpKind::AtomicAck) => {
+                match self.answered_request(ctx, pkt) {
+                    Some(idx) if kind == OpKind::ReadResponse => {
+                        self.on_read_response(ctx, idx, pkt, mem)
+                    }
+                    Some(idx) => self.on_atomic_ack(ctx, idx, pkt, mem),
+                    None => false,
+                }
+            }
             _ => false,
         };
         if progress && *self.state != QpState::Err {
@@ -160,19 +166,17 @@ impl SendSide<'_> {
             .position(|e| !e.done && e.contains(psn))
     }
 
-    /// A READ response or atomic ACK that cannot be one for the request
-    /// its PSN names: a response of the other kind, one for a SEND or
-    /// WRITE, or one whose AETH is not an ACK. That request fails with
+    /// The READ or atomic a READ response or atomic ACK answers: the
+    /// outstanding request its PSN names. `None` for a response for
+    /// nothing outstanding (stale, ignored), and for one that cannot be
+    /// an answer to that request: of the other kind, for a SEND or WRITE,
+    /// or with an AETH that is not an ACK. The request then fails with
     /// IBV_WC_BAD_RESP_ERR, "an unexpected transport layer opcode was
     /// returned by the responder" (ibv_poll_cq(3); rxe fails it too).
-    /// Responses for nothing outstanding are stale, and ignored.
-    fn unexpected_response(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> bool {
-        let (kind, psn) = (pkt.opcode().kind(), pkt.psn());
-        let Some(idx) = self.outstanding_at(psn) else {
-            return false;
-        };
+    fn answered_request(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>) -> Option<usize> {
+        let idx = self.outstanding_at(pkt.psn())?;
         let op = self.req.inflight[idx].op;
-        let fits = match kind {
+        let fits = match pkt.opcode().kind() {
             OpKind::ReadResponse => op == ReqOp::Read,
             _ => matches!(op, ReqOp::CmpSwap | ReqOp::FetchAdd),
         };
@@ -180,10 +184,10 @@ impl SendSide<'_> {
             .aeth()
             .is_none_or(|a| matches!(a.syndrome, Syndrome::Ack { .. }));
         if fits && acked {
-            return false;
+            return Some(idx);
         }
         self.fail_requester(ctx, idx, WcStatus::BadRespErr);
-        true
+        None
     }
 
     /// Acknowledges every SEND and WRITE whose PSNs are all at or before
@@ -259,17 +263,17 @@ impl SendSide<'_> {
         false
     }
 
+    /// A READ response for READ `idx`.
     fn on_read_response(
         &mut self,
         ctx: &mut Ctx<'_>,
+        idx: usize,
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some((idx, expected)) = self.awaited_response(pkt.psn()) else {
-            return false;
-        };
+        let expected = self.awaited_psn(idx);
         let e = &self.req.inflight[idx];
-        if e.op != ReqOp::Read || pkt.psn() != expected {
+        if pkt.psn() != expected {
             return self.implied_nak(ctx, idx, expected, pkt.psn());
         }
         self.ack_through(e.first_psn.wrapping_sub(1));
@@ -308,19 +312,17 @@ impl SendSide<'_> {
         true
     }
 
+    /// An atomic ACK for atomic `idx`.
     fn on_atomic_ack(
         &mut self,
         ctx: &mut Ctx<'_>,
+        idx: usize,
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) -> bool {
-        let Some((idx, expected)) = self.awaited_response(pkt.psn()) else {
-            return false;
-        };
+        let expected = self.awaited_psn(idx);
         let e = &self.req.inflight[idx];
-        let is_atomic = matches!(e.op, ReqOp::CmpSwap | ReqOp::FetchAdd);
-        let (Some(ack), true, true) = (pkt.atomic_ack_eth(), is_atomic, pkt.psn() == expected)
-        else {
+        let (Some(ack), true) = (pkt.atomic_ack_eth(), pkt.psn() == expected) else {
             return self.implied_nak(ctx, idx, expected, pkt.psn());
         };
         self.ack_through(e.first_psn.wrapping_sub(1));
@@ -335,13 +337,10 @@ impl SendSide<'_> {
         true
     }
 
-    /// The READ or atomic a response with PSN `psn` answers and the PSN
-    /// it waits for next; `None` for a response to nothing unanswered (a
-    /// duplicate, or a PSN never asked for).
-    fn awaited_response(&self, psn: Psn) -> Option<(usize, Psn)> {
-        let idx = self.req.rd_atomic_of(psn)?;
+    /// The PSN READ or atomic `idx` waits for next.
+    fn awaited_psn(&self, idx: usize) -> Psn {
         let e = &self.req.inflight[idx];
-        Some((idx, e.first_psn.wrapping_add(e.resp_pkts)))
+        e.first_psn.wrapping_add(e.resp_pkts)
     }
 
     /// A response for PSN `psn` of the READ or atomic `idx` that does not

@@ -238,14 +238,6 @@ impl Requester {
         self.send_idx = self.send_idx.min(idx);
     }
 
-    /// The READ or atomic still waiting for responses that a response
-    /// with PSN `psn` belongs to.
-    pub(crate) fn rd_atomic_of(&self, psn: Psn) -> Option<usize> {
-        self.inflight
-            .iter()
-            .position(|e| !e.done && e.op.is_rd_atomic() && e.contains(psn))
-    }
-
     /// Counts the READs and atomics that may still hold a responder
     /// resource: every one from the oldest unanswered on, answered or not.
     /// A later READ answered while an earlier one waits for a response
