@@ -34,7 +34,7 @@ use std::time::Duration;
 /// sparse memfd, so untouched parts cost no memory.
 pub const LAYOUT: RegionLayout = RegionLayout {
     mr_capacity: 1 << 18,
-    qp_capacity: 1 << 15,
+    qp_capacity: 1 << 17,
     inbound_capacity: 1 << 14,
     lock_stripes: 1024,
     arena_words: 1 << 25,
@@ -375,5 +375,18 @@ mod tests {
             LAYOUT.mr_capacity
         );
         assert!(LAYOUT.total_bytes().is_some());
+    }
+
+    /// Every QP a context may create can be published, so none takes the
+    /// wire for want of a slot. (The table once held 32,768 of the
+    /// device's 131,072; the rest went over the wire with a log line.)
+    #[test]
+    fn the_region_publishes_as_many_qps_as_the_device_creates() {
+        let max_qp = DeviceLimits::default().max_qp as usize;
+        assert!(
+            LAYOUT.qp_capacity >= max_qp,
+            "{} < {max_qp}",
+            LAYOUT.qp_capacity
+        );
     }
 }
