@@ -246,5 +246,23 @@ else
   bad "many_mrs.c compiles" "$log/cc"
 fi
 
+# A target that ends while connected (peer_ends.c): one that replaces its
+# image (exec), keeping its pid, is no longer written to (every WRITE
+# landed in the new image); one killed while its peer's SEND waits in RNR
+# retries (rnr_retry 7) ends that SEND (it waited for ever). Both end in
+# RETRY_EXC_ERR, as from a dead host.
+if cc -O1 -o "$log/peer_ends" "$here/peer_ends.c" -libverbs 2> "$log/cc"; then
+  for how in exec kill; do
+    name="a connected target's $how ends its peer's WR in RETRY_EXC_ERR"
+    if SOFTVERBS_SHM=1 timeout 60 "$log/peer_ends" $how > "$log/peer_ends.$how" 2>&1; then
+      ok "$name"
+    else
+      bad "$name" "$log/peer_ends.$how"
+    fi
+  done
+else
+  bad "peer_ends.c compiles" "$log/cc"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -365,11 +365,10 @@ fn start(program: &PathBuf, name: &str) -> io::Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot start {} daemon: {e}", program.display()),
-            )
+        .inspect_err(|e| {
+            // Said here, and the error kept as it is: its errno (EMFILE,
+            // say) is what ibv_open_device fails with.
+            crate::say!("softverbs: cannot start {} daemon: {e}", program.display());
         })?;
     let mut line = String::new();
     if let Some(out) = child.stdout.take() {

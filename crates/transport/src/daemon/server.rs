@@ -149,6 +149,24 @@ struct Published {
     bytes: u64,
 }
 
+/// Writes the gone word of a region whose context's connection closed
+/// (`same_host::layout::GONE_OFFSET`): the context ended, by exit, kill,
+/// exec or closing the device, and peers must stop reaching its pid,
+/// which after an exec names another image. Written through the
+/// descriptor (the daemon maps nothing), and only into what is a region:
+/// a memfd sealed against shrinking, long enough. A client can only have
+/// the daemon write to a file it gave it, as it could itself.
+fn mark_gone(published: &Published) {
+    use crate::same_host::layout::GONE_OFFSET;
+    let fd = &published.region;
+    let sealed = rustix::fs::fcntl_get_seals(fd)
+        .is_ok_and(|seals| seals.contains(rustix::fs::SealFlags::SHRINK));
+    let long_enough = rustix::fs::fstat(fd).is_ok_and(|st| st.st_size as u64 >= GONE_OFFSET + 8);
+    if sealed && long_enough {
+        let _ = rustix::io::pwrite(fd, &[0xFF; 8], GONE_OFFSET);
+    }
+}
+
 /// A UDP socket on port 4791: on a device address (packets go to the
 /// owner of their destination QP) or on a multicast group (datagrams go to
 /// every member context).
@@ -771,6 +789,9 @@ impl Daemon {
         if let Some(data) = &client.data {
             let _ = registry.deregister(&mut SourceFd(&data.as_raw_fd()));
         }
+        if let Some(published) = &client.published {
+            mark_gone(published);
+        }
         let mut blocks = Vec::new();
         for (block, owner) in self.owners.iter_mut().enumerate() {
             if *owner == Some(id) {
@@ -1273,6 +1294,45 @@ mod tests {
             region_bytes: 4096,
         };
         assert_eq!((reply, fds.len()), (peer, 2));
+    }
+
+    /// A memfd of `bytes` bytes, sealed against shrinking if `sealed`.
+    fn memfd(bytes: u64, sealed: bool) -> OwnedFd {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .unwrap();
+        rustix::fs::ftruncate(&fd, bytes).unwrap();
+        if sealed {
+            rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK).unwrap();
+        }
+        fd
+    }
+
+    fn gone_word(region: &OwnedFd) -> [u8; 8] {
+        let mut word = [0u8; 8];
+        let offset = crate::same_host::layout::GONE_OFFSET;
+        rustix::io::pread(region, &mut word, offset).unwrap();
+        word
+    }
+
+    /// When a context's connection closes (exit, kill, exec, closing the
+    /// device), the daemon marks its region gone, so that peers stop
+    /// reaching its pid, which may name a new image; only a region (a
+    /// memfd sealed against shrinking) is written.
+    #[test]
+    fn a_context_that_leaves_has_its_region_marked_gone() {
+        let mut daemon = idle_daemon();
+        for (id, sealed) in [(1, true), (2, false)] {
+            add_client(&mut daemon, id, Some(1000));
+            let region = memfd(4096, sealed);
+            let fds = vec![region.try_clone().unwrap(), two_fds().pop().unwrap()];
+            let publish = Request::Publish { region_bytes: 4096 };
+            assert_eq!(daemon.answer(id, publish, fds).0, Reply::Done);
+            assert_eq!(gone_word(&region), [0; 8]);
+            daemon.remove(id);
+            let marked = if sealed { [0xFF; 8] } else { [0; 8] };
+            assert_eq!(gone_word(&region), marked, "sealed {sealed}");
+        }
     }
 
     /// A publish carries exactly a region and a doorbell; anything else is

@@ -228,6 +228,11 @@ impl SameHost {
         let Some(Found::Peer(peer)) = self.peers.get(&block) else {
             return Some(DirectOutcome::Dropped);
         };
+        if peer.region.owner_gone() {
+            // Its pid may name a new image now (exec): nothing of it is
+            // touched, and the op is lost as on a dead host.
+            return Some(DirectOutcome::Dropped);
+        }
         let mut target = PeerTarget::new(&peer.region, &*self.access, peer.pid, op.dest_qpn);
         let key = (peer.pid, op.dest_qpn, op.src_qpn);
         target.comm_est_told = self.comm_est_told.contains(&key);
@@ -237,6 +242,14 @@ impl SameHost {
         }
         if target.pushed && peer.region.doorbell().take() {
             let _ = nix::unistd::write(&peer.doorbell, &1u64.to_ne_bytes());
+        }
+        if matches!(outcome, DirectOutcome::Rnr { .. }) && is_gone(peer.pid) {
+            // An empty receive queue of a dead process is no RNR NAK: no
+            // answer at all, so the requester's retries run out (with
+            // rnr_retry 7 it would wait for ever). Only a killed process
+            // whose daemon connection has not been seen closing yet gets
+            // here.
+            return Some(DirectOutcome::Dropped);
         }
         Some(outcome)
     }

@@ -11,8 +11,9 @@
 //!
 //! Header (words): magic, version, owner pid, total words, doorbell, then
 //! offset and capacity of each part in the order above (the arena's
-//! "capacity" is its length in words). The magic is written last, so a
-//! region being formatted does not open.
+//! "capacity" is its length in words), then the *gone* word, the
+//! address the owner maps the region at and a random nonce. The magic is
+//! written last, so a region being formatted does not open.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,9 +30,9 @@ use super::Words;
 /// The first word of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SVSHREG\x01");
 /// The layout version this code reads and writes.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Words of the header.
-pub const HEADER_WORDS: usize = 16;
+pub const HEADER_WORDS: usize = 24;
 
 const H_MAGIC: usize = 0;
 const H_VERSION: usize = 1;
@@ -41,6 +42,28 @@ const H_DOORBELL: usize = 4;
 /// Offset word of the first part; each part has an offset word then a
 /// capacity word.
 const H_PARTS: usize = 5;
+/// Nonzero once the owning context has ended: its process exited, was
+/// killed or replaced its image (exec), or it closed the device. The
+/// daemon writes it when the context's connection closes
+/// ([`GONE_OFFSET`]); a peer then treats the QPs there as a NIC treats a
+/// dead host's, and touches none of the memory the pid now names.
+const H_GONE: usize = 15;
+/// Where the gone word lies in a region's bytes, for the daemon, which
+/// writes it through the region's descriptor, every byte nonzero (so a
+/// reader that sees any part of that write sees it nonzero).
+pub const GONE_OFFSET: u64 = (H_GONE * 8) as u64;
+/// The address the owner maps its region at, and a random number of
+/// this region's: a peer whose copy into the owner's memory faults reads
+/// the nonce back through the owner's pid at that address. If the owner's
+/// process no longer maps this region there, its pid names another image
+/// (an exec the daemon has not yet reported through the gone word), and
+/// the fault is the owner's end, not a bad address
+/// ([`RegionView::owner_check`]).
+const H_MAPPED_AT: usize = 16;
+const H_NONCE: usize = 17;
+const _: () = assert!(
+    H_PARTS + 2 * PART_NAMES.len() <= H_GONE && H_GONE < H_MAPPED_AT && H_NONCE < HEADER_WORDS
+);
 const PART_NAMES: [&str; 5] = [
     "MR table",
     "QP table",
@@ -229,6 +252,8 @@ pub fn format_zeroed(
     header[H_VERSION] = VERSION;
     header[H_PID] = u64::from(pid as u32);
     header[H_TOTAL_WORDS] = needed as u64;
+    header[H_MAPPED_AT] = words.as_ptr() as u64;
+    header[H_NONCE] = fastrand::u64(1..);
     for (i, (span, capacity)) in parts.spans().iter().zip(layout.capacities()).enumerate() {
         header[H_PARTS + 2 * i] = span.offset as u64;
         header[H_PARTS + 2 * i + 1] = capacity as u64;
@@ -330,6 +355,21 @@ impl RegionView {
     /// The whole region.
     pub fn words(&self) -> &[AtomicU64] {
         self.words.words()
+    }
+
+    /// Where, in the owner's address space, its copy of the nonce lies,
+    /// and what it must read: a peer compares the two to tell that the
+    /// owner's pid still runs the image that maps this region.
+    pub fn owner_check(&self) -> (u64, u64) {
+        let header = self.words();
+        let at = header[H_MAPPED_AT].load(Ordering::Relaxed);
+        let nonce = header[H_NONCE].load(Ordering::Relaxed);
+        (at.wrapping_add(H_NONCE as u64 * 8), nonce)
+    }
+
+    /// Whether the owning context has ended (see [`GONE_OFFSET`]).
+    pub fn owner_gone(&self) -> bool {
+        self.words()[H_GONE].load(Ordering::Acquire) != 0
     }
 
     /// The owner's doorbell.
@@ -546,7 +586,7 @@ mod tests {
     fn bad_headers_are_refused() {
         let cases: [(usize, u64, BadRegion); 8] = [
             (H_MAGIC, 0, BadRegion::Magic),
-            (H_VERSION, 2, BadRegion::Version(2)),
+            (H_VERSION, 1, BadRegion::Version(1)),
             (H_TOTAL_WORDS, u64::MAX, BadRegion::TooShort),
             (H_PARTS, 3, BadRegion::Part("MR table")),
             (H_PARTS + 1, 1 << 40, BadRegion::Part("MR table")),

@@ -97,11 +97,28 @@ impl<'a> PeerTarget<'a> {
     }
 }
 
-fn copy_fault(f: PeerFault) -> CopyFault {
-    match f {
-        PeerFault::Local => CopyFault::Local,
-        PeerFault::Remote => CopyFault::Remote,
-        PeerFault::Gone | PeerFault::Denied => CopyFault::Gone,
+impl PeerTarget<'_> {
+    /// What a failed copy stands for. A fault in the owner's memory is a
+    /// bad address of the op's, unless the owner's pid no longer maps the
+    /// region (its nonce does not read back where the owner mapped it):
+    /// then the pid names a new image after an exec, and the op is lost
+    /// as on a dead host, before the daemon's gone word says so.
+    fn copy_fault(&self, f: PeerFault) -> CopyFault {
+        match f {
+            PeerFault::Local => CopyFault::Local,
+            PeerFault::Remote if self.owner_replaced() => CopyFault::Gone,
+            PeerFault::Remote => CopyFault::Remote,
+            PeerFault::Gone | PeerFault::Denied => CopyFault::Gone,
+        }
+    }
+
+    fn owner_replaced(&self) -> bool {
+        let (at, nonce) = self.region.owner_check();
+        let mut word = [0u8; 8];
+        let read = self
+            .access
+            .read_peer_bytes(self.pid, &[Seg { addr: at, len: 8 }], &mut word);
+        read.is_err() || u64::from_ne_bytes(word) != nonce
     }
 }
 
@@ -169,13 +186,13 @@ impl DirectTarget for PeerTarget<'_> {
             Payload::Inline(data) => self.access.write_peer_bytes(self.pid, data, to),
             Payload::Unusable => return Err(CopyFault::Local),
         };
-        done.map_err(copy_fault)
+        done.map_err(|f| self.copy_fault(f))
     }
 
     fn read(&mut self, from: Seg, to: &[Seg]) -> Result<(), CopyFault> {
         self.access
             .read_peer(self.pid, &[from], to)
-            .map_err(copy_fault)
+            .map_err(|f| self.copy_fault(f))
     }
 
     fn atomic(&mut self, addr: u64, compare: Option<u64>, value: u64) -> Result<u64, CopyFault> {
@@ -188,7 +205,7 @@ impl DirectTarget for PeerTarget<'_> {
         let mut word = [0u8; 8];
         self.access
             .read_peer_bytes(self.pid, &at, &mut word)
-            .map_err(copy_fault)?;
+            .map_err(|f| self.copy_fault(f))?;
         let old = u64::from_ne_bytes(word);
         let new = match compare {
             Some(c) if old == c => Some(value),
@@ -198,7 +215,7 @@ impl DirectTarget for PeerTarget<'_> {
         if let Some(new) = new {
             self.access
                 .write_peer_bytes(self.pid, &new.to_ne_bytes(), &at)
-                .map_err(copy_fault)?;
+                .map_err(|f| self.copy_fault(f))?;
         }
         Ok(old)
     }

@@ -1,0 +1,132 @@
+/* A peer on the same host that ends while connected: what its requester
+ * gets. Usage: peer_ends exec|kill.
+ *
+ * exec: the target registers an MR at a fixed address, connects, then
+ * replaces its image (exec of this program as `victim`, which maps the
+ * same address), keeping its pid. The requester's WRITEs with the old
+ * rkey must stop completing with success and end in RETRY_EXC_ERR, as
+ * from a dead host: a kernel provider's QP and MR are gone with the exec.
+ * (The daemon marks the ended context's region when it sees its
+ * connection close, so a WRITE or two may still land just after the
+ * exec; before, every one did, into the new image's memory.)
+ *
+ * kill: the target posts no receive WR, so the requester's SEND, with
+ * rnr_retry 7 (retry for ever), waits in RNR retries; the target is then
+ * killed. The SEND must end in RETRY_EXC_ERR, not wait for ever. */
+#define _GNU_SOURCE
+#include "test_util.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+#define LEN 4096
+/* Where the target's MR and the victim's page lie. */
+#define FIXED ((void *)0x7e0000000000UL)
+
+struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Waits up to `limit` seconds for one completion; its status, or -1. */
+static int completion(struct ibv_cq *cq, double limit)
+{
+	struct ibv_wc wc;
+	for (double end = now() + limit; now() < end;)
+		if (ibv_poll_cq(cq, 1, &wc) == 1)
+			return wc.status;
+	return -1;
+}
+
+/* A page at FIXED, or exit. */
+static char *fixed_page(void)
+{
+	char *p = mmap(FIXED, LEN, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	CHECK(p == FIXED, "map %p", FIXED);
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "victim")) {
+		fixed_page(); /* what the old rkey's address now names */
+		pause();
+		return 0;
+	}
+	CHECK(argc == 2 && (!strcmp(argv[1], "exec") || !strcmp(argv[1], "kill")),
+	      "usage: peer_ends exec|kill");
+	int execs = !strcmp(argv[1], "exec");
+	int to_requester[2], to_target[2];
+	CHECK(!pipe2(to_requester, O_CLOEXEC) && !pipe2(to_target, O_CLOEXEC), "pipe");
+	pid_t target = fork();
+	CHECK(target >= 0, "fork");
+	close(target == 0 ? to_requester[0] : to_requester[1]);
+	close(target == 0 ? to_target[1] : to_target[0]);
+	struct ibv_context *ctx = open_device_named("softverbs0");
+	CHECK(ctx, "open softverbs0");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	char *buf = target == 0 ? fixed_page() : aligned_alloc(LEN, LEN);
+	memset(buf, target == 0 ? 0 : 0x5a, LEN);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(pd && cq && mr && qp, "PD, CQ, MR, QP");
+	struct end me = { .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf }, peer;
+	CHECK(!ibv_query_gid(ctx, 1, 1, &me.gid), "query_gid");
+	int out = target == 0 ? to_requester[1] : to_target[1];
+	int in = target == 0 ? to_target[0] : to_requester[0];
+	CHECK(write(out, &me, sizeof(me)) == sizeof(me) && read(in, &peer, sizeof(peer)) == sizeof(peer),
+	      "exchange");
+	connect_rc(qp, peer.qpn, peer.gid, 1, ACCESS);
+	char go;
+	if (target == 0) {
+		CHECK(write(out, "r", 1) == 1 && read(in, &go, 1) == 1, "wait for the requester");
+		if (execs)
+			execl("/proc/self/exe", argv[0], "victim", (char *)NULL);
+		pause(); /* kill: until killed */
+		return 1;
+	}
+	CHECK(read(in, &go, 1) == 1, "the target is connected");
+	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_send_wr w = { .sg_list = &s, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	if (execs) {
+		/* The pipes are close-on-exec: end of file once it exec'd. */
+		CHECK(write(out, "x", 1) == 1 && read(in, &go, 1) == 0, "the target's exec");
+		w.opcode = IBV_WR_RDMA_WRITE;
+		w.wr.rdma.remote_addr = peer.addr;
+		w.wr.rdma.rkey = peer.rkey;
+	} else {
+		w.opcode = IBV_WR_SEND;
+		CHECK(!ibv_post_send(qp, &w, &bad), "post SEND");
+		CHECK(completion(cq, 0.3) == -1, "the SEND completed without a receive WR");
+		kill(target, SIGKILL);
+	}
+	double t0 = now();
+	int status, landed = 0;
+	do {
+		if (execs)
+			CHECK(!ibv_post_send(qp, &w, &bad), "post WRITE");
+		status = completion(cq, 20);
+	} while (execs && status == IBV_WC_SUCCESS && ++landed < 1000);
+	CHECK(status == IBV_WC_RETRY_EXC_ERR, "%s after the target's %s: %s (%d WRITEs landed)",
+	      execs ? "WRITE" : "SEND", argv[1],
+	      status < 0 ? "no completion in 20 s" : ibv_wc_status_str(status), landed);
+	kill(target, SIGKILL);
+	waitpid(target, NULL, 0);
+	printf("peer_ends %s ok: RETRY_EXC_ERR %.2f s after (%d WRITEs landed first)\n", argv[1],
+	       now() - t0, landed);
+	return 0;
+}
