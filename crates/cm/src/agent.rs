@@ -1825,11 +1825,6 @@ impl Agent {
     }
 }
 
-/// The id a connection request (REQ or SIDR_REQ) to `listener` makes,
-/// bound to device `device` at `local`, from `peer`. It does not hold the
-/// listener's port: destroying the listener releases the port while this
-/// connection lives, as in the kernel (a server may bind it again at
-/// once).
 /// The kernel's `net.rdma_ucm.max_backlog` default: the backlog of a
 /// listener that asks for none, or for more.
 const MAX_BACKLOG: u32 = 1024;
@@ -1843,6 +1838,11 @@ fn listen_backlog(asked: u32) -> u32 {
     }
 }
 
+/// The id a connection request (REQ or SIDR_REQ) to `listener` makes,
+/// bound to device `device` at `local`, from `peer`. It does not hold the
+/// listener's port: destroying the listener releases the port while this
+/// connection lives, as in the kernel (a server may bind it again at
+/// once).
 fn requested_id(
     handle: u32,
     listener: &CmId,

@@ -1299,8 +1299,8 @@ mod tests {
     /// A memfd of `bytes` bytes, sealed against shrinking if `sealed`.
     fn memfd(bytes: u64, sealed: bool) -> OwnedFd {
         use rustix::fs::{MemfdFlags, SealFlags};
-        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-            .unwrap();
+        let fd =
+            rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
         rustix::fs::ftruncate(&fd, bytes).unwrap();
         if sealed {
             rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK).unwrap();

@@ -271,7 +271,10 @@ impl SameHost {
             None => true,
             Some(Found::No(_, at)) => at.elapsed() > REFUSAL_KEPT,
             // The owner may have left and the block gone to another.
-            Some(Found::Peer(p)) => p.region.qps().lookup(op.dest_qpn).is_none() && is_gone(p.pid),
+            Some(Found::Peer(p)) => {
+                p.region.owner_gone()
+                    || p.region.qps().lookup(op.dest_qpn).is_none() && is_gone(p.pid)
+            }
         };
         if refresh {
             let found = self.look_up(endpoint, op.dest_qpn);
@@ -367,7 +370,8 @@ impl SameHost {
         // A refusal may not last (the daemon restarted, the peer came
         // up), and a peer that is gone gave its block back: ask again.
         let stale = match self.peers.get(&block) {
-            Some(Found::Peer(p)) => is_gone(p.pid),
+            // Gone by the daemon's word too: an exec'd owner keeps its pid.
+            Some(Found::Peer(p)) => p.region.owner_gone() || is_gone(p.pid),
             Some(Found::No(..)) | None => true,
         };
         if stale {
