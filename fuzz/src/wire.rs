@@ -3,14 +3,18 @@
 //! The input is tried both as a RoCE packet (BTH through ICRC, what the
 //! engine receives) and as an IP datagram (what the UDP transport splits
 //! and checks). Nothing may panic, and whatever parses must survive the
-//! trip back: building the parsed view again gives a packet of the same
+//! trip back (but for a reserved AETH syndrome, which parses for the
+//! requester to answer and which the builder refuses to write): building
+//! the parsed view again gives a packet of the same
 //! length that parses to the same headers and payload, and building is
 //! idempotent. Sealing with a flow verifies with that flow, and a flipped
 //! covered bit does not; sealing for an IPv4 identification (taken from
 //! the input) verifies without knowing it and gives it back, and a flipped
 //! bit does not (the receiver's recovery of the identification).
 
-use softverbs_wire::{icrc, Flow, IpPacket, IpPair, PacketBuilder, PacketView, ICRC_LEN};
+use softverbs_wire::{
+    icrc, Flow, IpPacket, IpPair, PacketBuilder, PacketView, Syndrome, WireError, ICRC_LEN,
+};
 use std::net::Ipv4Addr;
 
 /// Runs every check on one input.
@@ -34,6 +38,17 @@ pub fn check_packet(data: &[u8]) {
     let Ok(view) = PacketView::parse(data) else {
         return;
     };
+    if let Some(Syndrome::Reserved(byte)) = view.aeth().map(|a| a.syndrome) {
+        let builder = PacketBuilder {
+            bth: *view.bth(),
+            ext: *view.ext(),
+            payload: view.payload(),
+        };
+        let mut buf = vec![0u8; builder.wire_len()];
+        let refused = builder.build_unsealed(&mut buf);
+        assert_eq!(refused, Err(WireError::ReservedSyndrome(byte)));
+        return;
+    }
     let rebuilt = rebuild(&view);
     assert_eq!(rebuilt.len(), data.len(), "rebuilt length differs");
     let again = PacketView::parse(&rebuilt)
