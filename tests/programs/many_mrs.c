@@ -13,8 +13,6 @@
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 #define LEN 4096
 
-struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
-
 /* Posts one signaled WR of `opcode` between `buf` and the peer's MR and
  * waits for its completion, which must succeed. */
 static void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf,
@@ -37,15 +35,8 @@ static void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char
 int main(int argc, char **argv)
 {
 	int mrs = argc > 1 ? atoi(argv[1]) : 70000;
-	int to_initiator[2], to_target[2];
-	/* Close-on-exec: a daemon a context starts must not hold them open. */
-	CHECK(!pipe2(to_initiator, O_CLOEXEC) && !pipe2(to_target, O_CLOEXEC), "pipe");
-	pid_t target = fork();
-	CHECK(target >= 0, "fork");
-	/* Each end keeps only its own pipe ends, so that one that exits
-	 * early (a failed check) ends the other's read. */
-	close(target == 0 ? to_initiator[0] : to_initiator[1]);
-	close(target == 0 ? to_target[1] : to_target[0]);
+	struct link link;
+	pid_t target = fork_linked(&link);
 	struct ibv_context *ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open softverbs0");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -57,21 +48,11 @@ int main(int argc, char **argv)
 	char *buf = aligned_alloc(LEN, LEN);
 	memset(buf, target == 0 ? 0 : 0x5a, LEN);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
-	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
-						.max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
-	CHECK(mr && qp, "MR, QP");
-	struct end me = { .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf }, peer;
-	CHECK(!ibv_query_gid(ctx, 1, 1, &me.gid), "query_gid");
-	int out = target == 0 ? to_initiator[1] : to_target[1];
-	int in = target == 0 ? to_target[0] : to_initiator[0];
-	CHECK(write(out, &me, sizeof(me)) == sizeof(me) && read(in, &peer, sizeof(peer)) == sizeof(peer),
-	      "exchange");
-	connect_rc(qp, peer.qpn, peer.gid, 1, ACCESS);
+	struct end peer;
+	struct ibv_qp *qp = connect_linked(&link, pd, cq, mr, ACCESS, &peer);
 	char done;
 	if (target == 0) {
-		CHECK(read(in, &done, 1) == 1, "wait for the initiator");
+		CHECK(read(link.in, &done, 1) == 1, "wait for the initiator");
 		CHECK(buf[0] == 0x5a && buf[63] == 0x5a && buf[64] == 0, "the WRITE's bytes");
 		return 0;
 	}
@@ -79,7 +60,7 @@ int main(int argc, char **argv)
 	memset(buf, 0, 64);
 	one_wr(qp, cq, mr, buf, &peer, IBV_WR_RDMA_READ, "READ");
 	CHECK(buf[0] == 0x5a && buf[63] == 0x5a, "the READ's bytes");
-	CHECK(write(out, "x", 1) == 1, "release the target");
+	CHECK(write(link.out, "x", 1) == 1, "release the target");
 	int status;
 	CHECK(waitpid(target, &status, 0) == target && WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	      "the target failed");

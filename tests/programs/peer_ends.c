@@ -28,8 +28,6 @@
 /* Where the target's MR and the victim's page lie. */
 #define FIXED ((void *)0x7e0000000000UL)
 
-struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
-
 static double now(void)
 {
 	struct timespec t;
@@ -66,12 +64,8 @@ int main(int argc, char **argv)
 	CHECK(argc == 2 && (!strcmp(argv[1], "exec") || !strcmp(argv[1], "kill")),
 	      "usage: peer_ends exec|kill");
 	int execs = !strcmp(argv[1], "exec");
-	int to_requester[2], to_target[2];
-	CHECK(!pipe2(to_requester, O_CLOEXEC) && !pipe2(to_target, O_CLOEXEC), "pipe");
-	pid_t target = fork();
-	CHECK(target >= 0, "fork");
-	close(target == 0 ? to_requester[0] : to_requester[1]);
-	close(target == 0 ? to_target[1] : to_target[0]);
+	struct link link;
+	pid_t target = fork_linked(&link);
 	struct ibv_context *ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open softverbs0");
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -79,32 +73,23 @@ int main(int argc, char **argv)
 	char *buf = target == 0 ? fixed_page() : aligned_alloc(LEN, LEN);
 	memset(buf, target == 0 ? 0 : 0x5a, LEN);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
-	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
-						.max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
-	CHECK(pd && cq && mr && qp, "PD, CQ, MR, QP");
-	struct end me = { .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf }, peer;
-	CHECK(!ibv_query_gid(ctx, 1, 1, &me.gid), "query_gid");
-	int out = target == 0 ? to_requester[1] : to_target[1];
-	int in = target == 0 ? to_target[0] : to_requester[0];
-	CHECK(write(out, &me, sizeof(me)) == sizeof(me) && read(in, &peer, sizeof(peer)) == sizeof(peer),
-	      "exchange");
-	connect_rc(qp, peer.qpn, peer.gid, 1, ACCESS);
+	CHECK(pd && cq, "PD, CQ");
+	struct end peer;
+	struct ibv_qp *qp = connect_linked(&link, pd, cq, mr, ACCESS, &peer);
 	char go;
 	if (target == 0) {
-		CHECK(write(out, "r", 1) == 1 && read(in, &go, 1) == 1, "wait for the requester");
+		CHECK(write(link.out, "r", 1) == 1 && read(link.in, &go, 1) == 1, "wait for the requester");
 		if (execs)
 			execl("/proc/self/exe", argv[0], "victim", (char *)NULL);
 		pause(); /* kill: until killed */
 		return 1;
 	}
-	CHECK(read(in, &go, 1) == 1, "the target is connected");
+	CHECK(read(link.in, &go, 1) == 1, "the target is connected");
 	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
 	struct ibv_send_wr w = { .sg_list = &s, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED }, *bad;
 	if (execs) {
 		/* The pipes are close-on-exec: end of file once it exec'd. */
-		CHECK(write(out, "x", 1) == 1 && read(in, &go, 1) == 0, "the target's exec");
+		CHECK(write(link.out, "x", 1) == 1 && read(link.in, &go, 1) == 0, "the target's exec");
 		w.opcode = IBV_WR_RDMA_WRITE;
 		w.wr.rdma.remote_addr = peer.addr;
 		w.wr.rdma.rkey = peer.rkey;

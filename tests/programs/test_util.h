@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <unistd.h>
 
 /* Exits 1 with the message unless the condition holds. */
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
@@ -50,6 +53,51 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t dest, union ibv_gid dg
 	a.max_rd_atomic = 1;
 	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
+}
+
+/* Two processes, a target (the child) and its peer, and the pipes between
+ * them: `in` and `out` are each side's own ends (close-on-exec, so that
+ * a daemon a context starts does not hold them; the other side's ends
+ * closed, so that one that exits early ends the other's read). Returns
+ * fork's value. */
+struct link { int in, out; };
+static inline pid_t fork_linked(struct link *l)
+{
+	int to_peer[2], to_target[2];
+	CHECK(!pipe(to_peer) && !pipe(to_target), "pipe");
+	for (int i = 0; i < 2; i++)
+		CHECK(!fcntl(to_peer[i], F_SETFD, FD_CLOEXEC) &&
+		      !fcntl(to_target[i], F_SETFD, FD_CLOEXEC), "close-on-exec");
+	pid_t target = fork();
+	CHECK(target >= 0, "fork");
+	close(target == 0 ? to_peer[0] : to_peer[1]);
+	close(target == 0 ? to_target[1] : to_target[0]);
+	l->in = target == 0 ? to_target[0] : to_peer[0];
+	l->out = target == 0 ? to_peer[1] : to_target[1];
+	return target;
+}
+
+/* What one side of a linked pair tells the other: its QP, the MR it
+ * offers and its GID index 1 GID. */
+struct end { uint32_t qpn, rkey; uint64_t addr; union ibv_gid gid; };
+
+/* An RC QP on `cq` for both queues, 4 WRs of one SGE each way; tells
+ * the other side of `l` about it and `mr`, and connects it to theirs
+ * (`peer`), granting `access`. */
+static inline struct ibv_qp *connect_linked(struct link *l, struct ibv_pd *pd, struct ibv_cq *cq,
+					    struct ibv_mr *mr, int access, struct end *peer)
+{
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(mr && qp, "MR, QP");
+	struct end me = { .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)mr->addr };
+	CHECK(!ibv_query_gid(pd->context, 1, 1, &me.gid), "query_gid");
+	CHECK(write(l->out, &me, sizeof(me)) == sizeof(me) &&
+	      read(l->in, peer, sizeof(*peer)) == sizeof(*peer), "exchange");
+	connect_rc(qp, peer->qpn, peer->gid, 1, access);
+	return qp;
 }
 
 /* Moves an RC QP of port 1 to RTS, connected to itself through GID
