@@ -10,6 +10,11 @@
  * connection close, so a WRITE or two may still land just after the
  * exec; before, every one did, into the new image's memory.)
  *
+ * return: as exec, and then the new image (same pid) opens the device
+ * again and connects a new QP to a new one of the requester, which must
+ * reach it: a WRITE lands in its new MR (one pid, an old context gone
+ * and a new one to serve).
+ *
  * kill: the target posts no receive WR, so the requester's SEND, with
  * rnr_retry 7 (retry for ever), waits in RNR retries; the target is then
  * killed. The SEND must end in RETRY_EXC_ERR, not wait for ever. */
@@ -54,16 +59,44 @@ static char *fixed_page(void)
 	return p;
 }
 
+/* The new image of `return`: connects over `back` and checks that the
+ * requester's WRITE lands in its new MR. */
+static int come_back(struct link *back)
+{
+	char *buf = fixed_page();
+	struct ibv_context *ctx = open_device_named("softverbs0");
+	CHECK(ctx, "open softverbs0 again");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(pd && cq, "PD, CQ again");
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
+	struct end peer;
+	connect_linked(back, pd, cq, mr, ACCESS, &peer);
+	char done;
+	CHECK(write(back->out, "r", 1) == 1 && read(back->in, &done, 1) == 1, "the WRITE");
+	CHECK(buf[0] == 0x5a && buf[63] == 0x5a && buf[64] == 0, "the WRITE landed in the new MR");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc == 2 && !strcmp(argv[1], "victim")) {
+	if (argc >= 2 && !strcmp(argv[1], "victim")) {
+		if (argc == 4) {
+			struct link back = { atoi(argv[2]), atoi(argv[3]) };
+			return come_back(&back);
+		}
 		fixed_page(); /* what the old rkey's address now names */
 		pause();
 		return 0;
 	}
-	CHECK(argc == 2 && (!strcmp(argv[1], "exec") || !strcmp(argv[1], "kill")),
-	      "usage: peer_ends exec|kill");
-	int execs = !strcmp(argv[1], "exec");
+	CHECK(argc == 2 && (!strcmp(argv[1], "exec") || !strcmp(argv[1], "return") ||
+			    !strcmp(argv[1], "kill")),
+	      "usage: peer_ends exec|return|kill");
+	int returns = !strcmp(argv[1], "return");
+	int execs = returns || !strcmp(argv[1], "exec");
+	/* For `return`: pipes the exec keeps open, for the new image. */
+	int to_victim[2], from_victim[2];
+	CHECK(!returns || (!pipe(to_victim) && !pipe(from_victim)), "pipe");
 	struct link link;
 	pid_t target = fork_linked(&link);
 	struct ibv_context *ctx = open_device_named("softverbs0");
@@ -79,8 +112,14 @@ int main(int argc, char **argv)
 	char go;
 	if (target == 0) {
 		CHECK(write(link.out, "r", 1) == 1 && read(link.in, &go, 1) == 1, "wait for the requester");
-		if (execs)
+		if (returns) {
+			char in[16], out[16];
+			snprintf(in, sizeof(in), "%d", to_victim[0]);
+			snprintf(out, sizeof(out), "%d", from_victim[1]);
+			execl("/proc/self/exe", argv[0], "victim", in, out, (char *)NULL);
+		} else if (execs) {
 			execl("/proc/self/exe", argv[0], "victim", (char *)NULL);
+		}
 		pause(); /* kill: until killed */
 		return 1;
 	}
@@ -109,9 +148,27 @@ int main(int argc, char **argv)
 	CHECK(status == IBV_WC_RETRY_EXC_ERR, "%s after the target's %s: %s (%d WRITEs landed)",
 	      execs ? "WRITE" : "SEND", argv[1],
 	      status < 0 ? "no completion in 20 s" : ibv_wc_status_str(status), landed);
-	kill(target, SIGKILL);
-	waitpid(target, NULL, 0);
-	printf("peer_ends %s ok: RETRY_EXC_ERR %.2f s after (%d WRITEs landed first)\n", argv[1],
-	       now() - t0, landed);
+	double ended = now() - t0;
+	if (returns) {
+		struct link back = { from_victim[0], to_victim[1] };
+		struct end again;
+		struct ibv_qp *qp2 = connect_linked(&back, pd, cq, mr, ACCESS, &again);
+		CHECK(read(back.in, &go, 1) == 1, "the new image is connected");
+		w.wr.rdma.remote_addr = again.addr;
+		w.wr.rdma.rkey = again.rkey;
+		CHECK(!ibv_post_send(qp2, &w, &bad), "post WRITE to the new image");
+		status = completion(cq, 20);
+		CHECK(status == IBV_WC_SUCCESS, "WRITE to the target's new image: %s",
+		      status < 0 ? "no completion in 20 s" : ibv_wc_status_str(status));
+		int exit_status;
+		CHECK(write(back.out, "d", 1) == 1 && waitpid(target, &exit_status, 0) == target &&
+			      WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0,
+		      "the new image saw the WRITE");
+	} else {
+		kill(target, SIGKILL);
+		waitpid(target, NULL, 0);
+	}
+	printf("peer_ends %s ok: RETRY_EXC_ERR %.2f s after (%d WRITEs landed first)%s\n", argv[1],
+	       ended, landed, returns ? "; the new image was reached" : "");
 	return 0;
 }

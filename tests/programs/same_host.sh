@@ -248,12 +248,14 @@ fi
 
 # A target that ends while connected (peer_ends.c): one that replaces its
 # image (exec), keeping its pid, is no longer written to (every WRITE
-# landed in the new image); one killed while its peer's SEND waits in RNR
-# retries (rnr_retry 7) ends that SEND (it waited for ever). Both end in
-# RETRY_EXC_ERR, as from a dead host.
+# landed in the new image), and the new image, when it opens the device
+# again, is reached by a new connection; one killed while its peer's SEND
+# waits in RNR retries (rnr_retry 7) ends that SEND (it waited for ever).
+# Each ends in RETRY_EXC_ERR, as from a dead host.
 if cc -O1 -o "$log/peer_ends" "$here/peer_ends.c" -libverbs 2> "$log/cc"; then
-  for how in exec kill; do
+  for how in exec return kill; do
     name="a connected target's $how ends its peer's WR in RETRY_EXC_ERR"
+    [ $how = return ] && name="a connected target's exec ends its peer's WR, and its new image is reached anew"
     if SOFTVERBS_SHM=1 timeout 60 "$log/peer_ends" $how > "$log/peer_ends.$how" 2>&1; then
       ok "$name"
     else
