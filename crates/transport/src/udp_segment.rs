@@ -26,31 +26,37 @@ const MESSAGE_LEN: usize = DATA_AT + size_of::<u16>();
 pub(crate) const SPACE: usize = cmsg_align(MESSAGE_LEN);
 
 /// The control message of a send the kernel cuts into `segment`-byte
-/// datagrams (the last may be shorter).
+/// datagrams (the last may be shorter). Written field by field at the
+/// libc crate's offsets and widths, without building a `cmsghdr` (musl's
+/// has private padding fields, and `cmsg_len` is `size_t` in glibc but
+/// `socklen_t` in musl).
 pub(crate) fn control(segment: u16) -> [u8; SPACE] {
-    let header = libc::cmsghdr {
-        cmsg_len: MESSAGE_LEN as _,
-        cmsg_level: libc::SOL_UDP,
-        cmsg_type: libc::UDP_SEGMENT,
-    };
     let mut c = [0u8; SPACE];
-    put(
-        &mut c,
-        offset_of!(libc::cmsghdr, cmsg_len),
-        &header.cmsg_len.to_ne_bytes(),
-    );
+    let len_at = offset_of!(libc::cmsghdr, cmsg_len);
+    match field_size(|h: &libc::cmsghdr| &h.cmsg_len) {
+        4 => put(&mut c, len_at, &(MESSAGE_LEN as u32).to_ne_bytes()),
+        _ => put(&mut c, len_at, &(MESSAGE_LEN as u64).to_ne_bytes()),
+    }
+    let level: libc::c_int = libc::SOL_UDP;
+    let kind: libc::c_int = libc::UDP_SEGMENT;
     put(
         &mut c,
         offset_of!(libc::cmsghdr, cmsg_level),
-        &header.cmsg_level.to_ne_bytes(),
+        &level.to_ne_bytes(),
     );
     put(
         &mut c,
         offset_of!(libc::cmsghdr, cmsg_type),
-        &header.cmsg_type.to_ne_bytes(),
+        &kind.to_ne_bytes(),
     );
     put(&mut c, DATA_AT, &segment.to_ne_bytes());
     c
+}
+
+/// The size of the field `field` names (the closure is never called: it
+/// only gives the field's type).
+fn field_size<T, F>(_field: fn(&T) -> &F) -> usize {
+    size_of::<F>()
 }
 
 fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
