@@ -12,6 +12,9 @@
  *  - a failing ibv_modify_qp sets errno to the value it returns;
  *  - an AH whose flow label is wider than 20 bits (UCX passes ~0);
  *  - the context's cmd_fd is a real descriptor;
+ *  - a child made by fork closes its copy of the context (a cleanup
+ *    path shared with the parent): 0, nothing printed (a Rust panic was),
+ *    and the parent's context works on;
  *  - a SEND longer than its receive WR, on a QP connected to itself: the
  *    receive WR completes with IBV_WC_LOC_LEN_ERR.
  * Prints "app mistakes ok". */
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include "test_util.h"
@@ -126,6 +130,32 @@ static void a_send_longer_than_its_receive(void)
 	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr), "destroy");
 }
 
+/* A forked child closes the context it inherited, as a kernel
+ * provider's child closes its copy of the device file: 0 and silence. */
+static void a_forked_child_closes_its_copy(void)
+{
+	int err[2];
+	CHECK(!pipe(err), "pipe");
+	pid_t child = fork();
+	CHECK(child >= 0, "fork");
+	if (child == 0) {
+		dup2(err[1], 2);
+		close(err[0]);
+		_exit(ibv_close_device(ctx) == 0 ? 0 : 1);
+	}
+	close(err[1]);
+	char said[512], rest[512];
+	ssize_t n, all = 0;
+	while ((n = read(err[0], all < 511 ? said + all : rest, all < 511 ? 511 - all : 512)) > 0)
+		all = all < 511 ? all + n : all; /* the first 511 bytes are kept */
+	said[all] = 0;
+	close(err[0]);
+	int status;
+	CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "the child's ibv_close_device failed (status %#x)", status);
+	CHECK(all == 0, "the child's ibv_close_device printed: %s", said);
+}
+
 static void registration_checks(void)
 {
 	expect_reg_fails(NULL, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "NULL");
@@ -215,7 +245,8 @@ int main(void)
 	registration_checks();
 	post_checks();
 	unmapped_under_an_mr();
-	a_send_longer_than_its_receive();
+	a_forked_child_closes_its_copy();
+	a_send_longer_than_its_receive(); /* the parent's context after the child's close */
 
 	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	puts("app mistakes ok");

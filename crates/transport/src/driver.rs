@@ -183,6 +183,9 @@ struct Shared<M> {
 pub struct Driver<M: HostMemory + Send + 'static> {
     shared: Arc<Shared<M>>,
     thread: Option<JoinHandle<()>>,
+    /// The process that opened it: a child made by `fork` has a copy of
+    /// the driver but not its progress thread.
+    opened_by: u32,
 }
 
 impl<M: HostMemory + Send + 'static> std::fmt::Debug for Driver<M> {
@@ -288,6 +291,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         Ok(Driver {
             shared,
             thread: Some(thread),
+            opened_by: std::process::id(),
         })
     }
 
@@ -605,6 +609,17 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
 
 impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
     fn drop(&mut self) {
+        if std::process::id() != self.opened_by {
+            // A forked child closes its copy, as it would close its copy
+            // of a kernel device's file: the context is the parent's, with
+            // its thread, its packets and its published state (the
+            // thread's reference keeps the shared state from being
+            // dropped here). Nothing to flush, stop or join.
+            if let Some(thread) = self.thread.take() {
+                std::mem::forget(thread);
+            }
+            return;
+        }
         if std::env::var_os(STATS_VAR).is_some_and(|v| v != "0") {
             let (summary, held) = {
                 let state = self.shared.state.lock();
