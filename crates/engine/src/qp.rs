@@ -125,11 +125,6 @@ impl Qp {
         }
     }
 
-    /// Path MTU in bytes: the QP's for RC/UC, the port's for UD.
-    pub(crate) fn mtu(&self) -> u32 {
-        path_mtu(self.qp_type, &self.attr, self.port_mtu)
-    }
-
     /// Back to RESET: queues emptied without completions, transport state
     /// forgotten.
     pub(crate) fn reset(&mut self) {

@@ -365,6 +365,10 @@ impl SendSide<'_> {
             self.local_invalidate(ctx, entry);
             return true;
         }
+        if self.qp_type == QpType::Ud && entry.len > self.mtu() {
+            self.pass_over(ctx, entry);
+            return true;
+        }
         self.req.next_psn = self.req.next_psn.wrapping_add(entry.npkts);
         if op.is_rd_atomic() {
             self.req.rd_atomic += 1;
@@ -424,6 +428,15 @@ impl SendSide<'_> {
         } else {
             self.retire(ctx);
         }
+    }
+
+    /// A UD message longer than the MTU: no packet and no error (IBTA
+    /// C10-93.1.1), so the WR completes with success, in its turn, having
+    /// sent nothing (rxe: "fake a successful UD send").
+    fn pass_over(&mut self, ctx: &mut Ctx<'_>, mut entry: InFlight) {
+        entry.done = true;
+        self.req.inflight.push_back(entry);
+        self.retire(ctx);
     }
 
     /// Bookkeeping after a packet of entry `idx` went out.

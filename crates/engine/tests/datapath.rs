@@ -152,6 +152,40 @@ fn rc_read_of_several_mtus_and_of_zero_bytes() {
     );
 }
 
+/// An atomic's local buffer may be longer than its 8 bytes (rxe's
+/// provider refuses shorter only): the original value lands in the first
+/// 8, the rest is left alone, on the wire and on the same host.
+#[test]
+fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
+    for same_host in [false, true] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        let (qa, _) = p.connect(QpType::Rc, Link::default());
+        p.b.mem
+            .write(MEM_BASE + 0x100, &40u64.to_ne_bytes())
+            .unwrap();
+        p.a.mem.write(MEM_BASE + 0x800, &[0xEE; 16]).unwrap();
+        let sge = [p.a.sge(0x800, 16)];
+        let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+        add.atomic = AtomicTarget {
+            remote_addr: MEM_BASE + 0x100,
+            compare_add: 2,
+            swap: 0,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &add).unwrap();
+        p.run(100);
+        let done: Vec<_> = p.a.poll().iter().map(|w| (w.status, w.byte_len)).collect();
+        assert_eq!(done, [(WcStatus::Success, 8)], "same host: {same_host}");
+        assert_eq!(p.a.mem.slice(MEM_BASE + 0x800, 8), &40u64.to_ne_bytes());
+        assert_eq!(p.a.mem.slice(MEM_BASE + 0x808, 8), &[0xEE; 8]);
+        assert_eq!(p.b.mem.slice(MEM_BASE + 0x100, 8), &42u64.to_ne_bytes());
+    }
+}
+
 #[test]
 fn rc_atomics_return_the_original_value() {
     let mut p = Pair::new();
@@ -319,6 +353,61 @@ fn ud_wrong_qkey_is_dropped() {
     p.run(100);
     assert_eq!(p.a.poll().len(), 1, "the sender completes");
     assert!(p.b.poll().is_empty(), "the receiver drops it");
+}
+
+/// Rule (IBTA C10-93.1.1): a UD message longer than the MTU sends no
+/// packet and is no error: its WR completes with success, in its turn
+/// (rxe: "fake a successful UD send"), on the wire and on the same host.
+#[test]
+fn a_ud_message_above_the_mtu_sends_nothing_and_completes() {
+    for same_host in [false, true] {
+        let mut p = if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        };
+        let (qa, qb) = p.connect(QpType::Ud, Link::default());
+        let mtu = p.a.e.query_port(1).unwrap().active_mtu.bytes();
+        for id in 0..3 {
+            post_recv(&mut p.b, qb, id, 0x10000 * (id + 1), mtu + 64);
+        }
+        let av = AhAttr {
+            grh: GlobalRoute {
+                dgid: p.b.gid,
+                ..av().grh
+            },
+            ..av()
+        };
+        let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
+        let target = Some(UdTarget {
+            ah,
+            remote_qpn: p.b.e.qp_num(qb).unwrap(),
+            remote_qkey: 0x8000_0000, // the QP's own
+        });
+        for (id, len) in [(1, 100), (2, mtu + 1), (3, 100)] {
+            let sge = [p.a.sge(0, len)];
+            let s = SendWr {
+                ud: target,
+                ..wr(id, send_opcode::SEND, &sge)
+            };
+            p.a.e.post_send(qa, &s).unwrap();
+        }
+        let sent = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = sent.clone();
+        p.filter = Box::new(move |from_a, _| {
+            counted.set(counted.get() + usize::from(from_a));
+            Fate::Deliver
+        });
+        p.run(100);
+        let done: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+        let ok = WcStatus::Success;
+        assert_eq!(done, [(1, ok), (2, ok), (3, ok)], "same host: {same_host}");
+        let received: Vec<_> = p.b.poll().iter().map(|w| w.byte_len).collect();
+        assert_eq!(received, [140, 140], "two datagrams and their GRHs");
+        if !same_host {
+            assert_eq!(sent.get(), 2, "no packet for the long one");
+        }
+    }
 }
 
 #[test]
