@@ -17,7 +17,7 @@ use crate::context::{state, ContextState};
 use crate::convert::imm_from_c;
 use crate::ffi::*;
 use crate::guard::guard;
-use crate::verbs_basic::{err, null, SoftAh};
+use crate::verbs_basic::{ah_in, err, null};
 use crate::verbs_qp::{create_qp, inline_bytes, qp_id, sges, SoftQp};
 use softverbs_engine::{
     send_flags, send_opcode, AtomicTarget, ErrorKind, InlineData, QpId, RdmaTarget, SendWr, Sge,
@@ -385,12 +385,16 @@ wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs
     unsafe { set(qp, |w, limits| set_inline(w, bufs, limits)) }
 });
 wr_fn!(/// `ibv_wr_set_ud_addr`.
-wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp, ah: *mut ibv_ah, remote_qpn, remote_qkey| {
+wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn, remote_qkey| {
     if ah.is_null() {
         return;
     }
-    // SAFETY: an AH of ours; its engine handle is a plain field read.
-    let ah = unsafe { (*(ah as *mut SoftAh)).id };
+    // SAFETY: a live AH (ibv_wr_set_ud_addr(3)) and our extended QP.
+    let Some(ah) = (unsafe { ah_in(ah, (*qp).qp_base.context) }) else {
+        // SAFETY: as wr_send.
+        unsafe { set(qp, |_, _| Err(einval("the AH is not of the QP's context"))) };
+        return;
+    };
     let ud = UdTarget { ah, remote_qpn, remote_qkey };
     // SAFETY: as wr_send.
     unsafe {

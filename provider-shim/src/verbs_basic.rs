@@ -551,6 +551,19 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     })
 }
 
+/// The engine handle of `ah` when it is an AH of `context`; None for an
+/// AH of another context: another softverbs context's handle would name
+/// an AH of this one (another device's AH is no `SoftAh` at all), where
+/// rxe fails the WR (the AH's PD is not the QP's).
+///
+/// # Safety
+/// `ah` is a live AH made through libibverbs, which sets its `context`.
+pub unsafe fn ah_in(ah: *mut ibv_ah, context: *mut ibv_context) -> Option<AhId> {
+    // SAFETY: a live AH's header, written by libibverbs; only an AH of
+    // `context`, one of ours, is read as a SoftAh.
+    unsafe { ((*ah).context == context).then(|| (*(ah as *mut SoftAh)).id) }
+}
+
 /// `create_ah`.
 ///
 /// # Safety

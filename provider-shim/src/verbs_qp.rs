@@ -4,7 +4,7 @@ use crate::context::state;
 use crate::convert::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c, wr_imm_or_rkey};
 use crate::ffi::*;
 use crate::guard::{guard, verb};
-use crate::verbs_basic::{cq_id, err, null, pd_id, SoftAh};
+use crate::verbs_basic::{ah_in, cq_id, err, null, pd_id};
 use softverbs_engine::{
     send_flags, AtomicTarget, Engine, ErrorKind, InlineData, QpAttrMask, QpCap, QpId, QpInitAttr,
     RdmaTarget, RecvWr, SendWr, Sge, SgeList, SrqAttr, SrqAttrMask, SrqId, UdTarget, VerbsError,
@@ -283,7 +283,7 @@ pub unsafe extern "C" fn post_send(
                 // SAFETY: a caller-provided WR list.
                 let w = unsafe { &*cur };
                 // SAFETY: the WR's SGE array, its count checked first.
-                let r = unsafe { post_one_send(e, id, w, cap, is_ud) };
+                let r = unsafe { post_one_send(e, id, w, cap, is_ud.then_some((*qp).context)) };
                 if let Err(error) = r {
                     // SAFETY: caller-provided out pointer.
                     unsafe { *bad_wr = cur };
@@ -300,13 +300,13 @@ pub unsafe extern "C" fn post_send(
 ///
 /// # Safety
 /// `w` is an application WR whose `sg_list` holds `num_sge` entries; on a
-/// UD QP its AH is NULL or ours.
+/// UD QP (`ud_context`, the QP's context) its AH is NULL or a live AH.
 unsafe fn post_one_send(
     e: &mut Engine,
     id: QpId,
     w: &ibv_send_wr,
     cap: QpCap,
-    is_ud: bool,
+    ud_context: Option<*mut ibv_context>,
 ) -> VerbsResult<()> {
     // SAFETY: per the caller's contract. Inline WRs too are bounded by
     // max_send_sge (rxe and mlx5 check the count whatever the flags).
@@ -317,32 +317,36 @@ unsafe fn post_one_send(
         InlineData::new()
     };
     // SAFETY: the WR's unions are read as the QP type means them.
-    let sw = unsafe { send_wr(w, &list, &inline, is_ud) }?;
+    let sw = unsafe { send_wr(w, &list, &inline, ud_context) }?;
     e.post_send(id, &sw)
 }
 
 /// # Safety
-/// On a UD QP (`is_ud`), `wr.ud.ah` must be NULL or one of our AHs; on
-/// other QPs the `wr.ud` member is never read, since the union then holds
-/// an RDMA or atomic target whose address is no pointer of ours.
+/// On a UD QP (`ud_context`, the QP's context), `wr.ud.ah` must be NULL
+/// or a live AH; on other QPs the `wr.ud` member is never read, since the
+/// union then holds an RDMA or atomic target whose address is no pointer
+/// of ours.
 pub unsafe fn send_wr<'a>(
     w: &ibv_send_wr,
     list: &'a [Sge],
     inline: &'a [u8],
-    is_ud: bool,
+    ud_context: Option<*mut ibv_context>,
 ) -> VerbsResult<SendWr<'a>> {
     // SAFETY: plain-data unions; any bit pattern is a valid reading.
     let (rdma, atomic, imm) = unsafe { (w.wr.rdma, w.wr.atomic, w.u.imm_data) };
-    let ud_target = if is_ud {
-        // SAFETY: a UD WR's union member is `ud`; its AH is ours or NULL.
-        let ud = unsafe { w.wr.ud };
-        (!ud.ah.is_null()).then(|| UdTarget {
-            ah: unsafe { (*(ud.ah as *mut SoftAh)).id },
-            remote_qpn: ud.remote_qpn,
-            remote_qkey: ud.remote_qkey,
-        })
-    } else {
-        None
+    let ud_target = match ud_context {
+        // SAFETY: a UD WR's union member is `ud`.
+        Some(context) => match unsafe { w.wr.ud } {
+            ud if ud.ah.is_null() => None,
+            ud => Some(UdTarget {
+                // SAFETY: a live AH, per the contract.
+                ah: unsafe { ah_in(ud.ah, context) }
+                    .ok_or_else(|| einval("the AH is not of the QP's context"))?,
+                remote_qpn: ud.remote_qpn,
+                remote_qkey: ud.remote_qkey,
+            }),
+        },
+        None => None,
     };
     Ok(SendWr {
         wr_id: w.wr_id,

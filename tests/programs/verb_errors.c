@@ -4,7 +4,10 @@
  * used by a CQ cannot be destroyed (EBUSY); a GID index past the table
  * makes ibv_query_gid fail; a completion event still unread when its CQ
  * is destroyed is dropped, as the kernel drops it (reading it would hand
- * the freed CQ to the program). Prints "verb errors ok". */
+ * the freed CQ to the program); a UD WR whose AH is another context's is
+ * EINVAL, through ibv_post_send and ibv_wr_* (it was sent to the address
+ * of this context's AH of the same engine handle). Prints "verb errors
+ * ok". */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -12,6 +15,61 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 #include "test_util.h"
+
+/* A UD QP of `pd` in RTS. */
+static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq, int extended)
+{
+	struct ibv_qp_init_attr_ex qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD, .pd = pd };
+	if (extended) {
+		qa.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		qa.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	}
+	struct ibv_qp *qp = ibv_create_qp_ex(pd->context, &qa);
+	CHECK(qp, "create UD QP");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11 };
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), "INIT");
+	a.qp_state = IBV_QPS_RTR;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE), "RTR");
+	a.qp_state = IBV_QPS_RTS;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), "RTS");
+	return qp;
+}
+
+/* An AH of another context (the same device opened again) on a UD WR. */
+static void an_ah_of_another_context(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_mr *mr)
+{
+	struct ibv_context *other = open_device_named("softverbs0");
+	struct ibv_pd *other_pd = other ? ibv_alloc_pd(other) : NULL;
+	CHECK(other_pd, "a second context");
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(pd->context, 1, 0, &gid), "query_gid");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1, .grh = { .dgid = gid, .hop_limit = 64 } };
+	struct ibv_ah *mine = ibv_create_ah(pd, &aa), *theirs = ibv_create_ah(other_pd, &aa);
+	CHECK(mine && theirs, "create_ah");
+	struct ibv_sge s = { (uintptr_t)mr->addr, 16, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 9, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+	w.wr.ud.ah = theirs;
+	w.wr.ud.remote_qpn = 1;
+	w.wr.ud.remote_qkey = 0x11;
+	struct ibv_qp *qp = ud_qp(pd, cq, 0);
+	CHECK(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "ibv_post_send with another context's AH");
+	struct ibv_qp *qpx = ud_qp(pd, cq, 1);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qpx);
+	ibv_wr_start(x);
+	x->wr_id = 10;
+	ibv_wr_send(x);
+	ibv_wr_set_ud_addr(x, theirs, 1, 0x11);
+	ibv_wr_set_sge(x, mr->lkey, (uintptr_t)mr->addr, 16);
+	CHECK(ibv_wr_complete(x) == EINVAL, "ibv_wr_* with another context's AH");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a completion for a refused WR");
+	CHECK(!ibv_destroy_qp(qp) && !ibv_destroy_qp(qpx) && !ibv_destroy_ah(mine) && !ibv_destroy_ah(theirs),
+	      "destroy");
+	CHECK(!ibv_dealloc_pd(other_pd) && !ibv_close_device(other), "close the second context");
+}
 
 int main(void)
 {
@@ -63,6 +121,8 @@ int main(void)
 		}
 	}
 	CHECK(seen == 2, "the first WR did not complete");
+
+	an_ah_of_another_context(pd, cq, mr);
 
 	/* An event left unread in the channel goes with its CQ. */
 	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
