@@ -128,10 +128,26 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
         // SAFETY: our QP and a caller-provided attr.
         let (st, id, a) = unsafe { (state((*qp).context), qp_id(qp), qp_attr_from_c(&*attr)) };
         let mask = QpAttrMask::from_bits_retain(mask as u32);
+        if mask.contains(QpAttrMask::QKEY) && a.qkey & CONTROLLED_QKEY != 0 && !has_net_raw() {
+            return libc::EPERM;
+        }
         st.driver
             .with(|e, _| e.modify_qp(id, &a, mask))
             .map_or_else(err, |()| 0)
     })
+}
+
+/// The Q_Key bit that makes a controlled (privileged) Q_Key, such as
+/// the GSI's (IBTA 10.2.5).
+const CONTROLLED_QKEY: u32 = 0x8000_0000;
+
+/// Whether this thread may set a controlled Q_Key: as the kernel's
+/// `ib_uverbs` decides since Linux 6.5, with CAP_NET_RAW (the kernel also
+/// allows it to everyone when the host's `rdma system set
+/// privileged-qkey on`, which has no counterpart here).
+fn has_net_raw() -> bool {
+    rustix::thread::capabilities(None)
+        .is_ok_and(|c| c.effective.contains(rustix::thread::CapabilitySet::NET_RAW))
 }
 
 /// `query_qp`: every attribute, whatever the mask asks.

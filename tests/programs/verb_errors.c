@@ -6,10 +6,14 @@
  * is destroyed is dropped, as the kernel drops it (reading it would hand
  * the freed CQ to the program); a UD WR whose AH is another context's is
  * EINVAL, through ibv_post_send and ibv_wr_* (it was sent to the address
- * of this context's AH of the same engine handle). Prints "verb errors
- * ok". */
+ * of this context's AH of the same engine handle); a controlled Q_Key
+ * (bit 31) is EPERM without CAP_NET_RAW, as on Linux 6.5 and later.
+ * Prints "verb errors ok". */
 #include <errno.h>
+#include <linux/capability.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +75,39 @@ static void an_ah_of_another_context(struct ibv_pd *pd, struct ibv_cq *cq, struc
 	CHECK(!ibv_dealloc_pd(other_pd) && !ibv_close_device(other), "close the second context");
 }
 
+/* Whether this thread has CAP_NET_RAW in its effective set; then, for
+ * `set` 0 or 1, drops it from or raises it into that set. */
+static int net_raw(int set)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	CHECK(!syscall(SYS_capget, &h, d), "capget");
+	int had = !!(d[0].effective & (1u << CAP_NET_RAW));
+	if (set >= 0) {
+		d[0].effective = set ? d[0].effective | (1u << CAP_NET_RAW) : d[0].effective & ~(1u << CAP_NET_RAW);
+		CHECK(!syscall(SYS_capset, &h, d), "capset");
+	}
+	return had;
+}
+
+/* A controlled Q_Key: the process needs CAP_NET_RAW (kernel ib_uverbs). */
+static void a_controlled_qkey(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp *qp = ud_qp(pd, cq, 0);
+	struct ibv_qp_attr a = { .qkey = 0x80000011 };
+	if (net_raw(-1)) {
+		CHECK(!ibv_modify_qp(qp, &a, IBV_QP_QKEY), "a controlled Q_Key with CAP_NET_RAW");
+		net_raw(0);
+		CHECK(ibv_modify_qp(qp, &a, IBV_QP_QKEY) == EPERM, "a controlled Q_Key without CAP_NET_RAW");
+		net_raw(1);
+	} else {
+		CHECK(ibv_modify_qp(qp, &a, IBV_QP_QKEY) == EPERM, "a controlled Q_Key without CAP_NET_RAW");
+	}
+	a.qkey = 0x11;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_QKEY), "an ordinary Q_Key");
+	CHECK(!ibv_destroy_qp(qp), "destroy");
+}
+
 int main(void)
 {
 	struct ibv_context *ctx = open_device_named("softverbs0");
@@ -123,6 +160,7 @@ int main(void)
 	CHECK(seen == 2, "the first WR did not complete");
 
 	an_ah_of_another_context(pd, cq, mr);
+	a_controlled_qkey(pd, cq);
 
 	/* An event left unread in the channel goes with its CQ. */
 	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
