@@ -166,9 +166,9 @@ impl Engine {
         }
     }
 
-    /// Inline size or SGE count, and the message length, by opcode:
-    /// atomics move exactly 8 bytes; inline data exists only
-    /// for SEND and WRITE; a UD message fits one MTU (rxe `validate_send_wr`).
+    /// Inline size or SGE count, and the message length, by opcode: an
+    /// atomic's local buffer holds its 8 bytes; inline data exists only
+    /// for SEND and WRITE (rxe's provider, `validate_send_wr`).
     fn check_send_data(&self, id: QpId, wr: &SendWr<'_>) -> VerbsResult<()> {
         let qp = &self.qps[id];
         let op = ReqOp::of(wr.opcode);
