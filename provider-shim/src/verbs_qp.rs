@@ -287,8 +287,9 @@ pub unsafe extern "C" fn post_send(
             return libc::EINVAL;
         }
         // SAFETY: our QP.
-        let (st, id, is_ud) =
-            unsafe { (state((*qp).context), qp_id(qp), (*qp).qp_type == IBV_QPT_UD) };
+        let (st, id, context) = unsafe { (state((*qp).context), qp_id(qp), (*qp).context) };
+        // SAFETY: our QP's public type field, written at its creation.
+        let ud_context = (unsafe { (*qp).qp_type } == IBV_QPT_UD).then_some(context);
         st.driver.post_send_with(|e, _| {
             let cap = match e.qp_cap(id) {
                 Ok(c) => c,
@@ -298,8 +299,9 @@ pub unsafe extern "C" fn post_send(
             while !cur.is_null() {
                 // SAFETY: a caller-provided WR list.
                 let w = unsafe { &*cur };
-                // SAFETY: the WR's SGE array, its count checked first.
-                let r = unsafe { post_one_send(e, id, w, cap, is_ud.then_some((*qp).context)) };
+                // SAFETY: the WR's SGE array, its count checked first;
+                // a UD WR's AH is the application's live AH.
+                let r = unsafe { post_one_send(e, id, w, cap, ud_context) };
                 if let Err(error) = r {
                     // SAFETY: caller-provided out pointer.
                     unsafe { *bad_wr = cur };
