@@ -246,6 +246,20 @@ else
   bad "many_mrs.c compiles" "$log/cc"
 fi
 
+# A long-lived process meeting peer after peer (many_peers.c): its
+# descriptors and mappings of peers' regions stay flat (it kept every gone
+# peer's region).
+if cc -O1 -o "$log/many_peers" "$here/many_peers.c" -libverbs 2> "$log/cc"; then
+  name="a process that meets 40 peers in turn lets go of the gone ones"
+  if SOFTVERBS_SHM=1 timeout 120 "$log/many_peers" 40 > "$log/many_peers.out" 2>&1; then
+    ok "$name"
+  else
+    bad "$name" "$log/many_peers.out"
+  fi
+else
+  bad "many_peers.c compiles" "$log/cc"
+fi
+
 # A target that ends while connected (peer_ends.c): one that replaces its
 # image (exec), keeping its pid, is no longer written to (every WRITE
 # landed in the new image), and the new image, when it opens the device

@@ -278,7 +278,7 @@ impl SameHost {
         };
         if refresh {
             let found = self.look_up(endpoint, op.dest_qpn);
-            self.peers.insert(block, found);
+            self.remember(block, found);
         }
         let Some(Found::Peer(peer)) = self.peers.get(&block) else {
             return DirectOutcome::Wire;
@@ -376,7 +376,7 @@ impl SameHost {
         };
         if stale {
             let found = self.look_up(endpoint, attr.dest_qp_num);
-            self.peers.insert(block, found);
+            self.remember(block, found);
         }
         let peer = match self.peers.get(&block) {
             Some(Found::Peer(p)) => p,
@@ -397,6 +397,29 @@ impl SameHost {
             return Err(Some("the peer QP publishes no receive queue".into()));
         }
         Ok(())
+    }
+
+    /// Keeps what a lookup of `block` found, first letting go of the
+    /// peers the daemon has marked gone: each holds a mapping of its
+    /// region and descriptors, and a long-lived context that meets peer
+    /// after peer (a server taking a new client process each time) kept
+    /// them all, with the regions' memory. A later op for a forgotten
+    /// block looks it up again.
+    fn remember(&mut self, block: u16, found: Found) {
+        self.peers.retain(|_, known| match known {
+            Found::Peer(p) => !p.region.owner_gone(),
+            Found::No(_, at) => at.elapsed() <= REFUSAL_KEPT,
+        });
+        self.peers.insert(block, found);
+        let live: HashSet<i32> = self
+            .peers
+            .values()
+            .filter_map(|known| match known {
+                Found::Peer(p) => Some(p.pid),
+                Found::No(..) => None,
+            })
+            .collect();
+        self.comm_est_told.retain(|(pid, ..)| live.contains(pid));
     }
 
     fn look_up(&self, endpoint: &mut Endpoint, qpn: u32) -> Found {
