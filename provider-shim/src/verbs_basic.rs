@@ -541,9 +541,7 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
     verb(|| {
         // SAFETY: one of our CQs.
         let (st, id) = unsafe { (state((*cq).context), cq_id(cq)) };
-        let armed = st
-            .driver
-            .with(|e, _| e.req_notify_cq(id, solicited_only != 0));
+        let armed = st.driver.arm(|e| e.req_notify_cq(id, solicited_only != 0));
         // Its thread may sleep for the event now: only the progress thread
         // can then take in what completes its work.
         st.driver.armed_for_event();

@@ -2,7 +2,8 @@
 # UCX 1.13 over softverbs, with no UCX_* workaround: `ucx_info -d` lists
 # rc_verbs and ud_verbs on softverbs0:1, and ucx_perftest runs its UCP
 # tests (tag, put, get, active messages) with UCX_TLS set to
-# rc_verbs,ud_verbs, to ud_verbs and to rc, and the UCT tests of each
+# rc_verbs,ud_verbs, to ud_verbs and to rc (and in sleep mode, waiting
+# for completion events, on rc_v), and the UCT tests of each
 # transport on the device directly, server and client as two processes
 # started by `softverbs run` on loopback. Prints "N passed, M failed" last.
 # Usage: ucx.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -44,6 +45,13 @@ for tls in rc_verbs,ud_verbs ud_verbs rc; do
   for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_lat; do
     UCX_TLS=$tls perf "UCX_TLS=$tls ucx_perftest -t $t" -t "$t" -n 2000
   done
+done
+# Sleep mode: UCX polls its CQs empty, arms them and sleeps in poll()
+# without polling again, so a completion that came in between its last
+# poll and the arm must raise the event; every run hung on the wire (the
+# arm took the waiting datagram in first, then armed the CQ it was in).
+for t in tag_lat tag_bw; do
+  UCX_TLS=rc_v perf "UCX_TLS=rc_v ucx_perftest -t $t -E sleep" -t "$t" -E sleep -n 500
 done
 for t in put_bw am_lat fadd; do
   perf "UCT rc_verbs -t $t" -d softverbs0:1 -x rc_verbs -t "$t" -n 2000

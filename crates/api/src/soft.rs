@@ -221,7 +221,8 @@ impl Verbs for Soft {
     }
 
     fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()> {
-        let armed = self.with(|e, _| e.req_notify_cq(cq, solicited_only));
+        // Armed before what arrived is taken in (`Driver::try_arm`).
+        let armed = answer(self.driver.try_arm(|e| e.req_notify_cq(cq, solicited_only)));
         self.driver.armed_for_event();
         armed
     }

@@ -16,10 +16,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The completions of one CQ, oldest first.
 #[derive(Debug, Default)]
 pub struct CqRing {
-    entries: Mutex<VecDeque<WorkCompletion>>,
+    entries: Mutex<Entries>,
     /// `entries.len()`, readable without the lock: an empty CQ is seen
     /// with one load.
     len: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    /// Each completion, and whether it would raise the event of a
+    /// solicited-only `ibv_req_notify_cq` (solicited, or failed).
+    queue: VecDeque<(WorkCompletion, bool)>,
+    /// How many of `queue` would.
+    wake_solicited: usize,
 }
 
 impl CqRing {
@@ -36,34 +45,60 @@ impl CqRing {
 
     /// Hands up to `max` completions, oldest first, to `take`; returns
     /// how many.
-    pub fn pop_with(&self, max: usize, take: impl FnMut(WorkCompletion)) -> usize {
+    pub fn pop_with(&self, max: usize, mut take: impl FnMut(WorkCompletion)) -> usize {
         if max == 0 || self.is_empty() {
             return 0;
         }
         let mut entries = self.entries.lock();
-        let n = max.min(entries.len());
-        entries.drain(..n).for_each(take);
-        self.len.store(entries.len(), Ordering::Release);
+        let Entries {
+            queue,
+            wake_solicited,
+        } = &mut *entries;
+        let n = max.min(queue.len());
+        for (wc, wakes) in queue.drain(..n) {
+            *wake_solicited -= usize::from(wakes);
+            take(wc);
+        }
+        self.len.store(queue.len(), Ordering::Release);
         n
     }
 
     /// Appends `wc` unless `capacity` completions already wait; returns
-    /// whether it was added.
-    pub(crate) fn push_within(&self, wc: WorkCompletion, capacity: usize) -> bool {
+    /// whether it was added. `wakes_solicited`: it would raise the event
+    /// of a solicited-only request.
+    pub(crate) fn push_within(
+        &self,
+        wc: WorkCompletion,
+        wakes_solicited: bool,
+        capacity: usize,
+    ) -> bool {
         let mut entries = self.entries.lock();
-        if entries.len() >= capacity {
+        if entries.queue.len() >= capacity {
             return false;
         }
-        entries.push_back(wc);
-        self.len.store(entries.len(), Ordering::Release);
+        entries.queue.push_back((wc, wakes_solicited));
+        entries.wake_solicited += usize::from(wakes_solicited);
+        self.len.store(entries.queue.len(), Ordering::Release);
         true
     }
 
     /// Keeps only the completions `keep` accepts.
-    pub(crate) fn retain(&self, keep: impl FnMut(&WorkCompletion) -> bool) {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&WorkCompletion) -> bool) {
         let mut entries = self.entries.lock();
-        entries.retain(keep);
-        self.len.store(entries.len(), Ordering::Release);
+        entries.queue.retain(|(wc, _)| keep(wc));
+        entries.wake_solicited = entries.queue.iter().filter(|(_, w)| *w).count();
+        self.len.store(entries.queue.len(), Ordering::Release);
+    }
+
+    /// Whether a completion waits that a request for an event (with
+    /// `solicited_only`, for a solicited or failed one) would report.
+    pub(crate) fn holds_any_for(&self, solicited_only: bool) -> bool {
+        let entries = self.entries.lock();
+        if solicited_only {
+            entries.wake_solicited > 0
+        } else {
+            !entries.queue.is_empty()
+        }
     }
 }
 
@@ -80,9 +115,9 @@ mod tests {
     #[test]
     fn completions_leave_in_order_within_capacity() {
         let ring = CqRing::default();
-        assert!(ring.push_within(wc(1, 7), 2));
-        assert!(ring.push_within(wc(2, 8), 2));
-        assert!(!ring.push_within(wc(3, 7), 2), "full");
+        assert!(ring.push_within(wc(1, 7), false, 2));
+        assert!(ring.push_within(wc(2, 8), false, 2));
+        assert!(!ring.push_within(wc(3, 7), false, 2), "full");
         assert_eq!(ring.len(), 2);
         ring.retain(|w| w.qp_num != 7);
         let mut got = Vec::new();
@@ -90,6 +125,25 @@ mod tests {
         assert_eq!(got, [2]);
         assert!(ring.is_empty());
         assert_eq!(ring.pop_with(5, |_| unreachable!()), 0);
+    }
+
+    /// What waits for a request for events is counted through pushes,
+    /// pops and removals.
+    #[test]
+    fn the_ring_knows_whether_a_solicited_completion_waits() {
+        let ring = CqRing::default();
+        assert!(!ring.holds_any_for(false) && !ring.holds_any_for(true));
+        assert!(ring.push_within(wc(1, 7), false, 8));
+        assert!(ring.holds_any_for(false) && !ring.holds_any_for(true));
+        assert!(ring.push_within(wc(2, 8), true, 8));
+        assert!(ring.holds_any_for(true));
+        ring.retain(|w| w.qp_num != 8);
+        assert!(!ring.holds_any_for(true), "removed with its QP");
+        assert!(ring.push_within(wc(3, 9), true, 8));
+        assert_eq!(ring.pop_with(1, |_| ()), 1);
+        assert!(ring.holds_any_for(true), "the solicited one is second");
+        assert_eq!(ring.pop_with(1, |_| ()), 1);
+        assert!(!ring.holds_any_for(false) && !ring.holds_any_for(true));
     }
 
     /// Threads popping while another pushes each get every completion at
@@ -113,7 +167,7 @@ mod tests {
             })
             .collect();
         for i in 0..N {
-            while !ring.push_within(wc(i, 1), 16) {
+            while !ring.push_within(wc(i, 1), false, 16) {
                 std::thread::yield_now();
             }
         }

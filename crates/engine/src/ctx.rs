@@ -116,14 +116,14 @@ pub(crate) fn queue_completion(
         return Queued::NoCq;
     };
     let was_overrun = c.overrun;
-    if !c.push(wc) {
+    let wakes_solicited = solicited || wc.status != WcStatus::Success;
+    if !c.push(wc, wakes_solicited) {
         if !was_overrun {
             events.push_back(AsyncEvent::CqErr(cq));
         }
         return Queued::Lost;
     }
-    let qualifies =
-        |solicited_only: bool| !solicited_only || solicited || wc.status != WcStatus::Success;
+    let qualifies = |solicited_only: bool| !solicited_only || wakes_solicited;
     if c.notify.is_some_and(qualifies) {
         c.notify = None;
         comp_events.push_back(cq);

@@ -121,11 +121,21 @@ impl Engine {
         }
     }
 
-    /// `ibv_req_notify_cq`: the next completion (with `solicited_only`, the
-    /// next solicited or failed one) queues a completion event.
+    /// `ibv_req_notify_cq`: the next completion (with `solicited_only`,
+    /// the next solicited or failed one) queues one completion event.
+    /// One the CQ already holds, not yet polled, counts too, as on mlx5,
+    /// whose arming names the consumer index: the event is queued at once.
+    /// A program that polls its CQ empty, arms it and sleeps without
+    /// polling again (UCX) would otherwise sleep through a completion
+    /// that came in between (rxe reports none there).
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbsResult<()> {
         let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
-        c.notify = Some(solicited_only);
+        if c.entries.holds_any_for(solicited_only) {
+            c.notify = None;
+            self.comp_events.push_back(cq);
+        } else {
+            c.notify = Some(solicited_only);
+        }
         Ok(())
     }
 

@@ -105,9 +105,14 @@ impl Cq {
         self.entries.retain(|wc| wc.qp_num != qp_num);
     }
 
-    /// Adds a completion; returns false when the CQ is full (overrun).
-    pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
-        if !self.entries.push_within(wc, self.cqe as usize) {
+    /// Adds a completion (`wakes_solicited`: it would raise the event of
+    /// a solicited-only request); returns false when the CQ is full
+    /// (overrun).
+    pub(crate) fn push(&mut self, wc: WorkCompletion, wakes_solicited: bool) -> bool {
+        if !self
+            .entries
+            .push_within(wc, wakes_solicited, self.cqe as usize)
+        {
             self.overrun = true;
             return false;
         }

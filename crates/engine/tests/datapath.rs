@@ -1013,6 +1013,35 @@ fn completion_events_follow_req_notify_cq() {
     assert_eq!(p.b.e.poll_comp_event(), None, "disarmed after one event");
 }
 
+/// Rule (as mlx5, whose arming names the consumer index): a completion
+/// already in the CQ, not yet polled, that the request would report
+/// raises the event at once; one it would not (unsolicited, for a
+/// solicited-only request) leaves the CQ armed.
+#[test]
+fn arming_a_cq_that_holds_a_completion_raises_the_event_at_once() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let cq = p.b.cq;
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
+    p.run(100);
+    p.b.e.req_notify_cq(cq, true).unwrap();
+    assert_eq!(p.b.e.poll_comp_event(), None, "an unsolicited one waits");
+    p.b.e.req_notify_cq(cq, false).unwrap();
+    assert_eq!(p.b.e.poll_comp_event(), Some(cq), "any one waits");
+    let mut s = wr(2, send_opcode::SEND, &[]);
+    s.send_flags |= send_flags::SOLICITED;
+    p.a.e.post_send(qa, &s).unwrap();
+    p.run(100);
+    assert_eq!(p.b.e.poll_comp_event(), None, "disarmed by the first event");
+    p.b.e.req_notify_cq(cq, true).unwrap();
+    assert_eq!(p.b.e.poll_comp_event(), Some(cq), "a solicited one waits");
+    assert_eq!(p.b.poll().len(), 2, "both receives");
+    p.b.e.req_notify_cq(cq, false).unwrap();
+    assert_eq!(p.b.e.poll_comp_event(), None, "polled empty: armed");
+}
+
 #[test]
 fn fence_waits_for_earlier_reads() {
     let mut p = Pair::new();

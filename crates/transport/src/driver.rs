@@ -540,6 +540,27 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         self.try_with(verb).unwrap_or_else(unwind)
     }
 
+    /// `ibv_req_notify_cq`: `arm` runs before anything that arrived is
+    /// taken in, then the call makes progress as any verb does. A
+    /// completion the same call takes in is then added after the request
+    /// and raises its event (ibv_req_notify_cq(3): "upon the addition of a
+    /// new CQE"); taken in first, it was in the CQ before the arming,
+    /// raised none, and a program that sleeps for the event right after
+    /// arming (UCX's sleep mode, which does not poll again) waited for
+    /// ever.
+    pub fn try_arm<R>(&self, arm: impl FnOnce(&mut Engine) -> R) -> Result<R, DeviceFailed> {
+        let mut guard = self.shared.lock()?;
+        guard.engine.set_time(self.shared.clock.now());
+        let armed = arm(&mut guard.engine);
+        self.run_locked(guard, |_, _| (), VerbKind::Other)?;
+        Ok(armed)
+    }
+
+    /// [`Driver::try_arm`], unwinding as [`Driver::with`].
+    pub fn arm<R>(&self, arm: impl FnOnce(&mut Engine) -> R) -> R {
+        self.try_arm(arm).unwrap_or_else(unwind)
+    }
+
     /// Makes progress without running a verb; unwinds as [`Driver::with`]
     /// once the device failed.
     pub fn progress(&self) {
