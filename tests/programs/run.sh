@@ -41,6 +41,10 @@ one "a bad SOFTVERBS_DEVICES is a clear error" "SOFTVERBS_DEVICES: .nonsense. is
 # 192.0.2.1 is TEST-NET-1 (RFC 5737): on no interface of a test host.
 one "a device address not on this host is a clear error" "address 192.0.2.1 is on no interface" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=192.0.2.1 env -u LD_PRELOAD '$CLI' run -- ibv_devinfo 2>&1; test \$? -ne 0"
+one "softverbs devices says a device's address is on no interface" "not usable here: no interface of this network namespace has 192\.0\.2\.1" \
+  sh -c "SOFTVERBS_DEVICES=softverbs0=192.0.2.1 env -u LD_PRELOAD '$CLI' devices"
+one "softverbs devices into a pipe closed early ends quietly" "^rc 0, said nothing$" \
+  bash -c "env -u LD_PRELOAD '$CLI' devices 2> '$log/devices.err' | true; echo \"rc \${PIPESTATUS[0]}, said \$(test -s '$log/devices.err' && echo something || echo nothing)\""
 one "ibv_devinfo -v reports the multicast limits" "max_mcast_grp:[[:space:]]+8192" ibv_devinfo -v -d softverbs0
 one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
   env SOFTVERBS_DEVICES="sv-test0=127.0.0.1" ibv_devices

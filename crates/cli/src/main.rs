@@ -121,8 +121,7 @@ fn summarize(file: &std::path::Path) -> Result<(), String> {
         softverbs_trace::Summary::read(std::io::BufReader::new(f))
     };
     let summary = summary.map_err(|e| format!("{}: {e}", file.display()))?;
-    print!("{summary}");
-    Ok(())
+    print_all(&summary.to_string())
 }
 
 /// Replaces this process with `program`, the provider preloaded.
@@ -144,30 +143,53 @@ fn run(program: &[String]) -> Result<(), String> {
 /// Prints the configured devices.
 fn devices() -> Result<(), String> {
     let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
-    println!("configuration: {}", config.source);
-    println!("{:<16} {:<40} active MTU", "device", "address");
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!("configuration: {}", config.source));
+    line(format!("{:<16} {:<40} active MTU", "device", "address"));
     for d in &config.devices {
         let cfg = d.device_config(0);
         let mtu = cfg.ports[0].active_mtu.bytes();
-        println!("{:<16} {:<40} {}", d.name, d.ip, mtu);
-        for line in gid_table::lines(d) {
-            println!("    {line}");
+        line(format!("{:<16} {:<40} {}", d.name, d.ip, mtu));
+        if !softverbs_transport::netif::is_local(d.ip) {
+            line(format!(
+                "    not usable here: no interface of this network namespace has {}, \
+                 so opening it fails (add the address, or change the configuration)",
+                d.ip
+            ));
+        }
+        for gid in gid_table::lines(d) {
+            line(format!("    {gid}"));
         }
     }
     for d in &config.passthrough {
-        println!(
+        line(format!(
             "{:<16} passes through to the real device {} (preload mode)",
             d.name, d.real
-        );
+        ));
     }
     let daemon = Config::daemon(None);
-    println!(
+    line(format!(
         "receives on UDP {} through the host daemon @{} (`softverbs daemon`, started on demand)",
         softverbs_transport::udp_port(),
         daemon.socket
-    );
-    println!("{}", same_host_line());
-    Ok(())
+    ));
+    line(same_host_line());
+    print_all(&out)
+}
+
+/// Writes `text` to standard output; a reader that went away (`softverbs
+/// devices | head -1`) ends the output quietly, as with other tools,
+/// where `println!` panicked.
+fn print_all(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
+        _ => Ok(()),
+    }
 }
 
 /// Which path a QP whose peer is on this host takes, and why.
