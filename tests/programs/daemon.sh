@@ -2,7 +2,8 @@
 # The host daemon (softverbs daemon, UDP 4791) as programs meet it: the
 # first program starts it without its descriptors, it outlives that
 # program, several programs share it, a `kill -9` of one program disturbs
-# no other's traffic (even mid-transfer), and it leaves once idle. Runs on
+# no other's traffic (even mid-transfer), it leaves once idle, and a
+# daemon killed under a listening rdma_cm program is replaced. Runs on
 # a loopback address and daemon socket of its own, so a daemon other tests
 # left running is not involved.
 # Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -132,6 +133,31 @@ done
 one "SOFTVERBS_UDP_PORT=abc: said, and 4791 used" "SOFTVERBS_UDP_PORT=abc is not a UDP port; using 4791" \
   env SOFTVERBS_UDP_PORT=abc SOFTVERBS_DAEMON_SOCKET="softverbs-badport-$$" SOFTVERBS_DAEMON_IDLE_EXIT=1 \
   ibv_devinfo -d softverbs0
+
+# 7. The daemon dies (kill -9) while an rdma_cm server listens: that
+#    process lets go of the dead daemon's steering group (it says so),
+#    and the daemon the next program starts serves new connections
+#    (while such a process lived, every new connection into the host
+#    failed: the kernel steered packets to its stale socket).
+next_port p7
+SOFTVERBS_CM_TRACE=1 timeout 60 rping -s -a "$ip" -p "$p7" > "$log/rping" 2>&1 &
+cm=$!
+if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait"; then
+  kill -9 $(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET")
+  next_port p8
+  if wait_output "$log/rping" "session for $ip broke" $cm 2>> "$log/rping.wait" &&
+     server s8 "$p8" ibv_rc_pingpong -d softverbs0 -g 0 -n 100 &&
+     timeout 30 ibv_rc_pingpong -d softverbs0 -g 0 -n 100 -p "$p8" "$ip" > "$log/c8" 2>&1 &&
+     wait $srv; then
+    ok "after the daemon died under an rdma_cm listener, new connections run"
+  else
+    cat "$log/rping.wait" "$log/rping" "$log/c8" > "$log/seven" 2>/dev/null
+    bad "after the daemon died under an rdma_cm listener, new connections run" "$log/seven"
+  fi
+else
+  bad "an rdma_cm listener starts (rping -s)" "$log/rping"
+fi
+kill $cm 2>/dev/null; wait $cm 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

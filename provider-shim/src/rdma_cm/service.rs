@@ -37,6 +37,8 @@ struct ChannelIo {
 struct Inner {
     agent: Agent,
     endpoints: Vec<(IpAddr, Endpoint)>,
+    /// The devices whose daemon session broke (the daemon died).
+    dead: Vec<IpAddr>,
     channels: HashMap<RawFd, ChannelIo>,
     /// The ids the kernel's rdma_cm serves (`kernel.rs`).
     kernel: KernelCm,
@@ -169,6 +171,7 @@ impl Service {
             inner: Mutex::new(Inner {
                 agent: Agent::new(devices, fastrand::u64(..)),
                 endpoints,
+                dead: Vec::new(),
                 channels: HashMap::new(),
                 kernel: KernelCm::default(),
             }),
@@ -333,18 +336,14 @@ impl Service {
     /// The thread: waits for MADs (on every session's data descriptor),
     /// the next CM timer, or a wake-up.
     fn serve(&self) {
-        let data: Vec<RawFd> = {
-            let inner = self.inner.lock();
-            inner
-                .endpoints
-                .iter()
-                .map(|(_, e)| e.data_fd().as_raw_fd())
-                .collect()
-        };
         loop {
-            let (timeout, watched) = {
+            let (timeout, watched, data) = {
                 let inner = self.inner.lock();
-                (inner.agent.poll_timeout(), inner.kernel.watched())
+                (
+                    inner.agent.poll_timeout(),
+                    inner.kernel.watched(),
+                    inner.live_sessions(),
+                )
             };
             let ms = match timeout {
                 Some(at) => i32::try_from(self.clock.until(at).as_millis() + 1).unwrap_or(i32::MAX),
@@ -386,13 +385,33 @@ impl Service {
 }
 
 impl Inner {
-    /// Hands every MAD the daemon passed on to the agent.
+    /// The daemon sessions to poll: those of devices whose daemon lives
+    /// (a dead one's socket would be readable for ever).
+    fn live_sessions(&self) -> Vec<RawFd> {
+        self.endpoints
+            .iter()
+            .filter(|(ip, _)| !self.dead.contains(ip))
+            .map(|(_, e)| e.data_fd().as_raw_fd())
+            .collect()
+    }
+
+    /// Hands every MAD the daemon passed on to the agent. A session that
+    /// broke (the daemon died) is let go of: its steered socket leaves
+    /// the daemon's steering group, where a new daemon would otherwise
+    /// steer other contexts' packets to it (every new connection into the
+    /// host then failed while this process lived).
     fn receive(&mut self, now: u64) {
         let Inner {
-            agent, endpoints, ..
+            agent,
+            endpoints,
+            dead,
+            ..
         } = self;
-        for (_, endpoint) in endpoints.iter_mut() {
-            let _ = endpoint.receive(Receiver::ProgressThread, |hdr, bytes| {
+        for (ip, endpoint) in endpoints.iter_mut() {
+            if dead.contains(ip) {
+                continue;
+            }
+            let got = endpoint.receive(Receiver::ProgressThread, |hdr, bytes| {
                 let seg = usize::from(hdr.segment).max(1);
                 for packet in bytes.chunks(seg) {
                     if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
@@ -401,6 +420,14 @@ impl Inner {
                     }
                 }
             });
+            if got.is_err() {
+                endpoint.close_direct();
+                dead.push(*ip);
+                softverbs_transport::say!(
+                    "softverbs rdma_cm: the host daemon's session for {ip} broke (it ended): \
+                     rdma_cm on {ip} stops in this process"
+                );
+            }
         }
     }
 
