@@ -142,10 +142,21 @@ one "SOFTVERBS_UDP_PORT=abc: said, and 4791 used" "SOFTVERBS_UDP_PORT=abc is not
 next_port p7
 SOFTVERBS_CM_TRACE=1 timeout 60 rping -s -a "$ip" -p "$p7" > "$log/rping" 2>&1 &
 cm=$!
-if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait"; then
+next_port p7b
+if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait" &&
+   server s7 "$p7b" ibv_rc_pingpong -d softverbs0 -g 0; then
+  waiting=$srv
   kill -9 $(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET")
+  # A context whose daemon died says so (its WRs' retry errors alone
+  # did not tell why).
+  if wait_output "$log/s7" "softverbs: the host daemon's session for $ip broke" $waiting 2>> "$log/s7"; then
+    ok "a context whose daemon dies says so"
+  else
+    bad "a context whose daemon dies says so" "$log/s7"
+  fi
+  kill $waiting 2>/dev/null; wait $waiting 2>/dev/null
   next_port p8
-  if wait_output "$log/rping" "session for $ip broke" $cm 2>> "$log/rping.wait" &&
+  if wait_output "$log/rping" "rdma_cm: the host daemon.s session for $ip broke" $cm 2>> "$log/rping.wait" &&
      server s8 "$p8" ibv_rc_pingpong -d softverbs0 -g 0 -n 100 &&
      timeout 30 ibv_rc_pingpong -d softverbs0 -g 0 -n 100 -p "$p8" "$ip" > "$log/c8" 2>&1 &&
      wait $srv; then

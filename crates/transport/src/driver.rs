@@ -739,6 +739,13 @@ impl<M: HostMemory> Shared<M> {
         }
         if io.link_down && !io.link_down_handled {
             io.link_down_handled = true;
+            // Said, or a user sees only their WRs' retry errors.
+            crate::say!(
+                "softverbs: the host daemon's session for {} broke (the daemon ended): \
+                 this context receives nothing more, and its connections end in \
+                 IBV_WC_RETRY_EXC_ERR; contexts opened from now on start a new daemon",
+                io.endpoint.local().ip()
+            );
             // The daemon is gone: stop polling its closed socket, which
             // would otherwise be readable forever, and leave its steering
             // group, in which a new daemon would otherwise find us.
