@@ -14,25 +14,6 @@
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 #define LEN 4096
 
-/* Posts one signaled WR of `opcode` between `buf` and the peer's MR and
- * waits for its completion, which must succeed. */
-static void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf,
-		   const struct end *peer, enum ibv_wr_opcode opcode, const char *name)
-{
-	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
-	struct ibv_send_wr w = { .sg_list = &s, .num_sge = 1, .opcode = opcode,
-				 .send_flags = IBV_SEND_SIGNALED }, *bad;
-	w.wr.rdma.remote_addr = peer->addr;
-	w.wr.rdma.rkey = peer->rkey;
-	CHECK(!ibv_post_send(qp, &w, &bad), "post %s", name);
-	struct ibv_wc wc;
-	int n;
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
-		;
-	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "%s: %s", name,
-	      n == 1 ? ibv_wc_status_str(wc.status) : "poll failed");
-}
-
 /* The peer of one round: its own context, a WRITE into the server's MR,
  * then waits to be READ from, and exits. */
 static void peer_round(struct link *link)

@@ -100,6 +100,26 @@ static inline struct ibv_qp *connect_linked(struct link *l, struct ibv_pd *pd, s
 	return qp;
 }
 
+/* Posts one signaled WR of `opcode` (an RDMA WRITE or READ) of 64 bytes
+ * between `buf` in `mr` and the peer's MR, waits for its completion on
+ * `cq`, which must succeed; `name` says which in a failure. */
+static inline void one_wr(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf,
+			  const struct end *peer, enum ibv_wr_opcode opcode, const char *name)
+{
+	struct ibv_sge s = { (uintptr_t)buf, 64, mr->lkey };
+	struct ibv_send_wr w = { .sg_list = &s, .num_sge = 1, .opcode = opcode,
+				 .send_flags = IBV_SEND_SIGNALED }, *bad;
+	w.wr.rdma.remote_addr = peer->addr;
+	w.wr.rdma.rkey = peer->rkey;
+	CHECK(!ibv_post_send(qp, &w, &bad), "post %s", name);
+	struct ibv_wc wc;
+	int n;
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+		;
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "%s: %s", name,
+	      n == 1 ? ibv_wc_status_str(wc.status) : "poll failed");
+}
+
 /* Moves an RC QP of port 1 to RTS, connected to itself through GID
  * `gid_index`, granting no remote access; exits on a failure. */
 static inline void to_rts_via(struct ibv_qp *qp, int gid_index)

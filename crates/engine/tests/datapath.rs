@@ -164,18 +164,9 @@ fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
             Pair::new()
         };
         let (qa, _) = p.connect(QpType::Rc, Link::default());
-        p.b.mem
-            .write(MEM_BASE + 0x100, &40u64.to_ne_bytes())
-            .unwrap();
         p.a.mem.write(MEM_BASE + 0x800, &[0xEE; 16]).unwrap();
         let sge = [p.a.sge(0x800, 16)];
-        let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
-        add.atomic = AtomicTarget {
-            remote_addr: MEM_BASE + 0x100,
-            compare_add: 2,
-            swap: 0,
-            rkey: p.b.key,
-        };
+        let add = add_two(&mut p, &sge);
         p.a.e.post_send(qa, &add).unwrap();
         p.run(100);
         let done: Vec<_> = p.a.poll().iter().map(|w| (w.status, w.byte_len)).collect();
@@ -186,21 +177,28 @@ fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
     }
 }
 
-#[test]
-fn rc_atomics_return_the_original_value() {
-    let mut p = Pair::new();
-    let (qa, _) = p.connect(QpType::Rc, Link::default());
+/// WR 1: a FETCH_AND_ADD of 2 to B's 8 bytes at 0x100, which it sets to
+/// 40, the original value into `sge`.
+fn add_two<'a>(p: &mut Pair, sge: &'a [Sge]) -> SendWr<'a> {
     p.b.mem
         .write(MEM_BASE + 0x100, &40u64.to_ne_bytes())
         .unwrap();
-    let sge = [p.a.sge(0x800, 8)];
-    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
+    let mut add = wr(1, send_opcode::ATOMIC_FETCH_AND_ADD, sge);
     add.atomic = AtomicTarget {
         remote_addr: MEM_BASE + 0x100,
         compare_add: 2,
         swap: 0,
         rkey: p.b.key,
     };
+    add
+}
+
+#[test]
+fn rc_atomics_return_the_original_value() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(0x800, 8)];
+    let add = add_two(&mut p, &sge);
     p.a.e.post_send(qa, &add).unwrap();
     p.run(100);
     assert_eq!(p.a.mem.slice(MEM_BASE + 0x800, 8), &40u64.to_ne_bytes());
