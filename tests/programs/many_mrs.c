@@ -18,11 +18,8 @@ int main(int argc, char **argv)
 	int mrs = argc > 1 ? atoi(argv[1]) : 70000;
 	struct link link;
 	pid_t target = fork_linked(&link);
-	struct ibv_context *ctx = open_device_named("softverbs0");
-	CHECK(ctx, "open softverbs0");
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	CHECK(pd && cq, "pd, cq");
+	struct ibv_pd *pd;
+	struct ibv_cq *cq = open_pd_cq(&pd);
 	static char filler[LEN];
 	for (int i = 0; target == 0 && i < mrs; i++)
 		CHECK(ibv_reg_mr(pd, filler, LEN, ACCESS), "MR %d of %d", i, mrs);

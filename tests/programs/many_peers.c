@@ -18,12 +18,10 @@
  * then waits to be READ from, and exits. */
 static void peer_round(struct link *link)
 {
-	struct ibv_context *ctx = open_device_named("softverbs0");
-	CHECK(ctx, "open softverbs0 (peer)");
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_pd *pd;
+	struct ibv_cq *cq = open_pd_cq(&pd);
 	char *buf = aligned_alloc(LEN, LEN);
-	CHECK(pd && cq && buf, "pd, cq (peer)");
+	CHECK(buf, "buffer (peer)");
 	memset(buf, 0x5a, LEN);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
 	struct end server;
@@ -63,12 +61,10 @@ static int region_mappings(void)
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 40;
-	struct ibv_context *ctx = open_device_named("softverbs0");
-	CHECK(ctx, "open softverbs0");
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_pd *pd;
+	struct ibv_cq *cq = open_pd_cq(&pd);
 	char *buf = aligned_alloc(LEN, LEN);
-	CHECK(pd && cq && buf, "pd, cq");
+	CHECK(buf, "buffer");
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
 	int fds_early = 0, maps_early = 0;
 	for (int r = 1; r <= rounds; r++) {

@@ -64,11 +64,8 @@ static char *fixed_page(void)
 static int come_back(struct link *back)
 {
 	char *buf = fixed_page();
-	struct ibv_context *ctx = open_device_named("softverbs0");
-	CHECK(ctx, "open softverbs0 again");
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	CHECK(pd && cq, "PD, CQ again");
+	struct ibv_pd *pd;
+	struct ibv_cq *cq = open_pd_cq(&pd);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
 	struct end peer;
 	connect_linked(back, pd, cq, mr, ACCESS, &peer);
@@ -99,14 +96,11 @@ int main(int argc, char **argv)
 	CHECK(!returns || (!pipe(to_victim) && !pipe(from_victim)), "pipe");
 	struct link link;
 	pid_t target = fork_linked(&link);
-	struct ibv_context *ctx = open_device_named("softverbs0");
-	CHECK(ctx, "open softverbs0");
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_pd *pd;
+	struct ibv_cq *cq = open_pd_cq(&pd);
 	char *buf = target == 0 ? fixed_page() : aligned_alloc(LEN, LEN);
 	memset(buf, target == 0 ? 0 : 0x5a, LEN);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
-	CHECK(pd && cq, "PD, CQ");
 	struct end peer;
 	struct ibv_qp *qp = connect_linked(&link, pd, cq, mr, ACCESS, &peer);
 	char go;

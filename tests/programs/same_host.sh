@@ -231,34 +231,34 @@ under_load() {
 }
 under_load
 
+# same_host_c PROGRAM SECONDS TEST ARGS...: compiles PROGRAM.c of this
+# directory (once) and runs it with ARGS on the same-host path
+# (SOFTVERBS_SHM=1: on the wire these cases would pass without what they
+# check), within SECONDS; TEST is what a success shows.
+same_host_c() {
+  local prog=$1 secs=$2 name=$3
+  shift 3
+  local out="$log/$prog.$1"
+  if [ ! -x "$log/$prog" ] && ! cc -O1 -o "$log/$prog" "$here/$prog.c" -libverbs 2> "$log/cc"; then
+    bad "$prog.c compiles" "$log/cc"
+    return
+  fi
+  if SOFTVERBS_SHM=1 timeout "$secs" "$log/$prog" "$@" > "$out" 2>&1; then
+    ok "$name"
+  else
+    bad "$name" "$out"
+  fi
+}
+
 # A target with more MRs than the published table once held (65,536 of
 # the device's 262,144): a peer on the same host WRITEs to and READs from
 # the last one registered (many_mrs.c), where it met REM_ACCESS_ERR.
-if cc -O1 -o "$log/many_mrs" "$here/many_mrs.c" -libverbs 2> "$log/cc"; then
-  name="a target's MR registered after 70,000 others is written and read"
-  # SOFTVERBS_SHM=1: on the wire the case would pass without the table.
-  if SOFTVERBS_SHM=1 timeout 120 "$log/many_mrs" 70000 > "$log/many_mrs.out" 2>&1; then
-    ok "$name"
-  else
-    bad "$name" "$log/many_mrs.out"
-  fi
-else
-  bad "many_mrs.c compiles" "$log/cc"
-fi
+same_host_c many_mrs 120 "a target's MR registered after 70,000 others is written and read" 70000
 
 # A long-lived process meeting peer after peer (many_peers.c): its
 # descriptors and mappings of peers' regions stay flat (it kept every gone
 # peer's region).
-if cc -O1 -o "$log/many_peers" "$here/many_peers.c" -libverbs 2> "$log/cc"; then
-  name="a process that meets 40 peers in turn lets go of the gone ones"
-  if SOFTVERBS_SHM=1 timeout 120 "$log/many_peers" 40 > "$log/many_peers.out" 2>&1; then
-    ok "$name"
-  else
-    bad "$name" "$log/many_peers.out"
-  fi
-else
-  bad "many_peers.c compiles" "$log/cc"
-fi
+same_host_c many_peers 120 "a process that meets 40 peers in turn lets go of the gone ones" 40
 
 # A target that ends while connected (peer_ends.c): one that replaces its
 # image (exec), keeping its pid, is no longer written to (every WRITE
@@ -266,19 +266,9 @@ fi
 # again, is reached by a new connection; one killed while its peer's SEND
 # waits in RNR retries (rnr_retry 7) ends that SEND (it waited for ever).
 # Each ends in RETRY_EXC_ERR, as from a dead host.
-if cc -O1 -o "$log/peer_ends" "$here/peer_ends.c" -libverbs 2> "$log/cc"; then
-  for how in exec return kill; do
-    name="a connected target's $how ends its peer's WR in RETRY_EXC_ERR"
-    [ $how = return ] && name="a connected target's exec ends its peer's WR, and its new image is reached anew"
-    if SOFTVERBS_SHM=1 timeout 60 "$log/peer_ends" $how > "$log/peer_ends.$how" 2>&1; then
-      ok "$name"
-    else
-      bad "$name" "$log/peer_ends.$how"
-    fi
-  done
-else
-  bad "peer_ends.c compiles" "$log/cc"
-fi
+same_host_c peer_ends 60 "a connected target's exec ends its peer's WR in RETRY_EXC_ERR" exec
+same_host_c peer_ends 60 "a connected target's exec ends its peer's WR, and its new image is reached anew" return
+same_host_c peer_ends 60 "a connected target's kill ends its peer's WR in RETRY_EXC_ERR" kill
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

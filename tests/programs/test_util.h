@@ -55,6 +55,18 @@ static inline void connect_rc(struct ibv_qp *qp, uint32_t dest, union ibv_gid dg
 			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC), "RTS");
 }
 
+/* Opens softverbs0 with a PD (into *pd) and a CQ of 16 entries, which it
+ * returns; exits on a failure. */
+static inline struct ibv_cq *open_pd_cq(struct ibv_pd **pd)
+{
+	struct ibv_context *ctx = open_device_named("softverbs0");
+	CHECK(ctx, "open softverbs0");
+	*pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(*pd && cq, "PD, CQ");
+	return cq;
+}
+
 /* Two processes, a target (the child) and its peer, and the pipes between
  * them: `in` and `out` are each side's own ends (close-on-exec, so that
  * a daemon a context starts does not hold them; the other side's ends

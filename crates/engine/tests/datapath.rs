@@ -158,11 +158,7 @@ fn rc_read_of_several_mtus_and_of_zero_bytes() {
 #[test]
 fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
     for same_host in [false, true] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         let (qa, _) = p.connect(QpType::Rc, Link::default());
         p.a.mem.write(MEM_BASE + 0x800, &[0xEE; 16]).unwrap();
         let sge = [p.a.sge(0x800, 16)];
@@ -359,29 +355,13 @@ fn ud_wrong_qkey_is_dropped() {
 #[test]
 fn a_ud_message_above_the_mtu_sends_nothing_and_completes() {
     for same_host in [false, true] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         let (qa, qb) = p.connect(QpType::Ud, Link::default());
         let mtu = p.a.e.query_port(1).unwrap().active_mtu.bytes();
         for id in 0..3 {
             post_recv(&mut p.b, qb, id, 0x10000 * (id + 1), mtu + 64);
         }
-        let av = AhAttr {
-            grh: GlobalRoute {
-                dgid: p.b.gid,
-                ..av().grh
-            },
-            ..av()
-        };
-        let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
-        let target = Some(UdTarget {
-            ah,
-            remote_qpn: p.b.e.qp_num(qb).unwrap(),
-            remote_qkey: 0x8000_0000, // the QP's own
-        });
+        let target = Some(p.ud_target(qb));
         for (id, len) in [(1, 100), (2, mtu + 1), (3, 100)] {
             let sge = [p.a.sge(0, len)];
             let s = SendWr {

@@ -76,22 +76,6 @@ fn dereg(n: &mut Node, key: u32) {
     n.e.dereg_mr(mr).unwrap();
 }
 
-fn ud_target(p: &mut Pair, qb: QpId) -> UdTarget {
-    let av = AhAttr {
-        grh: GlobalRoute {
-            dgid: p.b.gid,
-            ..av().grh
-        },
-        ..av()
-    };
-    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
-    UdTarget {
-        ah,
-        remote_qpn: p.b.e.qp_num(qb).unwrap(),
-        remote_qkey: 0x8000_0000,
-    }
-}
-
 /// Rule: a QP entering the error state completes every receive WR it
 /// holds with IBV_WC_WR_FLUSH_ERR, including the one a multi-packet SEND
 /// was being received into (ibv_modify_qp(3), IBTA vol. 1 10.3.1 "Error";
@@ -302,7 +286,7 @@ fn an_oversized_ud_datagram_does_not_kill_the_receiving_qp() {
     let (qa, qb) = p.connect(QpType::Ud, Link::default());
     post_recv(&mut p.b, qb, 1, 0x3000, 100); // GRH + 60 bytes
     post_recv(&mut p.b, qb, 2, 0x5000, 2000);
-    let target = ud_target(&mut p, qb);
+    let target = p.ud_target(qb);
     let big = [p.a.sge(0, 500)];
     let small = [p.a.sge(0, 10)];
     for (id, sge) in [(1, &big[..]), (2, &small[..])] {
@@ -403,7 +387,7 @@ fn a_ud_send_error_moves_the_qp_to_sqe_not_err() {
         lkey,
     }];
     let mut s = wr(1, send_opcode::SEND, &sge);
-    s.ud = Some(ud_target(&mut p, qb));
+    s.ud = Some(p.ud_target(qb));
     p.a.e.post_send(qa, &s).unwrap();
     dereg(&mut p.a, lkey);
     p.run(100);
@@ -520,7 +504,7 @@ fn a_ud_qp_in_rtr_raises_no_comm_est() {
     post_recv(&mut p.b, qb, 1, 0x3000, 200);
     let sge = [p.a.sge(0, 10)];
     let mut s = wr(1, send_opcode::SEND, &sge);
-    s.ud = Some(ud_target(&mut p, qb));
+    s.ud = Some(p.ud_target(qb));
     p.a.e.post_send(qa, &s).unwrap();
     p.run(100);
     assert_eq!(p.b.poll().len(), 1, "a UD QP in RTR receives");
@@ -540,7 +524,7 @@ fn a_ud_qp_in_sqe_receives_and_sends_again_after_sqe_to_rts() {
         length: 16,
         lkey,
     }];
-    let to_b = ud_target(&mut p, qb);
+    let to_b = p.ud_target(qb);
     let mut s = wr(1, send_opcode::SEND, &bad);
     s.ud = Some(to_b);
     p.a.e.post_send(qa, &s).unwrap();

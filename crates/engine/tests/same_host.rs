@@ -59,11 +59,7 @@ fn both_paths(link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
 fn both_paths_of(ty: QpType, link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
     let mut endings = Vec::new();
     for same_host in [false, true] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         let (qa, qb) = p.connect(ty, link);
         assert_eq!(p.a.e.is_direct(qa), same_host);
         scenario(&mut p, qa, qb);
@@ -572,11 +568,7 @@ fn send(p: &mut Pair, qa: QpId, wr_id: u64, byte: u8) {
 fn sends_to_a_qp_on_an_srq_complete_and_fire_the_limit_alike() {
     let mut endings = Vec::new();
     for same_host in [false, true] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         let (qa, qb, _) = connect_to_srq(&mut p, 4, 3, Link::default());
         assert_eq!(p.b.e.is_direct(qb), same_host, "on the SRQ too");
         for id in 1..=3 {
@@ -607,11 +599,7 @@ fn an_empty_srq_answers_rnr_alike() {
     };
     let mut endings = Vec::new();
     for same_host in [false, true] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         let (qa, qb, _) = connect_to_srq(&mut p, 0, 0, link);
         send(&mut p, qa, 1, 1);
         p.run(100_000);
@@ -719,21 +707,12 @@ fn datagram(p: &mut Pair, qa: QpId, qb: QpId, wr_id: u64, len: u32, qkey: u32) {
     p.a.mem
         .write(MEM_BASE, &vec![wr_id as u8; len as usize])
         .unwrap();
-    let av = AhAttr {
-        grh: GlobalRoute {
-            dgid: p.b.gid,
-            ..av().grh
-        },
-        ..av()
-    };
-    let ah = p.a.e.create_ah(p.a.pd, &av).unwrap();
     let sge = [p.a.sge(0, len)];
     let mut s = wr(wr_id, send_opcode::SEND_WITH_IMM, &sge);
     s.imm_data_or_inv_rkey = 0x1000 + wr_id as u32;
     s.ud = Some(UdTarget {
-        ah,
-        remote_qpn: p.b.e.qp_num(qb).unwrap(),
         remote_qkey: qkey,
+        ..p.ud_target(qb)
     });
     p.a.e.post_send(qa, &s).unwrap();
 }
@@ -744,11 +723,7 @@ fn ud_both_ways(scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
     let mut endings = Vec::new();
     let mut bytes = Vec::new();
     for (same_host, via_wire) in [(false, false), (true, false), (true, true)] {
-        let mut p = if same_host {
-            Pair::same_host()
-        } else {
-            Pair::new()
-        };
+        let mut p = Pair::on(same_host);
         p.ud_via_wire = via_wire;
         let (qa, qb) = p.connect(QpType::Ud, Link::default());
         assert_eq!(p.a.e.is_direct(qa), same_host);

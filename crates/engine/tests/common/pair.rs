@@ -149,6 +149,32 @@ impl Pair {
         }
     }
 
+    /// [`Pair::same_host`] or [`Pair::new`], for a test run on both paths.
+    pub fn on(same_host: bool) -> Pair {
+        if same_host {
+            Pair::same_host()
+        } else {
+            Pair::new()
+        }
+    }
+
+    /// Where a's UD WRs reach b's QP `qb`: an AH for b's GID, and the
+    /// Q_Key with the high bit set (the sending QP's own).
+    pub fn ud_target(&mut self, qb: QpId) -> UdTarget {
+        let av = AhAttr {
+            grh: GlobalRoute {
+                dgid: self.b.gid,
+                ..av().grh
+            },
+            ..av()
+        };
+        UdTarget {
+            ah: self.a.e.create_ah(self.a.pd, &av).unwrap(),
+            remote_qpn: self.b.e.qp_num(qb).unwrap(),
+            remote_qkey: 0x8000_0000,
+        }
+    }
+
     /// Creates a QP of `ty` on each node and brings both to RTS, connected
     /// to each other (UD QPs get Q_Key 0x11111111).
     pub fn connect(&mut self, ty: QpType, link: Link) -> (QpId, QpId) {
