@@ -26,6 +26,7 @@ impl SendSide<'_> {
         if self.qp_type != QpType::Rc || !matches!(*self.state, QpState::Rts | QpState::Sqd) {
             return;
         }
+        let acked_before = self.req.acked;
         let progress = match pkt.opcode().kind() {
             OpKind::Ack => self.on_ack(ctx, now, pkt),
             kind @ (OpKind::ReadResponse | OpKind::AtomicAck) => {
@@ -47,7 +48,10 @@ impl SendSide<'_> {
             self.req.early.acknowledged(self.req.acked, now);
             self.on_progress(seq_nak);
             if !seq_nak {
-                self.on_acked(ctx);
+                // A READ response moves `acked` only to its request's
+                // first PSN: each response counts as one.
+                let newly = acked_before.distance(self.req.acked).max(1);
+                self.on_acked(ctx, newly as u32);
             }
         }
         self.retire(ctx);
@@ -138,7 +142,7 @@ impl SendSide<'_> {
                 }
                 self.req.go_back(psn);
                 self.req.retrying = true;
-                self.on_loss(ctx);
+                self.on_loss(ctx, psn);
                 progress
             }
             Syndrome::Nak(code) => self.fail_at(ctx, psn, nak_status(code)),
@@ -386,7 +390,7 @@ impl SendSide<'_> {
         if gap {
             self.req.ask_again(idx, psn);
         }
-        self.on_loss(ctx);
+        self.on_loss(ctx, expected);
         progress
     }
 
@@ -419,7 +423,7 @@ impl SendSide<'_> {
     fn send_unacked_again(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(psn) = self.req.oldest_unacked() {
             self.req.go_back(psn);
-            self.on_loss(ctx);
+            self.on_loss(ctx, psn);
         }
         // Responses already on their way from before the go-back arrive
         // out of sequence: they are no new loss, and must not send the

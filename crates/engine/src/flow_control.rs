@@ -6,9 +6,11 @@
 //! (architecture.md, "Nothing is lost for want of room").
 
 use crate::ctx::Ctx;
+use crate::loss_window;
 use crate::qp_state::QpType;
 use crate::requester::InFlight;
 use crate::send_side::SendSide;
+use softverbs_wire::Psn;
 
 /// Most PSNs a QP keeps unacknowledged before it waits for ACKs.
 pub(crate) const MAX_UNACKED_PSNS: i32 = 1024;
@@ -16,7 +18,7 @@ pub(crate) const MAX_UNACKED_PSNS: i32 = 1024;
 /// times per send window, so that the window keeps opening).
 const ACK_REQ_INTERVAL: u32 = 16;
 /// The smallest send window, in packets.
-const MIN_WINDOW_PKTS: u32 = 2;
+const MIN_WINDOW_PKTS: u32 = loss_window::MIN_PKTS;
 
 impl SendSide<'_> {
     /// Packets an RC QP may have unacknowledged on the wire: the device's
@@ -65,31 +67,24 @@ impl SendSide<'_> {
 
     /// The send window, or less after a loss: a go-back resends every
     /// packet in flight after the lost one, so while packets are being
-    /// lost, fewer in flight waste less (under 1% loss, with a window of
-    /// 1,024 packets nearly every packet was sent again). The loss window
-    /// halves at every go-back for a loss and grows by half at every ACK
-    /// that acknowledges something new, back to the send window. It holds
-    /// back new requests; a READ part already asked for still brings a
-    /// send window of responses.
+    /// lost fewer in flight waste less (`loss_window.rs`). It holds back
+    /// new requests; a READ part already asked for still brings a send
+    /// window of responses.
     pub(crate) fn loss_limited_window(&self, ctx: &Ctx<'_>) -> u32 {
-        let window = self.window_pkts(ctx);
-        self.req.loss_window.map_or(window, |w| w.min(window))
+        self.req.loss.limit(self.window_pkts(ctx))
     }
 
-    /// A go-back for a lost packet: the loss window halves.
-    pub(crate) fn on_loss(&mut self, ctx: &Ctx<'_>) {
-        let now = self.loss_limited_window(ctx);
-        self.req.loss_window = Some((now / 2).max(MIN_WINDOW_PKTS));
+    /// A go-back for the loss of `lost`: the loss window halves, once for
+    /// the losses of one window.
+    pub(crate) fn on_loss(&mut self, ctx: &Ctx<'_>, lost: Psn) {
+        let window = self.window_pkts(ctx);
+        self.req.loss.on_loss(window, lost, self.req.sent_end);
     }
 
-    /// New PSNs acknowledged: the loss window grows back.
-    pub(crate) fn on_acked(&mut self, ctx: &Ctx<'_>) {
+    /// `newly` more PSNs acknowledged: the loss window grows back.
+    pub(crate) fn on_acked(&mut self, ctx: &Ctx<'_>, newly: u32) {
         let window = self.window_pkts(ctx);
-        self.req.loss_window = self
-            .req
-            .loss_window
-            .map(|w| w + w / 2 + 1)
-            .filter(|&w| w < window);
+        self.req.loss.on_acked(window, newly);
     }
 
     /// Bytes this RC QP has in flight, charged to the context's send

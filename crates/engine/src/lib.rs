@@ -32,6 +32,7 @@ mod gid;
 mod gid_route;
 mod handles;
 mod keys;
+mod loss_window;
 mod mcast;
 mod memory;
 mod mr_table;

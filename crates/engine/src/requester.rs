@@ -12,6 +12,7 @@
 use crate::ctx::Ctx;
 use crate::early_go_back::EarlyGoBack;
 use crate::gid::Gid;
+use crate::loss_window::LossWindow;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp_attr::QpAttr;
@@ -144,8 +145,8 @@ pub(crate) struct Requester {
     /// after it, cost one retry.
     pub(crate) retrying: bool,
     /// Packets the QP may keep unacknowledged since its last loss, when
-    /// fewer than the send window (`flow_control.rs`, loss window).
-    pub(crate) loss_window: Option<u32>,
+    /// fewer than the send window (`loss_window.rs`).
+    pub(crate) loss: LossWindow,
     /// The round trip, and going back before the local ACK timeout
     /// (`early_go_back.rs`; on the wire only).
     pub(crate) early: EarlyGoBack,
