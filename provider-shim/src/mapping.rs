@@ -1,22 +1,27 @@
 //! Whether memory an application registers is really there, as the kernel
-//! checks when it pins an MR's pages (`ib_umem_get`): every byte mapped
-//! and readable, and writable when the MR grants any write right. A
-//! provider that skipped this would accept NULL or a read-only buffer and
-//! crash later, at the first peer WRITE.
+//! checks when it pins an MR's pages (`ib_umem_get`, whose page pinning
+//! checks each mapping's flags): every byte mapped, writable when the MR
+//! grants any write right and else readable, and none of it the kernel's
+//! own pages mapped into the process ([vvar], [vsyscall]: no pages to
+//! pin). A provider that skipped this would accept NULL or a read-only
+//! buffer and crash later, at the first peer WRITE.
 
-use procfs::process::{MMPermissions, Process};
+use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 
-/// `Err(EFAULT)` unless `[addr, addr+len)` is mapped readable throughout
-/// (and writable, if `write`). The mappings are read from
-/// `/proc/self/maps`, sorted by address, so one pass suffices.
+/// `Err(EFAULT)` unless `[addr, addr+len)` is mapped throughout, writable
+/// if `write` and else readable, as the kernel's pinning asks (a mapping
+/// made with PROT_WRITE alone can be registered for writing). The
+/// mappings are read from `/proc/self/maps`, sorted by address, so one
+/// pass suffices.
 pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
     let maps = Process::myself()
         .and_then(|p| p.maps())
         .map_err(|_| libc::EFAULT)?;
-    let mut need = MMPermissions::READ;
-    if write {
-        need |= MMPermissions::WRITE;
-    }
+    let need = if write {
+        MMPermissions::WRITE
+    } else {
+        MMPermissions::READ
+    };
     if len == 0 {
         return Ok(()); // nothing to pin; the verb's own rules decide
     }
@@ -27,7 +32,7 @@ pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
         if stop <= covered {
             continue;
         }
-        if start > covered || !m.perms.contains(need) {
+        if start > covered || !m.perms.contains(need) || kernel_pages(m) {
             return Err(libc::EFAULT);
         }
         covered = stop;
@@ -36,6 +41,17 @@ pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
         }
     }
     Err(libc::EFAULT)
+}
+
+/// Whether a mapping holds pages of the kernel's rather than memory of
+/// the process: [vvar] (also [vvar_vclock]) and [vsyscall], which the
+/// kernel maps without pages that could be pinned.
+fn kernel_pages(m: &MemoryMap) -> bool {
+    match &m.pathname {
+        MMapPath::Vvar | MMapPath::Vsyscall => true,
+        MMapPath::Other(name) => name.starts_with("[vvar"),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -78,5 +94,24 @@ mod tests {
         assert_eq!(check(a, 4096, true), Err(libc::EFAULT));
         let none = map(4096, libc::PROT_NONE);
         assert_eq!(check(none, 4096, false), Err(libc::EFAULT));
+        assert_eq!(check(none, 4096, true), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn write_only_memory_can_be_registered_for_writing_only() {
+        let a = map(4096, libc::PROT_WRITE);
+        assert_eq!(check(a, 4096, true), Ok(()));
+        assert_eq!(check(a, 4096, false), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn the_kernels_pages_cannot_be_registered() {
+        let maps = Process::myself().unwrap().maps().unwrap();
+        let vvar = maps
+            .iter()
+            .find(|m| kernel_pages(m))
+            .expect("a [vvar] mapping");
+        let (start, _) = vvar.address;
+        assert_eq!(check(start, 8, false), Err(libc::EFAULT));
     }
 }

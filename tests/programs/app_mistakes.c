@@ -1,8 +1,11 @@
 /* Application mistakes a kernel provider turns into an errno or an error
  * completion, checked through the provider as a program meets them; each
  * once crashed the process (or returned the wrong errno):
- *  - ibv_reg_mr of NULL, of unmapped memory, of length 0, and of a
- *    read-only mapping with write access: EFAULT, EFAULT, EINVAL, EFAULT;
+ *  - ibv_reg_mr of NULL, of unmapped memory, of length 0, of a read-only
+ *    mapping with write access, and of the kernel's [vvar] page: EFAULT,
+ *    EFAULT, EINVAL, EFAULT, EFAULT; of a mapping made with PROT_WRITE
+ *    alone, with write access: accepted, as the kernel's pinning does, and
+ *    a peer WRITE lands there;
  *  - an MR whose buffer is unmapped while still registered: a peer RDMA
  *    WRITE, READ or atomic there completes with IBV_WC_REM_ACCESS_ERR and
  *    a SEND from it with IBV_WC_LOC_PROT_ERR, and the process lives on;
@@ -156,6 +159,21 @@ static void a_forked_child_closes_its_copy(void)
 	CHECK(all == 0, "the child's ibv_close_device printed: %s", said);
 }
 
+/* The kernel's [vvar] page in this process, from /proc/self/maps. */
+static void *vvar_page(void)
+{
+	FILE *maps = fopen("/proc/self/maps", "r");
+	CHECK(maps, "/proc/self/maps");
+	char line[512];
+	unsigned long start = 0;
+	while (!start && fgets(line, sizeof line, maps))
+		if (strstr(line, "[vvar"))
+			start = strtoul(line, NULL, 16);
+	fclose(maps);
+	CHECK(start, "no [vvar] mapping");
+	return (void *)start;
+}
+
 static void registration_checks(void)
 {
 	expect_reg_fails(NULL, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "NULL");
@@ -171,6 +189,25 @@ static void registration_checks(void)
 	CHECK(mr, "reg_mr of a read-only mapping for reading: errno %d", errno);
 	CHECK(!ibv_dereg_mr(mr), "dereg_mr");
 	munmap(ro, PAGE);
+	expect_reg_fails(vvar_page(), 8, 0, EFAULT, "the [vvar] page");
+}
+
+static void write_only_mapping(void)
+{
+	void *wo = map(PROT_WRITE);
+	struct ibv_mr *target = ibv_reg_mr(pd, wo, PAGE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(target, "reg_mr of a PROT_WRITE mapping for writing: errno %d", errno);
+	expect_reg_fails(wo, PAGE, IBV_ACCESS_REMOTE_READ, EFAULT, "a PROT_WRITE mapping for reading alone");
+	void *src = map(PROT_READ | PROT_WRITE);
+	memset(src, 0x5a, PAGE);
+	struct ibv_mr *local = ibv_reg_mr(pd, src, PAGE, ALL_ACCESS);
+	CHECK(local, "reg_mr");
+	CHECK(one_op(IBV_WR_RDMA_WRITE, local, target) == IBV_WC_SUCCESS, "a WRITE into the PROT_WRITE mapping");
+	CHECK(mprotect(wo, PAGE, PROT_READ) == 0 && ((unsigned char *)wo)[63] == 0x5a,
+	      "the WRITE did not land");
+	CHECK(!ibv_dereg_mr(target) && !ibv_dereg_mr(local), "dereg_mr");
+	munmap(wo, PAGE);
+	munmap(src, PAGE);
 }
 
 static void unmapped_under_an_mr(void)
@@ -243,6 +280,7 @@ int main(void)
 	CHECK(!ibv_destroy_ah(h), "destroy_ah");
 
 	registration_checks();
+	write_only_mapping();
 	post_checks();
 	unmapped_under_an_mr();
 	a_forked_child_closes_its_copy();
