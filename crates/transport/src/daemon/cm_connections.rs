@@ -92,8 +92,10 @@ impl CmConnections {
 
     /// Forgets the connections whose DREQ mark is older than
     /// [`DREQ_ANSWERED_WITHIN`] (or the oldest, while too many are
-    /// marked): their peers no longer wait.
-    fn expire(&mut self, now: Instant) {
+    /// marked): their peers no longer wait. Run at every CM message the
+    /// daemon routes, so that marks do not outlive their time while only
+    /// new connections come.
+    pub(super) fn expire(&mut self, now: Instant) {
         while let Some(&(at, ours)) = self.dreqs.front() {
             let full = self.dreqs.len() >= CONNECTIONS_MAX;
             if !full && now.duration_since(at) < DREQ_ANSWERED_WITHIN {
@@ -227,6 +229,18 @@ mod tests {
         assert_eq!(c.len(), 1, "connection 1's peer no longer waits");
         let got = c.take_dead(all, t0 + DREQ_ANSWERED_WITHIN);
         assert_eq!(got, [(2, peer(102), Farewell::Drep { tid: 8 })]);
+    }
+
+    #[test]
+    fn expired_marks_are_forgotten_at_the_next_cm_message() {
+        let t0 = Instant::now();
+        let mut c = CmConnections::default();
+        c.connected(1, peer(101));
+        c.dreq_came(1, 7, t0);
+        c.expire(t0 + DREQ_ANSWERED_WITHIN / 2);
+        assert_eq!(c.len(), 1, "its peer may still wait");
+        c.expire(t0 + DREQ_ANSWERED_WITHIN);
+        assert_eq!(c.len(), 0);
     }
 
     #[test]

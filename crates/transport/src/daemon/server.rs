@@ -951,12 +951,12 @@ impl Daemon {
             local: dst,
             slot,
         };
+        let now = Instant::now();
+        self.cm.expire(now);
         match msg {
             CmMessage::Rep(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
             CmMessage::Rtu(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
-            CmMessage::Dreq(m) => self
-                .cm
-                .dreq_came(m.remote_comm_id, header.tid, Instant::now()),
+            CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
             CmMessage::Rej(m) => self.cm.ended(m.remote_comm_id),
             _ => {}
