@@ -84,7 +84,8 @@ impl SendSide<'_> {
     /// `newly` more PSNs acknowledged: the loss window grows back.
     pub(crate) fn on_acked(&mut self, ctx: &Ctx<'_>, newly: u32) {
         let window = self.window_pkts(ctx);
-        self.req.loss.on_acked(window, newly);
+        let acked = self.req.acked;
+        self.req.loss.on_acked(window, newly, acked);
     }
 
     /// Bytes this RC QP has in flight, charged to the context's send

@@ -59,8 +59,14 @@ impl LossWindow {
         self.recover = Some(sent_end);
     }
 
-    /// `newly` more packets were acknowledged (at least one).
-    pub(crate) fn on_acked(&mut self, send_window: u32, newly: u32) {
+    /// `newly` more packets were acknowledged (at least one), every one
+    /// before `acked` included. Past the recovery point, the episode is
+    /// over (and a point left behind by half the PSN space would read as
+    /// ahead again).
+    pub(crate) fn on_acked(&mut self, send_window: u32, newly: u32, acked: Psn) {
+        if self.recover.is_some_and(|r| r.distance(acked) >= 0) {
+            self.recover = None;
+        }
         let Some(w) = self.pkts else {
             return;
         };
@@ -85,7 +91,7 @@ mod tests {
     fn ack_rounds(w: &mut LossWindow, rounds: u32) {
         for _ in 0..rounds {
             for _ in 0..w.limit(WINDOW) {
-                w.on_acked(WINDOW, 1);
+                w.on_acked(WINDOW, 1, psn(0));
             }
         }
     }
@@ -93,7 +99,7 @@ mod tests {
     #[test]
     fn without_loss_the_send_window_holds() {
         let mut w = LossWindow::default();
-        w.on_acked(WINDOW, 100);
+        w.on_acked(WINDOW, 100, psn(100));
         assert_eq!(w.limit(WINDOW), WINDOW);
     }
 
@@ -115,6 +121,22 @@ mod tests {
         assert_eq!(w.limit(WINDOW), 512);
         w.on_loss(WINDOW, psn(1000), psn(1300));
         assert_eq!(w.limit(WINDOW), 256);
+    }
+
+    #[test]
+    fn the_episode_ends_once_its_packets_are_acknowledged() {
+        let mut w = LossWindow::default();
+        w.on_loss(WINDOW, psn(10), psn(1000));
+        w.on_acked(WINDOW, 989, psn(998));
+        let grown = w.limit(WINDOW);
+        w.on_loss(WINDOW, psn(999), psn(1500));
+        assert_eq!(w.limit(WINDOW), grown, "still the first episode");
+        w.on_acked(WINDOW, 1, psn(1000));
+        // Half the PSN space later, a loss that reads as before the old
+        // point.
+        let far = Psn::new_masked(1000 + (1 << 23) + 5);
+        w.on_loss(WINDOW, far, far.wrapping_add(10));
+        assert_eq!(w.limit(WINDOW), grown / 2);
     }
 
     #[test]
@@ -142,9 +164,9 @@ mod tests {
         let mut w = LossWindow::default();
         w.on_loss(8, psn(0), psn(8));
         assert_eq!(w.limit(8), 4);
-        w.on_acked(8, 3);
+        w.on_acked(8, 3, psn(3));
         assert_eq!(w.limit(8), 4);
-        w.on_acked(8, 1);
+        w.on_acked(8, 1, psn(4));
         assert_eq!(w.limit(WINDOW), WINDOW);
     }
 
