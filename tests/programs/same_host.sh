@@ -29,6 +29,7 @@ cleanup() {
   kill -9 $(jobs -p) 2>/dev/null
   pkill -9 -f "same-host-busy-$$" 2>/dev/null
   pkill -f -- "--socket $SOFTVERBS_DAEMON_SOCKET" 2>/dev/null
+  [ -n "${OTHER_DAEMON:-}" ] && pkill -f -- "--socket $OTHER_DAEMON" 2>/dev/null
   rm -rf "$log"
 }
 trap cleanup EXIT
@@ -139,7 +140,8 @@ killed
 
 # Peers of different users: the daemon does not pass a region to another
 # user, so the QPs use the wire and the log says why; with SOFTVERBS_SHM=1
-# that refusal is an error.
+# that refusal is an error. Root's server runs first, so the daemon is
+# root's (a context uses its own user's daemon or root's only).
 users() {
   if [ "$(id -u)" != 0 ]; then
     echo "(peers of another user need root to start one: not run)" >&2
@@ -149,28 +151,52 @@ users() {
   local as_nobody=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
   local port; next_port port
   local name="peers of another user use the wire, with a log line"
-  timeout 60 "${as_nobody[@]}" ibv_rc_pingpong -g 1 -n 100 -p $port > "$log/users.srv" 2>&1 &
+  timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port > "$log/users.srv" 2>&1 &
   local wrapper=$!
   wait_listen $port "" $wrapper 2>> "$log/users.srv"
-  timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port "$ip" > "$log/users.cli" 2>&1
+  timeout 60 "${as_nobody[@]}" ibv_rc_pingpong -g 1 -n 100 -p $port "$ip" > "$log/users.cli" 2>&1
   local crc=$?; wait $wrapper; local src=$?
-  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "uses the wire path" "$log/users.cli"; then
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "uses the wire path" "$log/users.srv"; then
     ok "$name"
   else
     cat "$log/users.srv" >> "$log/users.cli"; bad "$name" "$log/users.cli"
   fi
   next_port port
   name="SOFTVERBS_SHM=1: a refused same-host path is an error"
-  timeout 60 "${as_nobody[@]}" ibv_rc_pingpong -g 1 -n 100 -p $port > "$log/users1.srv" 2>&1 &
+  SOFTVERBS_SHM=1 timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port > "$log/users1.srv" 2>&1 &
   wrapper=$!
   wait_listen $port "" $wrapper 2>> "$log/users1.srv"
-  SOFTVERBS_SHM=1 timeout 60 ibv_rc_pingpong -g 1 -n 100 -p $port "$ip" > "$log/users1.cli" 2>&1
-  crc=$?
-  kill $wrapper 2>/dev/null; wait $wrapper 2>/dev/null
-  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && grep -q "SOFTVERBS_SHM=1" "$log/users1.cli"; then
+  timeout 60 "${as_nobody[@]}" ibv_rc_pingpong -g 1 -n 100 -p $port "$ip" > "$log/users1.cli" 2>&1
+  wait $wrapper
+  local src=$?
+  if [ $src -ne 0 ] && [ $src -ne 124 ] && grep -q "SOFTVERBS_SHM=1" "$log/users1.srv"; then
     ok "$name"
   else
-    bad "$name" "$log/users1.cli"
+    cat "$log/users1.cli" >> "$log/users1.srv"; bad "$name" "$log/users1.srv"
+  fi
+  foreign_daemon "${as_nobody[@]}"
+}
+
+# A daemon of another user (here nobody's, started by nobody's context) is
+# refused with a line saying why: a context hands its daemon its packets
+# and the region whose MR table peers trust.
+foreign_daemon() {
+  local name="another user's daemon is refused, saying why"
+  local other="softverbs-other-$$"
+  OTHER_DAEMON="$other"
+  SOFTVERBS_DAEMON_SOCKET=$other SOFTVERBS_DAEMON_IDLE_EXIT=60 timeout 30 "$@" \
+    ibv_devinfo > "$log/foreign.nobody" 2>&1
+  if ! pgrep -u nobody -f -- "--socket $other" > /dev/null; then
+    cat "$log/foreign.nobody"; bad "$name: nobody's context started no daemon" "$log/foreign.nobody"
+    return
+  fi
+  SOFTVERBS_DAEMON_SOCKET=$other timeout 30 ibv_devinfo > "$log/foreign.root" 2>&1
+  local rc=$?
+  pkill -u nobody -f -- "--socket $other"
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "runs as uid $(id -u nobody)" "$log/foreign.root"; then
+    ok "$name"
+  else
+    bad "$name (exit $rc)" "$log/foreign.root"
   fi
 }
 users

@@ -626,6 +626,11 @@ impl RecvSide<'_> {
     fn start_write(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>) -> Result<WriteCursor, Fault> {
         self.grants(AccessFlags::REMOTE_WRITE)?;
         let reth = pkt.reth().ok_or(Fault::Invalid)?;
+        // Longer than a message can be: an invalid request before the
+        // R_Key is looked at (C9-94; rxe `check_length`), as for a READ.
+        if reth.dma_len > ctx.config.limits.max_msg_sz {
+            return Err(Fault::Invalid);
+        }
         if reth.dma_len > 0 {
             ctx.mrs
                 .remote_addr(

@@ -230,6 +230,23 @@ fn write_packets_obey_the_same_lengths() {
     assert_rc_accepted(&[(O, MTU)], MTU as u32);
 }
 
+/// Rule: a WRITE whose RETH announces more than the largest message
+/// (2^31 bytes) is an invalid request, whatever its R_Key and address
+/// (C9-94; rxe checks the length before the R_Key); 2^31 itself reaches the
+/// R_Key check, here a remote access error for a window of 8 KiB.
+#[test]
+fn a_write_longer_than_a_message_can_be_is_an_invalid_request() {
+    use Opcode::RcWriteFirst as F;
+    for dma_len in [(1u32 << 31) + 1, u32::MAX] {
+        assert_rc_rejected(&[(F, MTU)], dma_len);
+    }
+    let o = deliver(QpType::Rc, &[(F, MTU)], 1 << 31);
+    assert_eq!(
+        o.naks,
+        [(Link::default().psn_a, NakCode::RemoteAccessError)]
+    );
+}
+
 /// Rule: a WRITE_ONLY_WITH_IMM has taken its receive WR when its length
 /// is checked (rxe's order), so one whose payload is not its RETH's length
 /// is NAK'd as an invalid request and completes that WR with

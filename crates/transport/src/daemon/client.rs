@@ -350,7 +350,28 @@ fn connect_to(name: &str) -> io::Result<OwnedFd> {
         None,
     )?;
     connect(&fd, &SocketAddrUnix::new_abstract_name(name.as_bytes())?)?;
+    let daemon = sockopt::socket_peercred(&fd)?;
+    let me = rustix::process::geteuid().as_raw();
+    if !trusted(daemon.uid.as_raw(), me) {
+        crate::say!(
+            "softverbs: the host daemon at @{name} (pid {}) runs as uid {}: a context hands its \
+             daemon its packets and its memory, so it uses only a daemon of its own user (uid \
+             {me}) or root's; end that daemon, or name another with SOFTVERBS_DAEMON_SOCKET \
+             (and SOFTVERBS_UDP_PORT if it holds the UDP port)",
+            daemon.pid.as_raw_pid(),
+            daemon.uid.as_raw(),
+        );
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
     Ok(fd)
+}
+
+/// Whether a context running as `me` may use a daemon running as
+/// `daemon`: its own user's, or root's (which can reach any process's
+/// memory anyway). Another user's daemon would see the context's region,
+/// whose MR table peers trust, and could rewrite it.
+fn trusted(daemon: u32, me: u32) -> bool {
+    daemon == me || daemon == 0
 }
 
 /// Runs `program daemon --detach --socket NAME`, which prints one line
@@ -382,5 +403,19 @@ fn start(program: &PathBuf, name: &str) -> io::Result<()> {
             "{} daemon failed: {status}",
             program.display()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trusted;
+
+    #[test]
+    fn a_context_trusts_only_its_own_users_daemon_or_roots() {
+        assert!(trusted(1000, 1000));
+        assert!(trusted(0, 1000));
+        assert!(trusted(0, 0));
+        assert!(!trusted(1001, 1000));
+        assert!(!trusted(1000, 0), "root does not use a user's daemon");
     }
 }

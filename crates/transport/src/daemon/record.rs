@@ -37,7 +37,26 @@ pub fn send(socket: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Resu
 /// and the descriptors it carried, in order (beyond [`MAX_FDS`] the
 /// kernel closes them).
 pub fn recv(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let r = recv_from_user(socket, buf)?;
+    Ok((r.len, r.fds))
+}
+
+/// A record, with who sent it.
+#[derive(Debug)]
+pub struct Received {
+    pub len: usize,
+    pub fds: Vec<OwnedFd>,
+    /// The sender's real user ID when it sent the record, as the kernel
+    /// attaches it on a socket with `SO_PASSCRED` set; `None` without.
+    pub sender_uid: Option<u32>,
+}
+
+/// [`recv`], with the sender's user ID as the kernel saw it when the
+/// record was sent: unlike `SO_PEERCRED`, which keeps who connected, this
+/// follows a process that changed its user ID since.
+pub fn recv_from_user(socket: impl AsFd, buf: &mut [u8]) -> io::Result<Received> {
+    let mut space =
+        [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut ancillary = RecvAncillaryBuffer::new(&mut space);
     let msg = recvmsg(
         socket,
@@ -45,15 +64,20 @@ pub fn recv(socket: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd
         &mut ancillary,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let fds = ancillary
-        .drain()
-        .filter_map(|m| match m {
-            RecvAncillaryMessage::ScmRights(fds) => Some(fds),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    Ok((msg.bytes, fds))
+    let mut fds = Vec::new();
+    let mut sender_uid = None;
+    for m in ancillary.drain() {
+        match m {
+            RecvAncillaryMessage::ScmRights(passed) => fds.extend(passed),
+            RecvAncillaryMessage::ScmCredentials(cred) => sender_uid = Some(cred.uid.as_raw()),
+            _ => {}
+        }
+    }
+    Ok(Received {
+        len: msg.bytes,
+        fds,
+        sender_uid,
+    })
 }
 
 #[cfg(test)]
@@ -100,5 +124,23 @@ mod tests {
         assert!(send(&a, b"four", &three).is_err(), "more than MAX_FDS");
         drop(a);
         assert_eq!(recv(&b, &mut buf).unwrap().0, 0, "hang-up");
+    }
+
+    #[test]
+    fn a_record_says_who_sent_it_where_the_receiver_asks() {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let mut buf = [0u8; 8];
+        send(&a, b"anon", &[]).unwrap();
+        assert_eq!(recv_from_user(&b, &mut buf).unwrap().sender_uid, None);
+        rustix::net::sockopt::set_socket_passcred(&b, true).unwrap();
+        send(&a, b"me", &[]).unwrap();
+        let me = rustix::process::getuid().as_raw();
+        assert_eq!(recv_from_user(&b, &mut buf).unwrap().sender_uid, Some(me));
     }
 }

@@ -134,11 +134,54 @@ struct Client {
     published: Option<Published>,
 }
 
-/// Who a client is, as the kernel told when it connected.
+/// Ports of the rdma_cm port spaces that only a process with
+/// CAP_NET_BIND_SERVICE may take, as for sockets (`PROT_SOCK`).
+const PRIVILEGED_PORTS_END: u16 = 1024;
+/// The capability's number (linux/capability.h).
+const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// Whether a process whose `/proc/PID/status` reads `status` holds
+/// capability `cap` in its effective set.
+fn has_capability(status: &str, cap: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|set| cap < 64 && set & (1 << cap) != 0)
+}
+
+/// Whether a context may name `ip` as its device's address: a unicast
+/// address. The daemon binds UDP 4791 there for good; the unspecified
+/// address would take every packet of the namespace's later contexts, and
+/// a multicast or broadcast address is no device's.
+fn is_device_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => !(v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()),
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_multicast()),
+    }
+}
+
+/// Who a client is: its process, as the kernel told when it connected,
+/// and its user, as the kernel told with its last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cred {
     pid: i32,
     uid: u32,
+}
+
+impl Client {
+    /// The client's last record came from user `uid` (`None`: the kernel
+    /// did not say). A process that connected as one user and then became
+    /// another (a privileged program dropping its rights) is that other
+    /// user from then on: it no longer sees the regions of the user it
+    /// was, which `SO_PEERCRED`, fixed at connect, would still claim.
+    fn sent_as(&mut self, uid: Option<u32>) {
+        match (uid, self.cred.as_mut()) {
+            (Some(uid), Some(cred)) => cred.uid = uid,
+            (None, _) => self.cred = None,
+            (Some(_), None) => {}
+        }
+    }
 }
 
 /// What a context published for the same-host path.
@@ -235,6 +278,9 @@ impl Daemon {
             &listener,
             &SocketAddrUnix::new_abstract_name(config.socket.as_bytes())?,
         )?;
+        // Every record then says who sent it (accepted connections inherit
+        // the option): access follows a client's user ID as it is now.
+        sockopt::set_socket_passcred(&listener, true)?;
         listen(&listener, 128)?;
         let poll = Poll::new()?;
         poll.registry().register(
@@ -347,8 +393,14 @@ impl Daemon {
                 return;
             };
             let mut record = [0u8; 64];
-            let (len, fds) = match record::recv(&client.control, &mut record) {
-                Ok((n, fds)) if n > 0 => (n, fds),
+            let (len, fds) = match record::recv_from_user(&client.control, &mut record) {
+                Ok(r) if r.len > 0 => {
+                    self.clients
+                        .get_mut(&id)
+                        .expect("served")
+                        .sent_as(r.sender_uid);
+                    (r.len, r.fds)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 _ => return self.remove(id), // hang-up or broken socket
@@ -399,6 +451,10 @@ impl Daemon {
     fn reserve(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
         if softverbs_wire::cm::PortSpace::from_u16(ps).is_none() {
             return Reply::Refused(libc::EINVAL, format!("no port space {ps:#06x}"));
+        }
+        if port != 0 && port < PRIVILEGED_PORTS_END && !self.may_bind_privileged(id) {
+            let why = format!("port {port} is below {PRIVILEGED_PORTS_END}: CAP_NET_BIND_SERVICE");
+            return Reply::Refused(libc::EACCES, why);
         }
         let port = if port == 0 {
             let (low, high) = EPHEMERAL_PORTS;
@@ -458,6 +514,18 @@ impl Daemon {
             }
             None => not_held(ps, ip, port),
         }
+    }
+
+    /// Whether client `id`'s process may take a port below
+    /// [`PRIVILEGED_PORTS_END`], as the kernel's rdma_cm asks of a bind
+    /// (`cma_use_port`): it holds CAP_NET_BIND_SERVICE. Unknown (no
+    /// credentials, a process gone): no.
+    fn may_bind_privileged(&self, id: usize) -> bool {
+        let Some(cred) = self.clients.get(&id).and_then(|c| c.cred) else {
+            return false;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{}/status", cred.pid));
+        status.is_ok_and(|s| has_capability(&s, CAP_NET_BIND_SERVICE))
     }
 
     /// Frees client `id`'s reservation.
@@ -553,6 +621,10 @@ impl Daemon {
             let why = "a second hello on one connection".into();
             return (Reply::Refused(libc::EPROTO, why), None);
         }
+        if !is_device_address(ip) {
+            let why = format!("{ip} is not a unicast address a device can have");
+            return (Reply::Refused(libc::EADDRNOTAVAIL, why), None);
+        }
         if let Err(e) = self.open_port(ip) {
             let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, udp_port()));
             return (
@@ -571,8 +643,16 @@ impl Daemon {
 
     /// Gives client `id` a member of `ip`'s steering group, a free one or
     /// a new one; returns the descriptor to hand it (the daemon keeps its
-    /// own).
+    /// own). Only to a client of the daemon's own user: a member's holder
+    /// can read what the group steers to it after its context is gone
+    /// (the member is freed and serves the next context) and can detach
+    /// the group's program, so that packets of other contexts reach it;
+    /// another user's context reads its packets through its data stream.
     fn add_direct(&mut self, id: usize, ip: IpAddr) -> Option<OwnedFd> {
+        let me = rustix::process::geteuid().as_raw();
+        if self.clients.get(&id)?.cred?.uid != me {
+            return None;
+        }
         let slot = self.find(ip)?;
         let members = self.udp[slot].as_mut()?.members.as_mut()?;
         let m = match members.iter().position(|m| m.client.is_none()) {
@@ -1296,6 +1376,73 @@ mod tests {
         assert_eq!((reply, fds.len()), (peer, 2));
     }
 
+    #[test]
+    fn capabilities_are_read_from_the_effective_set() {
+        let status = "Name:\tx\nCapInh:\t0000000000000400\nCapEff:\t0000000000000000\n";
+        assert!(!has_capability(status, CAP_NET_BIND_SERVICE));
+        let status = "CapPrm:\t0\nCapEff:\t000001ffffffffff\nCapBnd:\t0\n";
+        assert!(has_capability(status, CAP_NET_BIND_SERVICE));
+        assert!(!has_capability("no such line", CAP_NET_BIND_SERVICE));
+    }
+
+    /// A port below 1024 needs CAP_NET_BIND_SERVICE, as the kernel's
+    /// rdma_cm asks; a client whose process cannot be read has none.
+    #[test]
+    fn a_privileged_port_needs_the_capability() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        daemon
+            .clients
+            .get_mut(&1)
+            .unwrap()
+            .cred
+            .as_mut()
+            .unwrap()
+            .pid = i32::MAX;
+        let ip = "127.0.0.1".parse().unwrap();
+        let tcp = 0x0106;
+        let reply = daemon.reserve(1, tcp, ip, 80);
+        assert!(
+            matches!(reply, Reply::Refused(libc::EACCES, _)),
+            "{reply:?}"
+        );
+        assert!(matches!(
+            daemon.reserve(1, tcp, ip, 1024),
+            Reply::Port(1024)
+        ));
+        assert!(matches!(daemon.reserve(1, tcp, ip, 0), Reply::Port(_)));
+    }
+
+    #[test]
+    fn a_device_address_is_unicast() {
+        for bad in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
+            assert!(!is_device_address(bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["127.0.0.1", "10.1.2.3", "::1", "fd00::2"] {
+            assert!(is_device_address(good.parse().unwrap()), "{good}");
+        }
+    }
+
+    /// A client that becomes another user after connecting (a privileged
+    /// program dropping its rights) is that user from its next record on.
+    #[test]
+    fn a_client_that_changes_user_is_judged_as_it_is_now() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        add_client(&mut daemon, 2, Some(0));
+        daemon.owners[7] = Some(1);
+        let publish = Request::Publish { region_bytes: 4096 };
+        assert_eq!(daemon.answer(1, publish, two_fds()).0, Reply::Done);
+        let lookup = Request::Lookup { qpn: 7 << 12 | 5 };
+        daemon.clients.get_mut(&2).unwrap().sent_as(Some(1001));
+        let (reply, fds) = daemon.answer(2, lookup, Vec::new());
+        assert!(matches!(reply, Reply::Refused(libc::EPERM, _)), "{reply:?}");
+        assert!(fds.is_empty());
+        daemon.clients.get_mut(&2).unwrap().sent_as(None);
+        let (reply, _) = daemon.answer(2, lookup, Vec::new());
+        assert!(matches!(reply, Reply::Refused(libc::EPERM, _)), "{reply:?}");
+    }
+
     /// A memfd of `bytes` bytes, sealed against shrinking if `sealed`.
     fn memfd(bytes: u64, sealed: bool) -> OwnedFd {
         use rustix::fs::{MemfdFlags, SealFlags};
@@ -1390,16 +1537,16 @@ mod tests {
 
         let other: IpAddr = "10.1.2.4".parse().unwrap();
         let any: IpAddr = "::".parse().unwrap();
-        assert_eq!(daemon.reserve(1, 0x013F, ip, 9), Reply::Port(9));
-        assert_eq!(daemon.listener(0x013F, 9, ip), None, "not listening");
-        assert_eq!(daemon.listen(1, 0x013F, ip, 9), Reply::Done);
-        assert_eq!(daemon.listener(0x013F, 9, ip), Some(1));
-        assert_eq!(daemon.listener(0x013F, 9, other), None);
-        assert_eq!(daemon.listener(0x0106, 9, ip), None);
-        assert_eq!(daemon.release(1, 0x013F, ip, 9), Reply::Done);
-        assert_eq!(daemon.reserve(2, 0x013F, any, 9), Reply::Port(9));
-        assert_eq!(daemon.listen(2, 0x013F, any, 9), Reply::Done);
-        assert_eq!(daemon.listener(0x013F, 9, other), Some(2));
+        assert_eq!(daemon.reserve(1, 0x013F, ip, 9009), Reply::Port(9009));
+        assert_eq!(daemon.listener(0x013F, 9009, ip), None, "not listening");
+        assert_eq!(daemon.listen(1, 0x013F, ip, 9009), Reply::Done);
+        assert_eq!(daemon.listener(0x013F, 9009, ip), Some(1));
+        assert_eq!(daemon.listener(0x013F, 9009, other), None);
+        assert_eq!(daemon.listener(0x0106, 9009, ip), None);
+        assert_eq!(daemon.release(1, 0x013F, ip, 9009), Reply::Done);
+        assert_eq!(daemon.reserve(2, 0x013F, any, 9009), Reply::Port(9009));
+        assert_eq!(daemon.listen(2, 0x013F, any, 9009), Reply::Done);
+        assert_eq!(daemon.listener(0x013F, 9009, other), Some(2));
     }
 
     /// A hello without a data socket, or a second hello on one
