@@ -15,7 +15,7 @@
 set -u
 SO=$(readlink -f "$1")
 tag="sv$$"
-a="${tag}a"; b="${tag}b"
+a="${tag}a"; b="${tag}b"; m="${tag}m"
 ip_a=10.231.0.1; ip_b=10.231.0.2
 ip6_a=fd00:e7::1; ip6_b=fd00:e7::2
 log=$(mktemp -d)
@@ -23,7 +23,7 @@ log=$(mktemp -d)
 
 cleanup() {
   kill $(jobs -p) 2>/dev/null
-  remove_two_hosts "$a" "$b"
+  remove_two_hosts "$a" "$b" "$m"
   rm -rf "$log"
 }
 trap cleanup EXIT
@@ -258,6 +258,19 @@ fi
 dev_a=$ip6_a; dev_b=$ip6_b
 cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
   rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
+
+# A host whose only IPv4 address is loopback's and which has a global IPv6
+# address: glibc's getaddrinfo then gives "127.0.0.1" as the IPv4-mapped
+# IPv6 address (AI_V4MAPPED with AI_ADDRCONFIG), so rping's ids bind and
+# resolve mapped addresses, which softverbs reads as the IPv4 ones (its
+# client failed in rdma_connect with EINVAL).
+ip netns add "$m"
+ip -n "$m" link set lo up
+ip -n "$m" addr add fd07::1/64 dev lo nodad
+hosts=("$a" "$b"); a=$m; b=$m; dev_a=127.0.0.1; dev_b=127.0.0.1
+cm_across "rping on 127.0.0.1 where getaddrinfo gives IPv4-mapped addresses" \
+  rping -s -a 127.0.0.1 -p 7475 -C 20 -V -- -c -a 127.0.0.1 -p 7475 -C 20 -V
+a=${hosts[0]}; b=${hosts[1]}
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -477,6 +477,7 @@ impl Agent {
         addr: SocketAddr,
         ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
+        let addr = canonical(addr);
         let ip = addr.ip();
         let device = self.device_of(ip);
         if device.is_none() && !ip.is_unspecified() && !ip.is_loopback() {
@@ -585,6 +586,7 @@ impl Agent {
         if id.state != State::Idle || id.ib_src.is_some() {
             return Err(EINVAL);
         }
+        let (src, dst) = (src.map(canonical), canonical(dst));
         // The device: the bound one, the source's, the destination's when
         // it is local, else the first of the destination's family. None
         // for an id bound to a loopback address no device has: nothing
@@ -1889,6 +1891,15 @@ fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
 }
 
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
+/// An IPv4-mapped IPv6 address as the IPv4 address it maps, which the
+/// device, the port space, the datagrams and the rdma_cm header (one IP
+/// version for both ends) use: rping's ids were handed mapped addresses
+/// where the namespace had a global IPv6 address, and its client's REQ
+/// found no listener.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
 }
