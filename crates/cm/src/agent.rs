@@ -812,7 +812,7 @@ impl Agent {
         id.state = State::ReqSent;
         let every = 2 * iba_time(PACKET_LIFE_TIME) + iba_time(CM_RESPONSE_TIMEOUT);
         self.send(src.ip(), dst.ip(), mad);
-        self.arm(handle, mad, now, every);
+        self.arm(handle, mad, now, every, MAX_CM_RETRIES);
         Ok(Reply::Done)
     }
 
@@ -891,9 +891,12 @@ impl Agent {
         id.conn.responder_resources = param.responder_resources;
         id.conn.initiator_depth = param.initiator_depth;
         id.state = State::RepSent;
-        let every = 2 * iba_time(PACKET_LIFE_TIME) + iba_time(CM_RESPONSE_TIMEOUT);
+        // Resent as the REQ asked: every Local CM Response Timeout of the
+        // requester's, Max CM Retries times (the kernel's cm_req_handler).
+        let every = iba_time(id.conn.peer_response_timeout);
+        let retries = id.conn.peer_max_cm_retries;
         self.send(src, dst, mad);
-        self.arm(handle, mad, now, every);
+        self.arm(handle, mad, now, every, retries);
         Ok(Reply::Done)
     }
 
@@ -939,7 +942,8 @@ impl Agent {
                 let (src, dst) = endpoints(&id)?;
                 self.send(src, dst, mad);
                 self.id_mut(handle)?.state = State::DreqSent;
-                self.arm(handle, mad, now, 2 * iba_time(PACKET_LIFE_TIME));
+                let every = 2 * iba_time(PACKET_LIFE_TIME);
+                self.arm(handle, mad, now, every, MAX_CM_RETRIES);
                 Ok(Reply::Done)
             }
             State::DreqRcvd => {
@@ -1280,7 +1284,13 @@ impl Agent {
         };
         id.state = State::ReqSent;
         self.send(src.ip(), dst.ip(), mad);
-        self.arm(handle, mad, now, iba_time(CM_RESPONSE_TIMEOUT));
+        self.arm(
+            handle,
+            mad,
+            now,
+            iba_time(CM_RESPONSE_TIMEOUT),
+            MAX_CM_RETRIES,
+        );
         Ok(Reply::Done)
     }
 
@@ -1545,6 +1555,8 @@ impl Agent {
             initiator_depth: req.responder_resources,
             retry_count: req.retry_count,
             rnr_retry_count: req.rnr_retry_count,
+            peer_response_timeout: req.local_cm_response_timeout,
+            peer_max_cm_retries: req.max_cm_retries,
             tid,
             peer_ip: Some(src),
             started: true,
@@ -1764,13 +1776,14 @@ impl Agent {
         }
     }
 
-    fn arm(&mut self, handle: u32, mad: [u8; 256], now: Nanos, every: Nanos) {
+    /// Resends `mad` every `every` until answered, `retries` times.
+    fn arm(&mut self, handle: u32, mad: [u8; 256], now: Nanos, every: Nanos, retries: u8) {
         if let Some(id) = self.ids.get_mut(&handle) {
             id.retransmit = Some(Retransmit {
                 mad,
                 at: now + every,
                 every,
-                left: u32::from(MAX_CM_RETRIES),
+                left: u32::from(retries),
             });
         }
     }
@@ -1890,7 +1903,6 @@ fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
     Ok(mad)
 }
 
-/// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
 /// An IPv4-mapped IPv6 address as the IPv4 address it maps, which the
 /// device, the port space, the datagrams and the rdma_cm header (one IP
 /// version for both ends) use: rping's ids were handed mapped addresses
@@ -1900,6 +1912,7 @@ fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
+/// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
 }

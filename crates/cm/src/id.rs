@@ -102,6 +102,10 @@ pub(crate) struct Conn {
     pub(crate) initiator_depth: u8,
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry_count: u8,
+    /// From the peer's REQ: how long it may take to answer our REP (its
+    /// Local CM Response Timeout) and how often we may send the REP again.
+    pub(crate) peer_response_timeout: u8,
+    pub(crate) peer_max_cm_retries: u8,
     /// The transaction ID of the REQ (every message of the exchange
     /// carries it, as the kernel's CM does).
     pub(crate) tid: u64,

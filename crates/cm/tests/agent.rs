@@ -6,6 +6,7 @@
 
 use softverbs_cm::abi::{self, cmd, event};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
+use softverbs_wire::cm::CmMessage;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -403,6 +404,53 @@ fn an_unanswered_request_is_sent_again_then_unreachable() {
     let mut b = cmd_buf(cmd::GET_EVENT, 16, 336);
     put64(&mut b, 8, 1);
     assert_eq!(client.run(&b), Ok(Reply::NoEvent));
+}
+
+/// The passive side resends its REP as the REQ asked (the kernel's
+/// `cm_req_handler`): every Local CM Response Timeout of the requester's,
+/// Max CM Retries times, then UNREACHABLE. A kernel requester asks for 15
+/// retries 4.3 s apart; a REQ asking for 2, 16.8 ms apart, got 15, 6.45 s
+/// apart, holding the id for 100 s.
+#[test]
+fn an_unanswered_rep_is_sent_again_as_the_req_asked() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    let id = client.create(200);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    client.connect(id, 0x111, &[]);
+    let m = client.agent.poll_mad().unwrap();
+    let (header, msg) = CmMessage::parse_mad(&m.mad).unwrap();
+    let CmMessage::Req(mut req) = msg else {
+        panic!("not a REQ")
+    };
+    req.max_cm_retries = 2;
+    req.local_cm_response_timeout = 12;
+    let mut mad = [0u8; 256];
+    CmMessage::Req(req)
+        .emit_mad(header.tid, 0, &mut mad)
+        .unwrap();
+    server.agent.handle_mad(server.now, m.src, m.dst, &mad);
+    let sid = server.event().id;
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    let start = server.now;
+    let mut sent_at = Vec::new();
+    while server.try_event().is_none() {
+        while let Some(rep) = server.agent.poll_mad() {
+            assert!(matches!(
+                CmMessage::parse_mad(&rep.mad),
+                Ok((_, CmMessage::Rep(_)))
+            ));
+            sent_at.push(server.now - start);
+        }
+        server.now = server.agent.poll_timeout().expect("a retry is armed");
+        server.agent.handle_timeout(server.now);
+        assert!(sent_at.len() <= 3, "{sent_at:?}");
+    }
+    let every = 4096 << 12;
+    assert_eq!(sent_at, [0, every, 2 * every], "the REP and 2 retries");
 }
 
 #[test]
