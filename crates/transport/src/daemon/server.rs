@@ -134,6 +134,14 @@ struct Client {
     published: Option<Published>,
 }
 
+/// The part of the blocks of QP numbers, and of the daemon's descriptors,
+/// the contexts of one user other than the daemon's may hold at once: 1 in
+/// 4.
+const GUEST_SHARE: usize = 4;
+/// Descriptors the daemon holds for one client at most: its connection,
+/// its data stream, its region and its doorbell.
+const FDS_PER_CLIENT: u64 = 4;
+
 /// Ports of the rdma_cm port spaces that only a process with
 /// CAP_NET_BIND_SERVICE may take, as for sockets (`PROT_SOCK`).
 const PRIVILEGED_PORTS_END: u16 = 1024;
@@ -356,11 +364,18 @@ impl Daemon {
                 Token(id),
                 Interest::READABLE,
             );
+            let cred = sockopt::socket_peercred(&control).ok().map(|c| Cred {
+                pid: c.pid.as_raw_pid(),
+                uid: c.uid.as_raw(),
+            });
+            if cred.is_some_and(|c| self.guest_sessions_full(c.uid)) {
+                let _ = self
+                    .poll
+                    .registry()
+                    .deregister(&mut SourceFd(&control.as_raw_fd()));
+                continue; // closed: the client's hello fails, saying so
+            }
             if registered.is_ok() {
-                let cred = sockopt::socket_peercred(&control).ok().map(|c| Cred {
-                    pid: c.pid.as_raw_pid(),
-                    uid: c.uid.as_raw(),
-                });
                 let client = Client {
                     control,
                     data: None,
@@ -848,6 +863,10 @@ impl Daemon {
 
     /// The next free block of QP numbers, for client `id`.
     fn allocate(&mut self, id: usize) -> Reply {
+        if self.over_guest_share(id) {
+            let why = "this user's contexts hold a quarter of the blocks of QP numbers";
+            return Reply::Refused(libc::ENOSPC, why.into());
+        }
         for _ in 0..MAX_SLOT {
             let block = self.next_block;
             self.next_block = block % MAX_SLOT + 1;
@@ -858,6 +877,48 @@ impl Daemon {
             }
         }
         Reply::Refused(libc::ENOSPC, "every block of QP numbers is in use".into())
+    }
+
+    /// Whether user `uid`, a guest (not the daemon's user), already has
+    /// its share of the daemon's descriptors in connections: one user's
+    /// connections that never said hello took them all, and every other
+    /// context failed to open.
+    fn guest_sessions_full(&self, uid: u32) -> bool {
+        if uid == rustix::process::geteuid().as_raw() {
+            return false;
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        let share = limit / (FDS_PER_CLIENT * GUEST_SHARE as u64);
+        let sessions = self
+            .clients
+            .values()
+            .filter(|c| c.cred.is_some_and(|c| c.uid == uid));
+        sessions.count() as u64 >= share
+    }
+
+    /// Whether client `id` runs as another user than the daemon's (a
+    /// guest: root's daemon serving a user's programs) whose user's
+    /// contexts already hold [`GUEST_SHARE`] of the blocks of QP numbers.
+    /// One user's contexts asking for block after block took every one,
+    /// and the next context of anyone failed to open (ENOSPC); the
+    /// daemon's own user, whose daemon it is, is not held back.
+    fn over_guest_share(&self, id: usize) -> bool {
+        let uid_of = |c: usize| self.clients.get(&c).and_then(|c| c.cred).map(|c| c.uid);
+        let Some(uid) = uid_of(id) else {
+            return false;
+        };
+        if uid == rustix::process::geteuid().as_raw() {
+            return false;
+        }
+        let held = self
+            .owners
+            .iter()
+            .flatten()
+            .filter(|&&o| uid_of(o) == Some(uid))
+            .count();
+        held >= usize::from(MAX_SLOT) / GUEST_SHARE
     }
 
     fn remove(&mut self, id: usize) {
@@ -1411,6 +1472,54 @@ mod tests {
             Reply::Port(1024)
         ));
         assert!(matches!(daemon.reserve(1, tcp, ip, 0), Reply::Port(_)));
+    }
+
+    /// A guest user's contexts get at most a quarter of the blocks of QP
+    /// numbers; the daemon's own user is not held back.
+    #[test]
+    fn a_guest_user_holds_at_most_a_quarter_of_the_qp_numbers() {
+        let mut daemon = idle_daemon();
+        let me = rustix::process::geteuid().as_raw();
+        let guest = me.wrapping_add(1);
+        add_client(&mut daemon, 1, Some(guest));
+        add_client(&mut daemon, 2, Some(guest));
+        add_client(&mut daemon, 3, Some(me));
+        let quarter = usize::from(MAX_SLOT) / GUEST_SHARE;
+        for n in 0..quarter {
+            let asker = 1 + n % 2;
+            assert!(
+                matches!(daemon.allocate(asker), Reply::Block(_)),
+                "block {n}"
+            );
+        }
+        let reply = daemon.allocate(2);
+        assert!(
+            matches!(reply, Reply::Refused(libc::ENOSPC, _)),
+            "{reply:?}"
+        );
+        for _ in 0..quarter + 10 {
+            assert!(matches!(daemon.allocate(3), Reply::Block(_)));
+        }
+        daemon.remove(1);
+        assert!(matches!(daemon.allocate(2), Reply::Block(_)), "room again");
+    }
+
+    /// A guest user's connections get at most a quarter of the daemon's
+    /// descriptors (each client may hold 4); the daemon's own user's are
+    /// not counted.
+    #[test]
+    fn a_guest_user_holds_at_most_a_quarter_of_the_descriptors() {
+        let mut daemon = idle_daemon();
+        let me = rustix::process::geteuid().as_raw();
+        let guest = me.wrapping_add(1);
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let share = limit.expect("a descriptor limit") as usize / 16;
+        for id in 1..=share {
+            assert!(!daemon.guest_sessions_full(guest), "{id} of {share}");
+            add_client(&mut daemon, id, Some(guest));
+        }
+        assert!(daemon.guest_sessions_full(guest));
+        assert!(!daemon.guest_sessions_full(me));
     }
 
     #[test]
