@@ -270,6 +270,13 @@ ip -n "$m" addr add fd07::1/64 dev lo nodad
 hosts=("$a" "$b"); a=$m; b=$m; dev_a=127.0.0.1; dev_b=127.0.0.1
 cm_across "rping on 127.0.0.1 where getaddrinfo gives IPv4-mapped addresses" \
   rping -s -a 127.0.0.1 -p 7475 -C 20 -V -- -c -a 127.0.0.1 -p 7475 -C 20 -V
+# Two devices of one host with different path MTUs: 127.0.0.1 has lo's,
+# 127.0.0.2, on no interface of its own, the default 1024. The passive
+# side's QP takes the REQ's MTU; with its own, qperf's client failed with
+# IBV_WC_REM_INV_REQ_ERR.
+dev_b=127.0.0.2
+SOFTVERBS_SHM=0 tcp_across "qperf -cm1 rc_bw on the wire between devices of two path MTUs" \
+  "bw += +[0-9.]+ [KMG]B/sec" 7485 qperf -lp 7485 -- qperf -lp 7485 -cm1 -t 1 127.0.0.1 rc_bw
 a=${hosts[0]}; b=${hosts[1]}
 
 echo "$pass passed, $fail failed"

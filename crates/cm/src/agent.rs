@@ -1008,7 +1008,7 @@ impl Agent {
                 a.hop_limit = HOP_LIMIT;
                 a.traffic_class = id.tos.unwrap_or(0);
                 a.is_global = true;
-                a.path_mtu = u32::from(d.path_mtu);
+                a.path_mtu = u32::from(query::path_mtu(id, d));
                 a.dest_qp_num = conn.remote_qpn;
                 a.rq_psn = conn.seq_num;
                 a.max_dest_rd_atomic = conn.responder_resources;
@@ -1557,6 +1557,7 @@ impl Agent {
             rnr_retry_count: req.rnr_retry_count,
             peer_response_timeout: req.local_cm_response_timeout,
             peer_max_cm_retries: req.max_cm_retries,
+            path_mtu: req.path_mtu,
             tid,
             peer_ip: Some(src),
             started: true,

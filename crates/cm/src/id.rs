@@ -106,6 +106,9 @@ pub(crate) struct Conn {
     /// Local CM Response Timeout) and how often we may send the REP again.
     pub(crate) peer_response_timeout: u8,
     pub(crate) peer_max_cm_retries: u8,
+    /// The path MTU the peer's REQ names (an `ibv_mtu`), which the active
+    /// side's packets follow; 0 on the active side (its device's).
+    pub(crate) path_mtu: u8,
     /// The transaction ID of the REQ (every message of the exchange
     /// carries it, as the kernel's CM does).
     pub(crate) tid: u64,

@@ -48,13 +48,25 @@ fn peer(id: &CmId) -> Option<SocketAddr> {
     id.dst.or(id.conn.peer_ip.map(|ip| SocketAddr::new(ip, 0)))
 }
 
+/// The id's path MTU: on the passive side the one the REQ names, which
+/// the active side sends with (the kernel takes the REQ's path record),
+/// else the device's. Devices of one host can differ (127.0.0.1 on `lo`
+/// has lo's MTU, 127.0.0.2, on no interface of its own, the default), and
+/// a responder refuses a FIRST or MIDDLE packet not of its path MTU.
+pub fn path_mtu(id: &CmId, d: &Device) -> u8 {
+    match id.conn.path_mtu {
+        mtu @ 1..=5 => mtu,
+        _ => d.path_mtu,
+    }
+}
+
 fn path(id: &CmId, device: Option<&Device>) -> Option<Path> {
     let d = device?;
     let dst = peer(id)?;
     Some(Path {
         sgid: abi::gid_of(d.ip),
         dgid: abi::gid_of(dst.ip()),
-        mtu: d.path_mtu,
+        mtu: path_mtu(id, d),
         tclass: id.tos.unwrap_or(0),
         service_id: service_id(id, Some(dst)),
     })
@@ -83,7 +95,7 @@ pub fn route(id: &CmId, device: Option<&Device>, hop_limit: u8, life_time: u8) -
             p[0..16].copy_from_slice(&abi::gid_of(dst.ip()));
         }
         p[16..32].copy_from_slice(&abi::gid_of(d.ip));
-        p[48..52].copy_from_slice(&u32::from(d.path_mtu).to_ne_bytes());
+        p[48..52].copy_from_slice(&u32::from(path_mtu(id, d)).to_ne_bytes());
         p[52..54].copy_from_slice(&PKEY.to_be_bytes());
         p[54] = hop_limit;
         p[56] = 1; // numb_path

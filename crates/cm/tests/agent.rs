@@ -58,12 +58,17 @@ const CH: i32 = 3;
 
 impl Side {
     fn new(ip: &str, block: u16) -> Side {
+        Side::with_mtu(ip, block, 3)
+    }
+
+    /// A side whose device has path MTU `mtu` (an `ibv_mtu`).
+    fn with_mtu(ip: &str, block: u16, mtu: u8) -> Side {
         let ip: IpAddr = ip.parse().unwrap();
         let dev = Device {
             node_guid: [0x02, 0, 0, 0, 0, 0, 0, block as u8],
             ip,
             comm_block: block,
-            path_mtu: 3,
+            path_mtu: mtu,
         };
         let mut agent = Agent::new(vec![dev], u64::from(block));
         agent.open_channel(CH);
@@ -330,6 +335,26 @@ fn connect_accept_establish_and_disconnect() {
         side.agent.handle_timeout(side.now);
         assert_eq!(side.event().event, event::TIMEWAIT_EXIT);
     }
+}
+
+/// The passive side's QP takes the path MTU the REQ names, which the
+/// active side sends with, not its own device's: two devices of one host
+/// can differ (127.0.0.1 on lo, 127.0.0.2 on no interface of its own),
+/// and a responder refuses FIRST and MIDDLE packets of another size
+/// (qperf -cm1 rc_bw failed with IBV_WC_REM_INV_REQ_ERR).
+#[test]
+fn the_passive_side_takes_the_path_mtu_of_the_request() {
+    let mut server = Side::with_mtu("10.0.0.2", 0x20, 5);
+    let mut client = Side::with_mtu("10.0.0.1", 0x10, 3);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    let id = client.create(200);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    client.connect(id, 0x111, &[]);
+    exchange(&mut client, &mut server);
+    let sid = server.event().id;
+    assert_eq!(get32(&server.qp_attr(sid, RTR), 12), 3, "the REQ's 1024");
 }
 
 #[test]

@@ -37,6 +37,11 @@ pub(crate) struct Ctx<'a> {
     /// Set when a rule reported one of this QP's completions as failed:
     /// the QP enters the error state, as on a device that failed the WR.
     pub(crate) injected_error: bool,
+    /// Set when the QP dropped the packet it was handed without a word to
+    /// anyone, as UD and UC do (a wrong Q_Key, no receive WR, a message
+    /// outside its MR) and any QP not yet ready to receive: counted, so
+    /// that a user can see where the packets went.
+    pub(crate) dropped: bool,
 }
 
 impl Ctx<'_> {

@@ -82,6 +82,9 @@ impl Engine {
                 return Ok(false);
             }
             qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
+            if ctx.dropped {
+                return Err(Rejected::DroppedByQp);
+            }
             let opcode = pkt.opcode();
             Ok(opcode.kind() == OpKind::Write
                 && matches!(opcode.position(), Position::Last | Position::Only))
@@ -90,6 +93,7 @@ impl Engine {
             Some(Err(Rejected::WrongTransport)) => self.stats.rx_wrong_transport += 1,
             Some(Err(Rejected::WrongAddress)) => self.stats.rx_wrong_address += 1,
             Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
+            Some(Err(Rejected::DroppedByQp)) => self.stats.rx_dropped_by_qp += 1,
             Some(Ok(write_end)) => {
                 self.stats.rx_write_ends += u64::from(write_end);
                 self.schedule.wake(id);
@@ -180,6 +184,10 @@ pub struct DatapathStats {
     /// A BTH P_Key that does not match the QP's (IBTA 9.6.1.1: dropped
     /// silently, counted).
     pub rx_bad_pkey: u64,
+    /// Dropped by its QP without an answer, as UD and UC drop (a wrong
+    /// Q_Key, no receive WR or one too short, a UC message outside its MR
+    /// or cut short by a lost packet), or by a QP not ready to receive.
+    pub rx_dropped_by_qp: u64,
     /// Last or only packets of RDMA WRITEs handed to a responder: the
     /// ends of data an application may learn of only from its memory
     /// (`ib_write_lat` spins on its buffer), for the embedder to see
@@ -192,6 +200,7 @@ enum Rejected {
     WrongTransport,
     WrongAddress,
     BadPkey,
+    DroppedByQp,
 }
 
 /// Whether a packet's P_Key matches the QP's, requests and responses alike.

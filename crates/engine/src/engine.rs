@@ -168,6 +168,7 @@ impl Engine {
             short_of_room: false,
             faults: faults.as_deref_mut(),
             injected_error: false,
+            dropped: false,
         };
         Some((qp, ctx))
     }

@@ -255,6 +255,7 @@ impl RecvSide<'_> {
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
+            ctx.dropped = true;
             return;
         }
         // COMM_EST is an event of connection establishment: RC and UC only
@@ -753,6 +754,7 @@ impl RecvSide<'_> {
         let psn = pkt.psn();
         let d = self.resp.epsn.distance(psn);
         if d < 0 {
+            ctx.dropped = true;
             return; // duplicate: UC has no retransmission to answer
         }
         let opcode = pkt.opcode();
@@ -763,6 +765,7 @@ impl RecvSide<'_> {
             self.resp.uc_dropping = !matches!(opcode.position(), Position::First | Position::Only);
             self.resp.epsn = psn.wrapping_add(1);
             if self.resp.uc_dropping {
+                ctx.dropped = true;
                 return;
             }
         } else {
@@ -771,6 +774,7 @@ impl RecvSide<'_> {
         if self.check_sequence(opcode).is_err() {
             self.uc_abandon(ctx);
             self.resp.uc_dropping = !matches!(opcode.position(), Position::First | Position::Only);
+            ctx.dropped = true;
             return;
         }
         let result = match opcode.kind() {
@@ -800,6 +804,7 @@ impl RecvSide<'_> {
     /// the QP goes on (IBTA 9.9.3 classes D and E; rxe "UC/non-SRQ Class
     /// E"); only a receive WR whose memory is unusable fails the QP.
     fn uc_fault(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
+        ctx.dropped = true;
         self.uc_abandon(ctx);
         match fault {
             Fault::Receive(_) => self.enter_error(),
@@ -816,9 +821,11 @@ impl RecvSide<'_> {
         mem: &mut dyn HostMemory,
     ) {
         let Some(deth) = pkt.deth() else {
+            ctx.dropped = true;
             return;
         };
         if deth.qkey != self.attr.qkey || pkt.payload().len() > self.mtu() as usize {
+            ctx.dropped = true;
             return; // Q_Key violation or oversized datagram: dropped
         }
         // No receive WR: UD has no RNR, the datagram is lost. A WR too
@@ -829,9 +836,11 @@ impl RecvSide<'_> {
             .next_recv_wqe(ctx)
             .is_some_and(|w| sge_total(&w.sg_list) >= needed);
         if !fits {
+            ctx.dropped = true;
             return;
         }
         let Some(wqe) = self.take_recv_wqe(ctx) else {
+            ctx.dropped = true;
             return;
         };
         let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());

@@ -64,6 +64,8 @@ struct Outcome {
     completions: Vec<(WcStatus, u32)>,
     /// Whether any byte of B's WRITE window changed.
     written: bool,
+    /// Packets B's QP dropped without an answer (`rx_dropped_by_qp`).
+    dropped: u64,
 }
 
 /// Connects a QP pair of `ty`, posts one 8 KiB receive WR on B and hands
@@ -125,6 +127,7 @@ fn outcome(p: &mut Pair, qb: QpId) -> Outcome {
         naks,
         completions: p.b.poll().iter().map(|w| (w.status, w.byte_len)).collect(),
         written,
+        dropped: p.b.e.stats().rx_dropped_by_qp,
     }
 }
 
@@ -266,7 +269,7 @@ fn a_write_only_with_imm_of_the_wrong_length_fails_the_receive_wr_it_took() {
 
 /// Rule: UC has no NAK; a UC packet of the wrong length drops its message
 /// (class D) and the QP goes on with the next one, which takes the
-/// receive WR the dropped message did not fill.
+/// receive WR the dropped message did not fill. The drop is counted.
 #[test]
 fn a_uc_send_first_of_the_wrong_length_drops_its_message() {
     use Opcode::{UcSendFirst as F, UcSendOnly as O};
@@ -278,11 +281,13 @@ fn a_uc_send_first_of_the_wrong_length_drops_its_message() {
             [(WcStatus::Success, 10)],
             "first {first}: {o:?}"
         );
+        assert_eq!(o.dropped, 1, "{o:?}");
     }
 }
 
 /// Rule: a UD datagram carries at most one MTU (the port's, for UD); a
-/// larger one is dropped and the next is received.
+/// larger one, or one with another Q_Key, is dropped (and counted) and the
+/// next is received.
 #[test]
 fn a_ud_datagram_over_the_mtu_is_dropped() {
     let mut p = Pair::new();
@@ -301,7 +306,11 @@ fn a_ud_datagram_over_the_mtu_is_dropped() {
             .unwrap();
     }
     let qpn = p.b.e.qp_num(qb).unwrap();
-    for len in [mtu + 1, mtu] {
+    for (len, qkey) in [
+        (mtu + 1, 0x1111_1111),
+        (mtu, 0x2222_2222),
+        (mtu, 0x1111_1111),
+    ] {
         let payload = vec![7u8; len];
         let b = PacketBuilder::new(Bth::new(
             Opcode::UdSendOnly,
@@ -309,7 +318,7 @@ fn a_ud_datagram_over_the_mtu_is_dropped() {
             Psn::ZERO,
         ))
         .with_deth(Deth {
-            qkey: 0x1111_1111,
+            qkey,
             src_qp: Qpn::new_masked(0x100),
         })
         .with_payload(&payload);
@@ -320,6 +329,7 @@ fn a_ud_datagram_over_the_mtu_is_dropped() {
     }
     let rx: Vec<_> = p.b.poll().iter().map(|w| (w.status, w.byte_len)).collect();
     assert_eq!(rx, [(WcStatus::Success, (40 + mtu) as u32)]);
+    assert_eq!(p.b.e.stats().rx_dropped_by_qp, 2);
 }
 
 /// Connects an RC pair, has A post a 10-byte SEND and returns A's request

@@ -807,7 +807,8 @@ impl<M> State<M> {
             + e.rx_unknown_qp
             + e.rx_wrong_transport
             + e.rx_wrong_address
-            + e.rx_bad_pkey;
+            + e.rx_bad_pkey
+            + e.rx_dropped_by_qp;
         format!(
             "softverbs: {} (pid {}): {} packets sent, {} received, {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
