@@ -273,21 +273,34 @@ fn exchange(a: &mut Side, b: &mut Side) -> usize {
 const RTR: u32 = 2;
 const RTS: u32 = 3;
 
-/// A listening server on 10.0.0.2:7471 and a client that sent a REQ to
-/// it; returns (client, server, client id, the server's new id).
-fn requested(data: &[u8]) -> (Side, Side, u32, u32) {
-    let mut server = Side::new("10.0.0.2", 0x20);
-    let mut client = Side::new("10.0.0.1", 0x10);
+/// `server` (at 10.0.0.2) listening on port 7471 and `client` (at
+/// 10.0.0.1) whose REQ to it is queued, not yet delivered; returns
+/// (client, server, client id).
+fn connecting(mut server: Side, mut client: Side, data: &[u8]) -> (Side, Side, u32) {
     let listener = server.create(100);
     server.bind(listener, "0.0.0.0:7471").unwrap();
     server.listen(listener);
     let id = client.create(200);
     client.resolve(id, "10.0.0.2:7471".parse().unwrap());
     client.connect(id, 0x111, data);
+    (client, server, id)
+}
+
+/// As [`connecting`], the REQ delivered; returns (client, server, client
+/// id, the server's new id).
+fn requested_between(server: Side, client: Side, data: &[u8]) -> (Side, Side, u32, u32) {
+    let (mut client, mut server, id) = connecting(server, client, data);
     assert_eq!(exchange(&mut client, &mut server), 1, "one REQ");
     let req = server.event();
     assert_eq!((req.event, req.uid), (event::CONNECT_REQUEST, 100));
     (client, server, id, req.id)
+}
+
+/// A listening server on 10.0.0.2:7471 and a client that sent a REQ to
+/// it; returns (client, server, client id, the server's new id).
+fn requested(data: &[u8]) -> (Side, Side, u32, u32) {
+    let server = Side::new("10.0.0.2", 0x20);
+    requested_between(server, Side::new("10.0.0.1", 0x10), data)
 }
 
 #[test]
@@ -344,16 +357,9 @@ fn connect_accept_establish_and_disconnect() {
 /// (qperf -cm1 rc_bw failed with IBV_WC_REM_INV_REQ_ERR).
 #[test]
 fn the_passive_side_takes_the_path_mtu_of_the_request() {
-    let mut server = Side::with_mtu("10.0.0.2", 0x20, 5);
-    let mut client = Side::with_mtu("10.0.0.1", 0x10, 3);
-    let listener = server.create(100);
-    server.bind(listener, "0.0.0.0:7471").unwrap();
-    server.listen(listener);
-    let id = client.create(200);
-    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
-    client.connect(id, 0x111, &[]);
-    exchange(&mut client, &mut server);
-    let sid = server.event().id;
+    let server = Side::with_mtu("10.0.0.2", 0x20, 5);
+    let client = Side::with_mtu("10.0.0.1", 0x10, 3);
+    let (_, mut server, _, sid) = requested_between(server, client, &[]);
     assert_eq!(get32(&server.qp_attr(sid, RTR), 12), 3, "the REQ's 1024");
 }
 
@@ -438,14 +444,8 @@ fn an_unanswered_request_is_sent_again_then_unreachable() {
 /// apart, holding the id for 100 s.
 #[test]
 fn an_unanswered_rep_is_sent_again_as_the_req_asked() {
-    let mut server = Side::new("10.0.0.2", 0x20);
-    let mut client = Side::new("10.0.0.1", 0x10);
-    let listener = server.create(100);
-    server.bind(listener, "0.0.0.0:7471").unwrap();
-    server.listen(listener);
-    let id = client.create(200);
-    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
-    client.connect(id, 0x111, &[]);
+    let server = Side::new("10.0.0.2", 0x20);
+    let (mut client, mut server, _) = connecting(server, Side::new("10.0.0.1", 0x10), &[]);
     let m = client.agent.poll_mad().unwrap();
     let (header, msg) = CmMessage::parse_mad(&m.mad).unwrap();
     let CmMessage::Req(mut req) = msg else {

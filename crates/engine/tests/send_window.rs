@@ -86,14 +86,7 @@ fn unacknowledged_packets_stay_within_the_window() {
     let mut p = Pair::with_window(WINDOW);
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let data = pattern(&mut p.a, 0, 40 * 1024);
-    let sge = [p.a.sge(0, 40 * 1024)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x2_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    let data = post_write(&mut p, qa, 40 * 1024, 0x2_0000);
     let seen = watch(&mut p, link.psn_a, |_, _| false);
     p.run(10_000);
     assert_eq!(p.b.mem.slice(MEM_BASE + 0x2_0000, 40 * 1024), &data[..]);
@@ -395,6 +388,20 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
     assert_eq!(p.a.mem.slice(MEM_BASE + 0x4_0000, 4 * 4096), &data[..]);
 }
 
+/// Has `a` post one RDMA WRITE of `len` bytes of a pattern from the start
+/// of its memory to `b`'s at `remote` (an offset); returns the pattern.
+fn post_write(p: &mut Pair, qa: QpId, len: u32, remote: u64) -> Vec<u8> {
+    let data = pattern(&mut p.a, 0, len as usize);
+    let sge = [p.a.sge(0, len)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + remote,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    data
+}
+
 /// Records the PSNs of the requests `a` sends in each turn of the wire,
 /// dropping the `n`th request sent (counting from 1) where `drop(n)`.
 fn record_bursts(p: &mut Pair, drop: fn(usize) -> bool) -> Rc<RefCell<Vec<Vec<u32>>>> {
@@ -428,14 +435,7 @@ fn after_a_loss_fewer_packets_are_in_flight() {
     let mut p = Pair::with_window(8 * 1024);
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let data = pattern(&mut p.a, 0, 32 * 1024);
-    let sge = [p.a.sge(0, 32 * 1024)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x2_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    let data = post_write(&mut p, qa, 32 * 1024, 0x2_0000);
     let bursts = record_bursts(&mut p, |sent| sent == 5);
     p.run(10_000);
     assert_eq!(p.b.mem.slice(MEM_BASE + 0x2_0000, 32 * 1024), &data[..]);
@@ -462,14 +462,7 @@ fn after_a_loss_the_window_grows_back_slowly() {
     let mut p = Pair::with_window(64 * 1024);
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let data = pattern(&mut p.a, 0, 512 * 1024);
-    let sge = [p.a.sge(0, 512 * 1024)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x8_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    let data = post_write(&mut p, qa, 512 * 1024, 0x8_0000);
     let bursts = record_bursts(&mut p, |sent| sent == 5);
     p.run(100_000);
     assert_eq!(p.b.mem.slice(MEM_BASE + 0x8_0000, 512 * 1024), &data[..]);
@@ -500,14 +493,7 @@ fn a_small_loss_window_still_asks_for_acks() {
     let mut p = Pair::with_window(64 * 1024);
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let data = pattern(&mut p.a, 0, 256 * 1024);
-    let sge = [p.a.sge(0, 256 * 1024)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x4_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    let data = post_write(&mut p, qa, 256 * 1024, 0x4_0000);
     let first = link.psn_a;
     let mut lost = vec![first + 1, first + 80, first + 140];
     p.filter = Box::new(move |from_a, v| {

@@ -85,15 +85,19 @@ mod tests {
     use super::*;
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
-    #[test]
-    fn a_record_carries_its_descriptors_or_none() {
-        let (a, b) = socketpair(
+    fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
+        socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_carries_its_descriptors_or_none() {
+        let (a, b) = seqpacket_pair();
         let passed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let second = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         send(&a, b"one", &[passed.as_fd()]).unwrap();
@@ -128,13 +132,7 @@ mod tests {
 
     #[test]
     fn a_record_says_who_sent_it_where_the_receiver_asks() {
-        let (a, b) = socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
+        let (a, b) = seqpacket_pair();
         let mut buf = [0u8; 8];
         send(&a, b"anon", &[]).unwrap();
         assert_eq!(recv_from_user(&b, &mut buf).unwrap().sender_uid, None);
