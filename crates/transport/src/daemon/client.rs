@@ -68,12 +68,15 @@ impl fmt::Display for LookupRefused {
 /// on.
 #[derive(Debug)]
 pub struct Session {
-    control: OwnedFd,
-    data: OwnedFd,
     /// The context's own member of the daemon's steering group on UDP
     /// 4791 (daemon/steering.rs): its packets, with no hop. `None` where
     /// the daemon could not steer; then everything comes on `data`.
+    /// Declared first so that it closes first: a daemon that finds the
+    /// member still held by a process whose session ended never lends it
+    /// to another context.
     direct: Option<std::net::UdpSocket>,
+    control: OwnedFd,
+    data: OwnedFd,
     /// Bytes read from the data socket that do not yet make a frame.
     pending: Vec<u8>,
     /// How much of `pending` is filled.

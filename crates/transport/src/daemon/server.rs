@@ -158,6 +158,22 @@ fn has_capability(status: &str, cap: u32) -> bool {
         .is_some_and(|set| cap < 64 && set & (1 << cap) != 0)
 }
 
+/// Whether process `pid` holds a descriptor of `socket` (one of its
+/// `/proc/PID/fd` links names the socket's inode). A process that is gone
+/// holds none; one whose descriptors cannot be read may.
+fn still_held(pid: i32, socket: &std::net::UdpSocket) -> bool {
+    let Ok(stat) = rustix::fs::fstat(socket) else {
+        return true;
+    };
+    let ours = std::ffi::OsString::from(format!("socket:[{}]", stat.st_ino));
+    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(fds) => fds,
+        Err(e) => return e.kind() != io::ErrorKind::NotFound,
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == ours))
+}
+
 /// Whether a context may name `ip` as its device's address: a unicast
 /// address. The daemon binds UDP 4791 there for good; the unspecified
 /// address would take every packet of the namespace's later contexts, and
@@ -242,6 +258,10 @@ struct Receiver {
 struct Member {
     socket: std::net::UdpSocket,
     client: Option<usize>,
+    /// Its last context's process still held it when the context left (a
+    /// process that closed its device and lives on): it may read what
+    /// reaches the member, so the member serves no other context.
+    retired: bool,
 }
 
 #[derive(Debug, Default)]
@@ -670,7 +690,10 @@ impl Daemon {
         }
         let slot = self.find(ip)?;
         let members = self.udp[slot].as_mut()?.members.as_mut()?;
-        let m = match members.iter().position(|m| m.client.is_none()) {
+        let m = match members
+            .iter()
+            .position(|m| m.client.is_none() && !m.retired)
+        {
             Some(free) => {
                 let fd = members[free].socket.as_raw_fd();
                 let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
@@ -681,6 +704,7 @@ impl Daemon {
                 members.push(Member {
                     socket,
                     client: None,
+                    retired: false,
                 });
                 members.len() - 1
             }
@@ -691,8 +715,10 @@ impl Daemon {
     }
 
     /// Frees client `id`'s member of `ip`'s group: the daemon reads it
-    /// (and routes what reaches it) until it serves another context.
-    fn free_direct(&mut self, id: usize, ip: IpAddr) {
+    /// (and routes what reaches it) until it serves another context,
+    /// unless the client's process `pid` still holds it (see
+    /// [`Member::retired`]).
+    fn free_direct(&mut self, id: usize, ip: IpAddr, pid: Option<i32>) {
         let Some(slot) = self.find(ip) else {
             return;
         };
@@ -701,6 +727,7 @@ impl Daemon {
         };
         if let Some(m) = members.iter().position(|m| m.client == Some(id)) {
             members[m].client = None;
+            members[m].retired = pid.is_none_or(|pid| still_held(pid, &members[m].socket));
             let fd = members[m].socket.as_raw_fd();
             let token = Token(MEMBER + slot * MEMBERS + m);
             let _ = self
@@ -946,7 +973,7 @@ impl Daemon {
             !holders.is_empty()
         });
         if let Some(ip) = client.ip {
-            self.free_direct(id, ip);
+            self.free_direct(id, ip, client.cred.map(|c| c.pid));
             self.restear(ip);
         }
         let groups: Vec<IpAddr> = self
@@ -1520,6 +1547,23 @@ mod tests {
         }
         assert!(daemon.guest_sessions_full(guest));
         assert!(!daemon.guest_sessions_full(me));
+    }
+
+    /// A member whose last context's process still holds it is retired;
+    /// one whose process let go of it (or is gone) serves again.
+    #[test]
+    fn a_member_still_held_by_its_process_is_known() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(still_held(std::process::id() as i32, &socket));
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let held = still_held(other.id() as i32, &socket);
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(!held, "a process that never had it");
+        assert!(!still_held(i32::MAX, &socket), "no such process");
     }
 
     #[test]
