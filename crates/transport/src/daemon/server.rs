@@ -294,6 +294,9 @@ pub struct Daemon {
     /// The rdma_cm connections of this host's clients, learnt from the CM
     /// messages routed to them (`cm_connections.rs`).
     cm: CmConnections,
+    /// The user the daemon runs as: its clients of another user are its
+    /// guests.
+    uid: u32,
 }
 
 impl Daemon {
@@ -331,6 +334,7 @@ impl Daemon {
             capture: None,
             ports: HashMap::new(),
             cm: CmConnections::default(),
+            uid: rustix::process::geteuid().as_raw(),
         })
     }
 
@@ -684,8 +688,7 @@ impl Daemon {
     /// the group's program, so that packets of other contexts reach it;
     /// another user's context reads its packets through its data stream.
     fn add_direct(&mut self, id: usize, ip: IpAddr) -> Option<OwnedFd> {
-        let me = rustix::process::geteuid().as_raw();
-        if self.clients.get(&id)?.cred?.uid != me {
+        if self.clients.get(&id)?.cred?.uid != self.uid {
             return None;
         }
         let slot = self.find(ip)?;
@@ -911,7 +914,7 @@ impl Daemon {
     /// connections that never said hello took them all, and every other
     /// context failed to open.
     fn guest_sessions_full(&self, uid: u32) -> bool {
-        if uid == rustix::process::geteuid().as_raw() {
+        if uid == self.uid {
             return false;
         }
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
@@ -936,7 +939,7 @@ impl Daemon {
         let Some(uid) = uid_of(id) else {
             return false;
         };
-        if uid == rustix::process::geteuid().as_raw() {
+        if uid == self.uid {
             return false;
         }
         let held = self
