@@ -3,8 +3,9 @@
 //! checks each mapping's flags): every byte mapped, writable when the MR
 //! grants any write right and else readable, and none of it the kernel's
 //! own pages mapped into the process ([vvar], [vsyscall]: no pages to
-//! pin). A provider that skipped this would accept NULL or a read-only
-//! buffer and crash later, at the first peer WRITE.
+//! pin), nor a file's pages past its end (a fault there is SIGBUS, which
+//! pinning reports as EFAULT). A provider that skipped this would accept
+//! NULL or a read-only buffer and crash later, at the first peer WRITE.
 
 use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 
@@ -35,12 +36,47 @@ pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
         if start > covered || !m.perms.contains(need) || kernel_pages(m) {
             return Err(libc::EFAULT);
         }
+        if matches!(m.pathname, MMapPath::Path(_)) && m.perms.contains(MMPermissions::READ) {
+            // A file's pages grow in file order, so if the last page the
+            // MR takes from this mapping lies within the file, all do.
+            past_the_file_end(stop.min(end) - 1)?;
+        }
         covered = stop;
         if covered >= end {
             return Ok(());
         }
     }
     Err(libc::EFAULT)
+}
+
+/// `Err(EFAULT)` if the byte at `addr`, in a readable file mapping,
+/// cannot be read: its page lies past the end of the file. Read through
+/// the kernel (`process_vm_readv` on our own pid), which reports the
+/// fault as EFAULT where a load would raise SIGBUS. Where the kernel
+/// refuses cross-memory attach (a seccomp policy) the page is taken as
+/// there: the check is then what it was before it (accesses to such a
+/// page still fail cleanly, in guarded mode).
+fn past_the_file_end(addr: u64) -> Result<(), i32> {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 1,
+    };
+    // SAFETY: the kernel writes one byte into `byte`, a local we hold the
+    // only borrow of, and reads the byte at `addr` in our own address
+    // space through the page tables, returning EFAULT instead of faulting
+    // where it cannot; no Rust reference to that byte is formed, and a
+    // concurrent write to it by the application is a plain racing read
+    // as a NIC's pinning would make.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
+        return Err(libc::EFAULT);
+    }
+    Ok(())
 }
 
 /// Whether a mapping holds pages of the kernel's rather than memory of
@@ -102,6 +138,31 @@ mod tests {
         let a = map(4096, libc::PROT_WRITE);
         assert_eq!(check(a, 4096, true), Ok(()));
         assert_eq!(check(a, 4096, false), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn a_files_pages_past_its_end_cannot_be_registered() {
+        use std::os::fd::AsRawFd;
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096 + 10).unwrap();
+        // SAFETY: a new shared mapping of three pages of a file of two
+        // (one whole, one partial); no reference points into it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * 4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let a = p as u64;
+        assert_eq!(check(a, 2 * 4096, true), Ok(()), "the partial page is the file's");
+        assert_eq!(check(a + 4096, 100, false), Ok(()));
+        assert_eq!(check(a, 3 * 4096, true), Err(libc::EFAULT));
+        assert_eq!(check(a + 2 * 4096, 8, false), Err(libc::EFAULT));
     }
 
     #[test]

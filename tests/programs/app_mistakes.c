@@ -2,8 +2,9 @@
  * completion, checked through the provider as a program meets them; each
  * once crashed the process (or returned the wrong errno):
  *  - ibv_reg_mr of NULL, of unmapped memory, of length 0, of a read-only
- *    mapping with write access, and of the kernel's [vvar] page: EFAULT,
- *    EFAULT, EINVAL, EFAULT, EFAULT; of a mapping made with PROT_WRITE
+ *    mapping with write access, of the kernel's [vvar] page, and of a
+ *    file's mapping past the file's end: EFAULT, EFAULT, EINVAL, EFAULT,
+ *    EFAULT, EFAULT (the file's own pages register); of a mapping made with PROT_WRITE
  *    alone, with write access: accepted, as the kernel's pinning does, and
  *    a peer WRITE lands there;
  *  - an MR whose buffer is unmapped while still registered: a peer RDMA
@@ -174,6 +175,23 @@ static void *vvar_page(void)
 	return (void *)start;
 }
 
+/* Two pages of a shared mapping of a one-page file: the second lies past
+ * the file's end, where a load raises SIGBUS and the kernel's pinning
+ * fails. */
+static void past_a_files_end(void)
+{
+	FILE *f = tmpfile();
+	CHECK(f && ftruncate(fileno(f), PAGE) == 0, "tmpfile");
+	void *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0);
+	CHECK(p != MAP_FAILED, "mmap of the file");
+	struct ibv_mr *mr = ibv_reg_mr(pd, p, PAGE, ALL_ACCESS);
+	CHECK(mr, "reg_mr of a file's page: errno %d", errno);
+	CHECK(!ibv_dereg_mr(mr), "dereg_mr");
+	expect_reg_fails(p, 2 * PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "a page past a file's end");
+	munmap(p, 2 * PAGE);
+	fclose(f);
+}
+
 static void registration_checks(void)
 {
 	expect_reg_fails(NULL, PAGE, IBV_ACCESS_LOCAL_WRITE, EFAULT, "NULL");
@@ -190,6 +208,7 @@ static void registration_checks(void)
 	CHECK(!ibv_dereg_mr(mr), "dereg_mr");
 	munmap(ro, PAGE);
 	expect_reg_fails(vvar_page(), 8, 0, EFAULT, "the [vvar] page");
+	past_a_files_end();
 }
 
 static void write_only_mapping(void)
