@@ -599,14 +599,23 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     0
 }
 
-/// The write end of a soft completion channel, for a CQ bound to it.
-pub(crate) fn channel_writer(st: &ContextState, channel: *mut ibv_comp_channel) -> Option<RawFd> {
+/// The write end of a soft completion channel, for a CQ bound to it:
+/// `Ok(None)` for no channel, `Err(EBADF)` for a channel that is not one
+/// of this context's (another context's, whose events would never reach
+/// it: the kernel's lookup of the channel's file refuses it likewise).
+pub(crate) fn channel_writer(
+    st: &ContextState,
+    channel: *mut ibv_comp_channel,
+) -> Result<Option<RawFd>, i32> {
     if channel.is_null() {
-        return None;
+        return Ok(None);
     }
     // SAFETY: a live channel the application passes to create_cq.
     let fd = unsafe { (*channel).fd };
-    st.channels.lock().get(&fd).map(|w| w.as_raw_fd())
+    match st.channels.lock().get(&fd) {
+        Some(w) => Ok(Some(w.as_raw_fd())),
+        None => Err(libc::EBADF),
+    }
 }
 
 /// `ibv_get_async_event`: on a pass-through context whose fault rules

@@ -26,8 +26,8 @@ use softverbs_engine::{
 use std::os::raw::{c_int, c_void};
 use std::ptr::{addr_of, addr_of_mut};
 
-/// The `send_ops_flags` softverbs can build.
-const SUPPORTED_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
+/// The `send_ops_flags` softverbs can build for an RC QP.
+const RC_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
     | IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_SEND_WITH_IMM
@@ -36,6 +36,25 @@ const SUPPORTED_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_SEND_WITH_INV;
+
+/// Those a UC QP can carry: no READ nor atomic, which need responses
+/// (rxe and mlx5 refuse them at creation too; LOCAL_INV as mlx5).
+const UC_OPS: u64 = RC_OPS & !(IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+
+/// Those a UD QP can carry: SENDs only.
+const UD_OPS: u64 = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
+/// The `send_ops_flags` a QP of `qp_type` may ask for.
+fn ops_for(qp_type: u32) -> u64 {
+    match qp_type {
+        IBV_QPT_RC => RC_OPS,
+        IBV_QPT_UC => UC_OPS,
+        IBV_QPT_UD => UD_OPS,
+        _ => 0,
+    }
+}
 
 /// One WR under construction, owning its data.
 #[derive(Debug, Default)]
@@ -106,6 +125,15 @@ const fn einval(reason: &'static str) -> VerbsError {
     }
 }
 
+/// ENOMEM with a reason: a WR that does not fit the queue's WQE, as mlx5's
+/// `ibv_wr_*` setters report it.
+const fn no_room(reason: &'static str) -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::NoMemory,
+        reason,
+    }
+}
+
 /// `create_qp_ex`: the base QP as `create_qp` makes it (the extended
 /// attributes begin with the same fields), plus the `ibv_wr_*` members
 /// when `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` asks for them.
@@ -128,7 +156,7 @@ pub unsafe extern "C" fn create_qp_ex(
         let with_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
         if a.comp_mask & !known != 0
             || flags_asked
-            || (with_ops && a.send_ops_flags & !SUPPORTED_OPS != 0)
+            || (with_ops && a.send_ops_flags & !ops_for(a.qp_type) != 0)
         {
             return null(libc::EOPNOTSUPP);
         }
@@ -351,12 +379,17 @@ wr_set_sge(lkey: u32, addr: u64, length: u32) |qp, lkey, addr, length| {
     }
 });
 wr_fn!(/// `ibv_wr_set_sge_list`: converted as `ibv_post_send` converts a
-/// WR's list, its count checked against max_send_sge first.
+/// WR's list, its count checked against max_send_sge first: more is
+/// ENOMEM here, as mlx5 answers it (rxe ENOSPC; neither EINVAL, which
+/// `ibv_post_send` gives).
 wr_set_sge_list(n: usize, list: *const ibv_sge) |qp, n: usize, list: *const ibv_sge| {
     let n = c_int::try_from(n).unwrap_or(c_int::MAX);
     // SAFETY: as wr_send; the application passes `n` SGEs at `list`.
     unsafe {
         set(qp, |w, limits| {
+            if n as u32 > limits.max_send_sge {
+                return Err(no_room("num_sge above the queue's max_send_sge"));
+            }
             w.sges = sges(list, n, limits.max_send_sge)?;
             Ok(())
         })
@@ -406,7 +439,8 @@ wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *m
 });
 
 /// Copies inline data as `ibv_post_send` does (the same conversion, its
-/// total checked against max_inline_data before anything is copied).
+/// total checked against max_inline_data before anything is copied: more
+/// is ENOMEM, as mlx5 answers it).
 ///
 /// The buffers name readable application memory (the `ibv_wr_set_inline_*`
 /// contract).
@@ -416,7 +450,7 @@ fn set_inline(w: &mut BuiltWr, bufs: &[ibv_data_buf], limits: &WrBuilder) -> Ver
         total = total.saturating_add(b.length as u64);
     }
     if total > u64::from(limits.max_inline_data) {
-        return Err(einval("inline data above max_inline_data"));
+        return Err(no_room("inline data above max_inline_data"));
     }
     // Every length fits u32 now; empty buffers add nothing.
     let list: Vec<Sge> = bufs

@@ -420,6 +420,10 @@ pub unsafe fn create_cq_locked(
         if cqe < 0 || comp_vector < 0 {
             return null(libc::EINVAL);
         }
+        let writer = match crate::preload::channel_writer(st, channel) {
+            Ok(w) => w,
+            Err(errno) => return null(errno),
+        };
         let created = st.driver.with(|e, _| {
             let (id, actual) = e.create_cq(cqe as u32, comp_vector as u32)?;
             Ok((id, actual, e.cq_ring(id)?))
@@ -436,7 +440,6 @@ pub unsafe fn create_cq_locked(
             polled: CallLock::new(VecDeque::new(), locked),
             ring,
         }));
-        let writer = crate::preload::channel_writer(st, channel);
         st.events.add_cq(id, ptr as usize, writer);
         ptr as *mut ibv_cq
     })

@@ -7,8 +7,15 @@
  * the freed CQ to the program); a UD WR whose AH is another context's is
  * EINVAL, through ibv_post_send and ibv_wr_* (it was sent to the address
  * of this context's AH of the same engine handle); a controlled Q_Key
- * (bit 31) is EPERM without CAP_NET_RAW, as on Linux 6.5 and later.
- * Prints "verb errors ok". */
+ * (bit 31) is EPERM without CAP_NET_RAW, as on Linux 6.5 and later; a
+ * CQ cannot be bound to another context's completion channel (EBADF:
+ * its events never arrived); a solicited-only arm after a
+ * next-completion arm leaves the CQ armed for the next completion (the
+ * unsolicited one's event was lost); ibv_create_qp_ex refuses
+ * send_ops_flags the QP type cannot carry (READ or atomics on UC, WRITE
+ * on UD: EOPNOTSUPP, as rxe and mlx5), and ibv_wr_complete answers too
+ * many SGEs or too much inline data with ENOMEM (mlx5; rxe ENOSPC), not
+ * EINVAL. Prints "verb errors ok". */
 #include <errno.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -75,6 +82,54 @@ static void an_ah_of_another_context(struct ibv_pd *pd, struct ibv_cq *cq, struc
 	CHECK(!ibv_dealloc_pd(other_pd) && !ibv_close_device(other), "close the second context");
 }
 
+/* A QP of `type` asking for `ops`, or NULL. */
+static struct ibv_qp *qp_with_ops(struct ibv_pd *pd, struct ibv_cq *cq, enum ibv_qp_type type, uint64_t ops)
+{
+	struct ibv_qp_init_attr_ex qa = { .send_cq = cq, .recv_cq = cq, .qp_type = type,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = 16 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+		.send_ops_flags = ops };
+	return ibv_create_qp_ex(pd->context, &qa);
+}
+
+/* send_ops_flags by QP type, and the ibv_wr_* setters' limits. */
+static void extended_qp_limits(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_mr *mr)
+{
+	const uint64_t refused[][2] = {
+		{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ },
+		{ IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD },
+		{ IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE },
+		{ IBV_QPT_UD, IBV_QP_EX_WITH_SEND_WITH_INV },
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		errno = 0;
+		struct ibv_qp *qp = qp_with_ops(pd, cq, refused[i][0], refused[i][1]);
+		CHECK(!qp && errno == EOPNOTSUPP, "send_ops_flags %#llx on QP type %llu: not EOPNOTSUPP (errno %d)",
+		      (unsigned long long)refused[i][1], (unsigned long long)refused[i][0], errno);
+	}
+	struct ibv_qp *uc = qp_with_ops(pd, cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND);
+	CHECK(uc, "a UC QP with WRITE and SEND");
+	CHECK(!ibv_destroy_qp(uc), "destroy");
+	struct ibv_qp *rc = qp_with_ops(pd, cq, IBV_QPT_RC, IBV_QP_EX_WITH_SEND);
+	CHECK(rc, "an RC QP with SEND");
+	to_rts(rc);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(rc);
+	struct ibv_sge two[2] = { { (uintptr_t)mr->addr, 8, mr->lkey }, { (uintptr_t)mr->addr + 8, 8, mr->lkey } };
+	ibv_wr_start(x);
+	ibv_wr_send(x);
+	ibv_wr_set_sge_list(x, 2, two);
+	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_sge_list above max_send_sge: not ENOMEM");
+	static char big[1024]; /* above any inline size the device grants */
+	ibv_wr_start(x);
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data(x, big, sizeof(big));
+	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_inline_data above max_inline_data: not ENOMEM");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a completion for a refused WR");
+	CHECK(!ibv_destroy_qp(rc), "destroy");
+}
+
 /* Whether this thread has CAP_NET_RAW in its effective set; then, for
  * `set` 0 or 1, drops it from or raises it into that set. */
 static int net_raw(int set)
@@ -123,6 +178,16 @@ int main(void)
 	/* A channel in use by a CQ. */
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroy_comp_channel in use: not EBUSY");
 
+	/* Another context's completion channel. */
+	struct ibv_context *ctx2 = open_device_named("softverbs0");
+	CHECK(ctx2, "open a second context");
+	struct ibv_comp_channel *ch2 = ibv_create_comp_channel(ctx2);
+	CHECK(ch2, "channel of the second context");
+	errno = 0;
+	CHECK(!ibv_create_cq(ctx, 16, NULL, ch2, 0) && errno == EBADF,
+	      "a CQ bound to another context's channel: not EBADF (errno %d)", errno);
+	CHECK(!ibv_destroy_comp_channel(ch2) && !ibv_close_device(ctx2), "close the second context");
+
 	/* A GID index past the table. */
 	union ibv_gid gid;
 	CHECK(ibv_query_gid(ctx, 1, 100000, &gid) == -1, "query_gid past the table succeeded");
@@ -160,10 +225,12 @@ int main(void)
 	CHECK(seen == 2, "the first WR did not complete");
 
 	an_ah_of_another_context(pd, cq, mr);
+	extended_qp_limits(pd, cq, mr);
 	a_controlled_qkey(pd, cq);
 
 	/* An event left unread in the channel goes with its CQ. */
 	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
+	CHECK(!ibv_req_notify_cq(cq, 1), "req_notify_cq, solicited only");
 	CHECK(!ibv_post_recv(qp, &rw, &rbad), "post_recv");
 	w[0].next = NULL;
 	CHECK(!ibv_post_send(qp, w, &bad), "post_send");

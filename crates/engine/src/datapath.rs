@@ -137,7 +137,10 @@ impl Engine {
         if c.entries.holds_any_for(solicited_only) {
             c.notify = None;
             self.comp_events.push_back(cq);
-        } else {
+        } else if c.notify != Some(false) {
+            // An arm for the next completion stays one when a
+            // solicited-only arm follows (IBA C11-31, C11-32; rxe and
+            // rdmavt keep it too): else the event it promised is lost.
             c.notify = Some(solicited_only);
         }
         Ok(())

@@ -991,6 +991,22 @@ fn completion_events_follow_req_notify_cq() {
     assert_eq!(p.b.e.poll_comp_event(), None, "disarmed after one event");
 }
 
+/// Rule (IBA C11-31, C11-32; rxe, rdmavt): a solicited-only request after
+/// one for the next completion leaves the CQ armed for the next
+/// completion: an unsolicited one still raises the event.
+#[test]
+fn a_solicited_only_arm_does_not_narrow_a_next_completion_arm() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let cq = p.b.cq;
+    p.b.e.req_notify_cq(cq, false).unwrap();
+    p.b.e.req_notify_cq(cq, true).unwrap();
+    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
+    p.run(100);
+    assert_eq!(p.b.e.poll_comp_event(), Some(cq), "the unsolicited SEND");
+}
+
 /// Rule (as mlx5, whose arming names the consumer index): a completion
 /// already in the CQ, not yet polled, that the request would report
 /// raises the event at once; one it would not (unsolicited, for a
