@@ -159,7 +159,11 @@ mod tests {
         };
         assert_ne!(p, libc::MAP_FAILED);
         let a = p as u64;
-        assert_eq!(check(a, 2 * 4096, true), Ok(()), "the partial page is the file's");
+        assert_eq!(
+            check(a, 2 * 4096, true),
+            Ok(()),
+            "the partial page is the file's"
+        );
         assert_eq!(check(a + 4096, 100, false), Ok(()));
         assert_eq!(check(a, 3 * 4096, true), Err(libc::EFAULT));
         assert_eq!(check(a + 2 * 4096, 8, false), Err(libc::EFAULT));

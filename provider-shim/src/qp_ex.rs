@@ -39,9 +39,10 @@ const RC_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
 
 /// Those a UC QP can carry: no READ nor atomic, which need responses
 /// (rxe and mlx5 refuse them at creation too; LOCAL_INV as mlx5).
-const UC_OPS: u64 = RC_OPS & !(IBV_QP_EX_WITH_RDMA_READ
-    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+const UC_OPS: u64 = RC_OPS
+    & !(IBV_QP_EX_WITH_RDMA_READ
+        | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+        | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
 
 /// Those a UD QP can carry: SENDs only.
 const UD_OPS: u64 = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
