@@ -2,8 +2,9 @@
 # The host daemon (softverbs daemon, UDP 4791) as programs meet it: the
 # first program starts it without its descriptors, it outlives that
 # program, several programs share it, a `kill -9` of one program disturbs
-# no other's traffic (even mid-transfer), it leaves once idle, and a
-# daemon killed under a listening rdma_cm program is replaced. Runs on
+# no other's traffic (even mid-transfer), it leaves once idle, a
+# daemon killed under a listening rdma_cm program is replaced, and one
+# killed under a connected rdma_cm pair ends both (DEVICE_REMOVAL). Runs on
 # a loopback address and daemon socket of its own, so a daemon other tests
 # left running is not involved.
 # Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -109,7 +110,7 @@ wc=$!
 # perftest prints its table header once the connection is up: then the
 # transfer is running.
 deadline=$((SECONDS + 20))
-until grep -q "#bytes" "$log/wc" || [ $SECONDS -ge $deadline ] || ! kill -0 $wc 2>/dev/null; do
+until grep -q "#bytes" "$log/wc" 2>/dev/null || [ $SECONDS -ge $deadline ] || ! kill -0 $wc 2>/dev/null; do
   sleep 0.05 # poll interval; the loop ends on the condition
 done
 kill -9 $victim; wait $victim 2>/dev/null
@@ -169,6 +170,38 @@ else
   bad "an rdma_cm listener starts (rping -s)" "$log/rping"
 fi
 kill $cm 2>/dev/null; wait $cm 2>/dev/null
+
+# 8. The daemon dies under a connected rdma_cm pair (rping, pinging for
+#    long): the CM of both processes is gone, so both ids hear
+#    RDMA_CM_EVENT_DEVICE_REMOVAL and both rpings end (each waited for
+#    ever for the other's DREQ, which no longer comes).
+next_port p9
+SOFTVERBS_CM_TRACE=1 timeout 120 rping -s -a "$ip" -p "$p9" -C 10000000 > "$log/r9s" 2>&1 &
+r9s=$!
+if wait_output "$log/r9s" "command 7: Ok" $r9s 2>> "$log/r9s"; then
+  timeout 120 rping -c -v -a "$ip" -p "$p9" -C 10000000 > "$log/r9c" 2>&1 &
+  r9c=$!
+  if wait_output "$log/r9c" "ping data" $r9c 2>> "$log/r9c"; then
+    kill -9 $(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET")
+    deadline=$((SECONDS + 30))
+    while { kill -0 $r9s || kill -0 $r9c; } 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+      sleep 0.05 # poll interval; the loop ends on the condition
+    done
+    if ! kill -0 $r9s 2>/dev/null && ! kill -0 $r9c 2>/dev/null &&
+       grep -q "device removal" "$log/r9s" && grep -q "device removal" "$log/r9c"; then
+      ok "the daemon killed under a connected rdma_cm pair: both hear DEVICE_REMOVAL and end"
+    else
+      tail -n 5 "$log/r9s" "$log/r9c" > "$log/nine" 2>&1
+      bad "the daemon killed under a connected rdma_cm pair: both hear DEVICE_REMOVAL and end" "$log/nine"
+    fi
+  else
+    bad "an rping pair connects" "$log/r9c"
+  fi
+  kill $r9c 2>/dev/null; wait $r9c 2>/dev/null
+else
+  bad "an rdma_cm listener starts (rping -s)" "$log/r9s"
+fi
+kill $r9s 2>/dev/null; wait $r9s 2>/dev/null
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

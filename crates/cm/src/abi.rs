@@ -47,6 +47,7 @@ pub mod event {
     pub const REJECTED: u32 = 8;
     pub const ESTABLISHED: u32 = 9;
     pub const DISCONNECTED: u32 = 10;
+    pub const DEVICE_REMOVAL: u32 = 11;
     pub const MULTICAST_JOIN: u32 = 12;
     pub const MULTICAST_ERROR: u32 = 13;
     pub const TIMEWAIT_EXIT: u32 = 15;

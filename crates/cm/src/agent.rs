@@ -1451,6 +1451,31 @@ impl Agent {
         handle
     }
 
+    /// The device at `ip` can speak the CM no more (the embedder lost the
+    /// daemon session that carries its MADs): every id on it gets
+    /// RDMA_CM_EVENT_DEVICE_REMOVAL, as the kernel reports a device that
+    /// went away, and sends nothing more. Without it a program waiting for
+    /// its peer's DREQ, REP or RTU would wait for ever.
+    pub fn device_removed(&mut self, ip: IpAddr) {
+        let Some(device) = self.device_of(ip) else {
+            return;
+        };
+        let gone: Vec<u32> = self
+            .ids
+            .values()
+            .filter(|i| i.device == Some(device))
+            .map(|i| i.handle)
+            .collect();
+        for handle in gone {
+            if let Some(id) = self.ids.get_mut(&handle) {
+                id.state = State::Closed;
+                id.retransmit = None;
+                id.timewait_until = None;
+            }
+            self.notify_id(handle, event::DEVICE_REMOVAL, 0, EventConn::default());
+        }
+    }
+
     /// Id `handle`, if nothing has been done with it but options (created,
     /// not bound, resolved, joined or connected), so that another rdma_cm
     /// could serve it instead: its uid, port space and QP type.

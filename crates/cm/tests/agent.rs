@@ -1383,3 +1383,39 @@ fn mutated_mads_at_every_step_are_handled_without_a_panic() {
         "only {parsed} of {sent} mutated MADs parse: the mutations stop at the parser"
     );
 }
+
+/// Rule (as the kernel reports a device removed): when the embedder can
+/// no longer carry a device's MADs (its daemon died), every id on that
+/// device gets RDMA_CM_EVENT_DEVICE_REMOVAL and sends nothing more: a
+/// connected process would otherwise wait for ever for its peer's DREQ.
+#[test]
+fn ids_on_a_device_that_can_no_longer_speak_hear_it_was_removed() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, b"", true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    let other = client.create(201);
+    client.bind(other, "10.0.0.1:0").unwrap();
+    let unbound = client.create(202);
+
+    client.agent.device_removed(client.ip);
+    let mut removed: Vec<u32> = std::iter::from_fn(|| client.try_event())
+        .map(|e| {
+            assert_eq!((e.event, e.status), (event::DEVICE_REMOVAL, 0));
+            e.id
+        })
+        .collect();
+    removed.sort();
+    assert_eq!(
+        removed,
+        [cid, other],
+        "the ids on the device, not {unbound}"
+    );
+    client.accept(cid, 200, 0, &[], false).ok();
+    client.now += 60_000_000_000;
+    client.agent.handle_timeout(client.now);
+    assert!(
+        client.agent.poll_mad().is_none(),
+        "nothing sent after the removal"
+    );
+}

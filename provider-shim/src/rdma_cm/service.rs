@@ -399,7 +399,8 @@ impl Inner {
     /// broke (the daemon died) is let go of: its steered socket leaves
     /// the daemon's steering group, where a new daemon would otherwise
     /// steer other contexts' packets to it (every new connection into the
-    /// host then failed while this process lived).
+    /// host then failed while this process lived), and the ids on its
+    /// address hear that their device is gone.
     fn receive(&mut self, now: u64) {
         let Inner {
             agent,
@@ -423,9 +424,10 @@ impl Inner {
             if got.is_err() {
                 endpoint.close_direct();
                 dead.push(*ip);
+                agent.device_removed(*ip);
                 softverbs_transport::say!(
                     "softverbs rdma_cm: the host daemon's session for {ip} broke (it ended): \
-                     rdma_cm on {ip} stops in this process"
+                     rdma_cm on {ip} stops in this process, its ids get DEVICE_REMOVAL"
                 );
             }
         }
