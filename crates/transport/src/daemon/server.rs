@@ -851,6 +851,16 @@ impl Daemon {
         // members) would give ours an index nobody knows: probe for one,
         // and steer only on a port nobody holds.
         let port_free = !unicast || bind_udp(addr).is_ok();
+        if !port_free {
+            // Said, since the kernel then shares this address's packets
+            // between that holder and us: both lose some without a word.
+            crate::say!(
+                "softverbs daemon: UDP {addr} is already bound by another process (another \
+                 softverbs daemon, with another SOFTVERBS_DAEMON_SOCKET, or the contexts of \
+                 one that ended, still closing): packets to {local} may go to it and be lost; \
+                 give each daemon its own addresses or SOFTVERBS_UDP_PORT"
+            );
+        }
         let socket = if unicast {
             bind_udp_shared(addr)?
         } else {
