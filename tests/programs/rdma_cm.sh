@@ -503,6 +503,11 @@ next_port fork_port
 c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
+# An active side that dies holding the REP, before its RTU: the daemon
+# rejects the REP in its name, as the kernel's CM does, so the passive
+# side gets REJECTED (a DREQ made it DISCONNECTED before ESTABLISHED).
+next_port no_rtu_port
+c_case "an active side dead before its RTU: the passive side gets REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

@@ -3,8 +3,12 @@
 //! marks it (the peer waits for a DREP), a DREP or REJ ends it. When a
 //! client dies, its peers get the DREQ its rdma_cm would have sent, or the
 //! DREP for a DREQ of theirs (the kernel's rdma_cm outlives a killed
-//! process; a client's does not). Time comes from the caller, so the
-//! marks' expiry is tested without waiting.
+//! process; a client's does not), or, for a connection whose REP the
+//! client took but whose RTU it never sent, a REJ, as the kernel's CM
+//! rejects a REP it had not answered (`cm_destroy_id` in REP_RCVD). The
+//! RTU is seen only when it goes to a peer of this host (through the
+//! daemon); one to another host is taken as sent. Time comes from the
+//! caller, so the marks' expiry is tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -38,6 +42,8 @@ pub(super) enum Farewell {
     Dreq,
     /// The DREP for its DREQ of transaction `tid`.
     Drep { tid: u64 },
+    /// A REJ of its REP: the client took the REP and died before its RTU.
+    Rej,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +53,9 @@ struct Connection {
     /// a DREP, which the client sends when its application destroys the
     /// id or disconnects, and the daemon if the client dies first.
     dreq: Option<(u64, Instant)>,
+    /// The client's RTU went out (or cannot be seen going out): the
+    /// connection is established on the peer's side too.
+    rtu_sent: bool,
 }
 
 /// The connections, by our end's comm ID.
@@ -59,8 +68,10 @@ pub(super) struct CmConnections {
 }
 
 impl CmConnections {
-    /// Connection `ours` to `peer` is known (a REP or RTU).
-    pub(super) fn connected(&mut self, ours: u32, peer: CmPeer) {
+    /// Connection `ours` to `peer` is known (a REP or RTU); `rtu_sent`
+    /// unless the client took the peer's REP and the daemon will see its
+    /// RTU go to the peer ([`CmConnections::rtu_passed`]).
+    pub(super) fn connected(&mut self, ours: u32, peer: CmPeer, rtu_sent: bool) {
         if self.by_ours.len() >= CONNECTIONS_MAX && !self.by_ours.contains_key(&ours) {
             // Full (connections that ended unseen): one goes, so new ones
             // are still known.
@@ -68,7 +79,22 @@ impl CmConnections {
                 self.by_ours.remove(&old);
             }
         }
-        self.by_ours.insert(ours, Connection { peer, dreq: None });
+        self.by_ours.insert(
+            ours,
+            Connection {
+                peer,
+                dreq: None,
+                rtu_sent,
+            },
+        );
+    }
+
+    /// The RTU of connection `ours` went from the client to its peer on
+    /// this host.
+    pub(super) fn rtu_passed(&mut self, ours: u32) {
+        if let Some(c) = self.by_ours.get_mut(&ours) {
+            c.rtu_sent = true;
+        }
     }
 
     /// Connection `ours` ended (a DREP or REJ).
@@ -134,6 +160,7 @@ impl CmConnections {
                 continue;
             };
             match c.dreq {
+                None if !c.rtu_sent => farewells.push((ours, c.peer, Farewell::Rej)),
                 None => farewells.push((ours, c.peer, Farewell::Dreq)),
                 Some((tid, at)) if now.duration_since(at) < DREQ_ANSWERED_WITHIN => {
                     farewells.push((ours, c.peer, Farewell::Drep { tid }));
@@ -172,8 +199,8 @@ mod tests {
     fn a_dead_clients_peer_gets_a_dreq_or_the_drep_it_waits_for() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
-        c.connected(2, peer(102));
+        c.connected(1, peer(101), true);
+        c.connected(2, peer(102), true);
         c.dreq_came(2, 0xabc, t0);
         let mut got = c.take_dead(all, t0 + Duration::from_secs(1));
         got.sort_by_key(|&(ours, ..)| ours);
@@ -187,11 +214,31 @@ mod tests {
         assert_eq!(c.len(), 0);
     }
 
+    /// Rule (the kernel's `cm_destroy_id`): a REP the client took and had
+    /// not answered with its RTU is rejected; once the RTU passed, the
+    /// connection is ended with a DREQ.
+    #[test]
+    fn a_rep_left_unanswered_is_rejected_and_an_answered_one_disconnected() {
+        let mut c = CmConnections::default();
+        c.connected(1, peer(101), false);
+        c.connected(2, peer(102), false);
+        c.rtu_passed(2);
+        let mut got = c.take_dead(all, Instant::now());
+        got.sort_by_key(|&(ours, ..)| ours);
+        assert_eq!(
+            got,
+            [
+                (1, peer(101), Farewell::Rej),
+                (2, peer(102), Farewell::Dreq)
+            ]
+        );
+    }
+
     #[test]
     fn only_the_dead_clients_connections_go() {
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
-        c.connected(0x1000_0001, peer(102));
+        c.connected(1, peer(101), true);
+        c.connected(0x1000_0001, peer(102), true);
         let got = c.take_dead(|ours| ours >> 28 == 1, Instant::now());
         assert_eq!(got, [(0x1000_0001, peer(102), Farewell::Dreq)]);
         assert_eq!(c.len(), 1);
@@ -201,7 +248,7 @@ mod tests {
     fn a_peer_that_stopped_waiting_gets_nothing() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
+        c.connected(1, peer(101), true);
         c.dreq_came(1, 7, t0);
         let late = t0 + DREQ_ANSWERED_WITHIN;
         assert_eq!(c.take_dead(all, late), []);
@@ -211,7 +258,7 @@ mod tests {
     fn a_resent_dreq_keeps_the_first_mark() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
+        c.connected(1, peer(101), true);
         c.dreq_came(1, 7, t0);
         c.dreq_came(1, 7, t0 + DREQ_ANSWERED_WITHIN / 2);
         let after_first = t0 + DREQ_ANSWERED_WITHIN;
@@ -222,8 +269,8 @@ mod tests {
     fn expired_marks_are_forgotten_when_the_next_dreq_comes() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
-        c.connected(2, peer(102));
+        c.connected(1, peer(101), true);
+        c.connected(2, peer(102), true);
         c.dreq_came(1, 7, t0);
         c.dreq_came(2, 8, t0 + DREQ_ANSWERED_WITHIN);
         assert_eq!(c.len(), 1, "connection 1's peer no longer waits");
@@ -235,7 +282,7 @@ mod tests {
     fn expired_marks_are_forgotten_at_the_next_cm_message() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
+        c.connected(1, peer(101), true);
         c.dreq_came(1, 7, t0);
         c.expire(t0 + DREQ_ANSWERED_WITHIN / 2);
         assert_eq!(c.len(), 1, "its peer may still wait");
@@ -247,11 +294,11 @@ mod tests {
     fn an_old_mark_spares_a_later_connection_of_the_same_id() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101));
+        c.connected(1, peer(101), true);
         c.dreq_came(1, 7, t0);
         c.ended(1);
-        c.connected(1, peer(201));
-        c.connected(2, peer(102));
+        c.connected(1, peer(201), true);
+        c.connected(2, peer(102), true);
         c.dreq_came(2, 8, t0 + DREQ_ANSWERED_WITHIN);
         assert_eq!(c.len(), 2, "the new connection 1 stays");
         let mut got = c.take_dead(|ours| ours == 1, t0 + DREQ_ANSWERED_WITHIN);
@@ -263,9 +310,9 @@ mod tests {
     fn a_full_table_still_learns_new_connections() {
         let mut c = CmConnections::default();
         for ours in 0..CONNECTIONS_MAX as u32 {
-            c.connected(ours, peer(ours));
+            c.connected(ours, peer(ours), true);
         }
-        c.connected(u32::MAX, peer(1));
+        c.connected(u32::MAX, peer(1), true);
         assert_eq!(c.len(), CONNECTIONS_MAX);
         let got = c.take_dead(|ours| ours == u32::MAX, Instant::now());
         assert_eq!(got, [(u32::MAX, peer(1), Farewell::Dreq)]);

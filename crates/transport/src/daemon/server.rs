@@ -1134,9 +1134,19 @@ impl Daemon {
         };
         let now = Instant::now();
         self.cm.expire(now);
+        // A peer on this host sends its RTU through the daemon, where it
+        // is seen; one elsewhere does not.
+        let peer_here = self.find(src.ip()).is_some();
         match msg {
-            CmMessage::Rep(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
-            CmMessage::Rtu(m) => self.cm.connected(m.remote_comm_id, peer(m.local_comm_id)),
+            CmMessage::Rep(m) => {
+                self.cm
+                    .connected(m.remote_comm_id, peer(m.local_comm_id), !peer_here)
+            }
+            CmMessage::Rtu(m) => {
+                self.cm.rtu_passed(m.local_comm_id);
+                self.cm
+                    .connected(m.remote_comm_id, peer(m.local_comm_id), true)
+            }
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
             CmMessage::Rej(m) => self.cm.ended(m.remote_comm_id),
@@ -1145,12 +1155,13 @@ impl Daemon {
     }
 
     /// Client `id` is gone with its rdma_cm: the peers of its connections
-    /// get a DREQ from its comm ID, and those that asked to disconnect the
-    /// DREP they wait for, as the kernel's rdma_cm sends them when a dead
-    /// process's file is released (`rdma_destroy_id` of each id), so they
-    /// see DISCONNECTED at once.
+    /// get a DREQ from its comm ID, those that asked to disconnect the
+    /// DREP they wait for, and those whose REP it never answered a REJ,
+    /// as the kernel's rdma_cm sends them when a dead process's file is
+    /// released (`rdma_destroy_id` of each id), so they see DISCONNECTED
+    /// (or REJECTED) at once.
     fn disconnect_peers_of(&mut self, blocks: &[usize]) {
-        use softverbs_wire::cm::{CmDrep, CmDreq, CmMessage};
+        use softverbs_wire::cm::{rej_reason, CmDrep, CmDreq, CmMessage, CmRej, MessageKind};
         let is_dead = |ours| blocks.contains(&usize::from(gsi::block_of_comm_id(ours)));
         for (ours, peer, farewell) in self.cm.take_dead(is_dead, Instant::now()) {
             let (message, tid) = match farewell {
@@ -1161,6 +1172,16 @@ impl Daemon {
                         ..Default::default()
                     };
                     (CmMessage::Drep(drep), tid)
+                }
+                Farewell::Rej => {
+                    let rej = CmRej {
+                        local_comm_id: ours,
+                        remote_comm_id: peer.comm_id,
+                        message_rejected: MessageKind::Rep,
+                        reason: rej_reason::CONSUMER_DEFINED,
+                        ..Default::default()
+                    };
+                    (CmMessage::Rej(rej), u64::from(ours))
                 }
                 Farewell::Dreq => {
                     let dreq = CmDreq {
