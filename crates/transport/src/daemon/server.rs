@@ -1164,14 +1164,19 @@ impl Daemon {
         use softverbs_wire::cm::{rej_reason, CmDrep, CmDreq, CmMessage, CmRej, MessageKind};
         let is_dead = |ours| blocks.contains(&usize::from(gsi::block_of_comm_id(ours)));
         for (ours, peer, farewell) in self.cm.take_dead(is_dead, Instant::now()) {
-            let (message, tid) = match farewell {
+            let dreq = CmMessage::Dreq(CmDreq {
+                local_comm_id: ours,
+                remote_comm_id: peer.comm_id,
+                ..Default::default()
+            });
+            match farewell {
                 Farewell::Drep { tid } => {
                     let drep = CmDrep {
                         local_comm_id: ours,
                         remote_comm_id: peer.comm_id,
                         ..Default::default()
                     };
-                    (CmMessage::Drep(drep), tid)
+                    self.farewell(&peer, &CmMessage::Drep(drep), tid);
                 }
                 Farewell::Rej => {
                     let rej = CmRej {
@@ -1181,30 +1186,33 @@ impl Daemon {
                         reason: rej_reason::CONSUMER_DEFINED,
                         ..Default::default()
                     };
-                    (CmMessage::Rej(rej), u64::from(ours))
+                    self.farewell(&peer, &CmMessage::Rej(rej), u64::from(ours));
+                    // And the DREQ, for a peer that took the connection as
+                    // established without the RTU (COMM_EST after a lost
+                    // RTU): an established rdma_cm ignores a REJ, and one
+                    // that took the REJ ignores the DREQ.
+                    self.farewell(&peer, &dreq, u64::from(ours));
                 }
-                Farewell::Dreq => {
-                    let dreq = CmDreq {
-                        local_comm_id: ours,
-                        remote_comm_id: peer.comm_id,
-                        ..Default::default()
-                    };
-                    (CmMessage::Dreq(dreq), u64::from(ours))
-                }
-            };
-            let mut mad = [0u8; 256];
-            if message.emit_mad(tid, 0, &mut mad).is_err() {
-                continue;
+                Farewell::Dreq => self.farewell(&peer, &dreq, u64::from(ours)),
             }
-            let mut to = peer.addr;
-            to.set_port(udp_port());
-            let Ok(packet) = gsi::gsi_packet(peer.local, to, &mad) else {
-                continue;
-            };
-            if let Some(r) = self.udp.get(peer.slot).and_then(Option::as_ref) {
-                if r.socket.send_to(&packet, to).is_ok() {
-                    self.stats.gsi_answered += 1;
-                }
+        }
+    }
+
+    /// Sends `message` (transaction `tid`) to `peer`'s QP1 from the
+    /// daemon's socket on the address the connection came to.
+    fn farewell(&mut self, peer: &CmPeer, message: &softverbs_wire::cm::CmMessage, tid: u64) {
+        let mut mad = [0u8; 256];
+        if message.emit_mad(tid, 0, &mut mad).is_err() {
+            return;
+        }
+        let mut to = peer.addr;
+        to.set_port(udp_port());
+        let Ok(packet) = gsi::gsi_packet(peer.local, to, &mad) else {
+            return;
+        };
+        if let Some(r) = self.udp.get(peer.slot).and_then(Option::as_ref) {
+            if r.socket.send_to(&packet, to).is_ok() {
+                self.stats.gsi_answered += 1;
             }
         }
     }
