@@ -426,29 +426,30 @@ fn cm_messages_reach_the_holder_of_their_comm_id() {
         (gone.remote_comm_id, gone.local_comm_id)
     );
     // b learnt two connections (the REP and the RTU routed to it): when it
-    // goes, a, their other end, gets a DREQ for each from the daemon.
+    // goes, a, their other end, gets a DREQ for each from the daemon, and
+    // for the REP b never answered with an RTU a REJ before it.
     drop(b);
-    for m in next_mads(&mut a, 2) {
-        assert!(matches!(
-            CmMessage::parse_mad(&m),
-            Ok((_, CmMessage::Dreq(_)))
-        ));
+    let (mut dreqs, mut rejs) = (0, 0);
+    for m in next_mads(&mut a, 3) {
+        match CmMessage::parse_mad(&m) {
+            Ok((_, CmMessage::Dreq(_))) => dreqs += 1,
+            Ok((_, CmMessage::Rej(_))) => rejs += 1,
+            other => panic!("{other:?}"),
+        }
     }
+    assert_eq!((dreqs, rejs), (2, 1));
     drop((a, c));
     let stats = h.stats();
     assert_eq!(
         (stats.gsi_unrouted, stats.gsi_dropped, stats.gsi_answered),
-        (2, 4, 3)
+        (2, 4, 4)
     );
 }
 
-/// A client killed with live connections: its rdma_cm dies with it, so the
-/// daemon, which saw the connection's REP routed to it, sends its peer the
-/// DREQ the kernel's rdma_cm would have sent for a killed process.
-#[test]
-fn the_peers_of_a_client_gone_get_its_dreq() {
-    let h = host();
-    let (mut active, mut passive) = (h.endpoint(), h.endpoint());
+/// An active side that took its peer's REP, on this host: (active,
+/// passive, the REP).
+fn rep_taken(h: &Host) -> (Endpoint, Endpoint, CmRep) {
+    let (mut active, passive) = (h.endpoint(), h.endpoint());
     let rep = CmRep {
         local_comm_id: comm_id(&passive, 3),
         remote_comm_id: comm_id(&active, 4),
@@ -458,6 +459,24 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
         .send_gsi(h.ip, &mad(CmMessage::Rep(rep), 9))
         .unwrap();
     next_mad(&mut active);
+    (active, passive, rep)
+}
+
+/// A client killed with live connections: its rdma_cm dies with it, so the
+/// daemon, which saw the connection's REP routed to it and its RTU go to
+/// the peer, sends its peer the DREQ the kernel's rdma_cm would have sent
+/// for a killed process.
+#[test]
+fn the_peers_of_a_client_gone_get_its_dreq() {
+    let h = host();
+    let (active, mut passive, rep) = rep_taken(&h);
+    let rtu = CmRtu {
+        local_comm_id: rep.remote_comm_id,
+        remote_comm_id: rep.local_comm_id,
+        ..CmRtu::default()
+    };
+    active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
+    next_mad(&mut passive);
     drop(active);
     let (_, CmMessage::Dreq(dreq)) = next_cm(&mut passive) else {
         panic!("not a DREQ");
@@ -467,6 +486,29 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
         (rep.remote_comm_id, rep.local_comm_id),
         "from the dead end, to the living one"
     );
+}
+
+/// Rule (the kernel's `cm_destroy_id` in REP_RCVD): a client killed
+/// holding a REP it never answered with its RTU gets its peer a REJ of
+/// that REP (consumer defined), then a DREQ for a peer that went
+/// established without the RTU.
+#[test]
+fn the_peer_of_a_client_gone_before_its_rtu_gets_a_rej() {
+    let h = host();
+    let (active, mut passive, rep) = rep_taken(&h);
+    drop(active);
+    let got: Vec<CmMessage> = next_mads(&mut passive, 2)
+        .iter()
+        .map(|m| CmMessage::parse_mad(m).expect("a CM message").1)
+        .collect();
+    let [CmMessage::Rej(rej), CmMessage::Dreq(_)] = got.as_slice() else {
+        panic!("not a REJ then a DREQ: {got:?}");
+    };
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id),
+        (rep.remote_comm_id, rep.local_comm_id)
+    );
+    assert_eq!((rej.message_rejected, rej.reason), (MessageKind::Rep, 28));
 }
 
 /// A client that dies after its peer's DREQ came, before its application
