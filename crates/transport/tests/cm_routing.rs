@@ -335,6 +335,48 @@ fn a_req_nobody_listens_for_is_rejected_as_the_kernel_does() {
     assert_eq!(h.stats().gsi_answered, 2);
 }
 
+/// A REQ and a SIDR_REQ that come while their port is held but not yet
+/// listened on (a server between its bind and its listen) wait for the
+/// listener and reach it when it listens, with no REJ for their sender.
+#[test]
+fn a_request_that_comes_before_its_listener_reaches_it() {
+    let h = host();
+    let (mut a, mut c) = (h.endpoint(), h.endpoint());
+    let ip = h.ip;
+    c.reserve(TCP, ip, 18601).unwrap();
+    c.reserve(UDP, ip, 18602).unwrap();
+    let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18601);
+    a.send_gsi(ip, &sent).unwrap();
+    let sidr = CmSidrReq {
+        request_id: comm_id(&a, 2),
+        service_id: ip_service_id(PortSpace::Udp, 18602),
+        ..CmSidrReq::default()
+    };
+    let sidr = mad(CmMessage::SidrReq(sidr), 5);
+    a.send_gsi(ip, &sidr).unwrap();
+    // The daemon has taken both once it answers what a's next packet, a
+    // DREQ for a block nobody holds, asks (its socket reads in order).
+    let free = (1..=4095u16)
+        .find(|b| !a.slots().contains(b) && !c.slots().contains(b))
+        .unwrap();
+    let dreq = CmDreq {
+        local_comm_id: comm_id(&a, 3),
+        remote_comm_id: *comm_ids_of(free).start(),
+        ..CmDreq::default()
+    };
+    a.send_gsi(ip, &mad(CmMessage::Dreq(dreq), 6)).unwrap();
+    assert!(matches!(next_cm(&mut a), (_, CmMessage::Drep(_))));
+
+    c.listen(TCP, ip, 18601).unwrap();
+    assert_eq!(next_mad(&mut c).1, sent);
+    c.listen(UDP, ip, 18602).unwrap();
+    assert_eq!(next_mad(&mut c).1, sidr);
+    quiet(&mut [&mut a, &mut c]);
+    drop((a, c));
+    let stats = h.stats();
+    assert_eq!((stats.gsi_waited, stats.gsi_answered), (2, 1));
+}
+
 /// REP, RTU, DREQ and SIDR_REP reach the holder of the block their
 /// recipient's comm ID names (a second block too); one for a block nobody
 /// holds is dropped and counted, and so is what QP1 would not take.

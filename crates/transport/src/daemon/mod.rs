@@ -7,6 +7,7 @@ pub mod protocol;
 pub mod record;
 pub mod server;
 pub mod steering;
+mod waiting_requests;
 
 pub use client::{DaemonAddress, LookupRefused, PeerRegion, Session};
 pub use protocol::{udp_port, DEFAULT_SOCKET, ROCE_PORT};

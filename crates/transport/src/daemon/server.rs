@@ -20,8 +20,9 @@
 //! which no context holds. A REQ or SIDR_REQ goes to the context listening
 //! on its service's port at the packet's destination address (or on the
 //! unspecified address), and is answered by the daemon, as the kernel's CM
-//! answers it, when nobody listens; every other CM message goes to the
-//! holder of the block its recipient's comm ID names (crate::gsi).
+//! answers it, when nobody listens (after a short wait for a listener,
+//! waiting_requests.rs); every other CM message goes to the holder of the
+//! block its recipient's comm ID names (crate::gsi).
 //!
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
@@ -30,6 +31,7 @@ use super::cm_connections::{CmConnections, CmPeer, Farewell};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
+use super::waiting_requests::{WaitingRequest, WaitingRequests};
 use crate::capture::Capture;
 use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments};
 use crate::gsi::{self, GsiRoute};
@@ -84,6 +86,9 @@ pub struct DaemonStats {
     /// REQs and SIDR_REQs nobody listened for, answered by the daemon
     /// (REJ "invalid service ID", SIDR_REP "service ID not supported").
     pub gsi_answered: u64,
+    /// REQs and SIDR_REQs that came before their listener and reached it
+    /// when it came (`waiting_requests.rs`).
+    pub gsi_waited: u64,
     /// CM messages to QP1 for a comm ID whose block no context holds.
     pub gsi_unrouted: u64,
     /// Other packets to QP1 dropped: a bad ICRC, not a UD SEND_ONLY with
@@ -294,6 +299,8 @@ pub struct Daemon {
     /// The rdma_cm connections of this host's clients, learnt from the CM
     /// messages routed to them (`cm_connections.rs`).
     cm: CmConnections,
+    /// The REQs and SIDR_REQs that wait for a listener.
+    waiting: WaitingRequests,
     /// The user the daemon runs as: its clients of another user are its
     /// guests.
     uid: u32,
@@ -334,6 +341,7 @@ impl Daemon {
             capture: None,
             ports: HashMap::new(),
             cm: CmConnections::default(),
+            waiting: WaitingRequests::default(),
             uid: rustix::process::geteuid().as_raw(),
         })
     }
@@ -343,20 +351,34 @@ impl Daemon {
         let mut events = Events::with_capacity(256);
         let mut idle_since = Some(Instant::now());
         loop {
-            let timeout = idle_since.map(|t| self.config.idle_exit.saturating_sub(t.elapsed()));
-            if timeout == Some(Duration::ZERO) {
+            let idle = idle_since.map(|t| self.config.idle_exit.saturating_sub(t.elapsed()));
+            if idle == Some(Duration::ZERO) {
+                for request in self.waiting.all() {
+                    self.answer_unmatched(request.slot, &request.mad, request.src, request.dst);
+                }
                 // UDP 4791 is free before the listener closes (when the
                 // daemon is dropped): a program that connects meanwhile is
                 // refused, starts a new daemon, and that one can bind.
                 self.udp.clear();
                 return Ok(self.stats);
             }
+            let wait_ends = self
+                .waiting
+                .next_end()
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            let timeout = match (idle, wait_ends) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             match self.poll.poll(&mut events, timeout) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => r?,
             }
             for ev in events.iter() {
                 self.dispatch(ev.token());
+            }
+            for request in self.waiting.expired(Instant::now()) {
+                self.answer_unmatched(request.slot, &request.mad, request.src, request.dst);
             }
             idle_since = match (self.clients.is_empty(), idle_since) {
                 (true, None) => Some(Instant::now()),
@@ -544,15 +566,19 @@ impl Daemon {
         holders.iter_mut().find(|r| r.client == id && r.ip == ip)
     }
 
-    /// Makes client `id`'s reservation a listener.
+    /// Makes client `id`'s reservation a listener, and hands it the
+    /// requests that came for it before (`waiting_requests.rs`).
     fn listen(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
-        match self.reservation(id, ps, ip, port) {
-            Some(r) => {
-                r.listening = true;
-                Reply::Done
-            }
-            None => not_held(ps, ip, port),
+        let Some(r) = self.reservation(id, ps, ip, port) else {
+            return not_held(ps, ip, port);
+        };
+        r.listening = true;
+        for request in self.waiting.for_listener(ps, port, ip) {
+            let packet = &request.packet;
+            self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
+            self.stats.gsi_waited += 1;
         }
+        Reply::Done
     }
 
     /// Whether client `id`'s process may take a port below
@@ -1094,13 +1120,27 @@ impl Daemon {
             return To::Handled;
         };
         match gsi::route(&mad) {
-            GsiRoute::Service(service) => {
-                let listener = service.and_then(|(ps, port)| self.listener(ps, port, dst.ip()));
+            GsiRoute::Service(Some((ps, port))) => {
+                let listener = self.listener(ps, port, dst.ip());
                 if listener.is_some() {
                     return To::Client(listener);
                 }
-                self.answer_unmatched(slot, &mad, src, dst);
+                if !self.waiting.has_room() {
+                    self.answer_unmatched(slot, &mad, src, dst);
+                    return To::Handled;
+                }
+                let request = WaitingRequest {
+                    ps,
+                    port,
+                    slot,
+                    src,
+                    dst,
+                    packet: packet.to_vec(),
+                    mad,
+                };
+                self.waiting.wait(Instant::now(), request);
             }
+            GsiRoute::Service(None) => self.answer_unmatched(slot, &mad, src, dst),
             GsiRoute::CommId(id) => {
                 let block = usize::from(gsi::block_of_comm_id(id));
                 match self.owners.get(block).copied().flatten() {
@@ -1227,10 +1267,12 @@ impl Daemon {
             return; // nothing the kernel's CM would answer
         };
         let answer = gsi::gsi_packet(dst, to, &answer).ok();
+        // (A request that waited may find its slot another address's.)
         let socket = self
             .udp
             .get(slot)
             .and_then(Option::as_ref)
+            .filter(|r| r.local == dst.ip())
             .map(|r| &r.socket);
         let sent = match (answer, socket) {
             (Some(packet), Some(socket)) => match socket.send_to(&packet, to) {
