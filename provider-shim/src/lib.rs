@@ -48,6 +48,7 @@ pub mod libibverbs;
 pub mod mapping;
 pub mod merged_fd;
 pub mod ops;
+pub mod own_memory;
 pub mod passthrough;
 pub mod passthrough_delay;
 pub mod passthrough_delay_ex;

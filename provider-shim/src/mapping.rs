@@ -7,6 +7,7 @@
 //! pinning reports as EFAULT). A provider that skipped this would accept
 //! NULL or a read-only buffer and crash later, at the first peer WRITE.
 
+use crate::own_memory;
 use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 
 /// `Err(EFAULT)` unless `[addr, addr+len)` is mapped throughout, writable
@@ -57,26 +58,10 @@ pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
 /// there: the check is then what it was before it (accesses to such a
 /// page still fail cleanly, in guarded mode).
 fn past_the_file_end(addr: u64) -> Result<(), i32> {
-    let mut byte = 0u8;
-    let local = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: 1,
-    };
-    // SAFETY: the kernel writes one byte into `byte`, a local we hold the
-    // only borrow of, and reads the byte at `addr` in our own address
-    // space through the page tables, returning EFAULT instead of faulting
-    // where it cannot; no Rust reference to that byte is formed, and a
-    // concurrent write to it by the application is a plain racing read
-    // as a NIC's pinning would make.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
-        return Err(libc::EFAULT);
+    match own_memory::read(addr, 1) {
+        Err(libc::EFAULT) => Err(libc::EFAULT),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Whether a mapping holds pages of the kernel's rather than memory of

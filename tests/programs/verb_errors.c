@@ -125,6 +125,11 @@ static void extended_qp_limits(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_
 	ibv_wr_send(x);
 	ibv_wr_set_inline_data(x, big, sizeof(big));
 	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_inline_data above max_inline_data: not ENOMEM");
+	struct ibv_data_buf halves[2] = { { big, sizeof(big) / 2 }, { big + sizeof(big) / 2, sizeof(big) / 2 } };
+	ibv_wr_start(x);
+	ibv_wr_send(x);
+	ibv_wr_set_inline_data_list(x, 2, halves);
+	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_inline_data_list above max_inline_data: not ENOMEM");
 	struct ibv_wc wc;
 	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a completion for a refused WR");
 	CHECK(!ibv_destroy_qp(rc), "destroy");

@@ -31,6 +31,7 @@ pub mod service;
 
 use crate::guard::{guard, set_errno};
 use crate::libc_next::enosys;
+use crate::own_memory;
 use softverbs_cm::Reply;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -445,43 +446,11 @@ fn wait_for_ever() -> ! {
 /// Copies `len` bytes of the caller's memory at `addr`: EFAULT where it
 /// is not readable, as the kernel's `copy_from_user`.
 fn read_caller(addr: u64, len: usize) -> Result<Vec<u8>, i32> {
-    let mut out = vec![0u8; len];
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: len,
-    };
-    // SAFETY: the kernel checks the caller's range (this process's own)
-    // and copies into `out`, which is ours and `len` bytes long.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n == len as isize {
-        Ok(out)
-    } else {
-        Err(libc::EFAULT)
-    }
+    own_memory::read(addr, len).map_err(|_| libc::EFAULT)
 }
 
 /// Copies `bytes` to the caller's memory at `addr`: EFAULT where it is not
 /// writable, as the kernel's `copy_to_user`.
 fn write_caller(addr: u64, bytes: &[u8]) -> Result<(), i32> {
-    let local = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut c_void,
-        iov_len: bytes.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: the kernel checks the caller's range and writes it from
-    // `bytes`, which it only reads; no reference to the destination is
-    // formed here (the application owns that memory).
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n == bytes.len() as isize {
-        Ok(())
-    } else {
-        Err(libc::EFAULT)
-    }
+    own_memory::write(addr, bytes).map_err(|_| libc::EFAULT)
 }
