@@ -268,7 +268,7 @@ pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextSta
 }
 
 /// What an application's user needs to know when a device cannot open:
-/// the two common causes, in the configuration's terms.
+/// the common causes, in the configuration's terms.
 fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
     let ip = dev.config.ip;
     match e.kind() {
@@ -278,10 +278,21 @@ fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
         std::io::ErrorKind::AddrInUse => format!(
             "UDP port 4791 on {ip} is taken by something other than a softverbs daemon ({e})"
         ),
+        _ => daemon_trouble(e),
+    }
+}
+
+/// What the user needs to know when the daemon could not be reached.
+pub fn daemon_trouble(e: &std::io::Error) -> String {
+    match e.kind() {
         std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => format!(
             "no softverbs daemon serves this network namespace and none could be started \
              ({e}); put the `softverbs` command beside the provider or on PATH, or set \
              SOFTVERBS_DAEMON to it"
+        ),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "the softverbs daemon of this network namespace did not answer within 10 s \
+             ({e}): is it stopped (SIGSTOP, a debugger)? `pgrep -a softverbs` finds it"
         ),
         _ => e.to_string(),
     }

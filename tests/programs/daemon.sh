@@ -4,7 +4,8 @@
 # program, several programs share it, a `kill -9` of one program disturbs
 # no other's traffic (even mid-transfer), it leaves once idle, a
 # daemon killed under a listening rdma_cm program is replaced, and one
-# killed under a connected rdma_cm pair ends both (DEVICE_REMOVAL). Runs on
+# killed under a connected rdma_cm pair ends both (DEVICE_REMOVAL), and a
+# stopped one fails a program's open after 10 s, saying so. Runs on
 # a loopback address and daemon socket of its own, so a daemon other tests
 # left running is not involved.
 # Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -202,6 +203,29 @@ else
   bad "an rdma_cm listener starts (rping -s)" "$log/r9s"
 fi
 kill $r9s 2>/dev/null; wait $r9s 2>/dev/null
+
+# 9. A stopped daemon (SIGSTOP, a debugger): a program that opens the
+#    device fails after the 10 s reply timeout and says why, rather than
+#    waiting for ever or naming a missing file.
+next_port p10
+timeout 60 ibv_rc_pingpong -g 0 -p "$p10" > "$log/p10" 2>&1 &
+p10s=$!
+if wait_listen "$p10" "" $p10s 2>> "$log/p10"; then
+  kill $p10s; wait $p10s 2>/dev/null
+  d=$(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET( |$)")
+  kill -STOP $d
+  timeout 60 ibv_rc_pingpong -g 0 -p "$p10" > "$log/stopped" 2>&1
+  rc=$?
+  kill -CONT $d
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "daemon of this network namespace did not answer within 10 s" "$log/stopped"; then
+    ok "a stopped daemon: opening the device fails after 10 s, saying so"
+  else
+    echo "exit $rc" >> "$log/stopped"
+    bad "a stopped daemon: opening the device fails after 10 s, saying so" "$log/stopped"
+  fi
+else
+  bad "ibv_rc_pingpong starts a daemon and listens" "$log/p10"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -147,8 +147,10 @@ impl Service {
                 continue;
             };
             let ip = d.config.ip;
-            let endpoint = Endpoint::open(ip, &daemon)
-                .map_err(|e| format!("rdma_cm: no daemon session for {ip}: {e}"))?;
+            let endpoint = Endpoint::open(ip, &daemon).map_err(|e| {
+                let why = crate::context::daemon_trouble(&e);
+                format!("rdma_cm: no daemon session for {ip}: {why}")
+            })?;
             let mtu = d.config.device_config(0).ports[0].active_mtu as u8;
             devices.push(Device {
                 node_guid: d.config.guid().to_be_bytes(),
