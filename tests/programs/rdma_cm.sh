@@ -491,7 +491,13 @@ c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 # rejects the REP in its name, as the kernel's CM does, so the passive
 # side gets REJECTED (a DREQ made it DISCONNECTED before ESTABLISHED).
 next_port no_rtu_port
-c_case "an active side dead before its RTU: the passive side gets REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port
+c_case "an active side dead before its RTU: the passive side gets REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port active
+# A passive side that dies after its REP, before the RTU reached it: the
+# daemon, which saw the REP pass to the active side, rejects it in the
+# passive side's name, as the kernel's CM does (the active side waited
+# for ever).
+next_port no_rtu_port
+c_case "a passive side dead before the RTU: the active side gets REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port passive
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

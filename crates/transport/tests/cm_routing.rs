@@ -553,6 +553,33 @@ fn the_peer_of_a_client_gone_before_its_rtu_gets_a_rej() {
     assert_eq!((rej.message_rejected, rej.reason), (MessageKind::Rep, 28));
 }
 
+/// Rule (the kernel's `cm_destroy_id` in REP_SENT): a passive side
+/// killed after its REP, before the active side's RTU reached it, gets the
+/// active side a REJ of that REP (consumer defined), then a DREQ for an
+/// active side that sent its RTU and went established.
+#[test]
+fn the_active_side_of_a_passive_one_gone_before_the_rtu_gets_a_rej() {
+    let h = host();
+    let (mut active, passive, rep) = rep_taken(&h);
+    drop(passive);
+    let got: Vec<CmMessage> = next_mads(&mut active, 2)
+        .iter()
+        .map(|m| CmMessage::parse_mad(m).expect("a CM message").1)
+        .collect();
+    let [CmMessage::Rej(rej), CmMessage::Dreq(dreq)] = got.as_slice() else {
+        panic!("not a REJ then a DREQ: {got:?}");
+    };
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id),
+        (rep.local_comm_id, rep.remote_comm_id)
+    );
+    assert_eq!((rej.message_rejected, rej.reason), (MessageKind::Rep, 28));
+    assert_eq!(
+        (dreq.local_comm_id, dreq.remote_comm_id),
+        (rep.local_comm_id, rep.remote_comm_id)
+    );
+}
+
 /// A client that dies after its peer's DREQ came, before its application
 /// destroyed the id (qperf 0.4.11's server crashes right there): the
 /// daemon sends the peer the DREP the kernel's rdma_cm sends when a dead

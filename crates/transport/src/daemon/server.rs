@@ -1176,11 +1176,27 @@ impl Daemon {
         self.cm.expire(now);
         // A peer on this host sends its RTU through the daemon, where it
         // is seen; one elsewhere does not.
-        let peer_here = self.find(src.ip()).is_some();
+        let peer_slot = self.find(src.ip());
         match msg {
             CmMessage::Rep(m) => {
                 self.cm
-                    .connected(m.remote_comm_id, peer(m.local_comm_id), !peer_here)
+                    .connected(m.remote_comm_id, peer(m.local_comm_id), peer_slot.is_none());
+                // A passive side on this host is known from its REP too:
+                // should it die before the RTU reaches it, the active side
+                // gets the REJ the kernel's CM sends for a REP it had sent
+                // (`cm_destroy_id` in REP_SENT). The RTU makes it known as
+                // established.
+                if let Some(slot) = peer_slot {
+                    let mut local = src;
+                    local.set_port(udp_port());
+                    let active = CmPeer {
+                        comm_id: m.remote_comm_id,
+                        addr: dst,
+                        local,
+                        slot,
+                    };
+                    self.cm.connected(m.local_comm_id, active, false);
+                }
             }
             CmMessage::Rtu(m) => {
                 self.cm.rtu_passed(m.local_comm_id);
