@@ -40,12 +40,16 @@ next_port() { n=$((n + 1)); printf -v "$1" %d $((PORT_BASE + n)); }
 ERRORS='[Ee]rror|Couldn.t|[Ff]ailed|status'
 
 # server NAME PORT CMD...: CMD -p PORT in the background; once it listens,
-# $srv is its pid (not the timeout wrapper's).
+# $srv is its pid (not the timeout wrapper's). One that does not listen
+# is ended (it would run on beside the next cases).
 server() {
   local name=$1 port=$2; shift 2
   timeout 120 "$@" -p "$port" > "$log/$name.srv" 2>&1 &
   local wrapper=$!
-  wait_listen "$port" "" $wrapper 2>> "$log/$name.srv" || return 1
+  if ! wait_listen "$port" "" $wrapper 2>> "$log/$name.srv"; then
+    pkill -P $wrapper; wait $wrapper 2>/dev/null
+    return 1
+  fi
   srv=$(pgrep -P $wrapper)
 }
 
