@@ -530,6 +530,20 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
     );
 }
 
+/// The next two CM messages `e` receives, which must be a REJ then a DREQ:
+/// what the daemon sends for a client that died in the middle of a
+/// connection's set-up.
+fn rej_then_dreq(e: &mut Endpoint) -> (CmRej, CmDreq) {
+    let got: Vec<CmMessage> = next_mads(e, 2)
+        .iter()
+        .map(|m| CmMessage::parse_mad(m).expect("a CM message").1)
+        .collect();
+    let [CmMessage::Rej(rej), CmMessage::Dreq(dreq)] = got.as_slice() else {
+        panic!("not a REJ then a DREQ: {got:?}");
+    };
+    (*rej, *dreq)
+}
+
 /// Rule (the kernel's `cm_destroy_id` in REP_RCVD): a client killed
 /// holding a REP it never answered with its RTU gets its peer a REJ of
 /// that REP (consumer defined), then a DREQ for a peer that went
@@ -539,13 +553,7 @@ fn the_peer_of_a_client_gone_before_its_rtu_gets_a_rej() {
     let h = host();
     let (active, mut passive, rep) = rep_taken(&h);
     drop(active);
-    let got: Vec<CmMessage> = next_mads(&mut passive, 2)
-        .iter()
-        .map(|m| CmMessage::parse_mad(m).expect("a CM message").1)
-        .collect();
-    let [CmMessage::Rej(rej), CmMessage::Dreq(_)] = got.as_slice() else {
-        panic!("not a REJ then a DREQ: {got:?}");
-    };
+    let (rej, _) = rej_then_dreq(&mut passive);
     assert_eq!(
         (rej.local_comm_id, rej.remote_comm_id),
         (rep.remote_comm_id, rep.local_comm_id)
@@ -562,13 +570,7 @@ fn the_active_side_of_a_passive_one_gone_before_the_rtu_gets_a_rej() {
     let h = host();
     let (mut active, passive, rep) = rep_taken(&h);
     drop(passive);
-    let got: Vec<CmMessage> = next_mads(&mut active, 2)
-        .iter()
-        .map(|m| CmMessage::parse_mad(m).expect("a CM message").1)
-        .collect();
-    let [CmMessage::Rej(rej), CmMessage::Dreq(dreq)] = got.as_slice() else {
-        panic!("not a REJ then a DREQ: {got:?}");
-    };
+    let (rej, dreq) = rej_then_dreq(&mut active);
     assert_eq!(
         (rej.local_comm_id, rej.remote_comm_id),
         (rep.local_comm_id, rep.remote_comm_id)
