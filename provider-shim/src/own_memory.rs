@@ -12,20 +12,26 @@ use std::io;
 /// itself (a seccomp policy).
 pub fn read(addr: u64, len: usize) -> Result<Vec<u8>, i32> {
     let mut out = vec![0u8; len];
+    read_into(addr, &mut out).map(|()| out)
+}
+
+/// Fills `dst` with the bytes at `addr`. Err as for [`read`].
+pub fn read_into(addr: u64, dst: &mut [u8]) -> Result<(), i32> {
     let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: len,
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
     };
     let remote = libc::iovec {
         iov_base: addr as *mut libc::c_void,
-        iov_len: len,
+        iov_len: dst.len(),
     };
-    // SAFETY: the kernel fills `out`, which we own and is `len` bytes
-    // long, from our own process's range at `addr`, checked against the
+    // SAFETY: the kernel fills `dst`, which we borrow mutably for the
+    // call, from our own process's range at `addr`, checked against the
     // page tables (EFAULT, not a fault). A concurrent write by the
-    // application to that range is a racing read, as a NIC's DMA makes.
+    // application to that range is a racing read, as a NIC's DMA makes;
+    // getpid (not a pid saved earlier) stays right in a forked child.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    done(n, len).map(|()| out)
+    done(n, dst.len())
 }
 
 /// Writes `bytes` at `addr`. Err as for [`read`].
@@ -71,5 +77,9 @@ mod tests {
         assert_eq!(read(8, 4), Err(libc::EFAULT), "page 0 is never mapped");
         assert_eq!(write(8, &[0]), Err(libc::EFAULT));
         assert_eq!(read(addr, 0), Ok(vec![]));
+        let mut two = [0u8; 2];
+        assert_eq!(read_into(addr + 2, &mut two), Ok(()));
+        assert_eq!(two, [9, 4]);
+        assert_eq!(read_into(8, &mut two), Err(libc::EFAULT));
     }
 }

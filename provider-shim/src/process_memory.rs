@@ -25,7 +25,7 @@
 //! atomic itself can still fault; both are application bugs a NIC would
 //! not notice at all.
 
-use crate::guarded_access;
+use crate::{guarded_access, own_memory};
 use softverbs_engine::{HostMemory, MemResult, MemoryFault};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -48,7 +48,6 @@ const RECHECK_EVERY: usize = 4096;
 /// The application's memory, reached by address.
 #[derive(Debug)]
 pub struct ProcessMemory {
-    pid: libc::pid_t,
     /// The mode asked for.
     mode: Mode,
     /// Whether the kernel allows cross-memory attach on our own pid.
@@ -72,21 +71,15 @@ impl ProcessMemory {
     /// available accesses fall back to the next one (Guarded, Kernel,
     /// Unchecked).
     pub fn with_mode(mode: Mode) -> ProcessMemory {
-        // SAFETY: getpid has no preconditions.
-        let pid = unsafe { libc::getpid() };
         let mut mem = ProcessMemory {
-            pid,
             mode,
             kernel_works: true,
             since_check: AtomicUsize::new(0),
         };
         let probe = 0x5a5a_u32.to_ne_bytes();
         let mut back = [0u8; 4];
-        let src = iov(probe.as_ptr() as u64, 4);
-        mem.kernel_works = mem
-            .copy(iov(back.as_mut_ptr() as u64, 4), src, false)
-            .is_ok()
-            && back == probe;
+        mem.kernel_works =
+            own_memory::read_into(probe.as_ptr() as u64, &mut back).is_ok() && back == probe;
         if mem.mode() == Mode::Unchecked {
             softverbs_transport::say!(
                 "softverbs: process_vm_readv is refused here and no fault handler could be \
@@ -121,31 +114,6 @@ impl ProcessMemory {
         let next = if still { 0 } else { RECHECK_EVERY };
         self.since_check.store(next, Ordering::Relaxed);
         still
-    }
-
-    fn copy(&self, local: libc::iovec, remote: libc::iovec, write: bool) -> MemResult<()> {
-        let fault = MemoryFault {
-            addr: remote.iov_base as u64,
-        };
-        let n = if write {
-            // SAFETY: `local` describes an engine buffer we hold a shared
-            // borrow of; the kernel reads it and writes the remote range,
-            // checking that range against our own page tables (EFAULT if
-            // unmapped or read-only) instead of faulting. Concurrent
-            // application access to the remote range is what a NIC's DMA
-            // races with too: no Rust reference to it exists.
-            unsafe { libc::process_vm_writev(self.pid, &local, 1, &remote, 1, 0) }
-        } else {
-            // SAFETY: `local` is an engine buffer we hold the only mutable
-            // borrow of; the kernel fills it from the remote range, which
-            // it checks as above.
-            unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) }
-        };
-        if usize::try_from(n) == Ok(local.iov_len) {
-            Ok(())
-        } else {
-            Err(fault)
-        }
     }
 
     /// Proves the aligned 8-byte word at `addr` mapped and writable without
@@ -226,13 +194,6 @@ fn faults_reach_handlers() -> bool {
     })
 }
 
-fn iov(addr: u64, len: usize) -> libc::iovec {
-    libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: len,
-    }
-}
-
 // The engine calls these only for ranges it checked against a live MR
 // (key, PD, bounds, access); whether the memory is still mapped is what
 // the guarded routines or the kernel check for us.
@@ -245,11 +206,7 @@ impl HostMemory for ProcessMemory {
                 unsafe { guarded_access::copy(dst.as_mut_ptr(), addr as *const u8, dst.len()) }
                     .map_err(|_| MemoryFault { addr })
             }
-            Mode::Kernel => self.copy(
-                iov(dst.as_mut_ptr() as u64, dst.len()),
-                iov(addr, dst.len()),
-                false,
-            ),
+            Mode::Kernel => own_memory::read_into(addr, dst).map_err(|_| MemoryFault { addr }),
             Mode::Unchecked => {
                 // SAFETY: the unchecked fallback: `addr..addr+dst.len()`
                 // lies in a registered MR and cannot overlap `dst`, the
@@ -270,11 +227,7 @@ impl HostMemory for ProcessMemory {
                 unsafe { guarded_access::copy(addr as *mut u8, src.as_ptr(), src.len()) }
                     .map_err(|_| MemoryFault { addr })
             }
-            Mode::Kernel => self.copy(
-                iov(src.as_ptr() as u64, src.len()),
-                iov(addr, src.len()),
-                true,
-            ),
+            Mode::Kernel => own_memory::write(addr, src).map_err(|_| MemoryFault { addr }),
             Mode::Unchecked => {
                 // SAFETY: the unchecked fallback: `addr..addr+src.len()`
                 // lies in a registered MR with write rights; `src` is
