@@ -73,7 +73,7 @@ rdma_sys_pair() {
   shift 2
   while [ "$1" != --then ]; do s_pre+=("$1"); shift; done
   shift
-  : > "$log/cli"
+  : > "$log/cli"; : > "$log/srv.trace" # the wait below must not find the last pair's line
   SOFTVERBS_CM_TRACE=1 "${s_pre[@]}" timeout 60 "$ex/server" > "$log/srv" 2> "$log/srv.trace" &
   srv=$!
   if wait_output "$log/srv.trace" "command 7: Ok" $srv 2> "$log/cli"; then

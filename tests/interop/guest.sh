@@ -185,10 +185,12 @@ mcast_run() {
   # group's datagrams before rxe sees them. A socket that joins the group
   # on rxe's netdev for the case stands in for what rxe leaves out.
   if [ "$r_side" = rxe0 ]; then
+    : > "$log/joiner"
     python3 -c "$JOIN_GROUP" "$group" va 2> "$log/joiner" &
     joiner=$!
     wait_line "$log/joiner" joined $joiner
   fi
+  : > "$log/srv"
   "${r_pre[@]}" timeout "$CASE_TIMEOUT" "${MCAST:-mcast-not-built}" recv "$group" "$r_dev" "$r_gid" \
     > "$log/srv" 2>&1 &
   local r=$!
@@ -225,10 +227,12 @@ mckey_run() {
   side "$s_side" ipv4; s_addr=$(cm_address "$s_side" ipv4)
   local t0=$SECONDS
   if [ "$r_side" = rxe0 ]; then
+    : > "$log/joiner"
     python3 -c "$JOIN_GROUP" "$group" va 2> "$log/joiner" &
     joiner=$!
     wait_line "$log/joiner" joined $joiner
   fi
+  : > "$log/srv"
   "${r_pre[@]}" timeout "$CASE_TIMEOUT" stdbuf -oL mckey -m "$group" -b "$r_addr" -C 10 > "$log/srv" 2>&1 &
   local r=$!
   if wait_line "$log/srv" "mckey: joined" $r; then
@@ -360,6 +364,7 @@ cm_run() {
   # which may be started again until CASE_TIMEOUT and then run for as long.
   local s_timeout=$CASE_TIMEOUT
   [[ "$prog" =~ ^(cmtime|iperf|qperf)$ ]] && s_timeout=$((2 * CASE_TIMEOUT))
+  : > "$log/srv"
   "${s_pre[@]}" timeout "$s_timeout" "${s_args[@]}" > "$log/srv" 2>&1 &
   local srv=$!
   [ -n "$listen_first" ] && wait_line "$log/srv" "rdma_cm: channel [0-9]* command 7: Ok" $srv
@@ -479,7 +484,9 @@ diff_counters() {
 }
 
 # wait_line FILE TEXT PID: returns once FILE holds TEXT, fails if PID
-# exits first or after CASE_TIMEOUT seconds.
+# exits first or after CASE_TIMEOUT seconds. A caller empties FILE before
+# it starts PID: the program's own redirection happens in the background,
+# maybe after the first look, which would find an earlier case's TEXT.
 wait_line() {
   local deadline=$((SECONDS + CASE_TIMEOUT))
   until grep -q "$2" "$1" 2>/dev/null; do
