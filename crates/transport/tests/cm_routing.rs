@@ -377,6 +377,30 @@ fn a_request_that_comes_before_its_listener_reaches_it() {
     assert_eq!((stats.gsi_waited, stats.gsi_answered), (2, 1));
 }
 
+/// A daemon that leaves (idle) while a REQ waits for a listener answers
+/// it first: the REQ's sender, on another host, gets its REJ instead of
+/// waiting for nothing.
+#[test]
+fn a_daemon_leaving_answers_the_requests_that_wait() {
+    let (there, here) = (host(), host());
+    let holder = there.endpoint(); // keeps `there` up until the REQ is in
+    let mut a = here.endpoint();
+    let id = comm_id(&a, 4);
+    a.send_gsi(there.ip, &req(id, PortSpace::Tcp, 4243)).unwrap();
+    // Loopback queues the datagram before the send returns: the daemon
+    // takes it before its idle time (200 ms, under the 250 ms a request
+    // waits) runs out.
+    drop(holder);
+    let (_, CmMessage::Rej(rej)) = next_cm(&mut a) else {
+        panic!("not a REJ");
+    };
+    assert_eq!((rej.remote_comm_id, rej.reason), (id, 8));
+    let stats = there.stats();
+    assert_eq!((stats.gsi_answered, stats.gsi_waited), (1, 0));
+    drop(a);
+    here.stats();
+}
+
 /// REP, RTU, DREQ and SIDR_REP reach the holder of the block their
 /// recipient's comm ID names (a second block too); one for a block nobody
 /// holds is dropped and counted, and so is what QP1 would not take.
