@@ -386,7 +386,8 @@ fn a_daemon_leaving_answers_the_requests_that_wait() {
     let holder = there.endpoint(); // keeps `there` up until the REQ is in
     let mut a = here.endpoint();
     let id = comm_id(&a, 4);
-    a.send_gsi(there.ip, &req(id, PortSpace::Tcp, 4243)).unwrap();
+    a.send_gsi(there.ip, &req(id, PortSpace::Tcp, 4243))
+        .unwrap();
     // Loopback queues the datagram before the send returns: the daemon
     // takes it before its idle time (200 ms, under the 250 ms a request
     // waits) runs out.
