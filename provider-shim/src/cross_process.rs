@@ -140,6 +140,10 @@ impl CrossProcess for CrossProcessAccess {
         check_cannot_shrink_below(fd, bytes)?;
         Ok(Arc::new(MappedWords::map(fd, bytes)?))
     }
+
+    fn own_pid(&self) -> i32 {
+        crate::own_memory::own_pid()
+    }
 }
 
 impl CrossProcessAccess {

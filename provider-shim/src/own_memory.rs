@@ -20,8 +20,9 @@ extern "C" fn forget_pid() {
     PID.store(0, Ordering::Relaxed);
 }
 
-/// The pid the copies name: this process's, in a forked child too.
-fn own_pid() -> libc::pid_t {
+/// Our pid, in a forked child too: the copies name it, and the same-host
+/// path's shared words.
+pub(crate) fn own_pid() -> libc::pid_t {
     FORGET_IN_CHILDREN.call_once(|| {
         // SAFETY: registers a child handler that only stores to an atomic
         // static, which is all a handler may do after a fork; it runs in

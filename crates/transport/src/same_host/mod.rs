@@ -9,6 +9,7 @@
 //! [`AtomicU64`] word, so two processes reading and writing it at once is
 //! well defined; the layouts over those words are in the submodules.
 
+pub mod accessors;
 pub mod arena;
 pub mod atomic_lock;
 pub mod deliveries;
@@ -82,4 +83,9 @@ pub trait CrossProcess: Send + Sync {
     fn create_region(&self, bytes: usize) -> io::Result<(OwnedFd, Arc<dyn Words>)>;
     /// Maps a peer's region, read and write, `bytes` long.
     fn map_region(&self, fd: &OwnedFd, bytes: usize) -> io::Result<Arc<dyn Words>>;
+    /// Our pid, as a peer's shared words name us (asked of the kernel at
+    /// every call unless the implementation keeps it).
+    fn own_pid(&self) -> i32 {
+        liveness::own_pid()
+    }
 }

@@ -9,30 +9,27 @@
 //! reuse the memory of an MR it withdrew while a peer may still be
 //! copying into it. Peers bracket each lookup-and-copy with
 //! [`MrTable::begin_access`]; after withdrawing, the owner calls
-//! [`MrTable::wait_idle`]. The counter of accesses in progress is a pair
-//! selected by an epoch word, as in sleepable RCU: the owner waits for the
-//! counter that new accesses do not use, flips the epoch, then waits for
-//! the other, so a stream of new accesses cannot keep it waiting, and
-//! any access that started before the withdrawal is waited for (an access
-//! whose increment the owner does not see is ordered after the withdrawal
-//! by the SeqCst fences on both sides, so its lookup misses the MR). A
-//! peer that crashes mid-access leaves its counter raised: `wait_idle`
-//! then times out, which the owner must treat as "possibly still in use".
+//! [`MrTable::wait_idle`], which waits for every access that started
+//! before the withdrawal (see [`super::accessors`]; an access whose count
+//! the owner does not see is ordered after the withdrawal by the SeqCst
+//! fences on both sides, so its lookup misses the MR). A peer stopped
+//! mid-access keeps the owner waiting: `wait_idle` then times out, which
+//! the owner must treat as "possibly still in use".
 //!
-//! Part layout (words): `[epoch, accesses[0], accesses[1], live, 4 spare]`,
-//! then per slot `[seq, tag<<32|key, pd, addr, length, iova, access, spare]`.
+//! Part layout (words): the accessors' words, `live`, spare words up to
+//! `HEADER`, then per slot `[seq, tag<<32|key, pd, addr, length, iova,
+//! access, spare]`.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use super::accessors::{self, AccessGuard, Accessors};
 use super::full::Full;
 use super::probing::{clearable_run, probe, table_slots};
 use super::seqlock;
 
-const EPOCH: usize = 0;
-const ACCESSES: usize = 1;
-const LIVE_COUNT: usize = 3;
-const HEADER: usize = 8;
+const LIVE_COUNT: usize = accessors::WORDS;
+const HEADER: usize = LIVE_COUNT + 2;
 const STRIDE: usize = 8;
 const FIELDS: usize = 6;
 
@@ -93,21 +90,6 @@ pub struct MrTable<'a> {
     part: &'a [AtomicU64],
     capacity: usize,
     slots: usize,
-}
-
-/// An access in progress: while it lives, the owner's
-/// [`MrTable::wait_idle`] waits. Dropping it ends the access.
-#[derive(Debug)]
-pub struct AccessGuard<'a> {
-    counter: Option<&'a AtomicU64>,
-}
-
-impl Drop for AccessGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(counter) = self.counter {
-            counter.fetch_sub(1, Ordering::Release);
-        }
-    }
 }
 
 impl<'a> MrTable<'a> {
@@ -208,46 +190,18 @@ impl<'a> MrTable<'a> {
         None
     }
 
-    /// Starts an access (a lookup and the copies into the MR it found);
-    /// the owner's [`wait_idle`](Self::wait_idle) waits for it to end.
-    pub fn begin_access(&self) -> AccessGuard<'a> {
-        let epoch = self
-            .part
-            .get(EPOCH)
-            .map_or(0, |w| w.load(Ordering::SeqCst) & 1);
-        let counter = self.part.get(ACCESSES + epoch as usize);
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }
-        // Orders the increment before the lookup that follows, against
-        // the owner's withdrawal and its reading of the counters.
-        fence(Ordering::SeqCst);
-        AccessGuard { counter }
+    /// Starts an access by process `pid` (our own): a lookup and the
+    /// copies into the MR it found. The owner's
+    /// [`wait_idle`](Self::wait_idle) waits for it to end.
+    pub fn begin_access(&self, pid: i32) -> AccessGuard<'a> {
+        Accessors::new(self.part).begin(pid)
     }
 
     /// Waits until every access that might have seen an MR withdrawn
-    /// before this call has ended, at most `timeout`; returns whether it
-    /// did. Owner only, one call at a time.
+    /// before this call has ended (or its process died), at most
+    /// `timeout`; returns whether it did. Owner only, one call at a time.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        fence(Ordering::SeqCst);
-        let deadline = Instant::now().checked_add(timeout);
-        let (Some(epoch), Some(first), Some(second)) = (
-            self.part.get(EPOCH),
-            self.part.get(ACCESSES),
-            self.part.get(ACCESSES + 1),
-        ) else {
-            return true;
-        };
-        let (current, other) = if epoch.load(Ordering::SeqCst) & 1 == 0 {
-            (first, second)
-        } else {
-            (second, first)
-        };
-        if !drained(other, deadline) {
-            return false;
-        }
-        epoch.fetch_xor(1, Ordering::SeqCst);
-        drained(current, deadline)
+        Accessors::new(self.part).wait_idle(timeout)
     }
 
     fn entry(&self, slot: usize) -> Option<(&'a AtomicU64, &'a [AtomicU64; FIELDS])> {
@@ -281,23 +235,10 @@ impl<'a> MrTable<'a> {
     }
 }
 
-/// Waits for `counter` to read zero, yielding between reads, until the
-/// deadline (`None`: no deadline).
-fn drained(counter: &AtomicU64, deadline: Option<Instant>) -> bool {
-    loop {
-        if counter.load(Ordering::SeqCst) == 0 {
-            return true;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::same_host::liveness::own_pid;
     use crate::same_host::seqlock::wait_for_reads;
     use std::sync::atomic::AtomicBool;
 
@@ -385,7 +326,7 @@ mod tests {
         assert_eq!(short.publish(&mr(1)), Err(Full));
         assert_eq!(short.lookup(1), None);
         assert!(!short.withdraw(1));
-        drop(short.begin_access());
+        drop(short.begin_access(own_pid()));
         assert!(short.wait_idle(Duration::ZERO));
         // Garbage everywhere: lookups end, and find nothing sensible.
         for (i, w) in words.iter().enumerate() {
@@ -395,22 +336,6 @@ mod tests {
         for key in 0..32 {
             let _ = table.lookup(key);
         }
-    }
-
-    #[test]
-    fn wait_idle_waits_for_accesses_in_progress() {
-        let words = part(2);
-        let table = MrTable::new(&words, 2);
-        assert!(table.wait_idle(Duration::ZERO));
-        let access = table.begin_access();
-        assert!(!table.wait_idle(Duration::from_millis(1)));
-        drop(access);
-        assert!(table.wait_idle(Duration::ZERO));
-        // An access started after a flip is counted under the new epoch.
-        let access = table.begin_access();
-        assert!(!table.wait_idle(Duration::from_millis(1)));
-        drop(access);
-        assert!(table.wait_idle(Duration::ZERO));
     }
 
     /// Readers look an MR up and "copy" into it (mark it in use) inside an
@@ -433,7 +358,7 @@ mod tests {
                     let mut key = reader;
                     while !done.load(Ordering::Relaxed) {
                         key = (key + 1) % KEYS;
-                        let access = table.begin_access();
+                        let access = table.begin_access(own_pid());
                         if table.lookup(key).is_some() {
                             in_use[key as usize].fetch_add(1, Ordering::SeqCst);
                             std::thread::yield_now();

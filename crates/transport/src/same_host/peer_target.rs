@@ -4,9 +4,9 @@
 //! did there. `softverbs_engine::direct::execute` runs the responder's
 //! rules against it.
 
+use super::accessors::AccessGuard;
 use super::deliveries::Delivery;
 use super::layout::RegionView;
-use super::mr_slots::AccessGuard;
 use super::{CrossProcess, PeerFault, Seg};
 use softverbs_engine::direct::{
     pd_from_raw, CopyFault, DirectTarget, MrLookup, Payload, PeerQp, TargetEvent,
@@ -253,7 +253,7 @@ impl DirectTarget for PeerTarget<'_> {
     }
 
     fn access_begin(&mut self) {
-        self.guard = Some(self.region.mrs().begin_access());
+        self.guard = Some(self.region.mrs().begin_access(self.access.own_pid()));
     }
 
     fn access_end(&mut self) {
