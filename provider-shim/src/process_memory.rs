@@ -25,7 +25,7 @@
 //! atomic itself can still fault; both are application bugs a NIC would
 //! not notice at all.
 
-use crate::{guarded_access, own_memory};
+use crate::{fault_handler_watch, guarded_access, own_memory};
 use softverbs_engine::{HostMemory, MemResult, MemoryFault};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -54,6 +54,9 @@ pub struct ProcessMemory {
     kernel_works: bool,
     /// Guarded accesses since the handler was last seen installed.
     since_check: AtomicUsize,
+    /// The application's changes of the fault signals' actions counted
+    /// when the handler was last seen installed.
+    changes_seen: AtomicU64,
 }
 
 impl ProcessMemory {
@@ -75,6 +78,7 @@ impl ProcessMemory {
             mode,
             kernel_works: true,
             since_check: AtomicUsize::new(0),
+            changes_seen: AtomicU64::new(0),
         };
         let probe = 0x5a5a_u32.to_ne_bytes();
         let mut back = [0u8; 4];
@@ -91,7 +95,8 @@ impl ProcessMemory {
     }
 
     /// The mode accesses use now: Guarded while our fault handler is
-    /// installed (checked every [`RECHECK_EVERY`] accesses), else Kernel
+    /// installed (checked every [`RECHECK_EVERY`] accesses, and at once
+    /// after the application changed a fault signal's action), else Kernel
     /// where the kernel allows it, else Unchecked.
     pub fn mode(&self) -> Mode {
         if self.mode == Mode::Guarded && faults_reach_handlers() && self.handler_in_place() {
@@ -107,12 +112,16 @@ impl ProcessMemory {
     /// displaced, the counter stays at the limit so every later access
     /// asks again (only after a displacement, which is rare).
     fn handler_in_place(&self) -> bool {
-        if self.since_check.fetch_add(1, Ordering::Relaxed) < RECHECK_EVERY {
+        let changes = fault_handler_watch::changes();
+        if self.since_check.fetch_add(1, Ordering::Relaxed) < RECHECK_EVERY
+            && self.changes_seen.load(Ordering::Relaxed) == changes
+        {
             return true;
         }
         let still = guarded_access::installed();
         let next = if still { 0 } else { RECHECK_EVERY };
         self.since_check.store(next, Ordering::Relaxed);
+        self.changes_seen.store(changes, Ordering::Relaxed);
         still
     }
 

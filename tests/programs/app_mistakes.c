@@ -21,12 +21,21 @@
  *    and the parent's context works on;
  *  - a SEND longer than its receive WR, on a QP connected to itself: the
  *    receive WR completes with IBV_WC_LOC_LEN_ERR.
- * Prints "app mistakes ok". */
+ * Prints "app mistakes ok".
+ *
+ * With the argument "late-fault-handler" (preload mode; see
+ * docs/supported.md for plugin mode), a crash reporter installed after the
+ * device was opened, whose SIGSEGV and SIGBUS handler reports and exits,
+ * and MRs made PROT_NONE under it: a peer WRITE into one completes with
+ * IBV_WC_REM_ACCESS_ERR, a WRITE from one with IBV_WC_LOC_PROT_ERR, and
+ * the reporter never runs (it once did, and the process died). Prints
+ * "late fault handler ok". */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -251,6 +260,33 @@ static void unmapped_under_an_mr(void)
 	CHECK(!ibv_dereg_mr(local) && !ibv_dereg_mr(remote), "dereg_mr");
 }
 
+/* A crash reporter: says so and ends the process. */
+static void report_and_exit(int sig)
+{
+	static const char said[] = "crash reporter: a fatal signal\n";
+	(void)!write(2, said, sizeof(said) - 1);
+	_exit(128 + sig);
+}
+
+static void a_fault_handler_installed_after_open(void)
+{
+	void *mine = map(PROT_READ | PROT_WRITE), *theirs = map(PROT_READ | PROT_WRITE);
+	struct ibv_mr *local = ibv_reg_mr(pd, mine, PAGE, ALL_ACCESS);
+	struct ibv_mr *remote = ibv_reg_mr(pd, theirs, PAGE, ALL_ACCESS);
+	CHECK(local && remote, "reg_mr");
+	struct sigaction reporter = { .sa_handler = report_and_exit };
+	CHECK(!sigaction(SIGSEGV, &reporter, NULL) && !sigaction(SIGBUS, &reporter, NULL), "sigaction");
+	CHECK(!mprotect(theirs, PAGE, PROT_NONE), "mprotect");
+	enum ibv_wc_status st = one_op(IBV_WR_RDMA_WRITE, local, remote);
+	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a WRITE into a PROT_NONE MR: status %s", ibv_wc_status_str(st));
+	CHECK(!mprotect(mine, PAGE, PROT_NONE), "mprotect");
+	st = one_op(IBV_WR_RDMA_WRITE, local, remote);
+	CHECK(st == IBV_WC_LOC_PROT_ERR, "a WRITE from a PROT_NONE MR: status %s", ibv_wc_status_str(st));
+	CHECK(!ibv_dereg_mr(local) && !ibv_dereg_mr(remote), "dereg_mr");
+	munmap(mine, PAGE);
+	munmap(theirs, PAGE);
+}
+
 static void post_checks(void)
 {
 	static char buf[256];
@@ -278,8 +314,9 @@ static void post_checks(void)
 	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr), "destroy");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	int late_handler = argc > 1 && !strcmp(argv[1], "late-fault-handler");
 	ctx = open_device_named("softverbs0");
 	CHECK(ctx, "open");
 	CHECK(ctx->cmd_fd >= 0 && fcntl(ctx->cmd_fd, F_GETFD) >= 0, "cmd_fd %d is no descriptor", ctx->cmd_fd);
@@ -290,6 +327,11 @@ int main(void)
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	CHECK(pd && cq, "pd, cq");
 	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "query_gid");
+	if (late_handler) {
+		a_fault_handler_installed_after_open();
+		puts("late fault handler ok");
+		return 0;
+	}
 
 	struct ibv_ah_attr ah = { .is_global = 1, .port_num = 1 };
 	ah.grh.dgid = gid;

@@ -114,6 +114,8 @@ fi
 # errno, flow label and cmd_fd as a kernel provider leaves them.
 if cc -O1 -o "$log/app_mistakes" "$here/app_mistakes.c" -libverbs 2> "$log/cc"; then
   one "application mistakes are errors, not crashes" "app mistakes ok" "$log/app_mistakes"
+  one "an MR made PROT_NONE under a crash reporter installed after open: errors, the reporter never runs" \
+    "late fault handler ok" "$log/app_mistakes" late-fault-handler
 else
   bad "application mistakes (compile)" "$log/cc"
 fi
