@@ -177,6 +177,11 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
 done
 pair "ib_write_bw -x 1" "$row" ib_write_bw -d softverbs0 -x 1
 pair "ib_send_bw -x 1" "$row" ib_send_bw -d softverbs0 -x 1
+# Completion events: the latency tests take an event, arm the CQ, then
+# poll once (an event raised at that arm once made the next post fail).
+for t in ib_read_lat ib_send_lat ib_atomic_lat; do
+  pair "$t -e" "$row" $t -d softverbs0 -x 0 -e -n 300
+done
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -29,6 +29,10 @@ struct Entries {
     queue: VecDeque<(WorkCompletion, bool)>,
     /// How many of `queue` would.
     wake_solicited: usize,
+    /// How many of `queue`, from its front, a completion event already
+    /// reported: an event reports every completion the CQ holds when it
+    /// is queued, and completions leave from the front.
+    reported: usize,
 }
 
 impl CqRing {
@@ -53,12 +57,14 @@ impl CqRing {
         let Entries {
             queue,
             wake_solicited,
+            reported,
         } = &mut *entries;
         let n = max.min(queue.len());
         for (wc, wakes) in queue.drain(..n) {
             *wake_solicited -= usize::from(wakes);
             take(wc);
         }
+        *reported = reported.saturating_sub(n);
         self.len.store(queue.len(), Ordering::Release);
         n
     }
@@ -85,20 +91,42 @@ impl CqRing {
     /// Keeps only the completions `keep` accepts.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&WorkCompletion) -> bool) {
         let mut entries = self.entries.lock();
-        entries.queue.retain(|(wc, _)| keep(wc));
-        entries.wake_solicited = entries.queue.iter().filter(|(_, w)| *w).count();
-        self.len.store(entries.queue.len(), Ordering::Release);
+        let Entries {
+            queue,
+            wake_solicited,
+            reported,
+        } = &mut *entries;
+        let mut index = 0;
+        let mut reported_kept = 0;
+        queue.retain(|(wc, _)| {
+            let kept = keep(wc);
+            reported_kept += usize::from(kept && index < *reported);
+            index += 1;
+            kept
+        });
+        *reported = reported_kept;
+        *wake_solicited = queue.iter().filter(|(_, w)| *w).count();
+        self.len.store(queue.len(), Ordering::Release);
     }
 
-    /// Whether a completion waits that a request for an event (with
-    /// `solicited_only`, for a solicited or failed one) would report.
-    pub(crate) fn holds_any_for(&self, solicited_only: bool) -> bool {
+    /// Whether a completion waits that no completion event reported yet
+    /// and that a request for an event (with `solicited_only`, for a
+    /// solicited or failed one) would report.
+    pub(crate) fn holds_unreported_for(&self, solicited_only: bool) -> bool {
         let entries = self.entries.lock();
+        let mut unreported = entries.queue.iter().skip(entries.reported);
         if solicited_only {
-            entries.wake_solicited > 0
+            unreported.any(|(_, wakes)| *wakes)
         } else {
-            !entries.queue.is_empty()
+            unreported.next().is_some()
         }
+    }
+
+    /// Notes that a completion event was queued: it reports every
+    /// completion held now.
+    pub(crate) fn mark_reported(&self) {
+        let mut entries = self.entries.lock();
+        entries.reported = entries.queue.len();
     }
 }
 
@@ -132,18 +160,44 @@ mod tests {
     #[test]
     fn the_ring_knows_whether_a_solicited_completion_waits() {
         let ring = CqRing::default();
-        assert!(!ring.holds_any_for(false) && !ring.holds_any_for(true));
+        assert!(!ring.holds_unreported_for(false) && !ring.holds_unreported_for(true));
         assert!(ring.push_within(wc(1, 7), false, 8));
-        assert!(ring.holds_any_for(false) && !ring.holds_any_for(true));
+        assert!(ring.holds_unreported_for(false) && !ring.holds_unreported_for(true));
         assert!(ring.push_within(wc(2, 8), true, 8));
-        assert!(ring.holds_any_for(true));
+        assert!(ring.holds_unreported_for(true));
         ring.retain(|w| w.qp_num != 8);
-        assert!(!ring.holds_any_for(true), "removed with its QP");
+        assert!(!ring.holds_unreported_for(true), "removed with its QP");
         assert!(ring.push_within(wc(3, 9), true, 8));
         assert_eq!(ring.pop_with(1, |_| ()), 1);
-        assert!(ring.holds_any_for(true), "the solicited one is second");
+        assert!(
+            ring.holds_unreported_for(true),
+            "the solicited one is second"
+        );
         assert_eq!(ring.pop_with(1, |_| ()), 1);
-        assert!(!ring.holds_any_for(false) && !ring.holds_any_for(true));
+        assert!(!ring.holds_unreported_for(false) && !ring.holds_unreported_for(true));
+    }
+
+    /// An event reports what the CQ holds when it is queued; what comes
+    /// after is unreported, through pops and removals.
+    #[test]
+    fn the_ring_knows_which_completions_an_event_reported() {
+        let ring = CqRing::default();
+        assert!(ring.push_within(wc(1, 7), true, 8));
+        assert!(ring.push_within(wc(2, 8), false, 8));
+        ring.mark_reported();
+        assert!(!ring.holds_unreported_for(false) && !ring.holds_unreported_for(true));
+        assert!(ring.push_within(wc(3, 7), false, 8));
+        assert!(ring.holds_unreported_for(false) && !ring.holds_unreported_for(true));
+        ring.retain(|w| w.qp_num != 8);
+        assert_eq!(ring.pop_with(1, |_| ()), 1);
+        assert!(
+            ring.holds_unreported_for(false),
+            "the third, after the reported first"
+        );
+        ring.mark_reported();
+        assert!(!ring.holds_unreported_for(false));
+        assert!(ring.push_within(wc(4, 7), true, 8));
+        assert!(ring.holds_unreported_for(true));
     }
 
     /// Threads popping while another pushes each get every completion at

@@ -131,6 +131,7 @@ pub(crate) fn queue_completion(
     let qualifies = |solicited_only: bool| !solicited_only || wakes_solicited;
     if c.notify.is_some_and(qualifies) {
         c.notify = None;
+        c.entries.mark_reported();
         comp_events.push_back(cq);
     }
     Queued::InCq
