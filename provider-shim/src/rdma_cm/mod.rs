@@ -408,30 +408,32 @@ fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
     Ok(())
 }
 
-/// Blocks until channel `fd` has an event. A signal restarts the wait, as
-/// the kernel restarts the command (SA_RESTART, the common case). A
-/// channel closed by another thread meanwhile keeps this one waiting for
-/// good: the kernel's file lives until the blocked command returns, and
-/// none comes (rping's CM thread sits there while its main thread closes
-/// the channel and exits).
+/// Blocks until channel `fd` has an event. A signal interrupts the wait
+/// as it does the kernel's command: a handler installed with SA_RESTART
+/// restarts it, any other makes it fail with EINTR (`rdma_get_cm_event`
+/// returns -1, errno EINTR, and a server whose SIGINT handler sets a flag
+/// stops). The wait is a `recv` that peeks at the channel's socket, which
+/// the kernel restarts or interrupts by that rule; `poll` would always be
+/// interrupted. A channel closed by another thread meanwhile keeps this
+/// one waiting for good: the kernel's file lives until the blocked
+/// command returns, and none comes (rping's CM thread sits there while
+/// its main thread closes the channel and exits).
 fn wait_readable(fd: c_int) -> Result<(), i32> {
-    loop {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd.
-        if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                e => return Err(e.unwrap_or(libc::EIO)),
-            }
-        }
-        if p.revents & (libc::POLLNVAL | libc::POLLHUP | libc::POLLERR) != 0 {
-            wait_for_ever();
-        }
-        return Ok(());
+    let mut byte = 0u8;
+    // SAFETY: receives at most one byte into a local; MSG_PEEK leaves it
+    // in the socket.
+    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK) };
+    match n {
+        1.. => Ok(()),
+        // The service's end is closed (the hang-up poll saw).
+        0 => wait_for_ever(),
+        _ => match std::io::Error::last_os_error().raw_os_error() {
+            // Made non-blocking meanwhile: the caller looks again.
+            Some(libc::EAGAIN) => Ok(()),
+            // The number names no socket any more: closed under us.
+            Some(libc::EBADF | libc::ENOTSOCK) => wait_for_ever(),
+            e => Err(e.unwrap_or(libc::EIO)),
+        },
     }
 }
 
