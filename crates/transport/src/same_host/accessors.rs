@@ -7,31 +7,38 @@
 //! RCU: the owner waits for the count new accesses do not use, flips the
 //! epoch, then waits for the other, so a stream of new accesses cannot
 //! keep it waiting. Each peer process counts in a slot that names it
-//! (its pid), so the owner can tell an access that will never end, its
-//! process having died in the middle of it, and drop it instead of
-//! waiting: a peer killed mid-copy would otherwise make every later
-//! `ibv_dereg_mr` of the owner wait its whole timeout. A process that
-//! finds every slot named by live processes counts in the overflow word,
-//! which names nobody (an access counted there is always waited for).
+//! (its pid and pid namespace), so the owner can tell an access that will
+//! never end, its process having ended in the middle of it, and drop it
+//! instead of waiting: a peer killed mid-copy would otherwise make every
+//! later `ibv_dereg_mr` of the owner wait its whole timeout. Only a
+//! holder of the owner's own pid namespace is judged by its pid (another
+//! namespace's pid names another process here). A process that finds
+//! every slot named by live processes counts in the overflow word, which
+//! names nobody (an access counted there is always waited for).
 //!
-//! Words: `[epoch, overflow, slots...]`; a slot is
-//! `pid << 32 | count[1] << 16 | count[0]`, `0` when free. A process has
-//! at most one access in progress per thread, so 16 bits of count do not
-//! overflow into the other epoch's.
+//! Words: `[epoch, overflow, slots...]`; a slot is two words,
+//! `pid << 32 | count[1] << 16 | count[0]` (`0` when free) and the
+//! holder's pid namespace, written after it claims the slot and before
+//! it counts. A count is only added while the slot still names the
+//! process (a compare-and-swap), so a slot freed or taken over meanwhile
+//! is never counted in. A process has at most one access in progress per
+//! thread, so 16 bits of count do not overflow into the other epoch's.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::liveness::is_gone;
+use super::liveness::{has_ended, own_pid_namespace};
 
 /// Words of the accessors' part.
-pub const WORDS: usize = FIRST_SLOT + SLOTS;
+pub const WORDS: usize = FIRST_SLOT + SLOTS * SLOT_WORDS;
 
 const EPOCH: usize = 0;
 const OVERFLOW: usize = 1;
 const FIRST_SLOT: usize = 2;
 /// Peer processes counted by name at once.
 const SLOTS: usize = 64;
+/// A slot: the counts with the holder's pid, and its pid namespace.
+const SLOT_WORDS: usize = 2;
 const COUNT_BITS: u32 = 16;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Slots a process that found none free checks for a dead holder (one
@@ -75,44 +82,66 @@ impl<'a> Accessors<'a> {
             return AccessGuard { word: None, one: 0 };
         };
         let one = 1 << (COUNT_BITS * (epoch.load(Ordering::SeqCst) & 1) as u32);
-        let word = self.slot_of(pid).or(self.words.get(OVERFLOW));
-        if let Some(word) = word {
-            word.fetch_add(one, Ordering::SeqCst);
-        }
+        let named = self
+            .slot_of(pid)
+            .filter(|slot| {
+                // Ours to say before we count (a process of another
+                // namespace with our pid number may have named it).
+                let ns = own_pid_namespace();
+                if slot[1].load(Ordering::SeqCst) != ns {
+                    slot[1].store(ns, Ordering::SeqCst);
+                }
+                count_in(slot, pid, one)
+            })
+            .map(|slot| &slot[0]);
+        let word = named.or_else(|| {
+            let overflow = self.words.get(OVERFLOW)?;
+            overflow.fetch_add(one, Ordering::SeqCst);
+            Some(overflow)
+        });
         // Orders the count before the lookup that follows, against the
         // owner's withdrawal and its reading of the counts.
         fence(Ordering::SeqCst);
         AccessGuard { word, one }
     }
 
+    /// The slots, each `[counts and pid, pid namespace]`.
+    fn slots(&self) -> std::slice::ChunksExact<'a, AtomicU64> {
+        let words: &'a [AtomicU64] = self.words.get(FIRST_SLOT..).unwrap_or(&[]);
+        words.chunks_exact(SLOT_WORDS)
+    }
+
     /// The slot that names `pid`: found, claimed free, or taken over from
-    /// a holder that died. `None`: none to be had.
-    fn slot_of(&self, pid: i32) -> Option<&'a AtomicU64> {
+    /// a holder that ended. `None`: none to be had.
+    fn slot_of(&self, pid: i32) -> Option<&'a [AtomicU64]> {
         if pid <= 0 {
             return None;
         }
-        let slots = self.words.get(FIRST_SLOT..).filter(|s| !s.is_empty())?;
+        let words: &'a [AtomicU64] = self.words.get(FIRST_SLOT..).unwrap_or(&[]);
+        let count = words.len() / SLOT_WORDS;
+        if count == 0 {
+            return None;
+        }
+        let start = pid as usize % count;
+        let slot_at = |i: usize| &words[i * SLOT_WORDS..(i + 1) * SLOT_WORDS];
+        let probe = || (0..count).map(|i| slot_at((start + i) % count));
         let ours = u64::from(pid as u32) << 32;
-        let start = pid as usize % slots.len();
-        let probe = || (0..slots.len()).map(|i| &slots[(start + i) % slots.len()]);
         for slot in probe() {
-            let word = slot.load(Ordering::Acquire);
-            let claimed = word == 0
-                && match slot.compare_exchange(0, ours, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => true,
-                    // Another thread of ours claimed it first.
-                    Err(now) => holder(now) == pid,
-                };
-            if claimed || holder(word) == pid {
+            let word = slot[0].load(Ordering::Acquire);
+            if holder(word) == pid {
+                return Some(slot);
+            }
+            if word == 0 && claim(slot, 0, ours) {
                 return Some(slot);
             }
         }
         probe().take(REAP_PROBES).find(|slot| {
-            let word = slot.load(Ordering::Acquire);
-            is_gone(holder(word))
-                && slot
-                    .compare_exchange(word, ours, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+            let word = slot[0].load(Ordering::Acquire);
+            let other = holder(word);
+            other != pid
+                && slot[1].load(Ordering::SeqCst) == own_pid_namespace()
+                && has_ended(other)
+                && claim(slot, word, ours)
         })
     }
 
@@ -156,21 +185,47 @@ impl<'a> Accessors<'a> {
         let shift = COUNT_BITS * epoch as u32;
         let counted = |word: u64| (word >> shift) & COUNT_MASK != 0;
         let overflow = self.words.get(OVERFLOW);
-        let slots = self.words.get(FIRST_SLOT..).unwrap_or(&[]);
         let mut busy = overflow.is_some_and(|w| counted(w.load(Ordering::SeqCst)));
-        for slot in slots {
-            let word = slot.load(Ordering::SeqCst);
+        for slot in self.slots() {
+            let word = slot[0].load(Ordering::SeqCst);
             if !counted(word) {
                 continue;
             }
+            // The namespace was written before the count we see.
             let freed = free_the_dead
-                && is_gone(holder(word))
-                && slot
+                && slot[1].load(Ordering::SeqCst) == own_pid_namespace()
+                && has_ended(holder(word))
+                && slot[0]
                     .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok();
             busy |= !freed;
         }
         busy
+    }
+}
+
+/// Makes `slot`, reading `expected`, name the process whose word is
+/// `ours` (no count); false if it changed first to name another.
+fn claim(slot: &[AtomicU64], expected: u64, ours: u64) -> bool {
+    match slot[0].compare_exchange(expected, ours, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => true,
+        // Another thread of ours may have claimed it: then it is ours.
+        Err(now) => holder(now) == holder(ours),
+    }
+}
+
+/// Adds `one` to `slot`'s count while it names `pid`; false once it
+/// names another process or none (freed or taken over meanwhile).
+fn count_in(slot: &[AtomicU64], pid: i32, one: u64) -> bool {
+    let mut word = slot[0].load(Ordering::SeqCst);
+    loop {
+        if holder(word) != pid {
+            return false;
+        }
+        match slot[0].compare_exchange_weak(word, word + one, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return true,
+            Err(now) => word = now,
+        }
     }
 }
 
@@ -186,6 +241,22 @@ mod tests {
 
     fn part() -> Vec<AtomicU64> {
         (0..WORDS).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    /// Each slot's first word: its counts and pid.
+    fn counts(words: &[AtomicU64]) -> impl Iterator<Item = u64> + '_ {
+        words[FIRST_SLOT..]
+            .iter()
+            .step_by(SLOT_WORDS)
+            .map(|w| w.load(Ordering::SeqCst))
+    }
+
+    /// Names slot `i` after `pid` with `count` accesses of epoch 0, of
+    /// pid namespace `ns`.
+    fn name_slot(words: &[AtomicU64], i: usize, pid: i32, count: u64, ns: u64) {
+        let at = FIRST_SLOT + i * SLOT_WORDS;
+        words[at].store(u64::from(pid as u32) << 32 | count, Ordering::SeqCst);
+        words[at + 1].store(ns, Ordering::SeqCst);
     }
 
     #[test]
@@ -216,9 +287,7 @@ mod tests {
         let started = Instant::now();
         assert!(accessors.wait_idle(Duration::from_secs(30)));
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(words[FIRST_SLOT..]
-            .iter()
-            .all(|w| w.load(Ordering::SeqCst) == 0));
+        assert!(counts(&words).all(|w| w == 0));
         // A live process's access left open is still waited for.
         std::mem::forget(accessors.begin(own_pid()));
         assert!(!accessors.wait_idle(Duration::from_millis(10)));
@@ -231,11 +300,7 @@ mod tests {
         let pid = own_pid();
         let first = accessors.begin(pid);
         let second = accessors.begin(pid);
-        let named: Vec<u64> = words[FIRST_SLOT..]
-            .iter()
-            .map(|w| w.load(Ordering::SeqCst))
-            .filter(|&w| w != 0)
-            .collect();
+        let named: Vec<u64> = counts(&words).filter(|&w| w != 0).collect();
         assert_eq!(named, [u64::from(pid as u32) << 32 | 2]);
         drop((first, second));
         assert!(accessors.wait_idle(Duration::ZERO));
@@ -248,9 +313,9 @@ mod tests {
     fn a_full_table_counts_in_the_overflow_word_or_takes_a_dead_slot() {
         let words = part();
         let accessors = Accessors::new(&words);
-        let alive = u64::from(own_pid() as u32) << 32;
-        for slot in &words[FIRST_SLOT..] {
-            slot.store(alive, Ordering::SeqCst);
+        let ns = own_pid_namespace();
+        for i in 0..SLOTS {
+            name_slot(&words, i, own_pid(), 0, ns);
         }
         let stranger = own_pid() + 1;
         let access = accessors.begin(stranger);
@@ -259,16 +324,46 @@ mod tests {
         drop(access);
         assert!(accessors.wait_idle(Duration::ZERO));
 
-        let dead = gone_pid();
         let pid = own_pid() + 2;
-        let first_probe = FIRST_SLOT + pid as usize % SLOTS;
-        words[first_probe].store(u64::from(dead as u32) << 32, Ordering::SeqCst);
+        let first_probe = pid as usize % SLOTS;
+        name_slot(&words, first_probe, gone_pid(), 1, ns);
         let access = accessors.begin(pid);
+        let named = words[FIRST_SLOT + first_probe * SLOT_WORDS].load(Ordering::SeqCst);
         assert_eq!(
-            words[first_probe].load(Ordering::SeqCst) >> 32,
-            u64::from(pid as u32)
+            named,
+            u64::from(pid as u32) << 32 | 1,
+            "taken over, counted"
         );
         drop(access);
+    }
+
+    /// A holder of another pid namespace is not judged by its pid, which
+    /// names another process (or none) here.
+    #[test]
+    fn a_holder_of_another_pid_namespace_is_waited_for() {
+        let words = part();
+        let accessors = Accessors::new(&words);
+        name_slot(&words, 0, gone_pid(), 1, own_pid_namespace() + 1);
+        assert!(!accessors.wait_idle(Duration::from_millis(10)));
+        name_slot(&words, 0, gone_pid(), 1, own_pid_namespace());
+        assert!(accessors.wait_idle(Duration::from_secs(30)));
+    }
+
+    /// A count goes only into a slot that still names the process: one
+    /// freed or taken over between the lookup and the count is left
+    /// alone (a pid reused by a new process must not count in a slot
+    /// the owner is freeing as its old holder's).
+    #[test]
+    fn a_count_goes_only_into_a_slot_that_names_the_process() {
+        let words = part();
+        name_slot(&words, 0, 7, 0, 0);
+        let slot = &words[FIRST_SLOT..FIRST_SLOT + SLOT_WORDS];
+        assert!(!count_in(slot, 8, 1));
+        assert!(count_in(slot, 7, 1));
+        assert_eq!(slot[0].load(Ordering::SeqCst), 7 << 32 | 1);
+        slot[0].store(0, Ordering::SeqCst);
+        assert!(!count_in(slot, 7, 1), "freed");
+        assert_eq!(slot[0].load(Ordering::SeqCst), 0);
     }
 
     #[test]

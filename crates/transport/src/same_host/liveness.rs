@@ -21,6 +21,33 @@ pub fn is_gone(pid: i32) -> bool {
     matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
 }
 
+/// True when `pid` names no process (see [`is_gone`]) or a zombie: a
+/// process that has exited, whose parent has not reaped it yet. A zombie
+/// has no memory and runs nothing, but `kill(pid, 0)` still finds it.
+/// Reads `/proc/PID/stat` where the process exists.
+pub fn has_ended(pid: i32) -> bool {
+    if is_gone(pid) {
+        return true;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so
+    // the state follows the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('Z' | 'X'))
+}
+
+/// Our pid namespace, as the inode of `/proc/self/ns/pid` (0: unknown).
+/// Pids in shared words are compared within one namespace only.
+pub fn own_pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    static NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NAMESPACE.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino()))
+}
+
 /// Our own pid, as it is written in shared words.
 pub fn own_pid() -> i32 {
     std::process::id() as i32
@@ -46,6 +73,26 @@ mod tests {
     fn we_are_alive_and_a_reaped_child_is_gone() {
         assert!(!is_gone(own_pid()));
         assert!(is_gone(gone_pid()));
+    }
+
+    #[test]
+    fn a_zombie_has_ended() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id() as i32;
+        // Not reaped yet: a zombie once it exits.
+        while !has_ended(pid) {
+            std::thread::yield_now();
+        }
+        assert!(!is_gone(pid), "kill still finds the zombie");
+        child.wait().expect("wait for true");
+        assert!(!has_ended(own_pid()));
+    }
+
+    #[test]
+    fn our_pid_namespace_is_known() {
+        assert_ne!(own_pid_namespace(), 0);
     }
 
     #[test]
