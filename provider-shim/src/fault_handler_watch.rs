@@ -14,6 +14,12 @@
 //! `process_memory.rs` checks the count before each guarded access.
 //! Where the library is loaded as a plugin, or a program sets its
 //! handlers with the raw system call, only the periodic check remains.
+//!
+//! These functions are async-signal-safe and called where little else
+//! is: in signal handlers (a crash reporter restoring the default action
+//! before raising the signal again) and in forked children before
+//! `exec`. Looking glibc's up there (`dlsym`) is not safe, so each is
+//! looked up when the library is loaded ([`look_up_at_load`]).
 
 use crate::libc_next::enosys;
 use std::os::raw::c_int;
@@ -32,6 +38,38 @@ fn note(sig: c_int) {
     if sig == libc::SIGSEGV || sig == libc::SIGBUS {
         CHANGES.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Runs when the library is loaded, before the program's own code.
+#[used]
+#[link_section = ".init_array"]
+static LOOK_UP_AT_LOAD: extern "C" fn() = look_up_at_load;
+
+/// Looks up glibc's definition of every wrapper here: each call with
+/// signal 0, which glibc refuses (EINVAL) without changing anything,
+/// fills its wrapper's cache. errno is left as it was.
+extern "C" fn look_up_at_load() {
+    crate::guard::guard((), || {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: each is the wrapper of a libc function called with an
+        // invalid signal and NULL pointers or SIG_DFL: glibc checks the
+        // signal number first and fails with EINVAL, touching nothing.
+        unsafe {
+            sigaction(0, std::ptr::null(), std::ptr::null_mut());
+            __sigaction(0, std::ptr::null(), std::ptr::null_mut());
+            for wrapper in [
+                signal,
+                bsd_signal,
+                ssignal,
+                sysv_signal,
+                __sysv_signal,
+                sigset,
+            ] {
+                wrapper(0, libc::SIG_DFL);
+            }
+        }
+        crate::guard::set_errno(errno);
+    });
 }
 
 type SigactionFn =
