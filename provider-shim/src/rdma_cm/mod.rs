@@ -331,7 +331,16 @@ fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
             Ok(Some(Reply::Respond { addr, bytes })) => return write_caller(addr, &bytes),
             Ok(Some(_)) => return Ok(()),
             Ok(None) if nonblocking(fd) => return Err(libc::EAGAIN),
-            Ok(None) => wait_readable(fd)?,
+            Ok(None) => {
+                if let Err(errno) = wait_readable(fd) {
+                    // A number closed and reused meanwhile fails the
+                    // wait in other ways; the command never returns then.
+                    if closed_under(fd, file) {
+                        wait_for_ever();
+                    }
+                    return Err(errno);
+                }
+            }
             Err(libc::EBADF) if closed_under(fd, file) => wait_for_ever(),
             Err(errno) => return Err(errno),
         }
@@ -425,7 +434,7 @@ fn wait_readable(fd: c_int) -> Result<(), i32> {
     let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK) };
     match n {
         1.. => Ok(()),
-        // The service's end is closed (the hang-up poll saw).
+        // The service's end is closed (a hang-up).
         0 => wait_for_ever(),
         _ => match std::io::Error::last_os_error().raw_os_error() {
             // Made non-blocking meanwhile: the caller looks again.
