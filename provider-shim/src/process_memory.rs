@@ -54,8 +54,8 @@ pub struct ProcessMemory {
     kernel_works: bool,
     /// Guarded accesses since the handler was last seen installed.
     since_check: AtomicUsize,
-    /// The application's changes of the fault signals' actions counted
-    /// when the handler was last seen installed.
+    /// [`fault_handler_watch::changes`] at the last check of the handler:
+    /// a change since makes the next access check again.
     changes_seen: AtomicU64,
 }
 
