@@ -41,8 +41,9 @@ const SLOTS: usize = 64;
 const SLOT_WORDS: usize = 2;
 const COUNT_BITS: u32 = 16;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-/// Slots a process that found none free checks for a dead holder (one
-/// `kill(pid, 0)` each) before it counts in the overflow word.
+/// Slots a process that found none free checks for a holder that ended
+/// (a `kill(pid, 0)` each, and a look at `/proc` for one that exists)
+/// before it counts in the overflow word.
 const REAP_PROBES: usize = 4;
 
 /// The accessors' part of a region: `WORDS` words, or nothing (a part too
