@@ -61,6 +61,11 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         let (context, pd_handle, a) = unsafe { ((*pd).context, pd_id(pd), attr.read()) };
         // SAFETY: our context.
         let st = unsafe { state(context) };
+        // A type softverbs does not offer is that before its CQs are
+        // looked at (an XRC_SEND QP has no receive CQ).
+        if softverbs_engine::QpType::is_other_type(a.qp_type) {
+            return null(libc::EOPNOTSUPP);
+        }
         if a.send_cq.is_null() || a.recv_cq.is_null() {
             return null(libc::EINVAL);
         }

@@ -15,7 +15,9 @@
  * send_ops_flags the QP type cannot carry (READ or atomics on UC, WRITE
  * on UD: EOPNOTSUPP, as rxe and mlx5), and ibv_wr_complete answers too
  * many SGEs or too much inline data with ENOMEM (mlx5; rxe ENOSPC), not
- * EINVAL. Prints "verb errors ok". */
+ * EINVAL; an XRC_SEND QP (no receive CQ) and a RAW_PACKET QP are
+ * EOPNOTSUPP, types softverbs does not offer (it was EINVAL for the
+ * missing receive CQ). Prints "verb errors ok". */
 #include <errno.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -192,6 +194,17 @@ int main(void)
 	CHECK(!ibv_create_cq(ctx, 16, NULL, ch2, 0) && errno == EBADF,
 	      "a CQ bound to another context's channel: not EBADF (errno %d)", errno);
 	CHECK(!ibv_destroy_comp_channel(ch2) && !ibv_close_device(ctx2), "close the second context");
+
+	/* Types softverbs does not offer, with or without a receive CQ. */
+	struct ibv_qp_init_attr xrc = { .send_cq = cq, .cap = { .max_send_wr = 1, .max_send_sge = 1 },
+					.qp_type = IBV_QPT_XRC_SEND };
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &xrc) && errno == EOPNOTSUPP, "an XRC_SEND QP: not EOPNOTSUPP (errno %d)", errno);
+	struct ibv_qp_init_attr raw = { .send_cq = cq, .recv_cq = cq,
+					.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+					.qp_type = IBV_QPT_RAW_PACKET };
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &raw) && errno == EOPNOTSUPP, "a RAW_PACKET QP: not EOPNOTSUPP (errno %d)", errno);
 
 	/* A GID index past the table. */
 	union ibv_gid gid;
