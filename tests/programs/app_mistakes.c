@@ -24,7 +24,7 @@
  * Prints "app mistakes ok".
  *
  * With the argument "late-fault-handler" (preload mode; see
- * docs/supported.md for plugin mode), a crash reporter installed after the
+ * docs/conformance.md for plugin mode), a crash reporter installed after the
  * device was opened, whose SIGSEGV and SIGBUS handler reports and exits,
  * and MRs made PROT_NONE under it: a peer WRITE into one completes with
  * IBV_WC_REM_ACCESS_ERR, a WRITE from one with IBV_WC_LOC_PROT_ERR, and
