@@ -27,8 +27,6 @@ struct Entries {
     /// Each completion, and whether it would raise the event of a
     /// solicited-only `ibv_req_notify_cq` (solicited, or failed).
     queue: VecDeque<(WorkCompletion, bool)>,
-    /// How many of `queue` would.
-    wake_solicited: usize,
     /// How many of `queue`, from its front, a completion event already
     /// reported: an event reports every completion the CQ holds when it
     /// is queued, and completions leave from the front.
@@ -54,14 +52,9 @@ impl CqRing {
             return 0;
         }
         let mut entries = self.entries.lock();
-        let Entries {
-            queue,
-            wake_solicited,
-            reported,
-        } = &mut *entries;
+        let Entries { queue, reported } = &mut *entries;
         let n = max.min(queue.len());
-        for (wc, wakes) in queue.drain(..n) {
-            *wake_solicited -= usize::from(wakes);
+        for (wc, _) in queue.drain(..n) {
             take(wc);
         }
         *reported = reported.saturating_sub(n);
@@ -83,7 +76,6 @@ impl CqRing {
             return false;
         }
         entries.queue.push_back((wc, wakes_solicited));
-        entries.wake_solicited += usize::from(wakes_solicited);
         self.len.store(entries.queue.len(), Ordering::Release);
         true
     }
@@ -91,11 +83,7 @@ impl CqRing {
     /// Keeps only the completions `keep` accepts.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&WorkCompletion) -> bool) {
         let mut entries = self.entries.lock();
-        let Entries {
-            queue,
-            wake_solicited,
-            reported,
-        } = &mut *entries;
+        let Entries { queue, reported } = &mut *entries;
         let mut index = 0;
         let mut reported_kept = 0;
         queue.retain(|(wc, _)| {
@@ -105,7 +93,6 @@ impl CqRing {
             kept
         });
         *reported = reported_kept;
-        *wake_solicited = queue.iter().filter(|(_, w)| *w).count();
         self.len.store(queue.len(), Ordering::Release);
     }
 
