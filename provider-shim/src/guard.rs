@@ -9,6 +9,17 @@
 //! caller's errno, so a program that prints `strerror(errno)` after a
 //! failed `ibv_modify_qp` reads EINVAL, not "Resource temporarily
 //! unavailable".
+//!
+//! The body also runs with the thread's cancellation disabled, as glibc
+//! runs its own functions that are not cancellation points: the system
+//! calls softverbs makes (`sendmsg`, `recvmsg`, `write` to an eventfd) are
+//! cancellation points, and a `pthread_cancel` acting in one would unwind
+//! Rust frames (through `catch_unwind`, which aborts the process on that
+//! foreign unwind). A cancellation requested meanwhile acts at the
+//! thread's next cancellation point outside softverbs, as with a hardware
+//! provider, whose verbs make no system call. The one place softverbs
+//! itself blocks for the application, an rdma_cm GET_EVENT, waits outside
+//! the guard, where a cancellation may act (`rdma_cm::blocking_wait`).
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,6 +32,26 @@ thread_local! {
     static ERRNO_SET: Cell<bool> = const { Cell::new(false) };
 }
 
+// Not in the libc crate: glibc's <pthread.h>.
+extern "C" {
+    fn pthread_setcancelstate(state: i32, oldstate: *mut i32) -> i32;
+}
+/// glibc's `PTHREAD_CANCEL_DISABLE` (`PTHREAD_CANCEL_ENABLE` is 0).
+const PTHREAD_CANCEL_DISABLE: i32 = 1;
+
+/// Runs `body` with the calling thread's cancellation disabled (see the
+/// module's comment); the state before comes back after it.
+fn without_cancellation<R>(body: impl FnOnce() -> R) -> R {
+    let mut old = 0;
+    // SAFETY: sets the calling thread's own cancellation state; `old` is a
+    // local the call writes.
+    unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = body();
+    // SAFETY: as above; a nested guard finds it disabled and leaves it so.
+    unsafe { pthread_setcancelstate(old, std::ptr::null_mut()) };
+    r
+}
+
 /// Runs `body`; if it panics, reports the panic once on stderr, sets
 /// errno to EIO and returns `on_panic`. Unless the body set errno with
 /// [`set_errno`], the caller's errno is left as it was.
@@ -30,7 +61,7 @@ pub fn guard<R>(on_panic: R, body: impl FnOnce() -> R) -> R {
     // The body only touches state that stays consistent across a panic
     // (engine state behind a lock that parking_lot does not poison, and
     // C structs written field by field), so unwinding out of it is safe.
-    let r = match catch_unwind(AssertUnwindSafe(body)) {
+    let r = match without_cancellation(|| catch_unwind(AssertUnwindSafe(body))) {
         Ok(r) => r,
         Err(_) => {
             set_errno(EIO);

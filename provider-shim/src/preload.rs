@@ -544,13 +544,15 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
 /// `ibv_get_cq_event`: on a merged channel (a pass-through context with
 /// `completion delay=` rules, `passthrough_delay`), the event comes from
 /// its descriptor, which cannot be read, and is handed out as libibverbs
-/// does; held completions that came due give their CQs events there.
-/// Every other channel goes to the real function.
+/// does; held completions that came due give their CQs events there
+/// (a wait a `pthread_cancel` does not end: it runs in the guard).
+/// Every other channel goes to the real function, a cancellation point
+/// ("C-unwind": a cancelled thread leaves through here).
 ///
 /// # Safety
 /// Called with a live channel and the caller's out pointers.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_cq_event(
+pub unsafe extern "C-unwind" fn ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
@@ -558,7 +560,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     // SAFETY: the caller's live channel.
     let fd = unsafe { addr_of!((*channel).fd).read() };
     let Some(merged) = guard(None, || crate::passthrough_delay::channel(fd)) else {
-        type GetCqEvent = unsafe extern "C" fn(
+        type GetCqEvent = unsafe extern "C-unwind" fn(
             *mut ibv_comp_channel,
             *mut *mut ibv_cq,
             *mut *mut c_void,
@@ -621,13 +623,14 @@ pub(crate) fn channel_writer(
 /// `ibv_get_async_event`: on a pass-through context whose fault rules
 /// raise events, the context's descriptor is softverbs' merged one
 /// (`merged_fd`), which cannot be read: the event comes from it, and
-/// is then handed out as libibverbs does. Every other context goes to the
-/// real function.
+/// is then handed out as libibverbs does (a wait a `pthread_cancel` does
+/// not end). Every other context goes to the real function, a
+/// cancellation point ("C-unwind", as `ibv_get_cq_event`).
 ///
 /// # Safety
 /// Called with a live context and a caller-owned event.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(
+pub unsafe extern "C-unwind" fn ibv_get_async_event(
     context: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
@@ -637,7 +640,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
             .and_then(|q| q.merged())
     });
     let Some(merged) = merged else {
-        type GetAsyncEvent = unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+        type GetAsyncEvent =
+            unsafe extern "C-unwind" fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
         // Outside the guard: the real function's errno is the caller's.
         let real = real_fn!(c"ibv_get_async_event", c"IBVERBS_1.1", GetAsyncEvent);
         // SAFETY: forwarding the caller's arguments.

@@ -110,6 +110,18 @@ cm_pair() {
   pair_verdict "$name" ""
 }
 cm_pair
+# A thread cancelled in rdma_get_cm_event ends there (librdmacm's write
+# reaches softverbs through its GOT in this mode), and one in verbs.
+if cc -O1 -o "$log/cm_cancel" "$root/tests/programs/cm_cancel.c" -lrdmacm -libverbs 2> "$log/cc"; then
+  one "rdma_get_cm_event and pthread_cancel (plugin mode)" "cm cancel ok" "$log/cm_cancel" 127.0.0.1
+else
+  bad "rdma_get_cm_event and pthread_cancel (compile)" "$log/cc"
+fi
+if cc -O1 -pthread -o "$log/thread_cancel" "$root/tests/programs/thread_cancel.c" -libverbs 2> "$log/cc"; then
+  one "pthread_cancel of threads in verbs (plugin mode)" "thread cancel ok" "$log/thread_cancel"
+else
+  bad "thread cancel (compile)" "$log/cc"
+fi
 # Async events reach ibv_get_async_event in this mode too.
 if cc -O1 -o "$log/async_events" "$root/tests/programs/async_events.c" -libverbs 2> "$log/cc"; then
   one "ibv_get_async_event (SRQ limit, last WQE)" "async events ok" "$log/async_events"

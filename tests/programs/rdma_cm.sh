@@ -490,6 +490,9 @@ c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 # Signals while rdma_get_cm_event waits: EINTR without SA_RESTART (it once
 # waited on), the event with it.
 c_case "rdma_get_cm_event and signals: EINTR without SA_RESTART, restarted with it" cm_signal "cm signal ok" "$ip"
+# pthread_cancel of a thread in rdma_get_cm_event: it ends there, as at
+# the kernel's write (the process once aborted).
+c_case "rdma_get_cm_event and pthread_cancel: the thread ends there" cm_cancel "cm cancel ok" "$ip"
 # An active side that dies holding the REP, before its RTU: the daemon
 # rejects the REP in its name, as the kernel's CM does, so the passive
 # side gets REJECTED (a DREQ made it DISCONNECTED before ESTABLISHED).

@@ -129,6 +129,16 @@ else
   bad "threads (compile)" "$log/cc"
 fi
 
+# pthread_cancel of a thread posting and polling, and of one blocked in
+# ibv_get_cq_event: each ends, the process lives on (a cancellation once
+# acted in softverbs' own system calls and aborted it).
+if cc -O1 -pthread -o "$log/thread_cancel" "$here/thread_cancel.c" -libverbs 2> "$log/cc"; then
+  one "pthread_cancel of threads in verbs: they end, the context serves on" "thread cancel ok" \
+    "$log/thread_cancel"
+else
+  bad "thread cancel (compile)" "$log/cc"
+fi
+
 # A client that exits right after its last poll, without clean-up, against
 # ibv_rc_pingpong's server: the ACK of the server's last SEND, which the
 # last poll may keep for a next verb on the wire path, leaves at exit, and

@@ -47,7 +47,7 @@ fn in_view<T>(given: &CStr, f: impl FnOnce(*const c_char) -> T) -> T {
     }
 }
 
-type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
+type OpenFn = unsafe extern "C-unwind" fn(*const c_char, c_int, c_uint) -> c_int;
 
 /// Defines an interposer whose path is argument `$path`: every one is the
 /// same two lines around the next definition of the function.
@@ -58,7 +58,7 @@ macro_rules! redirecting {
         /// # Safety
         /// libc's contract for this function.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $at),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $at),*) -> $ret {
             // An open of the rdma_cm device, if it is ours: a channel.
             $(
                 // SAFETY: the caller's path, under open's contract.
@@ -70,7 +70,7 @@ macro_rules! redirecting {
             let name = unsafe {
                 CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes())
             };
-            let Some(next) = crate::next_fn!(name, unsafe extern "C" fn($($at),*) -> $ret) else {
+            let Some(next) = crate::next_fn!(name, unsafe extern "C-unwind" fn($($at),*) -> $ret) else {
                 return enosys($fail);
             };
             // SAFETY: the caller's arguments, the path replaced by an
@@ -88,7 +88,7 @@ macro_rules! redirecting {
 /// # Safety
 /// libc's contract: `path` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's path, under open's contract.
     if let Some(result) = unsafe { rdma_cm::open_if_channel(path, flags) } {
         return result;
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
 /// # Safety
 /// libc's contract: `path` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's arguments, under the same contract.
     unsafe { open(path, flags, mode) }
 }

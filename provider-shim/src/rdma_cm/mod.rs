@@ -25,6 +25,7 @@
 //! makes it readable, or answers EAGAIN when the application made the
 //! descriptor `O_NONBLOCK` (rsockets do).
 
+mod blocking_wait;
 mod fds;
 mod kernel;
 pub mod service;
@@ -32,6 +33,7 @@ pub mod service;
 use crate::guard::{guard, set_errno};
 use crate::libc_next::enosys;
 use crate::own_memory;
+use blocking_wait::{cancellation_point, wait_for_ever, wait_readable};
 use softverbs_cm::Reply;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
@@ -42,9 +44,9 @@ const DEVICE: &CStr = c"/dev/infiniband/rdma_cm";
 /// The largest command librdmacm writes is 304 bytes (ACCEPT).
 const MAX_COMMAND: usize = 1024;
 
-type OpenFn = unsafe extern "C" fn(*const c_char, c_int, c_uint) -> c_int;
-type WriteFn = unsafe extern "C" fn(c_int, *const c_void, usize) -> isize;
-type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
+type OpenFn = unsafe extern "C-unwind" fn(*const c_char, c_int, c_uint) -> c_int;
+type WriteFn = unsafe extern "C-unwind" fn(c_int, *const c_void, usize) -> isize;
+type CloseFn = unsafe extern "C-unwind" fn(c_int) -> c_int;
 type FstatFn = unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
 
 fn real_open() -> Option<OpenFn> {
@@ -169,7 +171,7 @@ fn open_channel(flags: c_int) -> c_int {
 ///
 /// # Safety
 /// libc's contract: `path` is a NUL-terminated string.
-unsafe extern "C" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+unsafe extern "C-unwind" fn cm_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the caller's path, under open's contract.
     if let Some(result) = unsafe { open_if_channel(path, flags) } {
         return result;
@@ -254,7 +256,7 @@ unsafe extern "C" fn cm_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
 /// # Safety
 /// libc's contract.
 #[no_mangle]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     // SAFETY: the caller's arguments, under the same contract.
     unsafe { cm_close(fd) }
 }
@@ -263,7 +265,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 ///
 /// # Safety
 /// As [`close`].
-unsafe extern "C" fn cm_close(fd: c_int) -> c_int {
+unsafe extern "C-unwind" fn cm_close(fd: c_int) -> c_int {
     if is_channel_now(fd) {
         guard((), || {
             if let Some(s) = service::existing() {
@@ -278,21 +280,25 @@ unsafe extern "C" fn cm_close(fd: c_int) -> c_int {
     unsafe { real(fd) }
 }
 
-/// `write(2)`: on a channel, one rdma_cm command.
+/// `write(2)`: on a channel, one rdma_cm command. "C-unwind": a thread
+/// cancelled while a GET_EVENT waits leaves through here, as it leaves
+/// the kernel's `write` (`blocking_wait`).
 ///
 /// # Safety
 /// libc's contract: `buf` holds `count` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, count: usize) -> isize {
     // SAFETY: the caller's arguments, under the same contract.
     unsafe { cm_write(fd, buf, count) }
 }
 
-/// [`write`] itself, at an address of this library's own.
+/// [`write`] itself, at an address of this library's own. Between the
+/// command's attempts, while it waits, its frame holds only plain values,
+/// so a cancellation may unwind it.
 ///
 /// # Safety
 /// As [`write`].
-unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
     if !is_channel_now(fd) {
         let Some(real) = real_write() else {
             return enosys(-1);
@@ -300,53 +306,79 @@ unsafe extern "C" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> is
         // SAFETY: the caller's arguments, as it gave them.
         return unsafe { real(fd, buf, count) };
     }
-    guard(-1, || match command(fd, buf, count) {
-        Ok(()) => count as isize,
-        Err(errno) => {
-            set_errno(errno);
-            -1
-        }
-    })
+    cancellation_point();
+    let file = fds::file(fd);
+    loop {
+        let attempt = guard(Attempt::Done(Err(libc::EIO)), || {
+            command(fd, buf, count, file)
+        });
+        let result = match attempt {
+            Attempt::Done(result) => result,
+            Attempt::Wait => match wait_readable(fd) {
+                Ok(()) => continue,
+                // A number closed and reused meanwhile fails the wait in
+                // other ways; the command never returns then.
+                Err(_) if closed_under(fd, file) => wait_for_ever(),
+                Err(errno) => Err(errno),
+            },
+            Attempt::Forever => wait_for_ever(),
+        };
+        return match result {
+            Ok(()) => count as isize,
+            Err(errno) => {
+                set_errno(errno);
+                -1
+            }
+        };
+    }
 }
 
-/// Runs the command in `buf`, waiting for an event if it is a GET_EVENT
-/// on a blocking channel with none queued.
-fn command(fd: c_int, buf: *const c_void, count: usize) -> Result<(), i32> {
-    let service = service::get().map_err(|_| libc::EBADF)?;
-    let file = fds::file(fd);
-    let original = read_caller(buf as u64, count.min(MAX_COMMAND))?;
-    let event_out = check_event_buffer(&original)?;
-    let mut bytes = original.clone();
-    copy_option_value(&mut bytes)?;
-    if service.kernel_command(fd, &original, &bytes)? {
-        return Ok(());
+/// What one attempt at a command came to.
+enum Attempt {
+    Done(Result<(), i32>),
+    /// A GET_EVENT on a blocking channel with none queued: to be tried
+    /// again once the channel is readable.
+    Wait,
+    /// The channel was closed under the command, which never returns then.
+    Forever,
+}
+
+/// Runs the command in `buf` on channel `fd`, which was `file` when the
+/// command began, up to where it would wait.
+fn command(fd: c_int, buf: *const c_void, count: usize, file: Option<(u64, u64)>) -> Attempt {
+    let service = match service::get() {
+        Ok(service) => service,
+        Err(_) => return Attempt::Done(Err(libc::EBADF)),
+    };
+    let prepared = read_caller(buf as u64, count.min(MAX_COMMAND)).and_then(|original| {
+        let event_out = check_event_buffer(&original)?;
+        let mut bytes = original.clone();
+        copy_option_value(&mut bytes)?;
+        let to_kernel = service.kernel_command(fd, &original, &bytes)?;
+        Ok((bytes, event_out, to_kernel))
+    });
+    let (bytes, event_out) = match prepared {
+        Ok((_, _, true)) => return Attempt::Done(Ok(())),
+        Ok((bytes, event_out, false)) => (bytes, event_out),
+        Err(errno) => return Attempt::Done(Err(errno)),
+    };
+    if let Some((addr, out)) = event_out {
+        match service.kernel_event(fd) {
+            Ok(Some(event)) => {
+                return Attempt::Done(write_caller(addr, &event[..out.min(event.len())]))
+            }
+            Ok(None) => {}
+            Err(errno) => return Attempt::Done(Err(errno)),
+        }
     }
-    loop {
-        if let Some((addr, out)) = event_out {
-            if let Some(event) = service.kernel_event(fd)? {
-                return write_caller(addr, &event[..out.min(event.len())]);
-            }
-        }
-        match service.command(fd, &bytes) {
-            Ok(Some(Reply::Respond { addr, bytes })) => return write_caller(addr, &bytes),
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) if nonblocking(fd) => return Err(libc::EAGAIN),
-            Ok(None) => {
-                if let Err(errno) = wait_readable(fd) {
-                    // A number closed and reused meanwhile fails the
-                    // wait in other ways; the command never returns then.
-                    if closed_under(fd, file) {
-                        wait_for_ever();
-                    }
-                    return Err(errno);
-                }
-            }
-            Err(libc::EBADF) if closed_under(fd, file) => wait_for_ever(),
-            Err(errno) => return Err(errno),
-        }
-        if closed_under(fd, file) {
-            wait_for_ever();
-        }
+    match service.command(fd, &bytes) {
+        Ok(Some(Reply::Respond { addr, bytes })) => Attempt::Done(write_caller(addr, &bytes)),
+        Ok(Some(_)) => Attempt::Done(Ok(())),
+        Ok(None) if nonblocking(fd) => Attempt::Done(Err(libc::EAGAIN)),
+        Ok(None) if closed_under(fd, file) => Attempt::Forever,
+        Ok(None) => Attempt::Wait,
+        Err(libc::EBADF) if closed_under(fd, file) => Attempt::Forever,
+        Err(errno) => Attempt::Done(Err(errno)),
     }
 }
 
@@ -415,43 +447,6 @@ fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
         cmd.extend_from_slice(&value);
     }
     Ok(())
-}
-
-/// Blocks until channel `fd` has an event. A signal interrupts the wait
-/// as it does the kernel's command: a handler installed with SA_RESTART
-/// restarts it, any other makes it fail with EINTR (`rdma_get_cm_event`
-/// returns -1, errno EINTR, and a server whose SIGINT handler sets a flag
-/// stops). The wait is a `recv` that peeks at the channel's socket, which
-/// the kernel restarts or interrupts by that rule; `poll` would always be
-/// interrupted. A channel closed by another thread meanwhile keeps this
-/// one waiting for good: the kernel's file lives until the blocked
-/// command returns, and none comes (rping's CM thread sits there while
-/// its main thread closes the channel and exits).
-fn wait_readable(fd: c_int) -> Result<(), i32> {
-    let mut byte = 0u8;
-    // SAFETY: receives at most one byte into a local; MSG_PEEK leaves it
-    // in the socket.
-    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK) };
-    match n {
-        1.. => Ok(()),
-        // The service's end is closed (a hang-up).
-        0 => wait_for_ever(),
-        _ => match std::io::Error::last_os_error().raw_os_error() {
-            // Made non-blocking meanwhile: the caller looks again.
-            Some(libc::EAGAIN) => Ok(()),
-            // The number names no socket any more: closed under us.
-            Some(libc::EBADF | libc::ENOTSOCK) => wait_for_ever(),
-            e => Err(e.unwrap_or(libc::EIO)),
-        },
-    }
-}
-
-/// Sleeps until the process ends (signals are handled and slept through).
-fn wait_for_ever() -> ! {
-    loop {
-        // SAFETY: poll on no descriptors only sleeps.
-        unsafe { libc::poll(std::ptr::null_mut(), 0, -1) };
-    }
 }
 
 /// Copies `len` bytes of the caller's memory at `addr`: EFAULT where it
