@@ -4,7 +4,12 @@
  * installed with SA_RESTART lets it wait on, and it returns the event
  * that comes after the signals (an address resolved). A thread signals
  * the waiting one every 10 ms; a signal that arrives before the wait
- * begins is only counted. Usage: cm_signal IP. Prints "cm signal ok". */
+ * begins is only counted. Then commands that talk to softverbs' daemon
+ * (bind, listen, destroy) run under a storm of signals without
+ * SA_RESTART and all succeed, as the kernel's are not interrupted (an
+ * interrupted round trip once failed them with EINTR, and left its reply
+ * to fail the next command with EIO). Usage: cm_signal IP. Prints
+ * "cm signal ok". */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +18,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 
 static volatile sig_atomic_t signals;
@@ -65,6 +71,33 @@ static int wait_poked(int flags, struct rdma_event_channel *ch, struct poker *p,
   return r;
 }
 
+/* 300 ids bound to `ip`, listening and destroyed on `ch`, with SIGALRM
+ * (no SA_RESTART) every 20 us meanwhile; 0 if every call succeeded. */
+static int commands_in_a_storm(struct rdma_event_channel *ch, const char *ip) {
+  struct sigaction sa = {.sa_handler = count};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval storm = {{0, 20}, {0, 20}}, calm = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &storm, NULL);
+  struct sockaddr_in addr = {.sin_family = AF_INET};
+  inet_pton(AF_INET, ip, &addr.sin_addr);
+  int failed = 0;
+  for (int i = 0; i < 300 && !failed; i++) {
+    struct rdma_cm_id *id;
+    const char *step = "rdma_create_id";
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0) {
+      step = "rdma_bind_addr";
+      if (rdma_bind_addr(id, (struct sockaddr *)&addr) == 0) step = "rdma_listen";
+      if (strcmp(step, "rdma_listen") == 0 && rdma_listen(id, 4) == 0) step = "rdma_destroy_id";
+      if (rdma_destroy_id(id) == 0 && strcmp(step, "rdma_destroy_id") == 0) continue;
+    }
+    fprintf(stderr, "under signals, round %d: %s failed: %s\n", i, step, strerror(errno));
+    failed = 1;
+  }
+  setitimer(ITIMER_REAL, &calm, NULL);
+  return failed;
+}
+
 int main(int argc, char **argv) {
   struct rdma_event_channel *ch = rdma_create_event_channel();
   struct rdma_cm_id *id;
@@ -93,6 +126,7 @@ int main(int argc, char **argv) {
   }
   rdma_ack_cm_event(event);
   rdma_destroy_id(id);
+  if (commands_in_a_storm(ch, argv[1])) return 1;
   rdma_destroy_event_channel(ch);
   printf("cm signal ok (%d signals)\n", (int)signals);
   return 0;

@@ -488,8 +488,9 @@ c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fo
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 # Signals while rdma_get_cm_event waits: EINTR without SA_RESTART (it once
-# waited on), the event with it.
-c_case "rdma_get_cm_event and signals: EINTR without SA_RESTART, restarted with it" cm_signal "cm signal ok" "$ip"
+# waited on), the event with it; and a storm of signals during commands
+# that ask the daemon (they once failed with EINTR, then EIO).
+c_case "rdma_cm and signals: GET_EVENT EINTR without SA_RESTART, restarted with it; daemon round trips never interrupted" cm_signal "cm signal ok" "$ip"
 # pthread_cancel of a thread in rdma_get_cm_event: it ends there, as at
 # the kernel's write (the process once aborted).
 c_case "rdma_get_cm_event and pthread_cancel: the thread ends there" cm_cancel "cm cancel ok" "$ip"

@@ -24,12 +24,16 @@ pub fn send(socket: impl AsFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Resu
     if !fds.is_empty() {
         ancillary.push(SendAncillaryMessage::ScmRights(fds));
     }
-    sendmsg(
-        socket,
-        &[IoSlice::new(bytes)],
-        &mut ancillary,
-        SendFlags::NOSIGNAL,
-    )?;
+    // A signal is no reason to fail a request (an rdma_cm command on the
+    // kernel is not interrupted); nothing was sent then.
+    rustix::io::retry_on_intr(|| {
+        sendmsg(
+            &socket,
+            &[IoSlice::new(bytes)],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        )
+    })?;
     Ok(())
 }
 
@@ -58,12 +62,15 @@ pub fn recv_from_user(socket: impl AsFd, buf: &mut [u8]) -> io::Result<Received>
     let mut space =
         [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut ancillary = RecvAncillaryBuffer::new(&mut space);
-    let msg = recvmsg(
-        socket,
-        &mut [IoSliceMut::new(buf)],
-        &mut ancillary,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
+    // Interrupted, nothing was received: wait on (as in `send`).
+    let msg = rustix::io::retry_on_intr(|| {
+        recvmsg(
+            &socket,
+            &mut [IoSliceMut::new(buf)],
+            &mut ancillary,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+    })?;
     let mut fds = Vec::new();
     let mut sender_uid = None;
     for m in ancillary.drain() {
