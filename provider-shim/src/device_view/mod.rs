@@ -21,10 +21,13 @@
 //! without softverbs). Its directory is named by a hash of everything it
 //! holds, so it is written once, atomically (a rename), and shared by
 //! every process of the user with the same devices; it is never changed
-//! after, so a child that outlives its parent still finds it.
+//! after, so a child that outlives its parent still finds it. The
+//! process holds it as long as it lives, and views no process holds are
+//! removed a day after they were written ([`views_in_use`]).
 
 pub mod interpose;
 mod location;
+mod views_in_use;
 
 use softverbs_config::sysfs_tree;
 use softverbs_config::{Config, SoftDevice};
@@ -66,6 +69,9 @@ pub struct View {
     sys: Vec<u8>,
     /// Stands in for `/dev/infiniband`.
     dev: Vec<u8>,
+    /// The view's lock, held shared while the process lives (`None`: it
+    /// could not be taken; the view is used all the same).
+    _held: Option<std::os::fd::OwnedFd>,
 }
 
 /// Preload mode: paths are redirected from now on, the view made at the
@@ -171,13 +177,24 @@ fn build() -> Result<Option<View>, String> {
         fingerprint(&config.devices, &real_sys, base)
     );
     let dir = home.join(name);
-    if !dir.join("sys").is_dir() {
-        write_once(&home, &dir, &config.devices, &real_sys, base)
-            .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+    let mut held = None;
+    // A view another process removes meanwhile is written again (it
+    // removes only views a day old: at most once or twice).
+    for _ in 0..3 {
+        if !dir.join("sys").is_dir() {
+            write_once(&home, &dir, &config.devices, &real_sys, base)
+                .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+            views_in_use::remove_unused(&home, &dir, views_in_use::UNUSED_FOR);
+        }
+        held = views_in_use::hold(&dir);
+        if held.is_some() {
+            break;
+        }
     }
     Ok(Some(View {
         sys: dir.join("sys").as_os_str().as_bytes().to_vec(),
         dev: dir.join("dev/infiniband").as_os_str().as_bytes().to_vec(),
+        _held: held,
     }))
 }
 
@@ -235,11 +252,12 @@ fn write_once(
 ) -> std::io::Result<()> {
     let unique = format!("tmp-{}-{:x}", std::process::id(), fastrand::u64(..));
     let tmp = home.join(unique);
-    let written =
-        sysfs_tree::write_tree(&tmp.join("sys"), real_sys, devices, base).and_then(|()| {
+    let written = sysfs_tree::write_tree(&tmp.join("sys"), real_sys, devices, base)
+        .and_then(|()| {
             let dev = tmp.join("dev/infiniband");
             sysfs_tree::write_cdev_dir(&dev, Path::new("/dev/infiniband"), devices.len(), base)
-        });
+        })
+        .and_then(|()| std::fs::write(tmp.join(views_in_use::IN_USE), b""));
     let placed = written
         .and_then(|()| seal(&tmp))
         .and_then(|()| std::fs::rename(&tmp, dir));
@@ -309,6 +327,7 @@ mod tests {
             Some(View {
                 sys: b"/v/sys".to_vec(),
                 dev: b"/v/dev/infiniband".to_vec(),
+                _held: None,
             })
         })
         .as_ref()
