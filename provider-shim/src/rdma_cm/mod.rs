@@ -346,6 +346,11 @@ enum Attempt {
 /// Runs the command in `buf` on channel `fd`, which was `file` when the
 /// command began, up to where it would wait.
 fn command(fd: c_int, buf: *const c_void, count: usize, file: Option<(u64, u64)>) -> Attempt {
+    // Closed while the command waited (the number may name another
+    // channel by now, whose events are not this command's).
+    if closed_under(fd, file) {
+        return Attempt::Forever;
+    }
     let service = match service::get() {
         Ok(service) => service,
         Err(_) => return Attempt::Done(Err(libc::EBADF)),
@@ -375,7 +380,6 @@ fn command(fd: c_int, buf: *const c_void, count: usize, file: Option<(u64, u64)>
         Ok(Some(Reply::Respond { addr, bytes })) => Attempt::Done(write_caller(addr, &bytes)),
         Ok(Some(_)) => Attempt::Done(Ok(())),
         Ok(None) if nonblocking(fd) => Attempt::Done(Err(libc::EAGAIN)),
-        Ok(None) if closed_under(fd, file) => Attempt::Forever,
         Ok(None) => Attempt::Wait,
         Err(libc::EBADF) if closed_under(fd, file) => Attempt::Forever,
         Err(errno) => Attempt::Done(Err(errno)),
