@@ -1,5 +1,6 @@
 /* UD multicast between two processes over softverbs, and the attach rules.
- *   mcast recv GROUP   attaches a UD QP to multicast GROUP (IPv4 or IPv6), prints
+ *   mcast recv GROUP   attaches a UD QP to multicast GROUP (IPv4, or IPv6 as an
+ *                      InfiniBand MGID), prints
  *                      "ready", receives 3 datagrams (checks payload, source
  *                      QP, GRH destination), checks destroy-while-attached
  *                      (EBUSY, seed 002) and the other attach errors, prints
@@ -64,12 +65,17 @@ static union ibv_gid group_gid(const char *group)
 }
 
 /* Whether the GRH a receive WR starts with names `g` as its destination:
- * RoCEv2 over IPv4 puts the IPv4 header in the GRH's last 20 bytes. */
+ * RoCEv2 over IPv4 puts the IPv4 header in the GRH's last 20 bytes. An
+ * IPv6 group sent from an IPv4 device (an InfiniBand-style MGID) travels
+ * as an IPv4 group of 239/8 derived from it (softverbs' gid_route.rs). */
 static int grh_names(const unsigned char *grh, const union ibv_gid *g)
 {
 	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	int ipv4 = grh[20] >> 4 == 4;
 	if (!memcmp(g->raw, mapped, 12))
-		return !memcmp(grh + 36, &g->raw[12], 4);
+		return ipv4 && !memcmp(grh + 36, &g->raw[12], 4);
+	if (ipv4)
+		return grh[36] == 239;
 	return !memcmp(grh + 24, g->raw, 16);
 }
 

@@ -18,6 +18,15 @@
 //! Any other link-local GID (a kernel device's, derived from its MAC)
 //! travels as itself, through the device's interface.
 //!
+//! An IPv6 multicast GID seen from an IPv4 device (an InfiniBand-style
+//! MGID, as perftest's default `ff01:0:2:c985::` or a hard-coded
+//! `ff12:...`) has no IPv4 form, and an IPv4 socket can neither join nor
+//! send to it; it travels as an IPv4 group of the administratively scoped
+//! 239.0.0.0/8 derived from it ([`ipv4_group_of`]), so that programs
+//! written for InfiniBand multicast run. Two such MGIDs share a group once
+//! in about 16 million pairs (their members then get each other's
+//! datagrams); a kernel device would send them as IPv6.
+//!
 //! RoCE v2 packets carry no GIDs, only IP addresses, so two GIDs that
 //! travel as one address are one endpoint: the engine compares a packet's
 //! addresses with a connection's GIDs through [`Gid::route`] (as rxe's
@@ -59,7 +68,12 @@ impl Gid {
     /// whose own address is `local` (see the module docs).
     pub fn route(self, local: IpAddr) -> IpAddr {
         if !self.is_link_local() {
-            return self.to_ip();
+            return match (self.to_ip(), local) {
+                (IpAddr::V6(group), IpAddr::V4(_)) if group.is_multicast() => {
+                    IpAddr::V4(ipv4_group_of(group))
+                }
+                (ip, _) => ip,
+            };
         }
         if self.0[2..8] == [0; 6] && self.0[8..12] == ISATAP_ID {
             let [a, b, c, d] = [self.0[12], self.0[13], self.0[14], self.0[15]];
@@ -80,6 +94,18 @@ impl Gid {
     pub fn same_endpoint(self, other: Gid, local: IpAddr) -> bool {
         self == other || self.route(local) == other.route(local)
     }
+}
+
+/// The IPv4 group an IPv6 multicast GID travels as from an IPv4 device:
+/// 239.x.y.z, `x.y.z` 24 bits of the FNV-1a hash of its 16 bytes (every
+/// byte counts: perftest's server and client groups differ only in the
+/// last).
+fn ipv4_group_of(group: Ipv6Addr) -> Ipv4Addr {
+    let hash = group.octets().iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let [_, x, y, z] = hash.to_be_bytes();
+    Ipv4Addr::new(239, x, y, z)
 }
 
 #[cfg(test)]
@@ -135,6 +161,26 @@ mod tests {
         let mac_ll = gid("fe80::fc:ff:fe00:1");
         assert_eq!(mac_ll.route(local), ip("fe80::fc:ff:fe00:1"));
         assert_eq!(mac_ll.route(ip("fe80::1")), ip("fe80::fc:ff:fe00:1"));
+    }
+
+    #[test]
+    fn an_ipv6_group_travels_as_an_ipv4_group_from_an_ipv4_device() {
+        let (v4, v6) = (ip("127.0.0.1"), ip("fd00::1"));
+        let server = gid("ff01:0:2:c985::");
+        let client = gid("ff01:0:2:c985::1");
+        let (a, b) = (server.route(v4), client.route(v4));
+        for group in [a, b] {
+            let IpAddr::V4(g) = group else {
+                panic!("{group} is not IPv4")
+            };
+            assert_eq!(g.octets()[0], 239);
+        }
+        assert_ne!(a, b, "groups that differ in one byte stay apart");
+        assert_eq!(server.route(v4), a, "the same group every time");
+        // From an IPv6 device, and an IPv4 group from either: as themselves.
+        assert_eq!(server.route(v6), ip("ff01:0:2:c985::"));
+        assert_eq!(gid("::ffff:239.1.2.3").route(v4), ip("239.1.2.3"));
+        assert_eq!(gid("::ffff:239.1.2.3").route(v6), ip("239.1.2.3"));
     }
 
     #[test]

@@ -99,8 +99,33 @@ impl McastTable {
     }
 
     /// The QPs attached to `gid`.
+    #[cfg(test)]
     pub(crate) fn members(&self, gid: Gid) -> &[QpId] {
         self.groups.get(&gid).map_or(&[], Vec::as_slice)
+    }
+
+    /// The QPs a datagram to address `dst` reaches on a device on `local`:
+    /// those attached to `dst` itself, then those attached to a group that
+    /// travels as `dst` (an IPv6 group seen from an IPv4 device,
+    /// `Gid::route`), each once, in the order of their groups.
+    pub(crate) fn members_at(&self, dst: Gid, local: Option<IpAddr>) -> Vec<QpId> {
+        let mut found = self.groups.get(&dst).cloned().unwrap_or_default();
+        let Some(local) = local else {
+            return found;
+        };
+        let ip = dst.to_ip();
+        let mut others: Vec<_> = self
+            .groups
+            .iter()
+            .filter(|(g, _)| **g != dst && g.route(local) == ip)
+            .collect();
+        others.sort_by_key(|(g, _)| g.0);
+        for qp in others.into_iter().flat_map(|(_, m)| m) {
+            if !found.contains(qp) {
+                found.push(*qp);
+            }
+        }
+        found
     }
 
     /// Whether `qp` is attached to any group.
@@ -188,5 +213,22 @@ mod tests {
         assert_eq!(t.poll_change(), Some(Membership::Joined(gid("ff0e::1"))));
         assert_eq!(t.poll_change(), Some(Membership::Left(g)));
         assert!(!t.has_member(a));
+    }
+
+    #[test]
+    fn an_ipv6_group_is_reached_at_the_ipv4_group_it_travels_as() {
+        let mut qps: SlotMap<QpId, ()> = SlotMap::with_key();
+        let (a, b) = (qps.insert(()), qps.insert(()));
+        let mut t = McastTable::default();
+        let ib_style = gid("ff01:0:2:c985::");
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        let travels_as = Gid::from_ip(ib_style.route(local));
+        t.attach(a, ib_style, LIMITS).unwrap();
+        t.attach(b, travels_as, LIMITS).unwrap();
+        assert_eq!(t.members_at(travels_as, Some(local)), [b, a]);
+        assert_eq!(t.members_at(travels_as, None), [b]);
+        assert_eq!(t.members_at(ib_style, Some(local)), [a]);
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        assert_eq!(t.members_at(travels_as, Some(v6)), [b]);
     }
 }

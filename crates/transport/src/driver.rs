@@ -606,12 +606,15 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         Ok(r)
     }
 
-    /// Tells the daemon of every group the engine joined or left.
+    /// Tells the daemon of every group the engine joined or left, as the
+    /// address each travels as (an IPv6 group from an IPv4 device: an
+    /// IPv4 one, `Gid::route`).
     fn sync_membership(&self, state: &mut State<M>) -> io::Result<()> {
+        let local = state.io.endpoint.local().ip();
         while let Some(change) = state.engine.poll_membership() {
             match change {
-                Membership::Joined(g) => state.io.endpoint.join(g.to_ip())?,
-                Membership::Left(g) => state.io.endpoint.leave(g.to_ip())?,
+                Membership::Joined(g) => state.io.endpoint.join(g.route(local))?,
+                Membership::Left(g) => state.io.endpoint.leave(g.route(local))?,
             }
         }
         Ok(())
