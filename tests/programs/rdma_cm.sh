@@ -465,6 +465,26 @@ no_listener() {
 }
 no_listener
 
+# A destination the device's address has no route to (none at all, or one
+# out of another interface than loopback's): rdma_resolve_addr fails at
+# once, ENETUNREACH or ADDR_ERROR, as the kernel's address resolution does
+# (it resolved, and rping then waited some 100 s for the CM's retries).
+no_route() {
+  local name="rping client, no route to the destination: resolution fails at once"
+  local t0=$SECONDS
+  timeout 30 rping -c -a 10.255.255.1 -C 1 > "$log/noroute.cli" 2>&1
+  crc=$?
+  local took=$((SECONDS - t0))
+  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $took -le 3 ] \
+     && grep -Eq "Network is unreachable|RDMA_CM_EVENT_ADDR_ERROR" "$log/noroute.cli"; then
+    ok "$name"
+  else
+    echo "client exit $crc after $took s" >> "$log/noroute.cli"
+    bad "$name" "$log/noroute.cli"
+  fi
+}
+no_route
+
 # c_case NAME PROGRAM EXPECT ARGS...: builds tests/programs/PROGRAM.c and
 # runs it with ARGS; it must exit 0 and print EXPECT.
 c_case() {

@@ -14,12 +14,14 @@ const PS_TCP: u16 = 0x0106;
 const PS_IB: u16 = 0x013F;
 const EADDRINUSE: i32 = 98;
 
-/// The host's port space, as the daemon keeps it.
+/// The host's port space, as the daemon keeps it, and its routes.
 #[derive(Default)]
 struct Ports {
     held: HashMap<(u16, u16), IpAddr>,
     listening: Vec<(u16, u16)>,
     next: u16,
+    /// Destinations the route lookup refuses, with its errno.
+    no_route: Vec<(IpAddr, i32)>,
 }
 
 impl PortSpace for Ports {
@@ -43,6 +45,12 @@ impl PortSpace for Ports {
     fn release(&mut self, ps: u16, _: IpAddr, port: u16) {
         self.held.remove(&(ps, port));
         self.listening.retain(|l| *l != (ps, port));
+    }
+    fn route(&mut self, _: IpAddr, to: IpAddr) -> Result<(), i32> {
+        match self.no_route.iter().find(|(ip, _)| *ip == to) {
+            Some(&(_, errno)) => Err(errno),
+            None => Ok(()),
+        }
     }
 }
 
@@ -412,6 +420,40 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
     exchange(&mut client, &mut server);
     let rej = client.event();
     assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 8, 7));
+}
+
+/// A destination the host has no route to fails RESOLVE_IP itself with
+/// the route lookup's errno, the id bound (the kernel's `rdma_resolve_ip`);
+/// one the device's address cannot send to is an ADDR_ERROR. Neither
+/// resolves, to time out in connect's retries.
+#[test]
+fn an_address_without_a_route_does_not_resolve() {
+    const ENETUNREACH: i32 = 101;
+    const EINVAL: i32 = 22;
+    let mut client = Side::new("10.0.0.1", 0x10);
+    client.ports.no_route = vec![
+        ("10.9.9.9".parse().unwrap(), ENETUNREACH),
+        ("8.8.8.8".parse().unwrap(), EINVAL),
+    ];
+    let resolve_ip = |id: u32, dst: &str| {
+        let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+        abi::put_sockaddr(&mut b[36..64], dst.parse().unwrap());
+        put32(&mut b, 64, id);
+        put32(&mut b, 68, 2000);
+        b
+    };
+    let id = client.create(7);
+    assert_eq!(client.run(&resolve_ip(id, "10.9.9.9:1")), Err(ENETUNREACH));
+    assert!(client.try_event().is_none(), "no event");
+    assert!(
+        client.ports.held.values().any(|ip| *ip == client.ip),
+        "bound"
+    );
+    let other = client.create(8);
+    client.ok(&resolve_ip(other, "8.8.8.8:1"));
+    let e = client.event();
+    assert_eq!((e.event, e.status), (event::ADDR_ERROR, -ENETUNREACH));
+    client.resolve(id, "10.0.0.9:1".parse().unwrap());
 }
 
 #[test]

@@ -17,7 +17,7 @@ use softverbs_transport::clock::Clock;
 use softverbs_transport::endpoint::{Endpoint, Receiver};
 use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
@@ -134,6 +134,15 @@ impl PortSpace for Ports<'_> {
         if let Some(e) = self.session(ip) {
             let _ = e.release(ps, ip, port);
         }
+    }
+    /// The kernel's route lookup, as a UDP socket of `from` connecting to
+    /// `to` does it (no packet leaves; the port, RoCEv2's, is not looked
+    /// at). A socket that cannot be made answers nothing about the route.
+    fn route(&mut self, from: IpAddr, to: IpAddr) -> Result<(), i32> {
+        let Ok(socket) = std::net::UdpSocket::bind(SocketAddr::new(from, 0)) else {
+            return Ok(());
+        };
+        socket.connect(SocketAddr::new(to, 4791)).map_err(errno_of)
     }
 }
 
