@@ -445,45 +445,34 @@ qperf_case() {
 }
 need "qperf" qperf && qperf_case
 
-# A client of a port nobody listens on: the daemon answers its REQ with
-# REJ 8 (invalid service ID), as the kernel's CM does, and rping fails at
-# once with REJECTED (not after the CM's retries, ~4 s each).
-no_listener() {
-  local name="rping client, nobody listens: REJECTED 8 at once"
-  local port; next_port port
+# rping_fails_at_once NAME EXPECT ARGS...: `rping ARGS` must fail, not
+# time out, within 3 s, printing EXPECT (an extended regex).
+rping_fails_at_once() {
+  local name=$1 expect=$2; shift 2
   local t0=$SECONDS
-  timeout 30 rping -c -a "$ip" -p $port -C 1 > "$log/nolisten.cli" 2>&1
+  timeout 30 rping "$@" > "$log/at_once.cli" 2>&1
   crc=$?
   local took=$((SECONDS - t0))
   if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $took -le 3 ] \
-     && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$log/nolisten.cli"; then
+     && grep -Eq "$expect" "$log/at_once.cli"; then
     ok "$name"
   else
-    echo "client exit $crc after $took s" >> "$log/nolisten.cli"
-    bad "$name" "$log/nolisten.cli"
+    echo "client exit $crc after $took s" >> "$log/at_once.cli"
+    bad "$name" "$log/at_once.cli"
   fi
 }
-no_listener
-
+# A client of a port nobody listens on: the daemon answers its REQ with
+# REJ 8 (invalid service ID), as the kernel's CM does, and rping fails at
+# once with REJECTED (not after the CM's retries, ~4 s each).
+next_port nolisten_port
+rping_fails_at_once "rping client, nobody listens: REJECTED 8 at once" \
+  "RDMA_CM_EVENT_REJECTED, error 8" -c -a "$ip" -p $nolisten_port -C 1
 # A destination the device's address has no route to (none at all, or one
 # out of another interface than loopback's): rdma_resolve_addr fails at
 # once, ENETUNREACH or ADDR_ERROR, as the kernel's address resolution does
 # (it resolved, and rping then waited some 100 s for the CM's retries).
-no_route() {
-  local name="rping client, no route to the destination: resolution fails at once"
-  local t0=$SECONDS
-  timeout 30 rping -c -a 10.255.255.1 -C 1 > "$log/noroute.cli" 2>&1
-  crc=$?
-  local took=$((SECONDS - t0))
-  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && [ $took -le 3 ] \
-     && grep -Eq "Network is unreachable|RDMA_CM_EVENT_ADDR_ERROR" "$log/noroute.cli"; then
-    ok "$name"
-  else
-    echo "client exit $crc after $took s" >> "$log/noroute.cli"
-    bad "$name" "$log/noroute.cli"
-  fi
-}
-no_route
+rping_fails_at_once "rping client, no route to the destination: resolution fails at once" \
+  "Network is unreachable|RDMA_CM_EVENT_ADDR_ERROR" -c -a 10.255.255.1 -C 1
 
 # c_case NAME PROGRAM EXPECT ARGS...: builds tests/programs/PROGRAM.c and
 # runs it with ARGS; it must exit 0 and print EXPECT.
