@@ -17,9 +17,11 @@
 //! Rust frames (through `catch_unwind`, which aborts the process on that
 //! foreign unwind). A cancellation requested meanwhile acts at the
 //! thread's next cancellation point outside softverbs, as with a hardware
-//! provider, whose verbs make no system call. The one place softverbs
-//! itself blocks for the application, an rdma_cm GET_EVENT, waits outside
-//! the guard, where a cancellation may act (`rdma_cm::blocking_wait`).
+//! provider, whose verbs make no system call. An rdma_cm GET_EVENT waits
+//! outside the guard, where a cancellation may act, as at the kernel's
+//! `write` (`rdma_cm::blocking_wait`); the waits of a pass-through
+//! context's merged event channel run inside it and are not cancellation
+//! points (docs/supported.md).
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
