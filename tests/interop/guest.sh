@@ -354,12 +354,15 @@ cm_run() {
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
   [ -n "$sv_case" ] && observe_start
   local t0=$SECONDS src crc=124 deadline=$((SECONDS + CASE_TIMEOUT))
-  # rdma-sys' client, rejected, hangs in its clean-up on the kernel's
-  # rdma_cm (rxe): against softverbs it starts once the server's LISTEN
-  # succeeded (the server traces its rdma_cm commands).
+  # Some clients must not be started again, so start once the server
+  # listens: rdma-sys' client, rejected, hangs in its clean-up on the
+  # kernel's rdma_cm (rxe); of ucmatose's two connections one may be
+  # rejected before the server listens and the other accepted just after,
+  # and the server, counting that one, refuses the next run's second
+  # (ENOMEM, "failing connection request").
   local listen_first=
-  [ "$prog" = rdma-sys ] && [ "$s_side" = softverbs ] && listen_first=1 &&
-    s_pre+=(SOFTVERBS_CM_TRACE=1)
+  [[ "$prog" =~ ^(rdma-sys|ucmatose)$ ]] && listen_first=1
+  [ -n "$listen_first" ] && [ "$s_side" = softverbs ] && s_pre+=(SOFTVERBS_CM_TRACE=1)
   # A server that serves until stopped outlives every run of its client,
   # which may be started again until CASE_TIMEOUT and then run for as long.
   local s_timeout=$CASE_TIMEOUT
@@ -367,7 +370,8 @@ cm_run() {
   : > "$log/srv"
   "${s_pre[@]}" timeout "$s_timeout" "${s_args[@]}" > "$log/srv" 2>&1 &
   local srv=$!
-  [ -n "$listen_first" ] && wait_line "$log/srv" "rdma_cm: channel [0-9]* command 7: Ok" $srv
+  local listen_port=$port; [ "$prog" = rdma-sys ] && listen_port=7471
+  [ -n "$listen_first" ] && wait_listening "$s_side" "$listen_port" $srv
   while [ $SECONDS -lt $deadline ]; do
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
@@ -490,6 +494,23 @@ diff_counters() {
 wait_line() {
   local deadline=$((SECONDS + CASE_TIMEOUT))
   until grep -q "$2" "$1" 2>/dev/null; do
+    kill -0 "$3" 2>/dev/null || return 1
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.05 # the poll interval; the loop ends on the condition
+  done
+}
+
+# wait_listening SIDE PORT PID: returns once the server PID of SIDE
+# listens through rdma_cm on PORT, fails as wait_line. softverbs' server
+# traces its rdma_cm commands (LISTEN is command 7); the kernel's rdma_cm
+# lists its ids (`rdma resource show cm_id`).
+wait_listening() {
+  if [ "$1" = softverbs ]; then
+    wait_line "$log/srv" "rdma_cm: channel [0-9]* command 7: Ok" "$3"
+    return
+  fi
+  local deadline=$((SECONDS + CASE_TIMEOUT))
+  until rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*:$2( |$)"; do
     kill -0 "$3" 2>/dev/null || return 1
     [ $SECONDS -lt $deadline ] || return 1
     sleep 0.05 # the poll interval; the loop ends on the condition
