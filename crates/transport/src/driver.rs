@@ -24,6 +24,7 @@ use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
 use crate::endpoint::{Endpoint, Receiver};
+use crate::group_memberships::GroupMemberships;
 use crate::io_step::{Io, IoStats, Sending, StepBy};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
 use crate::packet_faults::PacketFaults;
@@ -155,6 +156,8 @@ struct State<M> {
     /// for room (only while packets wait for it: registered for good, it
     /// would wake the thread for every datagram the device sends).
     waiting_for_room: bool,
+    /// The multicast groups this context is in, as they travel.
+    groups: GroupMemberships,
 }
 
 struct Shared<M> {
@@ -266,6 +269,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 held_since: None,
                 write_answers: WriteAnswers::default(),
                 waiting_for_room: false,
+                groups: GroupMemberships::default(),
             }),
             clock,
             waker: Waker::new(poll.registry(), WAKER)?,
@@ -608,13 +612,28 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
 
     /// Tells the daemon of every group the engine joined or left, as the
     /// address each travels as (an IPv6 group from an IPv4 device: an
-    /// IPv4 one, `Gid::route`).
+    /// IPv4 one, `Gid::route`), which several MGIDs may share
+    /// (`group_memberships.rs`).
     fn sync_membership(&self, state: &mut State<M>) -> io::Result<()> {
         let local = state.io.endpoint.local().ip();
         while let Some(change) = state.engine.poll_membership() {
             match change {
-                Membership::Joined(g) => state.io.endpoint.join(g.route(local))?,
-                Membership::Left(g) => state.io.endpoint.leave(g.route(local))?,
+                Membership::Joined(g) => {
+                    let group = g.route(local);
+                    if state.groups.attached(group) {
+                        if let Err(e) = state.io.endpoint.join(group) {
+                            // attach_mcast undoes the engine's attach.
+                            state.groups.detached(group);
+                            return Err(e);
+                        }
+                    }
+                }
+                Membership::Left(g) => {
+                    let group = g.route(local);
+                    if state.groups.detached(group) {
+                        state.io.endpoint.leave(group)?;
+                    }
+                }
             }
         }
         Ok(())

@@ -23,6 +23,7 @@ pub mod deadline_timer;
 pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
+mod group_memberships;
 pub mod gsi;
 mod io_step;
 mod kept_packets;

@@ -439,6 +439,32 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
     b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
 }
 
+/// Two MGIDs that travel as one IPv4 group (an IPv6 MGID on an IPv4
+/// device goes as a 239/8 group derived from it, beside which that
+/// group's own MGID is attached): detaching one leaves the context in the
+/// group for the other.
+#[test]
+fn detaching_one_of_two_mgids_of_one_group_keeps_the_other_receiving() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _) = create_qp(&a, QpType::Ud);
+    let (qb, _) = create_qp(&b, QpType::Ud);
+    connect(&a, qa, QpType::Ud, 0);
+    connect(&b, qb, QpType::Ud, 0);
+    let v6 = Gid::from_ip("ff0e::5:1".parse().unwrap());
+    let v4 = Gid::from_ip(v6.route(IpAddr::V4(h.ip)));
+    assert!(v4.to_ip().is_ipv4(), "{v4:?}");
+    b.d.attach_mcast(qb, v6).unwrap().unwrap();
+    b.d.attach_mcast(qb, v4).unwrap().unwrap();
+    b.d.detach_mcast(qb, v6).unwrap().unwrap();
+    post_ud_recv(&b, qb);
+    send_ud(&a, qa, v4, MULTICAST_QPN, b"still in");
+    let rx = wait_completions(&b, 1);
+    assert_eq!(rx[0].byte_len, 48);
+    b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 8), b"still in"));
+    b.d.detach_mcast(qb, v4).unwrap().unwrap();
+}
+
 /// A thread spinning in `ibv_poll_cq` is lent the socket, and a poll that
 /// hands it a receive completion keeps the ACK for its next verb, to
 /// leave with its reply. When it makes no verb after the poll, the
