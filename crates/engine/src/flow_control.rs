@@ -113,6 +113,19 @@ impl SendSide<'_> {
             .min(e.npkts)
     }
 
+    /// Whether a request packet sent for the first time leaves the
+    /// context's send budget too little room for another: it then asks
+    /// for an ACK whatever the interval, so that while QPs wait for room
+    /// an ACK that frees some is always on its way. Without it, QPs that
+    /// each had fewer packets in flight than they send between ACK
+    /// requests filled the budget with packets asking for none, and all
+    /// waited for the local ACK timeout (perftest `-q 16` with a socket
+    /// buffer of Debian's default `rmem_max`). One packet is measured per
+    /// call (`Engine::with_qp`), so the room is the room before this one.
+    pub(crate) fn fills_the_budget(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.send_room < 2 * u64::from(self.mtu())
+    }
+
     /// How often, in packets, a request asks for an ACK: at least four
     /// times per window in force, the loss window included, so that a
     /// full window always asks for the ACK that opens it (with ACKs asked

@@ -593,8 +593,11 @@ impl SendSide<'_> {
             ext.deth = Some(self.deth_of(e));
         }
         let solicited = last && e.wqe.send_flags & send_flags::SOLICITED != 0;
+        let first_sending = psn.distance(self.req.sent_end) <= 0;
         let ack_req = self.qp_type == QpType::Rc
-            && (last || self.req.since_ack_req + 1 >= self.ack_req_interval(ctx));
+            && (last
+                || self.req.since_ack_req + 1 >= self.ack_req_interval(ctx)
+                || (first_sending && self.fills_the_budget(ctx)));
         self.req.since_ack_req = if ack_req {
             0
         } else {

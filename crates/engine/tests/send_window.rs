@@ -246,6 +246,48 @@ fn qps_of_one_context_share_one_window() {
     );
 }
 
+/// Eight QPs of one context writing at once, each with fewer packets in
+/// flight than it sends between ACK requests: the packet that leaves the
+/// budget too little room for the next asks for an ACK, so the context
+/// never waits with nothing asked for. (The budget held the tails of
+/// eight messages that asked for no ACK, and everything waited for the
+/// local ACK timeout; perftest `-q 16` on a socket buffer of Debian's
+/// default `rmem_max`.)
+#[test]
+fn qps_sharing_a_full_budget_never_wait_for_a_timeout() {
+    const QPS: u64 = 8;
+    let mut p = Pair::with_window(32 * 1024);
+    let link = Link {
+        timeout: 14,
+        ..Link::default()
+    };
+    let qps: Vec<_> = (0..QPS).map(|_| p.connect(QpType::Rc, link).0).collect();
+    let data = pattern(&mut p.a, 0, 16 * 1024);
+    let sge = [p.a.sge(0, 16 * 1024)];
+    for (i, &qp) in qps.iter().enumerate() {
+        let mut w = wr(i as u64, send_opcode::RDMA_WRITE, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x2_0000 + i as u64 * 0x1_0000,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qp, &w).unwrap();
+    }
+    let start = p.now;
+    p.run(10_000);
+    let done: Vec<_> = p.a.poll().iter().map(|c| c.status).collect();
+    assert_eq!(done, [WcStatus::Success; QPS as usize]);
+    for i in 0..QPS {
+        let written = p.b.mem.slice(MEM_BASE + 0x2_0000 + i * 0x1_0000, 16 * 1024);
+        assert_eq!(written, &data[..]);
+    }
+    assert_eq!(p.a.e.stats().tx_resent, 0, "nothing sent again");
+    assert!(
+        p.now - start < 10_000_000,
+        "no timer needed: {} ns",
+        p.now - start
+    );
+}
+
 /// A QP whose packets are all lost holds the context's whole budget, so a
 /// second QP's WRITE waits; when the first QP is destroyed, or moved to
 /// the error state, its share comes back and the second QP's WRITE goes
