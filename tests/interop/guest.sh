@@ -276,10 +276,16 @@ cm_address() {
 # rdma_xserver: a listener on every address, the client's message sent
 # inline; cmtime: 10 connections set up and torn down (its server serves
 # until stopped: it must still run when the client is done).
-# An rdma_cm listener has no socket to wait for: until the server
-# listens, a connection is rejected (invalid service ID) or, for UD,
-# unreachable, and the client is started again, on that condition only,
-# until CASE_TIMEOUT.
+# The client starts once the server listens (wait_listening): a client
+# started before is rejected (invalid service ID) or, for UD,
+# unreachable, and some must not be started again (rdma-sys' client,
+# rejected, hangs in its clean-up on the kernel's rdma_cm; of ucmatose's
+# two connections one could be rejected and the other accepted just
+# after, and the server, counting that one, refused the next run's
+# second). qperf's and fi_pingpong's servers make their rdma_cm
+# listeners after an exchange over TCP with the client: such a client is
+# started again, on a rejection or a refused TCP connection only, until
+# CASE_TIMEOUT.
 cm_run() {
   local name=$1 s_side=$2 c_side=$3 fam=$4 prog=${5:-rping}
   [[ "$name" =~ $FILTER ]] || return 0
@@ -354,14 +360,8 @@ cm_run() {
   [ "$s_side" = softverbs ] || [ "$c_side" = softverbs ] && sv_case=1
   [ -n "$sv_case" ] && observe_start
   local t0=$SECONDS src crc=124 deadline=$((SECONDS + CASE_TIMEOUT))
-  # Some clients must not be started again, so start once the server
-  # listens: rdma-sys' client, rejected, hangs in its clean-up on the
-  # kernel's rdma_cm (rxe); of ucmatose's two connections one may be
-  # rejected before the server listens and the other accepted just after,
-  # and the server, counting that one, refuses the next run's second
-  # (ENOMEM, "failing connection request").
-  local listen_first=
-  [[ "$prog" =~ ^(rdma-sys|ucmatose)$ ]] && listen_first=1
+  local listen_first=1
+  [[ "$prog" =~ ^(qperf|fi_msg|fi_rdm)$ ]] && listen_first=
   [ -n "$listen_first" ] && [ "$s_side" = softverbs ] && s_pre+=(SOFTVERBS_CM_TRACE=1)
   # A server that serves until stopped outlives every run of its client,
   # which may be started again until CASE_TIMEOUT and then run for as long.
@@ -370,20 +370,20 @@ cm_run() {
   : > "$log/srv"
   "${s_pre[@]}" timeout "$s_timeout" "${s_args[@]}" > "$log/srv" 2>&1 &
   local srv=$!
-  local listen_port=$port; [ "$prog" = rdma-sys ] && listen_port=7471
+  # The port the server listens on: rdma-sys' is fixed, udaddy's the
+  # default (its -p names the port space).
+  local listen_port=$port
+  case "$prog" in rdma-sys) listen_port=7471 ;; udaddy) listen_port=7174 ;; esac
   [ -n "$listen_first" ] && wait_listening "$s_side" "$listen_port" $srv
   while [ $SECONDS -lt $deadline ]; do
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" "${c_args[@]}" > "$log/cli" 2>&1
     crc=$?
-    # perftest names a rejection by its event number: "CM event ... 8";
-    # the synchronous API's callers by its errno (ECONNREFUSED); rsockets'
-    # riostream by a failed rpoll of its connect, with whatever errno
-    # (ENOTCONN, EINPROGRESS, even "Success").
-    # qperf before its server listens: "failed to connect", and "Event
+    [ -n "$listen_first" ] && break
+    # Before its server is ready: qperf "failed to connect", and "Event
     # rejected" when a test's REQ comes before the server's listener for
-    # it (rdma_cm.sh, "qperf"); rdma-sys' client names the call only:
-    # "rdma_connect".
-    grep -Eq "REJECTED|Event rejected|UNREACHABLE|CM event .* 8$|Connection refused|failed to connect|^rpoll: |^rdma_connect$" "$log/cli" && kill -0 $srv 2>/dev/null || break
+    # it (rdma_cm.sh, "qperf"); fi_pingpong's exchange over TCP
+    # "Connection refused".
+    grep -Eq "Event rejected|failed to connect|Connection refused" "$log/cli" && kill -0 $srv 2>/dev/null || break
   done
   [ $crc -ne 0 ] && kill $srv 2>/dev/null
   if [[ "$prog" =~ ^(cmtime|iperf|qperf)$ ]] && [ $crc -eq 0 ]; then
