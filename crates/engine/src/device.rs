@@ -3,6 +3,7 @@
 
 use crate::gid::Gid;
 use crate::mtu::Mtu;
+use crate::packet_cost::PacketCost;
 use std::net::Ipv4Addr;
 
 /// `enum ibv_device_cap_flags` bits softverbs may advertise.
@@ -285,12 +286,17 @@ pub struct DeviceConfig {
     pub qpn_base: u32,
     /// End (exclusive) of the first QP number range.
     pub qpn_limit: u32,
-    /// Most request bytes an RC QP keeps unacknowledged on the wire, and
-    /// most a READ request asks for at once. A transport over sockets sizes
-    /// it to half the peer's receive buffer: a window that fits is never
-    /// dropped for want of room, however late the peer runs
-    /// ([`Self::DEFAULT_SEND_WINDOW`] otherwise).
+    /// Most an RC QP keeps unacknowledged on the wire, and most a READ
+    /// request asks for at once, each packet counted at its
+    /// [`Self::packet_cost`]; also what all RC QPs of the device keep
+    /// between them. A transport over sockets sizes it to the peer's
+    /// receive buffer: a window that fits is never dropped for want of
+    /// room, however late the peer runs ([`Self::DEFAULT_SEND_WINDOW`]
+    /// otherwise).
     pub send_window_bytes: u32,
+    /// What a peer's receive buffer is charged for one packet of each
+    /// path MTU (`packet_cost.rs`).
+    pub packet_cost: PacketCost,
 }
 
 impl DeviceConfig {
@@ -311,6 +317,7 @@ impl DeviceConfig {
             qpn_base: 0x11,
             qpn_limit: 1 << 24,
             send_window_bytes: DeviceConfig::DEFAULT_SEND_WINDOW,
+            packet_cost: PacketCost::PAYLOAD,
         }
     }
 

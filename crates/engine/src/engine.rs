@@ -115,7 +115,7 @@ impl Engine {
             qp.enter_error(&mut ctx);
         }
         let short_of_room = ctx.short_of_room;
-        let in_flight = qp.bytes_in_flight();
+        let in_flight = qp.bytes_in_flight(ctx.config);
         let was = std::mem::replace(&mut qp.charged, in_flight);
         let (after, qpn) = (qp.state, qp.qp_num);
         let freed = self.send_budget.recharge(was, in_flight);

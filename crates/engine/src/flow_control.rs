@@ -6,6 +6,7 @@
 //! (architecture.md, "Nothing is lost for want of room").
 
 use crate::ctx::Ctx;
+use crate::device::DeviceConfig;
 use crate::loss_window;
 use crate::qp_state::QpType;
 use crate::requester::InFlight;
@@ -22,9 +23,17 @@ const MIN_WINDOW_PKTS: u32 = loss_window::MIN_PKTS;
 
 impl SendSide<'_> {
     /// Packets an RC QP may have unacknowledged on the wire: the device's
-    /// send window in path MTUs.
+    /// send window in packets of its path MTU, at what each costs the
+    /// peer's receive buffer (`packet_cost.rs`).
     pub(crate) fn window_pkts(&self, ctx: &Ctx<'_>) -> u32 {
-        (ctx.config.send_window_bytes / self.mtu()).clamp(MIN_WINDOW_PKTS, MAX_UNACKED_PSNS as u32)
+        (ctx.config.send_window_bytes / self.packet_cost(ctx.config))
+            .clamp(MIN_WINDOW_PKTS, MAX_UNACKED_PSNS as u32)
+    }
+
+    /// What one packet of this QP's path MTU costs the peer's receive
+    /// buffer, the unit of the window and the send budget.
+    fn packet_cost(&self, config: &DeviceConfig) -> u32 {
+        config.packet_cost.of(self.mtu())
     }
 
     /// Whether the next packet of entry `idx` may leave: for RC, its PSN
@@ -57,7 +66,7 @@ impl SendSide<'_> {
             .oldest_unacked()
             .is_none_or(|oldest| oldest.distance(psn) < window);
         let opens = self.req.sent_end.distance(end).max(0) as u64;
-        let needs = opens * u64::from(self.mtu());
+        let needs = opens * u64::from(self.packet_cost(ctx.config));
         if in_window && needs > ctx.send_room {
             ctx.short_of_room = true;
             return false;
@@ -88,10 +97,10 @@ impl SendSide<'_> {
         self.req.loss.on_acked(window, newly, acked);
     }
 
-    /// Bytes this RC QP has in flight, charged to the context's send
+    /// What this RC QP has in flight, charged to the context's send
     /// budget: its PSNs from the oldest unacknowledged one up to the last
-    /// sent (READ responses asked for included), in path MTUs.
-    pub(crate) fn bytes_in_flight(&self) -> u64 {
+    /// sent (READ responses asked for included), each at its packet cost.
+    pub(crate) fn bytes_in_flight(&self, config: &DeviceConfig) -> u64 {
         if self.qp_type != QpType::Rc {
             return 0;
         }
@@ -99,7 +108,7 @@ impl SendSide<'_> {
             .req
             .oldest_unacked()
             .map_or(0, |oldest| oldest.distance(self.req.sent_end).max(0));
-        pkts as u64 * u64::from(self.mtu())
+        pkts as u64 * u64::from(self.packet_cost(config))
     }
 
     /// The response packet at which a READ request sent now for entry `e`
@@ -123,7 +132,7 @@ impl SendSide<'_> {
     /// buffer of Debian's default `rmem_max`). One packet is measured per
     /// call (`Engine::with_qp`), so the room is the room before this one.
     pub(crate) fn fills_the_budget(&self, ctx: &Ctx<'_>) -> bool {
-        ctx.send_room < 2 * u64::from(self.mtu())
+        ctx.send_room < 2 * u64::from(self.packet_cost(ctx.config))
     }
 
     /// How often, in packets, a request asks for an ACK: at least four

@@ -11,6 +11,7 @@
 //! does the other half ([`Qp::with_send_side`]) before anything else runs.
 
 use crate::ctx::Ctx;
+use crate::device::DeviceConfig;
 use crate::direct::{DirectOp, DirectOutcome};
 use crate::handles::{CqId, PdId, QpId};
 use crate::memory::HostMemory;
@@ -142,9 +143,9 @@ impl Qp {
         self.with_send_side(ctx, |side, ctx| side.retire(ctx));
     }
 
-    /// Bytes this QP has in flight, charged to the send budget.
-    pub(crate) fn bytes_in_flight(&mut self) -> u64 {
-        self.send_side().bytes_in_flight()
+    /// What this QP has in flight, charged to the send budget.
+    pub(crate) fn bytes_in_flight(&mut self, config: &DeviceConfig) -> u64 {
+        self.send_side().bytes_in_flight(config)
     }
 }
 

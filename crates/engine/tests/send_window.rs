@@ -80,14 +80,24 @@ fn watch(p: &mut Pair, first_psn: u32, drop: fn(OpKind, usize) -> bool) -> Rc<Re
 
 /// A 40 KiB WRITE (40 packets) leaves 4 packets at a time: no request
 /// packet is sent more than the window past the last acknowledged PSN,
-/// and the data arrives whole.
+/// and the data arrives whole. A window counted in what packets cost the
+/// peer's buffer, here twice their MTU, holds as many fewer.
 #[test]
 fn unacknowledged_packets_stay_within_the_window() {
-    let mut p = Pair::with_window(WINDOW);
+    let doubled = PacketCost::from_fn(|mtu| 2 * mtu);
+    for mut p in [
+        Pair::with_window(WINDOW),
+        Pair::with_costed_window(2 * WINDOW, doubled),
+    ] {
+        write_within_the_window(&mut p);
+    }
+}
+
+fn write_within_the_window(p: &mut Pair) {
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let data = post_write(&mut p, qa, 40 * 1024, 0x2_0000);
-    let seen = watch(&mut p, link.psn_a, |_, _| false);
+    let data = post_write(p, qa, 40 * 1024, 0x2_0000);
+    let seen = watch(p, link.psn_a, |_, _| false);
     p.run(10_000);
     assert_eq!(p.b.mem.slice(MEM_BASE + 0x2_0000, 40 * 1024), &data[..]);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);

@@ -233,6 +233,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
         device.send_window_bytes = endpoint.send_window();
+        device.packet_cost = endpoint.packet_cost();
         let clock = Clock::start();
         let mut engine = Engine::new(device);
         let mut io = Io::new(endpoint);

@@ -147,20 +147,31 @@ impl Endpoint {
     }
 
     /// The send window for the engine
-    /// ([`softverbs_engine::DeviceConfig::send_window_bytes`]): half the
-    /// receive buffer packets arrive in, which is the size asked for (the
-    /// kernel reports twice that, the other half for its bookkeeping), so
-    /// a peer set up as this host is never sent more than it holds. Peers
-    /// on this host are set up alike; another host's softverbs should be.
+    /// ([`softverbs_engine::DeviceConfig::send_window_bytes`]), in what
+    /// packets cost the receiving socket ([`Endpoint::packet_cost`]):
+    /// seven eighths of the receive buffer packets arrive in, as the
+    /// kernel counts it (twice the size asked for), the rest left for the
+    /// ACKs and responses that share it, and at most 8 MiB (about 1,000
+    /// packets of 4 KiB, what a larger buffer allowed before packets were
+    /// counted at their cost). A peer set up as this host is never sent
+    /// more than it holds; peers on this host are set up alike, another
+    /// host's softverbs should be.
     pub fn send_window(&self) -> u32 {
         let buffer = match self.session.direct() {
             Some(socket) => socket2::SockRef::from(socket).recv_buffer_size(),
             None => socket2::SockRef::from(&self.socket).recv_buffer_size(),
         };
         let default = softverbs_engine::DeviceConfig::DEFAULT_SEND_WINDOW;
+        let most = 2 * default;
         buffer.map_or(default, |b| {
-            u32::try_from(b / 2).unwrap_or(default).min(default)
+            u32::try_from(b / 8 * 7).map_or(most, |w| w.min(most))
         })
+    }
+
+    /// What a packet costs the receiving socket's buffer, per path MTU
+    /// (`receive_cost.rs`).
+    pub fn packet_cost(&self) -> softverbs_engine::PacketCost {
+        softverbs_engine::PacketCost::from_fn(crate::receive_cost::udp_receive_cost)
     }
 
     /// The sending socket's address.

@@ -19,11 +19,12 @@ pub struct Node {
 }
 
 impl Node {
-    fn new(host: u8, qpn_base: u32, send_window: u32) -> Node {
+    fn new(host: u8, qpn_base: u32, send_window: u32, packet_cost: PacketCost) -> Node {
         let mut cfg = DeviceConfig::loopback(u64::from(host));
         cfg.ports[0].gids = vec![Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host))];
         cfg.qpn_base = qpn_base;
         cfg.send_window_bytes = send_window;
+        cfg.packet_cost = packet_cost;
         let mut e = Engine::new(cfg);
         let pd = e.alloc_pd().unwrap();
         let (cq, _) = e.create_cq(4096, 0).unwrap();
@@ -130,9 +131,15 @@ impl Pair {
     /// A pair whose devices have a send window of `bytes`
     /// (`DeviceConfig::send_window_bytes`).
     pub fn with_window(bytes: u32) -> Pair {
+        Pair::with_costed_window(bytes, PacketCost::PAYLOAD)
+    }
+
+    /// A pair whose devices have a send window of `bytes` in which a
+    /// packet counts `cost` (`DeviceConfig::packet_cost`).
+    pub fn with_costed_window(bytes: u32, cost: PacketCost) -> Pair {
         Pair {
-            a: Node::new(1, 0x100, bytes),
-            b: Node::new(2, 0x200, bytes),
+            a: Node::new(1, 0x100, bytes, cost),
+            b: Node::new(2, 0x200, bytes, cost),
             now: 0,
             filter: Box::new(|_, _| Fate::Deliver),
             same_host: false,
