@@ -8,11 +8,11 @@
 //! kernel's own, plus the buffer's descriptor: a 4,160-byte RoCE packet
 //! (path MTU 4096) is charged 8,448 bytes, a 1,090-byte one (MTU 1024)
 //! 2,304. Counting payload against half the buffer (the half the kernel
-//! adds to what was asked for) overflowed it by a few packets whenever a
-//! full window arrived as separate datagrams (wire `ib_send_bw -s 4096`
-//! into a receiver busy reposting its receive WRs, with a 212,992-byte
-//! buffer), and by more at smaller MTUs. The transport states the cost
-//! per path MTU; the engine's default counts the MTU itself.
+//! adds to what was asked for) overflowed it whenever a full window
+//! arrived as separate datagrams (wire `ib_write_bw -q 64 -s 4096` with a
+//! 212,992-byte buffer lost 25), and would by more at smaller MTUs. The
+//! transport states the cost per path MTU; the engine's default counts
+//! the MTU itself.
 
 /// The cost of one packet of each path MTU, 256 to 4096 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -424,10 +424,7 @@ fn more_qps_than_one_slot_holds_claim_another_slot() {
 fn multicast_reaches_the_attached_qp_of_another_context() {
     let h = host();
     let (a, b) = (side(&h), side(&h));
-    let (qa, _) = create_qp(&a, QpType::Ud);
-    let (qb, _) = create_qp(&b, QpType::Ud);
-    connect(&a, qa, QpType::Ud, 0);
-    connect(&b, qb, QpType::Ud, 0);
+    let (qa, qb) = ud_pair(&a, &b);
     let group = Gid::from_ip("239.9.9.9".parse().unwrap());
     b.d.attach_mcast(qb, group).unwrap().unwrap();
     post_ud_recv(&b, qb);
@@ -439,6 +436,15 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
     b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
 }
 
+/// A UD QP on each of `a` and `b`, ready to send and receive.
+fn ud_pair(a: &Side, b: &Side) -> (QpId, QpId) {
+    let (qa, _) = create_qp(a, QpType::Ud);
+    let (qb, _) = create_qp(b, QpType::Ud);
+    connect(a, qa, QpType::Ud, 0);
+    connect(b, qb, QpType::Ud, 0);
+    (qa, qb)
+}
+
 /// Two MGIDs that travel as one IPv4 group (an IPv6 MGID on an IPv4
 /// device goes as a 239/8 group derived from it, beside which that
 /// group's own MGID is attached): detaching one leaves the context in the
@@ -447,10 +453,7 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
 fn detaching_one_of_two_mgids_of_one_group_keeps_the_other_receiving() {
     let h = host();
     let (a, b) = (side(&h), side(&h));
-    let (qa, _) = create_qp(&a, QpType::Ud);
-    let (qb, _) = create_qp(&b, QpType::Ud);
-    connect(&a, qa, QpType::Ud, 0);
-    connect(&b, qb, QpType::Ud, 0);
+    let (qa, qb) = ud_pair(&a, &b);
     let v6 = Gid::from_ip("ff0e::5:1".parse().unwrap());
     let v4 = Gid::from_ip(v6.route(IpAddr::V4(h.ip)));
     assert!(v4.to_ip().is_ipv4(), "{v4:?}");
