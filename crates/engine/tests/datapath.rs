@@ -52,18 +52,6 @@ fn rc_send_spans_several_mtus_and_arrives_whole() {
     );
 }
 
-fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
-    let sge = [n.sge(offset, len)];
-    n.e.post_recv(
-        qp,
-        &RecvWr {
-            wr_id,
-            sg_list: &sge,
-        },
-    )
-    .unwrap();
-}
-
 #[test]
 fn rc_write_and_write_with_imm() {
     let mut p = Pair::new();
@@ -77,7 +65,7 @@ fn rc_write_and_write_with_imm() {
         rkey: p.b.key,
     };
     p.a.e.post_send(qa, &w).unwrap();
-    post_recv(&mut p.b, qb, 7, 0, 0);
+    p.b.post_recv(qb, 7, 0, 0);
     let imm = SendWr {
         wr_id: 2,
         opcode: send_opcode::RDMA_WRITE_WITH_IMM,
@@ -248,7 +236,7 @@ fn uc_send_and_write_complete_without_acks() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Uc, Link::default());
     let data = fill(&mut p.a, 0, 2500, 4);
-    post_recv(&mut p.b, qb, 5, 0x3000, 4096);
+    p.b.post_recv(qb, 5, 0x3000, 4096);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 2500)]))
         .unwrap();
@@ -279,7 +267,7 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Ud, Link::default());
     let data = fill(&mut p.a, 0, 1000, 5);
-    post_recv(&mut p.b, qb, 8, 0x3000, 2000);
+    p.b.post_recv(qb, 8, 0x3000, 2000);
     let av = AhAttr {
         grh: GlobalRoute {
             dgid: p.b.gid,
@@ -327,7 +315,7 @@ fn ud_send_fills_the_grh_and_reports_the_source() {
 fn ud_wrong_qkey_is_dropped() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Ud, Link::default());
-    post_recv(&mut p.b, qb, 8, 0x3000, 2000);
+    p.b.post_recv(qb, 8, 0x3000, 2000);
     let av = AhAttr {
         grh: GlobalRoute {
             dgid: p.b.gid,
@@ -359,7 +347,7 @@ fn a_ud_message_above_the_mtu_sends_nothing_and_completes() {
         let (qa, qb) = p.connect(QpType::Ud, Link::default());
         let mtu = p.a.e.query_port(1).unwrap().active_mtu.bytes();
         for id in 0..3 {
-            post_recv(&mut p.b, qb, id, 0x10000 * (id + 1), mtu + 64);
+            p.b.post_recv(qb, id, 0x10000 * (id + 1), mtu + 64);
         }
         let target = Some(p.ud_target(qb));
         for (id, len) in [(1, 100), (2, mtu + 1), (3, 100)] {
@@ -400,7 +388,7 @@ fn psns_wrap_around_2_pow_24() {
     let (qa, qb) = p.connect(QpType::Rc, link);
     let data = fill(&mut p.a, 0, 2000, 6);
     for i in 0..3 {
-        post_recv(&mut p.b, qb, i, 0x4000 * (i + 1), 4096);
+        p.b.post_recv(qb, i, 0x4000 * (i + 1), 4096);
         p.a.e
             .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 2000)]))
             .unwrap();
@@ -428,7 +416,7 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     let data = fill(&mut p.a, 0, 4096, 7);
-    post_recv(&mut p.b, qb, 1, 0x4000, 4096);
+    p.b.post_recv(qb, 1, 0x4000, 4096);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 4096)]))
         .unwrap();
@@ -462,8 +450,8 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
 fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
-    post_recv(&mut p.b, qb, 2, 0x5000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 2, 0x5000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -536,7 +524,7 @@ fn rnr_nak_is_retried_after_the_timer_until_a_receive_is_posted() {
         rnr.get()
     );
     assert!(p.a.poll().is_empty(), "still waiting for a receive WR");
-    post_recv(&mut p.b, qb, 4, 0x4000, 100);
+    p.b.post_recv(qb, 4, 0x4000, 100);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     assert_eq!(p.b.poll()[0].wr_id, 4);
@@ -561,7 +549,7 @@ fn rnr_retry_exhaustion_fails_with_rnr_retry_exc_err() {
 fn bad_rkey_naks_remote_access_error_and_both_qps_enter_error() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    p.b.post_recv(qb, 5, 0x4000, 100);
     let sge = [p.a.sge(0, 16)];
     let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
     w.rdma = RdmaTarget {
@@ -596,7 +584,7 @@ fn write_with_imm_without_a_receive_wr_is_rnr_before_its_rkey_is_checked() {
         };
         let (qa, qb) = p.connect(QpType::Rc, link);
         if with_recv {
-            post_recv(&mut p.b, qb, 5, 0x4000, 100);
+            p.b.post_recv(qb, 5, 0x4000, 100);
         }
         let sge = [p.a.sge(0, 16)];
         let mut w = wr(1, send_opcode::RDMA_WRITE_WITH_IMM, &sge);
@@ -693,7 +681,7 @@ fn misaligned_atomic_is_an_invalid_request() {
 fn receive_buffer_too_small_is_loc_len_err_there_and_rem_inv_req_err_here() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    p.b.post_recv(qb, 5, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 200)]))
         .unwrap();
@@ -893,7 +881,7 @@ fn first_packet_in_rtr_raises_comm_est() {
     };
     p.b.e.modify_qp(qb, &a, m).unwrap();
     assert!(p.b.events().is_empty());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -910,7 +898,7 @@ fn first_packet_in_rtr_raises_comm_est() {
 fn sqd_drains_in_flight_wrs_then_raises_sq_drained() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -947,7 +935,7 @@ fn sqd_drains_in_flight_wrs_then_raises_sq_drained() {
     p.a.e
         .modify_qp(qa, &attr(QpState::Rts), QpAttrMask::STATE)
         .unwrap();
-    post_recv(&mut p.b, qb, 2, 0x5000, 100);
+    p.b.post_recv(qb, 2, 0x5000, 100);
     p.run(100);
     assert_eq!(p.a.poll()[0].wr_id, 2);
 }
@@ -957,7 +945,7 @@ fn unsignaled_wrs_complete_silently_and_sq_sig_all_signals_all() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     for i in 0..4 {
-        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        p.b.post_recv(qb, i, 0x4000, 100);
         let mut w = wr(i, send_opcode::SEND, &[]);
         w.send_flags = if i == 3 { send_flags::SIGNALED } else { 0 };
         p.a.e.post_send(qa, &w).unwrap();
@@ -974,8 +962,8 @@ fn completion_events_follow_req_notify_cq() {
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     let cq = p.b.cq;
     p.b.e.req_notify_cq(cq, true).unwrap();
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
-    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 2, 0x4000, 100);
     p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
     p.run(100);
     assert_eq!(
@@ -1001,7 +989,7 @@ fn a_solicited_only_arm_does_not_narrow_a_next_completion_arm() {
     let cq = p.b.cq;
     p.b.e.req_notify_cq(cq, false).unwrap();
     p.b.e.req_notify_cq(cq, true).unwrap();
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
     p.run(100);
     assert_eq!(p.b.e.poll_comp_event(), Some(cq), "the unsolicited SEND");
@@ -1016,8 +1004,8 @@ fn arming_a_cq_that_holds_a_completion_raises_the_event_at_once() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     let cq = p.b.cq;
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
-    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 2, 0x4000, 100);
     p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
     p.run(100);
     p.b.e.req_notify_cq(cq, true).unwrap();
@@ -1045,8 +1033,8 @@ fn arming_again_before_polling_what_an_event_reported_raises_none() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     let cq = p.b.cq;
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
-    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 2, 0x4000, 100);
     p.b.e.req_notify_cq(cq, false).unwrap();
     p.a.e.post_send(qa, &wr(1, send_opcode::SEND, &[])).unwrap();
     p.run(100);
@@ -1067,7 +1055,7 @@ fn arming_again_before_polling_what_an_event_reported_raises_none() {
 fn fence_waits_for_earlier_reads() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     let sge = [p.a.sge(0x6000, 3000)];
     let mut r = wr(1, send_opcode::RDMA_READ, &sge);
     r.rdma = RdmaTarget {
@@ -1111,7 +1099,7 @@ fn an_ordinary_mr_cannot_be_invalidated() {
             .reg_mr(p.b.pd, MEM_BASE, 64, MEM_BASE, rw)
             .unwrap()
             .key;
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     let mut s = wr(1, send_opcode::SEND_WITH_INV, &[]);
     s.imm_data_or_inv_rkey = victim;
     p.a.e.post_send(qa, &s).unwrap();
@@ -1189,8 +1177,8 @@ fn srq_limit_event_fires_once_when_the_srq_drains_below_it() {
 fn uc_gap_drops_the_rest_of_the_message_only() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Uc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 8192);
-    post_recv(&mut p.b, qb, 2, 0x8000, 8192);
+    p.b.post_recv(qb, 1, 0x4000, 8192);
+    p.b.post_recv(qb, 2, 0x8000, 8192);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 3000)]))
         .unwrap();
@@ -1220,7 +1208,7 @@ fn uc_gap_drops_the_rest_of_the_message_only() {
 fn inline_send_carries_the_bytes_given_at_post_time() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     let mut s = wr(1, send_opcode::SEND, &[]);
     s.send_flags |= send_flags::INLINE;
     s.inline_data = b"inline hello";
@@ -1287,7 +1275,7 @@ fn a_completion_lost_to_cq_overrun_fails_the_qp_with_qp_fatal() {
     let qb = p.b.e.create_qp(p.b.pd, &init).unwrap().id;
     p.bring_up(QpType::Rc, qa, qb, Link::default());
     for i in 0..2 {
-        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        p.b.post_recv(qb, i, 0x4000, 100);
         p.a.e.post_send(qa, &wr(i, send_opcode::SEND, &[])).unwrap();
     }
     p.run(100);
@@ -1312,7 +1300,7 @@ fn write_only_with_imm_after_rnr_is_retried_whole() {
     p.a.e.post_send(qa, &w).unwrap();
     p.run(6);
     assert!(p.a.poll().is_empty(), "RNR: no receive WR yet");
-    post_recv(&mut p.b, qb, 3, 0, 0);
+    p.b.post_recv(qb, 3, 0, 0);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     let rx = p.b.poll();
@@ -1355,7 +1343,7 @@ fn a_duplicate_read_request_replaces_the_queued_response_stream() {
 /// trip and arms the early go-back from then on (its receive completion
 /// stays in B's CQ).
 fn measure_the_round_trip(p: &mut Pair, qa: QpId, qb: QpId) {
-    post_recv(&mut p.b, qb, 100, 0x4000, 100);
+    p.b.post_recv(qb, 100, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(100, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -1379,7 +1367,7 @@ fn a_lost_sequence_nak_is_recovered_before_the_local_ack_timeout() {
     };
     let (qa, qb) = p.connect(QpType::Rc, link);
     measure_the_round_trip(&mut p, qa, qb);
-    post_recv(&mut p.b, qb, 2, 0x5000, 4096);
+    p.b.post_recv(qb, 2, 0x5000, 4096);
     let data = fill(&mut p.a, 0, 4096, 5);
     p.a.e
         .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 4096)]))
@@ -1473,7 +1461,7 @@ fn an_rnr_wait_is_not_cut_short_by_the_early_go_back() {
         "sent again {} ns after the RNR NAK",
         p.now - nak_at
     );
-    post_recv(&mut p.b, qb, 2, 0x4000, 100);
+    p.b.post_recv(qb, 2, 0x4000, 100);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
@@ -1487,7 +1475,7 @@ fn duplicated_sequence_naks_cost_no_retry_and_resend_only_what_is_missing() {
     };
     let (qa, qb) = p.connect(QpType::Rc, link);
     let data = fill(&mut p.a, 0, 4096, 11);
-    post_recv(&mut p.b, qb, 1, 0x4000, 4096);
+    p.b.post_recv(qb, 1, 0x4000, 4096);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 4096)]))
         .unwrap();
@@ -1542,7 +1530,7 @@ fn a_long_rnr_wait_uses_no_transport_retries() {
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
     p.run(6);
-    post_recv(&mut p.b, qb, 4, 0x4000, 100);
+    p.b.post_recv(qb, 4, 0x4000, 100);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
@@ -1562,7 +1550,7 @@ fn packets_behind_an_rnr_nak_cost_no_transport_retry() {
     }
     p.run(10);
     for i in 0..3 {
-        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        p.b.post_recv(qb, i, 0x4000, 100);
     }
     p.run(100);
     let tx: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
@@ -1607,7 +1595,7 @@ fn a_late_rnr_nak_for_an_acknowledged_psn_does_not_stop_the_retransmit_timer() {
     // The second SEND is lost; a network duplicate of the first arrives
     // once receive WRs are posted and is acknowledged.
     for i in 0..2 {
-        post_recv(&mut p.b, qb, i, 0x4000, 100);
+        p.b.post_recv(qb, i, 0x4000, 100);
     }
     deliver(&mut p.b, 1, &sends[0]);
     for ack in drain(&mut p.b, 1) {
@@ -1637,7 +1625,7 @@ fn an_rnr_nak_that_acknowledges_earlier_psns_still_counts() {
         ..Link::default()
     };
     let (qa, qb) = p.connect(QpType::Rc, link);
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     for i in 1..=2 {
         p.a.e
             .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, 10)]))

@@ -37,18 +37,6 @@ fn fill(n: &mut Node, offset: u64, len: usize, seed: u8) -> Vec<u8> {
     data
 }
 
-fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
-    let sge = [n.sge(offset, len)];
-    n.e.post_recv(
-        qp,
-        &RecvWr {
-            wr_id,
-            sg_list: &sge,
-        },
-    )
-    .unwrap();
-}
-
 fn state(n: &Node, qp: QpId) -> QpState {
     QpState::from_raw(n.e.query_qp(qp).unwrap().0.qp_state).unwrap()
 }
@@ -84,7 +72,7 @@ fn dereg(n: &mut Node, key: u32) {
 fn a_receive_wr_filled_part_way_is_flushed_when_the_qp_enters_error() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 7, 0x4000, 4096);
+    p.b.post_recv(qb, 7, 0x4000, 4096);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 3000)]))
         .unwrap();
@@ -161,11 +149,11 @@ fn a_completion_lost_on_one_qp_does_not_fail_another_qp() {
     p.a.e.modify_qp(qx, &init_attr, init_mask).unwrap();
     to_state(&mut p.a, qx, QpState::Err);
     // Receive WRs posted in ERR are flushed at once; the second overruns.
-    post_recv(&mut p.a, qx, 1, 0, 8);
-    post_recv(&mut p.a, qx, 2, 0, 8);
+    p.a.post_recv(qx, 1, 0, 8);
+    p.a.post_recv(qx, 2, 0, 8);
     assert_eq!(p.a.events(), [AsyncEvent::CqErr(small)]);
     // Ordinary traffic on the healthy QP.
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -257,7 +245,7 @@ fn read_from_a_region_deregistered_mid_request_fails_with_remote_access_error() 
 fn uc_write_with_a_bad_rkey_is_dropped_and_the_qp_keeps_working() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Uc, Link::default());
-    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    p.b.post_recv(qb, 5, 0x4000, 100);
     let sge = [p.a.sge(0, 16)];
     let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
     w.rdma = RdmaTarget {
@@ -284,8 +272,8 @@ fn uc_write_with_a_bad_rkey_is_dropped_and_the_qp_keeps_working() {
 fn an_oversized_ud_datagram_does_not_kill_the_receiving_qp() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Ud, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x3000, 100); // GRH + 60 bytes
-    post_recv(&mut p.b, qb, 2, 0x5000, 2000);
+    p.b.post_recv(qb, 1, 0x3000, 100); // GRH + 60 bytes
+    p.b.post_recv(qb, 2, 0x5000, 2000);
     let target = p.ud_target(qb);
     let big = [p.a.sge(0, 500)];
     let small = [p.a.sge(0, 10)];
@@ -474,7 +462,7 @@ fn an_atomic_on_a_misaligned_host_address_is_refused() {
 fn an_rc_request_from_a_stranger_address_is_dropped() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -501,7 +489,7 @@ fn a_ud_qp_in_rtr_raises_no_comm_est() {
     for (a, m) in [init_step(QpType::Ud), rtr_step(QpType::Ud)] {
         p.b.e.modify_qp(qb, &a, m).unwrap();
     }
-    post_recv(&mut p.b, qb, 1, 0x3000, 200);
+    p.b.post_recv(qb, 1, 0x3000, 200);
     let sge = [p.a.sge(0, 10)];
     let mut s = wr(1, send_opcode::SEND, &sge);
     s.ud = Some(p.ud_target(qb));
@@ -532,7 +520,7 @@ fn a_ud_qp_in_sqe_receives_and_sends_again_after_sqe_to_rts() {
     p.run(100);
     assert_eq!(state(&p.a, qa), QpState::Sqe);
     // B -> A still arrives.
-    post_recv(&mut p.a, qa, 9, 0x3000, 200);
+    p.a.post_recv(qa, 9, 0x3000, 200);
     let to_a = {
         let av = AhAttr {
             grh: GlobalRoute {
@@ -571,7 +559,7 @@ fn a_ud_qp_in_sqe_receives_and_sends_again_after_sqe_to_rts() {
     p.a.e
         .modify_qp(qa, &rts, QpAttrMask::STATE | QpAttrMask::CUR_STATE)
         .unwrap();
-    post_recv(&mut p.b, qb, 7, 0x3000, 200);
+    p.b.post_recv(qb, 7, 0x3000, 200);
     p.a.e.post_send(qa, &s).unwrap();
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
@@ -585,7 +573,7 @@ fn a_ud_qp_in_sqe_receives_and_sends_again_after_sqe_to_rts() {
 fn a_uc_send_too_long_for_its_receive_wr_is_dropped_and_the_wr_kept() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Uc, Link::default());
-    post_recv(&mut p.b, qb, 5, 0x4000, 100);
+    p.b.post_recv(qb, 5, 0x4000, 100);
     for (id, len) in [(1, 2000), (2, 10)] {
         p.a.e
             .post_send(qa, &wr(id, send_opcode::SEND, &[p.a.sge(0, len)]))
@@ -643,7 +631,7 @@ fn a_re_requested_read_whose_region_is_gone_fails_with_remote_access_error() {
 fn a_qp_moved_to_error_still_acknowledges_what_it_executed() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();
@@ -665,7 +653,7 @@ fn a_qp_moved_to_error_still_acknowledges_what_it_executed() {
 fn packets_of_a_connection_from_or_to_other_addresses_are_dropped() {
     let mut p = Pair::new();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    post_recv(&mut p.b, qb, 1, 0x4000, 100);
+    p.b.post_recv(qb, 1, 0x4000, 100);
     p.a.e
         .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
         .unwrap();

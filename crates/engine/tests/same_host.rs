@@ -72,15 +72,6 @@ fn both_paths_of(ty: QpType, link: Link, scenario: impl Fn(&mut Pair, QpId, QpId
     host
 }
 
-fn post_recv(n: &mut Node, qp: QpId, wr_id: u64, offset: u64, len: u32) {
-    let sge = [n.sge(offset, len)];
-    let wr = RecvWr {
-        wr_id,
-        sg_list: &sge,
-    };
-    n.e.post_recv(qp, &wr).unwrap();
-}
-
 fn write_to(p: &mut Pair, qa: QpId, wr_id: u64, rkey: u32, imm: bool) {
     let sge = [p.a.sge(0, 64)];
     let opcode = if imm {
@@ -134,7 +125,7 @@ fn a_write_with_imm_and_no_receive_wr_is_rnr_before_a_bad_rkey() {
 #[test]
 fn a_write_with_imm_and_a_bad_rkey_fails_the_receive_wr_it_took() {
     let end = both_paths(Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 16);
+        p.b.post_recv(qb, 7, 0x3000, 16);
         let wrong = p.b.key ^ 0x55;
         write_to(p, qa, 1, wrong, true);
     });
@@ -176,7 +167,7 @@ fn a_write_the_qp_does_not_grant_is_an_invalid_request() {
 #[test]
 fn a_send_longer_than_the_receive_wr_fails_both_sides() {
     let end = both_paths(Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 16);
+        p.b.post_recv(qb, 7, 0x3000, 16);
         let sge = [p.a.sge(0, 64)];
         p.a.e
             .post_send(qa, &wr(1, send_opcode::SEND, &sge))
@@ -202,7 +193,7 @@ fn a_receive_posted_during_the_rnr_wait_takes_the_message() {
     let end = both_paths(Link::default(), |p, qa, qb| {
         write_to(p, qa, 1, p.b.key, true);
         p.run(1); // the RNR NAK (or outcome) arrives, the wait begins
-        post_recv(&mut p.b, qb, 9, 0x3000, 16);
+        p.b.post_recv(qb, 9, 0x3000, 16);
     });
     assert_eq!(end.a, [(1, WcStatus::Success, WcOpcode::RdmaWrite, 0)]);
     assert_eq!(
@@ -223,7 +214,7 @@ fn an_unmapped_target_buffer_is_a_remote_access_error() {
 #[test]
 fn an_unmapped_send_buffer_is_a_local_protection_error() {
     let end = both_paths(Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        p.b.post_recv(qb, 7, 0x3000, 64);
         p.a.mem.unmap(MEM_BASE..MEM_BASE + 0x40);
         let sge = [p.a.sge(0, 64)];
         p.a.e
@@ -261,7 +252,7 @@ fn operations_leave_as_whole_messages_in_order() {
     let mut p = Pair::same_host();
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     for i in 0..4 {
-        post_recv(&mut p.b, qb, 10 + i, 0x3000 + i * 0x2000, 5000);
+        p.b.post_recv(qb, 10 + i, 0x3000 + i * 0x2000, 5000);
     }
     let sge = [p.a.sge(0, 5000)];
     for i in 0..4 {
@@ -294,7 +285,7 @@ fn qp_changes_are_reported_once_tracking_is_on() {
 #[test]
 fn send_with_invalidate_fails_at_the_target_as_on_the_wire() {
     let end = both_paths(Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        p.b.post_recv(qb, 7, 0x3000, 64);
         let sge = [p.a.sge(0, 64)];
         let mut w = wr(1, send_opcode::SEND_WITH_INV, &sge);
         w.imm_data_or_inv_rkey = p.b.key;
@@ -395,7 +386,7 @@ fn sqd_drains_the_same_wrs_as_on_the_wire() {
             )
             .unwrap();
         for id in 0..3 {
-            post_recv(&mut p.b, qb, 10 + id, 0x3000 + 0x100 * id, 64);
+            p.b.post_recv(qb, 10 + id, 0x3000 + 0x100 * id, 64);
         }
     });
     assert_eq!(end.a.len(), 3, "{end:?}");
@@ -451,8 +442,8 @@ fn atomics_answer_alike_and_refuse_alike() {
 #[test]
 fn zero_length_messages_with_immediate_data_arrive_alike() {
     let end = both_paths(Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 16);
-        post_recv(&mut p.b, qb, 8, 0x3100, 16);
+        p.b.post_recv(qb, 7, 0x3000, 16);
+        p.b.post_recv(qb, 8, 0x3100, 16);
         let mut s = wr(1, send_opcode::SEND_WITH_IMM, &[]);
         s.imm_data_or_inv_rkey = 0x1234_5678;
         p.a.e.post_send(qa, &s).unwrap();
@@ -478,7 +469,7 @@ fn uc_drops_a_bad_write_and_goes_on_alike() {
     let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
         let key = p.b.key;
         write_to(p, qa, 1, key ^ 0x55, false);
-        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        p.b.post_recv(qb, 7, 0x3000, 64);
         let sge = [p.a.sge(0, 64)];
         p.a.e
             .post_send(qa, &wr(2, send_opcode::SEND, &sge))
@@ -496,7 +487,7 @@ fn uc_drops_a_bad_write_and_goes_on_alike() {
 #[test]
 fn uc_write_with_imm_takes_a_receive_wr_shorter_than_its_data_alike() {
     let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 4);
+        p.b.post_recv(qb, 7, 0x3000, 4);
         let key = p.b.key;
         write_to(p, qa, 1, key, true);
     });
@@ -513,7 +504,7 @@ fn uc_write_with_imm_takes_a_receive_wr_shorter_than_its_data_alike() {
 #[test]
 fn uc_write_with_imm_with_a_bad_rkey_leaves_its_receive_wr_alike() {
     let end = both_paths_of(QpType::Uc, Link::default(), |p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 64);
+        p.b.post_recv(qb, 7, 0x3000, 64);
         let key = p.b.key;
         write_to(p, qa, 1, key ^ 0x55, true);
         let sge = [p.a.sge(0, 64)];
@@ -654,7 +645,7 @@ fn a_stale_delivery_from_before_a_reset_completes_nothing() {
     let mut p = Pair::same_host();
     let (_, qb) = p.connect(QpType::Rc, Link::default());
     let qpn = p.b.e.qp_num(qb).unwrap();
-    post_recv(&mut p.b, qb, 1, 0x3000, 64);
+    p.b.post_recv(qb, 1, 0x3000, 64);
     let old = p.b.e.peek_recv(qpn).unwrap();
     assert!(p.b.e.claim_recv(qpn, old.seq));
     p.b.e
@@ -663,7 +654,7 @@ fn a_stale_delivery_from_before_a_reset_completes_nothing() {
     p.b.e
         .modify_qp(qb, &init_step(QpType::Rc).0, init_step(QpType::Rc).1)
         .unwrap();
-    post_recv(&mut p.b, qb, 1, 0x3000, 64);
+    p.b.post_recv(qb, 1, 0x3000, 64);
     let wc = WorkCompletion {
         status: WcStatus::Success,
         ..WorkCompletion::flushed(1, WcOpcode::Recv, qpn)
@@ -746,8 +737,8 @@ fn ud_both_ways(scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
 #[test]
 fn ud_datagrams_arrive_alike_with_their_grh() {
     let end = ud_both_ways(|p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 40 + 100);
-        post_recv(&mut p.b, qb, 8, 0x3100, 40 + 100);
+        p.b.post_recv(qb, 7, 0x3000, 40 + 100);
+        p.b.post_recv(qb, 8, 0x3100, 40 + 100);
         datagram(p, qa, qb, 1, 100, 0x8000_0000);
         datagram(p, qa, qb, 2, 60, 0x1111_1111);
     });
@@ -762,7 +753,7 @@ fn ud_datagrams_arrive_alike_with_their_grh() {
 #[test]
 fn ud_drops_a_wrong_qkey_and_a_datagram_too_long_for_the_wr_alike() {
     let end = ud_both_ways(|p, qa, qb| {
-        post_recv(&mut p.b, qb, 7, 0x3000, 40 + 50);
+        p.b.post_recv(qb, 7, 0x3000, 40 + 50);
         datagram(p, qa, qb, 1, 30, 0x2222);
         datagram(p, qa, qb, 2, 100, 0x8000_0000);
         datagram(p, qa, qb, 3, 50, 0x8000_0000);

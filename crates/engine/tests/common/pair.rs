@@ -54,6 +54,16 @@ impl Node {
         }
     }
 
+    /// Posts a receive WR of `len` bytes at `offset` in its memory.
+    pub fn post_recv(&mut self, qp: QpId, wr_id: u64, offset: u64, len: u32) {
+        let sge = [self.sge(offset, len)];
+        let wr = RecvWr {
+            wr_id,
+            sg_list: &sge,
+        };
+        self.e.post_recv(qp, &wr).unwrap();
+    }
+
     pub fn poll(&mut self) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         self.e.poll_cq(self.cq, 4096, &mut out).unwrap();
