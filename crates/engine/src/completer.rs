@@ -122,6 +122,7 @@ impl SendSide<'_> {
                 }
                 // A late RNR NAK for a PSN already acknowledged is stale.
                 if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
+                    self.req.probe.rnr_nak(psn);
                     self.on_rnr_nak(ctx, now, psn, timer);
                 }
                 false
@@ -207,6 +208,7 @@ impl SendSide<'_> {
         let mut progress = self.req.acked.distance(psn) > 0;
         if progress {
             self.req.acked = psn;
+            self.req.probe.acknowledged(psn);
         }
         for idx in 0..self.req.inflight.len() {
             let e = &mut self.req.inflight[idx];

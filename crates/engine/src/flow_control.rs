@@ -50,15 +50,11 @@ impl SendSide<'_> {
             return true;
         }
         let e = &self.req.inflight[idx];
-        let (psn, end) = if e.op.is_rd_atomic() {
-            let end = self.read_request_end(ctx, e);
-            (
-                e.first_psn.wrapping_add(e.resp_pkts),
-                e.first_psn.wrapping_add(end),
-            )
+        let psn = e.next_psn();
+        let end = if e.op.is_rd_atomic() {
+            e.first_psn.wrapping_add(self.read_request_end(ctx, e))
         } else {
-            let psn = e.first_psn.wrapping_add(e.next_pkt);
-            (psn, psn.wrapping_add(1))
+            psn.wrapping_add(1)
         };
         let window = self.loss_limited_window(ctx) as i32;
         let in_window = self

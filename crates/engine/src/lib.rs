@@ -30,6 +30,7 @@ mod fault_points;
 mod flow_control;
 mod gid;
 mod gid_route;
+mod go_back_probe;
 mod handles;
 mod keys;
 mod loss_window;

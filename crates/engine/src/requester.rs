@@ -12,6 +12,7 @@
 use crate::ctx::Ctx;
 use crate::early_go_back::EarlyGoBack;
 use crate::gid::Gid;
+use crate::go_back_probe::GoBackProbe;
 use crate::loss_window::LossWindow;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
@@ -111,6 +112,17 @@ impl InFlight {
         self.next_pkt >= self.npkts
     }
 
+    /// The PSN of its next request packet: a READ or atomic request's is
+    /// that of the first response it asks for.
+    pub(crate) fn next_psn(&self) -> Psn {
+        let k = if self.op.is_rd_atomic() {
+            self.resp_pkts
+        } else {
+            self.next_pkt
+        };
+        self.first_psn.wrapping_add(k)
+    }
+
     /// A READ or atomic: the PSN of the last response its request asked
     /// for (the end of the part asked for, for a READ asked in parts).
     pub(crate) fn part_end(&self) -> Psn {
@@ -150,6 +162,9 @@ pub(crate) struct Requester {
     /// The round trip, and going back before the local ACK timeout
     /// (`early_go_back.rs`; on the wire only).
     pub(crate) early: EarlyGoBack,
+    /// After a go-back, the first packet sent again goes alone until
+    /// answered (`go_back_probe.rs`; on the wire only).
+    pub(crate) probe: GoBackProbe,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered
@@ -212,6 +227,8 @@ impl Requester {
             return;
         };
         self.send_idx = self.send_idx.min(idx);
+        let single = !self.inflight[idx].op.is_rd_atomic();
+        self.probe.went_back(psn, single);
         for (i, e) in self.inflight.iter_mut().enumerate().skip(idx) {
             if e.done {
                 continue;
@@ -291,6 +308,9 @@ impl SendSide<'_> {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
+        if self.req.probe.holds(self.req.inflight[idx].next_psn()) {
+            return None;
+        }
         if !self.within_window(ctx, idx) {
             return None;
         }
@@ -448,13 +468,15 @@ impl SendSide<'_> {
         if entry.op == ReqOp::Read {
             entry.req_end = read_end;
         }
-        let (psn, end) = if entry.op.is_rd_atomic() {
-            let psn = entry.first_psn.wrapping_add(entry.resp_pkts);
-            (psn, entry.first_psn.wrapping_add(entry.req_end))
+        let psn = entry.next_psn();
+        let end = if entry.op.is_rd_atomic() {
+            entry.first_psn.wrapping_add(entry.req_end)
         } else {
-            let psn = entry.first_psn.wrapping_add(entry.next_pkt);
-            (psn, psn.wrapping_add(1))
+            psn.wrapping_add(1)
         };
+        if reliable {
+            self.req.probe.sent(psn);
+        }
         if psn.distance(self.req.sent_end) > 0 {
             self.req.resent += 1;
         } else {
@@ -533,9 +555,7 @@ impl SendSide<'_> {
         let suffix = if last { suffix } else { Suffix::None };
         let opcode =
             Opcode::compose(transport, kind, position, suffix).ok_or(WcStatus::LocQpOpErr)?;
-        let psn = e
-            .first_psn
-            .wrapping_add(if e.op.is_rd_atomic() { e.resp_pkts } else { k });
+        let psn = e.next_psn();
         let mut ext = ExtHeaders::default();
         let (mut payload_offset, mut payload_len) = (0, 0);
         match e.op {
@@ -596,6 +616,7 @@ impl SendSide<'_> {
         let first_sending = psn.distance(self.req.sent_end) <= 0;
         let ack_req = self.qp_type == QpType::Rc
             && (last
+                || self.req.probe.is_probe(psn)
                 || self.req.since_ack_req + 1 >= self.ack_req_interval(ctx)
                 || (first_sending && self.fills_the_budget(ctx)));
         self.req.since_ack_req = if ack_req {
