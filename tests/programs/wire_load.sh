@@ -6,17 +6,18 @@
 #   - 8 ib_write_bw pairs at once between two network namespaces joined by
 #     a veth pair,
 #   - ib_write_bw -a and ib_read_bw -a (every size to 8 MiB),
-#     ib_write_bw -q 4 (four QPs into one peer), and ib_write_bw -q 16
+#     ib_write_bw -q 4 (four QPs into one peer), ib_write_bw -q 16
 #     (sixteen, which must wait for no timeouts), on loopback,
 # all with perftest's default QP timeout (14: 67 ms) and retry count (7);
-# then ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s (tbf), so
+# then ib_send_bw -s 4096 on loopback (a receiver that falls behind: RNR
+# NAKs) and ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s (tbf), so
 # the sending socket runs out of room. Every program must exit 0 without
 # an error completion; neither namespace's kernel may count a UDP datagram
 # dropped for want of buffer room (UdpRcvbufErrors, UdpInErrors) nor a
 # queue drop one (tc -s qdisc): the send window keeps what a QP has in flight within the
 # peer's buffer; and no context may have left a packet unsent or dropped
 # one on receipt (SOFTVERBS_STATS): a socket without room is waited for.
-# Packets sent again (only a timeout can cause them here) are counted and
+# Packets sent again (after a timeout or an RNR NAK) are counted and
 # printed. Needs root (the
 # namespaces); fails under CI=true without it, skips loudly elsewhere.
 # Prints "N passed, M failed" last. Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -123,7 +124,7 @@ done
 # Four QPs of one context into one peer share its send budget.
 pair q4 "$a" "$ip_a" "$a" "$ip_a" 18701 ib_write_bw -x 1 -F -q 4 -n 3000 && c=$cli || c=""
 verdict "ib_write_bw -q 4 on loopback beside 2 busy processes" $c
-# Sixteen QPs of one context into one peer: the budget (43 packets of 4
+# Sixteen QPs of one context into one peer: the budget (31 packets of 4
 # KiB with this socket buffer) holds fewer packets than the QPs send
 # between their ACK requests, so the packet that fills it asks for one,
 # and it counts what each packet costs the receiving socket. Before, the
@@ -138,20 +139,35 @@ pair q16 "$a" "$ip_a" "$a" "$ip_a" 18702 ib_write_bw -x 1 -F -q 16 -n 1000 && c=
 [ -n "$c" ] && wait $c 2>/dev/null
 resent=$(cat "$log"/q16.* | grep -o '[0-9]* resent' | awk '{ r += $1 } END { print r + 0 }')
 verdict "ib_write_bw -q 16 on loopback beside 2 busy processes" $c
-if [ -n "$c" ] && [ "$resent" -le 43 ]; then
+if [ -n "$c" ] && [ "$resent" -le 31 ]; then
   ok "ib_write_bw -q 16: no timeouts ($resent packets sent again)"
 else
   echo "${resent:-?} packets sent again" > "$log/q16resent"
-  bad "ib_write_bw -q 16: no timeouts (at most 43 packets sent again)" "$log/q16resent"
+  bad "ib_write_bw -q 16: no timeouts (at most 31 packets sent again)" "$log/q16resent"
 fi
 
 pkill -9 -f "wire-load-busy-$$"
+
+# SENDs of one packet each into a receiver that posts its receive WRs
+# again as they complete, and RNR NAKs when it falls behind (alone on the
+# machine: it falls behind more readily than beside busy processes, which
+# slow the sender too). The packets after the NAKed one may still wait
+# unread when the RNR wait ends, and Linux keeps up to a quarter of the
+# buffer charged for datagrams already read: so the first packet sent
+# again goes alone until answered, and the window leaves that quarter
+# free. Before, 4 runs of 10 of it on 127.0.0.1 lost 5 to 11 datagrams,
+# though this case passed 3 runs of 3; the tests that show each cause
+# are the engine's a_go_back_never_fills_a_slow_receivers_buffer_past_the_window
+# and the transport's a_window_fits_beside_datagrams_read_and_not_yet_given_back.
+pair send "$a" "$ip_a" "$a" "$ip_a" 18703 ib_send_bw -x 1 -F -s 4096 -n 20000 && c=$cli || c=""
+verdict "ib_send_bw -s 4096 on loopback" $c
 
 # A sending socket without room: the veth from B to A at 400 Mbit/s with
 # a queue deeper than the socket's send buffer, so the queue holds the
 # socket's packets and sending meets EAGAIN instead of a qdisc drop.
 # The client's send buffer (32 KiB, 64 KiB as the kernel counts) is
-# smaller than its send window (208 KiB), so the queue always fills it.
+# smaller than what its send window lets it have in flight (31 packets of
+# 4 KiB), so the queue always fills it.
 ip netns exec "$b" tc qdisc add dev "${tag}y" root tbf rate 400mbit burst 64kb limit 8mb
 SOFTVERBS_SOCKET_BUFFER=212992,32768 \
   pair slow "$a" "$ip_a" "$b" "$ip_b" 18800 ib_write_bw -x 1 -q 4 -n 400 && c=$cli || c=""
@@ -170,7 +186,7 @@ if [ -s "$log/stats" ] && ! grep -Ev ' 0 not sent, 0 dropped on receipt' "$log/s
 else
   bad "no packet unsent or dropped on receipt" "$log/lossy"
 fi
-awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "resent,") r += $i } END { print "packets resent under load (local ACK timeouts, early go-backs):", r + 0 }' "$log/stats"
+awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "resent,") r += $i } END { print "packets resent under load (local ACK timeouts, early go-backs, RNR waits):", r + 0 }' "$log/stats"
 lost=$(drops)
 if [ -z "$lost" ]; then
   ok "no UDP datagram dropped for want of buffer room"

@@ -149,23 +149,25 @@ impl Endpoint {
     /// The send window for the engine
     /// ([`softverbs_engine::DeviceConfig::send_window_bytes`]), in what
     /// packets cost the receiving socket ([`Endpoint::packet_cost`]):
-    /// seven eighths of the receive buffer packets arrive in, as the
-    /// kernel counts it (twice the size asked for), the rest left for the
-    /// ACKs and responses that share it, and at most 8 MiB (about 1,000
-    /// packets of 4 KiB, what a larger buffer allowed before packets were
-    /// counted at their cost). A peer set up as this host is never sent
-    /// more than it holds; peers on this host are set up alike, another
-    /// host's softverbs should be.
+    /// five eighths of the receive buffer packets arrive in, as the
+    /// kernel counts it (twice the size asked for), and at most 8 MiB
+    /// (about 1,000 packets of 4 KiB, what a larger buffer allowed before
+    /// packets were counted at their cost). Of the rest, a quarter is
+    /// what Linux keeps charged for datagrams already read: it gives
+    /// their memory back in batches of a quarter of the buffer while
+    /// more wait (`udp_rmem_release`), so a reader that is behind holds
+    /// three quarters of unread datagrams at most (with seven eighths,
+    /// one SEND stream at Debian's default `rmem_max` lost a few
+    /// datagrams a run while acknowledging everything before its window);
+    /// an eighth is left for the ACKs that share a requester's buffer. A
+    /// peer set up as this host is never sent more than it holds; peers
+    /// on this host are set up alike, another host's softverbs should be.
     pub fn send_window(&self) -> u32 {
         let buffer = match self.session.direct() {
             Some(socket) => socket2::SockRef::from(socket).recv_buffer_size(),
             None => socket2::SockRef::from(&self.socket).recv_buffer_size(),
         };
-        let default = softverbs_engine::DeviceConfig::DEFAULT_SEND_WINDOW;
-        let most = 2 * default;
-        buffer.map_or(default, |b| {
-            u32::try_from(b / 8 * 7).map_or(most, |w| w.min(most))
-        })
+        send_window_for(buffer.ok())
     }
 
     /// What a packet costs the receiving socket's buffer, per path MTU
@@ -319,6 +321,17 @@ fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
     a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
 }
 
+/// The send window for a receive buffer of `buffer` bytes as the kernel
+/// reports it (`Endpoint::send_window`); the engine's default when the
+/// size is unknown.
+fn send_window_for(buffer: Option<usize>) -> u32 {
+    let default = softverbs_engine::DeviceConfig::DEFAULT_SEND_WINDOW;
+    let most = 2 * default;
+    buffer.map_or(default, |b| {
+        u32::try_from(b / 8 * 5).map_or(most, |w| w.min(most))
+    })
+}
+
 /// A non-blocking UDP socket bound to `addr`, set up for RoCEv2.
 pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     bind_udp_as(addr, false)
@@ -440,6 +453,71 @@ mod tests {
         for bad in ["", "12", "4096,", "a,4096", "4096,4096,4096", "-1"] {
             assert_eq!(parse_buffers(bad), None, "{bad:?}");
         }
+    }
+
+    /// A window sent to a receiver that is behind fits its buffer beside
+    /// the datagrams it has read but Linux still charges to it: having
+    /// read `r` of a window (and so acknowledged them), with the rest
+    /// unread, it takes `r` more without a drop, for every `r`. Linux
+    /// gives the memory of datagrams read back in batches of a quarter
+    /// of the buffer while more wait. A window of seven eighths of the
+    /// buffer (43 packets of 4 KiB at this size) lost datagrams from 8
+    /// read on.
+    #[test]
+    fn a_window_fits_beside_datagrams_read_and_not_yet_given_back() {
+        const MTU: u32 = 4096;
+        let datagram = vec![0x5a; MTU as usize + 48];
+        let window = {
+            let rx = receiver();
+            let buffer = socket2::SockRef::from(&rx).recv_buffer_size().ok();
+            (send_window_for(buffer) / crate::receive_cost::udp_receive_cost(MTU)) as usize
+        };
+        assert!(window >= 8, "a window of {window} packets");
+        for read in 0..=window {
+            let rx = receiver();
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let to = rx.local_addr().unwrap();
+            let send = |n| {
+                (0..n).for_each(|_| assert_eq!(tx.send_to(&datagram, to).unwrap(), datagram.len()))
+            };
+            send(window);
+            let mut buf = vec![0; datagram.len() + 1];
+            let mut received = 0;
+            let mut receive = |n| {
+                for _ in 0..n {
+                    match rx.recv(&mut buf) {
+                        Ok(len) => {
+                            assert_eq!(len, datagram.len());
+                            received += 1;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            };
+            receive(read);
+            send(read);
+            receive(window);
+            assert_eq!(
+                received,
+                window + read,
+                "read {read} of a window of {window}, then {read} more sent: lost some"
+            );
+        }
+    }
+
+    /// A blocking receiver on loopback with Debian's default `rmem_max`
+    /// as its buffer (or less where that is the limit), waiting at most
+    /// a second for a datagram: one sent on loopback is queued by the
+    /// time its send returns, so only a drop makes it wait.
+    fn receiver() -> std::net::UdpSocket {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&rx)
+            .set_recv_buffer_size(212_992)
+            .unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        rx
     }
 
     /// A GSO batch comes back as the same packets, whether the kernel
