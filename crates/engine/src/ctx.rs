@@ -27,7 +27,8 @@ pub(crate) struct Ctx<'a> {
     /// Set when a completion was lost to a CQ overrun. A `Ctx` serves
     /// one piece of work on one QP, so the loss is that QP's.
     pub(crate) lost_completion: bool,
-    /// Bytes the QP may newly put in flight (`send_budget.rs`).
+    /// Bytes of the peer's buffer the QP may newly put in flight, each
+    /// packet at its cost (`send_budget.rs`).
     pub(crate) send_room: u64,
     /// Set when the QP had a packet to send and no room for it: it waits
     /// for room.

@@ -1,7 +1,9 @@
-//! The context's send budget: the bytes its RC QPs have in flight (request
-//! packets not yet acknowledged, READ responses not yet received), at most
-//! the device's send window (`DeviceConfig::send_window_bytes`) between
-//! them. One QP's window alone keeps a peer's receive buffer from
+//! The context's send budget: what its RC QPs have in flight (request
+//! packets not yet acknowledged, READ responses not yet received) costs
+//! the peer's receive buffer, in bytes, each packet at
+//! `DeviceConfig::packet_cost` (about twice its payload where it arrives
+//! alone), at most the device's send window
+//! (`DeviceConfig::send_window_bytes`) between them. One QP's window alone keeps a peer's receive buffer from
 //! overflowing only while that QP is the only sender: four QPs of one
 //! context sending to one peer put four windows into its buffer (perftest
 //! `-q 4` lost one datagram in twenty that way). So a packet that puts new
@@ -16,7 +18,7 @@
 
 use crate::handles::QpId;
 
-/// Bytes in flight, and the QPs waiting for room.
+/// Bytes of the peer's buffer in flight, and the QPs waiting for room.
 #[derive(Debug, Default)]
 pub(crate) struct SendBudget {
     used: u64,
