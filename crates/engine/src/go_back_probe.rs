@@ -5,10 +5,9 @@
 //! may still wait, unread, in the peer's receive buffer: a peer without a
 //! receive WR is one that is behind, and a peer that NAKed a gap reads on
 //! while its NAK travels. Sending them all again at once put up to two
-//! copies of the window into a buffer sized to one, and the kernel dropped
-//! what did not fit (perftest `ib_send_bw` into a receiver slow to post
-//! receive WRs, after the RNR wait of its `min_rnr_timer`, lost up to 16
-//! datagrams a run with Debian's default `rmem_max`).
+//! copies of the window into a buffer sized to one, and the kernel drops
+//! what does not fit (after an RNR wait, 15 packets in a buffer for 8:
+//! `send_window.rs`, `a_go_back_never_fills_a_slow_receivers_buffer_past_the_window`).
 //!
 //! So the first packet sent again asks for an ACK and goes alone. The peer
 //! reads it after everything sent before it (its socket is a queue), so

@@ -3,13 +3,13 @@
 //! the peer's receive buffer, in bytes, each packet at
 //! `DeviceConfig::packet_cost` (about twice its payload where it arrives
 //! alone), at most the device's send window
-//! (`DeviceConfig::send_window_bytes`) between them. One QP's window alone keeps a peer's receive buffer from
-//! overflowing only while that QP is the only sender: four QPs of one
-//! context sending to one peer put four windows into its buffer (perftest
-//! `-q 4` lost one datagram in twenty that way). So a packet that puts new
-//! PSNs in flight also needs room in the context's budget, except when
-//! nothing at all is in flight, so that one window (or one READ part)
-//! always fits.
+//! (`DeviceConfig::send_window_bytes`) between them. One QP's window
+//! alone keeps a peer's receive buffer from overflowing only while that
+//! QP is the only sender: four QPs of one context sending to one peer put
+//! four windows into its buffer (perftest `-q 4` lost one datagram in
+//! twenty that way). So a packet that puts new PSNs in flight also needs
+//! room in the context's budget, except when nothing at all is in flight,
+//! so that one window (or one READ part) always fits.
 //!
 //! Each QP is charged what it has in flight after every piece of work on
 //! it (`Engine::with_qp`) and discharged when it is destroyed, so the sum

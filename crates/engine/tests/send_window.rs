@@ -448,8 +448,8 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
 /// requester sends the first packet again alone (`go_back_probe.rs`), and
 /// the rest only once the answer to it, read after those seven, says they
 /// are gone. Sending all eight again at once put fifteen into a buffer
-/// sized to eight (perftest `ib_send_bw` into a receiver slow to post
-/// receive WRs lost datagrams that way). Likewise after a PSN sequence
+/// sized to eight, after every RNR wait of a receiver slow to post its
+/// receive WRs (perftest `ib_send_bw`). Likewise after a PSN sequence
 /// NAK: with the first packet lost, the NAK for the second comes while
 /// six wait, and the go-back sent the halved window, four, on top.
 #[test]

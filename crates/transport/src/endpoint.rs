@@ -157,8 +157,8 @@ impl Endpoint {
     /// their memory back in batches of a quarter of the buffer while
     /// more wait (`udp_rmem_release`), so a reader that is behind holds
     /// three quarters of unread datagrams at most (with seven eighths,
-    /// one SEND stream at Debian's default `rmem_max` lost a few
-    /// datagrams a run while acknowledging everything before its window);
+    /// one SEND stream at Debian's default `rmem_max` lost datagrams in
+    /// 4 runs of 10 with no more than its window unacknowledged);
     /// an eighth is left for the ACKs that share a requester's buffer. A
     /// peer set up as this host is never sent more than it holds; peers
     /// on this host are set up alike, another host's softverbs should be.
