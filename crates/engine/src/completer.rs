@@ -120,8 +120,10 @@ impl SendSide<'_> {
                 if self.ack_through(psn.wrapping_sub(1)) {
                     self.on_progress(false);
                 }
-                // A late RNR NAK for a PSN already acknowledged is stale.
-                if self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
+                // A late RNR NAK for a PSN already acknowledged is stale
+                // (a copy the network duplicated or delayed).
+                let stale = self.req.acked.distance(psn) <= 0;
+                if !stale && self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
                     self.req.probe.rnr_nak(psn);
                     self.on_rnr_nak(ctx, now, psn, timer);
                 }
@@ -208,8 +210,10 @@ impl SendSide<'_> {
         let mut progress = self.req.acked.distance(psn) > 0;
         if progress {
             self.req.acked = psn;
-            self.req.probe.acknowledged(psn);
         }
+        // Also when not new: a duplicate probe is answered with an ACK of
+        // what was already acknowledged.
+        self.req.probe.acknowledged(psn);
         for idx in 0..self.req.inflight.len() {
             let e = &mut self.req.inflight[idx];
             if e.done || e.npkts == 0 {

@@ -162,7 +162,7 @@ pub(crate) struct Requester {
     /// The round trip, and going back before the local ACK timeout
     /// (`early_go_back.rs`; on the wire only).
     pub(crate) early: EarlyGoBack,
-    /// After a go-back, the first packet sent again goes alone until
+    /// After an RNR wait, the first packet sent again goes alone until
     /// answered (`go_back_probe.rs`; on the wire only).
     pub(crate) probe: GoBackProbe,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
@@ -227,8 +227,6 @@ impl Requester {
             return;
         };
         self.send_idx = self.send_idx.min(idx);
-        let single = !self.inflight[idx].op.is_rd_atomic();
-        self.probe.went_back(psn, single);
         for (i, e) in self.inflight.iter_mut().enumerate().skip(idx) {
             if e.done {
                 continue;
