@@ -1613,6 +1613,46 @@ fn a_late_rnr_nak_for_an_acknowledged_psn_does_not_stop_the_retransmit_timer() {
     );
 }
 
+/// A late RNR NAK (a copy the network delayed or duplicated) for a PSN
+/// already acknowledged, inside a message still in flight, is stale: the
+/// requester neither waits nor goes back. Going back sent the
+/// acknowledged packet again as the probe after the RNR wait
+/// (`go_back_probe.rs`), answered only by a duplicate ACK, and every
+/// later packet stayed held until RETRY_EXC_ERR (the simulator).
+#[test]
+fn a_late_rnr_nak_inside_a_message_in_flight_is_stale() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(0, 2048)];
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+        .unwrap();
+    let sends = drain(&mut p.a, 0);
+    assert_eq!(sends.len(), 2);
+    deliver(&mut p.b, 0, &sends[0]); // no receive WR: RNR NAK
+    let rnr_nak = drain(&mut p.b, 0);
+    deliver(&mut p.a, 0, &rnr_nak[0]);
+    p.b.post_recv(qb, 1, 0x4000, 4096);
+    // After the RNR wait the first packet goes alone and is acknowledged;
+    // then the second goes.
+    let wait_end = p.a.e.poll_timeout().unwrap();
+    p.a.e.handle_timeout(wait_end);
+    let probe = drain(&mut p.a, wait_end);
+    assert_eq!(probe.len(), 1);
+    deliver(&mut p.b, wait_end, &probe[0]);
+    deliver(&mut p.a, wait_end, &drain(&mut p.b, wait_end)[0]);
+    assert_eq!(drain(&mut p.a, wait_end).len(), 1, "the second, lost");
+    deliver(&mut p.a, wait_end, &rnr_nak[0]); // stale
+    p.now = wait_end;
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(
+        p.a.e.stats().tx_resent,
+        3,
+        "after the wait the first packet once, the second twice (the local ACK timeout)"
+    );
+}
+
 /// Rule: progress resets the RNR retry budget, and an RNR NAK that also
 /// acknowledges earlier PSNs still uses one retry of the new budget: with
 /// rnr_retry 1 the WR fails at the second RNR NAK (IBTA ch. 9, the RNR
