@@ -10,17 +10,18 @@
 #     (sixteen, which must wait for no timeouts), on loopback,
 # all with perftest's default QP timeout (14: 67 ms) and retry count (7);
 # then ib_send_bw -s 4096 on loopback (a receiver that falls behind: RNR
-# NAKs) and ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s (tbf), so
-# the sending socket runs out of room. Every program must exit 0 without
-# an error completion; neither namespace's kernel may count a UDP datagram
-# dropped for want of buffer room (UdpRcvbufErrors, UdpInErrors) nor a
-# queue drop one (tc -s qdisc): the send window keeps what a QP has in flight within the
-# peer's buffer; and no context may have left a packet unsent or dropped
-# one on receipt (SOFTVERBS_STATS): a socket without room is waited for.
-# Packets sent again (after a timeout or an RNR NAK) are counted and
-# printed. Needs root (the
+# NAKs) and ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s
+# (tbf), so the sending socket runs out of room. Every program must exit
+# 0 without an error completion; neither namespace's kernel may count a
+# UDP datagram dropped for want of buffer room (UdpRcvbufErrors,
+# UdpInErrors) nor a queue drop one (tc -s qdisc): the send window keeps
+# what a QP has in flight within the peer's buffer; and no context may
+# have left a packet unsent or dropped one on receipt (SOFTVERBS_STATS):
+# a socket without room is waited for. Packets sent again (after a
+# timeout or an RNR NAK) are counted and printed. Needs root (the
 # namespaces); fails under CI=true without it, skips loudly elsewhere.
-# Prints "N passed, M failed" last. Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
+# Prints "N passed, M failed" last.
+# Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
