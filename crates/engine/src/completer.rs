@@ -124,7 +124,6 @@ impl SendSide<'_> {
                 // (a copy the network duplicated or delayed).
                 let stale = self.req.acked.distance(psn) <= 0;
                 if !stale && self.req.inflight.iter().any(|e| !e.done && e.contains(psn)) {
-                    self.req.probe.rnr_nak(psn);
                     self.on_rnr_nak(ctx, now, psn, timer);
                 }
                 false
@@ -211,8 +210,8 @@ impl SendSide<'_> {
         if progress {
             self.req.acked = psn;
         }
-        // Also when not new: a duplicate probe is answered with an ACK of
-        // what was already acknowledged.
+        // Any ACK covering the probe answers it, the ACK of a copy sent
+        // again included (`send_window.rs`).
         self.req.probe.acknowledged(psn);
         for idx in 0..self.req.inflight.len() {
             let e = &mut self.req.inflight[idx];
@@ -249,6 +248,7 @@ impl SendSide<'_> {
             }
             self.req.rnr_left -= 1;
         }
+        self.req.probe.rnr_nak(psn);
         self.req.go_back(psn);
         self.req.retransmit_at = None;
         self.req.early.disarm();

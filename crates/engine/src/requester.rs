@@ -12,12 +12,12 @@
 use crate::ctx::Ctx;
 use crate::early_go_back::EarlyGoBack;
 use crate::gid::Gid;
-use crate::go_back_probe::GoBackProbe;
 use crate::loss_window::LossWindow;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
+use crate::rnr_probe::RnrProbe;
 use crate::send_side::SendSide;
 use crate::time::Nanos;
 use crate::transmit::{emit, EmitError, PacketSink, Transmit};
@@ -163,8 +163,8 @@ pub(crate) struct Requester {
     /// (`early_go_back.rs`; on the wire only).
     pub(crate) early: EarlyGoBack,
     /// After an RNR wait, the first packet sent again goes alone until
-    /// answered (`go_back_probe.rs`; on the wire only).
-    pub(crate) probe: GoBackProbe,
+    /// answered (`rnr_probe.rs`; on the wire only).
+    pub(crate) probe: RnrProbe,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered

@@ -1617,7 +1617,7 @@ fn a_late_rnr_nak_for_an_acknowledged_psn_does_not_stop_the_retransmit_timer() {
 /// already acknowledged, inside a message still in flight, is stale: the
 /// requester neither waits nor goes back. Going back sent the
 /// acknowledged packet again as the probe after the RNR wait
-/// (`go_back_probe.rs`), answered only by a duplicate ACK, and every
+/// (`rnr_probe.rs`), answered only by a duplicate ACK, and every
 /// later packet stayed held until RETRY_EXC_ERR (the simulator).
 #[test]
 fn a_late_rnr_nak_inside_a_message_in_flight_is_stale() {

@@ -446,7 +446,7 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
 /// a responder without a receive WR: it reads the first packet and
 /// answers with an RNR NAK while the other seven still wait in its
 /// buffer. After the RNR wait the requester sends the first packet again
-/// alone (`go_back_probe.rs`), and the rest only once the answer to it,
+/// alone (`rnr_probe.rs`), and the rest only once the answer to it,
 /// read after those seven, says they are gone. Sending all eight again at
 /// once put fifteen into a buffer sized to eight, after every RNR wait of
 /// a receiver slow to post its receive WRs (perftest `ib_send_bw`).
@@ -483,6 +483,55 @@ fn a_go_back_never_fills_a_slow_receivers_buffer_past_the_window() {
     p.run(1_000);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     assert_eq!(p.b.poll()[0].byte_len, len);
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x4_0000, len as usize), &data[..]);
+}
+
+/// A lost answer to the probe holds the rest until the probe, sent again
+/// when its ACK is overdue, is answered: the retry goes alone too (the
+/// buffer may still hold the packets sent before the RNR NAK), and the
+/// responder's ACK of the duplicate releases the rest.
+#[test]
+fn a_probe_whose_ack_is_lost_goes_again_alone() {
+    const PKTS: usize = 8;
+    let mut p = Pair::with_window(PKTS as u32 * 1024);
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let len = PKTS as u32 * 1024;
+    let data = pattern(&mut p.a, 0, len as usize);
+    let sge = [p.a.sge(0, len)];
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+        .unwrap();
+    let first = drain(&mut p.a, p.now);
+    deliver(&mut p.b, p.now, &first[..1]);
+    deliver(&mut p.a, p.now, &drain(&mut p.b, p.now));
+    p.b.post_recv(qb, 7, 0x4_0000, len);
+    deliver(&mut p.b, p.now, &first[1..]); // dropped: out of sequence
+    drain(&mut p.b, p.now);
+    for attempt in ["after the RNR wait", "after the ACK is overdue"] {
+        p.now = p.a.e.poll_timeout().expect("a timer");
+        p.a.e.handle_timeout(p.now);
+        let probe = drain(&mut p.a, p.now);
+        assert_eq!(
+            psns(&probe),
+            [psns(&first)[0]],
+            "{attempt}: the probe alone"
+        );
+        deliver(&mut p.b, p.now, &probe);
+        let ack = drain(&mut p.b, p.now);
+        assert_eq!(ack.len(), 1);
+        if attempt.starts_with("after the RNR") {
+            continue; // lost
+        }
+        deliver(&mut p.a, p.now, &ack);
+    }
+    // The timeout halved the loss window (`loss_window.rs`): half of it.
+    let rest = drain(&mut p.a, p.now);
+    assert_eq!(psns(&rest), psns(&first[1..5]), "the rest, released");
+    deliver(&mut p.b, p.now, &rest);
+    let acks = drain(&mut p.b, p.now);
+    deliver(&mut p.a, p.now, &acks);
+    p.run(1_000);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     assert_eq!(p.b.mem.slice(MEM_BASE + 0x4_0000, len as usize), &data[..]);
 }
 

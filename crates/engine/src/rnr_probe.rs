@@ -32,14 +32,14 @@ use softverbs_wire::Psn;
 
 /// One RC requester's probe after an RNR wait.
 #[derive(Debug, Default)]
-pub(crate) struct GoBackProbe {
+pub(crate) struct RnrProbe {
     /// The PSN sent alone, until an answer to it comes.
     pending: Option<Psn>,
     /// The PSN of the last request packet sent.
     last_sent: Option<Psn>,
 }
 
-impl GoBackProbe {
+impl RnrProbe {
     /// An RNR NAK for `psn` came: the requester goes back to it after the
     /// RNR wait, alone if something was sent after it. One that answers
     /// the probe (the last packet sent) ends the probing: nothing older
@@ -86,8 +86,8 @@ mod tests {
 
     /// Sent 10..=17, 10 refused: after the wait 10 goes, 11 waits for
     /// its answer.
-    fn probing() -> GoBackProbe {
-        let mut p = GoBackProbe::default();
+    fn probing() -> RnrProbe {
+        let mut p = RnrProbe::default();
         (10..18).for_each(|n| p.sent(psn(n)));
         p.rnr_nak(psn(10));
         p
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn no_probe_when_nothing_was_sent_after_the_refused_packet() {
-        let mut p = GoBackProbe::default();
+        let mut p = RnrProbe::default();
         p.sent(psn(10));
         p.rnr_nak(psn(10));
         assert!(!p.holds(psn(11)) && !p.is_probe(psn(10)));
