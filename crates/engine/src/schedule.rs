@@ -1,7 +1,8 @@
 //! Which QPs have packets to send and when QP timers expire.
 //!
 //! `poll_transmit` serves QPs round-robin from a ready queue instead of
-//! scanning every QP, and timer deadlines sit in a min-heap, so the cost
+//! scanning every QP, each for a turn of packets in a row up to the one
+//! that asks for an ACK, and timer deadlines sit in a min-heap, so the cost
 //! of a packet or a timer does not grow with the number of idle QPs. The
 //! per-QP marks are secondary maps indexed by the QP's slot, not hash
 //! tables: hashing QP ids was 5% of a sender's CPU. Nothing here allocates
@@ -15,11 +16,25 @@ use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+/// Most packets a QP sends in a row before the next ready QP's turn. A
+/// requester's turn ends earlier, with the packet that asks for an ACK
+/// (at most sixteen packets apart: `flow_control.rs`), so that a QP that
+/// the others' turns then keep from sending (the context's send budget
+/// full) waits for an ACK it already asked for. With one packet per turn,
+/// QPs interleaved packet by packet, the packets that filled the budget
+/// asked for ACKs covering one packet each: 64 QPs sharing a budget of 31
+/// packets asked for an ACK with 7 packets of 10, and the requester slept
+/// and woke for each (perftest `ib_write_bw -q 64`, socket buffer of
+/// Debian's default `rmem_max`). A turn's packets go out as one GSO batch.
+pub(crate) const TURN_PKTS: u32 = 16;
+
 /// The engine's transmit and timer schedule.
 #[derive(Debug, Default)]
 pub(crate) struct Schedule {
     ready: VecDeque<QpId>,
     queued: SecondaryMap<QpId, ()>,
+    /// The QP taken from `ready` to send, and the packets left in its turn.
+    turn: Option<(QpId, u32)>,
     /// Deadlines, earliest on top; an entry whose QP's `deadline` differs
     /// is stale. The top is never stale (`drop_stale`).
     timers: BinaryHeap<Reverse<(Nanos, QpId)>>,
@@ -70,11 +85,36 @@ impl Schedule {
         Some(qp)
     }
 
-    /// The next QP to ask for a packet; it leaves the queue until woken.
-    pub(crate) fn next_ready(&mut self) -> Option<QpId> {
+    /// The QP to ask for a packet: the one whose turn it is, else the next
+    /// ready one, which leaves the queue until woken or its turn ends with
+    /// a packet sent.
+    pub(crate) fn next_turn(&mut self) -> Option<QpId> {
+        if let Some((qp, _)) = self.turn {
+            return Some(qp);
+        }
         let qp = self.ready.pop_front()?;
         self.queued.remove(qp);
+        self.turn = Some((qp, TURN_PKTS));
         Some(qp)
+    }
+
+    /// The QP in its turn sent a packet (one asking for an ACK if
+    /// `asked_ack`); after its turn's last it goes to the back of the
+    /// queue, as it may have more.
+    pub(crate) fn sent_in_turn(&mut self, asked_ack: bool) {
+        if let Some((qp, left)) = &mut self.turn {
+            *left -= 1;
+            if *left == 0 || asked_ack {
+                let qp = *qp;
+                self.turn = None;
+                self.wake_transmit(qp);
+            }
+        }
+    }
+
+    /// The QP in its turn had nothing to send: the next ready one's turn.
+    pub(crate) fn end_turn(&mut self) {
+        self.turn = None;
     }
 
     /// Sets (or with `None` clears) the QP's timer deadline.
@@ -133,6 +173,9 @@ impl Schedule {
     pub(crate) fn forget(&mut self, qp: QpId) {
         self.set_timer(qp, None);
         self.set_direct(qp, false);
+        if self.turn.is_some_and(|(q, _)| q == qp) {
+            self.turn = None;
+        }
         if self.queued.remove(qp).is_some() {
             self.ready.retain(|q| *q != qp);
         }

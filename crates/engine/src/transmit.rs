@@ -170,13 +170,14 @@ impl Engine {
         sink: &mut dyn PacketSink,
     ) -> Option<Transmit> {
         self.note_fault_time(now);
-        while let Some(id) = self.schedule.next_ready() {
-            let sent = self.transmit_one(id, now, mem, sink);
+        while let Some(id) = self.schedule.next_turn() {
+            let (sent, asked_ack) = self.transmit_one(id, now, mem, sink);
             self.sync_timer(id);
             if sent.is_some() {
-                self.schedule.wake_transmit(id);
+                self.schedule.sent_in_turn(asked_ack);
                 return sent;
             }
+            self.schedule.end_turn();
             if self
                 .qps
                 .get(id)
@@ -195,8 +196,8 @@ impl Engine {
         now: Nanos,
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
-    ) -> Option<Transmit> {
-        let mut resent_now = 0;
+    ) -> (Option<Transmit>, bool) {
+        let (mut resent_now, mut asked_ack) = (0, false);
         let sent = self.with_qp(id, |qp, ctx| {
             // Responses first; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
@@ -212,9 +213,10 @@ impl Engine {
             let resent = qp.req.resent;
             let sent = qp.requester_transmit(ctx, now, mem, sink)?;
             resent_now = qp.req.resent - resent;
+            asked_ack = qp.qp_type == QpType::Rc && qp.req.since_ack_req == 0;
             Some(sent)
         });
         self.stats.tx_resent += resent_now;
-        sent.flatten()
+        (sent.flatten(), asked_ack)
     }
 }
