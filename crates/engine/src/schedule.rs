@@ -68,7 +68,7 @@ impl Schedule {
     }
 
     /// Serves QP `qp` through `next_direct_ready` (same-host path) or
-    /// `next_ready` (packets) from now on.
+    /// `next_turn` (packets) from now on.
     pub(crate) fn set_direct(&mut self, qp: QpId, on: bool) {
         if on {
             self.direct.insert(qp, ());
@@ -220,6 +220,35 @@ mod tests {
         assert_eq!(s.next_deadline(), Some(5_000_000));
         s.set_timer(b, None);
         assert_eq!((s.next_deadline(), s.pop_expired(u64::MAX)), (None, None));
+    }
+
+    /// A QP keeps its turn until it sends a packet asking for an ACK, or
+    /// `TURN_PKTS` packets, or has nothing to send; then the next ready
+    /// QP's turn begins, and a QP that sent goes behind it. A forgotten
+    /// QP's turn ends.
+    #[test]
+    fn a_turn_lasts_until_an_ack_request_or_its_packets_are_used() {
+        let mut ids = SlotMap::<QpId, ()>::with_key();
+        let (a, b) = (ids.insert(()), ids.insert(()));
+        let mut s = Schedule::default();
+        s.wake(a);
+        s.wake(b);
+        for _ in 0..3 {
+            assert_eq!(s.next_turn(), Some(a));
+            s.sent_in_turn(false);
+        }
+        assert_eq!(s.next_turn(), Some(a));
+        s.sent_in_turn(true);
+        assert_eq!(s.next_turn(), Some(b), "a asked for an ACK");
+        for _ in 0..TURN_PKTS {
+            assert_eq!(s.next_turn(), Some(b));
+            s.sent_in_turn(false);
+        }
+        assert_eq!(s.next_turn(), Some(a), "b used its turn");
+        s.end_turn();
+        assert_eq!(s.next_turn(), Some(b), "a had nothing to send");
+        s.forget(b);
+        assert_eq!(s.next_turn(), None);
     }
 
     /// A timer moved earlier fires at the earlier time, and a forgotten
