@@ -257,6 +257,35 @@ fn qps_of_one_context_share_one_window() {
     );
 }
 
+/// Has each of `qps` of `a` WRITE `len` bytes of a pattern (returned)
+/// into `b`'s memory, the `i`th at `WRITES + i * 0x1_0000`.
+fn post_writes(p: &mut Pair, qps: &[QpId], len: u32) -> Vec<u8> {
+    let data = pattern(&mut p.a, 0, len as usize);
+    let sge = [p.a.sge(0, len)];
+    for (i, &qp) in qps.iter().enumerate() {
+        let mut w = wr(i as u64, send_opcode::RDMA_WRITE, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: WRITES + i as u64 * 0x1_0000,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qp, &w).unwrap();
+    }
+    data
+}
+
+/// Where `post_writes` writes in `b`'s memory.
+const WRITES: u64 = MEM_BASE + 0x2_0000;
+
+/// `n` WRITEs of `post_writes` completed, each `data` whole at its place.
+fn assert_writes_done(p: &mut Pair, data: &[u8], n: usize) {
+    let done: Vec<_> = p.a.poll().iter().map(|c| c.status).collect();
+    assert_eq!(done, vec![WcStatus::Success; n]);
+    for i in 0..n as u64 {
+        let written = p.b.mem.slice(WRITES + i * 0x1_0000, data.len());
+        assert_eq!(written, data);
+    }
+}
+
 /// Eight QPs of one context writing at once, each with fewer packets in
 /// flight than it sends between ACK requests: the packet that leaves the
 /// budget too little room for the next asks for an ACK, so the context
@@ -273,24 +302,10 @@ fn qps_sharing_a_full_budget_never_wait_for_a_timeout() {
         ..Link::default()
     };
     let qps: Vec<_> = (0..QPS).map(|_| p.connect(QpType::Rc, link).0).collect();
-    let data = pattern(&mut p.a, 0, 16 * 1024);
-    let sge = [p.a.sge(0, 16 * 1024)];
-    for (i, &qp) in qps.iter().enumerate() {
-        let mut w = wr(i as u64, send_opcode::RDMA_WRITE, &sge);
-        w.rdma = RdmaTarget {
-            remote_addr: MEM_BASE + 0x2_0000 + i as u64 * 0x1_0000,
-            rkey: p.b.key,
-        };
-        p.a.e.post_send(qp, &w).unwrap();
-    }
+    let data = post_writes(&mut p, &qps, 16 * 1024);
     let start = p.now;
     p.run(10_000);
-    let done: Vec<_> = p.a.poll().iter().map(|c| c.status).collect();
-    assert_eq!(done, [WcStatus::Success; QPS as usize]);
-    for i in 0..QPS {
-        let written = p.b.mem.slice(MEM_BASE + 0x2_0000 + i * 0x1_0000, 16 * 1024);
-        assert_eq!(written, &data[..]);
-    }
+    assert_writes_done(&mut p, &data, QPS as usize);
     assert_eq!(p.a.e.stats().tx_resent, 0, "nothing sent again");
     assert!(
         p.now - start < 10_000_000,
@@ -315,16 +330,7 @@ fn qps_sharing_a_full_budget_send_runs_of_packets_between_acks() {
     let qps: Vec<_> = (0..QPS)
         .map(|_| p.connect(QpType::Rc, Link::default()).0)
         .collect();
-    let data = pattern(&mut p.a, 0, LEN as usize);
-    let sge = [p.a.sge(0, LEN)];
-    for (i, &qp) in qps.iter().enumerate() {
-        let mut w = wr(i as u64, send_opcode::RDMA_WRITE, &sge);
-        w.rdma = RdmaTarget {
-            remote_addr: MEM_BASE + 0x4_0000 + i as u64 * 0x1_0000,
-            rkey: p.b.key,
-        };
-        p.a.e.post_send(qp, &w).unwrap();
-    }
+    let data = post_writes(&mut p, &qps, LEN);
     // Packets cross one at a time, each answered as it arrives, as on a
     // socket: the requester sees the ACKs one by one.
     let (mut to_b, mut to_a) = (VecDeque::from(drain(&mut p.a, 0)), VecDeque::new());
@@ -342,14 +348,7 @@ fn qps_sharing_a_full_budget_send_runs_of_packets_between_acks() {
             to_b.extend(drain(&mut p.a, 0));
         }
     }
-    let done: Vec<_> = p.a.poll().iter().map(|c| c.status).collect();
-    assert_eq!(done, [WcStatus::Success; QPS as usize]);
-    for i in 0..QPS {
-        let written =
-            p.b.mem
-                .slice(MEM_BASE + 0x4_0000 + i * 0x1_0000, LEN as usize);
-        assert_eq!(written, &data[..]);
-    }
+    assert_writes_done(&mut p, &data, QPS as usize);
     assert_eq!(sent, QPS as u32 * LEN / 1024, "nothing sent again");
     assert!(
         asked * 4 <= sent,
@@ -418,8 +417,11 @@ fn a_qp_destroyed_or_failed_gives_its_budget_back() {
     }
 }
 
+/// Packets sent, each with its bytes.
+type Packets = Vec<(Transmit, Vec<u8>)>;
+
 /// Every packet `n` has to send now, with its bytes.
-fn drain(n: &mut Node, now: Nanos) -> Vec<(Transmit, Vec<u8>)> {
+fn drain(n: &mut Node, now: Nanos) -> Packets {
     let mut buf = vec![0; MAX_PACKET_LEN];
     std::iter::from_fn(|| {
         let t = n.e.poll_transmit(now, &n.mem, &mut buf)?;
@@ -499,6 +501,25 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
     assert_eq!(p.a.mem.slice(MEM_BASE + 0x4_0000, 4 * 4096), &data[..]);
 }
 
+/// Packets in the window of the two RNR tests below.
+const PKTS: usize = 8;
+
+/// A pair whose window is `PKTS` packets, with `a` sending one SEND of a
+/// pattern as large as the window to `b`'s QP (returned), which has no
+/// receive WR yet; also the pattern and the packets, all sent at once.
+fn send_a_window() -> (Pair, QpId, Vec<u8>, Packets) {
+    let mut p = Pair::with_window(PKTS as u32 * 1024);
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let len = PKTS as u32 * 1024;
+    let data = pattern(&mut p.a, 0, len as usize);
+    let sge = [p.a.sge(0, len)];
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+        .unwrap();
+    let sent = drain(&mut p.a, p.now);
+    (p, qb, data, sent)
+}
+
 /// Going back after an RNR wait never puts more than the window into a
 /// receiver slow to read its buffer. An 8-packet SEND, the window, reaches
 /// a responder without a receive WR: it reads the first packet and
@@ -510,16 +531,9 @@ fn a_read_asked_for_again_supersedes_the_responses_queued_after_it() {
 /// a receiver slow to post its receive WRs (perftest `ib_send_bw`).
 #[test]
 fn a_go_back_never_fills_a_slow_receivers_buffer_past_the_window() {
-    const PKTS: usize = 8;
-    let mut p = Pair::with_window(PKTS as u32 * 1024);
-    let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    let len = PKTS as u32 * 1024;
-    let data = pattern(&mut p.a, 0, len as usize);
-    let sge = [p.a.sge(0, len)];
-    p.a.e
-        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
-        .unwrap();
-    let mut buffer: VecDeque<_> = drain(&mut p.a, p.now).into();
+    let (mut p, qb, data, first) = send_a_window();
+    let len = data.len() as u32;
+    let mut buffer: VecDeque<_> = first.into();
     assert_eq!(buffer.len(), PKTS);
     let read = buffer.pop_front().unwrap();
     deliver(&mut p.b, p.now, &[read]);
@@ -550,16 +564,8 @@ fn a_go_back_never_fills_a_slow_receivers_buffer_past_the_window() {
 /// responder's ACK of the duplicate releases the rest.
 #[test]
 fn a_probe_whose_ack_is_lost_goes_again_alone() {
-    const PKTS: usize = 8;
-    let mut p = Pair::with_window(PKTS as u32 * 1024);
-    let (qa, qb) = p.connect(QpType::Rc, Link::default());
-    let len = PKTS as u32 * 1024;
-    let data = pattern(&mut p.a, 0, len as usize);
-    let sge = [p.a.sge(0, len)];
-    p.a.e
-        .post_send(qa, &wr(1, send_opcode::SEND, &sge))
-        .unwrap();
-    let first = drain(&mut p.a, p.now);
+    let (mut p, qb, data, first) = send_a_window();
+    let len = data.len() as u32;
     deliver(&mut p.b, p.now, &first[..1]);
     deliver(&mut p.a, p.now, &drain(&mut p.b, p.now));
     p.b.post_recv(qb, 7, 0x4_0000, len);
