@@ -18,13 +18,16 @@
 # what a QP has in flight within the peer's buffer; and no context may
 # have left a packet unsent or dropped one on receipt (SOFTVERBS_STATS):
 # a socket without room is waited for. Packets sent again (after a
-# timeout or an RNR NAK) are counted and printed. Needs root (the
+# timeout or an RNR NAK) are counted and printed. Last, eight sender
+# processes into one receiver context, whose buffer they overflow
+# together: every WRITE must complete. Needs root (the
 # namespaces); fails under CI=true without it, skips loudly elsewhere.
 # Prints "N passed, M failed" last.
 # Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
-. "$(dirname "$(readlink -f "$0")")/lib.sh"
+here=$(dirname "$(readlink -f "$0")")
+. "$here/lib.sh"
 tag="wl$$"
 a="${tag}a"; b="${tag}b"
 ip_a=10.232.0.1; ip_b=10.232.0.2
@@ -194,6 +197,21 @@ if [ -z "$lost" ]; then
 else
   echo "$lost" > "$log/lost"
   bad "no UDP datagram dropped for want of buffer room" "$log/lost"
+fi
+
+# Eight sender processes, each with its own context, WRITE into one
+# receiver context at once (fan_in.c). Each sender's budget is a share of
+# the receiver's buffer, so eight together overflow it: the datagrams the
+# kernel drops must be recovered like any lost on a network, every WRITE
+# completing. After the drop check above, which this case would fail.
+fan_drops() { ip netns exec "$a" nstat -az UdpRcvbufErrors | awk 'NR > 1 { print $2 + 0 }'; }
+before=$(fan_drops)
+if cc -O1 -o "$log/fan_in" "$here/fan_in.c" -libverbs 2> "$log/fan_in.out" &&
+   on_ns "$a" "$ip_a" timeout 120 "$log/fan_in" 8 500 >> "$log/fan_in.out" 2>&1 &&
+   grep -q "fan-in ok" "$log/fan_in.out"; then
+  ok "8 sender contexts into one: every WRITE completed ($(( $(fan_drops) - before )) datagrams dropped and recovered)"
+else
+  bad "8 sender contexts into one: every WRITE completed" "$log/fan_in.out"
 fi
 
 echo "$pass passed, $fail failed"
