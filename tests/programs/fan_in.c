@@ -1,8 +1,9 @@
 /* Several sender processes, each with its own context, WRITE into one
- * receiver context at once: the senders' send budgets are each a share of
- * their own socket's buffer, not of the receiver's, which they share, so
- * the receiver's socket can overflow (softverbs' flow control is per
- * sending context: supported.md, "Wire flow control"). What the kernel
+ * receiver context at once: each sender's send budget is five eighths of
+ * a buffer the size of its own, standing for the receiver's, and the
+ * senders do not know of each other, so the receiver's socket can
+ * overflow (softverbs' flow control is per sending context: supported.md,
+ * "Wire flow control"). What the kernel
  * drops is lost like any packet on a network and must be recovered: every
  * WRITE completes with success under the default timeout and retry count.
  * Usage: fan_in [SENDERS] [WRITES] (8, 500). Prints "fan-in ok". */
@@ -60,8 +61,13 @@ int main(int argc, char **argv)
 	pid_t pids[MAX_SENDERS];
 	for (int i = 0; i < senders; i++) {
 		pids[i] = fork_linked(&links[i]);
-		if (pids[i] == 0)
+		if (pids[i] == 0) {
+			/* Not the earlier senders' pipes: each must see EOF
+			 * when the receiver ends. */
+			for (int j = 0; j < i; j++)
+				close(links[j].in), close(links[j].out);
 			sender(&links[i], writes);
+		}
 	}
 	struct ibv_pd *pd;
 	struct ibv_cq *cq = open_pd_cq(&pd);

@@ -200,10 +200,11 @@ else
 fi
 
 # Eight sender processes, each with its own context, WRITE into one
-# receiver context at once (fan_in.c). Each sender's budget is a share of
-# the receiver's buffer, so eight together overflow it: the datagrams the
-# kernel drops must be recovered like any lost on a network, every WRITE
-# completing. After the drop check above, which this case would fail.
+# receiver context at once (fan_in.c). Each sender's budget is five
+# eighths of a buffer the size of its own, standing for the receiver's,
+# so eight together overflow it: the datagrams the kernel drops must be
+# recovered like any lost on a network, every WRITE completing. After the
+# drop check above, which this case would fail.
 fan_drops() { ip netns exec "$a" nstat -az UdpRcvbufErrors | awk 'NR > 1 { print $2 + 0 }'; }
 before=$(fan_drops)
 if cc -O1 -o "$log/fan_in" "$here/fan_in.c" -libverbs 2> "$log/fan_in.out" &&

@@ -617,10 +617,11 @@ impl SendSide<'_> {
                 || self.req.probe.is_probe(psn)
                 || self.req.since_ack_req + 1 >= self.ack_req_interval(ctx)
                 || (first_sending && self.fills_the_budget(ctx)));
+        // Saturating: UC and UD never ask, and count on forever.
         self.req.since_ack_req = if ack_req {
             0
         } else {
-            self.req.since_ack_req + 1
+            self.req.since_ack_req.saturating_add(1)
         };
         let mut bth = Bth::new(opcode, Qpn::new_masked(dest_qp), psn);
         bth.solicited = solicited;

@@ -25,7 +25,8 @@ use std::collections::{BinaryHeap, VecDeque};
 /// asked for ACKs covering one packet each: 64 QPs sharing a budget of 31
 /// packets asked for an ACK with 7 packets of 10, and the requester slept
 /// and woke for each (perftest `ib_write_bw -q 64`, socket buffer of
-/// Debian's default `rmem_max`). A turn's packets go out as one GSO batch.
+/// Debian's default `rmem_max`). A turn's packets can go out in one or a
+/// few GSO batches.
 pub(crate) const TURN_PKTS: u32 = 16;
 
 /// The engine's transmit and timer schedule.
@@ -99,8 +100,9 @@ impl Schedule {
     }
 
     /// The QP in its turn sent a packet (one asking for an ACK if
-    /// `asked_ack`); after its turn's last it goes to the back of the
-    /// queue, as it may have more.
+    /// `asked_ack`); after its turn's last it is queued again, as it may
+    /// have more: at the back, or where something woke it during its
+    /// turn.
     pub(crate) fn sent_in_turn(&mut self, asked_ack: bool) {
         if let Some((qp, left)) = &mut self.turn {
             *left -= 1;
