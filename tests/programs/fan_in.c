@@ -3,9 +3,9 @@
  * a buffer the size of its own, standing for the receiver's, and the
  * senders do not know of each other, so the receiver's socket can
  * overflow (softverbs' flow control is per sending context: supported.md,
- * "Wire flow control"). What the kernel
- * drops is lost like any packet on a network and must be recovered: every
- * WRITE completes with success under the default timeout and retry count.
+ * "Wire flow control"). What the kernel drops is lost like any packet on
+ * a network and must be recovered: every WRITE completes with success
+ * under the default timeout and retry count.
  * Usage: fan_in [SENDERS] [WRITES] (8, 500). Prints "fan-in ok". */
 #define _GNU_SOURCE
 #include "test_util.h"
