@@ -209,10 +209,11 @@ impl SendSide<'_> {
         let mut progress = self.req.acked.distance(psn) > 0;
         if progress {
             self.req.acked = psn;
+            // The probe lies after what was acknowledged when it began (an
+            // RNR NAK for an acknowledged PSN is stale), so only new PSNs
+            // can answer it; the ACK of the probe sent again does too.
+            self.req.probe.acknowledged(psn);
         }
-        // Any ACK covering the probe answers it, the ACK of a copy sent
-        // again included (`send_window.rs`).
-        self.req.probe.acknowledged(psn);
         for idx in 0..self.req.inflight.len() {
             let e = &mut self.req.inflight[idx];
             if e.done || e.npkts == 0 {
