@@ -26,6 +26,7 @@ impl SendSide<'_> {
         if self.qp_type != QpType::Rc || !matches!(*self.state, QpState::Rts | QpState::Sqd) {
             return;
         }
+        let noticed = self.note_congestion(ctx, pkt);
         let acked_before = self.req.acked;
         let progress = match pkt.opcode().kind() {
             OpKind::Ack => self.on_ack(ctx, now, pkt),
@@ -49,9 +50,10 @@ impl SendSide<'_> {
             self.on_progress(seq_nak);
             if !seq_nak {
                 // A READ response moves `acked` only to its request's
-                // first PSN: each response counts as one.
+                // first PSN: each response counts as one. One that told
+                // of congestion grows nothing (`congestion.rs`).
                 let newly = acked_before.distance(self.req.acked).max(1);
-                self.on_acked(ctx, newly as u32);
+                self.on_acked(ctx, if noticed { 0 } else { newly as u32 });
             }
         }
         self.retire(ctx);

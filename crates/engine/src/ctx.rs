@@ -43,6 +43,9 @@ pub(crate) struct Ctx<'a> {
     /// outside its MR) and any QP not yet ready to receive: counted, so
     /// that a user can see where the packets went.
     pub(crate) dropped: bool,
+    /// The packet being handled arrived marked: the embedder found its
+    /// receive queue filling (`congestion.rs`).
+    pub(crate) congestion: bool,
 }
 
 impl Ctx<'_> {

@@ -32,20 +32,56 @@ impl Engine {
         packet: &[u8],
         mem: &mut dyn HostMemory,
     ) {
+        let arrival = Arrival {
+            src_gid,
+            dst_gid,
+            congestion: false,
+        };
+        self.handle_arrival(now, arrival, packet, mem);
+    }
+
+    /// [`Engine::handle_packet`] for a packet that arrived while the
+    /// embedder's receive queue was filling (or one the network marked):
+    /// its requester is asked to send less (`congestion.rs`).
+    pub fn handle_marked_packet(
+        &mut self,
+        now: Nanos,
+        src_gid: Gid,
+        dst_gid: Gid,
+        packet: &[u8],
+        mem: &mut dyn HostMemory,
+    ) {
+        let arrival = Arrival {
+            src_gid,
+            dst_gid,
+            congestion: true,
+        };
+        self.stats.rx_marked += 1;
+        self.handle_arrival(now, arrival, packet, mem);
+    }
+
+    fn handle_arrival(
+        &mut self,
+        now: Nanos,
+        arrival: Arrival,
+        packet: &[u8],
+        mem: &mut dyn HostMemory,
+    ) {
         self.note_fault_time(now);
         let Ok(pkt) = PacketView::parse(packet) else {
             self.stats.rx_malformed += 1;
             return;
         };
+        self.stats.rx_becn += u64::from(pkt.bth().becn);
         let dest = pkt.dest_qp().get();
         if dest == crate::mcast::MULTICAST_QPN {
             // A datagram to a group: a copy for every attached QP.
-            let members = self.mcast.members_at(dst_gid, self.config.address());
+            let members = self.mcast.members_at(arrival.dst_gid, self.config.address());
             if members.is_empty() {
                 self.stats.rx_unknown_qp += 1;
             }
             for id in members {
-                self.deliver(id, now, src_gid, dst_gid, &pkt, mem);
+                self.deliver(id, now, arrival, &pkt, mem);
             }
             return;
         }
@@ -53,7 +89,7 @@ impl Engine {
             self.stats.rx_unknown_qp += 1;
             return;
         };
-        self.deliver(id, now, src_gid, dst_gid, &pkt, mem);
+        self.deliver(id, now, arrival, &pkt, mem);
     }
 
     /// Hands a parsed packet to QP `id`, after the checks every packet
@@ -62,12 +98,17 @@ impl Engine {
         &mut self,
         id: QpId,
         now: Nanos,
-        src_gid: Gid,
-        dst_gid: Gid,
+        arrival: Arrival,
         pkt: &PacketView<'_>,
         mem: &mut dyn HostMemory,
     ) {
+        let Arrival {
+            src_gid,
+            dst_gid,
+            congestion,
+        } = arrival;
         let verdict = self.with_qp(id, |qp, ctx| {
+            ctx.congestion = congestion;
             if transport_of(qp.qp_type) != pkt.opcode().transport() {
                 return Err(Rejected::WrongTransport);
             }
@@ -170,6 +211,14 @@ impl Engine {
     }
 }
 
+/// Where a packet came from and went to, and whether it arrived marked.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    src_gid: Gid,
+    dst_gid: Gid,
+    congestion: bool,
+}
+
 /// Packets the engine dropped on receipt, by reason, and request packets
 /// it sent again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -199,6 +248,11 @@ pub struct DatapathStats {
     /// (`ib_write_lat` spins on its buffer), for the embedder to see
     /// which of its receives took such data in.
     pub rx_write_ends: u64,
+    /// Packets the embedder handed in marked, its receive queue filling
+    /// ([`Engine::handle_marked_packet`]).
+    pub rx_marked: u64,
+    /// Responses that carried a responder's congestion notice (BECN).
+    pub rx_becn: u64,
 }
 
 /// Why `handle_packet` dropped a packet addressed to an existing QP.

@@ -169,6 +169,7 @@ impl Engine {
             faults: faults.as_deref_mut(),
             injected_error: false,
             dropped: false,
+            congestion: false,
         };
         Some((qp, ctx))
     }

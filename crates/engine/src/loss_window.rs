@@ -59,8 +59,9 @@ impl LossWindow {
         self.recover = Some(sent_end);
     }
 
-    /// `newly` more packets were acknowledged (at least one), every one
-    /// before `acked` included. Past the recovery point, the episode is
+    /// `newly` more packets were acknowledged, every one before `acked`
+    /// included (none counted for a response that told of congestion:
+    /// it only ends an episode). Past the recovery point, the episode is
     /// over (and a point left behind by half the PSN space would read as
     /// ahead again).
     pub(crate) fn on_acked(&mut self, send_window: u32, newly: u32, acked: Psn) {

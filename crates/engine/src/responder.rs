@@ -159,6 +159,9 @@ pub(crate) struct Responder {
     /// The READs executed last, which a duplicate request must fall in.
     reads: VecDeque<ReadRecord>,
     comm_est: bool,
+    /// A request arrived marked: the next response carries BECN
+    /// (`congestion.rs`).
+    pub(crate) becn_due: bool,
 }
 
 impl Responder {
@@ -264,6 +267,7 @@ impl RecvSide<'_> {
             self.resp.comm_est = true;
             ctx.event(AsyncEvent::CommEst(self.id));
         }
+        self.note_congestion(ctx);
         match self.qp_type {
             QpType::Rc => self.rc_receive(ctx, pkt, mem),
             QpType::Uc => self.uc_receive(ctx, pkt, mem),
@@ -985,7 +989,10 @@ impl RecvSide<'_> {
             }
         };
         let builder = softverbs_wire::PacketBuilder {
-            bth: Bth::new(opcode, dest_qp, psn),
+            bth: Bth {
+                becn: std::mem::take(&mut self.resp.becn_due),
+                ..Bth::new(opcode, dest_qp, psn)
+            },
             ext,
             payload: &[],
         };

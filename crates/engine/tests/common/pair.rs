@@ -81,6 +81,9 @@ pub enum Fate {
     Deliver,
     Drop,
     Duplicate,
+    /// Delivered marked, as by a receiver whose queue fills
+    /// (`Engine::handle_marked_packet`).
+    Mark,
 }
 
 pub type Filter = Box<dyn FnMut(bool, &PacketView<'_>) -> Fate>;
@@ -296,9 +299,13 @@ impl Pair {
                     PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
                 let copies = match fate {
                     Fate::Deliver => 1,
-                    Fate::Drop => 0,
+                    Fate::Drop | Fate::Mark => 0,
                     Fate::Duplicate => 2,
                 };
+                if fate == Fate::Mark {
+                    dst.e
+                        .handle_marked_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
+                }
                 for _ in 0..copies {
                     dst.e
                         .handle_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
