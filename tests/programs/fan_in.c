@@ -1,10 +1,12 @@
 /* Several sender processes, each with its own context, WRITE into one
  * receiver context at once: each sender's send budget is five eighths of
  * a buffer the size of its own, standing for the receiver's, and the
- * senders do not know of each other, so the receiver's socket can
- * overflow (softverbs' flow control is per sending context: supported.md,
- * "Wire flow control"). What the kernel drops is lost like any packet on
- * a network and must be recovered: every WRITE completes with success
+ * senders do not know of each other, so together they can overflow the
+ * receiver's socket (softverbs' flow control is per sending context:
+ * supported.md, "Wire flow control"). The receiver marks what arrives
+ * while its queue fills and the senders, told, keep fewer packets in
+ * flight; what the kernel still drops is lost like any packet on a
+ * network and must be recovered: every WRITE completes with success
  * under the default timeout and retry count.
  * Usage: fan_in [SENDERS] [WRITES] (8, 500). Prints "fan-in ok". */
 #define _GNU_SOURCE
@@ -75,8 +77,9 @@ int main(int argc, char **argv)
 	CHECK(buf, "buffer");
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, LEN, ACCESS);
 	struct end peer;
+	struct ibv_qp *qps[MAX_SENDERS];
 	for (int i = 0; i < senders; i++)
-		connect_linked(&links[i], pd, cq, mr, ACCESS, &peer);
+		qps[i] = connect_linked(&links[i], pd, cq, mr, ACCESS, &peer);
 	for (int i = 0; i < senders; i++)
 		CHECK(write(links[i].out, "g", 1) == 1, "go to sender %d", i);
 	int failed = 0;
@@ -86,6 +89,13 @@ int main(int argc, char **argv)
 		failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
 	CHECK(!failed, "%d of %d senders failed", failed, senders);
+	/* Closed, so that the receiver's context reports what it marked
+	 * (SOFTVERBS_STATS prints when a context closes). */
+	struct ibv_context *ctx = pd->context;
+	for (int i = 0; i < senders; i++)
+		CHECK(!ibv_destroy_qp(qps[i]), "destroy QP %d", i);
+	CHECK(!ibv_dereg_mr(mr) && !ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx),
+	      "close");
 	printf("fan-in ok: %d senders, %d WRITEs of %d bytes each\n", senders, writes, LEN);
 	return 0;
 }

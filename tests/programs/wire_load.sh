@@ -19,8 +19,9 @@
 # have left a packet unsent or dropped one on receipt (SOFTVERBS_STATS):
 # a socket without room is waited for. Packets sent again (after a
 # timeout or an RNR NAK) are counted and printed. Last, eight sender
-# processes into one receiver context, whose buffer they overflow
-# together: every WRITE must complete. Needs root (the
+# processes into one receiver context, whose buffer they would overflow
+# together: it marks what arrives in its filling queue, they are told and
+# send less, and every WRITE must complete. Needs root (the
 # namespaces); fails under CI=true without it, skips loudly elsewhere.
 # Prints "N passed, M failed" last.
 # Usage: wire_load.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -202,17 +203,27 @@ fi
 # Eight sender processes, each with its own context, WRITE into one
 # receiver context at once (fan_in.c). Each sender's budget is five
 # eighths of a buffer the size of its own, standing for the receiver's,
-# so eight together overflow it: the datagrams the kernel drops must be
-# recovered like any lost on a network, every WRITE completing. After the
-# drop check above, which this case would fail.
+# so eight together would overflow it: the receiver marks what arrives
+# while its queue fills with several senders' data, and the senders,
+# told in the ACKs (BECN), keep fewer packets in flight. Every WRITE must
+# complete, the marks and notices must have happened (SOFTVERBS_STATS);
+# datagrams the kernel still drops, before the first notices arrive, are
+# recovered like any lost on a network and counted. After the drop check
+# above, which this case may fail.
 fan_drops() { ip netns exec "$a" nstat -az UdpRcvbufErrors | awk 'NR > 1 { print $2 + 0 }'; }
+# fan_count WORDS: the sum of the numbers before WORDS in the stats lines.
+fan_count() {
+  grep -o "[0-9]* $1" "$log/fan_in.out" | awk '{ n += $1 } END { print n + 0 }'
+}
 before=$(fan_drops)
 if cc -O1 -o "$log/fan_in" "$here/fan_in.c" -libverbs 2> "$log/fan_in.out" &&
    on_ns "$a" "$ip_a" timeout 120 "$log/fan_in" 8 500 >> "$log/fan_in.out" 2>&1 &&
-   grep -q "fan-in ok" "$log/fan_in.out"; then
-  ok "8 sender contexts into one: every WRITE completed ($(( $(fan_drops) - before )) datagrams dropped and recovered)"
+   grep -q "fan-in ok" "$log/fan_in.out" &&
+   [ "$(fan_count "marked in a filling queue")" -gt 0 ] &&
+   [ "$(fan_count "congestion notices received")" -gt 0 ]; then
+  ok "8 sender contexts into one: every WRITE completed, $(fan_count "marked in a filling queue") packets marked, $(fan_count "congestion notices received") notices ($(( $(fan_drops) - before )) datagrams dropped and recovered)"
 else
-  bad "8 sender contexts into one: every WRITE completed" "$log/fan_in.out"
+  bad "8 sender contexts into one: every WRITE completed, the receiver marked, the senders were told" "$log/fan_in.out"
 fi
 
 echo "$pass passed, $fail failed"

@@ -76,7 +76,9 @@ impl Engine {
         let dest = pkt.dest_qp().get();
         if dest == crate::mcast::MULTICAST_QPN {
             // A datagram to a group: a copy for every attached QP.
-            let members = self.mcast.members_at(arrival.dst_gid, self.config.address());
+            let members = self
+                .mcast
+                .members_at(arrival.dst_gid, self.config.address());
             if members.is_empty() {
                 self.stats.rx_unknown_qp += 1;
             }

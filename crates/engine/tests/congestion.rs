@@ -61,7 +61,9 @@ fn write_marked(ty: QpType, mark: fn(bool, usize) -> bool) -> (Pair, Rc<RefCell<
     let mut p = Pair::with_window(WINDOW_PKTS as u32 * 1024);
     let link = Link::default();
     let (qa, _) = p.connect(ty, link);
-    let data: Vec<u8> = (0..LEN as usize).map(|i| (i * 13 + i / 509) as u8).collect();
+    let data: Vec<u8> = (0..LEN as usize)
+        .map(|i| (i * 13 + i / 509) as u8)
+        .collect();
     p.a.mem.write(MEM_BASE, &data).unwrap();
     let sge = [p.a.sge(0, LEN)];
     let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);

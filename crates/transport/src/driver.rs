@@ -822,7 +822,8 @@ impl<M> State<M> {
     }
 
     /// One line of what the context's packets met: sent, received, sent
-    /// again, dropped on receipt and why, and waits for socket room.
+    /// again, dropped on receipt and why, waits for socket room, and
+    /// congestion marks and notices if there were any.
     fn summary(&self) -> String {
         let io = self.io.stats;
         let e = self.engine.stats();
@@ -835,7 +836,7 @@ impl<M> State<M> {
         format!(
             "softverbs: {} (pid {}): {} packets sent, {} received, {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
-             {} waits for socket room{}",
+             {} waits for socket room{}{}",
             self.engine.config().name,
             std::process::id(),
             io.tx,
@@ -849,6 +850,12 @@ impl<M> State<M> {
             match io.rx_dropped_by_rule {
                 0 => String::new(),
                 n => format!(", {n} dropped by a fault rule"),
+            },
+            match (e.rx_marked, e.rx_becn) {
+                (0, 0) => String::new(),
+                (marked, becn) => format!(
+                    ", {marked} marked in a filling queue, {becn} congestion notices received"
+                ),
             },
         )
     }

@@ -4,6 +4,7 @@
 
 use crate::daemon::protocol::FrameHeader;
 use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
+use crate::queue_watch::QueueWatch;
 use crate::slots::qpns_of;
 use nix::sys::socket::sockopt::{RcvBufForce, SndBufForce, UdpGroSegment};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
@@ -38,6 +39,8 @@ pub struct Endpoint {
     /// Room for one datagram (a GRO batch) from the steered socket.
     direct_buf: Vec<u8>,
     cmsg: Vec<u8>,
+    /// How full the steered socket's queue is (`queue_watch.rs`).
+    queue: QueueWatch,
 }
 
 impl Endpoint {
@@ -55,6 +58,7 @@ impl Endpoint {
             slots: vec![slot],
             direct_buf: vec![0; 1 << 16],
             cmsg: cmsg_buffer(),
+            queue: QueueWatch::default(),
         })
     }
 
@@ -205,21 +209,24 @@ impl Endpoint {
     /// Hands the packets waiting to `frame`: the datagrams on the steered
     /// socket (what `by` takes of them), then, for the progress thread
     /// after a look at its poller or when there is no steered socket, the
-    /// frames the daemon passed on.
+    /// frames the daemon passed on. Each comes with whether it is marked:
+    /// the steered socket's queue was filling with several senders' data
+    /// (`queue_watch.rs`).
     pub fn receive(
         &mut self,
         by: Receiver,
-        mut frame: impl FnMut(FrameHeader, &[u8]),
+        mut frame: impl FnMut(FrameHeader, &[u8], bool),
     ) -> io::Result<()> {
         let steered = self.session.direct().is_some();
         self.receive_direct(by, &mut frame);
         if steered && by != Receiver::ProgressThread {
             return Ok(());
         }
-        self.session.receive(frame)
+        self.session
+            .receive(|header, bytes| frame(header, bytes, false))
     }
 
-    fn receive_direct(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8])) {
+    fn receive_direct(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8], bool)) {
         let Some(socket) = self.session.direct() else {
             return;
         };
@@ -233,12 +240,16 @@ impl Endpoint {
                 Ok((n, src, segment)) => {
                     let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
                     let header = FrameHeader { src, dst, segment };
-                    frame(header, &self.direct_buf[..n]);
+                    let marked = self.queue.read(socket, src, n);
+                    frame(header, &self.direct_buf[..n], marked);
                     if by == Receiver::Poll {
                         return;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.queue.emptied();
+                    return;
+                }
                 // A failed receive usually consumed its datagram; one that
                 // keeps failing must not hold the driver lock forever.
                 Err(_) if errors < 64 => errors += 1,

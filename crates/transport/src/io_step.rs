@@ -193,11 +193,12 @@ impl Io {
             ..
         } = self;
         let mut rx = Rx { stats, icrc_starts };
-        let got = endpoint.receive(by, |frame, packets| {
-            let Some(from) = Arrival::of(frame.src, frame.dst) else {
+        let got = endpoint.receive(by, |frame, packets, marked| {
+            let Some(mut from) = Arrival::of(frame.src, frame.dst) else {
                 rx.stats.rx_bad_icrc += 1;
                 return;
             };
+            from.marked = marked;
             for packet in packets.chunks(usize::from(frame.segment).max(1)) {
                 rx.stats.rx += 1;
                 let Some(faults) = packet_faults.as_mut() else {
@@ -325,11 +326,12 @@ impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
 }
 
 /// Where a datagram came from and went to: its flow (for the ICRC) and
-/// GIDs (for the engine).
+/// GIDs (for the engine), and whether it arrived in a filling queue.
 struct Arrival {
     flow: Flow,
     src: Gid,
     dst: Gid,
+    marked: bool,
 }
 
 impl Arrival {
@@ -339,6 +341,7 @@ impl Arrival {
             flow: Flow::from_sockets(src, dst).ok()?,
             src: Gid::from_ip(src.ip()),
             dst: Gid::from_ip(dst.ip()),
+            marked: false,
         })
     }
 }
@@ -368,7 +371,11 @@ fn deliver(
         return;
     }
     crate::capture::received(&from.flow, packet);
-    engine.handle_packet(now, from.src, from.dst, packet, mem);
+    if from.marked {
+        engine.handle_marked_packet(now, from.src, from.dst, packet, mem);
+    } else {
+        engine.handle_packet(now, from.src, from.dst, packet, mem);
+    }
 }
 
 impl IoStats {

@@ -29,6 +29,7 @@ mod io_step;
 mod kept_packets;
 pub mod netif;
 mod packet_faults;
+mod queue_watch;
 mod receive_cost;
 mod receive_owner;
 pub mod same_host;

@@ -94,7 +94,7 @@ fn next_packet(e: &mut Endpoint) -> (FrameHeader, Vec<u8>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let mut got = Vec::new();
-        e.receive(Receiver::ProgressThread, |h, bytes| {
+        e.receive(Receiver::ProgressThread, |h, bytes, _| {
             let segment = usize::from(h.segment).max(1);
             got.extend(bytes.chunks(segment).map(|p| (h, p.to_vec())));
         })
@@ -126,7 +126,7 @@ fn next_mads(e: &mut Endpoint, n: usize) -> Vec<[u8; MAD_LEN]> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = Vec::new();
     while got.len() < n {
-        e.receive(Receiver::ProgressThread, |h, bytes| {
+        e.receive(Receiver::ProgressThread, |h, bytes, _| {
             let segment = usize::from(h.segment).max(1);
             got.extend(
                 bytes
@@ -150,7 +150,8 @@ fn quiet(es: &mut [&mut Endpoint]) {
     std::thread::sleep(Duration::from_millis(300));
     for (i, e) in es.iter_mut().enumerate() {
         let mut n = 0;
-        e.receive(Receiver::ProgressThread, |_, _| n += 1).unwrap();
+        e.receive(Receiver::ProgressThread, |_, _, _| n += 1)
+            .unwrap();
         assert_eq!(n, 0, "endpoint {i} got something");
     }
 }

@@ -881,7 +881,7 @@ fn a_poll_receives_one_datagram_and_leaves_the_rest_waiting() {
         while taken < 3 {
             assert!(Instant::now() < deadline, "{by:?}: {taken} of 3 datagrams");
             let mut frames = 0;
-            e.receive(by, |_, bytes| {
+            e.receive(by, |_, bytes, _| {
                 assert_eq!(bytes.len(), datagram.len());
                 frames += 1;
             })

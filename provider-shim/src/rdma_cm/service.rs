@@ -423,7 +423,7 @@ impl Inner {
             if dead.contains(ip) {
                 continue;
             }
-            let got = endpoint.receive(Receiver::ProgressThread, |hdr, bytes| {
+            let got = endpoint.receive(Receiver::ProgressThread, |hdr, bytes, _marked| {
                 let seg = usize::from(hdr.segment).max(1);
                 for packet in bytes.chunks(seg) {
                     if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
