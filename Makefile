@@ -53,13 +53,14 @@ crosscheck:
 	$(PY) crates/wire/tests/scapy/gen_vectors.py --check crates/wire/tests/vectors/scapy_roce.txt
 
 # Seeded simulation of the RC/UC/UD transports between two engines over a
-# network that loses, duplicates, reorders and corrupts packets; every
+# network that loses, duplicates, reorders, corrupts and marks packets; every
 # completion and byte is checked. Its last line is "N passed, M failed";
 # a failing seed replays exactly with the command it prints.
 SIM := $(CARGO) run --release -q -p softverbs-sim --
 sim:
 	$(SIM) --seeds 2000 --loss 0.1 --dup 0.05 --reorder 0.1
 	$(SIM) --seeds 1000 --loss 0.1 --dup 0.05 --reorder 0.1 --corrupt 0.02 --seed-base 1000000
+	$(SIM) --seeds 1000 --loss 0.05 --dup 0.05 --reorder 0.1 --mark 0.3 --seed-base 2000000
 
 # The rdma-core provider: the Rust staticlib linked into a shared object
 # whose exported symbols carry libibverbs' symbol versions (rustc's cdylib

@@ -31,6 +31,10 @@ struct Cli {
     /// Probability that a bit of a packet is flipped.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     corrupt: f64,
+    /// Probability that a packet arrives marked, as in a receiver's
+    /// filling queue (congestion notification).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    mark: f64,
     /// Print the workload and a trace of packets, faults, posts and
     /// completions (use with --seed).
     #[arg(long)]
@@ -63,13 +67,14 @@ impl Cli {
             dup: self.dup,
             reorder: self.reorder,
             corrupt: self.corrupt,
+            mark: self.mark,
         }
     }
 
     fn replay(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -p softverbs-sim -- --seed {seed} --loss {} --dup {} --reorder {} --corrupt {} --verbose",
-            self.loss, self.dup, self.reorder, self.corrupt
+            "cargo run --release -p softverbs-sim -- --seed {seed} --loss {} --dup {} --reorder {} --corrupt {} --mark {} --verbose",
+            self.loss, self.dup, self.reorder, self.corrupt, self.mark
         )
     }
 }
@@ -92,13 +97,14 @@ fn report(cli: &Cli, r: &SeedResult) {
 fn totals(results: &[SeedResult]) -> String {
     let sum = |f: fn(&SeedResult) -> u64| results.iter().map(f).sum::<u64>();
     format!(
-        "network: {} packets sent, {} lost, {} duplicated, {} reordered, {} corrupted ({} dropped by the ICRC check); {:.1} ms virtual time, at most {} steps per seed",
+        "network: {} packets sent, {} lost, {} duplicated, {} reordered, {} corrupted ({} dropped by the ICRC check), {} marked; {:.1} ms virtual time, at most {} steps per seed",
         sum(|r| r.net.sent),
         sum(|r| r.net.lost),
         sum(|r| r.net.duplicated),
         sum(|r| r.net.reordered),
         sum(|r| r.net.corrupted),
         sum(|r| r.net.icrc_dropped),
+        sum(|r| r.net.marked),
         sum(|r| r.time) as f64 / 1e6,
         results.iter().map(|r| r.steps).max().unwrap_or(0),
     )

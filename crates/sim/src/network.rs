@@ -1,5 +1,5 @@
 //! The simulated network: a seeded, fully deterministic packet switch that
-//! loses, duplicates, reorders, delays and corrupts RoCE packets.
+//! loses, duplicates, reorders, delays, corrupts and marks RoCE packets.
 //!
 //! Packets are sealed (ICRC computed) when they enter the network, from the
 //! two nodes' addresses and the RoCEv2 ports, exactly as a UDP transport
@@ -30,6 +30,9 @@ pub struct Faults {
     pub reorder: f64,
     /// One bit of the packet is flipped.
     pub corrupt: f64,
+    /// The packet arrives marked, as in a receiver's filling queue
+    /// (`Engine::handle_marked_packet`).
+    pub mark: f64,
 }
 
 /// Faults and latencies of the network.
@@ -73,6 +76,8 @@ pub struct Datagram {
     pub dst: Gid,
     /// BTH through ICRC.
     pub bytes: Vec<u8>,
+    /// Marked by the mark fault.
+    pub marked: bool,
 }
 
 /// Counters of what the network did.
@@ -88,6 +93,8 @@ pub struct NetStats {
     pub reordered: u64,
     /// Copies with a flipped bit.
     pub corrupted: u64,
+    /// Copies marked.
+    pub marked: u64,
     /// Copies that failed the ICRC check at delivery.
     pub icrc_dropped: u64,
     /// Copies delivered intact.
@@ -200,6 +207,10 @@ impl Network {
             self.stats.corrupted += 1;
             fate.corrupted += 1;
         }
+        // Drawn only when asked for, so that the seeds of runs without
+        // marks replay as before marks existed.
+        let marked = self.cfg.faults.mark > 0.0 && self.chance(self.cfg.faults.mark);
+        self.stats.marked += u64::from(marked);
         let arrive = now + self.rng.u64(self.cfg.min_delay..=self.cfg.max_delay);
         let at = if self.chance(self.cfg.faults.reorder) {
             self.stats.reordered += 1;
@@ -210,8 +221,15 @@ impl Network {
             *clear = arrive.max(*clear);
             *clear
         };
-        self.queue
-            .insert((at, self.next_seq), Datagram { src, dst, bytes });
+        self.queue.insert(
+            (at, self.next_seq),
+            Datagram {
+                src,
+                dst,
+                bytes,
+                marked,
+            },
+        );
         self.next_seq += 1;
     }
 
@@ -333,6 +351,7 @@ mod tests {
         dup: 0.05,
         reorder: 0.1,
         corrupt: 0.02,
+        mark: 0.0,
     };
 
     #[test]
@@ -385,6 +404,23 @@ mod tests {
         let mut tags: Vec<_> = out.iter().map(|p| p.0).collect();
         tags.sort_unstable();
         assert_eq!(tags, (0..10_000).collect::<Vec<_>>(), "nothing lost");
+    }
+
+    #[test]
+    fn marks_are_drawn_at_the_rate_asked_and_only_when_asked() {
+        let marking = Faults {
+            mark: 0.3,
+            ..Faults::default()
+        };
+        let (out, stats) = run(marking, 8, 10_000);
+        assert!(near(stats.marked, 10_000, 0.3), "{stats:?}");
+        assert_eq!(out.len(), 10_000, "a mark loses nothing");
+        // Without marks none is drawn (nor a random number for one).
+        let lossy = Faults {
+            loss: 0.1,
+            ..Faults::default()
+        };
+        assert_eq!(run(lossy, 3, 1000).1.marked, 0);
     }
 
     #[test]

@@ -248,11 +248,17 @@ impl<'a> Sim<'a> {
                 return Err(format!("a packet went to {:?}, which no node has", p.dst));
             };
             self.trace.line(self.now, || {
-                format!("-> node {n}: {}", trace::packet(&p.bytes))
+                let mark = if p.marked { " (marked)" } else { "" };
+                format!("-> node {n}{mark}: {}", trace::packet(&p.bytes))
             });
             let node = &mut self.world.nodes[n];
-            node.engine
-                .handle_packet(self.now, p.src, p.dst, &p.bytes, &mut node.mem);
+            if p.marked {
+                node.engine
+                    .handle_marked_packet(self.now, p.src, p.dst, &p.bytes, &mut node.mem);
+            } else {
+                node.engine
+                    .handle_packet(self.now, p.src, p.dst, &p.bytes, &mut node.mem);
+            }
         }
         Ok(())
     }

@@ -60,6 +60,7 @@ fn loss_duplication_and_reordering() {
         dup: 0.05,
         reorder: 0.1,
         corrupt: 0.0,
+        mark: 0.0,
     };
     assert_all_pass(0, 150, faults);
 }
@@ -71,8 +72,23 @@ fn corruption_caught_by_the_icrc_on_top() {
         dup: 0.05,
         reorder: 0.1,
         corrupt: 0.02,
+        mark: 0.0,
     };
     assert_all_pass(10_000, 50, faults);
+}
+
+/// Marked packets on top (congestion notices shrinking windows, BECN
+/// on responses) change nothing a workload checks.
+#[test]
+fn marks_on_top_of_loss() {
+    let faults = Faults {
+        loss: 0.05,
+        dup: 0.05,
+        reorder: 0.1,
+        corrupt: 0.0,
+        mark: 0.3,
+    };
+    assert_all_pass(20_000, 100, faults);
 }
 
 #[test]
@@ -82,6 +98,7 @@ fn a_seed_replays_identically() {
         dup: 0.05,
         reorder: 0.1,
         corrupt: 0.01,
+        mark: 0.0,
     });
     let a = run_seed(7, &cfg);
     assert_eq!(a, run_seed(7, &cfg));
@@ -111,6 +128,7 @@ fn seeds_that_found_engine_bugs() {
         dup: 0.05,
         reorder: 0.1,
         corrupt: 0.0,
+        mark: 0.0,
     };
     let reordering = Faults {
         reorder: 0.5,
