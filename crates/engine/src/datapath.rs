@@ -41,7 +41,7 @@ impl Engine {
     }
 
     /// [`Engine::handle_packet`] for a packet that arrived while the
-    /// embedder's receive queue was filling (or one the network marked):
+    /// embedder's receive queue was filling:
     /// its requester is asked to send less (`congestion.rs`).
     pub fn handle_marked_packet(
         &mut self,
@@ -253,7 +253,7 @@ pub struct DatapathStats {
     /// Packets the embedder handed in marked, its receive queue filling
     /// ([`Engine::handle_marked_packet`]).
     pub rx_marked: u64,
-    /// Responses that carried a responder's congestion notice (BECN).
+    /// Packets that carried BECN (a responder's congestion notice).
     pub rx_becn: u64,
 }
 

@@ -240,7 +240,7 @@ impl Endpoint {
                 Ok((n, src, segment)) => {
                     let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
                     let header = FrameHeader { src, dst, segment };
-                    let marked = self.queue.read(socket, src, n);
+                    let marked = self.queue.read(socket, src, n, usize::from(segment));
                     frame(header, &self.direct_buf[..n], marked);
                     if by == Receiver::Poll {
                         return;

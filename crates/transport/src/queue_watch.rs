@@ -9,8 +9,10 @@
 //! `tests/programs/fan_in.c`). So the queue is looked at only while data
 //! came from more than one sender since it was last found empty, and
 //! then by how full the kernel says it is (`SO_MEMINFO`: one system call
-//! per eighth of the buffer read, none otherwise). More than a quarter
-//! full counts as filling, as a switch marks packets above a threshold of
+//! per eighth of the buffer's size read in datagram bytes, none
+//! otherwise; what the kernel counts includes memory of datagrams already
+//! read that it has not yet given back). More than a quarter counts as
+//! filling, and the data packets read then are marked, as a switch marks packets above a threshold of
 //! its queue: the senders learn of it a round trip later, and what they
 //! send meanwhile must still fit. Sixteen processes writing into one at
 //! Debian's default buffer size (`tests/programs/fan_in.c`, 1,000 WRITEs
@@ -21,9 +23,9 @@
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
-/// Datagrams this long or longer carry data (a full ACK is 48 bytes of
-/// RoCE); a peer that only acknowledges what this context sends it does
-/// not count as a sender.
+/// Packets this long or longer carry data (an ACK is 20 bytes of RoCE); a
+/// peer that only acknowledges what this context sends it does not count
+/// as a sender, and its ACKs are not marked: they add little to the queue.
 const DATA_BYTES: usize = 256;
 /// Read at most this much between two looks at the queue.
 const MOST_BETWEEN_LOOKS: usize = 256 << 10;
@@ -49,11 +51,19 @@ impl QueueWatch {
         *self = QueueWatch::default();
     }
 
-    /// A datagram of `len` bytes from `src` was read from `socket`:
-    /// whether it is to be marked.
-    pub(crate) fn read(&mut self, socket: &impl AsFd, src: SocketAddr, len: usize) -> bool {
+    /// A datagram of `len` bytes from `src` was read from `socket`, in
+    /// packets of `segment` bytes (several when GRO coalesced them):
+    /// whether its packets are to be marked.
+    pub(crate) fn read(
+        &mut self,
+        socket: &impl AsFd,
+        src: SocketAddr,
+        len: usize,
+        segment: usize,
+    ) -> bool {
         self.read += len;
-        if len >= DATA_BYTES {
+        let data = segment >= DATA_BYTES;
+        if data {
             match self.data_from {
                 None => self.data_from = Some(src),
                 Some(first) => self.several |= first != src,
@@ -62,15 +72,21 @@ impl QueueWatch {
         if self.several && self.read >= self.next_look {
             let (filling, buffer) = fill_of(socket);
             self.filling = filling;
-            self.next_look = self.read + (buffer / 8).min(MOST_BETWEEN_LOOKS);
+            let step = match buffer {
+                0 => MOST_BETWEEN_LOOKS, // not known: rarely asked again
+                b => (b / 8).min(MOST_BETWEEN_LOOKS),
+            };
+            self.next_look = self.read + step;
         }
-        self.filling
+        self.filling && data
     }
 }
 
-/// Whether the socket's queue holds more than half its buffer, and the
+/// Whether the socket holds more than a quarter of its buffer, and the
 /// buffer's size (both as the kernel counts them: each datagram at its
-/// memory's cost). Unknown reads as not filling.
+/// memory's cost, and datagrams already read whose memory Linux has not
+/// yet given back, up to a quarter of the buffer). Unknown reads as not
+/// filling, with a size of 0.
 fn fill_of(socket: &impl AsFd) -> (bool, usize) {
     match nix::sys::socket::getsockopt(socket, MemInfo) {
         Ok([queued, buffer]) => (queued > buffer / 4, buffer as usize),
@@ -116,7 +132,7 @@ mod tests {
         let mut marked = 0;
         loop {
             match rx.recv_from(&mut buf) {
-                Ok((n, src)) => marked += usize::from(watch.read(rx, src, n)),
+                Ok((n, src)) => marked += usize::from(watch.read(rx, src, n, n)),
                 Err(_) => {
                     watch.emptied();
                     return marked;
