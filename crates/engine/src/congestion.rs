@@ -7,7 +7,7 @@
 //! a go-back each. As a RoCE NIC learns of a switch's full queue from the
 //! ECN mark the switch leaves, the receiver here learns of its own: the
 //! embedder marks a packet that arrived while its receive queue was
-//! filling ([`crate::Engine::handle_marked_packet`]). What a marked packet
+//! filling ([`crate::Arrival::marked`]). What a marked packet
 //! means depends on who receives it:
 //!
 //! - a request reaching an RC responder: its requester is told in the

@@ -4,7 +4,7 @@
 //! The engine builds RoCE packets from the BTH on, with the 4-byte ICRC
 //! field left zero: the ICRC covers the IP and UDP headers, which only the
 //! transport knows, so the transport seals it (`softverbs_wire::Flow::seal`)
-//! and verifies it on receipt before calling [`Engine::handle_packet`].
+//! and verifies it on receipt before calling [`Engine::handle_arrival`].
 
 use crate::ctx::Ctx;
 use crate::engine::Engine;
@@ -21,9 +21,7 @@ use softverbs_wire::{Bth, OpKind, PacketView, Position};
 impl Engine {
     /// A packet arrived from `src_gid` for `dst_gid`: the RoCE bytes from
     /// the BTH to the ICRC, whose ICRC the transport has verified.
-    /// Malformed packets, packets for no QP, packets of another partition
-    /// (P_Key) and packets from outside a connection are dropped, as on a
-    /// NIC.
+    /// [`Engine::handle_arrival`] for a packet that did not arrive marked.
     pub fn handle_packet(
         &mut self,
         now: Nanos,
@@ -35,38 +33,24 @@ impl Engine {
         let arrival = Arrival {
             src_gid,
             dst_gid,
-            congestion: false,
+            marked: false,
         };
         self.handle_arrival(now, arrival, packet, mem);
     }
 
-    /// [`Engine::handle_packet`] for a packet that arrived while the
-    /// embedder's receive queue was filling:
-    /// its requester is asked to send less (`congestion.rs`).
-    pub fn handle_marked_packet(
-        &mut self,
-        now: Nanos,
-        src_gid: Gid,
-        dst_gid: Gid,
-        packet: &[u8],
-        mem: &mut dyn HostMemory,
-    ) {
-        let arrival = Arrival {
-            src_gid,
-            dst_gid,
-            congestion: true,
-        };
-        self.stats.rx_marked += 1;
-        self.handle_arrival(now, arrival, packet, mem);
-    }
-
-    fn handle_arrival(
+    /// A packet arrived: the RoCE bytes from the BTH to the ICRC, whose
+    /// ICRC the transport has verified. Malformed packets, packets for no
+    /// QP, packets of another partition (P_Key) and packets from outside
+    /// a connection are dropped, as on a NIC. A packet that arrived marked
+    /// asks its requester to send less (`congestion.rs`).
+    pub fn handle_arrival(
         &mut self,
         now: Nanos,
         arrival: Arrival,
         packet: &[u8],
         mem: &mut dyn HostMemory,
     ) {
+        self.stats.rx_marked += u64::from(arrival.marked);
         self.note_fault_time(now);
         let Ok(pkt) = PacketView::parse(packet) else {
             self.stats.rx_malformed += 1;
@@ -107,10 +91,10 @@ impl Engine {
         let Arrival {
             src_gid,
             dst_gid,
-            congestion,
+            marked,
         } = arrival;
         let verdict = self.with_qp(id, |qp, ctx| {
-            ctx.congestion = congestion;
+            ctx.congestion = marked;
             if transport_of(qp.qp_type) != pkt.opcode().transport() {
                 return Err(Rejected::WrongTransport);
             }
@@ -214,11 +198,15 @@ impl Engine {
 }
 
 /// Where a packet came from and went to, and whether it arrived marked.
-#[derive(Debug, Clone, Copy)]
-struct Arrival {
-    src_gid: Gid,
-    dst_gid: Gid,
-    congestion: bool,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// The source address of its IP header, as a GID.
+    pub src_gid: Gid,
+    /// The destination address of its IP header, as a GID.
+    pub dst_gid: Gid,
+    /// The embedder's receive queue was filling when it arrived (its
+    /// requester is asked to send less, `congestion.rs`).
+    pub marked: bool,
 }
 
 /// Packets the engine dropped on receipt, by reason, and request packets
@@ -251,7 +239,7 @@ pub struct DatapathStats {
     /// which of its receives took such data in.
     pub rx_write_ends: u64,
     /// Packets the embedder handed in marked, its receive queue filling
-    /// ([`Engine::handle_marked_packet`]).
+    /// ([`Engine::handle_arrival`]).
     pub rx_marked: u64,
     /// Packets that carried BECN (a responder's congestion notice).
     pub rx_becn: u64,

@@ -17,13 +17,14 @@ const MIN_PKTS: i32 = 2;
 /// A WRITE long enough for many round trips: 512 packets.
 const LEN: u32 = 512 * 1024;
 
-/// What the wire carried: how far past the last acknowledged PSN each
-/// request packet was, in sending order, and the ACKs with BECN.
+/// What the wire carried: how far past the last PSN answered (by an ACK
+/// or a READ response) each request packet was, in sending order, and
+/// the responses with BECN.
 #[derive(Default)]
 struct Seen {
     acked: Option<Psn>,
     ahead: Vec<i32>,
-    becn_acks: usize,
+    becn_responses: usize,
     becn_requests: usize,
 }
 
@@ -41,9 +42,9 @@ fn watch(p: &mut Pair, first_psn: u32, mark: fn(bool, usize) -> bool) -> Rc<RefC
             let ahead = s.acked.map_or(0, |a| a.distance(v.psn()));
             s.ahead.push(ahead);
             s.becn_requests += usize::from(v.bth().becn);
-        } else if v.opcode().kind() == OpKind::Ack {
+        } else if matches!(v.opcode().kind(), OpKind::Ack | OpKind::ReadResponse) {
             s.acked = Some(v.psn());
-            s.becn_acks += usize::from(v.bth().becn);
+            s.becn_responses += usize::from(v.bth().becn);
         }
         if mark(from_a, s.ahead.len()) {
             Fate::Mark
@@ -80,6 +81,44 @@ fn write_marked(ty: QpType, mark: fn(bool, usize) -> bool) -> (Pair, Rc<RefCell<
     (p, seen)
 }
 
+/// READs of four packets each, `LEN` in all.
+const READ_LEN: u32 = 4 * 1024;
+/// The response packets of one READ: more than the smallest window.
+const READ_PKTS: i32 = 4;
+const _: () = assert!(READ_PKTS > MIN_PKTS);
+
+/// Connects an RC pair with a 32-packet window and up to 16 READs
+/// outstanding, runs `LEN / READ_LEN` READs marked as `mark` says, and
+/// checks they arrived whole with nothing asked for again.
+fn reads_marked(mark: fn(bool, usize) -> bool) -> (Pair, Rc<RefCell<Seen>>) {
+    let mut p = Pair::with_window(WINDOW_PKTS as u32 * 1024);
+    let link = Link {
+        rd_atomic: 16,
+        ..Link::default()
+    };
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let data: Vec<u8> = (0..LEN as usize).map(|i| (i * 7 + i / 251) as u8).collect();
+    p.b.mem.write(MEM_BASE + 0x8_0000, &data).unwrap();
+    for i in 0..LEN / READ_LEN {
+        let offset = i * READ_LEN;
+        let sge = [p.a.sge(u64::from(offset), READ_LEN)];
+        let mut r = wr(u64::from(i), send_opcode::RDMA_READ, &sge);
+        r.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x8_0000 + u64::from(offset),
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &r).unwrap();
+    }
+    let seen = watch(&mut p, link.psn_a, mark);
+    p.run(100_000);
+    let wcs = p.a.poll();
+    assert_eq!(wcs.len() as u32, LEN / READ_LEN);
+    assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+    assert_eq!(p.a.mem.slice(MEM_BASE, LEN as usize), &data[..]);
+    assert_eq!(p.a.e.stats().tx_resent, 0, "a mark is not a loss");
+    (p, seen)
+}
+
 fn most_ahead(ahead: &[i32]) -> i32 {
     ahead.iter().copied().max().unwrap_or(0)
 }
@@ -90,7 +129,7 @@ fn unmarked_the_whole_window_is_in_flight() {
     let (p, seen) = write_marked(QpType::Rc, |_, _| false);
     let s = seen.borrow();
     assert_eq!(most_ahead(&s.ahead), WINDOW_PKTS);
-    assert_eq!((s.becn_acks, p.a.e.stats().rx_becn), (0, 0));
+    assert_eq!((s.becn_responses, p.a.e.stats().rx_becn), (0, 0));
 }
 
 /// Every request marked: the responder's ACKs carry BECN and the
@@ -100,8 +139,8 @@ fn unmarked_the_whole_window_is_in_flight() {
 fn marked_requests_bring_becn_back_and_the_window_shrinks() {
     let (p, seen) = write_marked(QpType::Rc, |from_a, _| from_a);
     let s = seen.borrow();
-    assert!(s.becn_acks > 0);
-    assert_eq!(p.a.e.stats().rx_becn, s.becn_acks as u64);
+    assert!(s.becn_responses > 0);
+    assert_eq!(p.a.e.stats().rx_becn, s.becn_responses as u64);
     assert_eq!(p.b.e.stats().rx_marked, s.ahead.len() as u64);
     assert_eq!(s.becn_requests, 0, "requests carry no notice");
     let late = &s.ahead[s.ahead.len() / 2..];
@@ -114,7 +153,7 @@ fn marked_requests_bring_becn_back_and_the_window_shrinks() {
 fn marked_responses_shrink_the_window_too() {
     let (p, seen) = write_marked(QpType::Rc, |from_a, _| !from_a);
     let s = seen.borrow();
-    assert_eq!(s.becn_acks, 0);
+    assert_eq!(s.becn_responses, 0);
     assert!(p.a.e.stats().rx_marked > 0);
     let late = &s.ahead[s.ahead.len() / 2..];
     assert_eq!(most_ahead(late), MIN_PKTS, "in flight late: {late:?}");
@@ -138,6 +177,50 @@ fn once_the_marks_stop_the_window_grows_back() {
 fn marks_on_uc_change_nothing() {
     let (p, seen) = write_marked(QpType::Uc, |_, _| true);
     let s = seen.borrow();
-    assert_eq!(s.becn_acks, 0);
+    assert_eq!(s.becn_responses, 0);
     assert_eq!(p.b.e.stats().rx_marked, s.ahead.len() as u64);
+}
+
+/// Unmarked, READs are asked for up to a window of responses ahead of
+/// the last that arrived: the last response a READ asks for lies within
+/// the window.
+#[test]
+fn unmarked_reads_are_asked_a_window_ahead() {
+    let (_, seen) = reads_marked(|_, _| false);
+    let s = seen.borrow();
+    assert_eq!(s.ahead.len() as u32, LEN / READ_LEN);
+    assert_eq!(most_ahead(&s.ahead), WINDOW_PKTS - READ_PKTS + 1);
+}
+
+/// The requester's queue filling with READ responses (marked on
+/// arrival) makes it ask for fewer ahead: its window falls to 2 packets,
+/// less than a READ, so each READ waits for all responses before it.
+#[test]
+fn marked_read_responses_hold_the_next_reads_back() {
+    let (p, seen) = reads_marked(|from_a, _| !from_a);
+    let s = seen.borrow();
+    assert_eq!(s.becn_responses, 0);
+    assert!(p.a.e.stats().rx_marked > 0);
+    let late = &s.ahead[s.ahead.len() / 2..];
+    assert_eq!(most_ahead(late), 1, "asked ahead late: {late:?}");
+}
+
+/// Marked READ requests bring BECN back on their responses, and the
+/// requester asks for fewer ahead. Less so than for marked responses:
+/// the responder owes one notice however many marked requests came
+/// before its next response, so one response of a burst carries it and
+/// the others grow the window again (the transport marks data packets
+/// only, so READ requests are marked only where something else marks).
+#[test]
+fn marked_read_requests_bring_becn_on_their_responses() {
+    let (p, seen) = reads_marked(|from_a, _| from_a);
+    let s = seen.borrow();
+    assert!(s.becn_responses > 0);
+    assert!(s.becn_responses < s.ahead.len());
+    assert_eq!(p.a.e.stats().rx_becn, s.becn_responses as u64);
+    let late = &s.ahead[s.ahead.len() / 2..];
+    assert!(
+        most_ahead(late) < WINDOW_PKTS / 2,
+        "asked ahead late: {late:?}"
+    );
 }

@@ -31,7 +31,7 @@ pub struct Faults {
     /// One bit of the packet is flipped.
     pub corrupt: f64,
     /// The packet arrives marked, as in a receiver's filling queue
-    /// (`Engine::handle_marked_packet`).
+    /// (`Arrival::marked`).
     pub mark: f64,
 }
 

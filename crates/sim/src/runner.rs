@@ -17,7 +17,9 @@ use crate::setup::World;
 use crate::trace::{self, Trace};
 use crate::workload::Workload;
 use softverbs_engine::direct::{self, DirectOp, DirectOutcome};
-use softverbs_engine::{AsyncEvent, CqId, EngineTarget, Nanos, WorkCompletion, MAX_PACKET_LEN};
+use softverbs_engine::{
+    Arrival, AsyncEvent, CqId, EngineTarget, Nanos, WorkCompletion, MAX_PACKET_LEN,
+};
 
 /// Bounds that turn a stuck run into a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,13 +254,13 @@ impl<'a> Sim<'a> {
                 format!("-> node {n}{mark}: {}", trace::packet(&p.bytes))
             });
             let node = &mut self.world.nodes[n];
-            if p.marked {
-                node.engine
-                    .handle_marked_packet(self.now, p.src, p.dst, &p.bytes, &mut node.mem);
-            } else {
-                node.engine
-                    .handle_packet(self.now, p.src, p.dst, &p.bytes, &mut node.mem);
-            }
+            let arrival = Arrival {
+                src_gid: p.src,
+                dst_gid: p.dst,
+                marked: p.marked,
+            };
+            node.engine
+                .handle_arrival(self.now, arrival, &p.bytes, &mut node.mem);
         }
         Ok(())
     }

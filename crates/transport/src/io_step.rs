@@ -194,11 +194,10 @@ impl Io {
         } = self;
         let mut rx = Rx { stats, icrc_starts };
         let got = endpoint.receive(by, |frame, packets, marked| {
-            let Some(mut from) = Arrival::of(frame.src, frame.dst) else {
+            let Some(from) = Received::of(frame.src, frame.dst, marked) else {
                 rx.stats.rx_bad_icrc += 1;
                 return;
             };
-            from.marked = marked;
             for packet in packets.chunks(usize::from(frame.segment).max(1)) {
                 rx.stats.rx += 1;
                 let Some(faults) = packet_faults.as_mut() else {
@@ -215,7 +214,7 @@ impl Io {
                             // A packet held for reordering follows this one.
                             faults.delivered();
                             for held in faults.take_due(now) {
-                                if let Some(from) = Arrival::of(held.src, held.dst) {
+                                if let Some(from) = Received::of(held.src, held.dst, false) {
                                     deliver(engine, mem, &mut rx, &from, &held.bytes, now);
                                 }
                             }
@@ -238,7 +237,7 @@ impl Io {
             return;
         };
         for held in faults.take_due(now) {
-            if let Some(from) = Arrival::of(held.src, held.dst) {
+            if let Some(from) = Received::of(held.src, held.dst, false) {
                 let mut rx = Rx {
                     stats: &mut self.stats,
                     icrc_starts: &mut self.icrc_starts,
@@ -325,23 +324,23 @@ impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
     }
 }
 
-/// Where a datagram came from and went to: its flow (for the ICRC) and
-/// GIDs (for the engine), and whether it arrived in a filling queue.
-struct Arrival {
+/// Where a datagram came from and went to: its flow (for the ICRC), and
+/// its GIDs and whether it arrived in a filling queue (for the engine).
+struct Received {
     flow: Flow,
-    src: Gid,
-    dst: Gid,
-    marked: bool,
+    arrival: softverbs_engine::Arrival,
 }
 
-impl Arrival {
+impl Received {
     /// None for addresses RoCE cannot carry (mixed families).
-    fn of(src: SocketAddr, dst: SocketAddr) -> Option<Arrival> {
-        Some(Arrival {
+    fn of(src: SocketAddr, dst: SocketAddr, marked: bool) -> Option<Received> {
+        Some(Received {
             flow: Flow::from_sockets(src, dst).ok()?,
-            src: Gid::from_ip(src.ip()),
-            dst: Gid::from_ip(dst.ip()),
-            marked: false,
+            arrival: softverbs_engine::Arrival {
+                src_gid: Gid::from_ip(src.ip()),
+                dst_gid: Gid::from_ip(dst.ip()),
+                marked,
+            },
         })
     }
 }
@@ -357,7 +356,7 @@ fn deliver(
     engine: &mut Engine,
     mem: &mut dyn HostMemory,
     rx: &mut Rx<'_>,
-    from: &Arrival,
+    from: &Received,
     packet: &[u8],
     now: Nanos,
 ) {
@@ -371,11 +370,7 @@ fn deliver(
         return;
     }
     crate::capture::received(&from.flow, packet);
-    if from.marked {
-        engine.handle_marked_packet(now, from.src, from.dst, packet, mem);
-    } else {
-        engine.handle_packet(now, from.src, from.dst, packet, mem);
-    }
+    engine.handle_arrival(now, from.arrival, packet, mem);
 }
 
 impl IoStats {

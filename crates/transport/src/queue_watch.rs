@@ -1,6 +1,6 @@
 //! Whether the steered socket's receive queue is filling with more than
 //! one sender's data, so that what arrives is marked for the engine
-//! (`softverbs_engine::Engine::handle_marked_packet`, the engine's
+//! (`softverbs_engine::Arrival::marked`, the engine's
 //! `congestion.rs`).
 //!
 //! One sender's window fits this socket's buffer by construction

@@ -82,7 +82,7 @@ pub enum Fate {
     Drop,
     Duplicate,
     /// Delivered marked, as by a receiver whose queue fills
-    /// (`Engine::handle_marked_packet`).
+    /// (`Arrival::marked`).
     Mark,
 }
 
@@ -299,16 +299,17 @@ impl Pair {
                     PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
                 let copies = match fate {
                     Fate::Deliver => 1,
-                    Fate::Drop | Fate::Mark => 0,
+                    Fate::Drop => 0,
+                    Fate::Mark => 1,
                     Fate::Duplicate => 2,
                 };
-                if fate == Fate::Mark {
-                    dst.e
-                        .handle_marked_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
-                }
+                let arrival = Arrival {
+                    src_gid: t.src_gid,
+                    dst_gid: t.dst_gid,
+                    marked: fate == Fate::Mark,
+                };
                 for _ in 0..copies {
-                    dst.e
-                        .handle_packet(self.now, t.src_gid, t.dst_gid, pkt, &mut dst.mem);
+                    dst.e.handle_arrival(self.now, arrival, pkt, &mut dst.mem);
                 }
                 self.now += 1_000;
             }
