@@ -283,6 +283,13 @@ impl Requester {
     }
 }
 
+/// A request packet written, and whether it asks for an ACK (which ends
+/// its QP's turn, `schedule.rs`).
+pub(crate) struct SentRequest {
+    pub(crate) transmit: Transmit,
+    pub(crate) asked_ack: bool,
+}
+
 /// One request packet ready to be written: its headers, and which bytes
 /// of the WR's message it carries.
 struct Request {
@@ -301,7 +308,7 @@ impl SendSide<'_> {
         now: Nanos,
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
-    ) -> Option<Transmit> {
+    ) -> Option<SentRequest> {
         if !matches!(*self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_resume.is_some() {
             return None;
         }
@@ -318,7 +325,7 @@ impl SendSide<'_> {
         };
         match self.build_request(ctx, idx, mem, gids, sink) {
             Ok(sent) => {
-                self.after_transmit(ctx, idx, now);
+                self.after_transmit(ctx, idx, now, sent.asked_ack);
                 Some(sent)
             }
             Err(status) => {
@@ -458,8 +465,9 @@ impl SendSide<'_> {
         self.retire(ctx);
     }
 
-    /// Bookkeeping after a packet of entry `idx` went out.
-    fn after_transmit(&mut self, ctx: &mut Ctx<'_>, idx: usize, now: Nanos) {
+    /// Bookkeeping after a packet of entry `idx` went out (`asked_ack`:
+    /// it asked for an ACK).
+    fn after_transmit(&mut self, ctx: &mut Ctx<'_>, idx: usize, now: Nanos, asked_ack: bool) {
         let reliable = self.qp_type == QpType::Rc;
         let read_end = self.read_request_end(ctx, &self.req.inflight[idx]);
         let entry = &mut self.req.inflight[idx];
@@ -479,8 +487,7 @@ impl SendSide<'_> {
             self.req.resent += 1;
         } else {
             self.req.sent_end = end;
-            // `build_request` cleared the count for a packet asking for an ACK.
-            if reliable && self.req.since_ack_req == 0 {
+            if asked_ack {
                 self.req.early.sent_ack_request(psn, now);
             }
         }
@@ -510,8 +517,9 @@ impl SendSide<'_> {
         mem: &dyn HostMemory,
         gids: (Gid, Gid),
         sink: &mut dyn PacketSink,
-    ) -> Result<Transmit, WcStatus> {
+    ) -> Result<SentRequest, WcStatus> {
         let request = self.plan_request(ctx, idx)?;
+        let asked_ack = request.bth.ack_req;
         let builder = PacketBuilder {
             bth: request.bth,
             ext: request.ext,
@@ -529,9 +537,14 @@ impl SendSide<'_> {
                 landed,
             )
         };
-        emit(sink, gids, &builder, request.payload_len, fill).map_err(|e| match e {
-            EmitError::Build => WcStatus::GeneralErr,
-            EmitError::Fill(status) => status,
+        let transmit =
+            emit(sink, gids, &builder, request.payload_len, fill).map_err(|e| match e {
+                EmitError::Build => WcStatus::GeneralErr,
+                EmitError::Fill(status) => status,
+            })?;
+        Ok(SentRequest {
+            transmit,
+            asked_ack,
         })
     }
 

@@ -18,9 +18,9 @@ use crate::memory::HostMemory;
 use crate::qp::Qp;
 use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
-use crate::requester::Requester;
+use crate::requester::{Requester, SentRequest};
 use crate::time::Nanos;
-use crate::transmit::{PacketSink, Transmit};
+use crate::transmit::PacketSink;
 use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::SendWqe;
 use softverbs_wire::PacketView;
@@ -105,7 +105,7 @@ impl Qp {
         now: Nanos,
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
-    ) -> Option<Transmit> {
+    ) -> Option<SentRequest> {
         self.with_send_side(ctx, |side, ctx| side.transmit(ctx, now, mem, sink))
     }
 

@@ -213,10 +213,8 @@ impl Engine {
             let resent = qp.req.resent;
             let sent = qp.requester_transmit(ctx, now, mem, sink)?;
             resent_now = qp.req.resent - resent;
-            // `build_request` zeroes the count for a packet asking for an
-            // ACK, which ends the QP's turn (`schedule.rs`).
-            asked_ack = qp.qp_type == QpType::Rc && qp.req.since_ack_req == 0;
-            Some(sent)
+            asked_ack = sent.asked_ack;
+            Some(sent.transmit)
         });
         self.stats.tx_resent += resent_now;
         (sent.flatten(), asked_ack)
