@@ -23,7 +23,7 @@
 use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
-use crate::endpoint::{Endpoint, Receiver};
+use crate::endpoint::{Endpoint, Receiver, StreamWaiting};
 use crate::group_memberships::GroupMemberships;
 use crate::io_step::{Io, IoStats, Sending, StepBy};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
@@ -77,6 +77,8 @@ thread_local! {
 /// Set (and not `0`), a context prints its packet counters when it
 /// closes ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
+/// The daemon's stream: multicast datagrams and CM messages.
+const STREAM: Token = Token(0);
 /// The steered socket datagrams arrive on, unless lent to the application
 /// (`receive_owner.rs`).
 const DIRECT: Token = Token(1);
@@ -177,6 +179,9 @@ struct Shared<M> {
     /// How the application polls its CQs: whether the progress thread
     /// lends it the steered socket (`receive_owner.rs`).
     app_polls: AppPolls,
+    /// Frames on the daemon's stream for the application's next poll to
+    /// read, noted while the socket is lent.
+    stream_waiting: Arc<StreamWaiting>,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -219,7 +224,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let poll = Poll::new()?;
         poll.registry().register(
             &mut SourceFd(&endpoint.data_fd().as_raw_fd()),
-            Token(0),
+            STREAM,
             Interest::READABLE,
         )?;
         if let Some(direct) = endpoint.direct_socket() {
@@ -236,6 +241,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         device.packet_cost = endpoint.packet_cost();
         let clock = Clock::start();
         let mut engine = Engine::new(device);
+        let stream_waiting = endpoint.stream_waiting();
         let mut io = Io::new(endpoint);
         if let Some(spec) = &faults {
             let name = engine.config().name.clone();
@@ -281,6 +287,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             failed: AtomicBool::new(false),
             last_verb: AtomicU64::new(0),
             app_polls: AppPolls::default(),
+            stream_waiting,
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
@@ -1147,10 +1154,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             continue;
         }
         steps_unlooked = 0;
-        if let Err(e) = poll.poll(&mut events, timeout) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                return;
-            }
+        let lent = owner.look_again_at().is_some();
+        if !wait_for_events(shared, &mut poll, &mut events, timeout, lent) {
+            return;
         }
         if events.iter().any(|e| e.token() == DEADLINE) {
             shared.deadline_timer.clear();
@@ -1158,6 +1164,37 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
         if let Some(sh) = shared.state.lock().same_host.as_ref() {
             sh.awake();
         }
+    }
+}
+
+/// Sleeps in the poller until an event or `timeout`; false if polling
+/// failed. While the steered socket is `lent` to a spinning application,
+/// frames on the daemon's stream alone are noted for its next poll to
+/// read (`StreamWaiting`), and the thread sleeps on: taking the driver
+/// from the spinning thread to read them itself costs a lock hand-off. The
+/// application still spinning is the lending's premise; if it stops, the
+/// thread's next look (at the time `Owner::look_again_at` gave, within
+/// `timeout`) takes the socket back and reads the stream.
+fn wait_for_events(
+    shared: &Shared<impl HostMemory>,
+    poll: &mut Poll,
+    events: &mut Events,
+    timeout: Option<std::time::Duration>,
+    lent: bool,
+) -> bool {
+    let until = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let left = until.map(|at| at.saturating_duration_since(std::time::Instant::now()));
+        match poll.poll(events, left) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(_) => return false,
+        }
+        let only_stream = !events.is_empty() && events.iter().all(|e| e.token() == STREAM);
+        if !(lent && only_stream) {
+            return true;
+        }
+        shared.stream_waiting.note();
     }
 }
 

@@ -32,6 +32,10 @@ pub struct IoStats {
     pub rx_dropped_by_rule: u64,
     /// Verbs that kept the packets due (an ACK) for the verb after them.
     pub held: u64,
+    /// Verbs that read the daemon's stream (multicast datagrams, CM
+    /// messages) because the progress thread, having lent them the
+    /// steered socket, noted frames on it (`endpoint::StreamWaiting`).
+    pub stream_by_verb: u64,
 }
 
 /// Whether a step sends what is due.
@@ -225,8 +229,9 @@ impl Io {
                 }
             }
         });
-        if got.is_err() {
-            self.link_down = true;
+        match got {
+            Ok(noted) => self.stats.stream_by_verb += u64::from(noted),
+            Err(_) => self.link_down = true,
         }
         self.release_held(engine, mem, now);
     }
