@@ -220,6 +220,10 @@ fn marked_read_requests_bring_becn_on_their_responses() {
     assert_eq!(p.a.e.stats().rx_becn, s.becn_responses as u64);
     let late = &s.ahead[s.ahead.len() / 2..];
     assert!(
+        most_ahead(late) > 1,
+        "as held back as marked responses: {late:?}"
+    );
+    assert!(
         most_ahead(late) < WINDOW_PKTS / 2,
         "asked ahead late: {late:?}"
     );

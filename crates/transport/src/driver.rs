@@ -1155,7 +1155,13 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
         }
         steps_unlooked = 0;
         let lent = owner.look_again_at().is_some();
-        if !wait_for_events(shared, &mut poll, &mut events, timeout, lent) {
+        if !wait_for_events(
+            &shared.stream_waiting,
+            &mut poll,
+            &mut events,
+            timeout,
+            lent,
+        ) {
             return;
         }
         if events.iter().any(|e| e.token() == DEADLINE) {
@@ -1176,7 +1182,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
 /// thread's next look (at the time `Owner::look_again_at` gave, within
 /// `timeout`) takes the socket back and reads the stream.
 fn wait_for_events(
-    shared: &Shared<impl HostMemory>,
+    stream_waiting: &StreamWaiting,
     poll: &mut Poll,
     events: &mut Events,
     timeout: Option<std::time::Duration>,
@@ -1194,7 +1200,7 @@ fn wait_for_events(
         if !(lent && only_stream) {
             return true;
         }
-        shared.stream_waiting.note();
+        stream_waiting.note();
     }
 }
 
@@ -1205,6 +1211,70 @@ mod tests {
     use std::net::Ipv4Addr;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// While the socket is lent, frames on the daemon's stream alone are
+    /// noted and the thread sleeps on until its timeout; frames on the
+    /// stream while it is not lent, or anything else with them, end the
+    /// wait.
+    #[test]
+    fn a_lending_thread_notes_the_stream_and_sleeps_on() {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let pair = || {
+            let (tx, rx) = UnixStream::pair().unwrap();
+            rx.set_nonblocking(true).unwrap();
+            (tx, rx)
+        };
+        let ((mut stream, stream_rx), (mut other, other_rx)) = (pair(), pair());
+        let mut poll = Poll::new().unwrap();
+        let registry = poll.registry();
+        let readable = Interest::READABLE;
+        let other_token = Token(9);
+        registry
+            .register(&mut SourceFd(&stream_rx.as_raw_fd()), STREAM, readable)
+            .unwrap();
+        registry
+            .register(&mut SourceFd(&other_rx.as_raw_fd()), other_token, readable)
+            .unwrap();
+        let mut events = Events::with_capacity(8);
+        let waiting = StreamWaiting::default();
+        let (short, long) = (Duration::from_millis(50), Duration::from_secs(10));
+
+        stream.write_all(b"a frame").unwrap();
+        let started = std::time::Instant::now();
+        assert!(wait_for_events(
+            &waiting,
+            &mut poll,
+            &mut events,
+            Some(short),
+            true
+        ));
+        assert!(started.elapsed() >= short, "woke before its timeout");
+        assert!(events.is_empty());
+        assert!(waiting.take());
+
+        stream.write_all(b"another").unwrap();
+        assert!(wait_for_events(
+            &waiting,
+            &mut poll,
+            &mut events,
+            Some(long),
+            false
+        ));
+        assert!(events.iter().any(|e| e.token() == STREAM));
+        assert!(!waiting.take(), "noted while not lent");
+
+        stream.write_all(b"a third").unwrap();
+        other.write_all(b"something else").unwrap();
+        assert!(wait_for_events(
+            &waiting,
+            &mut poll,
+            &mut events,
+            Some(long),
+            true
+        ));
+        assert!(events.iter().any(|e| e.token() == other_token));
+    }
 
     /// Reports `device_fatal` on a channel.
     struct Fatal(parking_lot::Mutex<mpsc::Sender<()>>);

@@ -55,18 +55,18 @@ pub struct Endpoint {
 /// datagram (which comes through the daemon) waited for the lock hand-off,
 /// 570 us typical in `ib_send_lat -c UD -g` against 5.5 us for unicast.
 #[derive(Debug, Default)]
-pub struct StreamWaiting(AtomicBool);
+pub(crate) struct StreamWaiting(AtomicBool);
 
 impl StreamWaiting {
     /// The poller reported frames on the stream.
-    pub fn note(&self) {
+    pub(crate) fn note(&self) {
         self.0.store(true, Ordering::Release);
     }
 
     /// Whether frames were noted since the last call. A plain load first:
     /// every poll asks, and a swap would take the cache line from the
     /// progress thread each time.
-    fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         self.0.load(Ordering::Acquire) && self.0.swap(false, Ordering::AcqRel)
     }
 }
@@ -226,7 +226,7 @@ impl Endpoint {
 
     /// Where the progress thread notes frames on the daemon's stream for
     /// a verb to read.
-    pub fn stream_waiting(&self) -> Arc<StreamWaiting> {
+    pub(crate) fn stream_waiting(&self) -> Arc<StreamWaiting> {
         Arc::clone(&self.stream_waiting)
     }
 
@@ -300,7 +300,9 @@ impl Endpoint {
 }
 
 /// Who receives, which decides how much of the steered socket's queue
-/// one receive takes.
+/// one receive takes. Only the progress thread after a look reads the
+/// daemon's stream every time; the others read it when frames were noted
+/// on it ([`StreamWaiting`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Receiver {
     /// The progress thread after a look at its poller: every datagram
@@ -496,6 +498,61 @@ sockopt_impl!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram sent to `group` reaches `rx` through the daemon's stream
+    /// (it is a member): returns once the stream is readable.
+    fn through_the_stream(rx: &Endpoint, group: IpAddr) {
+        let tx = std::net::UdpSocket::bind(SocketAddr::new(rx.local().ip(), 0)).unwrap();
+        send_multicast_from(&tx, rx.local().ip()).unwrap();
+        let to = SocketAddr::new(group, crate::daemon::udp_port());
+        tx.send_to(b"a datagram to the group", to).unwrap();
+        let stream = rx.data_fd();
+        let mut fds = [rustix::event::PollFd::new(
+            &stream,
+            rustix::event::PollFlags::IN,
+        )];
+        let ten_seconds = rustix::event::Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        let ready = rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap();
+        assert_eq!(ready, 1, "the daemon passed nothing on in 10 s");
+    }
+
+    /// With a steered socket, a poll reads the daemon's stream only when
+    /// frames were noted on it (`StreamWaiting`), and then says so; the
+    /// progress thread after a look reads it always.
+    #[test]
+    fn a_poll_reads_the_stream_only_when_frames_were_noted() {
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, fastrand::u8(1..255)));
+        let (daemon, _thread) = crate::daemon::server::start_thread(crate::daemon::DaemonConfig {
+            socket: format!("softverbs-test-{}-{ip}", std::process::id()),
+            idle_exit: std::time::Duration::from_millis(200),
+        })
+        .unwrap();
+        let mut rx = Endpoint::open(ip, &daemon).unwrap();
+        assert!(rx.direct_socket().is_some(), "no steered socket");
+        let group: IpAddr = "239.9.9.11".parse().unwrap();
+        rx.join(group).unwrap();
+        let frames = std::cell::Cell::new(0);
+        let count = |_: FrameHeader, _: &[u8], _: bool| frames.set(frames.get() + 1);
+
+        through_the_stream(&rx, group);
+        assert!(!rx.receive(Receiver::Poll, count).unwrap());
+        assert!(!rx.receive(Receiver::Verb, count).unwrap());
+        assert_eq!(frames.get(), 0, "read without a note");
+        rx.stream_waiting().note();
+        assert!(rx.receive(Receiver::Poll, count).unwrap());
+        assert_eq!(frames.get(), 1);
+
+        through_the_stream(&rx, group);
+        assert!(
+            !rx.receive(Receiver::Poll, count).unwrap(),
+            "the note was taken"
+        );
+        assert!(!rx.receive(Receiver::ProgressThread, count).unwrap());
+        assert_eq!(frames.get(), 2);
+    }
 
     #[test]
     fn socket_buffer_sizes_parse_as_one_or_two_sizes() {

@@ -32,9 +32,10 @@ pub struct IoStats {
     pub rx_dropped_by_rule: u64,
     /// Verbs that kept the packets due (an ACK) for the verb after them.
     pub held: u64,
-    /// Verbs that read the daemon's stream (multicast datagrams, CM
-    /// messages) because the progress thread, having lent them the
-    /// steered socket, noted frames on it (`endpoint::StreamWaiting`).
+    /// Receives other than the progress thread's looks (a verb's, most
+    /// often a spinning poll's) that read the daemon's stream (multicast
+    /// datagrams, CM messages) because the progress thread, having lent
+    /// the steered socket, noted frames on it (`endpoint::StreamWaiting`).
     pub stream_by_verb: u64,
 }
 
@@ -134,8 +135,9 @@ impl Io {
     }
 
     /// Receives everything waiting (a lingering step, the steered
-    /// socket's only; a verb's step nothing, for it received before the
-    /// verb ran: [`Io::receive`]), runs due timers, then sends everything
+    /// socket's only, unless frames were noted on the daemon's stream; a
+    /// verb's step nothing, for it received before the verb ran:
+    /// [`Io::receive`]), runs due timers, then sends everything
     /// due, unless `sending` says otherwise. Whether it sent.
     pub(crate) fn step(
         &mut self,
@@ -173,8 +175,10 @@ impl Io {
     /// `ibv_poll_cq` returns what arrived for it at once, not on its next
     /// call. With a steered socket, the daemon's stream carries only
     /// multicast datagrams and CM messages, which are not worth a system
-    /// call on every verb: only the progress thread, woken by its poller
-    /// when the stream has data, reads it then.
+    /// call on every verb: the progress thread, woken by its poller when
+    /// the stream has data, reads it then, or, while it lent the socket to
+    /// a spinning application, notes it for the next verb to read
+    /// (`endpoint::StreamWaiting`).
     pub(crate) fn receive(
         &mut self,
         engine: &mut Engine,
@@ -215,7 +219,8 @@ impl Io {
                             deliver(engine, mem, &mut rx, &from, packet, now);
                         }
                         if copies > 0 {
-                            // A packet held for reordering follows this one.
+                            // A packet held for reordering follows this one,
+                            // unmarked: the queue it was marked in is read.
                             faults.delivered();
                             for held in faults.take_due(now) {
                                 if let Some(from) = Received::of(held.src, held.dst, false) {

@@ -163,17 +163,12 @@ fn connect(s: &Side, qp: QpId, ty: QpType, remote: u32) {
 
 /// Posts one 2000-byte receive WR (wr_id 5) at BASE on UD QP `qp` of `s`.
 fn post_ud_recv(s: &Side, qp: QpId) {
-    post_ud_recv_on(&s.d, s.key, qp);
-}
-
-/// [`post_ud_recv`] on driver `d`, whose memory key is `key`.
-fn post_ud_recv_on(d: &Driver<FlatMemory>, key: u32, qp: QpId) {
     let recv = [Sge {
         addr: BASE,
         length: 2000,
-        lkey: key,
+        lkey: s.key,
     }];
-    d.with(|e, _| {
+    s.d.with(|e, _| {
         e.post_recv(
             qp,
             &RecvWr {
@@ -439,54 +434,6 @@ fn multicast_reaches_the_attached_qp_of_another_context() {
     b.d.with(|_, m| assert_eq!(m.slice(BASE + 40, 6), b"to all"));
     b.d.detach_mcast(qb, group).unwrap().unwrap();
     b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
-}
-
-/// A thread spinning on its CQ, taking multicast datagrams in, is lent
-/// the steered socket, and from then on the progress thread leaves the
-/// daemon's stream, where multicast datagrams come, to its polls
-/// (`endpoint::StreamWaiting`) instead of taking the driver from it to
-/// read the stream itself.
-#[test]
-fn a_thread_spinning_on_multicast_reads_the_daemon_stream_itself() {
-    let h = host();
-    let (a, b) = (side(&h), side(&h));
-    let (qa, qb) = ud_pair(&a, &b);
-    let group = Gid::from_ip("239.9.9.10".parse().unwrap());
-    b.d.attach_mcast(qb, group).unwrap().unwrap();
-    post_ud_recv(&b, qb);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let stop = AtomicBool::new(false);
-    let (took, taken) = mpsc::channel();
-    // (A `Side` is not shared between threads: its driver, CQ and key.)
-    let (bd, bcq, bkey) = (&b.d, b.cq, b.key);
-    let ring = bd.with(|e, _| e.cq_ring(bcq)).unwrap();
-    let sent = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !stop.load(Ordering::Acquire) && Instant::now() < deadline {
-                let n = bd
-                    .poll_cq(bcq, &ring, 1, |w| assert_eq!(w.status, WcStatus::Success))
-                    .unwrap();
-                if n == 1 {
-                    post_ud_recv_on(bd, bkey, qb);
-                    took.send(()).unwrap();
-                }
-            }
-        });
-        let mut sent = 0;
-        // Until it happens (under CPU load the thread may take long to
-        // count as spinning) or the deadline.
-        while bd.io_stats().stream_by_verb == 0 && Instant::now() < deadline {
-            send_ud(&a, qa, group, MULTICAST_QPN, b"to all");
-            sent += 1;
-            let left = deadline.saturating_duration_since(Instant::now());
-            taken.recv_timeout(left).expect("B took the datagram");
-        }
-        stop.store(true, Ordering::Release);
-        sent
-    });
-    let stats = b.d.io_stats();
-    assert!(stats.stream_by_verb > 0, "{sent} datagrams: {stats:?}");
-    b.d.detach_mcast(qb, group).unwrap().unwrap();
 }
 
 /// A UD QP on each of `a` and `b`, ready to send and receive.
