@@ -220,7 +220,8 @@ impl Io {
                         }
                         if copies > 0 {
                             // A packet held for reordering follows this one,
-                            // unmarked: the queue it was marked in is read.
+                            // unmarked: it waited here, not in the socket's
+                            // queue.
                             faults.delivered();
                             for held in faults.take_due(now) {
                                 if let Some(from) = Received::of(held.src, held.dst, false) {

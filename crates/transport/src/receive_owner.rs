@@ -23,7 +23,8 @@
 //! for as long. So do frames on the daemon's stream (multicast datagrams,
 //! CM messages): while the socket is lent, the thread woken for them
 //! leaves them to the spinning thread's next poll (`endpoint.rs`,
-//! `StreamWaiting`) rather than take the driver from it. An application whose polls hand it only the completions
+//! `StreamWaiting`) rather than take the driver from it. An application
+//! whose polls hand it only the completions
 //! of its SENDs and WRITEs learns of incoming data some other way
 //! (`ib_write_lat` spins on memory between polls for the peer's WRITE), so
 //! only the thread can take that in at once: it keeps the socket, unless
