@@ -1239,40 +1239,25 @@ mod tests {
         let mut events = Events::with_capacity(8);
         let waiting = StreamWaiting::default();
         let (short, long) = (Duration::from_millis(50), Duration::from_secs(10));
+        let mut wait = |events: &mut Events, timeout, lent| {
+            wait_for_events(&waiting, &mut poll, events, Some(timeout), lent)
+        };
 
         stream.write_all(b"a frame").unwrap();
         let started = std::time::Instant::now();
-        assert!(wait_for_events(
-            &waiting,
-            &mut poll,
-            &mut events,
-            Some(short),
-            true
-        ));
+        assert!(wait(&mut events, short, true));
         assert!(started.elapsed() >= short, "woke before its timeout");
         assert!(events.is_empty());
         assert!(waiting.take());
 
         stream.write_all(b"another").unwrap();
-        assert!(wait_for_events(
-            &waiting,
-            &mut poll,
-            &mut events,
-            Some(long),
-            false
-        ));
+        assert!(wait(&mut events, long, false));
         assert!(events.iter().any(|e| e.token() == STREAM));
         assert!(!waiting.take(), "noted while not lent");
 
         stream.write_all(b"a third").unwrap();
         other.write_all(b"something else").unwrap();
-        assert!(wait_for_events(
-            &waiting,
-            &mut poll,
-            &mut events,
-            Some(long),
-            true
-        ));
+        assert!(wait(&mut events, long, true));
         assert!(events.iter().any(|e| e.token() == other_token));
     }
 

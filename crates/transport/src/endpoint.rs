@@ -51,7 +51,8 @@ pub struct Endpoint {
 /// progress thread's poller reported them. While the progress thread has
 /// lent the steered socket to an application spinning on its CQs, it
 /// notes them here instead of contending with the spinning thread for the
-/// driver lock, and that thread's next poll reads the stream: a multicast
+/// driver lock, and that thread's next poll (or any verb that receives
+/// before it runs, `Driver::run_locked`) reads the stream: a multicast
 /// datagram (which comes through the daemon) waited for the lock hand-off,
 /// 570 us typical in `ib_send_lat -c UD -g` against 5.5 us for unicast.
 #[derive(Debug, Default)]
