@@ -77,8 +77,12 @@ thread_local! {
 /// Set (and not `0`), a context prints its packet counters when it
 /// closes ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
-/// The daemon's stream: multicast datagrams and CM messages.
+/// The daemon's stream: CM messages, and multicast datagrams where the
+/// daemon passes them on.
 const STREAM: Token = Token(0);
+/// The sockets on the multicast groups the context is in
+/// (`group_socket.rs`), polled as the steered socket is (lent with it).
+const GROUPS: Token = Token(5);
 /// The steered socket datagrams arrive on, unless lent to the application
 /// (`receive_owner.rs`).
 const DIRECT: Token = Token(1);
@@ -629,7 +633,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Membership::Joined(g) => {
                     let group = g.route(local);
                     if state.groups.attached(group) {
-                        if let Err(e) = state.io.endpoint.join(group) {
+                        if let Err(e) = self.join(&mut state.io.endpoint, group) {
                             // attach_mcast undoes the engine's attach.
                             state.groups.detached(group);
                             return Err(e);
@@ -639,12 +643,50 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Membership::Left(g) => {
                     let group = g.route(local);
                     if state.groups.detached(group) {
-                        state.io.endpoint.leave(group)?;
+                        self.leave(&mut state.io.endpoint, group)?;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// The endpoint joins `group`; the progress thread polls the group's
+    /// socket, if it has one, unless it lent the steered socket (then
+    /// from when it takes it back, `Shared::lend_socket`). The poller
+    /// reports a socket that has datagrams when it is registered: none
+    /// arriving before is missed. Called with the driver locked, which
+    /// lending takes too.
+    fn join(&self, endpoint: &mut Endpoint, group: IpAddr) -> io::Result<()> {
+        endpoint.join(group)?;
+        let Some(socket) = endpoint.group_socket(group) else {
+            return Ok(());
+        };
+        if self.shared.app_polls.lent() {
+            return Ok(());
+        }
+        let mut source = SourceFd(&socket.as_raw_fd());
+        if let Err(e) = self
+            .shared
+            .registry
+            .register(&mut source, GROUPS, Interest::READABLE)
+        {
+            let _ = endpoint.leave(group);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The endpoint leaves `group`; its socket is no longer polled (if it
+    /// was: a lent socket is not).
+    fn leave(&self, endpoint: &mut Endpoint, group: IpAddr) -> io::Result<()> {
+        if let Some(socket) = endpoint.group_socket(group) {
+            let _ = self
+                .shared
+                .registry
+                .deregister(&mut SourceFd(&socket.as_raw_fd()));
+        }
+        endpoint.leave(group)
     }
 
     /// The slots this context holds.
@@ -781,8 +823,9 @@ impl<M: HostMemory> Shared<M> {
             // group, in which a new daemon would otherwise find us.
             let fd = io.endpoint.data_fd().as_raw_fd();
             let _ = self.registry.deregister(&mut SourceFd(&fd));
-            if let Some(direct) = io.endpoint.direct_socket() {
-                let _ = self.registry.deregister(&mut SourceFd(&direct.as_raw_fd()));
+            let direct = io.endpoint.direct_socket().into_iter();
+            for socket in direct.chain(io.endpoint.group_sockets()) {
+                let _ = self.registry.deregister(&mut SourceFd(&socket.as_raw_fd()));
             }
             io.endpoint.close_direct();
         }
@@ -869,24 +912,26 @@ impl<M> State<M> {
 }
 
 impl<M> Shared<M> {
-    /// Stops (`lend`) or starts again polling the steered socket for
-    /// datagrams. Registered again, a socket that holds datagrams reports
-    /// them at once (as `wait_for_room` below).
+    /// Stops (`lend`) or starts again polling the steered socket and the
+    /// group sockets for datagrams. Registered again, a socket that holds
+    /// datagrams reports them at once (as `wait_for_room` below).
     fn lend_socket(&self, io: &Io, lend: bool) {
         if io.link_down_handled {
-            return; // its socket is closed
+            return; // its sockets are closed
         }
-        let Some(direct) = io.endpoint.direct_socket() else {
-            return;
-        };
-        let fd = direct.as_raw_fd();
-        let mut source = SourceFd(&fd);
-        let _ = if lend {
-            self.registry.deregister(&mut source)
-        } else {
-            self.registry
-                .register(&mut source, DIRECT, Interest::READABLE)
-        };
+        let endpoint = &io.endpoint;
+        let direct = endpoint.direct_socket().map(|s| (s, DIRECT));
+        let groups = endpoint.group_sockets().map(|s| (s, GROUPS));
+        for (socket, token) in direct.into_iter().chain(groups) {
+            let fd = socket.as_raw_fd();
+            let mut source = SourceFd(&fd);
+            let _ = if lend {
+                self.registry.deregister(&mut source)
+            } else {
+                self.registry
+                    .register(&mut source, token, Interest::READABLE)
+            };
+        }
     }
 
     /// Starts (`on`) or stops polling the sending socket for room. The
@@ -1236,6 +1281,7 @@ mod tests {
         registry
             .register(&mut SourceFd(&other_rx.as_raw_fd()), other_token, readable)
             .unwrap();
+
         let mut events = Events::with_capacity(8);
         let waiting = StreamWaiting::default();
         let (short, long) = (Duration::from_millis(50), Duration::from_secs(10));

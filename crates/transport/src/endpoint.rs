@@ -1,6 +1,7 @@
-//! A context's place on the network: the UDP socket it sends from and
-//! its session with the host daemon, which passes on the packets that
-//! arrive at UDP 4791 for its QP numbers.
+//! A context's place on the network: the UDP socket it sends from, its
+//! session with the host daemon, which passes on (or steers to the
+//! context's own socket) the packets that arrive at UDP 4791 for its QP
+//! numbers, and its sockets on the multicast groups it is in.
 
 use crate::daemon::protocol::FrameHeader;
 use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
@@ -45,15 +46,21 @@ pub struct Endpoint {
     queue: QueueWatch,
     /// The daemon's stream has frames a poll should read.
     stream_waiting: Arc<StreamWaiting>,
+    /// The context's own sockets on the multicast groups it is in
+    /// (`group_socket.rs`), where the daemon steers; read as the steered
+    /// socket is. Without a steered socket, the daemon passes the groups'
+    /// datagrams on.
+    groups: Vec<(IpAddr, std::net::UdpSocket)>,
 }
 
 /// Whether the daemon's stream has frames nobody read yet, as the
-/// progress thread's poller reported them. While the progress thread has
+/// progress thread's poller reported them (the stream carries CM
+/// messages, and multicast datagrams where the daemon passes them on). While the progress thread has
 /// lent the steered socket to an application spinning on its CQs, it
 /// notes them here instead of contending with the spinning thread for the
 /// driver lock, and that thread's next poll (or any verb that receives
 /// before it runs, `Driver::run_locked`) reads the stream: a multicast
-/// datagram (which comes through the daemon) waited for the lock hand-off,
+/// datagram that came through the daemon waited for the lock hand-off,
 /// 570 us typical in `ib_send_lat -c UD -g` against 5.5 us for unicast.
 #[derive(Debug, Default)]
 pub(crate) struct StreamWaiting(AtomicBool);
@@ -89,6 +96,7 @@ impl Endpoint {
             cmsg: cmsg_buffer(),
             queue: QueueWatch::default(),
             stream_waiting: Arc::default(),
+            groups: Vec::new(),
         })
     }
 
@@ -109,14 +117,36 @@ impl Endpoint {
         Ok(qpns_of(slot))
     }
 
-    /// Asks the daemon for the datagrams of multicast `group`.
+    /// Receives the datagrams of multicast `group` from now on: on a
+    /// socket of its own where the daemon steers (poll it:
+    /// [`Endpoint::group_socket`]), else through the daemon.
     pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
-        self.session.join(group)
+        if self.session.direct().is_none() {
+            return self.session.join(group);
+        }
+        let socket = crate::group_socket::open(group, self.local.ip())?;
+        self.groups.push((group, socket));
+        Ok(())
     }
 
     /// No more datagrams of `group`.
     pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
-        self.session.leave(group)
+        match self.groups.iter().position(|(g, _)| *g == group) {
+            Some(i) => {
+                self.groups.swap_remove(i);
+                Ok(())
+            }
+            None => self.session.leave(group),
+        }
+    }
+
+    /// The socket of multicast `group`, if this endpoint joined it on one
+    /// of its own.
+    pub fn group_socket(&self, group: IpAddr) -> Option<&std::net::UdpSocket> {
+        self.groups
+            .iter()
+            .find(|(g, _)| *g == group)
+            .map(|(_, s)| s)
     }
 
     /// Publishes this context's same-host region and doorbell through the
@@ -237,19 +267,27 @@ impl Endpoint {
         self.session.direct()
     }
 
-    /// Closes the steered socket, once the daemon is gone.
+    /// Closes the steered socket and the group sockets, once the daemon
+    /// is gone: the context receives nothing more.
     pub fn close_direct(&mut self) {
         self.session.close_direct();
+        self.groups.clear();
+    }
+
+    /// The group sockets, to poll as the steered socket is (lent with it).
+    pub fn group_sockets(&self) -> impl Iterator<Item = &std::net::UdpSocket> {
+        self.groups.iter().map(|(_, s)| s)
     }
 
     /// Hands the packets waiting to `frame`: the datagrams on the steered
-    /// socket (what `by` takes of them), then the frames the daemon passed
-    /// on, if the receiver is the progress thread after a look at its
-    /// poller, or there is no steered socket, or frames were noted on the
-    /// stream ([`StreamWaiting`]). Each comes with whether it is marked:
-    /// the steered socket's queue was filling with several senders' data
-    /// (`queue_watch.rs`). Whether it read the stream because frames were
-    /// noted on it (for a receiver that would not have read it otherwise).
+    /// socket and on each group socket (what `by` takes of them), then
+    /// the frames the daemon passed on, if the receiver is the progress
+    /// thread after a look at its poller, or there is no steered socket,
+    /// or frames were noted on the stream ([`StreamWaiting`]). Each comes
+    /// with whether it is marked: the steered socket's queue was filling
+    /// with several senders' data (`queue_watch.rs`). Whether it read the
+    /// stream because frames were noted on it (for a receiver that would
+    /// not have read it otherwise).
     pub fn receive(
         &mut self,
         by: Receiver,
@@ -257,6 +295,7 @@ impl Endpoint {
     ) -> io::Result<bool> {
         let steered = self.session.direct().is_some();
         self.receive_direct(by, &mut frame);
+        self.receive_groups(by, &mut frame);
         let noted = self.stream_waiting.take();
         let reads_anyway = !steered || by == Receiver::ProgressThread;
         if !reads_anyway && !noted {
@@ -275,35 +314,64 @@ impl Endpoint {
         // coalesced by a NIC's GRO before the kernel steered them whole)
         // is dropped by the engine as for an unknown QP, and resent.
         let dst = SocketAddr::new(self.local.ip(), crate::daemon::udp_port());
-        let mut errors = 0;
-        loop {
-            match recv_segments(socket, &mut self.direct_buf, &mut self.cmsg) {
-                Ok((n, src, segment)) => {
-                    let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
-                    let header = FrameHeader { src, dst, segment };
-                    let marked = self.queue.read(socket, src, n, usize::from(segment));
-                    frame(header, &self.direct_buf[..n], marked);
-                    if by == Receiver::Poll {
-                        return;
-                    }
+        let (buf, cmsg, queue) = (&mut self.direct_buf, &mut self.cmsg, &mut self.queue);
+        let one = by == Receiver::Poll;
+        let emptied = read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
+            let marked = queue.read(socket, src, bytes.len(), usize::from(segment));
+            frame(FrameHeader { src, dst, segment }, bytes, marked);
+        });
+        if emptied {
+            queue.emptied();
+        }
+    }
+
+    /// The datagrams waiting on the group sockets, what `by` takes of
+    /// each socket's as of the steered socket's.
+    fn receive_groups(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8], bool)) {
+        for (group, socket) in &self.groups {
+            let dst = SocketAddr::new(*group, crate::daemon::udp_port());
+            let (buf, cmsg) = (&mut self.direct_buf, &mut self.cmsg);
+            let one = by == Receiver::Poll;
+            read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
+                frame(FrameHeader { src, dst, segment }, bytes, false);
+            });
+        }
+    }
+}
+
+/// Reads the datagrams waiting on `socket` (just one if `one`) into `buf`,
+/// handing each to `got` with its sender and segment size (UDP GRO);
+/// whether it found the socket empty.
+fn read_datagrams(
+    socket: &std::net::UdpSocket,
+    buf: &mut [u8],
+    cmsg: &mut [u8],
+    one: bool,
+    mut got: impl FnMut(&[u8], SocketAddr, u16),
+) -> bool {
+    let mut errors = 0;
+    loop {
+        match recv_segments(socket, buf, cmsg) {
+            Ok((n, src, segment)) => {
+                let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
+                got(&buf[..n], src, segment);
+                if one {
+                    return false;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.queue.emptied();
-                    return;
-                }
-                // A failed receive usually consumed its datagram; one that
-                // keeps failing must not hold the driver lock forever.
-                Err(_) if errors < 64 => errors += 1,
-                Err(_) => return,
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            // A failed receive usually consumed its datagram; one that
+            // keeps failing must not hold the driver lock forever.
+            Err(_) if errors < 64 => errors += 1,
+            Err(_) => return false,
         }
     }
 }
 
 /// Who receives, which decides how much of the steered socket's queue
-/// one receive takes. Only the progress thread after a look reads the
-/// daemon's stream every time; the others read it when frames were noted
-/// on it ([`StreamWaiting`]).
+/// (and each group socket's) one receive takes. Only the progress thread
+/// after a look reads the daemon's stream every time; the others read it
+/// when frames were noted on it ([`StreamWaiting`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Receiver {
     /// The progress thread after a look at its poller: every datagram
@@ -388,13 +456,29 @@ fn send_window_for(buffer: Option<usize>) -> u32 {
 
 /// A non-blocking UDP socket bound to `addr`, set up for RoCEv2.
 pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
-    bind_udp_as(addr, false)
+    bind_udp_as(addr, Reuse::None)
 }
 
 /// [`bind_udp`] as a member of the `SO_REUSEPORT` group on `addr` (the
 /// daemon's steered sockets on 4791, daemon/steering.rs).
 pub fn bind_udp_shared(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
-    bind_udp_as(addr, true)
+    bind_udp_as(addr, Reuse::Port)
+}
+
+/// [`bind_udp`] beside the other sockets on multicast group `addr`
+/// (`SO_REUSEADDR`: each gets a copy of every datagram, `group_socket.rs`).
+pub(crate) fn bind_udp_beside(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    bind_udp_as(addr, Reuse::Address)
+}
+
+/// How a socket shares its address with others.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reuse {
+    None,
+    /// `SO_REUSEPORT`: the kernel (or a steering program) picks one.
+    Port,
+    /// `SO_REUSEADDR`: on a multicast group, every one gets a copy.
+    Address,
 }
 
 /// A UDP socket made by the system call itself, not libc's `socket()`:
@@ -416,10 +500,12 @@ fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
     Ok(Socket::from(fd))
 }
 
-fn bind_udp_as(addr: SocketAddr, shared: bool) -> io::Result<std::net::UdpSocket> {
+fn bind_udp_as(addr: SocketAddr, reuse: Reuse) -> io::Result<std::net::UdpSocket> {
     let socket = udp_socket(addr)?;
-    if shared {
-        socket.set_reuse_port(true)?;
+    match reuse {
+        Reuse::None => {}
+        Reuse::Port => socket.set_reuse_port(true)?,
+        Reuse::Address => socket.set_reuse_address(true)?,
     }
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
@@ -499,17 +585,43 @@ sockopt_impl!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
-    /// A datagram sent to `group` reaches `rx` through the daemon's stream
-    /// (it is a member): returns once the stream is readable.
-    fn through_the_stream(rx: &Endpoint, group: IpAddr) {
+    /// An endpoint on a loopback address of its own, with a daemon of
+    /// the test's own (which captures, and so steers nothing, if
+    /// `capture`).
+    fn endpoint(capture: bool) -> Endpoint {
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, fastrand::u8(1..255)));
+        let config = crate::daemon::DaemonConfig {
+            socket: format!("softverbs-test-{}-{ip}-{capture}", std::process::id()),
+            idle_exit: std::time::Duration::from_millis(200),
+        };
+        let daemon = if capture {
+            let mut daemon = crate::daemon::server::Daemon::bind(config.clone()).unwrap();
+            let file = std::env::temp_dir().join(format!("softverbs-test-{ip}-%p.pcap"));
+            let capture = crate::capture::Capture::create(file.as_os_str()).unwrap();
+            let _ = std::fs::remove_file(capture.path());
+            daemon.capture_to(capture);
+            std::thread::spawn(move || daemon.run());
+            crate::daemon::DaemonAddress {
+                socket: config.socket,
+                program: None,
+            }
+        } else {
+            crate::daemon::server::start_thread(config).unwrap().0
+        };
+        Endpoint::open(ip, &daemon).unwrap()
+    }
+
+    /// Sends a datagram to `group` from `rx`'s address, and returns once
+    /// `on` (where it arrives) is readable.
+    fn to_the_group(rx: &Endpoint, group: IpAddr, on: BorrowedFd<'_>) {
         let tx = std::net::UdpSocket::bind(SocketAddr::new(rx.local().ip(), 0)).unwrap();
         send_multicast_from(&tx, rx.local().ip()).unwrap();
         let to = SocketAddr::new(group, crate::daemon::udp_port());
         tx.send_to(b"a datagram to the group", to).unwrap();
-        let stream = rx.data_fd();
         let mut fds = [rustix::event::PollFd::new(
-            &stream,
+            &on,
             rustix::event::PollFlags::IN,
         )];
         let ten_seconds = rustix::event::Timespec {
@@ -517,28 +629,25 @@ mod tests {
             tv_nsec: 0,
         };
         let ready = rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap();
-        assert_eq!(ready, 1, "the daemon passed nothing on in 10 s");
+        assert_eq!(ready, 1, "nothing arrived in 10 s");
     }
 
     /// With a steered socket, a poll reads the daemon's stream only when
     /// frames were noted on it (`StreamWaiting`), and then says so; the
-    /// progress thread after a look reads it always.
+    /// progress thread after a look reads it always. The frames here are
+    /// a group's datagrams the daemon passes on to a session that joined
+    /// through it.
     #[test]
     fn a_poll_reads_the_stream_only_when_frames_were_noted() {
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, fastrand::u8(1..255)));
-        let (daemon, _thread) = crate::daemon::server::start_thread(crate::daemon::DaemonConfig {
-            socket: format!("softverbs-test-{}-{ip}", std::process::id()),
-            idle_exit: std::time::Duration::from_millis(200),
-        })
-        .unwrap();
-        let mut rx = Endpoint::open(ip, &daemon).unwrap();
+        let mut rx = endpoint(false);
         assert!(rx.direct_socket().is_some(), "no steered socket");
         let group: IpAddr = "239.9.9.11".parse().unwrap();
-        rx.join(group).unwrap();
+        rx.session.join(group).unwrap();
+        let stream = rx.data_fd().try_clone_to_owned().unwrap();
         let frames = std::cell::Cell::new(0);
         let count = |_: FrameHeader, _: &[u8], _: bool| frames.set(frames.get() + 1);
 
-        through_the_stream(&rx, group);
+        to_the_group(&rx, group, stream.as_fd());
         assert!(!rx.receive(Receiver::Poll, count).unwrap());
         assert!(!rx.receive(Receiver::Verb, count).unwrap());
         assert_eq!(frames.get(), 0, "read without a note");
@@ -546,13 +655,74 @@ mod tests {
         assert!(rx.receive(Receiver::Poll, count).unwrap());
         assert_eq!(frames.get(), 1);
 
-        through_the_stream(&rx, group);
+        to_the_group(&rx, group, stream.as_fd());
         assert!(
             !rx.receive(Receiver::Poll, count).unwrap(),
             "the note was taken"
         );
         assert!(!rx.receive(Receiver::ProgressThread, count).unwrap());
         assert_eq!(frames.get(), 2);
+    }
+
+    /// With a steered socket, an endpoint receives a group's datagrams on
+    /// a socket of its own, read as the steered socket is: a poll takes
+    /// one, a verb the rest. The daemon passes nothing on. Once left,
+    /// the group has no socket.
+    #[test]
+    fn a_steered_endpoint_reads_its_groups_on_sockets_of_its_own() {
+        let mut rx = endpoint(false);
+        assert!(rx.direct_socket().is_some(), "no steered socket");
+        let group: IpAddr = "239.9.9.14".parse().unwrap();
+        rx.join(group).unwrap();
+        let on = rx.group_socket(group).expect("a group socket");
+        let on = on.as_fd().try_clone_to_owned().unwrap();
+        let frames = std::cell::Cell::new(0);
+        let count = |h: FrameHeader, _: &[u8], _: bool| {
+            assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
+            frames.set(frames.get() + 1)
+        };
+        to_the_group(&rx, group, on.as_fd());
+        to_the_group(&rx, group, on.as_fd());
+        assert!(!rx.receive(Receiver::Poll, count).unwrap());
+        assert_eq!(frames.get(), 1, "a poll takes one datagram");
+        assert!(!rx.receive(Receiver::Verb, count).unwrap());
+        assert_eq!(frames.get(), 2);
+        assert!(
+            !readable(rx.data_fd()),
+            "the daemon passed the datagrams on too"
+        );
+        rx.leave(group).unwrap();
+        assert!(rx.group_socket(group).is_none());
+    }
+
+    /// Without a steered socket (the daemon captures), an endpoint joins
+    /// a group through the daemon, which passes its datagrams on.
+    #[test]
+    fn without_a_steered_socket_the_daemon_passes_the_group_on() {
+        let mut rx = endpoint(true);
+        assert!(rx.direct_socket().is_none(), "a capturing daemon steered");
+        let group: IpAddr = "239.9.9.13".parse().unwrap();
+        rx.join(group).unwrap();
+        assert!(rx.group_socket(group).is_none());
+        let stream = rx.data_fd().try_clone_to_owned().unwrap();
+        to_the_group(&rx, group, stream.as_fd());
+        let frames = std::cell::Cell::new(0);
+        let count = |h: FrameHeader, _: &[u8], _: bool| {
+            assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
+            frames.set(frames.get() + 1)
+        };
+        assert!(!rx.receive(Receiver::Poll, count).unwrap());
+        assert_eq!(frames.get(), 1);
+        rx.leave(group).unwrap();
+    }
+
+    /// Whether `fd` has something to read now.
+    fn readable(fd: BorrowedFd<'_>) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default())).unwrap() > 0
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod driver;
 pub mod endpoint;
 pub mod gid_addr;
 mod group_memberships;
+mod group_socket;
 pub mod gsi;
 mod io_step;
 mod kept_packets;

@@ -241,7 +241,8 @@ fn mark_gone(published: &Published) {
 
 /// A UDP socket on port 4791: on a device address (packets go to the
 /// owner of their destination QP) or on a multicast group (datagrams go to
-/// every member context).
+/// every context that joined through the daemon: those without a steered
+/// socket, which read no group socket of their own, `group_socket.rs`).
 #[derive(Debug)]
 struct Receiver {
     local: IpAddr,
@@ -835,7 +836,7 @@ impl Daemon {
         let receiver = self.udp[slot].as_mut().expect("found or opened");
         let g = receiver.group.as_mut().expect("a group socket");
         if !g.joined_on.contains(&ip) {
-            join_on(&receiver.socket, group, ip)?;
+            crate::group_socket::join_on(&receiver.socket, group, ip)?;
             g.joined_on.push(ip);
         }
         if !g.members.contains(&id) {
@@ -890,7 +891,7 @@ impl Daemon {
         let socket = if unicast {
             bind_udp_shared(addr)?
         } else {
-            bind_udp(addr)?
+            crate::group_socket::bind(local)?
         };
         // No member but ours yet: everything to index 0 (the daemon) until
         // contexts join; a kernel that refuses the program gets no members.
@@ -1414,18 +1415,6 @@ impl Daemon {
 fn not_held(ps: u16, ip: IpAddr, port: u16) -> Reply {
     let why = format!("no reservation of port {port} of port space {ps:#06x} on {ip}");
     Reply::Refused(libc::EINVAL, why)
-}
-
-/// Joins multicast `group` on the interface of device address `ip`.
-fn join_on(socket: &std::net::UdpSocket, group: IpAddr, ip: IpAddr) -> io::Result<()> {
-    match (group, ip) {
-        (IpAddr::V4(g), IpAddr::V4(i)) => socket.join_multicast_v4(&g, &i),
-        (IpAddr::V6(g), IpAddr::V6(_)) => {
-            let index = crate::netif::ifindex_of(ip).unwrap_or(0);
-            socket.join_multicast_v6(&g, index)
-        }
-        _ => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
-    }
 }
 
 /// Runs a daemon on a thread of this process, for tests and embedders
