@@ -112,6 +112,8 @@ mcast_across() {
 }
 if cc -O1 -o "$log/mcast" "$(dirname "$(readlink -f "$0")")/mcast.c" -libverbs 2> "$log/cc"; then
   mcast_across "UD multicast between namespaces, IPv6 group" ff0e::5:1
+  # Of link-local scope: its socket is bound on the device's interface.
+  mcast_across "UD multicast between namespaces, link-local IPv6 group" ff02::5:2
   dev_a=$ip_a; dev_b=$ip_b
   mcast_across "UD multicast between namespaces, IPv4 group" 239.31.0.1
 else

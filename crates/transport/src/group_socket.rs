@@ -11,23 +11,33 @@
 
 use crate::daemon::udp_port;
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 
 /// A socket on `group`'s UDP 4791, joined on the interface of device
 /// address `ip`.
 pub(crate) fn open(group: IpAddr, ip: IpAddr) -> io::Result<UdpSocket> {
-    let socket = bind(group)?;
+    let socket = bind(group, ip)?;
     join_on(&socket, group, ip)?;
     Ok(socket)
 }
 
 /// A socket on `group`'s UDP 4791 beside the others there, joined
-/// nowhere yet.
-pub(crate) fn bind(group: IpAddr) -> io::Result<UdpSocket> {
-    if !group.is_multicast() {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    crate::endpoint::bind_udp_beside(SocketAddr::new(group, udp_port()))
+/// nowhere yet. An IPv6 group of link- or interface-local scope is bound
+/// on the interface of device address `ip` (Linux refuses it unscoped).
+pub(crate) fn bind(group: IpAddr, ip: IpAddr) -> io::Result<UdpSocket> {
+    let addr = match group {
+        IpAddr::V4(v4) if v4.is_multicast() => SocketAddr::new(group, udp_port()),
+        IpAddr::V6(v6) if v6.is_multicast() => {
+            let local_scope = matches!(v6.segments()[0] & 0x000f, 1 | 2);
+            let scope = match local_scope {
+                true => crate::netif::ifindex_of(ip).unwrap_or(0),
+                false => 0,
+            };
+            SocketAddrV6::new(v6, udp_port(), 0, scope).into()
+        }
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    crate::endpoint::bind_udp_beside(addr)
 }
 
 /// Joins multicast `group` on the interface of device address `ip`.
@@ -75,7 +85,23 @@ mod tests {
 
     #[test]
     fn a_unicast_address_is_no_group() {
-        let e = bind("127.0.0.1".parse().unwrap()).unwrap_err();
+        let ip = "127.0.0.1".parse().unwrap();
+        let e = bind(ip, ip).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    /// A link-local IPv6 group is bound on the device's interface (here
+    /// loopback's: `::1`), a global one unscoped.
+    #[test]
+    fn a_link_local_group_is_bound_on_the_device_interface() {
+        let ip: IpAddr = "::1".parse().unwrap();
+        for group in ["ff02::9:1", "ff12::9:1", "ff0e::9:1"] {
+            let socket = bind(group.parse().unwrap(), ip).unwrap();
+            let SocketAddr::V6(bound) = socket.local_addr().unwrap() else {
+                panic!("{group}: bound as IPv4");
+            };
+            let link_local = group.starts_with("ff02") || group.starts_with("ff12");
+            assert_eq!(bound.scope_id() != 0, link_local, "{group}: {bound}");
+        }
     }
 }

@@ -831,7 +831,10 @@ impl Daemon {
             .ok_or(io::ErrorKind::NotConnected)?;
         let slot = match self.find(group) {
             Some(slot) => slot,
-            None => self.open(group, Some(McastGroup::default()))?,
+            None => {
+                let socket = crate::group_socket::bind(group, ip)?;
+                self.add(group, socket, Some(McastGroup::default()), None)?
+            }
         };
         let receiver = self.udp[slot].as_mut().expect("found or opened");
         let g = receiver.group.as_mut().expect("a group socket");
@@ -870,14 +873,13 @@ impl Daemon {
             .position(|r| r.as_ref().is_some_and(|r| r.local == local))
     }
 
-    /// Opens UDP 4791 on `local` in a free slot.
-    fn open(&mut self, local: IpAddr, group: Option<McastGroup>) -> io::Result<usize> {
-        let unicast = group.is_none();
+    /// Opens UDP 4791 on device address `local` in a free slot.
+    fn open(&mut self, local: IpAddr) -> io::Result<usize> {
         let addr = SocketAddr::new(local, udp_port());
         // A group left by an earlier daemon's contexts (still closing their
         // members) would give ours an index nobody knows: probe for one,
         // and steer only on a port nobody holds.
-        let port_free = !unicast || bind_udp(addr).is_ok();
+        let port_free = bind_udp(addr).is_ok();
         if !port_free {
             // Said, since the kernel then shares this address's packets
             // between that holder and us: both lose some without a word.
@@ -888,17 +890,24 @@ impl Daemon {
                  give each daemon its own addresses or SOFTVERBS_UDP_PORT"
             );
         }
-        let socket = if unicast {
-            bind_udp_shared(addr)?
-        } else {
-            crate::group_socket::bind(local)?
-        };
+        let socket = bind_udp_shared(addr)?;
         // No member but ours yet: everything to index 0 (the daemon) until
         // contexts join; a kernel that refuses the program gets no members.
         // A daemon that captures (--pcap) steers nothing: it must see every
         // packet.
-        let steer = unicast && port_free && self.capture.is_none();
+        let steer = port_free && self.capture.is_none();
         let members = (steer && steering::steer(&socket, &[]).is_ok()).then(Vec::new);
+        self.add(local, socket, None, members)
+    }
+
+    /// Puts `socket`, on UDP 4791 of `local`, in a free slot, polled.
+    fn add(
+        &mut self,
+        local: IpAddr,
+        socket: std::net::UdpSocket,
+        group: Option<McastGroup>,
+        members: Option<Vec<Member>>,
+    ) -> io::Result<usize> {
         let slot = match self.udp.iter().position(Option::is_none) {
             Some(free) => free,
             None => {
@@ -923,7 +932,7 @@ impl Daemon {
     /// Opens UDP 4791 on `ip` unless it is open.
     fn open_port(&mut self, ip: IpAddr) -> io::Result<()> {
         if self.find(ip).is_none() {
-            self.open(ip, None)?;
+            self.open(ip)?;
         }
         Ok(())
     }
