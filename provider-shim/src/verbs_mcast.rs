@@ -1,6 +1,7 @@
 //! `ibv_attach_mcast` and `ibv_detach_mcast`: a UD QP joins or leaves a
-//! multicast group (the engine's rules; the host daemon receives the
-//! group's datagrams for this context while any of its QPs is in it).
+//! multicast group (the engine's rules; the context receives the group's
+//! datagrams, on a socket of its own or through the host daemon, while
+//! any of its QPs is in it).
 
 use crate::context::state;
 use crate::convert::gid_from_c;
@@ -19,7 +20,7 @@ type Change = fn(
 ) -> io::Result<VerbsResult<()>>;
 
 /// Runs `change` for the QP and GID of a provider call: the engine's
-/// errno, or the errno of a daemon that refused.
+/// errno, or the errno of the group's socket or the daemon that refused.
 ///
 /// # Safety
 /// `qp` is one of our QPs and `gid` a caller-provided GID.

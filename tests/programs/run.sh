@@ -87,7 +87,7 @@ else
 fi
 
 # UD multicast between two processes: the receiver attaches to a group and
-# says "ready" (the daemon has joined the group by then); the sender sends
+# says "ready" (it has joined the group by then); the sender sends
 # three datagrams to it. Once with an IPv4 group, once with an
 # InfiniBand-style IPv6 MGID (perftest -g's default kind: it travels as an
 # IPv4 group derived from it; the daemon once refused to join it).

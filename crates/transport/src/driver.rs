@@ -1281,7 +1281,6 @@ mod tests {
         registry
             .register(&mut SourceFd(&other_rx.as_raw_fd()), other_token, readable)
             .unwrap();
-
         let mut events = Events::with_capacity(8);
         let waiting = StreamWaiting::default();
         let (short, long) = (Duration::from_millis(50), Duration::from_secs(10));

@@ -55,13 +55,14 @@ pub struct Endpoint {
 
 /// Whether the daemon's stream has frames nobody read yet, as the
 /// progress thread's poller reported them (the stream carries CM
-/// messages, and multicast datagrams where the daemon passes them on). While the progress thread has
-/// lent the steered socket to an application spinning on its CQs, it
-/// notes them here instead of contending with the spinning thread for the
-/// driver lock, and that thread's next poll (or any verb that receives
-/// before it runs, `Driver::run_locked`) reads the stream: a multicast
-/// datagram that came through the daemon waited for the lock hand-off,
-/// 570 us typical in `ib_send_lat -c UD -g` against 5.5 us for unicast.
+/// messages, and multicast datagrams where the daemon passes them on).
+/// While the progress thread has lent the steered socket to an
+/// application spinning on its CQs, it notes them here instead of
+/// contending with the spinning thread for the driver lock, and that
+/// thread's next poll (or any verb that receives before it runs,
+/// `Driver::run_locked`) reads the stream: a multicast datagram that came
+/// through the daemon waited for the lock hand-off, 570 us typical in
+/// `ib_send_lat -c UD -g` against 5.5 us for unicast.
 #[derive(Debug, Default)]
 pub(crate) struct StreamWaiting(AtomicBool);
 

@@ -33,8 +33,8 @@ pub struct IoStats {
     /// Verbs that kept the packets due (an ACK) for the verb after them.
     pub held: u64,
     /// Receives other than the progress thread's looks (a verb's, most
-    /// often a spinning poll's) that read the daemon's stream (multicast
-    /// datagrams, CM messages) because the progress thread, having lent
+    /// often a spinning poll's) that read the daemon's stream (CM
+    /// messages, multicast datagrams passed on) because the progress thread, having lent
     /// the steered socket, noted frames on it (`endpoint::StreamWaiting`).
     pub stream_by_verb: u64,
 }
@@ -98,9 +98,10 @@ pub(crate) enum StepBy {
     /// room in the sending socket).
     ProgressThread,
     /// The progress thread lingering, polling, between two looks at its
-    /// poller: it receives from the steered socket only. The daemon's
-    /// stream, which carries only multicast datagrams and CM messages,
-    /// waits for the next look (`driver.rs`, `LINGER_STEPS_PER_LOOK`).
+    /// poller: it receives from the steered socket and the group sockets
+    /// only. The daemon's stream, which carries only CM messages and
+    /// multicast datagrams passed on, waits for the next look (`driver.rs`,
+    /// `LINGER_STEPS_PER_LOOK`).
     Linger,
 }
 
@@ -134,8 +135,8 @@ impl Io {
         }
     }
 
-    /// Receives everything waiting (a lingering step, the steered
-    /// socket's only, unless frames were noted on the daemon's stream; a
+    /// Receives everything waiting (a lingering step, the steered and
+    /// group sockets' only, unless frames were noted on the daemon's stream; a
     /// verb's step nothing, for it received before the verb ran:
     /// [`Io::receive`]), runs due timers, then sends everything
     /// due, unless `sending` says otherwise. Whether it sent.
@@ -173,9 +174,10 @@ impl Io {
 
     /// Receives what waits. A verb receives before it runs, so that an
     /// `ibv_poll_cq` returns what arrived for it at once, not on its next
-    /// call. With a steered socket, the daemon's stream carries only
-    /// multicast datagrams and CM messages, which are not worth a system
-    /// call on every verb: the progress thread, woken by its poller when
+    /// call. With a steered socket, the daemon's stream carries only CM
+    /// messages (a multicast group's datagrams arrive on the context's
+    /// own group socket), which are not worth a system call on every
+    /// verb: the progress thread, woken by its poller when
     /// the stream has data, reads it then, or, while it lent the socket to
     /// a spinning application, notes it for the next verb to read
     /// (`endpoint::StreamWaiting`).

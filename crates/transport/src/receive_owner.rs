@@ -20,8 +20,9 @@
 //! completes its work). A datagram left waiting when the spinning stopped
 //! (come after the last poll, or behind the one datagram a poll takes)
 //! waits at most [`HANDBACK`]; a NIC's interrupt moderation holds one back
-//! for as long. So do frames on the daemon's stream (multicast datagrams,
-//! CM messages): while the socket is lent, the thread woken for them
+//! for as long; so does one on a group socket (a multicast group's, lent
+//! with the steered socket). So do frames on the daemon's stream (CM
+//! messages, multicast datagrams passed on): while the socket is lent, the thread woken for them
 //! leaves them to the spinning thread's next poll (`endpoint.rs`,
 //! `StreamWaiting`) rather than take the driver from it. An application
 //! whose polls hand it only the completions
