@@ -80,7 +80,7 @@ const STATS_VAR: &str = "SOFTVERBS_STATS";
 /// The daemon's stream: CM messages, and multicast datagrams where the
 /// daemon passes them on.
 const STREAM: Token = Token(0);
-/// The sockets on the multicast groups the context is in
+/// The epoll set of the sockets on the multicast groups the context is in
 /// (`group_socket.rs`), polled as the steered socket is (lent with it).
 const GROUPS: Token = Token(5);
 /// The steered socket datagrams arrive on, unless lent to the application
@@ -238,6 +238,11 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Interest::READABLE,
             )?;
         }
+        poll.registry().register(
+            &mut SourceFd(&endpoint.groups_fd().as_raw_fd()),
+            GROUPS,
+            Interest::READABLE,
+        )?;
         let mut device = cfg.device;
         let qpns = endpoint.qpns();
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
@@ -633,7 +638,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Membership::Joined(g) => {
                     let group = g.route(local);
                     if state.groups.attached(group) {
-                        if let Err(e) = self.join(&mut state.io.endpoint, group) {
+                        if let Err(e) = state.io.endpoint.join(group) {
                             // attach_mcast undoes the engine's attach.
                             state.groups.detached(group);
                             return Err(e);
@@ -643,50 +648,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 Membership::Left(g) => {
                     let group = g.route(local);
                     if state.groups.detached(group) {
-                        self.leave(&mut state.io.endpoint, group)?;
+                        state.io.endpoint.leave(group)?;
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    /// The endpoint joins `group`; the progress thread polls the group's
-    /// socket, if it has one, unless it lent the steered socket (then
-    /// from when it takes it back, `Shared::lend_socket`). The poller
-    /// reports a socket that has datagrams when it is registered: none
-    /// arriving before is missed. Called with the driver locked, which
-    /// lending takes too.
-    fn join(&self, endpoint: &mut Endpoint, group: IpAddr) -> io::Result<()> {
-        endpoint.join(group)?;
-        let Some(socket) = endpoint.group_socket(group) else {
-            return Ok(());
-        };
-        if self.shared.app_polls.lent() {
-            return Ok(());
-        }
-        let mut source = SourceFd(&socket.as_raw_fd());
-        if let Err(e) = self
-            .shared
-            .registry
-            .register(&mut source, GROUPS, Interest::READABLE)
-        {
-            let _ = endpoint.leave(group);
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// The endpoint leaves `group`; its socket is no longer polled (if it
-    /// was: a lent socket is not).
-    fn leave(&self, endpoint: &mut Endpoint, group: IpAddr) -> io::Result<()> {
-        if let Some(socket) = endpoint.group_socket(group) {
-            let _ = self
-                .shared
-                .registry
-                .deregister(&mut SourceFd(&socket.as_raw_fd()));
-        }
-        endpoint.leave(group)
     }
 
     /// The slots this context holds.
@@ -823,10 +790,11 @@ impl<M: HostMemory> Shared<M> {
             // group, in which a new daemon would otherwise find us.
             let fd = io.endpoint.data_fd().as_raw_fd();
             let _ = self.registry.deregister(&mut SourceFd(&fd));
-            let direct = io.endpoint.direct_socket().into_iter();
-            for socket in direct.chain(io.endpoint.group_sockets()) {
-                let _ = self.registry.deregister(&mut SourceFd(&socket.as_raw_fd()));
+            if let Some(direct) = io.endpoint.direct_socket() {
+                let _ = self.registry.deregister(&mut SourceFd(&direct.as_raw_fd()));
             }
+            let groups = io.endpoint.groups_fd().as_raw_fd();
+            let _ = self.registry.deregister(&mut SourceFd(&groups));
             io.endpoint.close_direct();
         }
         while let Some(cq) = engine.poll_comp_event() {
@@ -920,10 +888,9 @@ impl<M> Shared<M> {
             return; // its sockets are closed
         }
         let endpoint = &io.endpoint;
-        let direct = endpoint.direct_socket().map(|s| (s, DIRECT));
-        let groups = endpoint.group_sockets().map(|s| (s, GROUPS));
-        for (socket, token) in direct.into_iter().chain(groups) {
-            let fd = socket.as_raw_fd();
+        let direct = endpoint.direct_socket().map(|s| (s.as_raw_fd(), DIRECT));
+        let groups = (endpoint.groups_fd().as_raw_fd(), GROUPS);
+        for (fd, token) in direct.into_iter().chain([groups]) {
             let mut source = SourceFd(&fd);
             let _ = if lend {
                 self.registry.deregister(&mut source)

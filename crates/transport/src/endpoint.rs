@@ -5,6 +5,7 @@
 
 use crate::daemon::protocol::FrameHeader;
 use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
+use crate::group_socket::GroupSockets;
 use crate::queue_watch::QueueWatch;
 use crate::slots::qpns_of;
 use nix::sys::socket::sockopt::{RcvBufForce, SndBufForce, UdpGroSegment};
@@ -50,7 +51,7 @@ pub struct Endpoint {
     /// (`group_socket.rs`), where the daemon steers; read as the steered
     /// socket is. Without a steered socket, the daemon passes the groups'
     /// datagrams on.
-    groups: Vec<(IpAddr, std::net::UdpSocket)>,
+    groups: GroupSockets,
 }
 
 /// Whether the daemon's stream has frames nobody read yet, as the
@@ -97,7 +98,7 @@ impl Endpoint {
             cmsg: cmsg_buffer(),
             queue: QueueWatch::default(),
             stream_waiting: Arc::default(),
-            groups: Vec::new(),
+            groups: GroupSockets::new()?,
         })
     }
 
@@ -119,35 +120,32 @@ impl Endpoint {
     }
 
     /// Receives the datagrams of multicast `group` from now on: on a
-    /// socket of its own where the daemon steers (poll it:
-    /// [`Endpoint::group_socket`]), else through the daemon.
+    /// socket of its own where the daemon steers (polled through
+    /// [`Endpoint::groups_fd`]), else through the daemon.
     pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
         if self.session.direct().is_none() {
             return self.session.join(group);
         }
-        let socket = crate::group_socket::open(group, self.local.ip())?;
-        self.groups.push((group, socket));
-        Ok(())
+        self.groups.join(group, self.local.ip())
     }
 
     /// No more datagrams of `group`.
     pub fn leave(&mut self, group: IpAddr) -> io::Result<()> {
-        match self.groups.iter().position(|(g, _)| *g == group) {
-            Some(i) => {
-                self.groups.swap_remove(i);
-                Ok(())
-            }
-            None => self.session.leave(group),
+        if self.groups.leave(group) {
+            return Ok(());
         }
+        self.session.leave(group)
     }
 
-    /// The socket of multicast `group`, if this endpoint joined it on one
-    /// of its own.
-    pub fn group_socket(&self, group: IpAddr) -> Option<&std::net::UdpSocket> {
-        self.groups
-            .iter()
-            .find(|(g, _)| *g == group)
-            .map(|(_, s)| s)
+    /// Whether this endpoint receives `group` on a socket of its own.
+    pub fn has_group_socket(&self, group: IpAddr) -> bool {
+        self.groups.has(group)
+    }
+
+    /// The descriptor to poll for datagrams on the group sockets (an
+    /// epoll set, readable while one holds some).
+    pub fn groups_fd(&self) -> BorrowedFd<'_> {
+        self.groups.set_fd()
     }
 
     /// Publishes this context's same-host region and doorbell through the
@@ -275,11 +273,6 @@ impl Endpoint {
         self.groups.clear();
     }
 
-    /// The group sockets, to poll as the steered socket is (lent with it).
-    pub fn group_sockets(&self) -> impl Iterator<Item = &std::net::UdpSocket> {
-        self.groups.iter().map(|(_, s)| s)
-    }
-
     /// Hands the packets waiting to `frame`: the datagrams on the steered
     /// socket and on each group socket (what `by` takes of them), then
     /// the frames the daemon passed on, if the receiver is the progress
@@ -329,14 +322,14 @@ impl Endpoint {
     /// The datagrams waiting on the group sockets, what `by` takes of
     /// each socket's as of the steered socket's.
     fn receive_groups(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8], bool)) {
-        for (group, socket) in &self.groups {
-            let dst = SocketAddr::new(*group, crate::daemon::udp_port());
-            let (buf, cmsg) = (&mut self.direct_buf, &mut self.cmsg);
-            let one = by == Receiver::Poll;
+        let (buf, cmsg) = (&mut self.direct_buf, &mut self.cmsg);
+        let one = by == Receiver::Poll;
+        self.groups.each_ready(|group, socket| {
+            let dst = SocketAddr::new(group, crate::daemon::udp_port());
             read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
                 frame(FrameHeader { src, dst, segment }, bytes, false);
             });
-        }
+        });
     }
 }
 
@@ -675,8 +668,8 @@ mod tests {
         assert!(rx.direct_socket().is_some(), "no steered socket");
         let group: IpAddr = "239.9.9.14".parse().unwrap();
         rx.join(group).unwrap();
-        let on = rx.group_socket(group).expect("a group socket");
-        let on = on.as_fd().try_clone_to_owned().unwrap();
+        assert!(rx.has_group_socket(group));
+        let on = rx.groups_fd().try_clone_to_owned().unwrap();
         let frames = std::cell::Cell::new(0);
         let count = |h: FrameHeader, _: &[u8], _: bool| {
             assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
@@ -693,7 +686,7 @@ mod tests {
             "the daemon passed the datagrams on too"
         );
         rx.leave(group).unwrap();
-        assert!(rx.group_socket(group).is_none());
+        assert!(!rx.has_group_socket(group));
     }
 
     /// Without a steered socket (the daemon captures), an endpoint joins
@@ -704,7 +697,7 @@ mod tests {
         assert!(rx.direct_socket().is_none(), "a capturing daemon steered");
         let group: IpAddr = "239.9.9.13".parse().unwrap();
         rx.join(group).unwrap();
-        assert!(rx.group_socket(group).is_none());
+        assert!(!rx.has_group_socket(group));
         let stream = rx.data_fd().try_clone_to_owned().unwrap();
         to_the_group(&rx, group, stream.as_fd());
         let frames = std::cell::Cell::new(0);

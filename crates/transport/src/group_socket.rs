@@ -8,10 +8,100 @@
 //! of the multicast latency, and was dropped once more than the daemon's
 //! queue for a context waited (a receiver behind a fast sender: `ib_send_bw
 //! -c UD -g` hung). The membership is the socket's: closing it leaves.
+//!
+//! A context's group sockets sit behind one epoll set ([`GroupSockets`]):
+//! the progress thread polls the set (one descriptor, lent with the
+//! steered socket), and a receive asks it which sockets hold datagrams,
+//! one system call however many groups the context is in.
 
 use crate::daemon::udp_port;
+use rustix::event::epoll;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+/// Ready sockets taken from the set per look; more wait for the next.
+const READY_PER_LOOK: usize = 16;
+
+/// The sockets of the multicast groups a context is in, and the epoll set
+/// (level-triggered) that says which hold datagrams.
+#[derive(Debug)]
+pub(crate) struct GroupSockets {
+    set: OwnedFd,
+    sockets: Vec<(IpAddr, UdpSocket)>,
+}
+
+impl GroupSockets {
+    pub(crate) fn new() -> io::Result<GroupSockets> {
+        Ok(GroupSockets {
+            set: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            sockets: Vec::new(),
+        })
+    }
+
+    /// The epoll set: readable while a group socket holds datagrams.
+    pub(crate) fn set_fd(&self) -> BorrowedFd<'_> {
+        self.set.as_fd()
+    }
+
+    /// Opens `group`'s socket, joined on the interface of device address
+    /// `ip`, into the set.
+    pub(crate) fn join(&mut self, group: IpAddr, ip: IpAddr) -> io::Result<()> {
+        let socket = open(group, ip)?;
+        let key = epoll::EventData::new_u64(socket.as_raw_fd() as u64);
+        epoll::add(&self.set, &socket, key, epoll::EventFlags::IN)?;
+        self.sockets.push((group, socket));
+        Ok(())
+    }
+
+    /// Closes `group`'s socket; whether there was one.
+    pub(crate) fn leave(&mut self, group: IpAddr) -> bool {
+        let Some(i) = self.sockets.iter().position(|(g, _)| *g == group) else {
+            return false;
+        };
+        let (_, socket) = self.sockets.swap_remove(i);
+        // Out of the set by hand: a child made by fork may hold the
+        // socket open, and the set drops only sockets closed everywhere.
+        let _ = epoll::delete(&self.set, &socket);
+        true
+    }
+
+    /// Whether `group` has a socket here.
+    pub(crate) fn has(&self, group: IpAddr) -> bool {
+        self.sockets.iter().any(|(g, _)| *g == group)
+    }
+
+    /// Closes every group's socket.
+    pub(crate) fn clear(&mut self) {
+        for (_, socket) in self.sockets.drain(..) {
+            let _ = epoll::delete(&self.set, &socket);
+        }
+    }
+
+    /// Hands `read` each socket that holds datagrams, with its group
+    /// (none, and no system call, without groups).
+    pub(crate) fn each_ready(&self, mut read: impl FnMut(IpAddr, &UdpSocket)) {
+        if self.sockets.is_empty() {
+            return;
+        }
+        let mut events = [MaybeUninit::<epoll::Event>::uninit(); READY_PER_LOOK];
+        let now = rustix::event::Timespec::default();
+        let Ok((ready, _)) = epoll::wait(&self.set, &mut events, Some(&now)) else {
+            return;
+        };
+        for event in ready.iter() {
+            let fd = event.data.u64();
+            let found = self
+                .sockets
+                .iter()
+                .find(|(_, s)| s.as_raw_fd() as u64 == fd);
+            if let Some((group, socket)) = found {
+                read(*group, socket);
+            }
+        }
+    }
+}
 
 /// A socket on `group`'s UDP 4791, joined on the interface of device
 /// address `ip`.
@@ -81,6 +171,61 @@ mod tests {
         tx.send_to(b"two", to).unwrap();
         assert_eq!(a.recv(&mut buf).unwrap(), 3);
         assert_eq!(&buf[..3], b"two");
+    }
+
+    /// The set says which group sockets hold datagrams, each with its
+    /// group, and is readable while one does; a socket left is out of it.
+    #[test]
+    fn the_set_names_the_sockets_that_hold_datagrams() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let (g1, g2): (IpAddr, IpAddr) =
+            ("239.9.9.15".parse().unwrap(), "239.9.9.16".parse().unwrap());
+        let mut groups = GroupSockets::new().unwrap();
+        groups.join(g1, ip).unwrap();
+        groups.join(g2, ip).unwrap();
+        let ready = |groups: &GroupSockets| {
+            let mut seen = Vec::new();
+            groups.each_ready(|g, s| {
+                let mut buf = [0; 16];
+                while s.recv(&mut buf).is_ok() {
+                    seen.push(g);
+                }
+            });
+            seen
+        };
+        assert!(ready(&groups).is_empty());
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        socket2::SockRef::from(&tx)
+            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
+            .unwrap();
+        tx.send_to(b"to g2", SocketAddr::new(g2, udp_port()))
+            .unwrap();
+        let set = groups.set.try_clone().unwrap();
+        let mut fds = [rustix::event::PollFd::new(
+            &set,
+            rustix::event::PollFlags::IN,
+        )];
+        let ten_seconds = rustix::event::Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        assert_eq!(
+            rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
+            1
+        );
+        assert_eq!(ready(&groups), [g2]);
+        assert!(groups.leave(g2));
+        assert!(!groups.leave(g2));
+        assert!(groups.has(g1) && !groups.has(g2));
+        tx.send_to(b"to g2", SocketAddr::new(g2, udp_port()))
+            .unwrap();
+        tx.send_to(b"to g1", SocketAddr::new(g1, udp_port()))
+            .unwrap();
+        assert_eq!(
+            rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
+            1
+        );
+        assert_eq!(ready(&groups), [g1]);
     }
 
     #[test]
