@@ -138,7 +138,8 @@ impl Endpoint {
     }
 
     /// Whether this endpoint receives `group` on a socket of its own.
-    pub fn has_group_socket(&self, group: IpAddr) -> bool {
+    #[cfg(test)]
+    fn has_group_socket(&self, group: IpAddr) -> bool {
         self.groups.has(group)
     }
 
