@@ -68,6 +68,7 @@ impl GroupSockets {
     }
 
     /// Whether `group` has a socket here.
+    #[cfg(test)]
     pub(crate) fn has(&self, group: IpAddr) -> bool {
         self.sockets.iter().any(|(g, _)| *g == group)
     }
