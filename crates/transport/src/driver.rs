@@ -80,9 +80,6 @@ const STATS_VAR: &str = "SOFTVERBS_STATS";
 /// The daemon's stream: CM messages, and multicast datagrams where the
 /// daemon passes them on.
 const STREAM: Token = Token(0);
-/// The epoll set of the sockets on the multicast groups the context is in
-/// (`group_socket.rs`), polled as the steered socket is (lent with it).
-const GROUPS: Token = Token(5);
 /// The steered socket datagrams arrive on, unless lent to the application
 /// (`receive_owner.rs`).
 const DIRECT: Token = Token(1);
@@ -93,6 +90,9 @@ const SEND_ROOM: Token = Token(3);
 const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 /// The timer a verb arms when it brings the earliest deadline forward.
 const DEADLINE: Token = Token(4);
+/// The epoll set of the sockets on the multicast groups the context is in
+/// (`group_socket.rs`), polled as the steered socket is (lent with it).
+const GROUPS: Token = Token(5);
 
 /// Receives what the engine reports, from whichever thread made progress.
 /// Implementations must be quick and must not call back into the driver
@@ -604,7 +604,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     }
 
     /// `ibv_attach_mcast`: the engine's checks, then, for a group this
-    /// context was not in, the daemon's membership (undone if it fails).
+    /// context was not in, the membership (the group's socket, or the
+    /// daemon's: `Endpoint::join`; the attach is undone if it fails).
     pub fn attach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
         let mut state = self.shared.lock()?;
         if let Err(e) = state.engine.attach_mcast(qp, gid) {
@@ -618,8 +619,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         Ok(Ok(()))
     }
 
-    /// `ibv_detach_mcast`; the daemon stops passing the group on once no
-    /// QP of this context is in it.
+    /// `ibv_detach_mcast`; the context leaves the group once no QP of it
+    /// is in it.
     pub fn detach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
         let mut state = self.shared.lock()?;
         let r = state.engine.detach_mcast(qp, gid);
@@ -627,8 +628,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         Ok(r)
     }
 
-    /// Tells the daemon of every group the engine joined or left, as the
-    /// address each travels as (an IPv6 group from an IPv4 device: an
+    /// Joins or leaves every group the engine joined or left
+    /// ([`Endpoint::join`]), as the address each travels as (an IPv6 group from an IPv4 device: an
     /// IPv4 one, `Gid::route`), which several MGIDs may share
     /// (`group_memberships.rs`).
     fn sync_membership(&self, state: &mut State<M>) -> io::Result<()> {
@@ -647,7 +648,10 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                 }
                 Membership::Left(g) => {
                     let group = g.route(local);
-                    if state.groups.detached(group) {
+                    // Once the daemon is gone, the group sockets are
+                    // closed and its session cannot be told: nothing to
+                    // leave.
+                    if state.groups.detached(group) && !state.io.link_down {
                         state.io.endpoint.leave(group)?;
                     }
                 }
@@ -795,7 +799,7 @@ impl<M: HostMemory> Shared<M> {
             }
             let groups = io.endpoint.groups_fd().as_raw_fd();
             let _ = self.registry.deregister(&mut SourceFd(&groups));
-            io.endpoint.close_direct();
+            io.endpoint.close_receivers();
         }
         while let Some(cq) = engine.poll_comp_event() {
             self.notify.completion_event(cq);

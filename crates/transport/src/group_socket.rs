@@ -1,13 +1,15 @@
-//! A socket on a multicast group's UDP 4791. Every socket bound there
-//! reuses the address (`SO_REUSEADDR`), so that the kernel gives each its
-//! own copy of every datagram to the group: each member context has one
-//! and reads the group's datagrams itself, and so has a daemon that
-//! captures (`--pcap`), which passes them on to the contexts that joined
-//! through it (its contexts have no steered socket: it must see every
-//! packet). Through the daemon a datagram cost a hop and its wake-up, most
-//! of the multicast latency, and was dropped once more than the daemon's
-//! queue for a context waited (a receiver behind a fast sender: `ib_send_bw
-//! -c UD -g` hung). The membership is the socket's: closing it leaves.
+//! A socket on a multicast group's UDP 4791. The kernel gives every
+//! socket bound there its own copy of every datagram to the group, and
+//! each reuses the address (`SO_REUSEADDR`) so that several can bind it:
+//! each member context has one and reads the group's datagrams itself,
+//! and so has the daemon for the contexts that joined through it (those
+//! without a steered socket: the daemon captures, `--pcap`, and must see
+//! every packet, or serves another user, or the kernel refused its
+//! steering program), which it passes them on to. Through the daemon a
+//! datagram cost a hop and its wake-up, most of the multicast latency,
+//! and was dropped once more than the daemon's queue for a context waited
+//! (a receiver behind a fast sender: `ib_send_bw -c UD -g` hung). The
+//! membership is the socket's: closing it leaves.
 //!
 //! A context's group sockets sit behind one epoll set ([`GroupSockets`]):
 //! the progress thread polls the set (one descriptor, lent with the
@@ -21,7 +23,7 @@ use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-/// Ready sockets taken from the set per look; more wait for the next.
+/// Ready sockets taken from the set per `epoll_wait`.
 const READY_PER_LOOK: usize = 16;
 
 /// The sockets of the multicast groups a context is in, and the epoll set
@@ -46,8 +48,11 @@ impl GroupSockets {
     }
 
     /// Opens `group`'s socket, joined on the interface of device address
-    /// `ip`, into the set.
+    /// `ip`, into the set (once: a group joined already stays as it is).
     pub(crate) fn join(&mut self, group: IpAddr, ip: IpAddr) -> io::Result<()> {
+        if self.sockets.iter().any(|(g, _)| *g == group) {
+            return Ok(());
+        }
         let socket = open(group, ip)?;
         let key = epoll::EventData::new_u64(socket.as_raw_fd() as u64);
         epoll::add(&self.set, &socket, key, epoll::EventFlags::IN)?;
@@ -81,15 +86,31 @@ impl GroupSockets {
     }
 
     /// Hands `read` each socket that holds datagrams, with its group
-    /// (none, and no system call, without groups).
-    pub(crate) fn each_ready(&self, mut read: impl FnMut(IpAddr, &UdpSocket)) {
+    /// (none, and no system call, without groups): those of one
+    /// `epoll_wait` if `one_look`, else until the set is found quiet. The
+    /// progress thread's poller reports the set only when a datagram
+    /// arrives, so a receiver that must take everything looks again
+    /// after a full look, lest sockets left ready wait for the next
+    /// datagram.
+    pub(crate) fn each_ready(&self, one_look: bool, mut read: impl FnMut(IpAddr, &UdpSocket)) {
         if self.sockets.is_empty() {
             return;
         }
+        loop {
+            let ready = self.look(&mut read);
+            if one_look || ready < READY_PER_LOOK {
+                return;
+            }
+        }
+    }
+
+    /// One `epoll_wait` of the set, each ready socket to `read`; how many
+    /// were ready.
+    fn look(&self, read: &mut impl FnMut(IpAddr, &UdpSocket)) -> usize {
         let mut events = [MaybeUninit::<epoll::Event>::uninit(); READY_PER_LOOK];
         let now = rustix::event::Timespec::default();
         let Ok((ready, _)) = epoll::wait(&self.set, &mut events, Some(&now)) else {
-            return;
+            return 0;
         };
         for event in ready.iter() {
             let fd = event.data.u64();
@@ -101,13 +122,22 @@ impl GroupSockets {
                 read(*group, socket);
             }
         }
+        ready.len()
     }
 }
 
-/// A socket on `group`'s UDP 4791, joined on the interface of device
-/// address `ip`.
+/// A context's socket on `group`'s UDP 4791, joined on the interface of
+/// device address `ip`, receiving only what arrives there, as a NIC's
+/// port does: Linux would otherwise hand it the group's datagrams that
+/// arrive on any interface where anything on the host joined the group
+/// (`IP_MULTICAST_ALL`).
 pub(crate) fn open(group: IpAddr, ip: IpAddr) -> io::Result<UdpSocket> {
     let socket = bind(group, ip)?;
+    let sock = socket2::SockRef::from(&socket);
+    match group {
+        IpAddr::V4(_) => sock.set_multicast_all_v4(false)?,
+        IpAddr::V6(_) => sock.set_multicast_all_v6(false)?,
+    }
     join_on(&socket, group, ip)?;
     Ok(socket)
 }
@@ -128,7 +158,7 @@ pub(crate) fn bind(group: IpAddr, ip: IpAddr) -> io::Result<UdpSocket> {
         }
         _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
-    crate::endpoint::bind_udp_beside(addr)
+    crate::endpoint::bind_udp_reusing_address(addr)
 }
 
 /// Joins multicast `group` on the interface of device address `ip`.
@@ -148,7 +178,7 @@ mod tests {
     use super::*;
 
     /// Two members of one group on this host each receive every datagram
-    /// sent to it; one that closed receives nothing more.
+    /// sent to it; after one closed, the other still does.
     #[test]
     fn each_member_gets_a_copy_of_every_datagram() {
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
@@ -186,7 +216,7 @@ mod tests {
         groups.join(g2, ip).unwrap();
         let ready = |groups: &GroupSockets| {
             let mut seen = Vec::new();
-            groups.each_ready(|g, s| {
+            groups.each_ready(false, |g, s| {
                 let mut buf = [0; 16];
                 while s.recv(&mut buf).is_ok() {
                     seen.push(g);
@@ -227,6 +257,63 @@ mod tests {
             1
         );
         assert_eq!(ready(&groups), [g1]);
+    }
+
+    /// With more groups holding datagrams than one look takes, a poll's
+    /// one look leaves the rest for the next, while a receiver that takes
+    /// everything looks until the set is quiet.
+    #[test]
+    fn taking_everything_looks_until_the_set_is_quiet() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let mut groups = GroupSockets::new().unwrap();
+        let n = READY_PER_LOOK + 4;
+        let group = |i: usize| IpAddr::from([239, 9, 10, i as u8 + 1]);
+        (0..n).for_each(|i| groups.join(group(i), ip).unwrap());
+        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
+        socket2::SockRef::from(&tx)
+            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
+            .unwrap();
+        for i in 0..n {
+            tx.send_to(b"one", SocketAddr::new(group(i), udp_port()))
+                .unwrap();
+        }
+        let all_arrived = |groups: &GroupSockets| {
+            for (_, socket) in &groups.sockets {
+                let mut fds = [rustix::event::PollFd::new(
+                    socket,
+                    rustix::event::PollFlags::IN,
+                )];
+                let ten_seconds = rustix::event::Timespec {
+                    tv_sec: 10,
+                    tv_nsec: 0,
+                };
+                assert_eq!(
+                    rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
+                    1
+                );
+            }
+        };
+        all_arrived(&groups);
+        let read = std::cell::Cell::new(0);
+        let take = |one_look| {
+            groups.each_ready(one_look, |_, s| {
+                let mut buf = [0; 16];
+                while s.recv(&mut buf).is_ok() {
+                    read.set(read.get() + 1);
+                }
+            })
+        };
+        take(true);
+        assert_eq!(read.get(), READY_PER_LOOK, "one look");
+        take(true);
+        assert_eq!(read.get(), n, "the next look takes the rest");
+        for i in 0..n {
+            tx.send_to(b"two", SocketAddr::new(group(i), udp_port()))
+                .unwrap();
+        }
+        all_arrived(&groups);
+        take(false);
+        assert_eq!(read.get(), 2 * n, "taking everything");
     }
 
     #[test]

@@ -34,8 +34,9 @@ pub struct IoStats {
     pub held: u64,
     /// Receives other than the progress thread's looks (a verb's, most
     /// often a spinning poll's) that read the daemon's stream (CM
-    /// messages, multicast datagrams passed on) because the progress thread, having lent
-    /// the steered socket, noted frames on it (`endpoint::StreamWaiting`).
+    /// messages, multicast datagrams passed on) because the progress
+    /// thread, having lent the steered socket, noted frames on it
+    /// (`endpoint::StreamWaiting`).
     pub stream_by_verb: u64,
 }
 

@@ -22,11 +22,11 @@
 //! waits at most [`HANDBACK`]; a NIC's interrupt moderation holds one back
 //! for as long; so does one on a group socket (a multicast group's, lent
 //! with the steered socket). So do frames on the daemon's stream (CM
-//! messages, multicast datagrams passed on): while the socket is lent, the thread woken for them
-//! leaves them to the spinning thread's next poll (`endpoint.rs`,
-//! `StreamWaiting`) rather than take the driver from it. An application
-//! whose polls hand it only the completions
-//! of its SENDs and WRITEs learns of incoming data some other way
+//! messages, multicast datagrams passed on): while the socket is lent,
+//! the thread woken for them leaves them to the spinning thread's next
+//! poll (`endpoint.rs`, `StreamWaiting`) rather than take the driver from
+//! it. An application whose polls hand it only the completions of its
+//! SENDs and WRITEs learns of incoming data some other way
 //! (`ib_write_lat` spins on memory between polls for the peer's WRITE), so
 //! only the thread can take that in at once: it keeps the socket, unless
 //! the polls take those WRITEs in themselves (the peer's ACK, kept for

@@ -433,7 +433,7 @@ impl Inner {
                 }
             });
             if got.is_err() {
-                endpoint.close_direct();
+                endpoint.close_receivers();
                 dead.push(*ip);
                 agent.device_removed(*ip);
                 softverbs_transport::say!(
