@@ -629,9 +629,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     }
 
     /// Joins or leaves every group the engine joined or left
-    /// ([`Endpoint::join`]), as the address each travels as (an IPv6 group from an IPv4 device: an
-    /// IPv4 one, `Gid::route`), which several MGIDs may share
-    /// (`group_memberships.rs`).
+    /// ([`Endpoint::join`]), as the address each travels as (an IPv6
+    /// group from an IPv4 device: an IPv4 one, `Gid::route`), which
+    /// several MGIDs may share (`group_memberships.rs`).
     fn sync_membership(&self, state: &mut State<M>) -> io::Result<()> {
         let local = state.io.endpoint.local().ip();
         while let Some(change) = state.engine.poll_membership() {

@@ -461,7 +461,7 @@ pub fn bind_udp_shared(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
 }
 
 /// [`bind_udp`] beside the other sockets on multicast group `addr`
-/// (`SO_REUSEADDR`: each gets a copy of every datagram, `group_socket.rs`).
+/// (`SO_REUSEADDR`, `group_socket.rs`).
 pub(crate) fn bind_udp_reusing_address(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     bind_udp_as(addr, Reuse::Address)
 }
@@ -472,7 +472,8 @@ enum Reuse {
     None,
     /// `SO_REUSEPORT`: the kernel (or a steering program) picks one.
     Port,
-    /// `SO_REUSEADDR`: on a multicast group, every one gets a copy.
+    /// `SO_REUSEADDR`: several bind one multicast group, each getting
+    /// its own copy of every datagram.
     Address,
 }
 

@@ -839,7 +839,11 @@ impl Daemon {
         let receiver = self.udp[slot].as_mut().expect("found or opened");
         let g = receiver.group.as_mut().expect("a group socket");
         if !g.joined_on.contains(&ip) {
-            crate::group_socket::join_on(&receiver.socket, group, ip)?;
+            if let Err(e) = crate::group_socket::join_on(&receiver.socket, group, ip) {
+                // A socket opened for this join closes with it.
+                self.leave(id, group);
+                return Err(e);
+            }
             g.joined_on.push(ip);
         }
         if !g.members.contains(&id) {
