@@ -14,11 +14,15 @@ use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 /// if `write` and else readable, as the kernel's pinning asks (a mapping
 /// made with PROT_WRITE alone can be registered for writing). The
 /// mappings are read from `/proc/self/maps`, sorted by address, so one
-/// pass suffices.
+/// pass suffices; a process that cannot open it (out of descriptors:
+/// EMFILE) gets that error, not EFAULT, for its memory is not at fault.
 pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
     let maps = Process::myself()
         .and_then(|p| p.maps())
-        .map_err(|_| libc::EFAULT)?;
+        .map_err(|e| match e {
+            procfs::ProcError::Io(e, _) => e.raw_os_error().unwrap_or(libc::EFAULT),
+            _ => libc::EFAULT,
+        })?;
     let need = if write {
         MMPermissions::WRITE
     } else {

@@ -301,7 +301,8 @@ pub unsafe extern "C" fn reg_mr(
 }
 
 /// EFAULT unless the memory of an MR with `access` rights is mapped, and
-/// writable where any right writes (the kernel's `ib_access_writable`).
+/// writable where any right writes (the kernel's `ib_access_writable`);
+/// the error of the check itself where it could not be made (EMFILE).
 fn check_mapped(addr: u64, length: u64, access: u32) -> Result<(), VerbsError> {
     let writes = access
         & (IBV_ACCESS_LOCAL_WRITE
@@ -309,9 +310,15 @@ fn check_mapped(addr: u64, length: u64, access: u32) -> Result<(), VerbsError> {
             | IBV_ACCESS_REMOTE_ATOMIC
             | IBV_ACCESS_MW_BIND)
         != 0;
-    crate::mapping::check(addr, length, writes).map_err(|_| VerbsError {
-        kind: softverbs_engine::ErrorKind::BadAddress,
-        reason: "MR memory is not mapped with the rights asked",
+    crate::mapping::check(addr, length, writes).map_err(|errno| match errno {
+        libc::EFAULT => VerbsError {
+            kind: softverbs_engine::ErrorKind::BadAddress,
+            reason: "MR memory is not mapped with the rights asked",
+        },
+        errno => VerbsError {
+            kind: softverbs_engine::ErrorKind::Chosen(errno),
+            reason: "the MR's memory could not be checked (/proc/self/maps)",
+        },
     })
 }
 

@@ -17,10 +17,13 @@
  * many SGEs or too much inline data with ENOMEM (mlx5; rxe ENOSPC), not
  * EINVAL; an XRC_SEND QP (no receive CQ) and a RAW_PACKET QP are
  * EOPNOTSUPP, types softverbs does not offer (it was EINVAL for the
- * missing receive CQ). Prints "verb errors ok". */
+ * missing receive CQ); a process out of descriptors gets EMFILE from
+ * ibv_reg_mr, not EFAULT. Prints "verb errors ok". */
 #include <errno.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -170,6 +173,31 @@ static void a_controlled_qkey(struct ibv_pd *pd, struct ibv_cq *cq)
 	CHECK(!ibv_destroy_qp(qp), "destroy");
 }
 
+/* A process out of descriptors registers no MR, with EMFILE (the
+ * provider reads /proc/self/maps to check the memory), not EFAULT: its
+ * memory is fine. Once descriptors are free again, the same MR registers. */
+static void out_of_descriptors(struct ibv_pd *pd)
+{
+	static char buf[4096];
+	struct rlimit was, low;
+	CHECK(!getrlimit(RLIMIT_NOFILE, &was), "getrlimit");
+	low = was;
+	low.rlim_cur = 512; /* a few hundred to use up, whatever the hard limit */
+	CHECK(!setrlimit(RLIMIT_NOFILE, &low), "setrlimit");
+	int fds[512], n = 0;
+	while (n < 512 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+		n++;
+	CHECK(n < 512 && errno == EMFILE, "descriptors did not run out");
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	int err = errno;
+	while (n > 0)
+		close(fds[--n]);
+	CHECK(!setrlimit(RLIMIT_NOFILE, &was), "setrlimit back");
+	CHECK(!mr && err == EMFILE, "reg_mr out of descriptors: %s, not EMFILE", mr ? "registered" : strerror(err));
+	mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr && !ibv_dereg_mr(mr), "reg_mr once descriptors are free");
+}
+
 int main(void)
 {
 	struct ibv_context *ctx = open_device_named("softverbs0");
@@ -245,6 +273,7 @@ int main(void)
 	an_ah_of_another_context(pd, cq, mr);
 	extended_qp_limits(pd, cq, mr);
 	a_controlled_qkey(pd, cq);
+	out_of_descriptors(pd);
 
 	/* An event left unread in the channel goes with its CQ. */
 	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
