@@ -130,13 +130,19 @@ impl GroupSockets {
 /// device address `ip`, receiving only what arrives there, as a NIC's
 /// port does: Linux would otherwise hand it the group's datagrams that
 /// arrive on any interface where anything on the host joined the group
-/// (`IP_MULTICAST_ALL`).
+/// (`IP_MULTICAST_ALL`; for IPv6 a membership does not even say where,
+/// so the socket is bound to the interface, `SO_BINDTODEVICE`, which
+/// Linux allows without privilege from 5.7 and which is skipped where
+/// refused).
 pub(crate) fn open(group: IpAddr, ip: IpAddr) -> io::Result<UdpSocket> {
     let socket = bind(group, ip)?;
     let sock = socket2::SockRef::from(&socket);
     match group {
         IpAddr::V4(_) => sock.set_multicast_all_v4(false)?,
         IpAddr::V6(_) => sock.set_multicast_all_v6(false)?,
+    }
+    if let Some(name) = crate::netif::interface_of(ip) {
+        let _ = sock.bind_device(Some(name.as_bytes()));
     }
     join_on(&socket, group, ip)?;
     Ok(socket)

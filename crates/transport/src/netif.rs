@@ -24,7 +24,7 @@ pub fn is_local(ip: IpAddr) -> bool {
 }
 
 /// The name of the interface that has `ip`.
-fn interface_of(ip: IpAddr) -> Option<String> {
+pub fn interface_of(ip: IpAddr) -> Option<String> {
     getifaddrs().ok()?.find_map(|ifa| {
         let addr = ifa.address?;
         let found = match ip {
