@@ -6,7 +6,13 @@
  *                      (EBUSY, seed 002) and the other attach errors, prints
  *                      "mcast recv ok";
  *   mcast send GROUP   sends 3 datagrams to GROUP (QPN 0xFFFFFF), prints
- *                      "mcast send ok".
+ *                      "mcast send ok";
+ *   mcast quiet GROUP  attaches as recv does, prints "ready", waits for a
+ *                      line on standard input (sent once the others are
+ *                      done), then checks that nothing arrived and prints
+ *                      "mcast quiet ok": a device on another interface
+ *                      than the one the group's datagrams came in by
+ *                      receives none of them, as a NIC's port.
  * Both run on softverbs0, or on DEVICE with source GID index GID_INDEX when
  * given (mcast recv|send GROUP DEVICE GID_INDEX: the interop tests run it
  * on the kernel's rxe too). */
@@ -130,6 +136,28 @@ static void receive(const char *group)
 	printf("mcast recv ok\n");
 }
 
+static void stay_quiet(const char *group)
+{
+	union ibv_gid g = group_gid(group);
+	struct ibv_qp *qp = qp_of(IBV_QPT_UD);
+	ud_to_rts(qp);
+	for (int i = 0; i < COUNT; i++) {
+		struct ibv_sge s = { (uintptr_t)buf + i * (LEN + 40), LEN + 40, mr->lkey };
+		struct ibv_recv_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1 }, *bad;
+		CHECK(!ibv_post_recv(qp, &w, &bad), "post_recv");
+	}
+	CHECK(!ibv_attach_mcast(qp, &g, 0), "attach_mcast: %s", strerror(errno));
+	printf("ready\n");
+	fflush(stdout);
+	char line[16];
+	CHECK(fgets(line, sizeof line, stdin), "no go-ahead on standard input");
+	struct ibv_wc wc;
+	int n = ibv_poll_cq(cq, 1, &wc);
+	CHECK(n == 0, "a datagram to the group came in by another interface (%d)", n);
+	CHECK(!ibv_detach_mcast(qp, &g, 0) && !ibv_destroy_qp(qp), "detach, destroy");
+	printf("mcast quiet ok\n");
+}
+
 static void send_to(const char *group)
 {
 	struct ibv_qp *qp = qp_of(IBV_QPT_UD);
@@ -156,7 +184,7 @@ static void send_to(const char *group)
 
 int main(int argc, char **argv)
 {
-	CHECK(argc == 3 || argc == 5, "usage: mcast recv|send GROUP [DEVICE GID_INDEX]");
+	CHECK(argc == 3 || argc == 5, "usage: mcast recv|send|quiet GROUP [DEVICE GID_INDEX]");
 	if (argc == 5) {
 		device_name = argv[3];
 		gid_index = atoi(argv[4]);
@@ -169,6 +197,8 @@ int main(int argc, char **argv)
 	CHECK(pd && cq && mr, "pd, cq, mr");
 	if (!strcmp(argv[1], "recv"))
 		receive(argv[2]);
+	else if (!strcmp(argv[1], "quiet"))
+		stay_quiet(argv[2]);
 	else
 		send_to(argv[2]);
 	return 0;

@@ -110,12 +110,52 @@ mcast_across() {
     sed 's/^/    receiver: /' "$log/mrecv" | tail -n 8; sed 's/^/    sender: /' "$log/msend" | tail -n 8
   fi
 }
+# A group's datagrams reach only the devices on the interface they came in
+# by, as a NIC's port: in A, a device on a second interface (a veth pair
+# within A), attached to the group beside one on the link to B, receives
+# none of what B sends (an IPv6 membership does not say on which
+# interface; it received them all before its socket was bound to its own).
+mcast_by_interface() {
+  local name=$1 group=$2 other=fd00:5f::1
+  ip -n "$a" link add "${tag}p" type veth peer name "${tag}q"
+  ip -n "$a" addr add "$other/64" dev "${tag}p" nodad
+  ip -n "$a" link set "${tag}p" up; ip -n "$a" link set "${tag}q" up
+  : > "$log/mrecv"; : > "$log/mquiet"
+  rm -f "$log/go"; mkfifo "$log/go"
+  exec 9<> "$log/go" # a writer from the start: the reader's open does not block
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$other" \
+    timeout 60 "$log/mcast" quiet "$group" < "$log/go" > "$log/mquiet" 2>&1 &
+  local q=$!
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip6_a" \
+    timeout 60 "$log/mcast" recv "$group" > "$log/mrecv" 2>&1 &
+  local r=$!
+  local deadline=$((SECONDS + 20))
+  until { grep -q ready "$log/mrecv" && grep -q ready "$log/mquiet"; } \
+      || ! kill -0 $r 2>/dev/null || ! kill -0 $q 2>/dev/null || [ $SECONDS -ge $deadline ]; do
+    sleep 0.02 # poll interval; the loop ends on the condition
+  done
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip6_b" \
+    timeout 60 "$log/mcast" send "$group" > "$log/msend" 2>&1
+  wait $r
+  echo go >&9 # the datagrams reached the device on their interface: now look
+  wait $q
+  exec 9>&-
+  if grep -q "mcast recv ok" "$log/mrecv" && grep -q "mcast quiet ok" "$log/mquiet" \
+      && grep -q "mcast send ok" "$log/msend"; then
+    pass=$((pass + 1)); echo "ok   $name"
+  else
+    fail=$((fail + 1)); echo "FAIL $name"
+    sed 's/^/    receiver: /' "$log/mrecv" | tail -n 8; sed 's/^/    other interface: /' "$log/mquiet" | tail -n 8
+    sed 's/^/    sender: /' "$log/msend" | tail -n 8
+  fi
+}
 if cc -O1 -o "$log/mcast" "$(dirname "$(readlink -f "$0")")/mcast.c" -libverbs 2> "$log/cc"; then
   mcast_across "UD multicast between namespaces, IPv6 group" ff0e::5:1
   # Of link-local scope: its socket is bound on the device's interface.
   mcast_across "UD multicast between namespaces, link-local IPv6 group" ff02::5:2
   dev_a=$ip_a; dev_b=$ip_b
   mcast_across "UD multicast between namespaces, IPv4 group" 239.31.0.1
+  mcast_by_interface "UD multicast reaches only the devices on the interface it came in by" ff0e::5:3
 else
   fail=$((fail + 1)); echo "FAIL UD multicast (compile)"; cat "$log/cc"
 fi
