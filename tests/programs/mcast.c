@@ -100,9 +100,9 @@ static struct ibv_wc wait_wc(void)
 	}
 }
 
-static void receive(const char *group)
+/* A UD QP with COUNT receives posted, attached to `g`; prints "ready". */
+static struct ibv_qp *attached_qp(const union ibv_gid *g)
 {
-	union ibv_gid g = group_gid(group);
 	struct ibv_qp *qp = qp_of(IBV_QPT_UD);
 	ud_to_rts(qp);
 	for (int i = 0; i < COUNT; i++) {
@@ -110,9 +110,16 @@ static void receive(const char *group)
 		struct ibv_recv_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1 }, *bad;
 		CHECK(!ibv_post_recv(qp, &w, &bad), "post_recv");
 	}
-	CHECK(!ibv_attach_mcast(qp, &g, 0), "attach_mcast: %s", strerror(errno));
+	CHECK(!ibv_attach_mcast(qp, g, 0), "attach_mcast: %s", strerror(errno));
 	printf("ready\n");
 	fflush(stdout);
+	return qp;
+}
+
+static void receive(const char *group)
+{
+	union ibv_gid g = group_gid(group);
+	struct ibv_qp *qp = attached_qp(&g);
 	for (int i = 0; i < COUNT; i++) {
 		struct ibv_wc wc = wait_wc();
 		CHECK(wc.status == IBV_WC_SUCCESS, "recv status %s", ibv_wc_status_str(wc.status));
@@ -139,16 +146,7 @@ static void receive(const char *group)
 static void stay_quiet(const char *group)
 {
 	union ibv_gid g = group_gid(group);
-	struct ibv_qp *qp = qp_of(IBV_QPT_UD);
-	ud_to_rts(qp);
-	for (int i = 0; i < COUNT; i++) {
-		struct ibv_sge s = { (uintptr_t)buf + i * (LEN + 40), LEN + 40, mr->lkey };
-		struct ibv_recv_wr w = { .wr_id = i, .sg_list = &s, .num_sge = 1 }, *bad;
-		CHECK(!ibv_post_recv(qp, &w, &bad), "post_recv");
-	}
-	CHECK(!ibv_attach_mcast(qp, &g, 0), "attach_mcast: %s", strerror(errno));
-	printf("ready\n");
-	fflush(stdout);
+	struct ibv_qp *qp = attached_qp(&g);
 	char line[16];
 	CHECK(fgets(line, sizeof line, stdin), "no go-ahead on standard input");
 	struct ibv_wc wc;

@@ -619,16 +619,7 @@ mod tests {
         send_multicast_from(&tx, rx.local().ip()).unwrap();
         let to = SocketAddr::new(group, crate::daemon::udp_port());
         tx.send_to(b"a datagram to the group", to).unwrap();
-        let mut fds = [rustix::event::PollFd::new(
-            &on,
-            rustix::event::PollFlags::IN,
-        )];
-        let ten_seconds = rustix::event::Timespec {
-            tv_sec: 10,
-            tv_nsec: 0,
-        };
-        let ready = rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap();
-        assert_eq!(ready, 1, "nothing arrived in 10 s");
+        crate::group_socket::readable_within_10_s(on);
     }
 
     /// With a steered socket, a poll reads the daemon's stream only when

@@ -179,9 +179,33 @@ pub(crate) fn join_on(socket: &UdpSocket, group: IpAddr, ip: IpAddr) -> io::Resu
     }
 }
 
+/// Waits (10 s at most) for `fd` to be readable; for tests.
+#[cfg(test)]
+pub(crate) fn readable_within_10_s(fd: impl AsFd) {
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    let ten_seconds = rustix::event::Timespec {
+        tv_sec: 10,
+        tv_nsec: 0,
+    };
+    let ready = rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap();
+    assert_eq!(ready, 1, "nothing arrived in 10 s");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket that sends multicast from loopback.
+    fn sender() -> UdpSocket {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&tx)
+            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
+            .unwrap();
+        tx
+    }
 
     /// Two members of one group on this host each receive every datagram
     /// sent to it; after one closed, the other still does.
@@ -195,10 +219,7 @@ mod tests {
             s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
                 .unwrap();
         }
-        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
-        socket2::SockRef::from(&tx)
-            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
-            .unwrap();
+        let tx = sender();
         let to = SocketAddr::new(group, udp_port());
         let mut buf = [0; 64];
         tx.send_to(b"one", to).unwrap();
@@ -231,25 +252,11 @@ mod tests {
             seen
         };
         assert!(ready(&groups).is_empty());
-        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
-        socket2::SockRef::from(&tx)
-            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
-            .unwrap();
+        let tx = sender();
         tx.send_to(b"to g2", SocketAddr::new(g2, udp_port()))
             .unwrap();
         let set = groups.set.try_clone().unwrap();
-        let mut fds = [rustix::event::PollFd::new(
-            &set,
-            rustix::event::PollFlags::IN,
-        )];
-        let ten_seconds = rustix::event::Timespec {
-            tv_sec: 10,
-            tv_nsec: 0,
-        };
-        assert_eq!(
-            rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
-            1
-        );
+        readable_within_10_s(&set);
         assert_eq!(ready(&groups), [g2]);
         assert!(groups.leave(g2));
         assert!(!groups.leave(g2));
@@ -258,10 +265,7 @@ mod tests {
             .unwrap();
         tx.send_to(b"to g1", SocketAddr::new(g1, udp_port()))
             .unwrap();
-        assert_eq!(
-            rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
-            1
-        );
+        readable_within_10_s(&set);
         assert_eq!(ready(&groups), [g1]);
     }
 
@@ -275,28 +279,14 @@ mod tests {
         let n = READY_PER_LOOK + 4;
         let group = |i: usize| IpAddr::from([239, 9, 10, i as u8 + 1]);
         (0..n).for_each(|i| groups.join(group(i), ip).unwrap());
-        let tx = UdpSocket::bind(SocketAddr::new(ip, 0)).unwrap();
-        socket2::SockRef::from(&tx)
-            .set_multicast_if_v4(&"127.0.0.1".parse().unwrap())
-            .unwrap();
+        let tx = sender();
         for i in 0..n {
             tx.send_to(b"one", SocketAddr::new(group(i), udp_port()))
                 .unwrap();
         }
         let all_arrived = |groups: &GroupSockets| {
             for (_, socket) in &groups.sockets {
-                let mut fds = [rustix::event::PollFd::new(
-                    socket,
-                    rustix::event::PollFlags::IN,
-                )];
-                let ten_seconds = rustix::event::Timespec {
-                    tv_sec: 10,
-                    tv_nsec: 0,
-                };
-                assert_eq!(
-                    rustix::event::poll(&mut fds, Some(&ten_seconds)).unwrap(),
-                    1
-                );
+                readable_within_10_s(socket);
             }
         };
         all_arrived(&groups);
