@@ -281,22 +281,31 @@ fi
 
 # mckey: a multicast group joined through rdma_cm in each namespace; the
 # sender in B sends 10 datagrams to it, the receiver in A takes them all.
-if command -v mckey > /dev/null; then
+# mckey_across NAME GROUP ADDR_A ADDR_B
+mckey_across() {
+  local name=$1 group=$2 addr_a=$3 addr_b=$4 srv crc src
   : > "$log/srv"
-  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
-    timeout 60 stdbuf -oL mckey -m 239.31.0.7 -b "$ip_a" -C 10 > "$log/srv" 2>&1 &
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$addr_a" \
+    timeout 60 stdbuf -oL mckey -m "$group" -b "$addr_a" -C 10 > "$log/srv" 2>&1 &
   srv=$!
   crc="not started"
   if wait_output "$log/srv" "mckey: joined" $srv 2> "$log/cli"; then
-    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
-      timeout 60 mckey -m 239.31.0.7 -b "$ip_b" -s -C 10 > "$log/cli" 2>&1
+    ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$addr_b" \
+      timeout 60 mckey -m "$group" -b "$addr_b" -s -C 10 > "$log/cli" 2>&1
     crc=$?
   fi
   [ "$crc" = 0 ] || kill $srv 2>/dev/null
   wait $srv; src=$?
   # The receiver's success is that it took every datagram.
   [ "$src" = 0 ] && ! grep -q "data transfers complete" "$log/srv" && src="0 without every datagram"
-  pair_case "mckey -C 10 (multicast through rdma_cm) between namespaces" "$crc" "$src"
+  pair_case "$name" "$crc" "$src"
+}
+if command -v mckey > /dev/null; then
+  mckey_across "mckey -C 10 (multicast through rdma_cm) between namespaces" 239.31.0.7 "$ip_a" "$ip_b"
+  # A link-local group: joined through rdma_cm, its address resolution
+  # once looked for a route, which an unscoped link-local group has not.
+  mckey_across "mckey -C 10 with a link-local IPv6 group (ff02::31), IPv6 devices" \
+    ff02::31 "$ip6_a" "$ip6_b"
 else
   fail=$((fail + 1)); echo "FAIL mckey between namespaces: mckey is not installed"
 fi

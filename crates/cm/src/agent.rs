@@ -631,8 +631,14 @@ impl Agent {
         // itself (the id stays bound); a destination the device's address
         // cannot send to (a route out of another interface) is an
         // ADDR_ERROR. Connecting there would only time out, after some
-        // 100 s of CM retries.
-        match ports.route(ip, dst.ip()) {
+        // 100 s of CM retries. A multicast group (to join) is reached by
+        // the device's own interface, whatever the routes say: a
+        // link-local group has none without a scope.
+        let routed = match dst.ip().is_multicast() {
+            true => Ok(()),
+            false => ports.route(ip, dst.ip()),
+        };
+        match routed {
             Ok(()) => {}
             Err(errno @ (ENETUNREACH | EHOSTUNREACH)) => return Err(errno),
             Err(_) => {
