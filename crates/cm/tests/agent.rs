@@ -456,7 +456,10 @@ fn an_address_without_a_route_does_not_resolve() {
     client.resolve(id, "10.0.0.9:1".parse().unwrap());
     // A multicast group, to join, needs no route (mckey -m ff02::31
     // failed with an ADDR_ERROR: a link-local group has none unscoped).
-    client.ports.no_route.push(("239.1.2.3".parse().unwrap(), ENETUNREACH));
+    client
+        .ports
+        .no_route
+        .push(("239.1.2.3".parse().unwrap(), ENETUNREACH));
     let group = client.create(9);
     client.resolve(group, "239.1.2.3:0".parse().unwrap());
 }
