@@ -667,10 +667,7 @@ mod tests {
         assert!(rx.has_group_socket(group));
         let on = rx.groups_fd().try_clone_to_owned().unwrap();
         let frames = std::cell::Cell::new(0);
-        let count = |h: FrameHeader, _: &[u8], _: bool| {
-            assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
-            frames.set(frames.get() + 1)
-        };
+        let count = counting_frames_to(group, &frames);
         to_the_group(&rx, group, on.as_fd());
         to_the_group(&rx, group, on.as_fd());
         assert!(!rx.receive(Receiver::Poll, count).unwrap());
@@ -701,13 +698,22 @@ mod tests {
         let stream = rx.data_fd().try_clone_to_owned().unwrap();
         to_the_group(&rx, group, stream.as_fd());
         let frames = std::cell::Cell::new(0);
-        let count = |h: FrameHeader, _: &[u8], _: bool| {
-            assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
-            frames.set(frames.get() + 1)
-        };
+        let count = counting_frames_to(group, &frames);
         assert!(!rx.receive(Receiver::Poll, count).unwrap());
         assert_eq!(frames.get(), 1);
         rx.leave(group).unwrap();
+    }
+
+    /// Counts in `frames` the frames handed to it, each checked to be
+    /// addressed to `group`.
+    fn counting_frames_to(
+        group: IpAddr,
+        frames: &std::cell::Cell<usize>,
+    ) -> impl Fn(FrameHeader, &[u8], bool) + Copy + '_ {
+        move |h: FrameHeader, _: &[u8], _: bool| {
+            assert_eq!(h.dst, SocketAddr::new(group, crate::daemon::udp_port()));
+            frames.set(frames.get() + 1)
+        }
     }
 
     /// Whether `fd` has something to read now.
