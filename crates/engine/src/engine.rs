@@ -209,6 +209,13 @@ impl Engine {
         self.qpns.add(range);
     }
 
+    /// Whether any RC QP of this context awaits an answer: an
+    /// acknowledgement of a request packet it sent, or a READ response it
+    /// asked for (what the send budget counts, `send_budget.rs`).
+    pub fn awaits_answers(&self) -> bool {
+        self.send_budget.used() > 0
+    }
+
     /// The next pending async event (`ibv_get_async_event`).
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()

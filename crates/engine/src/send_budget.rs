@@ -36,6 +36,11 @@ impl SendBudget {
         }
     }
 
+    /// What is in flight, in bytes of the peers' buffers.
+    pub(crate) fn used(&self) -> u64 {
+        self.used
+    }
+
     /// Charges a QP that had `was` in flight with `now` instead; returns
     /// whether room was freed (its waiters should be woken).
     pub(crate) fn recharge(&mut self, was: u64, now: u64) -> bool {

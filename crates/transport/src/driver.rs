@@ -474,6 +474,15 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // What peers delivered is seen by this very verb (a poll_cq).
             sh.apply_deliveries(&mut state.engine);
         }
+        // A batch the last post left part-filled (`corked_batch.rs`)
+        // leaves before any other verb, ahead of its receive: a thread
+        // that polls for the completion of what it posted must not wait
+        // for it.
+        let posting = matches!(kind, VerbKind::PostSend);
+        if state.io.corked_until().is_some() && !posting {
+            self.shared.step(state, StepBy::Verb, now, Sending::All);
+            state.held_since = None;
+        }
         // A poll receives first, to return what just arrived. A post of
         // sends does too (an ACK may open the send window it waits for),
         // except while the socket is lent to a thread spinning on its CQs,
@@ -506,7 +515,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             state.write_answers.took_write(now);
         }
         let keep_at_most = self.shared.app_polls.stretched(KEEP_AT_MOST);
-        if matches!(kind, VerbKind::PostSend) {
+        if posting {
             state.write_answers.posted(now, keep_at_most);
         }
         let result = verb(&mut state.engine, &mut state.mem);
@@ -523,6 +532,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         state.held_since = kept_after(verb_kind, lent, state.held_since, now, keep_at_most);
         let sending = match state.held_since {
             Some(_) => Sending::Kept,
+            None if posting => Sending::Corking {
+                until: now.saturating_add(keep_at_most),
+            },
             None => Sending::All,
         };
         self.shared.step(state, StepBy::Verb, now, sending);
@@ -707,13 +719,15 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
 }
 
 impl<M: HostMemory> Shared<M> {
-    /// Sends what a poll kept for the next verb (`Driver::run`), as the
-    /// context closes or the process exits: a NIC would have sent it.
+    /// Sends what a poll kept for the next verb (`Driver::run`), and a
+    /// batch a post left part-filled (`corked_batch.rs`), as the context
+    /// closes or the process exits: a NIC would have sent them.
     fn flush(&self) {
         let Some(mut state) = self.state.try_lock_for(FLUSH_WAIT) else {
             return; // a thread holds it through exit: nothing safe to do
         };
-        if state.held_since.is_some() && !self.failed.load(Ordering::Acquire) {
+        let kept = state.held_since.is_some() || state.io.corked_until().is_some();
+        if kept && !self.failed.load(Ordering::Acquire) {
             let now = self.clock.now();
             state.engine.set_time(now);
             self.step(&mut state, StepBy::Verb, now, Sending::All);
@@ -826,6 +840,7 @@ impl<M: HostMemory> Shared<M> {
 
 impl<M> State<M> {
     /// The earliest of the engine's timers, the packets fault rules hold,
+    /// the bound of a batch a post left part-filled (`corked_batch.rs`),
     /// and the sending of what verbs kept for the next (`kept_packets.rs`)
     /// if no verb sends it first; while the socket is `lent`, the thread's
     /// looks at the spinning application (`Owner::look_again_at`) send that.
@@ -836,6 +851,7 @@ impl<M> State<M> {
         [
             self.engine.poll_timeout(),
             self.io.held_deadline(),
+            self.io.corked_until(),
             kept.map(|at| at.saturating_add(kept_for)),
         ]
         .into_iter()
@@ -843,7 +859,8 @@ impl<M> State<M> {
         .min()
     }
 
-    /// One line of what the context's packets met: sent, received, sent
+    /// One line of what the context's packets met: sent (in how many
+    /// system calls, and batches kept for a next post), received, sent
     /// again, dropped on receipt and why, waits for socket room, and
     /// congestion marks and notices if there were any.
     fn summary(&self) -> String {
@@ -856,12 +873,18 @@ impl<M> State<M> {
             + e.rx_bad_pkey
             + e.rx_dropped_by_qp;
         format!(
-            "softverbs: {} (pid {}): {} packets sent, {} received, {} resent, {} not sent, \
+            "softverbs: {} (pid {}): {} packets sent (in {} system calls{}), {} received, \
+             {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
              {} waits for socket room{}{}",
             self.engine.config().name,
             std::process::id(),
             io.tx,
+            io.tx_calls,
+            match io.corked {
+                0 => String::new(),
+                n => format!("; {n} batches kept for a next post"),
+            },
             io.rx,
             e.tx_resent,
             io.tx_dropped,

@@ -5,6 +5,7 @@
 //! batch from the IP and UDP headers (it knows each packet's IPv4
 //! identification).
 
+use crate::corked_batch::{cork, AfterPost, Cork};
 use crate::daemon::udp_port;
 use crate::endpoint::{Endpoint, Receiver};
 use crate::packet_faults::{Fate, PacketFaults};
@@ -23,6 +24,11 @@ pub struct IoStats {
     pub rx_bad_icrc: u64,
     /// Datagrams sent.
     pub tx: u64,
+    /// System calls that sent them (a GSO send carries several).
+    pub tx_calls: u64,
+    /// Posts of sends that kept their last batch part-filled for the
+    /// next post (`corked_batch.rs`).
+    pub corked: u64,
     /// Packets dropped because they could not be sent (an unreachable
     /// destination; the reliable transport resends).
     pub tx_dropped: u64,
@@ -45,6 +51,11 @@ pub struct IoStats {
 pub(crate) enum Sending {
     /// Everything due.
     All,
+    /// Everything due, from a post of sends: a GSO batch left part-filled
+    /// at the end waits for the next post to fill it while answers to
+    /// earlier packets are on their way (`corked_batch.rs`), at most until
+    /// `until` if nothing sends it first.
+    Corking { until: Nanos },
     /// Nothing: a verb keeps it for the next (`kept_packets.rs`).
     Kept,
     /// The progress thread's step, which leaves what is due to the
@@ -76,7 +87,7 @@ impl Sending {
     /// Whether a step that saw `saw` sends what is due.
     pub(crate) fn sends(self, saw: Saw) -> bool {
         match self {
-            Sending::All => true,
+            Sending::All | Sending::Corking { .. } => true,
             Sending::Kept => false,
             Sending::Thread { kept, answering } => {
                 let keep = match (saw.took_in, kept) {
@@ -121,6 +132,9 @@ pub(crate) struct Io {
     icrc_starts: IcrcStarts,
     /// Packet rules of `SOFTVERBS_FAULTS`, if any.
     pub(crate) packet_faults: Option<PacketFaults>,
+    /// A post of sends left the batch part-filled for the next
+    /// (`Sending::Corking`).
+    corked: Option<Cork>,
 }
 
 impl Io {
@@ -133,6 +147,7 @@ impl Io {
             batch: SendBatch::new(),
             icrc_starts: IcrcStarts::default(),
             packet_faults: None,
+            corked: None,
         }
     }
 
@@ -160,13 +175,18 @@ impl Io {
         if timer_due {
             engine.handle_timeout(now);
         }
+        let corked_due = self.corked_until().is_some_and(|at| at <= now);
         let send = sending.sends(Saw {
-            work: timer_due || self.blocked(),
+            work: timer_due || corked_due || self.blocked(),
             took_in: self.stats.rx != received,
             took_write: engine.stats().rx_write_ends != write_ends,
         });
         if send {
-            self.send_all(engine, mem, now, by);
+            let cork_until = match sending {
+                Sending::Corking { until } => Some(until),
+                _ => None,
+            };
+            self.send_all(engine, mem, now, by, cork_until);
         } else if sending == Sending::Kept {
             self.stats.held += 1;
         }
@@ -274,20 +294,41 @@ impl Io {
         self.batch.blocked()
     }
 
+    /// When the part-filled batch a post of sends left leaves at the
+    /// latest, if there is one.
+    pub(crate) fn corked_until(&self) -> Option<Nanos> {
+        self.corked.map(|c| c.until)
+    }
+
     /// Sends what waits for room, then every packet the engine has, until
     /// the socket has no more room (then the rest stays in the engine,
     /// which is where packets wait best: nothing is built twice). Only the
     /// progress thread tries a socket that had no room again: it is woken
     /// when there is room, while a verb spinning in `ibv_poll_cq` would
-    /// try a full socket a million times a second.
-    fn send_all(&mut self, engine: &mut Engine, mem: &dyn HostMemory, now: Nanos, by: StepBy) {
+    /// try a full socket a million times a second. With `cork_until`, a
+    /// batch left part-filled at the end may wait for the next post
+    /// (`corked_batch.rs`).
+    fn send_all(
+        &mut self,
+        engine: &mut Engine,
+        mem: &dyn HostMemory,
+        now: Nanos,
+        by: StepBy,
+        cork_until: Option<Nanos>,
+    ) {
         let Io {
             endpoint,
             stats,
             batch,
+            corked,
             ..
         } = self;
+        // Whatever follows sends the batch, waits with it for room, or
+        // keeps it again.
+        let was_corked = corked.take();
         let socket = SockRef::from(endpoint.socket());
+        let sent_before = stats.tx;
+        let awaited_before = engine.awaits_answers();
         if batch.blocked() {
             if by == StepBy::Verb {
                 return;
@@ -310,6 +351,21 @@ impl Io {
             }
         }
         let BatchSink { batch, stats, .. } = sink;
+        if let Some(until) = cork_until.filter(|_| !batch.blocked()) {
+            let post = AfterPost {
+                until,
+                queued: batch.queued(),
+                awaited_before,
+                renewed: stats.tx != sent_before,
+                rx: stats.rx,
+                now,
+            };
+            *corked = cork(post, was_corked);
+            if corked.is_some() {
+                stats.corked += u64::from(*corked != was_corked);
+                return;
+            }
+        }
         stats.count(batch.flush(&socket));
         stats.tx_waits += u64::from(batch.blocked());
     }
@@ -391,6 +447,7 @@ impl IoStats {
     fn count(&mut self, sent: Sent) {
         self.tx += sent.packets;
         self.tx_dropped += sent.dropped;
+        self.tx_calls += sent.calls;
     }
 }
 

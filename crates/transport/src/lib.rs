@@ -18,6 +18,7 @@
 
 pub mod capture;
 pub mod clock;
+mod corked_batch;
 pub mod daemon;
 pub mod deadline_timer;
 pub mod driver;

@@ -145,6 +145,8 @@ enum Placement {
 pub(crate) struct Sent {
     pub(crate) packets: u64,
     pub(crate) dropped: u64,
+    /// System calls that sent them.
+    pub(crate) calls: u64,
 }
 
 impl SendBatch {
@@ -173,6 +175,11 @@ impl SendBatch {
     /// socket is writable again).
     pub(crate) fn blocked(&self) -> bool {
         self.blocked
+    }
+
+    /// Packets queued, waiting for more to join them or for a flush.
+    pub(crate) fn queued(&self) -> usize {
+        self.count
     }
 
     /// Room for the next packet, `len` bytes (BTH through ICRC) from the
@@ -339,8 +346,7 @@ impl SendBatch {
             // place it was sealed for.
             self.buf.copy_within(start..start + packet.len, 0);
             let more = self.queue(socket, packet);
-            sent.packets += more.packets;
-            sent.dropped += more.dropped;
+            sent.add(more);
         }
         sent
     }
@@ -355,7 +361,10 @@ impl SendBatch {
         let gso = count > 1 && !self.gso_off;
         let queued = &self.buf[..self.len];
         match gso.then(|| socket.send_segmented(queued, self.segment, dst)) {
-            Some(Ok(_)) => sent.packets = count,
+            Some(Ok(_)) => {
+                sent.packets = count;
+                sent.calls = 1;
+            }
             Some(Err(e)) if no_room(&e) => {
                 self.blocked = true;
                 return sent;
@@ -398,7 +407,10 @@ impl SendBatch {
         let mut sent = Sent::default();
         for packet in self.buf[self.sent_bytes..self.len].chunks(self.segment) {
             match socket.send_one(packet, dst) {
-                Ok(_) => sent.packets += 1,
+                Ok(_) => {
+                    sent.packets += 1;
+                    sent.calls += 1;
+                }
                 Err(e) if no_room(&e) => {
                     self.blocked = true;
                     return sent;
@@ -414,9 +426,15 @@ impl SendBatch {
 impl Sent {
     fn dropped(n: u64) -> Sent {
         Sent {
-            packets: 0,
             dropped: n,
+            ..Sent::default()
         }
+    }
+
+    pub(crate) fn add(&mut self, more: Sent) {
+        self.packets += more.packets;
+        self.dropped += more.dropped;
+        self.calls += more.calls;
     }
 }
 
@@ -457,9 +475,7 @@ pub(crate) fn push(
         icrc.update(&packet[12..covered]);
         room.buf[covered..].copy_from_slice(&icrc.finish().to_le_bytes());
     }
-    let more = batch.commit(socket);
-    sent.packets += more.packets;
-    sent.dropped += more.dropped;
+    sent.add(batch.commit(socket));
     sent
 }
 
@@ -474,12 +490,6 @@ mod tests {
         let mut p = vec![fill; len];
         p[5..8].copy_from_slice(&[0x00, 0x10, 0x00]);
         p
-    }
-
-    impl Sent {
-        fn with_packets(self, packets: u64) -> Sent {
-            Sent { packets, ..self }
-        }
     }
 
     /// A receiving and a sending socket on loopback, and their addresses.
@@ -751,10 +761,10 @@ mod tests {
         for p in &packets {
             push(&mut batch, &room, p, src, dst);
         }
-        assert_eq!(batch.flush(&room), Sent::default().with_packets(1));
+        assert_eq!(batch.flush(&room).packets, 1);
         assert!(batch.blocked());
         room.room.set(None);
-        assert_eq!(batch.flush(&room), Sent::default().with_packets(2));
+        assert_eq!(batch.flush(&room).packets, 2);
         assert!(!batch.blocked());
         let got: Vec<_> = room.datagrams.borrow().iter().map(unsealed).collect();
         let want: Vec<_> = packets.iter().map(|p| (dst, p[..496].to_vec())).collect();

@@ -1024,3 +1024,87 @@ fn the_steady_state_of_sends_and_writes_allocates_nothing() {
     assert_eq!(info.count_total, 0, "{info:?}");
     assert_eq!(a.d.with(|e, _| e.stats().tx_resent), 0, "a WR sent again");
 }
+
+/// A QP of `a` connected to a QP of `b` left in RESET, which drops what
+/// arrives for it: nothing `a` sends on it is ever answered. Destroy it
+/// before its local ACK timeout (67 ms) sends it all again.
+fn unanswered_qp(a: &Side, b: &Side) -> QpId {
+    let (qa, _) = create_qp(a, QpType::Rc);
+    let (_, nb) = create_qp(b, QpType::Rc);
+    connect(a, qa, QpType::Rc, nb);
+    qa
+}
+
+/// Posts an 8-byte signaled SEND on `qa` as `ibv_post_send` does.
+fn post_small_send(a: &Side, qa: QpId) {
+    let sge = [eight_bytes(a)];
+    a.d.post_send_with(|e, _| e.post_send(qa, &signaled_send(0, &sge)))
+        .unwrap();
+}
+
+/// SENDs posted one at a time while an earlier one awaits its ACK leave
+/// together: each post keeps the part-filled batch for the next, and the
+/// next verb that is not a post sends it (`corked_batch.rs`), where each
+/// SEND was a system call of its own. A kept batch leaves once its bound
+/// (20 us from its first packet) has passed, which 15 posts, each
+/// receiving first, may reach once, and a test thread preempted between
+/// two posts more often, so rounds are tried until one sees its 15 posts
+/// leave in at most two system calls; in every round all of them have
+/// left once the verb returns.
+#[test]
+fn sends_posted_in_a_row_while_one_awaits_its_ack_leave_together() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let together = (0..50).any(|_| {
+        let qa = unanswered_qp(&a, &b);
+        post_small_send(&a, qa); // alone: nothing else awaited an answer
+        let before = a.d.io_stats();
+        for _ in 0..15 {
+            post_small_send(&a, qa);
+        }
+        a.d.with(|_, _| ());
+        let after = a.d.io_stats();
+        a.d.with(|e, _| e.destroy_qp(qa)).unwrap();
+        assert!(after.tx - before.tx >= 15, "{before:?} then {after:?}");
+        assert!(after.corked > before.corked, "{before:?} then {after:?}");
+        after.tx - before.tx == 15 && after.tx_calls - before.tx_calls <= 2
+    });
+    assert!(together, "no round's 15 SENDs left in two system calls");
+}
+
+/// A batch a post kept for a next post that never comes leaves anyway:
+/// the progress thread sends it once its bound has passed.
+#[test]
+fn a_kept_batch_leaves_without_another_verb() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let qa = unanswered_qp(&a, &b);
+    post_small_send(&a, qa);
+    let before = a.d.io_stats();
+    post_small_send(&a, qa);
+    let after = a.d.io_stats();
+    assert_eq!(after.corked, before.corked + 1, "{after:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.d.io_stats().tx < before.tx + 1 {
+        assert!(Instant::now() < deadline, "{:?}", a.d.io_stats());
+        std::thread::yield_now();
+    }
+}
+
+/// A post after everything sent was answered (a latency test's next
+/// message) is not kept: nothing would bring a verb back for it.
+#[test]
+fn a_post_with_nothing_awaiting_an_answer_leaves_at_once() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, qb) = rc_pair(&a, &b);
+    post_small_recv(&b.d, b.key, qb);
+    post_small_recv(&b.d, b.key, qb);
+    post_small_send(&a, qa);
+    assert_eq!(wait_completions(&a, 1)[0].status, WcStatus::Success);
+    let before = a.d.io_stats();
+    post_small_send(&a, qa);
+    let after = a.d.io_stats();
+    assert_eq!(after.tx, before.tx + 1, "{after:?}");
+    assert_eq!(after.corked, before.corked, "{after:?}");
+}
