@@ -17,8 +17,10 @@
 //! post of sends sends it first, before it receives (a thread that polls
 //! for the completion of what it posted is not kept waiting), and so does
 //! the progress thread once its bound has passed (`KEEP_AT_MOST`,
-//! `kept_packets.rs`) without a verb. A latency test, whose previous
-//! message was answered before the next is posted, never waits.
+//! `kept_packets.rs`) without a verb, or, while it has lent the socket to
+//! a thread spinning on its CQs (whose next poll sends it), at its next
+//! look at that thread (`receive_owner.rs`). A latency test, whose
+//! previous message was answered before the next is posted, never waits.
 
 use softverbs_engine::Nanos;
 

@@ -840,18 +840,21 @@ impl<M: HostMemory> Shared<M> {
 
 impl<M> State<M> {
     /// The earliest of the engine's timers, the packets fault rules hold,
-    /// the bound of a batch a post left part-filled (`corked_batch.rs`),
-    /// and the sending of what verbs kept for the next (`kept_packets.rs`)
-    /// if no verb sends it first; while the socket is `lent`, the thread's
-    /// looks at the spinning application (`Owner::look_again_at`) send that.
-    /// What is kept waits `kept_for` (`HANDBACK`, stretched as the
-    /// lending's times are).
+    /// and the sending of what verbs kept for the next if no verb sends it
+    /// first: a batch a post left part-filled at its bound
+    /// (`corked_batch.rs`), what polls kept once `kept_for` old
+    /// (`kept_packets.rs`; `HANDBACK`, stretched as the lending's times
+    /// are). While the socket is `lent`, the thread's looks at the
+    /// spinning application (`Owner::look_again_at`) send both, if its
+    /// next poll has not: arming the thread's timer for each batch kept
+    /// would cost a system call, and a wake-up, per burst of posts.
     fn deadline(&self, lent: bool, kept_for: Nanos) -> Option<Nanos> {
         let kept = self.held_since.filter(|_| !lent);
+        let corked = self.io.corked_until().filter(|_| !lent);
         [
             self.engine.poll_timeout(),
             self.io.held_deadline(),
-            self.io.corked_until(),
+            corked,
             kept.map(|at| at.saturating_add(kept_for)),
         ]
         .into_iter()
