@@ -216,6 +216,13 @@ impl Engine {
         self.send_budget.used() > 0
     }
 
+    /// Whether any CQ is armed for a completion event
+    /// (`ibv_req_notify_cq`): its thread may be about to sleep in
+    /// `ibv_get_cq_event` rather than poll again.
+    pub fn cq_armed(&self) -> bool {
+        self.cqs.values().any(|c| c.notify.is_some())
+    }
+
     /// The next pending async event (`ibv_get_async_event`).
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()

@@ -13,7 +13,11 @@
 //! started, packets already on the wire awaited an acknowledgement or a
 //! READ response, and nothing has been taken in since (which might have
 //! been the last of them). Taking those answers in brings the application
-//! (a poll) or the progress thread back, which sends it. Any verb but a
+//! (a poll) or the progress thread back, which sends it. Nor is one kept
+//! while a CQ is armed for a completion event: its thread may sleep in
+//! `ibv_get_cq_event` after the posts, and the batch then waited for the
+//! progress thread, whose wake-up on a 2-CPU machine whose other CPU
+//! spins took 150 us and more (docs/perf-profile.md). Any verb but a
 //! post of sends sends it first, before it receives (a thread that polls
 //! for the completion of what it posted is not kept waiting), and so does
 //! the progress thread once its bound has passed (`KEEP_AT_MOST`,
@@ -43,6 +47,9 @@ pub(crate) struct AfterPost {
     pub(crate) queued: usize,
     /// Before this step wrote any, packets awaited answers.
     pub(crate) awaited_before: bool,
+    /// A CQ is armed for a completion event: the thread may sleep in
+    /// `ibv_get_cq_event` next, with no verb to send the batch.
+    pub(crate) cq_armed: bool,
     /// A batch left during this step: the one left part-filled is new.
     pub(crate) renewed: bool,
     /// Datagrams received so far (`IoStats::rx`).
@@ -60,7 +67,7 @@ pub(crate) fn cork(post: AfterPost, was: Option<Cork>) -> Option<Cork> {
         Some(kept) if !post.renewed => {
             (kept.rx == post.rx && post.now < kept.until).then_some(kept)
         }
-        _ => post.awaited_before.then_some(Cork {
+        _ => (post.awaited_before && !post.cq_armed).then_some(Cork {
             until: post.until,
             rx: post.rx,
         }),
@@ -75,6 +82,7 @@ mod tests {
         until: 150,
         queued: 1,
         awaited_before: true,
+        cq_armed: false,
         renewed: false,
         rx: 7,
         now: 130,
@@ -91,6 +99,11 @@ mod tests {
         assert_eq!(cork(alone, None), None, "nothing to bring a verb back");
         let empty = AfterPost { queued: 0, ..POST };
         assert_eq!(cork(empty, None), None);
+        let armed = AfterPost {
+            cq_armed: true,
+            ..POST
+        };
+        assert_eq!(cork(armed, None), None, "its thread may sleep instead");
     }
 
     #[test]

@@ -329,6 +329,8 @@ impl Io {
         let socket = SockRef::from(endpoint.socket());
         let sent_before = stats.tx;
         let awaited_before = engine.awaits_answers();
+        // Only where a batch may be kept: a look at every CQ.
+        let cq_armed = cork_until.is_some() && awaited_before && engine.cq_armed();
         if batch.blocked() {
             if by == StepBy::Verb {
                 return;
@@ -356,6 +358,7 @@ impl Io {
                 until,
                 queued: batch.queued(),
                 awaited_before,
+                cq_armed,
                 renewed: stats.tx != sent_before,
                 rx: stats.rx,
                 now,
