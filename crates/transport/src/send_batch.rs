@@ -761,10 +761,12 @@ mod tests {
         for p in &packets {
             push(&mut batch, &room, p, src, dst);
         }
-        assert_eq!(batch.flush(&room).packets, 1);
+        let sent = batch.flush(&room);
+        assert_eq!((sent.packets, sent.dropped), (1, 0));
         assert!(batch.blocked());
         room.room.set(None);
-        assert_eq!(batch.flush(&room).packets, 2);
+        let sent = batch.flush(&room);
+        assert_eq!((sent.packets, sent.dropped), (2, 0));
         assert!(!batch.blocked());
         let got: Vec<_> = room.datagrams.borrow().iter().map(unsealed).collect();
         let want: Vec<_> = packets.iter().map(|p| (dst, p[..496].to_vec())).collect();
