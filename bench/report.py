@@ -1178,8 +1178,12 @@ the data with cross-memory attach.
 One perftest run per size, RC, one QP, perftest's defaults otherwise (128
 outstanding WRs, completion every 100) but for `-N` (no peak bandwidth,
 whose quadratic computation would count as CPU): each size moves 256 MiB,
-at most 50,000 messages, and 64 KiB, the targets' size, 2 GiB. "x TCP" is the ratio to loopback TCP (iperf3, one stream,
-5 s: {fmt(r.tcp_gbs)} GB/s). CPU s/GB is the user + system time of both
+at most 50,000 messages, and 64 KiB, the targets' size, 2 GiB, best of 3
+runs (highest bandwidth, with its CPU seconds): on this kind of 2-CPU
+machine a run's bandwidth sits on one of two levels about a factor of two
+apart, TCP's too (perf-profile.md, "Wire bandwidth: where the two levels
+come from"). "x TCP" is the ratio to loopback TCP (iperf3, one stream,
+5 s, best of 3: {fmt(r.tcp_gbs)} GB/s). CPU s/GB is the user + system time of both
 perftest processes (GNU time), less that of a 5-message run of the same
 test (the setup: device, memory registration, connection), divided by the
 bytes moved; iperf3's is {fmt(r.tcp_cpu)} s/GB. "vs trend" is the size's
@@ -1241,7 +1245,8 @@ against a plain copy or atomic, best of 5 rounds.
 
 ## The baselines
 
-- TCP: `iperf3 -c 127.0.0.1 -t 5`, one stream, default 128 KiB writes.
+- TCP: `iperf3 -c 127.0.0.1 -t 5`, one stream, default 128 KiB writes,
+  best of 3 runs (as softverbs' 64 KiB points).
 - UDP half round trip: `target/release/udp-pingpong --size N [--busy]`.
 - memcpy: `target/release/memcpy-bw --mib 256`, best of 10 copies of a
   256 MiB buffer (bytes copied per second).

@@ -9,7 +9,9 @@
 //! message, where the next post's packets could have joined them.
 //! perftest's bandwidth tests post a hundred WRs in a row per completion.
 //!
-//! A batch is kept only while answers are on their way: when it was
+//! Only a batch that more packets could join is kept (the 15 packets
+//! after a 64 KiB WRITE's first fill one: they leave at once). It is
+//! kept only while answers are on their way: when it was
 //! started, packets already on the wire awaited an acknowledgement or a
 //! READ response, and nothing has been taken in since (which might have
 //! been the last of them). Taking those answers in brings the application
@@ -42,8 +44,9 @@ pub(crate) struct Cork {
 pub(crate) struct AfterPost {
     /// The bound for a batch started now.
     pub(crate) until: Nanos,
-    /// Packets left part-filled in the batch (0: none, or it waits for
-    /// room in the socket, which sends it).
+    /// Packets left in a batch that more could join (0: none, the batch
+    /// is full, as the 15 packets after a 64 KiB WRITE's first are, or
+    /// it waits for room in the socket, which sends it).
     pub(crate) queued: usize,
     /// Before this step wrote any, packets awaited answers.
     pub(crate) awaited_before: bool,

@@ -356,7 +356,7 @@ impl Io {
         if let Some(until) = cork_until.filter(|_| !batch.blocked()) {
             let post = AfterPost {
                 until,
-                queued: batch.queued(),
+                queued: batch.joinable(),
                 awaited_before,
                 cq_armed,
                 renewed: stats.tx != sent_before,

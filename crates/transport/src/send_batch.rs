@@ -177,9 +177,15 @@ impl SendBatch {
         self.blocked
     }
 
-    /// Packets queued, waiting for more to join them or for a flush.
-    pub(crate) fn queued(&self) -> usize {
-        self.count
+    /// Packets queued that another of their size could still join (0
+    /// when none could: a full batch gains nothing by waiting).
+    pub(crate) fn joinable(&self) -> usize {
+        let room = self.count < MAX_SEGMENTS && self.len + self.segment <= MAX_BATCH_BYTES;
+        if room {
+            self.count
+        } else {
+            0
+        }
     }
 
     /// Room for the next packet, `len` bytes (BTH through ICRC) from the
@@ -539,6 +545,25 @@ mod tests {
         }
         assert_eq!(recv_sealed(&rx, src), (short[..296].to_vec(), Some(5)));
         assert_eq!(recv_sealed(&rx2, src), (other[..996].to_vec(), Some(0)));
+    }
+
+    /// A batch that another packet of its size could join says how many
+    /// it holds; a full one (15 packets of path MTU 4096: the 64 KiB a
+    /// GSO send carries) says none, so that no post keeps it waiting.
+    #[test]
+    fn a_full_batch_is_not_joinable() {
+        let (_rx, tx, dst, src) = sockets();
+        let sock = &SockRef::from(&tx);
+        let mut batch = SendBatch::new();
+        let p = packet(1, 4112);
+        for n in 1..15 {
+            push(&mut batch, sock, &p, src, dst);
+            assert_eq!(batch.joinable(), n);
+        }
+        push(&mut batch, sock, &p, src, dst);
+        assert_eq!(batch.joinable(), 0, "15 of 4,112 bytes: no room for a 16th");
+        push(&mut batch, sock, &p, src, dst); // sends the 15, starts anew
+        assert_eq!(batch.joinable(), 1);
     }
 
     /// A packet longer than the one queued, an ACK (a reply after a kept
