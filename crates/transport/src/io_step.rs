@@ -53,8 +53,9 @@ pub(crate) enum Sending {
     All,
     /// Everything due, from a post of sends: a GSO batch left part-filled
     /// at the end waits for the next post to fill it while answers to
-    /// earlier packets are on their way (`corked_batch.rs`), at most until
-    /// `until` if nothing sends it first.
+    /// earlier packets are on their way and no CQ is armed for an event
+    /// (`corked_batch.rs`), at most until `until` if nothing sends it
+    /// first.
     Corking { until: Nanos },
     /// Nothing: a verb keeps it for the next (`kept_packets.rs`).
     Kept,
@@ -329,8 +330,6 @@ impl Io {
         let socket = SockRef::from(endpoint.socket());
         let sent_before = stats.tx;
         let awaited_before = engine.awaits_answers();
-        // Only where a batch may be kept: a look at every CQ.
-        let cq_armed = cork_until.is_some() && awaited_before && engine.cq_armed();
         if batch.blocked() {
             if by == StepBy::Verb {
                 return;
@@ -354,12 +353,18 @@ impl Io {
         }
         let BatchSink { batch, stats, .. } = sink;
         if let Some(until) = cork_until.filter(|_| !batch.blocked()) {
+            let queued = batch.joinable();
+            let renewed = stats.tx != sent_before;
+            // A look at every CQ, so only where a new batch could be kept:
+            // not for each post that joins one kept already.
+            let new_batch = was_corked.is_none() || renewed;
+            let cq_armed = queued > 0 && awaited_before && new_batch && engine.cq_armed();
             let post = AfterPost {
                 until,
-                queued: batch.joinable(),
+                queued,
                 awaited_before,
                 cq_armed,
-                renewed: stats.tx != sent_before,
+                renewed,
                 rx: stats.rx,
                 now,
             };
