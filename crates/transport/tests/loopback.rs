@@ -1096,6 +1096,51 @@ fn a_kept_batch_leaves_without_another_verb() {
     }
 }
 
+/// A context closed right after a post kept its batch sends the batch as
+/// it closes (`Driver`'s drop): the peer receives every SEND. The first
+/// SEND of a round leaves alone and the second waits for a next post
+/// while the first awaits its ACK; a round whose second left at once (the
+/// ACK taken in already) proves nothing, so rounds are tried (for up to
+/// a minute) until one kept it.
+#[test]
+fn a_batch_kept_at_close_leaves_as_the_context_closes() {
+    let h = host();
+    let b = side(&h);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let a = side(&h);
+        let (qa, qb) = rc_pair(&a, &b);
+        post_small_recv(&b.d, b.key, qb);
+        post_small_recv(&b.d, b.key, qb);
+        post_small_send(&a, qa);
+        let before = a.d.io_stats();
+        post_small_send(&a, qa);
+        let kept = a.d.io_stats().corked > before.corked;
+        drop(a);
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{} of 2 SENDs arrived",
+                got.len()
+            );
+            b.d.with(|e, _| e.poll_cq(b.cq, 2, &mut got)).unwrap();
+        }
+        assert!(
+            got.iter().all(|wc| wc.status == WcStatus::Success),
+            "{got:?}"
+        );
+        b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
+        if kept {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+    };
+    assert!(kept, "no round's second SEND was kept");
+}
+
 /// A post after everything sent was answered (a latency test's next
 /// message) is not kept: nothing would bring a verb back for it.
 #[test]
