@@ -81,7 +81,7 @@ fi
 # post list (EINVAL, bad_wr), a completion channel in use (EBUSY), a GID
 # index past the table, ibv_reg_mr out of descriptors (EMFILE).
 if cc -O1 -o "$log/verb_errors" "$here/verb_errors.c" -libverbs 2> "$log/cc"; then
-  one "verb error paths (bad_wr, EBUSY channel, GID index, EMFILE reg_mr)" "verb errors ok" "$log/verb_errors"
+  one "verb error paths (bad_wr, EBUSY channel, GID index, EMFILE reg_mr, completions outlive their QP)" "verb errors ok" "$log/verb_errors"
 else
   bad "verb error paths (compile)" "$log/cc"
 fi

@@ -18,7 +18,10 @@
  * EINVAL; an XRC_SEND QP (no receive CQ) and a RAW_PACKET QP are
  * EOPNOTSUPP, types softverbs does not offer (it was EINVAL for the
  * missing receive CQ); a process out of descriptors gets EMFILE from
- * ibv_reg_mr, not EFAULT. Prints "verb errors ok". */
+ * ibv_reg_mr, not EFAULT; the completions a QP has in its CQ when it is
+ * destroyed stay there to be polled, as on rxe (libfabric's verbs
+ * provider destroys the QP before it drains the CQ, and takes a WR it
+ * does not find there for flushed). Prints "verb errors ok". */
 #include <errno.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -198,6 +201,41 @@ static void out_of_descriptors(struct ibv_pd *pd)
 	CHECK(mr && !ibv_dereg_mr(mr), "reg_mr once descriptors are free");
 }
 
+/* A SEND on a QP connected to itself, its completion event awaited on
+ * `ch` (so at least one completion is in `cq`), the QP destroyed: what
+ * the CQ held is still polled, and says it succeeded. */
+static void completions_outlive_their_qp(struct ibv_pd *pd, struct ibv_cq *cq,
+					 struct ibv_comp_channel *ch, struct ibv_mr *mr)
+{
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	to_rts(qp);
+	uint32_t qp_num = qp->qp_num;
+	char *buf = mr->addr;
+	struct ibv_sge rs = { (uintptr_t)buf + 2048, 64, mr->lkey }, ss = { (uintptr_t)buf, 16, mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = 21, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	struct ibv_send_wr sw = { .wr_id = 22, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *sbad;
+	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");
+	CHECK(!ibv_post_recv(qp, &rw, &rbad) && !ibv_post_send(qp, &sw, &sbad), "post");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == cq, "get_cq_event");
+	ibv_ack_cq_events(cq, 1);
+	CHECK(!ibv_destroy_qp(qp), "destroy the QP with completions in its CQ");
+	struct ibv_wc wc[4];
+	int n = ibv_poll_cq(cq, 4, wc);
+	CHECK(n >= 1, "the destroyed QP's completions left its CQ (%d polled)", n);
+	for (int i = 0; i < n; i++)
+		CHECK(wc[i].qp_num == qp_num && wc[i].status == IBV_WC_SUCCESS &&
+		      (wc[i].wr_id == 21 || wc[i].wr_id == 22),
+		      "completion %d: QP %u status %d wr_id %llu", i, wc[i].qp_num, wc[i].status,
+		      (unsigned long long)wc[i].wr_id);
+}
+
 int main(void)
 {
 	struct ibv_context *ctx = open_device_named("softverbs0");
@@ -274,6 +312,7 @@ int main(void)
 	extended_qp_limits(pd, cq, mr);
 	a_controlled_qkey(pd, cq);
 	out_of_descriptors(pd);
+	completions_outlive_their_qp(pd, cq, ch, mr);
 
 	/* An event left unread in the channel goes with its CQ. */
 	CHECK(!ibv_req_notify_cq(cq, 0), "req_notify_cq");

@@ -97,10 +97,9 @@ impl Cq {
         }
     }
 
-    /// Removes the completions of QP `qp_num`: when a QP is reset or
-    /// destroyed its completions leave its CQs, as on mlx5 (pyverbs relies
-    /// on it), since they would describe work of a QP that starts over or
-    /// is gone.
+    /// Removes the completions of QP `qp_num`: when a QP is reset its
+    /// completions leave its CQs, as on mlx5 (pyverbs relies on it), since
+    /// they would describe work of a QP that starts over.
     pub(crate) fn forget_qp(&mut self, qp_num: u32) {
         self.entries.retain(|wc| wc.qp_num != qp_num);
     }

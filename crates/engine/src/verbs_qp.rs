@@ -78,16 +78,17 @@ impl Engine {
         Ok(QpCreated { id, qp_num, cap })
     }
 
-    /// A destroyed QP's completions leave its CQs (`Cq::forget_qp`), and
-    /// the fault rules' hold.
-    fn forget_completions(&mut self, qp: &Qp) {
-        for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(c) = self.cqs.get_mut(cq) {
-                c.forget_qp(qp.qp_num);
-            }
-            // Those a fault rule holds back too: they must not reach the
-            // CQ later, nor fail a QP that gets the number again.
-            if let Some(f) = self.faults.as_deref_mut() {
+    /// The completions of a destroyed QP that fault rules hold back: they
+    /// must not reach its CQs later, nor fail a QP that gets the number
+    /// again. Those already in its CQs stay there, as on rxe (mlx5's
+    /// provider removes them): a program may poll them after the destroy,
+    /// as libfabric's verbs provider does when it closes an endpoint
+    /// (`rdma_destroy_ep`, then a drain of the CQ that takes every WR it
+    /// does not find there for flushed). Moving to RESET removes them
+    /// (`qp_modify.rs`).
+    fn forget_held_completions(&mut self, qp: &Qp) {
+        if let Some(f) = self.faults.as_deref_mut() {
+            for cq in [qp.send_cq, qp.recv_cq] {
                 f.forget(cq, qp.qp_num);
             }
         }
@@ -104,7 +105,7 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`. Unposted WRs vanish without completions, as on
-    /// every provider. A QP attached to a multicast group is EBUSY (seed
+    /// every provider; completions already in its CQs stay. A QP attached to a multicast group is EBUSY (seed
     /// 002; the kernel counts attachments as uses of the QP).
     pub fn destroy_qp(&mut self, id: QpId) -> VerbsResult<()> {
         ensure(
@@ -116,7 +117,7 @@ impl Engine {
             self.wake_budget_waiters();
         }
         self.qp_by_num.remove(&qp.qp_num);
-        self.forget_completions(&qp);
+        self.forget_held_completions(&qp);
         self.forget_fault_counts(qp.qp_num);
         self.schedule.forget(id);
         self.qp_changed(id, qp.qp_num);
