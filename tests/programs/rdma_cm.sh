@@ -11,7 +11,8 @@
 # transfers, result rows); a client of a port nobody listens on must fail
 # at once with the REJ the kernel's CM sends (reason 8), the client of
 # a server killed mid-connection must be disconnected at once, a forked
-# child uses rdma_cm of its own, and a channel closed by dup2 is gone. Prints
+# child uses rdma_cm of its own, a channel closed by dup2 is gone, and
+# SOFTVERBS_STATS prints the counters of contexts never closed. Prints
 # "N passed, M failed" last and exits
 # non-zero on any failure.
 # Usage: rdma_cm.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -207,6 +208,12 @@ rping_exit_case() {
 rping_exit_case
 rping_data "rping -C 100 -v (every data line checked)"
 SOFTVERBS_SHM=0 rping_data "rping_wire -C 100 -v, SOFTVERBS_SHM=0 (CM and data on the wire)"
+# SOFTVERBS_STATS: the counters of the context librdmacm opened, which
+# rping never closes, are printed as the process exits, on each side.
+SOFTVERBS_SHM=0 SOFTVERBS_STATS=1 rping_data "rping_stats -C 100 -v, SOFTVERBS_STATS=1"
+counted='^softverbs: softverbs0 \(pid [0-9]+\): [1-9][0-9]* packets sent'
+v=1; grep -Eq "$counted" "$log/rping_stats.cli" && grep -Eq "$counted" "$log/rping_stats.err" && v=0
+report "rping_stats SOFTVERBS_STATS=1: each side prints its data context's counters at exit" $v
 
 # rping -V: each ping validated by the client (a mismatch is an error
 # exit), 5000 bytes (several packets of the 1024-byte MTU).

@@ -75,7 +75,7 @@ thread_local! {
     static BUSY_IN_A_ROW: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 /// Set (and not `0`), a context prints its packet counters when it
-/// closes ([`State::summary`]).
+/// closes, or at exit if the program never closed it ([`State::summary`]).
 const STATS_VAR: &str = "SOFTVERBS_STATS";
 /// The daemon's stream: CM messages, and multicast datagrams where the
 /// daemon passes them on.
@@ -186,6 +186,9 @@ struct Shared<M> {
     /// Frames on the daemon's stream for the application's next poll to
     /// read, noted while the socket is lent.
     stream_waiting: Arc<StreamWaiting>,
+    /// The `SOFTVERBS_STATS` line was printed (at exit, before a close
+    /// an exit handler makes).
+    stats_said: AtomicBool,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -297,13 +300,14 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             last_verb: AtomicU64::new(0),
             app_polls: AppPolls::default(),
             stream_waiting,
+            stats_said: AtomicBool::new(false),
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
-        let flushed: Arc<dyn Flush> = shared.clone();
+        let flushed: Arc<dyn AtExit> = shared.clone();
         let mut open = OPEN.lock();
-        open.retain(|context| context.strong_count() > 0);
-        open.push(Arc::downgrade(&flushed));
+        open.retain(|(_, context)| context.strong_count() > 0);
+        open.push((std::process::id(), Arc::downgrade(&flushed)));
         drop(open);
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -696,18 +700,8 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
             }
             return;
         }
-        if std::env::var_os(STATS_VAR).is_some_and(|v| v != "0") {
-            let (summary, held) = {
-                let state = self.shared.state.lock();
-                (state.summary(), state.io.stats.held)
-            };
-            match self.shared.app_polls.lends() {
-                0 => crate::say!("{summary}"),
-                n => crate::say!(
-                    "{summary}; the socket lent to a spinning poller {n} times, \
-                     {held} verbs kept what was due for the next"
-                ),
-            }
+        if stats_wanted() {
+            self.shared.say_stats(&self.shared.state.lock());
         }
         self.shared.flush();
         self.shared.stop.store(true, Ordering::Release);
@@ -719,6 +713,21 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
 }
 
 impl<M: HostMemory> Shared<M> {
+    /// Prints the `SOFTVERBS_STATS` line, once.
+    fn say_stats(&self, state: &State<M>) {
+        if self.stats_said.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (summary, held) = (state.summary(), state.io.stats.held);
+        match self.app_polls.lends() {
+            0 => crate::say!("{summary}"),
+            n => crate::say!(
+                "{summary}; the socket lent to a spinning poller {n} times, \
+                 {held} verbs kept what was due for the next"
+            ),
+        }
+    }
+
     /// Sends what a poll kept for the next verb (`Driver::run`), and a
     /// batch a post left part-filled (`corked_batch.rs`), as the context
     /// closes or the process exits: a NIC would have sent them.
@@ -1001,29 +1010,48 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     }
 }
 
-/// Every open context, to send at exit what its polls kept for a next
-/// verb ([`flush_at_exit`]).
-static OPEN: Mutex<Vec<std::sync::Weak<dyn Flush>>> = Mutex::new(Vec::new());
+/// Every open context, with the process that opened it, to send at exit
+/// what its polls kept for a next verb ([`flush_at_exit`]).
+static OPEN: Mutex<Vec<(u32, std::sync::Weak<dyn AtExit>)>> = Mutex::new(Vec::new());
 
-/// A context whose packets can be sent before the process goes.
-trait Flush: Send + Sync {
-    fn flush(&self);
+/// A context still open as the process exits.
+trait AtExit: Send + Sync {
+    /// Prints its counters if asked for, and sends what waits.
+    fn at_exit(&self);
 }
 
-impl<M: HostMemory + Send> Flush for Shared<M> {
-    fn flush(&self) {
-        Shared::flush(self);
+impl<M: HostMemory + Send> AtExit for Shared<M> {
+    fn at_exit(&self) {
+        if stats_wanted() {
+            if let Some(state) = self.state.try_lock_for(FLUSH_WAIT) {
+                self.say_stats(&state);
+            }
+        }
+        self.flush();
     }
+}
+
+/// Whether `SOFTVERBS_STATS` asks for the counters.
+fn stats_wanted() -> bool {
+    std::env::var_os(STATS_VAR).is_some_and(|v| v != "0")
 }
 
 /// Sends what each open context's last poll kept for a next verb (an ACK
 /// the peer waits for): a program that exits right after polling its
 /// completion would otherwise take the ACK with it, and its peer's SEND
-/// would end in RETRY_EXC_ERR. For the provider's `atexit` handler.
+/// would end in RETRY_EXC_ERR. Prints the `SOFTVERBS_STATS` line of each
+/// too: a program often exits without closing a context (librdmacm
+/// leaves the ones it opened open). For the provider's `atexit` handler.
 pub fn flush_at_exit() {
     let open: Vec<_> = OPEN.lock().drain(..).collect();
-    for context in open.iter().filter_map(std::sync::Weak::upgrade) {
-        context.flush();
+    // A child made by `fork` has a copy of its parent's contexts, which
+    // are the parent's to flush and count (as in `Driver`'s drop).
+    let own = open
+        .iter()
+        .filter(|(by, _)| *by == std::process::id())
+        .filter_map(|(_, context)| context.upgrade());
+    for context in own {
+        context.at_exit();
     }
 }
 
