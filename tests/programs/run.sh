@@ -79,7 +79,8 @@ fi
 
 # Our own C check of error paths through the provider: a partly accepted
 # post list (EINVAL, bad_wr), a completion channel in use (EBUSY), a GID
-# index past the table, ibv_reg_mr out of descriptors (EMFILE).
+# index past the table, ibv_reg_mr out of descriptors (EMFILE), the
+# completions a destroyed QP left in its CQ.
 if cc -O1 -o "$log/verb_errors" "$here/verb_errors.c" -libverbs 2> "$log/cc"; then
   one "verb error paths (bad_wr, EBUSY channel, GID index, EMFILE reg_mr, completions outlive their QP)" "verb errors ok" "$log/verb_errors"
 else

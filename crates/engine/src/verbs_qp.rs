@@ -105,8 +105,9 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`. Unposted WRs vanish without completions, as on
-    /// every provider; completions already in its CQs stay. A QP attached to a multicast group is EBUSY (seed
-    /// 002; the kernel counts attachments as uses of the QP).
+    /// every provider; completions already in its CQs stay. A QP attached
+    /// to a multicast group is EBUSY (seed 002; the kernel counts
+    /// attachments as uses of the QP).
     pub fn destroy_qp(&mut self, id: QpId) -> VerbsResult<()> {
         ensure(
             !self.mcast.has_member(id),
