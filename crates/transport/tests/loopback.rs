@@ -1096,6 +1096,46 @@ fn a_kept_batch_leaves_without_another_verb() {
     }
 }
 
+/// A batch kept while the socket is lent to a thread spinning on its CQs
+/// (no timer armed for it: that thread's next poll would send it) leaves
+/// once the thread stops: the progress thread's next look at the lending
+/// sends it, before the QP's local ACK timeout would have (the timer
+/// sends the first SEND again with it). A round that lost the lending,
+/// kept nothing, or met the timer proves nothing, so rounds are tried for
+/// up to a minute.
+#[test]
+fn a_batch_kept_while_the_socket_is_lent_leaves_at_the_next_look() {
+    let h = host();
+    let (a, b) = (side(&h), side(&h));
+    let (qa, _qb) = rc_pair(&a, &b);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        assert!(
+            spin_on_completions_until(&a, qa, &b, send_opcode::RDMA_READ, true),
+            "not lent to a thread spinning on READs"
+        );
+        let unanswered = unanswered_qp(&a, &b);
+        post_small_send(&a, unanswered);
+        let before = a.d.io_stats();
+        let resent = a.d.with(|e, _| e.stats().tx_resent);
+        post_small_send(&a, unanswered);
+        let kept = a.d.io_stats().corked > before.corked && a.d.receive_lent();
+        while a.d.io_stats().tx == before.tx {
+            assert!(Instant::now() < deadline, "the kept SEND never left");
+            std::thread::yield_now();
+        }
+        let on_time = a.d.with(|e, _| e.stats().tx_resent) == resent;
+        a.d.with(|e, _| e.destroy_qp(unanswered)).unwrap();
+        if kept && on_time {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+    };
+    assert!(left, "no round kept a batch while lent and saw it leave");
+}
+
 /// A context closed right after a post kept its batch sends the batch as
 /// it closes (`Driver`'s drop): the peer receives every SEND. The first
 /// SEND of a round leaves alone and the second waits for a next post
