@@ -573,23 +573,32 @@ fn a_context_closed_after_its_ack_was_kept_sends_it_first() {
     let h = host();
     let a = side(&h);
     // Each round lends a new context's socket from scratch, which a loaded
-    // machine may take many rounds to do: rounds for up to a minute.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let kept = loop {
+    // machine may take many rounds to do.
+    let kept = some_round_within_a_minute(|_| {
         let b = side(&h);
         let (qa, qb) = rc_pair(&a, &b);
         for _ in 0..4 {
             post_small_recv(&b.d, b.key, qb);
         }
         let owned = (Box::new(b.d), b.cq, b.key);
-        if spin_until_lent_then_stop(&a, qa, owned, qb, |d, _| drop(d)) {
-            break true;
+        spin_until_lent_then_stop(&a, qa, owned, qb, |d, _| drop(d))
+    });
+    assert!(kept, "no round's last poll kept its ACK");
+}
+
+/// Runs `round` (given the deadline, for its own waits) until one says it
+/// saw what it looked for, or a minute has passed: for behaviour that a
+/// loaded machine's timing can hide from a single round. Whether one did.
+fn some_round_within_a_minute(mut round: impl FnMut(Instant) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if round(deadline) {
+            return true;
         }
         if Instant::now() > deadline {
-            break false;
+            return false;
         }
-    };
-    assert!(kept, "no round's last poll kept its ACK");
+    }
 }
 
 /// One round: B (its driver, CQ and memory key; the driver borrowed or
@@ -1054,8 +1063,7 @@ fn post_small_send(a: &Side, qa: QpId) {
 fn sends_posted_in_a_row_while_one_awaits_its_ack_leave_together() {
     let h = host();
     let (a, b) = (side(&h), side(&h));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let together = loop {
+    let together = some_round_within_a_minute(|_| {
         let qa = unanswered_qp(&a, &b);
         post_small_send(&a, qa); // alone: nothing else awaited an answer
         let before = a.d.io_stats();
@@ -1067,13 +1075,8 @@ fn sends_posted_in_a_row_while_one_awaits_its_ack_leave_together() {
         a.d.with(|e, _| e.destroy_qp(qa)).unwrap();
         assert!(after.tx - before.tx >= 8, "{before:?} then {after:?}");
         assert!(after.corked > before.corked, "{before:?} then {after:?}");
-        if after.tx - before.tx == 8 && after.tx_calls - before.tx_calls <= 2 {
-            break true;
-        }
-        if Instant::now() > deadline {
-            break false;
-        }
-    };
+        after.tx - before.tx == 8 && after.tx_calls - before.tx_calls <= 2
+    });
     assert!(together, "no round's 8 SENDs left in two system calls");
 }
 
@@ -1108,8 +1111,7 @@ fn a_batch_kept_while_the_socket_is_lent_leaves_at_the_next_look() {
     let h = host();
     let (a, b) = (side(&h), side(&h));
     let (qa, _qb) = rc_pair(&a, &b);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let left = loop {
+    let left = some_round_within_a_minute(|deadline| {
         assert!(
             spin_on_completions_until(&a, qa, &b, send_opcode::RDMA_READ, true),
             "not lent to a thread spinning on READs"
@@ -1126,13 +1128,8 @@ fn a_batch_kept_while_the_socket_is_lent_leaves_at_the_next_look() {
         }
         let on_time = a.d.with(|e, _| e.stats().tx_resent) == resent;
         a.d.with(|e, _| e.destroy_qp(unanswered)).unwrap();
-        if kept && on_time {
-            break true;
-        }
-        if Instant::now() > deadline {
-            break false;
-        }
-    };
+        kept && on_time
+    });
     assert!(left, "no round kept a batch while lent and saw it leave");
 }
 
@@ -1146,8 +1143,7 @@ fn a_batch_kept_while_the_socket_is_lent_leaves_at_the_next_look() {
 fn a_batch_kept_at_close_leaves_as_the_context_closes() {
     let h = host();
     let b = side(&h);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let kept = loop {
+    let kept = some_round_within_a_minute(|deadline| {
         let a = side(&h);
         let (qa, qb) = rc_pair(&a, &b);
         post_small_recv(&b.d, b.key, qb);
@@ -1171,13 +1167,8 @@ fn a_batch_kept_at_close_leaves_as_the_context_closes() {
             "{got:?}"
         );
         b.d.with(|e, _| e.destroy_qp(qb)).unwrap();
-        if kept {
-            break true;
-        }
-        if Instant::now() > deadline {
-            break false;
-        }
-    };
+        kept
+    });
     assert!(kept, "no round's second SEND was kept");
 }
 
