@@ -8,7 +8,8 @@
 # line, and SOFTVERBS_SHM=1 makes that an error; an end with
 # SOFTVERBS_SHM=0 brings both to the wire; and under CPU load (8
 # ib_write_bw pairs beside 2 busy processes, and ib_write_bw -a) nothing
-# fails; a target's MR registered after 70,000 others is reached. Runs
+# fails; a target's MR registered after 70,000 others is reached; a
+# receive completion is in the CQ once its SEND completed. Runs
 # on a loopback address and daemon socket of its own. Prints
 # "N passed, M failed" last. Usage: same_host.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
@@ -287,6 +288,12 @@ same_host_c() {
 # the device's 262,144): a peer on the same host WRITEs to and READs from
 # the last one registered (many_mrs.c), where it met REM_ACCESS_ERR.
 same_host_c many_mrs 120 "a target's MR registered after 70,000 others is written and read" 70000
+
+# A receive completion is in the receiver's CQ once the sender's SEND has
+# completed (completion_order.c), as on a NIC: a poll that found the
+# driver held by the progress thread said "empty" while the peer's
+# delivery waited to be applied.
+same_host_c completion_order 120 "a receive completion is in the CQ once its SEND completed" 500000
 
 # A long-lived process meeting peer after peer (many_peers.c): its
 # descriptors and mappings of peers' regions stay flat (it kept every gone

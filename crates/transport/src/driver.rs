@@ -29,7 +29,7 @@ use crate::io_step::{Io, IoStats, Sending, StepBy};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
-use crate::same_host::host::{SameHost, ShmMode};
+use crate::same_host::host::{DeliveriesWatch, SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
@@ -189,6 +189,10 @@ struct Shared<M> {
     /// The `SOFTVERBS_STATS` line was printed (at exit, before a close
     /// an exit handler makes).
     stats_said: AtomicBool,
+    /// What same-host peers delivered and the driver has not applied yet:
+    /// a poll that finds the driver held may say "empty" only when there
+    /// is none (`Driver::poll_unless_busy`).
+    deliveries: Option<DeliveriesWatch>,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -265,6 +269,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         }
         let endpoint = &mut io.endpoint;
         let same_host = start_same_host(cross, endpoint, &mut engine, cfg.ip);
+        let deliveries = same_host.as_ref().map(SameHost::deliveries_watch);
         if let Some(sh) = &same_host {
             poll.registry().register(
                 &mut SourceFd(&sh.doorbell().as_raw_fd()),
@@ -301,6 +306,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             app_polls: AppPolls::default(),
             stream_waiting,
             stats_said: AtomicBool::new(false),
+            deliveries,
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
@@ -384,14 +390,19 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// (docs/perf-profile.md). After [`BUSY_POLLS_AT_MOST`] such polls in
     /// a row the thread waits for its turn: a thread that holds the driver
     /// most of the time (another application thread posting without end)
-    /// may take nothing in for it.
+    /// may take nothing in for it. It waits too while a same-host peer's
+    /// delivery may wait to be applied: the peer's work request completed
+    /// when it delivered, and as on a NIC, whose receive completion is in
+    /// the CQ before the sender's ACK leaves, the CQ is not empty then
+    /// (a receiver told by its sender that the SEND completed found
+    /// nothing; `tests/programs/completion_order.c`).
     pub fn poll_unless_busy(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
         let guard = match self.shared.try_lock().unwrap_or_else(unwind) {
             Some(guard) => guard,
-            None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST => {
+            None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST && self.shared.no_delivery_waits() => {
                 BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
                 // Still a verb call: the progress thread must not take the
                 // application for idle and linger, polling, against it.
@@ -422,20 +433,29 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if max == 0 {
             return Ok(0);
         }
-        let mut incoming = false;
-        let from_ring = ring.pop_with(max, |wc| {
-            incoming |= Polled::is_incoming(&wc);
-            take(wc);
-        });
-        if from_ring > 0 {
-            // Most often taken in by a poll of another CQ (`ib_send_lat`'s
-            // poll of its send CQ, for the ACK that came with the peer's
-            // SEND): for the lending of the socket.
-            self.shared.app_polls.took_from_ring(incoming);
-            return Ok(from_ring);
+        let from_ring = |take: &mut dyn FnMut(WorkCompletion)| {
+            let mut incoming = false;
+            let taken = ring.pop_with(max, |wc| {
+                incoming |= Polled::is_incoming(&wc);
+                take(wc);
+            });
+            if taken > 0 {
+                // Most often taken in by a poll of another CQ
+                // (`ib_send_lat`'s poll of its send CQ, for the ACK that
+                // came with the peer's SEND): for the lending of the
+                // socket.
+                self.shared.app_polls.took_from_ring(incoming);
+            }
+            taken
+        };
+        let taken = from_ring(&mut take);
+        if taken > 0 {
+            return Ok(taken);
         }
-        match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, take)) {
-            None => Ok(0),
+        match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, &mut take)) {
+            // The driver's holder may have applied a peer's delivery since
+            // the first look: its completion is in the ring now.
+            None => Ok(from_ring(&mut take)),
             Some(polled) => polled.map(|p| p.taken),
         }
     }
@@ -742,6 +762,14 @@ impl<M: HostMemory> Shared<M> {
             self.step(&mut state, StepBy::Verb, now, Sending::All);
             state.held_since = None;
         }
+    }
+
+    /// Whether, for certain, no same-host peer's delivery waits for the
+    /// driver to apply it (see [`DeliveriesWatch`]).
+    fn no_delivery_waits(&self) -> bool {
+        self.deliveries
+            .as_ref()
+            .is_none_or(DeliveriesWatch::nothing_waiting)
     }
 
     /// The state, unless the device failed.

@@ -65,6 +65,20 @@ enum Found {
     No(String, Instant),
 }
 
+/// A look at this context's deliveries ring from any thread of the
+/// process, without the driver: whether peers' deliveries may wait for
+/// it to apply them.
+#[derive(Debug, Clone)]
+pub struct DeliveriesWatch(RegionView);
+
+impl DeliveriesWatch {
+    /// True when, for certain, none waits and every one taken is applied
+    /// (its completion is in its CQ).
+    pub fn nothing_waiting(&self) -> bool {
+        self.0.inbound().nothing_waiting()
+    }
+}
+
 /// How long a UD sender trusts a block's "not reachable directly" before
 /// it asks the daemon again (the block may have a new owner since).
 const REFUSAL_KEPT: Duration = Duration::from_secs(1);
@@ -129,6 +143,11 @@ impl SameHost {
     /// Our region's stripe locks, which every atomic on our memory takes.
     pub fn locks(&self) -> super::atomic_lock::LockTable<'_> {
         self.own.view().locks()
+    }
+
+    /// A watch on the deliveries peers leave for this context.
+    pub fn deliveries_watch(&self) -> DeliveriesWatch {
+        DeliveriesWatch(self.own.view().clone())
     }
 
     /// The descriptor peers write to wake this context's progress thread.

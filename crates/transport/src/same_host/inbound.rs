@@ -132,6 +132,16 @@ impl<'a> Inbound<'a> {
     /// when the oldest is claimed but not yet published (see the module
     /// doc for a producer that died there).
     pub fn pop(&self) -> Option<Record> {
+        self.pop_with(|record| record)
+    }
+
+    /// Takes the oldest record, as [`pop`](Self::pop), and hands it to
+    /// `apply` before freeing its slot. Owner only. A thread of the
+    /// owner's process that finds the slot freed ([`nothing_waiting`])
+    /// then sees what `apply` did (a completion it queued).
+    ///
+    /// [`nothing_waiting`]: Self::nothing_waiting
+    pub fn pop_with<R>(&self, apply: impl FnOnce(Record) -> R) -> Option<R> {
         let dequeue = self.part.get(DEQUEUE)?;
         let pos = dequeue.load(Ordering::Relaxed);
         let state = self.state(pos)?;
@@ -143,10 +153,13 @@ impl<'a> Inbound<'a> {
             .record(pos)?
             .each_ref()
             .map(|w| w.load(Ordering::Relaxed));
-        // Release: the reads above come before a producer reuses the slot.
+        let applied = apply(record);
+        // Release: the reads above come before a producer reuses the slot,
+        // and what `apply` did before a `nothing_waiting` that reads the
+        // new dequeue position.
         state.store(free_for(pos.wrapping_add(self.capacity)), Ordering::Release);
-        dequeue.store(pos.wrapping_add(1), Ordering::Relaxed);
-        Some(record)
+        dequeue.store(pos.wrapping_add(1), Ordering::Release);
+        Some(applied)
     }
 
     /// Whether the oldest record is published, so [`pop`](Self::pop)
@@ -159,6 +172,24 @@ impl<'a> Inbound<'a> {
         let pos = dequeue.load(Ordering::Relaxed);
         self.state(pos)
             .is_some_and(|state| state.load(Ordering::Acquire) == free_for(pos.wrapping_add(1)))
+    }
+
+    /// Whether, for certain, no record waits for the owner and every
+    /// record taken was applied ([`pop_with`](Self::pop_with)). Any thread
+    /// of the owner's process, while the owner may be popping: false
+    /// (perhaps something waits) unless the slot at the dequeue position
+    /// is free or claimed for that very position, which it stays until
+    /// popped, so the position read was the current one.
+    pub fn nothing_waiting(&self) -> bool {
+        let Some(dequeue) = self.part.get(DEQUEUE) else {
+            return true;
+        };
+        // Acquire: pairs with `pop_with`'s store, after its `apply`.
+        let pos = dequeue.load(Ordering::Acquire);
+        // Free or claimed for `pos` (published reads `pos + 1`, popped
+        // `pos + capacity`).
+        self.state(pos)
+            .is_none_or(|state| position(state.load(Ordering::Acquire)) == pos as u32)
     }
 
     /// If the oldest record is claimed by a process that no longer
@@ -377,6 +408,28 @@ mod tests {
         assert!(!inbound.reap_dead_claim());
         inbound.publish(pos, &[2; RECORD_WORDS]);
         assert_eq!(inbound.pop(), Some([2; RECORD_WORDS]));
+    }
+
+    #[test]
+    fn nothing_waits_only_when_the_head_is_free_or_claimed() {
+        let part = ring(2);
+        let inbound = Inbound::new(&part, 2);
+        assert!(inbound.nothing_waiting(), "empty");
+        let pos = inbound.claim(own_pid()).unwrap();
+        assert!(inbound.nothing_waiting(), "claimed, not published");
+        inbound.publish(pos, &[1; RECORD_WORDS]);
+        assert!(!inbound.nothing_waiting(), "published");
+        // The record is applied while its slot is still taken: a thread
+        // that finds nothing waiting finds what was applied.
+        let seen = inbound.pop_with(|record| (record, inbound.nothing_waiting()));
+        assert_eq!(seen, Some(([1; RECORD_WORDS], false)));
+        assert!(inbound.nothing_waiting(), "popped");
+        for lap in 0..3 {
+            inbound.push(&[lap; RECORD_WORDS]).unwrap();
+            assert!(!inbound.nothing_waiting(), "lap {lap}");
+            assert_eq!(inbound.pop(), Some([lap; RECORD_WORDS]));
+            assert!(inbound.nothing_waiting(), "lap {lap}, popped");
+        }
     }
 
     /// Two producers push numbered records as room appears while the

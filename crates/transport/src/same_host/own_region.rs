@@ -13,6 +13,7 @@
 
 use super::arena::Arena;
 use super::deliveries::Delivery;
+use super::inbound::Record;
 use super::layout::{format_zeroed, RegionLayout, RegionView};
 use super::mr_slots::MrInfo;
 use super::peer_target::path;
@@ -313,27 +314,18 @@ impl OwnRegion {
     }
 
     /// Applies what peers delivered since the last step; true if anything.
+    /// Each record is applied before its slot is freed, so that a poll
+    /// that finds no record waiting finds its completion in the CQ
+    /// ([`Inbound::nothing_waiting`](super::inbound::Inbound::nothing_waiting)).
     pub fn drain(&mut self, engine: &mut Engine) -> bool {
         let mut any = false;
-        while let Some(record) = self.view.inbound().pop() {
+        while self
+            .view
+            .inbound()
+            .pop_with(|record| apply(engine, &record))
+            .is_some()
+        {
             any = true;
-            match Delivery::decode(&record) {
-                Some(Delivery::Received {
-                    qpn,
-                    seq,
-                    wc,
-                    solicited,
-                }) => {
-                    engine.apply_delivery(qpn, seq, wc, solicited);
-                }
-                Some(Delivery::CommEst { qpn }) => engine.apply_comm_est(qpn),
-                Some(Delivery::Fault {
-                    qpn,
-                    incarnation,
-                    event,
-                }) => engine.apply_fault(qpn, incarnation, event),
-                None => {}
-            }
         }
         any
     }
@@ -344,6 +336,27 @@ impl OwnRegion {
     pub fn has_deliveries(&self) -> bool {
         let inbound = self.view.inbound();
         inbound.peek_nonempty() || inbound.reap_dead_claim()
+    }
+}
+
+/// What a peer's delivery record says, done to the engine.
+fn apply(engine: &mut Engine, record: &Record) {
+    match Delivery::decode(record) {
+        Some(Delivery::Received {
+            qpn,
+            seq,
+            wc,
+            solicited,
+        }) => {
+            engine.apply_delivery(qpn, seq, wc, solicited);
+        }
+        Some(Delivery::CommEst { qpn }) => engine.apply_comm_est(qpn),
+        Some(Delivery::Fault {
+            qpn,
+            incarnation,
+            event,
+        }) => engine.apply_fault(qpn, incarnation, event),
+        None => {}
     }
 }
 
