@@ -162,6 +162,37 @@ else
   bad "exit right after the last poll (compile)" "$log/cc"
 fi
 
+# On the wire too, a receive completion is in the receiver's CQ once its
+# SEND completed (the responder queues it before its ACK leaves):
+# completion_order.c, which same_host.sh runs on the same-host path.
+if cc -O1 -o "$log/completion_order" "$here/completion_order.c" -libverbs 2> "$log/cc"; then
+  ONE_TIMEOUT=120 one "on the wire, a receive completion is in the CQ once its SEND completed" \
+    "completion_order ok" env SOFTVERBS_SHM=0 "$log/completion_order" 100000
+else
+  bad "completion order on the wire (compile)" "$log/cc"
+fi
+
+# SOFTVERBS_STATS for a context open at exit (stats_at_exit.c): one
+# counters line, the opening process's; not a second when an exit handler
+# of the program closes the context after softverbs' handler printed it,
+# and none from a forked child's exit.
+if cc -O1 -o "$log/stats_at_exit" "$here/stats_at_exit.c" -libverbs 2> "$log/cc"; then
+  name="SOFTVERBS_STATS: a context open at exit is counted once, by its own process"
+  SOFTVERBS_STATS=1 timeout 30 "$log/stats_at_exit" > "$log/stats.out" 2> "$log/stats.err"
+  rc=$?
+  parent=$(sed -n 's/^parent //p' "$log/stats.out")
+  lines=$(grep -c '^softverbs: softverbs0 (pid ' "$log/stats.err")
+  theirs=$(grep -c "^softverbs: softverbs0 (pid $parent)" "$log/stats.err")
+  if [ $rc = 0 ] && [ "$lines" = 1 ] && [ "$theirs" = 1 ]; then
+    ok "$name"
+  else
+    echo "exit $rc; $lines counters lines, $theirs of the parent (pid $parent)" >> "$log/stats.err"
+    bad "$name" "$log/stats.err"
+  fi
+else
+  bad "SOFTVERBS_STATS at exit (compile)" "$log/cc"
+fi
+
 one "ibv_devices" "softverbs0" ibv_devices
 one "ibv_devinfo -v" "PORT_ACTIVE.*|link_layer:[[:space:]]+Ethernet" ibv_devinfo -v -d softverbs0
 one "ibv_devinfo GID 0 (link-local)" "GID\[  0\]:[[:space:]]+fe80::5efe:7f00:1, RoCE v2" ibv_devinfo -v -d softverbs0
