@@ -91,23 +91,29 @@ step() { echo "== $* ($(($(date +%s) - START)) s)"; }
 # best of TRIES counts, its CPU seconds with it.
 TRIES=3
 
-# best_of DIR NAME PROGRAM ARGS...: `pair` TRIES times, keeping as
-# DIR/NAME.* the run whose client reported the highest average bandwidth
-# (perftest's fourth column).
-best_of() {
-  local dir=$1 name=$2 best="" best_bw=-1 i bw f; shift 2
+# keep_best DIR NAME FILES MEASURE RUN ARGS...: runs `RUN DIR NAME.tryI
+# ARGS...` TRIES times and keeps as DIR/NAME.F, for each F in FILES, the
+# files of the try for which `MEASURE DIR NAME.tryI` printed the largest
+# number (a try that failed, with nothing to measure, counts as 0).
+keep_best() {
+  local dir=$1 name=$2 files=$3 measure=$4 run=$5 best=1 best_v=-1 i v f; shift 5
   for i in $(seq $TRIES); do
-    pair "$dir" "$name.try$i" "$@"
-    # A failed run has no result line: it counts as 0.
-    bw=$(grep -E '^ *[0-9]+ +[0-9]+ ' "$dir/$name.try$i.cli" | tail -1 | awk '{ print $4 + 0 }') || bw=0
-    if awk -v a="${bw:-0}" -v b="$best_bw" 'BEGIN { exit !(a > b) }'; then
-      best=$i best_bw=${bw:-0}
+    "$run" "$dir" "$name.try$i" "$@"
+    v=$("$measure" "$dir" "$name.try$i") || v=0
+    if awk -v a="${v:-0}" -v b="$best_v" 'BEGIN { exit !(a > b) }'; then
+      best=$i best_v=${v:-0}
     fi
   done
-  for f in srv cli srv.time cli.time; do
+  for f in $files; do
     mv "$dir/$name.try$best.$f" "$dir/$name.$f" 2>/dev/null || true
   done
   rm -f "$dir/$name".try*
+}
+
+# perftest_bw DIR NAME: the average bandwidth the client of `pair DIR
+# NAME ...` reported (perftest's fourth column).
+perftest_bw() {
+  grep -E '^ *[0-9]+ +[0-9]+ ' "$1/$2.cli" | tail -1 | awk '{ print $4 + 0 }'
 }
 
 # --- perftest over softverbs --------------------------------------------
@@ -140,7 +146,8 @@ for t in write read send; do
     n=$(( (256 << 20) / s ))
     n=$(( n > 50000 ? 50000 : n ))
     if [ "$s" = 65536 ]; then
-      best_of "$dir" "bw_${t}_$s" ib_${t}_bw $PT $BW_FLAGS -s $s -n 32768
+      keep_best "$dir" "bw_${t}_$s" "srv cli srv.time cli.time" perftest_bw \
+        pair ib_${t}_bw $PT $BW_FLAGS -s $s -n 32768
     else
       pair "$dir" "bw_${t}_$s" ib_${t}_bw $PT $BW_FLAGS -s $s -n $n
     fi
@@ -166,28 +173,27 @@ SOFTVERBS_SHM=0 perftests "$OUT/perftest_wire" "wire"
 # --- baselines, in the same run -----------------------------------------
 step "iperf3: loopback TCP, one stream, 5 s, best of $TRIES"
 B="$OUT/baselines"
-best_bps=-1
-for i in $(seq $TRIES); do
+# iperf3_try DIR NAME: one iperf3 run, its client's report in
+# DIR/NAME.json and both sides' CPU in DIR/NAME.{srv,cli}.time.
+iperf3_try() {
+  local dir=$1 name=$2 srv
   PORT=$((PORT + 1))
-  /usr/bin/time -f "$TIMEFMT" -o "$B/iperf3.try$i.srv.time" \
-    timeout $LIMIT iperf3 -s -1 -B 127.0.0.1 -p $PORT > "$B/iperf3.try$i.srv" 2>&1 &
+  /usr/bin/time -f "$TIMEFMT" -o "$dir/$name.srv.time" \
+    timeout $LIMIT iperf3 -s -1 -B 127.0.0.1 -p $PORT > "$dir/$name.srv" 2>&1 &
   srv=$!
   wait_listen $PORT || true
-  /usr/bin/time -f "$TIMEFMT" -o "$B/iperf3.try$i.cli.time" \
-    timeout $LIMIT iperf3 -c 127.0.0.1 -B 127.0.0.1 -p $PORT -t 5 -J > "$B/iperf3.try$i.json" \
+  /usr/bin/time -f "$TIMEFMT" -o "$dir/$name.cli.time" \
+    timeout $LIMIT iperf3 -c 127.0.0.1 -B 127.0.0.1 -p $PORT -t 5 -J > "$dir/$name.json" \
     || echo "bench: iperf3 client failed" >&2
   wait $srv || true
-  bps=$(/usr/bin/python3 -c 'import json, sys
+}
+# iperf3_bps DIR NAME: the bits per second iperf3_try's client received.
+iperf3_bps() {
+  /usr/bin/python3 -c 'import json, sys
 try: print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"])
-except Exception: print(0)' "$B/iperf3.try$i.json")
-  if awk -v a="$bps" -v b="$best_bps" 'BEGIN { exit !(a > b) }'; then
-    best=$i best_bps=$bps
-  fi
-done
-for f in json srv srv.time cli.time; do
-  mv "$B/iperf3.try$best.$f" "$B/iperf3.$f" 2>/dev/null || true
-done
-rm -f "$B"/iperf3.try*
+except Exception: print(0)' "$1/$2.json"
+}
+keep_best "$B" iperf3 "json srv srv.time cli.time" iperf3_bps iperf3_try
 
 step "udp-pingpong: 2 B and 4 KiB, spinning and blocking"
 for s in 2 4096; do
