@@ -68,6 +68,11 @@ const APP_IDLE: Nanos = 50_000;
 /// Polls in a row that may find the driver held and return at once
 /// ([`Driver::poll_unless_busy`]) before one waits for it.
 const BUSY_POLLS_AT_MOST: u32 = 64;
+/// Looks a poll that found the driver held takes, while a same-host
+/// peer's delivery waits to be applied, before it waits for the driver
+/// ([`Driver::poll_unless_busy`]): a few microseconds, about as long as
+/// the holder's step takes to apply it, without sleeping on the lock.
+const LOOKS_FOR_A_DELIVERY: u32 = 1024;
 
 thread_local! {
     /// This thread's polls in a row that found the driver held (over all
@@ -390,27 +395,42 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// (docs/perf-profile.md). After [`BUSY_POLLS_AT_MOST`] such polls in
     /// a row the thread waits for its turn: a thread that holds the driver
     /// most of the time (another application thread posting without end)
-    /// may take nothing in for it. It waits too while a same-host peer's
-    /// delivery may wait to be applied: the peer's work request completed
-    /// when it delivered, and as on a NIC, whose receive completion is in
-    /// the CQ before the sender's ACK leaves, the CQ is not empty then
-    /// (a receiver told by its sender that the SEND completed found
-    /// nothing; `tests/programs/completion_order.c`).
+    /// may take nothing in for it. Nor does it return while a same-host
+    /// peer's delivery may wait to be applied: the peer's work request
+    /// completed when it delivered, and as on a NIC, whose receive
+    /// completion is in the CQ before the sender's ACK leaves, the CQ is
+    /// not empty then (a receiver told by its sender that the SEND
+    /// completed found nothing; `tests/programs/completion_order.c`). It
+    /// looks again until the holder has applied it (None: the completion
+    /// is in the ring now) or lets the driver go, and after
+    /// [`LOOKS_FOR_A_DELIVERY`] looks waits for the driver.
     pub fn poll_unless_busy(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
-        let guard = match self.shared.try_lock().unwrap_or_else(unwind) {
-            Some(guard) => guard,
-            None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST && self.shared.no_delivery_waits() => {
-                BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
-                // Still a verb call: the progress thread must not take the
-                // application for idle and linger, polling, against it.
-                let now = self.shared.clock.now();
-                self.shared.last_verb.store(now, Ordering::Relaxed);
-                return None;
+        let mut looks = 0;
+        let guard = loop {
+            match self.shared.try_lock().unwrap_or_else(unwind) {
+                Some(guard) => break guard,
+                None if BUSY_IN_A_ROW.get() >= BUSY_POLLS_AT_MOST
+                    || looks >= LOOKS_FOR_A_DELIVERY =>
+                {
+                    break self.shared.lock().unwrap_or_else(unwind)
+                }
+                None if self.shared.no_delivery_waits() => {
+                    BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
+                    // Still a verb call: the progress thread must not take
+                    // the application for idle and linger, polling,
+                    // against it.
+                    let now = self.shared.clock.now();
+                    self.shared.last_verb.store(now, Ordering::Relaxed);
+                    return None;
+                }
+                None => {
+                    looks += 1;
+                    std::hint::spin_loop();
+                }
             }
-            None => self.shared.lock().unwrap_or_else(unwind),
         };
         BUSY_IN_A_ROW.set(0);
         let polled = self.run_locked(guard, verb, VerbKind::Poll(|r| r.unwrap_or_default()));
