@@ -68,11 +68,9 @@ const APP_IDLE: Nanos = 50_000;
 /// Polls in a row that may find the driver held and return at once
 /// ([`Driver::poll_unless_busy`]) before one waits for it.
 const BUSY_POLLS_AT_MOST: u32 = 64;
-/// Looks a poll that found the driver held takes, while a same-host
-/// peer's delivery waits to be applied, before it waits for the driver
-/// ([`Driver::poll_unless_busy`]): a few microseconds, about as long as
-/// the holder's step takes to apply it, without sleeping on the lock.
-const LOOKS_FOR_A_DELIVERY: u32 = 1024;
+/// Spin-loop hints between two looks of a poll waiting for a same-host
+/// peer's delivery to be applied ([`Driver::poll_unless_busy`]).
+const LOOK_EVERY: u32 = 64;
 
 thread_local! {
     /// This thread's polls in a row that found the driver held (over all
@@ -401,20 +399,21 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// completion is in the CQ before the sender's ACK leaves, the CQ is
     /// not empty then (a receiver told by its sender that the SEND
     /// completed found nothing; `tests/programs/completion_order.c`). It
-    /// looks again until the holder has applied it (None: the completion
-    /// is in the ring now) or lets the driver go, and after
-    /// [`LOOKS_FOR_A_DELIVERY`] looks waits for the driver.
+    /// looks again, spinning as its caller would, until the holder has
+    /// applied it (every verb and every step of the progress thread
+    /// applies what waits; None then, and the completion is in the ring)
+    /// or lets the driver go. It does not sleep on the lock for it: a
+    /// lingering progress thread takes the lock again at once (parking_lot
+    /// does not hand it over), so a poller asleep on it may wait until the
+    /// linger ends.
     pub fn poll_unless_busy(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
-        let mut looks = 0;
         let guard = loop {
             match self.shared.try_lock().unwrap_or_else(unwind) {
                 Some(guard) => break guard,
-                None if BUSY_IN_A_ROW.get() >= BUSY_POLLS_AT_MOST
-                    || looks >= LOOKS_FOR_A_DELIVERY =>
-                {
+                None if BUSY_IN_A_ROW.get() >= BUSY_POLLS_AT_MOST => {
                     break self.shared.lock().unwrap_or_else(unwind)
                 }
                 None if self.shared.no_delivery_waits() => {
@@ -426,10 +425,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
                     self.shared.last_verb.store(now, Ordering::Relaxed);
                     return None;
                 }
-                None => {
-                    looks += 1;
-                    std::hint::spin_loop();
-                }
+                // Not at once: each look reads the words of the ring the
+                // holder is taking the delivery from.
+                None => (0..LOOK_EVERY).for_each(|_| std::hint::spin_loop()),
             }
         };
         BUSY_IN_A_ROW.set(0);
