@@ -13,7 +13,6 @@
 #include "test_util.h"
 #include <stdatomic.h>
 #include <stdint.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,8 +31,8 @@ static pid_t other;
 static int sender_gone(void) { return getppid() != other; }
 static int receiver_gone(void) { return waitpid(other, NULL, WNOHANG) != 0; }
 
-/* What the sender says, in memory both processes share: how many of its
- * SENDs completed, and how many receives the receiver has posted. */
+/* What each side tells the other, in memory both share: how many of the
+ * sender's SENDs completed, and how many receives the receiver posted. */
 struct said { _Atomic int sent, posted; };
 
 static void receiver(struct said *said, int rounds, struct ibv_qp *qp, struct ibv_cq *cq,
