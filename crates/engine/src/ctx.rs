@@ -3,6 +3,7 @@
 //! lets transport code hold one QP mutably while it completes WRs into CQs
 //! and reads memory through MRs.
 
+use crate::completion_events::CompletionEvents;
 use crate::device::DeviceConfig;
 use crate::event::AsyncEvent;
 use crate::fault_points::{FaultState, Verdict};
@@ -23,7 +24,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cqs: &'a mut SlotMap<CqId, Cq>,
     pub(crate) srqs: &'a mut SlotMap<SrqId, Srq>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
-    pub(crate) comp_events: &'a mut VecDeque<CqId>,
+    pub(crate) comp_events: &'a mut CompletionEvents,
     /// Set when a completion was lost to a CQ overrun. A `Ctx` serves
     /// one piece of work on one QP, so the loss is that QP's.
     pub(crate) lost_completion: bool,
@@ -116,7 +117,7 @@ pub(crate) enum Queued {
 pub(crate) fn queue_completion(
     cqs: &mut SlotMap<CqId, Cq>,
     events: &mut VecDeque<AsyncEvent>,
-    comp_events: &mut VecDeque<CqId>,
+    comp_events: &mut CompletionEvents,
     cq: CqId,
     wc: WorkCompletion,
     solicited: bool,
@@ -132,11 +133,6 @@ pub(crate) fn queue_completion(
         }
         return Queued::Lost;
     }
-    let qualifies = |solicited_only: bool| !solicited_only || wakes_solicited;
-    if c.notify.is_some_and(qualifies) {
-        c.notify = None;
-        c.entries.mark_reported();
-        comp_events.push_back(cq);
-    }
+    comp_events.completed(c, cq, wakes_solicited);
     Queued::InCq
 }

@@ -153,32 +153,18 @@ impl Engine {
     }
 
     /// `ibv_req_notify_cq`: the next completion (with `solicited_only`,
-    /// the next solicited or failed one) queues one completion event.
-    /// One the CQ already holds, not yet polled, counts too if no event
-    /// reported it: a program that polls its CQ empty, arms it and sleeps
-    /// without polling again (UCX) would otherwise sleep through a
-    /// completion that came in between (rxe reports none there). One an
-    /// event reported does not count: perftest's latency tests with `-e`
-    /// take the event, arm, then poll once, and an event at the arm would
-    /// be taken for the next operation's (rxe, again, reports none).
+    /// the next solicited or failed one) queues one completion event, as
+    /// does one the CQ holds that no event reported
+    /// (`completion_events.rs`).
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbsResult<()> {
         let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
-        if c.entries.holds_unreported_for(solicited_only) {
-            c.notify = None;
-            c.entries.mark_reported();
-            self.comp_events.push_back(cq);
-        } else if c.notify != Some(false) {
-            // An arm for the next completion stays one when a
-            // solicited-only arm follows (IBA C11-31, C11-32; rxe and
-            // rdmavt keep it too): else the event it promised is lost.
-            c.notify = Some(solicited_only);
-        }
+        self.comp_events.arm(c, cq, solicited_only);
         Ok(())
     }
 
     /// The next completion event (`ibv_get_cq_event`).
     pub fn poll_comp_event(&mut self) -> Option<CqId> {
-        self.comp_events.pop_front()
+        self.comp_events.next()
     }
 
     /// Packet counters, for diagnostics.

@@ -6,6 +6,7 @@
 //! queued for the embedder to collect. The verbs are split by object over
 //! the `verbs_*` modules.
 
+use crate::completion_events::CompletionEvents;
 use crate::ctx::Ctx;
 use crate::datapath::DatapathStats;
 use crate::device::{DeviceAttr, DeviceConfig, PortAttr};
@@ -47,7 +48,7 @@ pub struct Engine {
     /// starts where no fault about its earlier holder can match.
     pub(crate) next_incarnation: u16,
     pub(crate) events: VecDeque<AsyncEvent>,
-    pub(crate) comp_events: VecDeque<CqId>,
+    pub(crate) comp_events: CompletionEvents,
     pub(crate) schedule: Schedule,
     pub(crate) stats: DatapathStats,
     pub(crate) send_budget: SendBudget,
@@ -81,7 +82,7 @@ impl Engine {
             mcast: Default::default(),
             qp_by_num: FxHashMap::default(),
             events: VecDeque::new(),
-            comp_events: VecDeque::new(),
+            comp_events: CompletionEvents::default(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
             send_budget: SendBudget::default(),
@@ -220,7 +221,7 @@ impl Engine {
     /// (`ibv_req_notify_cq`): its thread may be about to sleep in
     /// `ibv_get_cq_event` rather than poll again.
     pub fn cq_armed(&self) -> bool {
-        self.cqs.values().any(|c| c.notify.is_some())
+        self.comp_events.any_armed()
     }
 
     /// The next pending async event (`ibv_get_async_event`).

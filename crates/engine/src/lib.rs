@@ -15,6 +15,7 @@ mod access;
 mod ah_attr;
 mod attr_mask;
 mod completer;
+mod completion_events;
 mod congestion;
 mod cq_ring;
 mod ctx;

@@ -199,7 +199,9 @@ impl Engine {
     pub fn destroy_cq(&mut self, cq: CqId) -> VerbsResult<()> {
         let c = self.cqs.get(cq).ok_or(einval("unknown CQ"))?;
         ensure(!c.users.in_use(), ebusy("CQ still used by a QP"))?;
-        self.cqs.remove(cq);
+        if let Some(mut c) = self.cqs.remove(cq) {
+            self.comp_events.forget(&mut c);
+        }
         Ok(())
     }
 

@@ -355,15 +355,11 @@ impl Io {
         if let Some(until) = cork_until.filter(|_| !batch.blocked()) {
             let queued = batch.joinable();
             let renewed = stats.tx != sent_before;
-            // A look at every CQ, so only where a new batch could be kept:
-            // not for each post that joins one kept already.
-            let new_batch = was_corked.is_none() || renewed;
-            let cq_armed = queued > 0 && awaited_before && new_batch && engine.cq_armed();
             let post = AfterPost {
                 until,
                 queued,
                 awaited_before,
-                cq_armed,
+                cq_armed: engine.cq_armed(),
                 renewed,
                 rx: stats.rx,
                 now,
