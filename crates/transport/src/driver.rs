@@ -471,8 +471,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             return Ok(taken);
         }
         match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, &mut take)) {
-            // The driver's holder may have applied a peer's delivery since
-            // the first look: its completion is in the ring now.
+            // The driver's holder may have completed work since the first
+            // look: a same-host peer's delivery that this poll waited for
+            // (then certainly), or anything it took in (on either path).
             None => Ok(from_ring(&mut take)),
             Some(polled) => polled.map(|p| p.taken),
         }
