@@ -11,7 +11,8 @@
 # all with perftest's default QP timeout (14: 67 ms) and retry count (7);
 # then ib_send_bw -s 4096 on loopback (a receiver that falls behind: RNR
 # NAKs) and ib_write_bw with 4 QPs over the veth slowed to 400 Mbit/s
-# (tbf), so the sending socket runs out of room. Every program must exit
+# (tbf), so the sending socket runs out of room, with 64 KiB messages
+# and with 1 KiB ones (whose posts keep their batches). Every program must exit
 # 0 without an error completion; neither namespace's kernel may count a
 # UDP datagram dropped for want of buffer room (UdpRcvbufErrors,
 # UdpInErrors) nor a queue drop one (tc -s qdisc): the send window keeps
@@ -183,6 +184,26 @@ if [ "${waits:-0}" -gt 0 ]; then
 else
   echo "client: ${waits:-no} waits for socket room" > "$log/waits"
   bad "the sender waited for socket room" "$log/waits"
+fi
+
+# The same link with messages of one packet: a post of sends keeps its
+# part-filled batch for the next while earlier packets await their ACKs
+# (crates/transport/src/corked_batch.rs), so the batches that meet the
+# full socket are nearly all kept ones, flushed by a later post or by the
+# progress thread; they must wait for room as any other, not be lost
+# (each loss would cost a local ACK timeout).
+SOFTVERBS_SOCKET_BUFFER=212992,32768 \
+  pair slow_small "$a" "$ip_a" "$b" "$ip_b" 18810 ib_write_bw -x 1 -s 1024 -n 20000 && c=$cli || c=""
+wait $c 2>/dev/null; said=$(grep -o 'softverbs: softverbs0 (pid.*' "$log/slow_small.cli")
+kept=$(echo "$said" | grep -o '[0-9]* batches kept' | cut -d' ' -f1)
+waits=$(echo "$said" | grep -o '[0-9]* waits for socket room' | cut -d' ' -f1)
+resent=$(echo "$said" | grep -o '[0-9]* resent' | cut -d' ' -f1)
+verdict "ib_write_bw -s 1024 over a veth at 400 Mbit/s" $c
+if [ "${kept:-0}" -gt 0 ] && [ "${waits:-0}" -gt 0 ] && [ "${resent:-1}" -eq 0 ]; then
+  ok "kept batches waited for socket room ($kept kept, $waits waits), nothing sent again"
+else
+  echo "client: ${said:-no counters}" > "$log/kept"
+  bad "kept batches waited for socket room, nothing sent again" "$log/kept"
 fi
 
 # Every context's counters: nothing unsent, nothing dropped on receipt.
