@@ -1175,14 +1175,16 @@ the data with cross-memory attach.
 
 {md_table(sweep_header, sweep_rows(r))}
 
-One perftest run per size, RC, one QP, perftest's defaults otherwise (128
+Each size the best of 2 perftest runs (highest bandwidth, with its CPU
+seconds), RC, one QP, perftest's defaults otherwise (128
 outstanding WRs, completion every 100) but for `-N` (no peak bandwidth,
 whose quadratic computation would count as CPU): each size moves 256 MiB,
 at most 50,000 messages, and 64 KiB, the targets' size, 2 GiB, best of 3
-runs (highest bandwidth, with its CPU seconds): on this kind of 2-CPU
+runs: on this kind of 2-CPU
 machine a run's bandwidth sits on one of two levels about a factor of two
 apart, TCP's too (perf-profile.md, "Wire bandwidth: where the two levels
-come from"). "x TCP" is the ratio to loopback TCP (iperf3, one stream,
+come from"), and a single run per size set sizes on the slow level beside
+neighbours on the fast one. "x TCP" is the ratio to loopback TCP (iperf3, one stream,
 5 s, best of 3: {fmt(r.tcp_gbs)} GB/s). CPU s/GB is the user + system time of both
 perftest processes (GNU time), less that of a 5-message run of the same
 test (the setup: device, memory registration, connection), divided by the

@@ -90,6 +90,11 @@ step() { echo "== $* ($(($(date +%s) - START)) s)"; }
 # from"), so one run per side made the ratios a coin toss: each side's
 # best of TRIES counts, its CPU seconds with it.
 TRIES=3
+# The sweep's other sizes, best of SWEEP_TRIES: one run per size put
+# single sizes on the slow level between neighbours on the fast one, and
+# the trend check (no size more than 2x off its neighbours') judged the
+# machine's two levels instead of softverbs.
+SWEEP_TRIES=2
 
 # keep_best DIR NAME FILES MEASURE RUN ARGS...: runs `RUN DIR NAME.tryI
 # ARGS...` TRIES times and keeps as DIR/NAME.F, for each F in FILES, the
@@ -149,7 +154,8 @@ for t in write read send; do
       keep_best "$dir" "bw_${t}_$s" "srv cli srv.time cli.time" perftest_bw \
         pair ib_${t}_bw $PT $BW_FLAGS -s $s -n 32768
     else
-      pair "$dir" "bw_${t}_$s" ib_${t}_bw $PT $BW_FLAGS -s $s -n $n
+      TRIES=$SWEEP_TRIES keep_best "$dir" "bw_${t}_$s" "srv cli srv.time cli.time" perftest_bw \
+        pair ib_${t}_bw $PT $BW_FLAGS -s $s -n $n
     fi
   done
 done
