@@ -988,9 +988,10 @@ impl RecvSide<'_> {
                 (opcode, psn, ext, Some((addr, len as usize)))
             }
         };
+        let becn = std::mem::take(&mut self.resp.becn_due);
         let builder = softverbs_wire::PacketBuilder {
             bth: Bth {
-                becn: std::mem::take(&mut self.resp.becn_due),
+                becn,
                 ..Bth::new(opcode, dest_qp, psn)
             },
             ext,
@@ -1011,7 +1012,12 @@ impl RecvSide<'_> {
                 self.read_access_lost(ctx, psn);
                 None
             }
-            Err(EmitError::Build) => None,
+            Err(EmitError::Build) => {
+                // Lost as on the wire (the requester sends again), but
+                // the next response still owes the notice.
+                self.resp.becn_due |= becn;
+                None
+            }
         }
     }
 

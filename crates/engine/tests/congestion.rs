@@ -228,3 +228,37 @@ fn marked_read_requests_bring_becn_on_their_responses() {
         "asked ahead late: {late:?}"
     );
 }
+
+/// A response the embedder had no room for (`poll_transmit` into a
+/// buffer too short for it) is lost as on the wire, and the notice it
+/// was to carry rides on the next response instead: the answer to the
+/// WRITE sent again.
+#[test]
+fn a_notice_whose_response_found_no_room_rides_on_the_next() {
+    let mut p = Pair::new();
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let sge = [p.a.sge(0, 64)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let mut sink = SealingSink::default();
+    let t = p.a.e.poll_transmit_to(p.now, &p.a.mem, &mut sink).unwrap();
+    let marked = Arrival {
+        src_gid: t.src_gid,
+        dst_gid: t.dst_gid,
+        marked: true,
+    };
+    p.b.e.handle_arrival(p.now, marked, sink.sealed(&t), &mut p.b.mem);
+    let mut no_room = [0u8; 8];
+    p.b.e.poll_transmit(p.now, &p.b.mem, &mut no_room);
+    let seen = watch(&mut p, link.psn_a, |_, _| false);
+    p.run(1_000);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.e.stats().tx_resent, 1, "the ACK was lost");
+    assert_eq!(seen.borrow().becn_responses, 1);
+    assert_eq!(p.a.e.stats().rx_becn, 1);
+}
