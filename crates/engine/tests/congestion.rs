@@ -252,7 +252,8 @@ fn a_notice_whose_response_found_no_room_rides_on_the_next() {
         dst_gid: t.dst_gid,
         marked: true,
     };
-    p.b.e.handle_arrival(p.now, marked, sink.sealed(&t), &mut p.b.mem);
+    p.b.e
+        .handle_arrival(p.now, marked, sink.sealed(&t), &mut p.b.mem);
     let mut no_room = [0u8; 8];
     p.b.e.poll_transmit(p.now, &p.b.mem, &mut no_room);
     let seen = watch(&mut p, link.psn_a, |_, _| false);
