@@ -417,9 +417,27 @@ def wire_headline(w):
     return rows
 
 
-# What the profile of the wire path showed (2026-11-28), per kind of
-# target it misses: docs/perf-profile.md has the measurements behind each.
+# What the profiles of the wire path showed, per kind of target it
+# misses (the key is matched in the measure's name): docs/perf-profile.md
+# has the measurements behind each.
 WIRE_PROFILE = {
+    "GB/s": """- Bandwidth: perftest's client is the busy side. A profile of it in
+  wire `ib_write_bw` 64 KiB (2026-12-05) put 58% of its time in the
+  kernel, of which the copy of each GSO batch into socket buffers 21% and
+  the loopback delivery to the server's socket 10%; its own copy out of
+  the application's buffer with the ICRC beside it 12%; the engine's work
+  per packet about 12%; and its two threads (the application's and the
+  progress thread, which take the ACKs in by turns) handing the driver's
+  lock back and forth about 8%. Each side pays two copies, the kernel's
+  and its own, where TCP pays one; and a run sits on one of two levels
+  about a factor of two apart, the machine's, TCP's too (\"Wire
+  bandwidth: where the two levels come from\", \"The sweep at best of 2,
+  and where the wire client's CPU goes\").""",
+    "trend": """- Trend: the sizes off their neighbours' trend are runs on the other of
+  the two levels than their neighbours' (message rates at small sizes
+  sit on two levels as the large sizes' bandwidth does); the best of two
+  runs per size does not always put neighbours on the same one (\"The
+  sweep at best of 2, and where the wire client's CPU goes\").""",
     "lat": """- Latency: the UDP ping-pong makes one `recvfrom` and one `sendto` per
   half round trip and nothing else. Timed inside softverbs (wire
   `ib_send_lat`, medians), a half round trip spends about 3.3 us in its
@@ -448,7 +466,7 @@ def wire_profile(missed):
     if not points:
         return ""
     return (
-        "What the profile of 2026-11-29 showed where a target is missed\n"
+        "What the profiles showed where a target is missed\n"
         "([perf-profile.md](perf-profile.md)):\n\n" + "\n".join(points)
     )
 
