@@ -425,7 +425,7 @@ WIRE_PROFILE = {
   wire `ib_write_bw` 64 KiB (2026-12-05) put 58% of its time in the
   kernel, of which the copy of each GSO batch into socket buffers 21% and
   the loopback delivery to the server's socket 10%; its own copy out of
-  the application's buffer with the ICRC beside it 12%; the engine's work
+  the application's buffer with the ICRC beside it about 13%; the engine's work
   per packet about 12%; and its two threads (the application's and the
   progress thread, which take the ACKs in by turns) handing the driver's
   lock back and forth about 8%. Each side pays two copies, the kernel's
