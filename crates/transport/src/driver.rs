@@ -29,7 +29,7 @@ use crate::io_step::{Io, IoStats, Sending, StepBy};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
-use crate::same_host::host::{DeliveriesWatch, SameHost, ShmMode};
+use crate::same_host::host::{DeliveriesWatch, DoorbellAnswer, SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
@@ -196,6 +196,8 @@ struct Shared<M> {
     /// a poll that finds the driver held may say "empty" only when there
     /// is none (`Driver::poll_unless_busy`).
     deliveries: Option<DeliveriesWatch>,
+    /// What the progress thread tells same-host peers with when it wakes.
+    doorbell: Option<DoorbellAnswer>,
     /// Test hook: the progress thread panics at its next step.
     #[cfg(test)]
     inject_panic: AtomicBool,
@@ -273,6 +275,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let endpoint = &mut io.endpoint;
         let same_host = start_same_host(cross, endpoint, &mut engine, cfg.ip);
         let deliveries = same_host.as_ref().map(SameHost::deliveries_watch);
+        let doorbell = same_host.as_ref().map(SameHost::doorbell_answer);
         if let Some(sh) = &same_host {
             poll.registry().register(
                 &mut SourceFd(&sh.doorbell().as_raw_fd()),
@@ -310,6 +313,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             stream_waiting,
             stats_said: AtomicBool::new(false),
             deliveries,
+            doorbell,
             #[cfg(test)]
             inject_panic: AtomicBool::new(false),
         });
@@ -1284,8 +1288,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
         if events.iter().any(|e| e.token() == DEADLINE) {
             shared.deadline_timer.clear();
         }
-        if let Some(sh) = shared.state.lock().same_host.as_ref() {
-            sh.awake();
+        if let Some(doorbell) = &shared.doorbell {
+            doorbell.awake();
         }
     }
 }

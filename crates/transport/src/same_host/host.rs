@@ -51,6 +51,27 @@ impl ShmMode {
     }
 }
 
+/// The progress thread's side of this context's doorbell, reachable
+/// without the driver: after each sleep the thread tells peers it is
+/// awake, and taking the driver only for that, often from a verb that
+/// held it, cost a lock hand-off per wake-up.
+#[derive(Debug)]
+pub struct DoorbellAnswer {
+    region: RegionView,
+    doorbell: Arc<OwnedFd>,
+}
+
+impl DoorbellAnswer {
+    /// The progress thread is awake: peers need not ring. (Only the
+    /// progress thread arms and disarms the doorbell:
+    /// [`SameHost::may_sleep`] and this.)
+    pub fn awake(&self) {
+        self.region.doorbell().disarm();
+        let mut buf = [0u8; 8];
+        let _ = nix::unistd::read(&*self.doorbell, &mut buf);
+    }
+}
+
 /// A peer context on this host.
 struct Peer {
     pid: i32,
@@ -88,7 +109,7 @@ pub struct SameHost {
     mode: ShmMode,
     access: Arc<dyn CrossProcess>,
     own: OwnRegion,
-    doorbell: OwnedFd,
+    doorbell: Arc<OwnedFd>,
     peers: HashMap<u16, Found>,
     device_ip: IpAddr,
     /// Connections (target pid and QP number, our QP number) whose target
@@ -132,7 +153,7 @@ impl SameHost {
             mode,
             access,
             own,
-            doorbell,
+            doorbell: Arc::new(doorbell),
             peers: HashMap::new(),
             device_ip,
             comm_est_told: HashSet::new(),
@@ -148,6 +169,14 @@ impl SameHost {
     /// A watch on the deliveries peers leave for this context.
     pub fn deliveries_watch(&self) -> DeliveriesWatch {
         DeliveriesWatch(self.own.view().clone())
+    }
+
+    /// What the progress thread tells peers with when it wakes.
+    pub fn doorbell_answer(&self) -> DoorbellAnswer {
+        DoorbellAnswer {
+            region: self.own.view().clone(),
+            doorbell: self.doorbell.clone(),
+        }
     }
 
     /// The descriptor peers write to wake this context's progress thread.
@@ -201,13 +230,6 @@ impl SameHost {
     pub fn may_sleep(&self) -> bool {
         self.own.view().doorbell().arm();
         !self.own.has_deliveries()
-    }
-
-    /// The progress thread is awake: peers need not ring.
-    pub fn awake(&self) {
-        self.own.view().doorbell().disarm();
-        let mut buf = [0u8; 8];
-        let _ = nix::unistd::read(&self.doorbell, &mut buf);
     }
 
     /// Executes `op` at its target; `None` when the target uses the wire
