@@ -80,7 +80,8 @@ pub(crate) struct Cq {
     pub(crate) entries: Arc<CqRing>,
     /// Set once the CQ overran; IBV_EVENT_CQ_ERR was raised.
     pub(crate) overrun: bool,
-    /// Armed by `ibv_req_notify_cq`: `Some(solicited_only)`.
+    /// Armed by `ibv_req_notify_cq`: `Some(solicited_only)`. Set and
+    /// cleared only by `completion_events.rs`, which counts the armed CQs.
     pub(crate) notify: Option<bool>,
     pub(crate) users: UseCount,
 }
