@@ -45,7 +45,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -183,6 +183,8 @@ struct Shared<M> {
     failed: AtomicBool,
     /// When the application last ran a verb (clock nanoseconds).
     last_verb: AtomicU64,
+    /// Application threads waiting for the driver ([`Shared::lock_for_verb`]).
+    verbs_waiting: AtomicU32,
     /// How the application polls its CQs: whether the progress thread
     /// lends it the steered socket (`receive_owner.rs`).
     app_polls: AppPolls,
@@ -309,6 +311,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             last_verb: AtomicU64::new(0),
+            verbs_waiting: AtomicU32::new(0),
             app_polls: AppPolls::default(),
             stream_waiting,
             stats_said: AtomicBool::new(false),
@@ -418,7 +421,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             match self.shared.try_lock().unwrap_or_else(unwind) {
                 Some(guard) => break guard,
                 None if BUSY_IN_A_ROW.get() >= BUSY_POLLS_AT_MOST => {
-                    break self.shared.lock().unwrap_or_else(unwind)
+                    break self.shared.lock_for_verb().unwrap_or_else(unwind)
                 }
                 None if self.shared.no_delivery_waits() => {
                     BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
@@ -498,7 +501,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
         kind: VerbKind<R>,
     ) -> Result<R, DeviceFailed> {
-        let guard = self.shared.lock()?;
+        let guard = self.shared.lock_for_verb()?;
         self.run_locked(guard, verb, kind)
     }
 
@@ -629,7 +632,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// arming (UCX's sleep mode, which does not poll again) waited for
     /// ever.
     pub fn try_arm<R>(&self, arm: impl FnOnce(&mut Engine) -> R) -> Result<R, DeviceFailed> {
-        let mut guard = self.shared.lock()?;
+        let mut guard = self.shared.lock_for_verb()?;
         guard.engine.set_time(self.shared.clock.now());
         let armed = arm(&mut guard.engine);
         self.run_locked(guard, |_, _| (), VerbKind::Other)?;
@@ -656,7 +659,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
 
     /// Asks the daemon for one more slot (4096 more QP numbers).
     pub fn add_slot(&self) -> io::Result<()> {
-        let mut state = self.shared.lock()?;
+        let mut state = self.shared.lock_for_verb()?;
         let qpns = state.io.endpoint.add_slot()?;
         state.engine.add_qpn_range(qpns);
         Ok(())
@@ -666,7 +669,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// context was not in, the membership (the group's socket, or the
     /// daemon's: `Endpoint::join`; the attach is undone if it fails).
     pub fn attach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
-        let mut state = self.shared.lock()?;
+        let mut state = self.shared.lock_for_verb()?;
         if let Err(e) = state.engine.attach_mcast(qp, gid) {
             return Ok(Err(e));
         }
@@ -681,7 +684,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// `ibv_detach_mcast`; the context leaves the group once no QP of it
     /// is in it.
     pub fn detach_mcast(&self, qp: QpId, gid: Gid) -> io::Result<VerbsResult<()>> {
-        let mut state = self.shared.lock()?;
+        let mut state = self.shared.lock_for_verb()?;
         let r = state.engine.detach_mcast(qp, gid);
         self.sync_membership(&mut state)?;
         Ok(r)
@@ -802,6 +805,23 @@ impl<M: HostMemory> Shared<M> {
             return Err(DeviceFailed);
         }
         Ok(state)
+    }
+
+    /// [`Shared::lock`] for an application thread. One that must wait says
+    /// so, for a lingering progress thread to stop lingering: parking_lot
+    /// does not hand the lock over at unlock, so a thread that takes it
+    /// again at once, step after step, kept the verb waiting until the
+    /// linger ended (wire `ib_read_lat -e`: its application thread yielded
+    /// thousands of times a second, and a run settled at 170 to 200 us a
+    /// READ instead of 40).
+    fn lock_for_verb(&self) -> Result<MutexGuard<'_, State<M>>, DeviceFailed> {
+        if let Some(state) = self.try_lock()? {
+            return Ok(state);
+        }
+        self.verbs_waiting.fetch_add(1, Ordering::Relaxed);
+        let state = self.lock();
+        self.verbs_waiting.fetch_sub(1, Ordering::Relaxed);
+        state
     }
 
     /// [`Shared::lock`], unless another thread holds it (None).
@@ -1253,7 +1273,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             took_back = change == Some(Change::TakeBack);
             let deadline = state.deadline(owner.look_again_at().is_some(), kept_for);
             state.thread_deadline = deadline;
-            let linger = app_idle && now < linger_until;
+            let verb_waits = shared.verbs_waiting.load(Ordering::Relaxed) > 0;
+            let linger = app_idle && now < linger_until && !verb_waits;
             let lingering = linger && change.is_none();
             // Peers ring the doorbell only for a thread about to sleep: a
             // lingering one applies their deliveries at every step.
