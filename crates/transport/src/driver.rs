@@ -1414,9 +1414,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_progress_thread_panic_is_device_fatal_and_verbs_then_fail() {
-        let (tx, fatal) = mpsc::channel();
+    /// A driver on a loopback address and a daemon of its own.
+    fn test_driver(notify: Arc<dyn Notify>) -> Driver<FlatMemory> {
         let ip = Ipv4Addr::new(127, 0, fastrand::u8(1..255), fastrand::u8(1..255));
         let (daemon, _) = crate::daemon::server::start_thread(crate::daemon::DaemonConfig {
             socket: format!("softverbs-test-{}-{ip}", std::process::id()),
@@ -1430,8 +1429,13 @@ mod tests {
             ip: IpAddr::V4(ip),
             daemon,
         };
-        let notify = Arc::new(Fatal(parking_lot::Mutex::new(tx)));
-        let d = Driver::start(cfg, FlatMemory::new(0x1000, 4096), notify).unwrap();
+        Driver::start(cfg, FlatMemory::new(0x1000, 4096), notify).unwrap()
+    }
+
+    #[test]
+    fn a_progress_thread_panic_is_device_fatal_and_verbs_then_fail() {
+        let (tx, fatal) = mpsc::channel();
+        let d = test_driver(Arc::new(Fatal(parking_lot::Mutex::new(tx))));
         assert!(d.try_with(|e, _| e.alloc_pd()).unwrap().is_ok());
 
         d.shared.inject_panic.store(true, Ordering::Release);
@@ -1452,5 +1456,31 @@ mod tests {
         let e = d.add_slot().unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO));
         assert!(fatal.try_recv().is_err(), "reported once");
+    }
+
+    /// A verb that finds the driver held says it waits, for a lingering
+    /// progress thread to stop lingering, and no longer once it has it.
+    #[test]
+    fn a_verb_waiting_for_the_driver_is_counted() {
+        let (tx, _fatal) = mpsc::channel();
+        let d = test_driver(Arc::new(Fatal(parking_lot::Mutex::new(tx))));
+        let waiting = || d.shared.verbs_waiting.load(Ordering::Relaxed);
+        let held = d.shared.lock().unwrap();
+        std::thread::scope(|s| {
+            let verb = s.spawn(|| d.with(|e, _| e.alloc_pd()));
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while waiting() == 0 {
+                assert!(std::time::Instant::now() < deadline, "never said it waits");
+                std::hint::spin_loop();
+            }
+            drop(held);
+            assert!(verb.join().unwrap().is_ok());
+        });
+        assert_eq!(waiting(), 0);
+        assert!(
+            d.with(|e, _| e.alloc_pd()).is_ok(),
+            "a verb that need not wait"
+        );
+        assert_eq!(waiting(), 0);
     }
 }
