@@ -68,9 +68,6 @@ const APP_IDLE: Nanos = 50_000;
 /// Polls in a row that may find the driver held and return at once
 /// ([`Driver::poll_unless_busy`]) before one waits for it.
 const BUSY_POLLS_AT_MOST: u32 = 64;
-/// Spin-loop hints between two looks of a poll waiting for a same-host
-/// peer's delivery to be applied ([`Driver::poll_unless_busy`]).
-const LOOK_EVERY: u32 = 64;
 
 thread_local! {
     /// This thread's polls in a row that found the driver held (over all
@@ -406,36 +403,24 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// completion is in the CQ before the sender's ACK leaves, the CQ is
     /// not empty then (a receiver told by its sender that the SEND
     /// completed found nothing; `tests/programs/completion_order.c`). It
-    /// looks again, spinning as its caller would, until the holder has
-    /// applied it (every verb and every step of the progress thread
-    /// applies what waits; None then, and the completion is in the ring)
-    /// or lets the driver go. It does not sleep on the lock for it: a
-    /// lingering progress thread takes the lock again at once (parking_lot
-    /// does not hand it over), so a poller asleep on it may wait until the
-    /// linger ends.
+    /// waits for the driver then, as any verb does
+    /// ([`Shared::lock_for_verb`], which ends a progress thread's linger),
+    /// and applies the delivery itself if the holder left it.
     pub fn poll_unless_busy(
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
-        let guard = loop {
-            match self.shared.try_lock().unwrap_or_else(unwind) {
-                Some(guard) => break guard,
-                None if BUSY_IN_A_ROW.get() >= BUSY_POLLS_AT_MOST => {
-                    break self.shared.lock_for_verb().unwrap_or_else(unwind)
-                }
-                None if self.shared.no_delivery_waits() => {
-                    BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
-                    // Still a verb call: the progress thread must not take
-                    // the application for idle and linger, polling,
-                    // against it.
-                    let now = self.shared.clock.now();
-                    self.shared.last_verb.store(now, Ordering::Relaxed);
-                    return None;
-                }
-                // Not at once: each look reads the words of the ring the
-                // holder is taking the delivery from.
-                None => (0..LOOK_EVERY).for_each(|_| std::hint::spin_loop()),
+        let guard = match self.shared.try_lock().unwrap_or_else(unwind) {
+            Some(guard) => guard,
+            None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST && self.shared.no_delivery_waits() => {
+                BUSY_IN_A_ROW.set(BUSY_IN_A_ROW.get() + 1);
+                // Still a verb call: the progress thread must not take the
+                // application for idle and linger, polling, against it.
+                let now = self.shared.clock.now();
+                self.shared.last_verb.store(now, Ordering::Relaxed);
+                return None;
             }
+            None => self.shared.lock_for_verb().unwrap_or_else(unwind),
         };
         BUSY_IN_A_ROW.set(0);
         let polled = self.run_locked(guard, verb, VerbKind::Poll(|r| r.unwrap_or_default()));
@@ -479,8 +464,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         }
         match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, &mut take)) {
             // The driver's holder may have completed work since the first
-            // look: a same-host peer's delivery that this poll waited for
-            // (then certainly), or anything it took in (on either path).
+            // look: a same-host peer's delivery it applied meanwhile (the
+            // poll returned at once only because none waits any more), or
+            // anything it took in (on either path).
             None => Ok(from_ring(&mut take)),
             Some(polled) => polled.map(|p| p.taken),
         }
