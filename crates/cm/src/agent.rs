@@ -160,7 +160,6 @@ pub struct Agent {
     channels: HashMap<i32, VecDeque<Queued>>,
     out: VecDeque<OutMad>,
     rng: fastrand::Rng,
-    next_comm: u32,
     /// Channels whose queue went from empty to not empty since asked.
     readied: Vec<i32>,
     /// Multicast joins, by handle (from [`MC_HANDLES`] up).
@@ -185,14 +184,13 @@ struct Join {
 impl Agent {
     /// An rdma_cm over `devices`; `seed` picks PSNs and comm IDs.
     pub fn new(devices: Vec<Device>, seed: u64) -> Agent {
-        let mut rng = fastrand::Rng::with_seed(seed);
+        let rng = fastrand::Rng::with_seed(seed);
         Agent {
             devices,
             ids: BTreeMap::new(),
             next_handle: ID_HANDLES,
             channels: HashMap::new(),
             out: VecDeque::new(),
-            next_comm: rng.u32(1..0xF_FFFF),
             rng,
             readied: Vec::new(),
             joins: BTreeMap::new(),
@@ -756,13 +754,15 @@ impl Agent {
         }
     }
 
+    /// A comm ID for a new connection on `device`: its block (by which the
+    /// daemon hands our MADs to us) and 20 random bits, not counted up,
+    /// so that one ID seen does not tell the next: a message must name
+    /// both IDs of a connection ([`Agent::conn_of`]).
     fn alloc_comm_id(&mut self, device: usize) -> u32 {
         let block = u32::from(self.devices[device].comm_block);
         loop {
-            self.next_comm = (self.next_comm + 1) & 0xF_FFFF;
-            let id = block << 20 | self.next_comm;
-            let used = self.ids.values().any(|i| i.conn.local_comm_id == id);
-            if self.next_comm != 0 && !used {
+            let id = block << 20 | self.rng.u32(1..=0xF_FFFF);
+            if !self.ids.values().any(|i| i.conn.local_comm_id == id) {
                 return id;
             }
         }
@@ -1243,7 +1243,7 @@ impl Agent {
         };
         match msg {
             CmMessage::SidrReq(req) => self.on_sidr_req(src, dst, header.tid, &req),
-            CmMessage::SidrRep(rep) => self.on_sidr_rep(&rep),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(src, &rep),
             _ => self.handle_connected(now, src, dst, header.tid, msg),
         }
     }
@@ -1254,14 +1254,19 @@ impl Agent {
             CmMessage::Req(req) => self.on_req(now, src, dst, tid, &req),
             CmMessage::Rep(rep) => self.on_rep(src, dst, tid, &rep),
             CmMessage::Rtu(rtu) => {
-                if let Some(h) = self.by_comm(rtu.remote_comm_id, State::RepSent) {
+                let (ours, theirs) = (rtu.remote_comm_id, rtu.local_comm_id);
+                if let Some(h) = self.conn_in(src, ours, theirs, State::RepSent) {
                     self.established(h);
                 }
             }
-            CmMessage::Rej(rej) => self.on_rej(&rej),
+            CmMessage::Rej(rej) => self.on_rej(src, &rej),
             CmMessage::Mra(mra) => {
                 // The peer needs longer: wait its service timeout again.
-                if let Some(h) = self.by_comm_any(mra.remote_comm_id) {
+                let theirs = match mra.message_mraed {
+                    MessageKind::Req => 0,
+                    _ => mra.local_comm_id,
+                };
+                if let Some(h) = self.conn_of(src, mra.remote_comm_id, theirs) {
                     if let Some(r) = self.ids.get_mut(&h).and_then(|i| i.retransmit.as_mut()) {
                         r.at = now + r.every + iba_time(mra.service_timeout);
                     }
@@ -1269,7 +1274,8 @@ impl Agent {
             }
             CmMessage::Dreq(dreq) => self.on_dreq(now, src, dst, tid, &dreq),
             CmMessage::Drep(drep) => {
-                if let Some(h) = self.by_comm(drep.remote_comm_id, State::DreqSent) {
+                let (ours, theirs) = (drep.remote_comm_id, drep.local_comm_id);
+                if let Some(h) = self.conn_in(src, ours, theirs, State::DreqSent) {
                     self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
                     self.enter_timewait(h, now);
                 }
@@ -1416,8 +1422,8 @@ impl Agent {
         self.send_to_peer(id, &CmMessage::SidrRep(rep))
     }
 
-    fn on_sidr_rep(&mut self, rep: &CmSidrRep) {
-        let Some(h) = self.by_comm(rep.request_id, State::ReqSent) else {
+    fn on_sidr_rep(&mut self, src: IpAddr, rep: &CmSidrRep) {
+        let Some(h) = self.conn_in(src, rep.request_id, 0, State::ReqSent) else {
             return;
         };
         let Some(id) = self.ids.get_mut(&h) else {
@@ -1549,15 +1555,29 @@ impl Agent {
         }
     }
 
-    fn by_comm_any(&self, comm: u32) -> Option<u32> {
+    /// The id of the connection with the peer at `src` that a message
+    /// names: `ours` is our comm ID (the message's remote comm ID),
+    /// `theirs` the peer's (the message's local comm ID), 0 where we have
+    /// not learnt it yet (a REP, a REJ or an MRA of our REQ, a SIDR_REP).
+    /// Both must match, as the kernel's CM matches them (`cm_acquire_id`),
+    /// and the sender's address too: our ID alone, which any REP of ours
+    /// shows, must not let another host end or hijack a connection.
+    fn conn_of(&self, src: IpAddr, ours: u32, theirs: u32) -> Option<u32> {
         self.ids
             .values()
-            .find(|i| i.conn.started && i.conn.local_comm_id == comm)
+            .find(|i| {
+                let c = &i.conn;
+                c.started
+                    && c.local_comm_id == ours
+                    && c.remote_comm_id == theirs
+                    && c.peer_ip == Some(src)
+            })
             .map(|i| i.handle)
     }
 
-    fn by_comm(&self, comm: u32, state: State) -> Option<u32> {
-        self.by_comm_any(comm)
+    /// As [`Agent::conn_of`], the connection in `state`.
+    fn conn_in(&self, src: IpAddr, ours: u32, theirs: u32, state: State) -> Option<u32> {
+        self.conn_of(src, ours, theirs)
             .filter(|h| self.ids.get(h).is_some_and(|i| i.state == state))
     }
 
@@ -1655,11 +1675,20 @@ impl Agent {
     }
 
     fn on_rep(&mut self, src: IpAddr, dst: IpAddr, tid: u64, rep: &CmRep) {
-        let Some(h) = self.by_comm_any(rep.remote_comm_id) else {
+        // The first REP finds our REQ's id; one sent again, the id it
+        // made known.
+        let ours = rep.remote_comm_id;
+        let found = self
+            .conn_of(src, ours, 0)
+            .or_else(|| self.conn_of(src, ours, rep.local_comm_id));
+        let Some(h) = found else {
             // No connection of ours has that ID: the kernel's CM answers
             // REJ "invalid communication ID" (cm_rep_handler), so the peer
-            // stops sending it and gives up its connection.
+            // stops sending it and gives up its connection. Its local
+            // comm ID is the one the REP named, as the kernel's
+            // (`cm_issue_rej`), so that the peer finds its connection.
             let rej = CmRej {
+                local_comm_id: rep.remote_comm_id,
                 remote_comm_id: rep.local_comm_id,
                 message_rejected: MessageKind::Rep,
                 reason: rej_reason::INVALID_COMM_ID,
@@ -1708,8 +1737,12 @@ impl Agent {
         self.notify_id(h, event::CONNECT_RESPONSE, 0, conn);
     }
 
-    fn on_rej(&mut self, rej: &CmRej) {
-        let Some(h) = self.by_comm_any(rej.remote_comm_id) else {
+    fn on_rej(&mut self, src: IpAddr, rej: &CmRej) {
+        let theirs = match rej.message_rejected {
+            MessageKind::Req => 0,
+            _ => rej.local_comm_id,
+        };
+        let Some(h) = self.conn_of(src, rej.remote_comm_id, theirs) else {
             return;
         };
         let Some(id) = self.ids.get_mut(&h) else {
@@ -1728,7 +1761,7 @@ impl Agent {
     }
 
     fn on_dreq(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, dreq: &CmDreq) {
-        let Some(h) = self.by_comm_any(dreq.remote_comm_id) else {
+        let Some(h) = self.conn_of(src, dreq.remote_comm_id, dreq.local_comm_id) else {
             // The connection is gone here (its id destroyed): answer as
             // the kernel's CM does (`cm_issue_drep`), so the peer's
             // disconnection ends now instead of after its retries.

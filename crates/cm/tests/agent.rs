@@ -6,7 +6,7 @@
 
 use softverbs_cm::abi::{self, cmd, event};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
-use softverbs_wire::cm::CmMessage;
+use softverbs_wire::cm::{CmMessage, CmRej, MessageKind};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -908,6 +908,88 @@ fn a_dreq_for_a_connection_gone_here_is_answered_at_once() {
         (event::DISCONNECTED, 0),
         "a DREP, not a timeout"
     );
+}
+
+/// An established connection between `requested`'s client and server;
+/// returns (client, server, client id, server id).
+fn established() -> (Side, Side, u32, u32) {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(server.event().event, event::ESTABLISHED);
+    (client, server, cid, sid)
+}
+
+/// `msg` as a MAD with transaction ID `tid`.
+fn mad(msg: &CmMessage, tid: u64) -> [u8; 256] {
+    let mut m = [0u8; 256];
+    msg.emit_mad(tid, 0, &mut m).unwrap();
+    m
+}
+
+/// A DREQ ends a connection only when it names both comm IDs and comes
+/// from the peer, as the kernel's CM matches both IDs: the server's ID
+/// alone, which its REP shows anyone who asks, once let any host
+/// disconnect it.
+#[test]
+fn a_dreq_must_name_both_ids_and_come_from_the_peer() {
+    let (mut client, mut server, cid, _) = established();
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    let real = client.agent.poll_mad().expect("the client's DREQ");
+    let (header, CmMessage::Dreq(dreq)) = CmMessage::parse_mad(&real.mad).unwrap() else {
+        panic!("not a DREQ");
+    };
+    let stranger: IpAddr = "10.0.0.9".parse().unwrap();
+    let mut other_id = dreq;
+    other_id.local_comm_id ^= 1;
+    let forged = mad(&CmMessage::Dreq(other_id), header.tid);
+    server.agent.handle_mad(0, client.ip, server.ip, &forged);
+    server.agent.handle_mad(0, stranger, server.ip, &real.mad);
+    assert!(server.try_event().is_none(), "a forged DREQ disconnected");
+    while server.agent.poll_mad().is_some() {}
+    server.agent.handle_mad(0, real.src, real.dst, &real.mad);
+    assert_eq!(server.event().event, event::DISCONNECTED);
+}
+
+/// The same for a REJ of a REP and an RTU while the server waits for the
+/// client's answer: only the client's own messages count.
+#[test]
+fn a_rej_or_rtu_must_name_both_ids_and_come_from_the_peer() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    let real = client.agent.poll_mad().expect("the client's RTU");
+    let (header, CmMessage::Rtu(rtu)) = CmMessage::parse_mad(&real.mad).unwrap() else {
+        panic!("not an RTU");
+    };
+    let rej = CmRej {
+        local_comm_id: rtu.local_comm_id ^ 1,
+        remote_comm_id: rtu.remote_comm_id,
+        message_rejected: MessageKind::Rep,
+        reason: 28,
+        ..CmRej::default()
+    };
+    server.agent.handle_mad(
+        0,
+        client.ip,
+        server.ip,
+        &mad(&CmMessage::Rej(rej), header.tid),
+    );
+    let mut rtu_other = rtu;
+    rtu_other.local_comm_id ^= 1;
+    let forged = mad(&CmMessage::Rtu(rtu_other), header.tid);
+    server.agent.handle_mad(0, client.ip, server.ip, &forged);
+    server
+        .agent
+        .handle_mad(0, "10.0.0.9".parse().unwrap(), server.ip, &real.mad);
+    assert!(server.try_event().is_none(), "a forged REJ or RTU counted");
+    server.agent.handle_mad(0, real.src, real.dst, &real.mad);
+    assert_eq!(server.event().event, event::ESTABLISHED);
 }
 
 const PS_UDP: u16 = 0x0111;
