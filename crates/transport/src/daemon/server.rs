@@ -144,8 +144,9 @@ struct Client {
 /// 4.
 const GUEST_SHARE: usize = 4;
 /// Descriptors the daemon holds for one client at most: its connection,
-/// its data stream, its region and its doorbell.
-const FDS_PER_CLIENT: u64 = 4;
+/// its data stream, its region, its doorbell and UDP 4791 on an address
+/// no other context has.
+const FDS_PER_CLIENT: u64 = 5;
 
 /// Ports of the rdma_cm port spaces that only a process with
 /// CAP_NET_BIND_SERVICE may take, as for sockets (`PROT_SOCK`).
@@ -941,6 +942,35 @@ impl Daemon {
         Ok(())
     }
 
+    /// Closes UDP 4791 on device address `ip` once no context has it:
+    /// any local user may say hello with an address, and a socket kept
+    /// for each (until the daemon ends, which it does not while anyone
+    /// uses it) let one user take every descriptor of the daemon, and
+    /// every address's 4791 from other software. Kept while a process
+    /// still holds a member of its steering group (`Member::retired`),
+    /// which a new socket on the port would share packets with.
+    fn close_unused(&mut self, ip: IpAddr) {
+        if self.clients.values().any(|c| c.ip == Some(ip)) {
+            return;
+        }
+        let Some(slot) = self.find(ip) else {
+            return;
+        };
+        let Some(receiver) = &self.udp[slot] else {
+            return;
+        };
+        let members = receiver.members.as_deref().unwrap_or_default();
+        if receiver.group.is_some() || members.iter().any(|m| m.retired || m.client.is_some()) {
+            return;
+        }
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut SourceFd(&receiver.socket.as_raw_fd()));
+        for m in members {
+            let _ = registry.deregister(&mut SourceFd(&m.socket.as_raw_fd()));
+        }
+        self.udp[slot] = None;
+    }
+
     /// The next free block of QP numbers, for client `id`.
     fn allocate(&mut self, id: usize) -> Reply {
         if self.over_guest_share(id) {
@@ -1028,6 +1058,7 @@ impl Daemon {
         if let Some(ip) = client.ip {
             self.free_direct(id, ip, client.cred.map(|c| c.pid));
             self.restear(ip);
+            self.close_unused(ip);
         }
         let groups: Vec<IpAddr> = self
             .udp
@@ -1280,7 +1311,9 @@ impl Daemon {
         let Ok(packet) = gsi::gsi_packet(peer.local, to, &mad) else {
             return;
         };
-        if let Some(r) = self.udp.get(peer.slot).and_then(Option::as_ref) {
+        // (The slot may have been closed and given to another address.)
+        let socket = self.udp.get(peer.slot).and_then(Option::as_ref);
+        if let Some(r) = socket.filter(|r| r.local == peer.local.ip()) {
             if r.socket.send_to(&packet, to).is_ok() {
                 self.stats.gsi_answered += 1;
             }
@@ -1642,7 +1675,8 @@ mod tests {
         let me = rustix::process::geteuid().as_raw();
         let guest = me.wrapping_add(1);
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        let share = limit.expect("a descriptor limit") as usize / 16;
+        let share =
+            limit.expect("a descriptor limit") as usize / (FDS_PER_CLIENT as usize * GUEST_SHARE);
         for id in 1..=share {
             assert!(!daemon.guest_sessions_full(guest), "{id} of {share}");
             add_client(&mut daemon, id, Some(guest));
@@ -1807,6 +1841,28 @@ mod tests {
     /// A hello without a data socket, or a second hello on one
     /// connection, is refused with EPROTO, and the errno reaches the
     /// context (the reason goes to its log).
+    /// UDP 4791 on a device address closes with the last context that
+    /// has the address: hellos naming address after address, one
+    /// connection each, held a socket each until the daemon ended.
+    #[test]
+    fn a_device_address_closes_with_its_last_context() {
+        let mut daemon = idle_daemon();
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, fastrand::u8(1..255)));
+        let uid = daemon.uid;
+        for id in [1, 2] {
+            add_client(&mut daemon, id, Some(uid));
+            let (reply, direct) = daemon.hello(id, ip, two_fds().pop());
+            assert!(matches!(reply, Reply::Block(_)), "{reply:?}");
+            drop(direct);
+        }
+        daemon.remove(1);
+        assert!(daemon.find(ip).is_some(), "another context has the address");
+        daemon.remove(2);
+        assert!(daemon.find(ip).is_none(), "its socket is closed");
+        let addr = SocketAddr::new(ip, udp_port());
+        assert!(bind_udp(addr).is_ok(), "nobody holds {addr}");
+    }
+
     #[test]
     fn a_hello_without_a_data_socket_or_a_second_one_is_refused() {
         let (control, ip) = connect_to_test_daemon();
