@@ -86,11 +86,17 @@ impl SendSide<'_> {
     /// Starts the local ACK timeout at `now`, and on the wire the early
     /// go-back before it (`early_go_back.rs`).
     pub(crate) fn arm_retransmit_timer(&mut self, now: Nanos) {
-        let timeout = ack_timeout(self.attr.timeout);
+        let timeout = self.local_ack_timeout();
         self.req.retransmit_at = timeout.map(|t| now + t);
         if !self.direct {
             self.req.early.arm(now, timeout);
         }
+    }
+
+    /// The local ACK timeout the `timeout` attribute asks for, at least the
+    /// device's least (`DeviceConfig::min_ack_timeout`); `None`: never.
+    pub(crate) fn local_ack_timeout(&self) -> Option<Nanos> {
+        ack_timeout(self.attr.timeout).map(|t| t.max(self.min_ack_timeout))
     }
 
     /// Whether packets are in flight, so that a missing answer means a

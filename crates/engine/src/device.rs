@@ -4,6 +4,7 @@
 use crate::gid::Gid;
 use crate::mtu::Mtu;
 use crate::packet_cost::PacketCost;
+use crate::time::Nanos;
 use std::net::Ipv4Addr;
 
 /// `enum ibv_device_cap_flags` bits softverbs may advertise.
@@ -297,6 +298,12 @@ pub struct DeviceConfig {
     /// What a peer's receive buffer is charged for one packet of each
     /// path MTU (`packet_cost.rs`).
     pub packet_cost: PacketCost,
+    /// The shortest local ACK timeout an RC requester waits, whatever its
+    /// `timeout` attribute asks (which `ibv_query_qp` still reports), as
+    /// rxe waits at least a jiffy: a transport whose peers answer when
+    /// their scheduler runs them sets it above what a loaded host makes
+    /// them wait ([`Self::SOFTWARE_PEER_ACK_TIMEOUT`]). 0: none.
+    pub min_ack_timeout: Nanos,
 }
 
 impl DeviceConfig {
@@ -318,8 +325,17 @@ impl DeviceConfig {
             qpn_limit: 1 << 24,
             send_window_bytes: DeviceConfig::DEFAULT_SEND_WINDOW,
             packet_cost: PacketCost::PAYLOAD,
+            min_ack_timeout: 0,
         }
     }
+
+    /// The local ACK timeout of a `timeout` of 12, 16.8 ms: the least a
+    /// requester waits for a peer that runs in user space. A peer's
+    /// progress thread on a loaded host may wait for a CPU for several
+    /// milliseconds at a time; perftest with `-u 10` (4.2 ms, eight waits
+    /// in all) ended in RETRY_EXC_ERR in 4 of 5 runs beside other busy
+    /// processes with nothing lost, with `-u 12` in none of 5.
+    pub const SOFTWARE_PEER_ACK_TIMEOUT: Nanos = 4096 << 12;
 
     /// The send window of a device whose peers' buffers are not known:
     /// 1024 packets of the largest MTU.

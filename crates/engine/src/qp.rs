@@ -38,6 +38,8 @@ pub(crate) struct Qp {
     pub(crate) rq: RecvQueue,
     /// Bytes per packet of the port (the UD path MTU).
     pub(crate) port_mtu: u32,
+    /// The device's least local ACK timeout (`DeviceConfig::min_ack_timeout`).
+    pub(crate) min_ack_timeout: crate::time::Nanos,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
     /// On the same-host path: the requester hands out whole operations
@@ -85,6 +87,7 @@ impl Qp {
             sq: VecDeque::new(),
             rq: RecvQueue::default(),
             port_mtu,
+            min_ack_timeout: 0,
             req: Requester::default(),
             resp: Responder::default(),
             direct: false,

@@ -93,7 +93,7 @@ impl SendSide<'_> {
         entry.next_pkt = entry.npkts;
         self.req.direct_pending = Some(entry.first_psn);
         if self.qp_type == QpType::Rc && self.req.retransmit_at.is_none() {
-            self.req.retransmit_at = crate::time::ack_timeout(self.attr.timeout).map(|t| now + t);
+            self.req.retransmit_at = self.local_ack_timeout().map(|t| now + t);
         }
     }
 

@@ -41,6 +41,8 @@ pub(crate) struct SendSide<'q> {
     pub(crate) attr: &'q QpAttr,
     /// Bytes per packet of the port (the UD path MTU).
     pub(crate) port_mtu: u32,
+    /// The device's least local ACK timeout.
+    pub(crate) min_ack_timeout: Nanos,
     /// On the same-host path (`requester_direct.rs`).
     pub(crate) direct: bool,
     /// The QP entered the error state: its receive side is to be flushed.
@@ -77,6 +79,7 @@ impl Qp {
             send_cq: self.send_cq,
             attr: &self.attr,
             port_mtu: self.port_mtu,
+            min_ack_timeout: self.min_ack_timeout,
             direct: self.direct,
             failed: false,
         }

@@ -68,6 +68,7 @@ impl Engine {
             .qps
             .insert_with_key(|id| Qp::new(id, pd, qp_num, qp_type, init, cap, port_mtu));
         if let Some(qp) = self.qps.get_mut(id) {
+            qp.min_ack_timeout = self.config.min_ack_timeout;
             qp.incarnation = self.next_incarnation;
             // Far past any reset count the QP before it reached.
             self.next_incarnation = self.next_incarnation.wrapping_add(1 << 8);

@@ -473,6 +473,38 @@ fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
     assert_eq!(p.a.poll().len(), 1);
 }
 
+/// A device's least local ACK timeout holds for a QP that asks for less
+/// (as rxe waits at least a jiffy), and `ibv_query_qp` still reports what
+/// the QP asked for.
+#[test]
+fn a_local_ack_timeout_below_the_devices_least_waits_the_least() {
+    let floor = DeviceConfig::SOFTWARE_PEER_ACK_TIMEOUT;
+    let mut p = Pair::with_config(|cfg| cfg.min_ack_timeout = floor);
+    let link = Link {
+        timeout: 4,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    p.b.post_recv(qb, 1, 0x4000, 100);
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
+        .unwrap();
+    let mut dropped = false;
+    p.filter = Box::new(move |from_a, v| {
+        if !from_a && v.opcode().kind() == OpKind::Ack && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let before = p.now;
+    p.run(100);
+    assert!(p.now - before >= floor, "resent before the least timeout");
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let (attr, _) = p.a.e.query_qp(qa).unwrap();
+    assert_eq!(attr.timeout, 4);
+}
+
 #[test]
 fn retry_exhaustion_fails_with_retry_exc_err_then_flushes_in_order() {
     let mut p = Pair::new();

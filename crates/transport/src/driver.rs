@@ -259,6 +259,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         (device.qpn_base, device.qpn_limit) = (qpns.start, qpns.end);
         device.send_window_bytes = endpoint.send_window();
         device.packet_cost = endpoint.packet_cost();
+        // Peers, this process included, answer when the scheduler runs them.
+        device.min_ack_timeout = softverbs_engine::DeviceConfig::SOFTWARE_PEER_ACK_TIMEOUT;
         let clock = Clock::start();
         let mut engine = Engine::new(device);
         let stream_waiting = endpoint.stream_waiting();

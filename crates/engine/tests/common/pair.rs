@@ -19,12 +19,11 @@ pub struct Node {
 }
 
 impl Node {
-    fn new(host: u8, qpn_base: u32, send_window: u32, packet_cost: PacketCost) -> Node {
+    fn new(host: u8, qpn_base: u32, tune: &dyn Fn(&mut DeviceConfig)) -> Node {
         let mut cfg = DeviceConfig::loopback(u64::from(host));
         cfg.ports[0].gids = vec![Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host))];
         cfg.qpn_base = qpn_base;
-        cfg.send_window_bytes = send_window;
-        cfg.packet_cost = packet_cost;
+        tune(&mut cfg);
         let mut e = Engine::new(cfg);
         let pd = e.alloc_pd().unwrap();
         let (cq, _) = e.create_cq(4096, 0).unwrap();
@@ -150,9 +149,17 @@ impl Pair {
     /// A pair whose devices have a send window of `bytes` in which a
     /// packet counts `cost` (`DeviceConfig::packet_cost`).
     pub fn with_costed_window(bytes: u32, cost: PacketCost) -> Pair {
+        Pair::with_config(|cfg| {
+            cfg.send_window_bytes = bytes;
+            cfg.packet_cost = cost;
+        })
+    }
+
+    /// A pair whose devices' configuration `tune` changed.
+    pub fn with_config(tune: impl Fn(&mut DeviceConfig)) -> Pair {
         Pair {
-            a: Node::new(1, 0x100, bytes, cost),
-            b: Node::new(2, 0x200, bytes, cost),
+            a: Node::new(1, 0x100, &tune),
+            b: Node::new(2, 0x200, &tune),
             now: 0,
             filter: Box::new(|_, _| Fate::Deliver),
             same_host: false,
