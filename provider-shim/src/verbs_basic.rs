@@ -360,6 +360,12 @@ pub unsafe extern "C" fn rereg_mr(
         // SAFETY: `vmr` is one of our MRs; a new PD, if any, is ours too.
         let (st, id) = unsafe { (state((*vmr).ibv_mr.context), (*(vmr as *mut SoftMr)).id) };
         let flags = flags as u32;
+        // libibverbs passes a NULL PD on; the kernel's providers would
+        // read through it.
+        if flags & IBV_REREG_MR_CHANGE_PD != 0 && pd.is_null() {
+            set_errno(libc::EINVAL);
+            return libc::EINVAL;
+        }
         let change = ReregMr {
             // SAFETY: with CHANGE_PD, `pd` is a PD of ours.
             pd: (flags & IBV_REREG_MR_CHANGE_PD != 0).then(|| unsafe { pd_id(pd) }),

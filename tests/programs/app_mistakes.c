@@ -220,6 +220,24 @@ static void registration_checks(void)
 	past_a_files_end();
 }
 
+/* ibv_rereg_mr without flags, or moving to a NULL PD: libibverbs passes
+ * both to the provider; the kernel refuses the first (EINVAL), and a
+ * provider would read through the second. */
+static void rereg_mistakes(void)
+{
+	void *buf = map(PROT_READ | PROT_WRITE);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr, "reg_mr: errno %d", errno);
+	errno = 0;
+	int r = ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0);
+	CHECK(r == IBV_REREG_MR_ERR_CMD && errno == EINVAL, "rereg_mr without flags: %d, errno %d", r, errno);
+	errno = 0;
+	r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, NULL, NULL, 0, 0);
+	CHECK(r == IBV_REREG_MR_ERR_CMD && errno == EINVAL, "rereg_mr to a NULL PD: %d, errno %d", r, errno);
+	CHECK(mr->pd == pd && !ibv_dereg_mr(mr), "the MR unchanged, then deregistered");
+	munmap(buf, PAGE);
+}
+
 static void write_only_mapping(void)
 {
 	void *wo = map(PROT_WRITE);
@@ -341,6 +359,7 @@ int main(int argc, char **argv)
 	CHECK(!ibv_destroy_ah(h), "destroy_ah");
 
 	registration_checks();
+	rereg_mistakes();
 	write_only_mapping();
 	post_checks();
 	unmapped_under_an_mr();

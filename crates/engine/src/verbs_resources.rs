@@ -95,6 +95,11 @@ impl Engine {
     /// (ibv_rereg_mr(3) allows either).
     pub fn rereg_mr(&mut self, mr: MrId, change: &ReregMr) -> VerbsResult<()> {
         let old = self.mrs.get(mr).ok_or(einval("unknown MR"))?.clone();
+        // As the kernel's `ib_uverbs_rereg_mr`: no flags, nothing to do.
+        ensure(
+            *change != ReregMr::default(),
+            einval("rereg_mr changes nothing"),
+        )?;
         let access = match change.access {
             Some(raw) => check_mr_access(raw)?,
             None => old.access,

@@ -266,6 +266,11 @@ fn rereg_mr_changes_pd_range_and_access_all_or_nothing() {
         ..ReregMr::default()
     };
     assert_eq!(errno(f.e.rereg_mr(mr, &odp)), EOPNOTSUPP);
+    assert_eq!(
+        errno(f.e.rereg_mr(mr, &ReregMr::default())),
+        EINVAL,
+        "no flags: the kernel refuses a rereg that changes nothing"
+    );
 }
 
 /// Rule: an MR of length 0 is EINVAL (the kernel pins nothing and
