@@ -367,7 +367,8 @@ pub unsafe extern "C" fn rereg_mr(
             return libc::EINVAL;
         }
         let change = ReregMr {
-            // SAFETY: with CHANGE_PD, `pd` is a PD of ours.
+            // SAFETY: with CHANGE_PD, `pd` is not NULL (checked above) and,
+            // by the C contract, a PD of ours.
             pd: (flags & IBV_REREG_MR_CHANGE_PD != 0).then(|| unsafe { pd_id(pd) }),
             range: (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0)
                 .then_some((addr as u64, length as u64)),

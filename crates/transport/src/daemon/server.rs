@@ -1838,9 +1838,6 @@ mod tests {
         assert_eq!(daemon.listener(0x013F, 9009, other), Some(2));
     }
 
-    /// A hello without a data socket, or a second hello on one
-    /// connection, is refused with EPROTO, and the errno reaches the
-    /// context (the reason goes to its log).
     /// UDP 4791 on a device address closes with the last context that
     /// has the address: hellos naming address after address, one
     /// connection each, held a socket each until the daemon ended.
@@ -1863,6 +1860,9 @@ mod tests {
         assert!(bind_udp(addr).is_ok(), "nobody holds {addr}");
     }
 
+    /// A hello without a data socket, or a second hello on one
+    /// connection, is refused with EPROTO, and the errno reaches the
+    /// context (the reason goes to its log).
     #[test]
     fn a_hello_without_a_data_socket_or_a_second_one_is_refused() {
         let (control, ip) = connect_to_test_daemon();
