@@ -446,10 +446,11 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
     assert_eq!(p.a.e.stats().tx_resent, 3);
 }
 
-#[test]
-fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
-    let mut p = Pair::new();
-    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+/// Connects an RC pair over `link`, sends one 10-byte SEND from `a` into
+/// a receive WR of `b` while the first ACK is lost, and runs until the
+/// wire is quiet; returns `a`'s QP and the time that took.
+fn send_losing_the_first_ack(p: &mut Pair, link: Link) -> (QpId, Nanos) {
+    let (qa, qb) = p.connect(QpType::Rc, link);
     p.b.post_recv(qb, 1, 0x4000, 100);
     p.b.post_recv(qb, 2, 0x5000, 100);
     p.a.e
@@ -465,8 +466,15 @@ fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
     });
     let before = p.now;
     p.run(100);
+    (qa, p.now - before)
+}
+
+#[test]
+fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
+    let mut p = Pair::new();
+    let (_, took) = send_losing_the_first_ack(&mut p, Link::default());
     assert!(
-        p.now - before >= ack_timeout(10).unwrap(),
+        took >= ack_timeout(10).unwrap(),
         "waited for the local ACK timeout"
     );
     assert_eq!(p.b.poll().len(), 1, "the retransmitted SEND is a duplicate");
@@ -484,22 +492,8 @@ fn a_local_ack_timeout_below_the_devices_least_waits_the_least() {
         timeout: 4,
         ..Link::default()
     };
-    let (qa, qb) = p.connect(QpType::Rc, link);
-    p.b.post_recv(qb, 1, 0x4000, 100);
-    p.a.e
-        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 10)]))
-        .unwrap();
-    let mut dropped = false;
-    p.filter = Box::new(move |from_a, v| {
-        if !from_a && v.opcode().kind() == OpKind::Ack && !dropped {
-            dropped = true;
-            return Fate::Drop;
-        }
-        Fate::Deliver
-    });
-    let before = p.now;
-    p.run(100);
-    assert!(p.now - before >= floor, "resent before the least timeout");
+    let (qa, took) = send_losing_the_first_ack(&mut p, link);
+    assert!(took >= floor, "resent before the least timeout");
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     let (attr, _) = p.a.e.query_qp(qa).unwrap();
     assert_eq!(attr.timeout, 4);
