@@ -6,7 +6,7 @@
 
 use softverbs_cm::abi::{self, cmd, event};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
-use softverbs_wire::cm::{CmMessage, CmRej, MessageKind};
+use softverbs_wire::cm::{CmMessage, CmMra, CmRej, MessageKind};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
@@ -990,6 +990,74 @@ fn a_rej_or_rtu_must_name_both_ids_and_come_from_the_peer() {
     assert!(server.try_event().is_none(), "a forged REJ or RTU counted");
     server.agent.handle_mad(0, real.src, real.dst, &real.mad);
     assert_eq!(server.event().event, event::ESTABLISHED);
+}
+
+/// A REP sent again after the client answered (its RTU was lost) finds the
+/// established connection by both IDs and gets the RTU again; one naming
+/// another server ID gets none.
+#[test]
+fn a_rep_sent_again_to_an_established_client_gets_its_rtu_again() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    let rep = server.agent.poll_mad().expect("the REP");
+    client.agent.handle_mad(0, rep.src, rep.dst, &rep.mad);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    assert!(client.agent.poll_mad().is_some(), "the RTU, lost");
+    let (header, CmMessage::Rep(mut other)) = CmMessage::parse_mad(&rep.mad).unwrap() else {
+        panic!("not a REP");
+    };
+    other.local_comm_id ^= 1;
+    let forged = mad(&CmMessage::Rep(other), header.tid);
+    client.agent.handle_mad(0, rep.src, rep.dst, &forged);
+    let answer = client
+        .agent
+        .poll_mad()
+        .map(|m| CmMessage::parse_mad(&m.mad));
+    assert!(
+        !matches!(answer, Some(Ok((_, CmMessage::Rtu(_))))),
+        "an RTU for another server ID"
+    );
+    client.agent.handle_mad(0, rep.src, rep.dst, &rep.mad);
+    let again = client.agent.poll_mad().expect("an answer");
+    assert!(matches!(
+        CmMessage::parse_mad(&again.mad),
+        Ok((_, CmMessage::Rtu(_)))
+    ));
+}
+
+/// An MRA of the client's REQ, from the server's address, makes the
+/// client wait longer before sending its REQ again; one from elsewhere
+/// does not.
+#[test]
+fn an_mra_counts_only_from_the_peer() {
+    let server = Side::new("10.0.0.2", 0x20);
+    let (mut client, server, _) = connecting(server, Side::new("10.0.0.1", 0x10), &[]);
+    let req = client.agent.poll_mad().expect("the REQ");
+    let (header, CmMessage::Req(r)) = CmMessage::parse_mad(&req.mad).unwrap() else {
+        panic!("not a REQ");
+    };
+    let first = client.agent.poll_timeout().expect("a retry is armed");
+    let mra = CmMra {
+        local_comm_id: 0x0200_0001,
+        remote_comm_id: r.local_comm_id,
+        message_mraed: MessageKind::Req,
+        service_timeout: 20,
+        ..CmMra::default()
+    };
+    let mra = mad(&CmMessage::Mra(mra), header.tid);
+    let stranger: IpAddr = "10.0.0.9".parse().unwrap();
+    client.agent.handle_mad(0, stranger, client.ip, &mra);
+    assert_eq!(
+        client.agent.poll_timeout(),
+        Some(first),
+        "an MRA from elsewhere"
+    );
+    client.agent.handle_mad(0, server.ip, client.ip, &mra);
+    assert!(
+        client.agent.poll_timeout().unwrap() > first,
+        "the peer's MRA"
+    );
 }
 
 const PS_UDP: u16 = 0x0111;
