@@ -375,16 +375,16 @@ impl Agent {
             }
             _ if id.qp_type == UD => {}
             State::Established => self.send_dreq(&id),
-            State::RepRcvd => self.send_rej(&id, MessageKind::Rep, REJ_CONSUMER, &[]),
             State::DreqRcvd => self.send_drep(&id),
-            State::ReqRcvd => self.send_rej(&id, MessageKind::Req, REJ_CONSUMER, &[]),
-            State::ReqSent | State::RepSent => {
-                let kind = if id.state == State::ReqSent {
-                    MessageKind::Req
-                } else {
-                    MessageKind::Rep
-                };
-                self.send_rej(&id, kind, REJ_TIMEOUT, &[]);
+            // As the kernel's `cm_destroy_id`: the requester, which the
+            // peer knows only by its comm ID and CA GUID, says "timeout"
+            // with its GUID in the ARI, where the peer looks it up.
+            State::ReqSent => {
+                let ari = id.device.map(|d| self.devices[d].node_guid);
+                self.send_rej(&id, REJ_TIMEOUT, ari.as_ref().map_or(&[], |g| &g[..]), &[]);
+            }
+            State::ReqRcvd | State::RepSent | State::RepRcvd => {
+                self.send_rej(&id, REJ_CONSUMER, &[], &[]);
             }
             _ => {}
         }
@@ -946,15 +946,13 @@ impl Agent {
             self.id_mut(handle)?.state = State::Closed;
             return Ok(Reply::Done);
         }
-        let kind = match id.state {
-            State::ReqRcvd => MessageKind::Req,
-            State::RepRcvd => MessageKind::Rep,
-            _ => return Err(EINVAL),
-        };
+        if !matches!(id.state, State::ReqRcvd | State::RepRcvd) {
+            return Err(EINVAL);
+        }
         if data.len() > softverbs_wire::cm::REJ_PRIVATE_DATA_LEN {
             return Err(EINVAL);
         }
-        self.send_rej(&id, kind, reason, &data);
+        self.send_rej(&id, reason, &[], &data);
         let id = self.id_mut(handle)?;
         id.state = State::Closed;
         id.retransmit = None;
@@ -1575,6 +1573,26 @@ impl Agent {
             .map(|i| i.handle)
     }
 
+    /// The connection a REJ "timeout" ends: its sender gave up its REQ
+    /// before learning our comm ID, so it names itself by its comm ID and,
+    /// in the ARI, the CA GUID its REQ carried, which is how the kernel's
+    /// CM finds it (`cm_acquire_rejected_id`); the sender's address must
+    /// match too.
+    fn abandoned_conn(&self, src: IpAddr, rej: &CmRej) -> Option<u32> {
+        let guid = u64::from_be_bytes(rej.ari[..8].try_into().ok()?);
+        self.ids
+            .values()
+            .find(|i| {
+                let c = &i.conn;
+                c.started
+                    && c.peer_ip == Some(src)
+                    && c.remote_comm_id == rej.local_comm_id
+                    && c.peer_ca_guid == guid
+                    && (rej.remote_comm_id == 0 || rej.remote_comm_id == c.local_comm_id)
+            })
+            .map(|i| i.handle)
+    }
+
     /// As [`Agent::conn_of`], the connection in `state`.
     fn conn_in(&self, src: IpAddr, ours: u32, theirs: u32, state: State) -> Option<u32> {
         self.conn_of(src, ours, theirs)
@@ -1636,6 +1654,7 @@ impl Agent {
             path_mtu: req.path_mtu,
             tid,
             peer_ip: Some(src),
+            peer_ca_guid: req.local_ca_guid,
             started: true,
             ..Conn::default()
         };
@@ -1720,6 +1739,7 @@ impl Agent {
         id.retransmit = None;
         id.state = State::RepRcvd;
         id.conn.remote_comm_id = rep.local_comm_id;
+        id.conn.peer_ca_guid = rep.local_ca_guid;
         id.conn.remote_qpn = rep.local_qpn.get();
         id.conn.remote_psn = rep.starting_psn.get();
         id.conn.initiator_depth = id.conn.initiator_depth.min(rep.responder_resources);
@@ -1738,17 +1758,28 @@ impl Agent {
     }
 
     fn on_rej(&mut self, src: IpAddr, rej: &CmRej) {
-        let theirs = match rej.message_rejected {
-            MessageKind::Req => 0,
-            _ => rej.local_comm_id,
+        let found = if rej.reason == REJ_TIMEOUT {
+            self.abandoned_conn(src, rej)
+        } else {
+            let theirs = match rej.message_rejected {
+                MessageKind::Req => 0,
+                _ => rej.local_comm_id,
+            };
+            self.conn_of(src, rej.remote_comm_id, theirs)
         };
-        let Some(h) = self.conn_of(src, rej.remote_comm_id, theirs) else {
+        let Some(h) = found else {
             return;
         };
         let Some(id) = self.ids.get_mut(&h) else {
             return;
         };
-        if !matches!(id.state, State::ReqSent | State::RepSent | State::RepRcvd) {
+        // A request not yet accepted ends too: its event is dropped (the
+        // application has not adopted the id yet) and ACCEPT fails, as
+        // with the kernel's ucma.
+        if !matches!(
+            id.state,
+            State::ReqSent | State::ReqRcvd | State::RepSent | State::RepRcvd
+        ) {
             return;
         }
         id.state = State::Closed;
@@ -1914,18 +1945,29 @@ impl Agent {
         let _ = self.send_to_peer(id, &CmMessage::Drep(drep));
     }
 
-    fn send_rej(&mut self, id: &CmId, kind: MessageKind, reason: u16, data: &[u8]) {
+    /// Sends a REJ of `id`'s connection, which names the message it
+    /// rejects and the comm IDs as the kernel's `cm_format_rej` does from
+    /// the id's state: a REQ not yet answered is rejected without our ID.
+    fn send_rej(&mut self, id: &CmId, reason: u16, ari: &[u8], data: &[u8]) {
+        let (message_rejected, local_comm_id) = match id.state {
+            State::ReqRcvd => (MessageKind::Req, 0),
+            State::RepRcvd => (MessageKind::Rep, id.conn.local_comm_id),
+            _ => (MessageKind::Other, id.conn.local_comm_id),
+        };
         let mut private_data = [0u8; softverbs_wire::cm::REJ_PRIVATE_DATA_LEN];
         let n = data.len().min(private_data.len());
         private_data[..n].copy_from_slice(&data[..n]);
-        let rej = CmRej {
-            local_comm_id: id.conn.local_comm_id,
+        let mut rej = CmRej {
+            local_comm_id,
             remote_comm_id: id.conn.remote_comm_id,
-            message_rejected: kind,
+            message_rejected,
             reason,
             private_data,
             ..CmRej::default()
         };
+        let n = ari.len().min(rej.ari.len());
+        rej.ari[..n].copy_from_slice(&ari[..n]);
+        rej.reject_info_len = n as u8;
         let _ = self.send_to_peer(id, &CmMessage::Rej(rej));
     }
 }

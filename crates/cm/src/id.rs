@@ -114,6 +114,9 @@ pub(crate) struct Conn {
     pub(crate) tid: u64,
     /// The peer's GID (its IP address).
     pub(crate) peer_ip: Option<IpAddr>,
+    /// The CA GUID the peer's REQ or REP carried, by which a REJ
+    /// "timeout" names its sender.
+    pub(crate) peer_ca_guid: u64,
     /// A CM id exists (a REQ went out or came in): INIT_QP_ATTR answers
     /// with the connection's access rights.
     pub(crate) started: bool,

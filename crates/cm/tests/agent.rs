@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 const PS_TCP: u16 = 0x0106;
 const PS_IB: u16 = 0x013F;
 const EADDRINUSE: i32 = 98;
+const EINVAL: i32 = 22;
 
 /// The host's port space, as the daemon keeps it, and its routes.
 #[derive(Default)]
@@ -429,7 +430,6 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
 #[test]
 fn an_address_without_a_route_does_not_resolve() {
     const ENETUNREACH: i32 = 101;
-    const EINVAL: i32 = 22;
     let mut client = Side::new("10.0.0.1", 0x10);
     client.ports.no_route = vec![
         ("10.9.9.9".parse().unwrap(), ENETUNREACH),
@@ -853,6 +853,83 @@ fn a_destroyed_connecting_id_rejects_and_the_peer_hears_of_it() {
     exchange(&mut client, &mut server);
     let rej = client.event();
     assert_eq!((rej.event, rej.status), (event::REJECTED, 28));
+}
+
+/// Destroys `id` on `side`, as rdma_destroy_id does.
+fn destroy(side: &mut Side, id: u32) {
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, id);
+    side.ok(&d);
+}
+
+/// The REJ a client destroyed while its REQ is unanswered sends, as the
+/// kernel's CM formats it: reason "timeout", its own comm ID only, and
+/// its CA GUID (the REQ's) in the ARI; returns it with its transaction ID.
+fn abandoning_rej(client: &mut Side, cid: u32) -> (CmRej, u64) {
+    destroy(client, cid);
+    let m = client.agent.poll_mad().expect("the client's REJ");
+    let (header, CmMessage::Rej(rej)) = CmMessage::parse_mad(&m.mad).unwrap() else {
+        panic!("not a REJ");
+    };
+    assert_eq!((rej.reason, rej.message_rejected), (4, MessageKind::Other));
+    assert_eq!(rej.remote_comm_id, 0, "the server's ID is not known yet");
+    assert_eq!(rej.reject_info_len, 8);
+    assert_eq!(
+        rej.ari[..8],
+        [0x02, 0, 0, 0, 0, 0, 0, 0x10],
+        "the client's GUID"
+    );
+    (rej, header.tid)
+}
+
+/// A client that gives up before its request is accepted ends the
+/// server's id: the application has not adopted it yet, so no event
+/// comes, and its ACCEPT fails as the kernel's does.
+#[test]
+fn a_client_destroyed_before_the_accept_ends_the_request() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    let (rej, tid) = abandoning_rej(&mut client, cid);
+    let m = mad(&CmMessage::Rej(rej), tid);
+    server.agent.handle_mad(0, client.ip, server.ip, &m);
+    assert_eq!(server.accept(sid, 300, 0x222, &[], true), Err(EINVAL));
+    assert!(server.try_event().is_none());
+}
+
+/// After the accept, the server's id hears REJECTED with the reason, and
+/// only from the client: a REJ "timeout" from another address, or naming
+/// another GUID, is ignored.
+#[test]
+fn a_client_destroyed_after_the_accept_rejects_the_servers_id() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    while server.agent.poll_mad().is_some() {} // the REP is lost
+    let (rej, tid) = abandoning_rej(&mut client, cid);
+    let mut other_guid = rej;
+    other_guid.ari[7] ^= 1;
+    let forged = mad(&CmMessage::Rej(other_guid), tid);
+    server.agent.handle_mad(0, client.ip, server.ip, &forged);
+    let real = mad(&CmMessage::Rej(rej), tid);
+    let stranger: IpAddr = "10.0.0.9".parse().unwrap();
+    server.agent.handle_mad(0, stranger, server.ip, &real);
+    assert!(server.try_event().is_none(), "a forged REJ counted");
+    server.agent.handle_mad(0, client.ip, server.ip, &real);
+    let ev = server.event();
+    assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, sid, 4));
+}
+
+/// A server destroyed after its REP rejects as the consumer, naming both
+/// IDs, as the kernel's CM does (not "timeout", which names a REQ).
+#[test]
+fn a_server_destroyed_after_its_rep_rejects_the_client() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    destroy(&mut server, sid);
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, cid, 28));
 }
 
 #[test]
