@@ -105,6 +105,10 @@ pub enum GsiRoute {
     /// Any other CM message: to the holder of the block of this comm ID,
     /// the recipient's ([`block_of_comm_id`]).
     CommId(u32),
+    /// A REJ with remote comm ID 0, from a requester that gave up its REQ
+    /// before any answer: to the context its REQ went to, found by the
+    /// packet's source and this comm ID, the sender's.
+    Requester(u32),
     /// Not the CM's (another class, not a SEND, a CM attribute nobody
     /// handles) or malformed: dropped.
     Drop,
@@ -113,7 +117,7 @@ pub enum GsiRoute {
 /// Where a MAD that arrived on QP1 goes: REQ and SIDR_REQ by their
 /// service ID; REP, RTU, REJ, MRA, DREQ, DREP, LAP and APR by their
 /// remote comm ID (the recipient's; the second word of each), SIDR_REP
-/// by its request ID. Only CM MADs the kernel's MAD layer and CM accept
+/// by its request ID, a REJ without a remote comm ID by its sender's. Only CM MADs the kernel's MAD layer and CM accept
 /// are routed (`CmMessage::parse_mad`: base version 1, class 0x07 version
 /// 2, method SEND).
 pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
@@ -127,6 +131,7 @@ pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
         Ok((_, CmMessage::SidrRep(m))) => GsiRoute::CommId(m.request_id),
         Ok((_, CmMessage::Rep(m))) => GsiRoute::CommId(m.remote_comm_id),
         Ok((_, CmMessage::Rtu(m))) => GsiRoute::CommId(m.remote_comm_id),
+        Ok((_, CmMessage::Rej(m))) if m.remote_comm_id == 0 => GsiRoute::Requester(m.local_comm_id),
         Ok((_, CmMessage::Rej(m))) => GsiRoute::CommId(m.remote_comm_id),
         Ok((_, CmMessage::Mra(m))) => GsiRoute::CommId(m.remote_comm_id),
         Ok((_, CmMessage::Dreq(m))) => GsiRoute::CommId(m.remote_comm_id),

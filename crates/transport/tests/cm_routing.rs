@@ -372,10 +372,56 @@ fn a_request_that_comes_before_its_listener_reaches_it() {
     assert_eq!(next_mad(&mut c).1, sent);
     c.listen(UDP, ip, 18602).unwrap();
     assert_eq!(next_mad(&mut c).1, sidr);
+    // The REQ's sender gives it up: its REJ follows the REQ.
+    let rej = gave_up(comm_id(&a, 1));
+    a.send_gsi(ip, &rej).unwrap();
+    assert_eq!(next_mad(&mut c).1, rej);
     quiet(&mut [&mut a, &mut c]);
     drop((a, c));
     let stats = h.stats();
     assert_eq!((stats.gsi_waited, stats.gsi_answered), (2, 1));
+}
+
+/// The REJ a requester that gave up its REQ before any answer sends, as
+/// the kernel's CM: reason "timeout", its own comm ID, no remote one.
+fn gave_up(local_comm_id: u32) -> [u8; MAD_LEN] {
+    let rej = CmRej {
+        local_comm_id,
+        message_rejected: MessageKind::Other,
+        reason: 4,
+        ..CmRej::default()
+    };
+    mad(CmMessage::Rej(rej), 9)
+}
+
+/// Such a REJ, which names no recipient, reaches the client the REQ went
+/// to, found by the REQ's source address and comm ID; one naming another
+/// comm ID, or from another address, is dropped and counted.
+#[test]
+fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
+    let h = host();
+    let (mut a, mut b, mut c) = (h.endpoint(), h.endpoint(), h.endpoint());
+    b.reserve(TCP, h.ip, 18515).unwrap();
+    b.listen(TCP, h.ip, 18515).unwrap();
+    let requester = comm_id(&a, 1);
+    let sent = req(requester, PortSpace::Tcp, 18515);
+    a.send_gsi(h.ip, &sent).unwrap();
+    assert_eq!(next_mad(&mut b).1, sent);
+
+    a.send_gsi(h.ip, &gave_up(requester + 1)).unwrap();
+    let IpAddr::V4(v4) = h.ip else { unreachable!() };
+    let [x, y, z, w] = v4.octets();
+    let elsewhere = Ipv4Addr::new(x, y, z, if w == 1 { 2 } else { w - 1 });
+    let raw = UdpSocket::bind(SocketAddr::new(elsewhere.into(), 0)).unwrap();
+    let to = SocketAddr::new(h.ip, 4791);
+    let forged = gsi_packet(raw.local_addr().unwrap(), to, &gave_up(requester)).unwrap();
+    raw.send_to(&forged, to).unwrap();
+    a.send_gsi(h.ip, &gave_up(requester)).unwrap();
+    assert_eq!(next_mad(&mut b).1, gave_up(requester));
+    quiet(&mut [&mut a, &mut b, &mut c]);
+    drop((a, b, c));
+    let stats = h.stats();
+    assert_eq!((stats.gsi_unrouted, stats.gsi_dropped), (2, 0));
 }
 
 /// A daemon that leaves (idle) while a REQ waits for a listener answers

@@ -3,6 +3,7 @@
 
 pub mod client;
 mod cm_connections;
+mod cm_requests;
 pub mod protocol;
 pub mod record;
 pub mod server;

@@ -28,6 +28,7 @@
 //! configured idle time.
 
 use super::cm_connections::{CmConnections, CmPeer, Farewell};
+use super::cm_requests::CmRequests;
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
@@ -301,6 +302,8 @@ pub struct Daemon {
     /// The rdma_cm connections of this host's clients, learnt from the CM
     /// messages routed to them (`cm_connections.rs`).
     cm: CmConnections,
+    /// Which client each REQ went to, for a REJ naming only its sender.
+    cm_requests: CmRequests,
     /// The REQs and SIDR_REQs that wait for a listener.
     waiting: WaitingRequests,
     /// The user the daemon runs as: its clients of another user are its
@@ -343,6 +346,7 @@ impl Daemon {
             capture: None,
             ports: HashMap::new(),
             cm: CmConnections::default(),
+            cm_requests: CmRequests::default(),
             waiting: WaitingRequests::default(),
             uid: rustix::process::geteuid().as_raw(),
         })
@@ -576,6 +580,7 @@ impl Daemon {
         };
         r.listening = true;
         for request in self.waiting.for_listener(ps, port, ip) {
+            self.note_request(&request.mad, request.src, id);
             let packet = &request.packet;
             self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
             self.stats.gsi_waited += 1;
@@ -1167,7 +1172,8 @@ impl Daemon {
         match gsi::route(&mad) {
             GsiRoute::Service(Some((ps, port))) => {
                 let listener = self.listener(ps, port, dst.ip());
-                if listener.is_some() {
+                if let Some(client) = listener {
+                    self.note_request(&mad, src, client);
                     return To::Client(listener);
                 }
                 if !self.waiting.has_room() {
@@ -1199,9 +1205,27 @@ impl Daemon {
                     }
                 }
             }
+            GsiRoute::Requester(comm_id) => {
+                let now = Instant::now();
+                match self.cm_requests.client_of(src.ip(), comm_id, now) {
+                    Some(client) if self.clients.contains_key(&client) => {
+                        return To::Client(Some(client));
+                    }
+                    _ => self.stats.gsi_unrouted += 1,
+                }
+            }
             GsiRoute::Drop => self.stats.gsi_dropped += 1,
         }
         To::Handled
+    }
+
+    /// Keeps which client a REQ from `src` went to (`cm_requests.rs`).
+    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, client: usize) {
+        use softverbs_wire::cm::CmMessage;
+        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
+            self.cm_requests
+                .routed(src.ip(), req.local_comm_id, client, Instant::now());
+        }
     }
 
     /// Keeps what a CM message routed to a client says of its connection
