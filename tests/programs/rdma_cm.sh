@@ -521,6 +521,15 @@ c_case "an active side dead before its RTU: the passive side gets REJECTED" cm_n
 # for ever).
 next_port no_rtu_port
 c_case "a passive side dead before the RTU: the active side gets REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port passive
+# An active side that destroys its id, or dies, with its REQ unanswered:
+# its REJ "timeout" (sent by the daemon for one that died), routed by its
+# comm ID and address to the listener's process, ends the request there,
+# so the server's ACCEPT fails (EINVAL) or it gets REJECTED, as on the
+# kernel (it once accepted and waited for the RTU).
+next_port no_rtu_port
+c_case "an active side that gives up its REQ: the server's accept fails or is REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port gives-up
+next_port no_rtu_port
+c_case "an active side dead with its REQ unanswered: the server's accept fails or is REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port dies
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

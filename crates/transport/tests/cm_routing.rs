@@ -424,6 +424,72 @@ fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
     assert_eq!((stats.gsi_unrouted, stats.gsi_dropped), (2, 0));
 }
 
+/// A requester on this host that dies with its REQ unanswered: the client
+/// the REQ went to gets the REJ "timeout" the kernel's CM sends in its
+/// name (its comm ID, its CA GUID in the ARI, the REQ's TID); for a REQ
+/// whose REP reached it, the REJ and DREQ of a connection without its
+/// RTU instead.
+#[test]
+fn the_listener_of_a_requester_gone_gets_its_rej() {
+    let h = host();
+    let (mut a, mut b) = (h.endpoint(), h.endpoint());
+    b.reserve(TCP, h.ip, 18515).unwrap();
+    b.listen(TCP, h.ip, 18515).unwrap();
+    let (unanswered, answered) = (comm_id(&a, 1), comm_id(&a, 2));
+    let guid = 0x0200_0000_0000_0042;
+    let sent = CmReq {
+        local_comm_id: unanswered,
+        service_id: ip_service_id(PortSpace::Tcp, 18515),
+        local_ca_guid: guid,
+        ..CmReq::default()
+    };
+    a.send_gsi(h.ip, &mad(CmMessage::Req(sent), 77)).unwrap();
+    next_mad(&mut b);
+    a.send_gsi(h.ip, &req(answered, PortSpace::Tcp, 18515))
+        .unwrap();
+    next_mad(&mut b);
+    let rep = CmRep {
+        local_comm_id: comm_id(&b, 1),
+        remote_comm_id: answered,
+        ..CmRep::default()
+    };
+    b.send_gsi(h.ip, &mad(CmMessage::Rep(rep), 3)).unwrap();
+    next_mad(&mut a);
+    drop(a);
+    let mut rejs = Vec::new();
+    for m in next_mads(&mut b, 3) {
+        match CmMessage::parse_mad(&m).unwrap() {
+            (header, CmMessage::Rej(rej)) => rejs.push((header.tid, rej)),
+            (_, CmMessage::Dreq(dreq)) => assert_eq!(dreq.local_comm_id, answered),
+            other => panic!("{other:?}"),
+        }
+    }
+    rejs.sort_by_key(|(_, rej)| rej.reason);
+    let [(gave_up_tid, gave_up), (_, farewell)] = rejs[..] else {
+        panic!("{rejs:?}");
+    };
+    assert_eq!(gave_up_tid, 77);
+    assert_eq!(
+        (
+            gave_up.local_comm_id,
+            gave_up.remote_comm_id,
+            gave_up.reason
+        ),
+        (unanswered, 0, 4)
+    );
+    assert_eq!(gave_up.message_rejected, MessageKind::Other);
+    assert_eq!(gave_up.ari[..8], u64::to_be_bytes(guid));
+    assert_eq!(
+        (
+            farewell.local_comm_id,
+            farewell.remote_comm_id,
+            farewell.reason
+        ),
+        (answered, rep.local_comm_id, 28)
+    );
+    quiet(&mut [&mut b]);
+}
+
 /// A daemon that leaves (idle) while a REQ waits for a listener answers
 /// it first: the REQ's sender, on another host, gets its REJ instead of
 /// waiting for nothing.

@@ -28,7 +28,7 @@
 //! configured idle time.
 
 use super::cm_connections::{CmConnections, CmPeer, Farewell};
-use super::cm_requests::CmRequests;
+use super::cm_requests::{CmRequests, RoutedRequest};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
@@ -580,7 +580,7 @@ impl Daemon {
         };
         r.listening = true;
         for request in self.waiting.for_listener(ps, port, ip) {
-            self.note_request(&request.mad, request.src, id);
+            self.note_request(&request.mad, request.src, request.dst, id);
             let packet = &request.packet;
             self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
             self.stats.gsi_waited += 1;
@@ -1056,6 +1056,9 @@ impl Daemon {
             }
         }
         self.disconnect_peers_of(&blocks);
+        if let Some(ip) = client.ip {
+            self.give_up_requests_of(ip, &blocks);
+        }
         self.ports.retain(|_, holders| {
             holders.retain(|r| r.client != id);
             !holders.is_empty()
@@ -1173,7 +1176,7 @@ impl Daemon {
             GsiRoute::Service(Some((ps, port))) => {
                 let listener = self.listener(ps, port, dst.ip());
                 if let Some(client) = listener {
-                    self.note_request(&mad, src, client);
+                    self.note_request(&mad, src, dst, client);
                     return To::Client(listener);
                 }
                 if !self.waiting.has_room() {
@@ -1219,12 +1222,20 @@ impl Daemon {
         To::Handled
     }
 
-    /// Keeps which client a REQ from `src` went to (`cm_requests.rs`).
-    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, client: usize) {
+    /// Keeps which client a REQ from `src` to `dst` went to
+    /// (`cm_requests.rs`).
+    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr, client: usize) {
         use softverbs_wire::cm::CmMessage;
-        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
-            self.cm_requests
-                .routed(src.ip(), req.local_comm_id, client, Instant::now());
+        if let Ok((header, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
+            let request = RoutedRequest {
+                client,
+                src,
+                dst,
+                comm_id: req.local_comm_id,
+                ca_guid: req.local_ca_guid,
+                tid: header.tid,
+            };
+            self.cm_requests.routed(request, Instant::now());
         }
     }
 
@@ -1248,6 +1259,7 @@ impl Daemon {
         let peer_slot = self.find(src.ip());
         match msg {
             CmMessage::Rep(m) => {
+                self.cm_requests.answered(dst.ip(), m.remote_comm_id);
                 self.cm
                     .connected(m.remote_comm_id, peer(m.local_comm_id), peer_slot.is_none());
                 // A passive side on this host is known from its REP too:
@@ -1340,6 +1352,35 @@ impl Daemon {
         if let Some(r) = socket.filter(|r| r.local == peer.local.ip()) {
             if r.socket.send_to(&packet, to).is_ok() {
                 self.stats.gsi_answered += 1;
+            }
+        }
+    }
+
+    /// A client on `ip` holding `blocks` is gone: the clients its REQs
+    /// went to, still unanswered, get the REJ "timeout" the kernel's CM
+    /// sends when the requester's id is destroyed (`cm_destroy_id` in
+    /// REQ_SENT), so that a server does not accept a connection nobody
+    /// wants, or wait for its RTU.
+    fn give_up_requests_of(&mut self, ip: IpAddr, blocks: &[usize]) {
+        use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
+        let is_dead = |from: IpAddr, comm_id: u32| {
+            from == ip && blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)))
+        };
+        for r in self.cm_requests.take_dead(is_dead) {
+            let mut rej = CmRej {
+                local_comm_id: r.comm_id,
+                message_rejected: MessageKind::Other,
+                reason: rej_reason::TIMEOUT,
+                reject_info_len: 8,
+                ..CmRej::default()
+            };
+            rej.ari[..8].copy_from_slice(&r.ca_guid.to_be_bytes());
+            let mut mad = [0u8; 256];
+            if CmMessage::Rej(rej).emit_mad(r.tid, 0, &mut mad).is_err() {
+                continue;
+            }
+            if let Ok(packet) = gsi::gsi_packet(r.src, r.dst, &mad) {
+                self.deliver(Some(r.client), &packet, packet.len(), r.src, r.dst);
             }
         }
     }
