@@ -28,6 +28,7 @@ FAULT_QP_ERROR=${IMM:+$(dirname "$IMM")/fault_qp_error}
 ASYNC_EVENTS=${IMM:+$(dirname "$IMM")/async_events}
 CM_MIXED=${IMM:+$(dirname "$IMM")/cm_mixed}
 CM_MIGRATE=${IMM:+$(dirname "$IMM")/cm_migrate}
+CM_GIVE_UP=${IMM:+$(dirname "$IMM")/cm_give_up}
 RDMA_SYS_SERVER=${IMM:+$(dirname "$IMM")/rdma_sys_server}
 RDMA_SYS_CLIENT=${IMM:+$(dirname "$IMM")/rdma_sys_client}
 FILTER=${3:-.}
@@ -704,6 +705,42 @@ for listen_addr in 10.12.0.2 0.0.0.0; do
     fail=$((fail + 1)); echo "FAIL $name (exit $mrc)"; tail -n 6 "$log/migrate" | sed 's/^/    /'
   fi
 done
+
+# give_up_run NAME SERVER_SIDE CLIENT_SIDE MODE: the client side connects
+# and, once the server side has the CONNECT_REQUEST, gives its REQ up
+# before any answer: it destroys its id ("gives-up") or exits ("dies").
+# Its REJ "timeout", as the kernel's CM formats it (its comm ID, its CA
+# GUID in the ARI, no remote comm ID), must end the server's request:
+# its ACCEPT, made once the client has exited, fails with EINVAL or gets
+# REJECTED (cm_give_up.c; FIFOs order the steps).
+give_up_run() {
+  local name=$1 s_side=$2 c_side=$3 mode=$4
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local pre dev gid addr s_pre c_pre srv_addr fifos=$log/give_up
+  side "$s_side" ipv4; s_pre=("${pre[@]}")
+  side "$c_side" ipv4; c_pre=("${pre[@]}")
+  srv_addr=$(cm_address "$s_side" ipv4)
+  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  local prog=${CM_GIVE_UP:-cm_give_up-not-built}
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" server "$srv_addr" "$port" \
+    "$fifos/ready" "$fifos/req" "$fifos/gone" > "$log/srv" 2>&1 &
+  local srv=$! crc src
+  "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" client "$srv_addr" "$port" \
+    "$fifos/ready" "$fifos/req" "$mode" > "$log/cli" 2>&1
+  crc=$?
+  timeout "$CASE_TIMEOUT" sh -c 'printf x > "$1"' _ "$fifos/gone"
+  wait $srv; src=$?
+  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "^give up ok" "$log/srv"; then
+    pass=$((pass + 1)); echo "ok   $name: $(grep -o 'give up ok.*' "$log/srv")"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (server: $(status $src), client: $(status $crc))"
+    for f in srv cli; do tail -n 4 "$log/$f" | sed "s/^/    $f: /"; done
+  fi
+}
+give_up_run "rdma_cm: rxe's client gives up its REQ (softverbs server)" softverbs rxe0 gives-up
+give_up_run "rdma_cm: rxe's client dies with its REQ unanswered (softverbs server)" softverbs rxe0 dies
+give_up_run "rdma_cm: softverbs' client gives up its REQ (rxe server)" rxe0 softverbs gives-up
 
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3
