@@ -96,10 +96,28 @@ impl FaultSpec {
     }
 }
 
+/// The rule kinds.
+const KINDS: [&str; 6] = [
+    "post_send",
+    "post_recv",
+    "post_srq_recv",
+    "completion",
+    "qp_error",
+    "packet",
+];
+
+fn unknown_kind(kind: &str) -> String {
+    format!("unknown rule kind `{kind}` ({})", KINDS.join(", "))
+}
+
 /// The words of one rule, parsed into it.
 fn parse_rule(line: usize, item: &str) -> Result<Rule, String> {
     let mut words = item.split_whitespace();
     let kind = words.next().unwrap_or_default();
+    // The kind first: a misspelt one must not be reported as its keys.
+    if !kind.is_empty() && !KINDS.contains(&kind) {
+        return Err(unknown_kind(kind));
+    }
     let mut b = Builder::default();
     for word in words {
         match word.split_once('=') {
@@ -231,12 +249,13 @@ impl Builder {
             "packet" => match (self.packet, self.delay) {
                 (Some(a), None) => Ok(Action::Packet(a)),
                 (None, Some(d)) => Ok(Action::Packet(PacketAction::Delay(d))),
-                _ => Err("a packet rule needs one of drop, duplicate, reorder, corrupt and delay=".into()),
+                _ => Err(
+                    "a packet rule needs one of drop, duplicate, reorder, corrupt and delay="
+                        .into(),
+                ),
             },
             "" => Err("empty rule".into()),
-            _ => Err(format!(
-                "unknown rule kind `{kind}` (post_send, post_recv, post_srq_recv, completion, qp_error, packet)"
-            )),
+            _ => Err(unknown_kind(kind)),
         }
     }
 
@@ -391,6 +410,7 @@ mod tests {
             ("packet drop prob=150%", "bad value for prob"),
             ("packet drop speed=3", "unknown key"),
             ("explode", "unknown rule kind"),
+            ("packt drop peer=1.2.3.4", "unknown rule kind `packt`"),
             ("seed=x", "seed is not a number"),
             ("packet drop from=2s until=1s", "until= must come after"),
             ("packet drop period=0s", "bad value for period"),
