@@ -117,9 +117,10 @@ pub enum GsiRoute {
 /// Where a MAD that arrived on QP1 goes: REQ and SIDR_REQ by their
 /// service ID; REP, RTU, REJ, MRA, DREQ, DREP, LAP and APR by their
 /// remote comm ID (the recipient's; the second word of each), SIDR_REP
-/// by its request ID, a REJ without a remote comm ID by its sender's. Only CM MADs the kernel's MAD layer and CM accept
-/// are routed (`CmMessage::parse_mad`: base version 1, class 0x07 version
-/// 2, method SEND).
+/// by its request ID, a REJ without a remote comm ID by its sender's.
+/// Only CM MADs the kernel's MAD layer and CM accept are routed
+/// (`CmMessage::parse_mad`: base version 1, class 0x07 version 2, method
+/// SEND).
 pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
     let service = |sid: u64| {
         let id = softverbs_wire::cm::IpServiceId::from_u64(sid);

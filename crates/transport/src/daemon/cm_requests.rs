@@ -156,7 +156,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_forgotten_once_its_requester_has_given_up() {
+    fn a_request_is_forgotten_once_its_requester_would_have_given_up() {
         let mut r = CmRequests::default();
         let t = Instant::now();
         r.routed(request("10.0.0.1", 7, 3), t);
