@@ -741,6 +741,7 @@ give_up_run() {
 give_up_run "rdma_cm: rxe's client gives up its REQ (softverbs server)" softverbs rxe0 gives-up
 give_up_run "rdma_cm: rxe's client dies with its REQ unanswered (softverbs server)" softverbs rxe0 dies
 give_up_run "rdma_cm: softverbs' client gives up its REQ (rxe server)" rxe0 softverbs gives-up
+give_up_run "rdma_cm: softverbs' client dies with its REQ unanswered (rxe server)" rxe0 softverbs dies
 
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3

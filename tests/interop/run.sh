@@ -44,7 +44,7 @@ build async_events "$here/../programs/async_events.c" -libverbs
 build mcast "$here/../programs/mcast.c" -libverbs        # the multicast cases
 build cm_mixed "$here/cm_mixed.c" -lrdmacm -libverbs     # softverbs' and the kernel's rdma_cm
 build cm_migrate "$here/cm_migrate.c" -lrdmacm -libverbs
-build cm_give_up "$here/cm_give_up.c" -lrdmacm -libverbs
+build cm_give_up "$here/../programs/cm_give_up.c" -lrdmacm -libverbs
 
 # rdma-sys' server and client examples (as tests/ecosystem/rust.sh builds
 # them, into the same cargo target directory), beside the programs above

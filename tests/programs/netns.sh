@@ -7,8 +7,8 @@
 # rdma_server/rdma_client, rdma_xserver/rdma_xclient, cmtime,
 # ib_write_bw -z, rstream and riostream, iperf through rdma-core's
 # librspreload.so, qperf -cm1, fi_pingpong (libfabric's verbs and
-# verbs;ofi_rxm) and mckey: the IB CM between the two namespaces'
-# daemons). Needs root (to
+# verbs;ofi_rxm), mckey, and an active side that gives up its REQ or
+# dies with it: the IB CM between the two namespaces' daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -308,6 +308,33 @@ if command -v mckey > /dev/null; then
     ff02::31 "$ip6_a" "$ip6_b"
 else
   fail=$((fail + 1)); echo "FAIL mckey between namespaces: mckey is not installed"
+fi
+
+# An active side in B that gives up its REQ before any answer, or dies
+# with it unanswered: its REJ "timeout" (sent for a dead one by B's
+# daemon, which alone outlives it) crosses to A and ends the server's
+# request, whose ACCEPT then fails or is REJECTED (cm_give_up.c).
+give_up_across() {
+  local name=$1 mode=$2 port=$3 fifos=$log/give_up
+  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+    timeout 30 "$log/cm_give_up" server "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone" \
+    > "$log/srv" 2>&1 &
+  local srv=$! crc src
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+    timeout 30 "$log/cm_give_up" client "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$mode" \
+    > "$log/cli" 2>&1
+  crc=$?
+  timeout 30 sh -c 'printf x > "$1"' _ "$fifos/gone"
+  wait $srv; src=$?
+  [ "$src" = 0 ] && ! grep -q "^give up ok" "$log/srv" && src="0 without the server's result"
+  pair_case "$name" "$crc" "$src"
+}
+if cc -O1 -o "$log/cm_give_up" "$(dirname "$(readlink -f "$0")")/cm_give_up.c" -lrdmacm -libverbs 2> "$log/cc"; then
+  give_up_across "an active side that gives up its REQ, between namespaces" gives-up 7486
+  give_up_across "an active side dead with its REQ unanswered, between namespaces" dies 7487
+else
+  fail=$((fail + 1)); echo "FAIL an active side that gives up its REQ (compile)"; cat "$log/cc"
 fi
 
 dev_a=$ip6_a; dev_b=$ip6_b

@@ -116,6 +116,14 @@ pub trait PortSpace {
         let _ = (from, to);
         Ok(())
     }
+    /// A REQ of comm ID `comm_id`, CA GUID `ca_guid` and transaction
+    /// `tid` went from device address `from` to `to`: whoever outlives
+    /// this process gives it up in its name, should the process end with
+    /// it unanswered (the daemon; `destroy` does it while the process
+    /// lives). Nothing to do where nobody outlives it.
+    fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
+        let _ = (from, to, comm_id, ca_guid, tid);
+    }
 }
 
 /// A MAD to send to QP1 of `dst`, from `src`.
@@ -273,7 +281,7 @@ impl Agent {
             cmd::QUERY_ROUTE => self.query_route(&c),
             cmd::QUERY => self.query(&c),
             cmd::RESOLVE_ADDR => self.resolve_addr(&c, ports),
-            cmd::CONNECT => self.connect(now, &c),
+            cmd::CONNECT => self.connect(now, &c, ports),
             cmd::LISTEN => self.listen(&c, ports),
             cmd::ACCEPT => self.accept(now, &c),
             cmd::REJECT => self.reject(&c),
@@ -768,7 +776,12 @@ impl Agent {
         }
     }
 
-    fn connect(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
+    fn connect(
+        &mut self,
+        now: Nanos,
+        c: &Command<'_>,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
         let param = ConnParam::parse(c, 8)?;
         let handle = c.u32(280)?;
         let id = self.id(handle)?;
@@ -844,6 +857,10 @@ impl Agent {
         let every = 2 * iba_time(PACKET_LIFE_TIME) + iba_time(CM_RESPONSE_TIMEOUT);
         self.send(src.ip(), dst.ip(), mad);
         self.arm(handle, mad, now, every, MAX_CM_RETRIES);
+        // Should this process die with the REQ unanswered, the daemon
+        // gives it up in our name (the kernel's CM outlives a process).
+        let guid = u64::from_be_bytes(self.devices[device].node_guid);
+        ports.requesting(src.ip(), dst.ip(), comm, guid, tid);
         Ok(Reply::Done)
     }
 

@@ -187,6 +187,17 @@ impl Endpoint {
         self.session.release(ps, ip, port)
     }
 
+    /// Tells the daemon a CM REQ went to `peer` ([`Session::requesting`]).
+    pub fn requesting(
+        &mut self,
+        peer: IpAddr,
+        comm_id: u32,
+        ca_guid: u64,
+        tid: u64,
+    ) -> io::Result<()> {
+        self.session.requesting(peer, comm_id, ca_guid, tid)
+    }
+
     /// Sends `mad` to QP1 at `dst` (UDP 4791) from this endpoint's socket,
     /// as one datagram ([`crate::gsi::gsi_packet`]). `EAFNOSUPPORT` when
     /// `dst` is of the other IP family than the endpoint's address.

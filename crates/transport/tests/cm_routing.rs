@@ -424,18 +424,19 @@ fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
     assert_eq!((stats.gsi_unrouted, stats.gsi_dropped), (2, 0));
 }
 
-/// A requester on this host that dies with its REQ unanswered: the client
-/// the REQ went to gets the REJ "timeout" the kernel's CM sends in its
-/// name (its comm ID, its CA GUID in the ARI, the REQ's TID); for a REQ
-/// whose REP reached it, the REJ and DREQ of a connection without its
-/// RTU instead.
+/// A client that dies with REQs unanswered: the daemon sends each peer
+/// the REJ "timeout" the kernel's CM sends in a dead process's name (its
+/// comm ID, its CA GUID in the ARI, the REQ's TID), through itself to a
+/// listener on this host and over the wire to a peer elsewhere; a REQ a
+/// REP answered gets the REJ and DREQ of a connection without its RTU
+/// instead. A comm ID of another client's is refused.
 #[test]
-fn the_listener_of_a_requester_gone_gets_its_rej() {
+fn a_client_gone_gives_up_its_unanswered_reqs() {
     let h = host();
     let (mut a, mut b) = (h.endpoint(), h.endpoint());
     b.reserve(TCP, h.ip, 18515).unwrap();
     b.listen(TCP, h.ip, 18515).unwrap();
-    let (unanswered, answered) = (comm_id(&a, 1), comm_id(&a, 2));
+    let (unanswered, answered, far_away) = (comm_id(&a, 1), comm_id(&a, 2), comm_id(&a, 3));
     let guid = 0x0200_0000_0000_0042;
     let sent = CmReq {
         local_comm_id: unanswered,
@@ -444,9 +445,11 @@ fn the_listener_of_a_requester_gone_gets_its_rej() {
         ..CmReq::default()
     };
     a.send_gsi(h.ip, &mad(CmMessage::Req(sent), 77)).unwrap();
+    a.requesting(h.ip, unanswered, guid, 77).unwrap();
     next_mad(&mut b);
     a.send_gsi(h.ip, &req(answered, PortSpace::Tcp, 18515))
         .unwrap();
+    a.requesting(h.ip, answered, guid, 78).unwrap();
     next_mad(&mut b);
     let rep = CmRep {
         local_comm_id: comm_id(&b, 1),
@@ -455,7 +458,19 @@ fn the_listener_of_a_requester_gone_gets_its_rej() {
     };
     b.send_gsi(h.ip, &mad(CmMessage::Rep(rep), 3)).unwrap();
     next_mad(&mut a);
+    // A peer on another host (another loopback address, its own 4791).
+    let IpAddr::V4(v4) = h.ip else { unreachable!() };
+    let [x, y, z, w] = v4.octets();
+    let elsewhere = IpAddr::V4(Ipv4Addr::new(x, y, z, if w == 1 { 2 } else { w - 1 }));
+    let far = UdpSocket::bind(SocketAddr::new(elsewhere, 4791)).unwrap();
+    a.requesting(elsewhere, far_away, guid, 79).unwrap();
+    assert_eq!(
+        errno(a.requesting(elsewhere, comm_id(&b, 2), guid, 80)),
+        libc::EINVAL,
+        "another client's comm ID"
+    );
     drop(a);
+
     let mut rejs = Vec::new();
     for m in next_mads(&mut b, 3) {
         match CmMessage::parse_mad(&m).unwrap() {
@@ -468,17 +483,16 @@ fn the_listener_of_a_requester_gone_gets_its_rej() {
     let [(gave_up_tid, gave_up), (_, farewell)] = rejs[..] else {
         panic!("{rejs:?}");
     };
+    let timeout = |rej: &CmRej, comm_id| {
+        assert_eq!(
+            (rej.local_comm_id, rej.remote_comm_id, rej.reason),
+            (comm_id, 0, 4)
+        );
+        assert_eq!(rej.message_rejected, MessageKind::Other);
+        assert_eq!(rej.ari[..8], u64::to_be_bytes(guid));
+    };
     assert_eq!(gave_up_tid, 77);
-    assert_eq!(
-        (
-            gave_up.local_comm_id,
-            gave_up.remote_comm_id,
-            gave_up.reason
-        ),
-        (unanswered, 0, 4)
-    );
-    assert_eq!(gave_up.message_rejected, MessageKind::Other);
-    assert_eq!(gave_up.ari[..8], u64::to_be_bytes(guid));
+    timeout(&gave_up, unanswered);
     assert_eq!(
         (
             farewell.local_comm_id,
@@ -487,6 +501,15 @@ fn the_listener_of_a_requester_gone_gets_its_rej() {
         ),
         (answered, rep.local_comm_id, 28)
     );
+    far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 512];
+    let (n, from) = far.recv_from(&mut buf).unwrap();
+    let m = parse_gsi(from, far.local_addr().unwrap(), &buf[..n]).expect("a GSI packet");
+    let (header, CmMessage::Rej(rej)) = CmMessage::parse_mad(&m).unwrap() else {
+        panic!("not a REJ");
+    };
+    assert_eq!((from.ip(), header.tid), (h.ip, 79));
+    timeout(&rej, far_away);
     quiet(&mut [&mut b]);
 }
 

@@ -135,6 +135,13 @@ impl PortSpace for Ports<'_> {
             let _ = e.release(ps, ip, port);
         }
     }
+    fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
+        if let Some(e) = self.session(from) {
+            // Refused only for a comm ID not of the session's blocks,
+            // which the agent never makes; the REQ goes out regardless.
+            let _ = e.requesting(to, comm_id, ca_guid, tid);
+        }
+    }
     /// The kernel's route lookup, as a UDP socket of `from` connecting to
     /// `to` does it (no packet leaves; the port, RoCEv2's, is not looked
     /// at). A socket that cannot be made answers nothing about the route.

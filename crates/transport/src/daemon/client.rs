@@ -220,6 +220,29 @@ impl Session {
         }
     }
 
+    /// Tells the daemon this session sent a CM REQ of comm ID `comm_id`
+    /// (one of its blocks'), CA GUID `ca_guid` and transaction `tid` to
+    /// `peer`: should the session end first, the daemon gives the REQ up
+    /// in its name, as the kernel's CM does for a dead process's id.
+    pub fn requesting(
+        &mut self,
+        peer: IpAddr,
+        comm_id: u32,
+        ca_guid: u64,
+        tid: u64,
+    ) -> io::Result<()> {
+        let request = Request::Requesting {
+            peer,
+            comm_id,
+            ca_guid,
+            tid,
+        };
+        match self.request(&request)? {
+            Reply::Done => Ok(()),
+            other => Err(quiet_error(other)),
+        }
+    }
+
     fn request(&mut self, request: &Request) -> io::Result<Reply> {
         Ok(self.request_with(request, &[])?.0)
     }

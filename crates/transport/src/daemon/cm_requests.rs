@@ -1,5 +1,5 @@
-//! The REQs the daemon passed to its clients, by their sender, so that a
-//! REJ naming only its sender reaches the client that got the REQ.
+//! The CM REQs the daemon knows of: those it passed to its clients, by
+//! their sender, and those its clients sent, by their comm ID.
 //!
 //! A requester that gives up before any answer (its application destroys
 //! the id while the REQ is unanswered) sends REJ "timeout" with remote
@@ -8,16 +8,20 @@
 //! `cm_destroy_id` in REQ_SENT). Every other CM message is routed by the
 //! recipient's comm ID, which this one lacks; the kernel's CM finds the
 //! passive id in a table of the REQs it took, and so does the daemon
-//! here. The client's CM agent then checks the GUID and the address.
+//! with [`CmRequests::routed`]. The client's CM agent then checks the
+//! GUID and the address.
 //!
-//! A requester on this host that dies with its REQ unanswered is given up
-//! by the daemon in its name: the kernel's rdma_cm outlives a killed
-//! process and destroys its ids, which sends that REJ; a client's dies
-//! with it. Time comes from the caller, so expiry is tested without
-//! waiting.
+//! A client that dies with a REQ unanswered cannot send that REJ: the
+//! kernel's rdma_cm outlives a killed process and destroys its ids, a
+//! client's dies with it. So a client tells the daemon of each REQ it
+//! sends (`Request::Requesting`) and the daemon, when the client goes,
+//! sends the REJ in its name for each REQ no REP or REJ answered
+//! ([`CmRequests::sent`]). Time comes from the caller, so expiry is
+//! tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::hash::Hash;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// How long a requester may still give up its REQ: the kernel's rdma_cm
@@ -25,87 +29,84 @@ use std::time::{Duration, Instant};
 /// 20, `CMA_MAX_CM_RETRIES` 15), before it gives up on its own.
 pub(super) const REQUEST_ANSWERED_WITHIN: Duration = Duration::from_secs(120);
 
-/// Requests remembered at most (a bound on what a flood of REQs holds);
-/// beyond, the oldest is forgotten.
+/// Requests remembered at most in each table (a bound on what a flood
+/// holds); beyond, the oldest is forgotten.
 const REQUESTS_MAX: usize = 1 << 16;
 
-/// A requester: the address its REQ came from and its comm ID.
-type Requester = (IpAddr, u32);
-
-/// A REQ routed to a client, and what a REJ in its sender's name needs.
+/// A REQ a client sent, and what the REJ in its name needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RoutedRequest {
-    /// The client it went to.
-    pub client: usize,
-    /// Where it came from and went to (its QP1 packet's addresses).
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    /// The requester's comm ID, CA GUID and the REQ's transaction ID.
+pub(super) struct SentRequest {
+    /// The client's address, which sent it, and where it went.
+    pub local: IpAddr,
+    pub peer: IpAddr,
+    /// Its local comm ID and CA GUID, and its transaction ID.
     pub comm_id: u32,
     pub ca_guid: u64,
     pub tid: u64,
 }
 
-/// The requests routed, by requester, with the client that got each.
+/// The REQs known to the daemon.
 #[derive(Debug, Default)]
 pub(super) struct CmRequests {
-    by_requester: HashMap<Requester, (RoutedRequest, Instant)>,
-    /// The requesters in the order their REQs came: (when, requester), so
-    /// that they expire in order.
-    order: VecDeque<(Instant, Requester)>,
+    /// Passed to a client: (the REQ's source address, the requester's
+    /// comm ID) -> the client.
+    pub routed: Expiring<(IpAddr, u32), usize>,
+    /// Sent by a client: its comm ID -> the REQ.
+    pub sent: Expiring<u32, SentRequest>,
 }
 
-impl CmRequests {
-    /// `request` went to its client at `now` (a REQ sent again keeps the
-    /// first one's time).
-    pub(super) fn routed(&mut self, request: RoutedRequest, now: Instant) {
+/// A table whose entries are forgotten [`REQUEST_ANSWERED_WITHIN`] after
+/// they were made, or the oldest first once it holds [`REQUESTS_MAX`].
+#[derive(Debug)]
+pub(super) struct Expiring<K, V> {
+    entries: HashMap<K, (V, Instant)>,
+    /// The keys in the order their entries were made, so that they
+    /// expire in order.
+    order: VecDeque<(Instant, K)>,
+}
+
+impl<K, V> Default for Expiring<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash, V: Copy + PartialEq> Expiring<K, V> {
+    /// `key` is `value` from `now` (the same value again, as for a REQ
+    /// sent again, keeps the first one's time).
+    pub(super) fn insert(&mut self, key: K, value: V, now: Instant) {
         self.expire(now);
-        let key = (request.src.ip(), request.comm_id);
-        if self
-            .by_requester
-            .get(&key)
-            .is_some_and(|(r, _)| *r == request)
-        {
+        if self.entries.get(&key).is_some_and(|(v, _)| *v == value) {
             return;
         }
-        self.by_requester.insert(key, (request, now));
+        self.entries.insert(key, (value, now));
         self.order.push_back((now, key));
     }
 
-    /// The client that got the REQ of comm ID `comm_id` from `src`, if it
-    /// came within [`REQUEST_ANSWERED_WITHIN`] of `now`.
-    pub(super) fn client_of(&mut self, src: IpAddr, comm_id: u32, now: Instant) -> Option<usize> {
+    /// What `key` is, if made within [`REQUEST_ANSWERED_WITHIN`] of `now`.
+    pub(super) fn get(&mut self, key: K, now: Instant) -> Option<V> {
         self.expire(now);
-        self.by_requester
-            .get(&(src, comm_id))
-            .map(|(r, _)| r.client)
+        self.entries.get(&key).map(|&(v, _)| v)
     }
 
-    /// The REQ of comm ID `comm_id` from `src` was answered with a REP
-    /// that reached its requester: a REJ of its now names the recipient.
-    pub(super) fn answered(&mut self, src: IpAddr, comm_id: u32) {
-        self.by_requester.remove(&(src, comm_id));
+    /// Forgets `key` (its REQ was answered).
+    pub(super) fn remove(&mut self, key: K) {
+        self.entries.remove(&key);
     }
 
-    /// The requests whose requester `is_dead` (given its address and
-    /// comm ID), forgotten: each gets a REJ in its sender's name.
-    pub(super) fn take_dead(
-        &mut self,
-        is_dead: impl Fn(IpAddr, u32) -> bool,
-    ) -> Vec<RoutedRequest> {
-        let dead: Vec<Requester> = self
-            .by_requester
-            .keys()
-            .copied()
-            .filter(|&(ip, comm_id)| is_dead(ip, comm_id))
-            .collect();
-        dead.iter()
-            .filter_map(|key| self.by_requester.remove(key))
-            .map(|(r, _)| r)
+    /// The entries whose key `pick` names, forgotten.
+    pub(super) fn take(&mut self, pick: impl Fn(K) -> bool) -> Vec<V> {
+        let keys: Vec<K> = self.entries.keys().copied().filter(|&k| pick(k)).collect();
+        keys.iter()
+            .filter_map(|k| self.entries.remove(k))
+            .map(|(v, _)| v)
             .collect()
     }
 
-    /// Forgets the requests older than [`REQUEST_ANSWERED_WITHIN`] (or
+    /// Forgets the entries older than [`REQUEST_ANSWERED_WITHIN`] (or
     /// the oldest, while too many are kept).
     fn expire(&mut self, now: Instant) {
         while let Some(&(at, key)) = self.order.front() {
@@ -114,9 +115,9 @@ impl CmRequests {
                 break;
             }
             self.order.pop_front();
-            // The entry of that time, not that of a later REQ of the key.
-            if self.by_requester.get(&key).is_some_and(|&(_, t)| t == at) {
-                self.by_requester.remove(&key);
+            // The entry of that time, not a later one of the same key.
+            if self.entries.get(&key).is_some_and(|&(_, t)| t == at) {
+                self.entries.remove(&key);
             }
         }
     }
@@ -126,17 +127,6 @@ impl CmRequests {
 mod tests {
     use super::*;
 
-    fn request(src: &str, comm_id: u32, client: usize) -> RoutedRequest {
-        RoutedRequest {
-            client,
-            src: SocketAddr::new(ip(src), 4791),
-            dst: "10.0.0.9:4791".parse().unwrap(),
-            comm_id,
-            ca_guid: 0x0200_0000_0000_0010,
-            tid: u64::from(comm_id),
-        }
-    }
-
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
@@ -145,28 +135,27 @@ mod tests {
     fn a_requester_is_found_by_its_address_and_comm_id() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed(request("10.0.0.1", 7, 3), t);
-        r.routed(request("10.0.0.2", 7, 4), t);
-        assert_eq!(r.client_of(ip("10.0.0.1"), 7, t), Some(3));
-        assert_eq!(r.client_of(ip("10.0.0.2"), 7, t), Some(4));
-        assert_eq!(r.client_of(ip("10.0.0.1"), 8, t), None);
-        assert_eq!(r.client_of(ip("10.0.0.3"), 7, t), None);
-        r.answered(ip("10.0.0.1"), 7);
-        assert_eq!(r.client_of(ip("10.0.0.1"), 7, t), None, "answered");
+        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
+        r.routed.insert((ip("10.0.0.2"), 7), 4, t);
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), t), Some(3));
+        assert_eq!(r.routed.get((ip("10.0.0.2"), 7), t), Some(4));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 8), t), None);
+        assert_eq!(r.routed.get((ip("10.0.0.3"), 7), t), None);
     }
 
     #[test]
     fn a_request_is_forgotten_once_its_requester_would_have_given_up() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed(request("10.0.0.1", 7, 3), t);
+        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
         // Sent again later: the first REQ's time counts.
-        r.routed(request("10.0.0.1", 7, 3), t + Duration::from_secs(60));
+        r.routed
+            .insert((ip("10.0.0.1"), 7), 3, t + Duration::from_secs(60));
         let almost = t + REQUEST_ANSWERED_WITHIN - Duration::from_millis(1);
-        assert_eq!(r.client_of(ip("10.0.0.1"), 7, almost), Some(3));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), almost), Some(3));
         let after = t + REQUEST_ANSWERED_WITHIN;
-        assert_eq!(r.client_of(ip("10.0.0.1"), 7, after), None);
-        assert!(r.order.is_empty());
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), after), None);
+        assert!(r.routed.order.is_empty());
     }
 
     /// A comm ID the requester uses again, for a REQ to another client,
@@ -175,25 +164,33 @@ mod tests {
     fn a_comm_id_used_again_names_its_latest_request() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed(request("10.0.0.1", 7, 3), t);
+        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
         let later = t + Duration::from_secs(100);
-        r.routed(request("10.0.0.1", 7, 5), later);
+        r.routed.insert((ip("10.0.0.1"), 7), 5, later);
         let first_gone = t + REQUEST_ANSWERED_WITHIN;
-        assert_eq!(r.client_of(ip("10.0.0.1"), 7, first_gone), Some(5));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), first_gone), Some(5));
     }
 
     #[test]
-    fn the_requests_of_a_dead_requester_are_taken_once() {
+    fn the_requests_of_a_dead_client_are_taken_once_and_answered_ones_not() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed(request("10.0.0.1", 7, 3), t);
-        r.routed(request("10.0.0.1", 8, 3), t);
-        r.routed(request("10.0.0.2", 7, 4), t);
-        let mut dead = r.take_dead(|from, _| from == ip("10.0.0.1"));
+        let sent = |comm_id| SentRequest {
+            local: ip("10.0.0.1"),
+            peer: ip("10.0.0.2"),
+            comm_id,
+            ca_guid: 0x0200_0000_0000_0010,
+            tid: u64::from(comm_id),
+        };
+        for comm_id in [0x0010_0001, 0x0010_0002, 0x0010_0003, 0x0020_0001] {
+            r.sent.insert(comm_id, sent(comm_id), t);
+        }
+        r.sent.remove(0x0010_0002); // a REP came
+        let mut dead = r.sent.take(|comm_id| comm_id >> 20 == 1);
         dead.sort_by_key(|d| d.comm_id);
-        assert_eq!(dead, [request("10.0.0.1", 7, 3), request("10.0.0.1", 8, 3)]);
-        assert!(r.take_dead(|_, _| false).is_empty());
-        assert_eq!(r.take_dead(|_, _| true), [request("10.0.0.2", 7, 4)]);
+        assert_eq!(dead, [sent(0x0010_0001), sent(0x0010_0003)]);
+        assert!(r.sent.take(|comm_id| comm_id >> 20 == 1).is_empty());
+        assert_eq!(r.sent.take(|_| true), [sent(0x0020_0001)]);
     }
 
     #[test]
@@ -201,11 +198,15 @@ mod tests {
         let mut r = CmRequests::default();
         let t = Instant::now();
         for n in 0..REQUESTS_MAX as u32 + 10 {
-            r.routed(request("10.0.0.1", n, 1), t);
+            r.routed.insert((ip("10.0.0.1"), n), 1, t);
         }
-        assert!(r.by_requester.len() <= REQUESTS_MAX);
-        assert_eq!(r.client_of(ip("10.0.0.1"), 0, t), None, "the oldest went");
+        assert!(r.routed.entries.len() <= REQUESTS_MAX);
+        assert_eq!(
+            r.routed.get((ip("10.0.0.1"), 0), t),
+            None,
+            "the oldest went"
+        );
         let newest = REQUESTS_MAX as u32 + 9;
-        assert_eq!(r.client_of(ip("10.0.0.1"), newest, t), Some(1));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), newest), t), Some(1));
     }
 }

@@ -59,8 +59,9 @@ pub fn udp_port() -> u16 {
 pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Protocol version: a daemon refuses a client of another version.
 /// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
-/// `Listen`, `Release` and `Port` (and the daemon's routing of QP1).
-pub const VERSION: u16 = 3;
+/// `Listen`, `Release` and `Port` (and the daemon's routing of QP1);
+/// version 4 `Requesting`.
+pub const VERSION: u16 = 4;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -71,6 +72,7 @@ const LOOKUP: u8 = 6;
 const RESERVE: u8 = 7;
 const LISTEN: u8 = 8;
 const RELEASE: u8 = 9;
+const REQUESTING: u8 = 10;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
 const DONE: u8 = 0x83;
@@ -153,6 +155,19 @@ pub enum Request {
         /// The reserved port.
         port: u16,
     },
+    /// The context sent a CM REQ to QP1 at `peer`: should it end before
+    /// the REQ is answered, the daemon gives the REQ up in its name (a
+    /// REJ "timeout" with its comm ID and CA GUID, in the REQ's
+    /// transaction). Answered with `Done`, or refused with `EINVAL` when
+    /// `comm_id` is not in one of the context's blocks.
+    Requesting {
+        /// Where the REQ went.
+        peer: IpAddr,
+        /// The REQ's local comm ID, local CA GUID and transaction ID.
+        comm_id: u32,
+        ca_guid: u64,
+        tid: u64,
+    },
 }
 
 /// The daemon's reply.
@@ -214,6 +229,20 @@ fn get_port(b: &[u8]) -> Option<(u16, IpAddr, u16)> {
     Some((ps, ip, port))
 }
 
+/// A `Requesting` record after its tag: the peer (17 bytes), then the
+/// comm ID, CA GUID and transaction ID.
+fn get_requesting(b: &[u8]) -> Option<Request> {
+    if b.len() != 17 + 4 + 8 + 8 {
+        return None;
+    }
+    Some(Request::Requesting {
+        peer: get_ip(&b[..17])?,
+        comm_id: u32::from_le_bytes(b[17..21].try_into().ok()?),
+        ca_guid: u64::from_le_bytes(b[21..29].try_into().ok()?),
+        tid: u64::from_le_bytes(b[29..37].try_into().ok()?),
+    })
+}
+
 fn bad(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -259,6 +288,18 @@ impl Request {
             Request::Release { ps, ip, port } => {
                 out.push(RELEASE);
                 put_port(&mut out, *ps, *ip, *port);
+            }
+            Request::Requesting {
+                peer,
+                comm_id,
+                ca_guid,
+                tid,
+            } => {
+                out.push(REQUESTING);
+                put_ip(&mut out, *peer);
+                out.extend_from_slice(&comm_id.to_le_bytes());
+                out.extend_from_slice(&ca_guid.to_le_bytes());
+                out.extend_from_slice(&tid.to_le_bytes());
             }
         }
         out
@@ -309,6 +350,7 @@ impl Request {
                 let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad release"))?;
                 Ok(Request::Release { ps, ip, port })
             }
+            Some(&REQUESTING) => get_requesting(&b[1..]).ok_or(bad("bad requesting")),
             _ => Err(bad("unknown request")),
         }
     }
@@ -501,6 +543,20 @@ mod tests {
                 long.push(0);
                 assert!(Request::decode(&long).is_err());
             }
+        }
+        let requesting = Request::Requesting {
+            peer: "fd00::2".parse().unwrap(),
+            comm_id: 0x0030_0007,
+            ca_guid: 0x0200_0000_0000_0042,
+            tid: u64::MAX - 1,
+        };
+        let bytes = requesting.encode();
+        assert_eq!(Request::decode(&bytes).unwrap(), requesting);
+        for cut in 0..bytes.len() {
+            assert!(
+                Request::decode(&bytes[..cut]).is_err(),
+                "requesting cut {cut}"
+            );
         }
         let replies = [
             Reply::Block(4095),

@@ -28,7 +28,7 @@
 //! configured idle time.
 
 use super::cm_connections::{CmConnections, CmPeer, Farewell};
-use super::cm_requests::{CmRequests, RoutedRequest};
+use super::cm_requests::{CmRequests, SentRequest};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
@@ -503,6 +503,12 @@ impl Daemon {
             Request::Reserve { ps, ip, port } => (self.reserve(id, ps, ip, port), Vec::new()),
             Request::Listen { ps, ip, port } => (self.listen(id, ps, ip, port), Vec::new()),
             Request::Release { ps, ip, port } => (self.release(id, ps, ip, port), Vec::new()),
+            Request::Requesting {
+                peer,
+                comm_id,
+                ca_guid,
+                tid,
+            } => (self.requesting(id, peer, comm_id, ca_guid, tid), Vec::new()),
             request => (self.answer_group(id, request), Vec::new()),
         }
     }
@@ -580,7 +586,7 @@ impl Daemon {
         };
         r.listening = true;
         for request in self.waiting.for_listener(ps, port, ip) {
-            self.note_request(&request.mad, request.src, request.dst, id);
+            self.note_request(&request.mad, request.src, id);
             let packet = &request.packet;
             self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
             self.stats.gsi_waited += 1;
@@ -1056,9 +1062,7 @@ impl Daemon {
             }
         }
         self.disconnect_peers_of(&blocks);
-        if let Some(ip) = client.ip {
-            self.give_up_requests_of(ip, &blocks);
-        }
+        self.give_up_requests_of(&blocks);
         self.ports.retain(|_, holders| {
             holders.retain(|r| r.client != id);
             !holders.is_empty()
@@ -1176,7 +1180,7 @@ impl Daemon {
             GsiRoute::Service(Some((ps, port))) => {
                 let listener = self.listener(ps, port, dst.ip());
                 if let Some(client) = listener {
-                    self.note_request(&mad, src, dst, client);
+                    self.note_request(&mad, src, client);
                     return To::Client(listener);
                 }
                 if !self.waiting.has_room() {
@@ -1210,7 +1214,7 @@ impl Daemon {
             }
             GsiRoute::Requester(comm_id) => {
                 let now = Instant::now();
-                match self.cm_requests.client_of(src.ip(), comm_id, now) {
+                match self.cm_requests.routed.get((src.ip(), comm_id), now) {
                     Some(client) if self.clients.contains_key(&client) => {
                         return To::Client(Some(client));
                     }
@@ -1222,20 +1226,48 @@ impl Daemon {
         To::Handled
     }
 
-    /// Keeps which client a REQ from `src` to `dst` went to
-    /// (`cm_requests.rs`).
-    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr, client: usize) {
+    /// Keeps which client a REQ from `src` went to (`cm_requests.rs`).
+    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, client: usize) {
         use softverbs_wire::cm::CmMessage;
-        if let Ok((header, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
-            let request = RoutedRequest {
-                client,
-                src,
-                dst,
-                comm_id: req.local_comm_id,
-                ca_guid: req.local_ca_guid,
-                tid: header.tid,
-            };
-            self.cm_requests.routed(request, Instant::now());
+        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
+            let requester = (src.ip(), req.local_comm_id);
+            self.cm_requests
+                .routed
+                .insert(requester, client, Instant::now());
+        }
+    }
+
+    /// Keeps a REQ client `id` sent (`cm_requests.rs`), for the REJ the
+    /// daemon sends in its name should it end first. The comm ID must be
+    /// of the client's blocks, as the REJ will be from its address.
+    fn requesting(
+        &mut self,
+        id: usize,
+        peer: IpAddr,
+        comm_id: u32,
+        ca_guid: u64,
+        tid: u64,
+    ) -> Reply {
+        let block = usize::from(gsi::block_of_comm_id(comm_id));
+        let local = self.clients.get(&id).and_then(|c| c.ip);
+        match local {
+            Some(local) if self.owners.get(block) == Some(&Some(id)) => {
+                let request = SentRequest {
+                    local,
+                    peer,
+                    comm_id,
+                    ca_guid,
+                    tid,
+                };
+                self.cm_requests
+                    .sent
+                    .insert(comm_id, request, Instant::now());
+                Reply::Done
+            }
+            _ => Reply::Refused(
+                libc::EINVAL,
+                format!("comm ID {comm_id:#x} is not of this context's blocks"),
+            ),
         }
     }
 
@@ -1259,7 +1291,9 @@ impl Daemon {
         let peer_slot = self.find(src.ip());
         match msg {
             CmMessage::Rep(m) => {
-                self.cm_requests.answered(dst.ip(), m.remote_comm_id);
+                // The client's REQ is answered: its connection is known
+                // from here on.
+                self.cm_requests.sent.remove(m.remote_comm_id);
                 self.cm
                     .connected(m.remote_comm_id, peer(m.local_comm_id), peer_slot.is_none());
                 // A passive side on this host is known from its REP too:
@@ -1286,7 +1320,10 @@ impl Daemon {
             }
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
-            CmMessage::Rej(m) => self.cm.ended(m.remote_comm_id),
+            CmMessage::Rej(m) => {
+                self.cm_requests.sent.remove(m.remote_comm_id);
+                self.cm.ended(m.remote_comm_id);
+            }
             _ => {}
         }
     }
@@ -1356,17 +1393,19 @@ impl Daemon {
         }
     }
 
-    /// A client on `ip` holding `blocks` is gone: the clients its REQs
-    /// went to, still unanswered, get the REJ "timeout" the kernel's CM
-    /// sends when the requester's id is destroyed (`cm_destroy_id` in
-    /// REQ_SENT), so that a server does not accept a connection nobody
-    /// wants, or wait for its RTU.
-    fn give_up_requests_of(&mut self, ip: IpAddr, blocks: &[usize]) {
+    /// A client holding `blocks` is gone: the peers of its REQs that no
+    /// REP or REJ answered get the REJ "timeout" the kernel's CM sends
+    /// when the requester's id is destroyed (`cm_destroy_id` in
+    /// REQ_SENT): its comm ID, its CA GUID in the ARI, the REQ's
+    /// transaction. So a server does not accept a connection nobody
+    /// wants and wait for its RTU.
+    fn give_up_requests_of(&mut self, blocks: &[usize]) {
         use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
-        let is_dead = |from: IpAddr, comm_id: u32| {
-            from == ip && blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)))
-        };
-        for r in self.cm_requests.take_dead(is_dead) {
+        let is_dead = |comm_id: u32| blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)));
+        for r in self.cm_requests.sent.take(is_dead) {
+            let Some(slot) = self.find(r.local) else {
+                continue;
+            };
             let mut rej = CmRej {
                 local_comm_id: r.comm_id,
                 message_rejected: MessageKind::Other,
@@ -1375,13 +1414,14 @@ impl Daemon {
                 ..CmRej::default()
             };
             rej.ari[..8].copy_from_slice(&r.ca_guid.to_be_bytes());
-            let mut mad = [0u8; 256];
-            if CmMessage::Rej(rej).emit_mad(r.tid, 0, &mut mad).is_err() {
-                continue;
-            }
-            if let Ok(packet) = gsi::gsi_packet(r.src, r.dst, &mad) {
-                self.deliver(Some(r.client), &packet, packet.len(), r.src, r.dst);
-            }
+            let port = udp_port();
+            let peer = CmPeer {
+                comm_id: 0,
+                addr: SocketAddr::new(r.peer, port),
+                local: SocketAddr::new(r.local, port),
+                slot,
+            };
+            self.farewell(&peer, &CmMessage::Rej(rej), r.tid);
         }
     }
 

@@ -1,5 +1,6 @@
-/* An active side gives up its REQ before any answer, across two
- * rdma_cms (softverbs' and the kernel's): its REJ "timeout" (the kernel's
+/* An active side gives up its REQ before any answer, the two sides in
+ * separate processes (between network namespaces, netns.sh, or against
+ * the kernel's rdma_cm, tests/interop): its REJ "timeout" (the kernel's
  * cm_destroy_id in REQ_SENT: its comm ID, its CA GUID in the ARI) must end
  * the passive side's request, whose ACCEPT then fails with EINVAL or, if
  * its REP went out first, gets REJECTED; never a wait for an RTU.
