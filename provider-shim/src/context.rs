@@ -294,6 +294,10 @@ pub fn daemon_trouble(e: &std::io::Error) -> String {
             "the softverbs daemon of this network namespace did not answer within 10 s \
              ({e}): is it stopped (SIGSTOP, a debugger)? `pgrep -a softverbs` finds it"
         ),
+        _ if e.raw_os_error() == Some(libc::EPROTO) => format!(
+            "{e}: a daemon of another softverbs build serves this network namespace (it \
+             exits once idle, 30 s by default); stop it or wait (`pgrep -a softverbs` finds it)"
+        ),
         _ => e.to_string(),
     }
 }
