@@ -20,6 +20,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 pub type Nanos = u64;
 
 const ENOSPC: i32 = 28;
+const EISCONN: i32 = 106;
 const EBADF: i32 = 9;
 const ENOSYS: i32 = 38;
 const EADDRNOTAVAIL: i32 = 99;
@@ -52,6 +53,8 @@ const REMOTE_READ: u32 = 4;
 const REMOTE_ATOMIC: u32 = 8;
 /// `IBV_EVENT_COMM_EST`: NOTIFY with it stands for the RTU.
 const COMM_EST: u32 = 4;
+/// `IBV_EVENT_PATH_MIG`: NOTIFY with it moves to the alternate path.
+const PATH_MIG: u32 = 6;
 
 /// REJ reasons (IBTA table 112).
 const REJ_TIMEOUT: u16 = 4;
@@ -963,7 +966,13 @@ impl Agent {
             self.id_mut(handle)?.state = State::Closed;
             return Ok(Reply::Done);
         }
-        if !matches!(id.state, State::ReqRcvd | State::RepRcvd) {
+        // The states the kernel's CM rejects from (`cm_send_rej_locked`):
+        // before ESTABLISHED, on either side, a REP already sent included.
+        let rejectable = matches!(
+            id.state,
+            State::ReqSent | State::ReqRcvd | State::RepSent | State::RepRcvd
+        );
+        if !rejectable {
             return Err(EINVAL);
         }
         if data.len() > softverbs_wire::cm::REJ_PRIVATE_DATA_LEN {
@@ -999,6 +1008,10 @@ impl Agent {
             }
             // Already going down: nothing more to send.
             State::DreqSent | State::TimeWait => Ok(Reply::Done),
+            // The kernel's rdma_disconnect succeeds once a CM id exists
+            // (a REQ went or came), sending what its state allows, here
+            // nothing: not yet connected, or rejected, or timed out.
+            _ if id.conn.started => Ok(Reply::Done),
             _ => Err(EINVAL),
         }
     }
@@ -1134,11 +1147,22 @@ impl Agent {
         Ok(Reply::Done)
     }
 
+    /// NOTIFY, as the kernel's `rdma_notify` and `ib_cm_notify`: only an
+    /// id with a connection (a CM id); COMM_EST (the QP got its first
+    /// packet: as good as the RTU) establishes a connection whose REP
+    /// went out and is EISCONN once established; PATH_MIG needs an
+    /// established connection; any other event is EINVAL.
     fn notify(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
         let handle = c.u32(8)?;
-        if c.u32(12)? == COMM_EST && self.id(handle)?.state == State::RepSent {
-            // The QP got its first packet: as good as the RTU.
-            self.established(handle);
+        let id = self.id(handle)?;
+        if !id.conn.started || id.qp_type == UD {
+            return Err(EINVAL);
+        }
+        match (c.u32(12)?, id.state) {
+            (COMM_EST, State::RepSent) => self.established(handle),
+            (COMM_EST, State::Established) => return Err(EISCONN),
+            (PATH_MIG, State::Established) => {}
+            _ => return Err(EINVAL),
         }
         Ok(Reply::Done)
     }
@@ -1790,13 +1814,21 @@ impl Agent {
         let Some(id) = self.ids.get_mut(&h) else {
             return;
         };
-        // A request not yet accepted ends too: its event is dropped (the
-        // application has not adopted the id yet) and ACCEPT fails, as
-        // with the kernel's ucma.
-        if !matches!(
+        // As the kernel's `cm_rej_handler`: a request not yet accepted
+        // ends too (its event is dropped, the application has not adopted
+        // the id yet, and ACCEPT fails, as with ucma), and so does an
+        // established connection (REJECTED, where the peer took the REP
+        // as rejected after this side's RTU went out).
+        let ends = matches!(
             id.state,
-            State::ReqSent | State::ReqRcvd | State::RepSent | State::RepRcvd
-        ) {
+            State::ReqSent
+                | State::ReqRcvd
+                | State::RepSent
+                | State::RepRcvd
+                | State::Established
+                | State::DreqSent
+        );
+        if !ends {
             return;
         }
         id.state = State::Closed;

@@ -1362,6 +1362,57 @@ fn notify_comm_est_stands_for_a_lost_rtu() {
     assert_eq!((est.event, est.uid), (event::ESTABLISHED, 300));
 }
 
+/// NOTIFY as the kernel's `ib_cm_notify`: EINVAL without a connection
+/// or for an event other than COMM_EST and PATH_MIG, EISCONN for
+/// COMM_EST once established.
+#[test]
+fn notify_answers_as_the_kernels_cm() {
+    let notify = |side: &mut Side, id: u32, event: u32| {
+        let mut n = cmd_buf(cmd::NOTIFY, 16, 0);
+        put32(&mut n, 8, id);
+        put32(&mut n, 12, event);
+        side.run(&n).map(|_| ())
+    };
+    let mut idle = Side::new("10.0.0.3", 0x30);
+    let id = idle.create(1);
+    assert_eq!(notify(&mut idle, id, 4), Err(EINVAL), "no connection");
+    let (_, mut server, _, sid) = established();
+    assert_eq!(notify(&mut server, sid, 4), Err(106), "EISCONN");
+    assert_eq!(notify(&mut server, sid, 6), Ok(()), "PATH_MIG");
+    assert_eq!(notify(&mut server, sid, 11), Err(EINVAL), "LID_CHANGE");
+}
+
+/// REJECT as the kernel's `cm_send_rej_locked`: also after the REP went
+/// out (the client, established by then, hears REJECTED) and from the
+/// active side before any answer; DISCONNECT succeeds once a connection
+/// was attempted, sending nothing where there is none.
+#[test]
+fn reject_after_the_rep_and_disconnect_without_a_connection() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::CONNECT_RESPONSE);
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    while client.agent.poll_mad().is_some() {} // the RTU is lost
+    server.simple(cmd::REJECT, sid).unwrap();
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, cid, 28));
+    assert_eq!(client.simple(cmd::DISCONNECT, cid), Ok(Reply::Done));
+    assert!(client.agent.poll_mad().is_none(), "nothing to disconnect");
+
+    let (mut client, mut server, cid, _) = requested(b"");
+    assert_eq!(client.simple(cmd::REJECT, cid), Ok(Reply::Done));
+    exchange(&mut client, &mut server);
+    assert!(
+        server.try_event().is_none(),
+        "the kernel's CM matches it to nothing"
+    );
+    let mut idle = Side::new("10.0.0.3", 0x30);
+    let id = idle.create(1);
+    assert_eq!(idle.simple(cmd::DISCONNECT, id), Err(EINVAL));
+}
+
 #[test]
 fn set_option_takes_the_id_options_and_refuses_others() {
     let mut s = Side::new("10.0.0.2", 0x20);
