@@ -279,11 +279,26 @@ fn a_req_reaches_its_listener_only() {
         Ok((_, CmMessage::Rej(_)))
     ));
     quiet(&mut [&mut b, &mut c, &mut d]);
-    drop((a, b, c, d));
+    // b goes holding a's first REQ, never answered: the daemon rejects
+    // it in b's name, as the kernel's CM does for a destroyed request.
+    drop(b);
+    let (header, CmMessage::Rej(rej)) = next_cm(&mut a) else {
+        panic!("not a REJ");
+    };
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id, rej.reason),
+        (0, comm_id(&a, 1), 28)
+    );
+    assert_eq!(rej.message_rejected, MessageKind::Req);
+    assert_eq!(
+        header.tid,
+        0x0000_0006_3600_0001 | u64::from(comm_id(&a, 1)) << 8
+    );
+    drop((a, c, d));
     let stats = h.stats();
     assert_eq!(
         (stats.gsi_answered, stats.gsi_unrouted, stats.gsi_dropped),
-        (1, 0, 0)
+        (2, 0, 0)
     );
 }
 
@@ -511,6 +526,31 @@ fn a_client_gone_gives_up_its_unanswered_reqs() {
     assert_eq!((from.ip(), header.tid), (h.ip, 79));
     timeout(&rej, far_away);
     quiet(&mut [&mut b]);
+}
+
+/// A REQ sent again (its REP is late) goes to the client holding its
+/// request even once that client's listener is gone, as the kernel's CM
+/// finds a duplicate REQ before it looks for a listener: not REJ 8.
+#[test]
+fn a_req_sent_again_reaches_its_request_after_the_listener_went() {
+    let h = host();
+    let (mut a, mut b) = (h.endpoint(), h.endpoint());
+    b.reserve(TCP, h.ip, 18520).unwrap();
+    b.listen(TCP, h.ip, 18520).unwrap();
+    let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18520);
+    a.send_gsi(h.ip, &sent).unwrap();
+    assert_eq!(next_mad(&mut b).1, sent);
+    b.release(TCP, h.ip, 18520).unwrap();
+    a.send_gsi(h.ip, &sent).unwrap();
+    assert_eq!(next_mad(&mut b).1, sent, "the request's holder");
+    quiet(&mut [&mut a]);
+    // A REQ of another comm ID finds no listener: REJ 8.
+    a.send_gsi(h.ip, &req(comm_id(&a, 2), PortSpace::Tcp, 18520))
+        .unwrap();
+    let (_, CmMessage::Rej(rej)) = next_cm(&mut a) else {
+        panic!("not a REJ");
+    };
+    assert_eq!((rej.remote_comm_id, rej.reason), (comm_id(&a, 2), 8));
 }
 
 /// A daemon that leaves (idle) while a REQ waits for a listener answers

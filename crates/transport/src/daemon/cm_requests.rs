@@ -11,13 +11,19 @@
 //! with [`CmRequests::routed`]. The client's CM agent then checks the
 //! GUID and the address.
 //!
-//! A client that dies with a REQ unanswered cannot send that REJ: the
+//! The same table finds the holder of a REQ sent again, which goes to it
+//! whether or not its listener is still there, as the kernel's CM finds a
+//! duplicate REQ before it looks for a listener (`cm_match_req`).
+//!
+//! A client that dies cannot send what its ids' destruction sends: the
 //! kernel's rdma_cm outlives a killed process and destroys its ids, a
-//! client's dies with it. So a client tells the daemon of each REQ it
-//! sends (`Request::Requesting`) and the daemon, when the client goes,
-//! sends the REJ in its name for each REQ no REP or REJ answered
-//! ([`CmRequests::sent`]). Time comes from the caller, so expiry is
-//! tested without waiting.
+//! client's dies with it. So the daemon sends it in the client's name: a
+//! REJ "timeout" for each REQ it sent that no REP or REJ answered (a
+//! client tells the daemon of each, `Request::Requesting`:
+//! [`CmRequests::sent`]), and a REJ "consumer defined" for each REQ it
+//! was passed that no RTU or REJ ended (the kernel's `cm_destroy_id` in
+//! REQ_RCVD). Time comes from the caller, so expiry is tested without
+//! waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -45,12 +51,22 @@ pub(super) struct SentRequest {
     pub tid: u64,
 }
 
+/// A REQ passed to a client, and what a REJ in its name needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RoutedRequest {
+    /// The client it went to.
+    pub client: usize,
+    /// The address it came to (the listener's) and its transaction ID.
+    pub dst: IpAddr,
+    pub tid: u64,
+}
+
 /// The REQs known to the daemon.
 #[derive(Debug, Default)]
 pub(super) struct CmRequests {
     /// Passed to a client: (the REQ's source address, the requester's
-    /// comm ID) -> the client.
-    pub routed: Expiring<(IpAddr, u32), usize>,
+    /// comm ID) -> where it went.
+    pub routed: Expiring<(IpAddr, u32), RoutedRequest>,
     /// Sent by a client: its comm ID -> the REQ.
     pub sent: Expiring<u32, SentRequest>,
 }
@@ -97,12 +113,24 @@ impl<K: Copy + Eq + Hash, V: Copy + PartialEq> Expiring<K, V> {
         self.entries.remove(&key);
     }
 
-    /// The entries whose key `pick` names, forgotten.
-    pub(super) fn take(&mut self, pick: impl Fn(K) -> bool) -> Vec<V> {
-        let keys: Vec<K> = self.entries.keys().copied().filter(|&k| pick(k)).collect();
-        keys.iter()
-            .filter_map(|k| self.entries.remove(k))
-            .map(|(v, _)| v)
+    /// The entries `pick` names (given the key and value), forgotten.
+    pub(super) fn take(&mut self, pick: impl Fn(K, V) -> bool) -> Vec<V> {
+        self.take_with_keys(pick)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    /// As [`Expiring::take`], with their keys.
+    pub(super) fn take_with_keys(&mut self, pick: impl Fn(K, V) -> bool) -> Vec<(K, V)> {
+        let keys: Vec<K> = self
+            .entries
+            .iter()
+            .filter(|(&k, &(v, _))| pick(k, v))
+            .map(|(&k, _)| k)
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.entries.remove(&k).map(|(v, _)| (k, v)))
             .collect()
     }
 
@@ -131,14 +159,22 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn to(client: usize) -> RoutedRequest {
+        RoutedRequest {
+            client,
+            dst: ip("10.0.0.9"),
+            tid: 1,
+        }
+    }
+
     #[test]
     fn a_requester_is_found_by_its_address_and_comm_id() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
-        r.routed.insert((ip("10.0.0.2"), 7), 4, t);
-        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), t), Some(3));
-        assert_eq!(r.routed.get((ip("10.0.0.2"), 7), t), Some(4));
+        r.routed.insert((ip("10.0.0.1"), 7), to(3), t);
+        r.routed.insert((ip("10.0.0.2"), 7), to(4), t);
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), t), Some(to(3)));
+        assert_eq!(r.routed.get((ip("10.0.0.2"), 7), t), Some(to(4)));
         assert_eq!(r.routed.get((ip("10.0.0.1"), 8), t), None);
         assert_eq!(r.routed.get((ip("10.0.0.3"), 7), t), None);
     }
@@ -147,12 +183,12 @@ mod tests {
     fn a_request_is_forgotten_once_its_requester_would_have_given_up() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
+        r.routed.insert((ip("10.0.0.1"), 7), to(3), t);
         // Sent again later: the first REQ's time counts.
         r.routed
-            .insert((ip("10.0.0.1"), 7), 3, t + Duration::from_secs(60));
+            .insert((ip("10.0.0.1"), 7), to(3), t + Duration::from_secs(60));
         let almost = t + REQUEST_ANSWERED_WITHIN - Duration::from_millis(1);
-        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), almost), Some(3));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), almost), Some(to(3)));
         let after = t + REQUEST_ANSWERED_WITHIN;
         assert_eq!(r.routed.get((ip("10.0.0.1"), 7), after), None);
         assert!(r.routed.order.is_empty());
@@ -164,11 +200,11 @@ mod tests {
     fn a_comm_id_used_again_names_its_latest_request() {
         let mut r = CmRequests::default();
         let t = Instant::now();
-        r.routed.insert((ip("10.0.0.1"), 7), 3, t);
+        r.routed.insert((ip("10.0.0.1"), 7), to(3), t);
         let later = t + Duration::from_secs(100);
-        r.routed.insert((ip("10.0.0.1"), 7), 5, later);
+        r.routed.insert((ip("10.0.0.1"), 7), to(5), later);
         let first_gone = t + REQUEST_ANSWERED_WITHIN;
-        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), first_gone), Some(5));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), 7), first_gone), Some(to(5)));
     }
 
     #[test]
@@ -186,11 +222,15 @@ mod tests {
             r.sent.insert(comm_id, sent(comm_id), t);
         }
         r.sent.remove(0x0010_0002); // a REP came
-        let mut dead = r.sent.take(|comm_id| comm_id >> 20 == 1);
+        let mut dead = r.sent.take(|comm_id, _| comm_id >> 20 == 1);
         dead.sort_by_key(|d| d.comm_id);
         assert_eq!(dead, [sent(0x0010_0001), sent(0x0010_0003)]);
-        assert!(r.sent.take(|comm_id| comm_id >> 20 == 1).is_empty());
-        assert_eq!(r.sent.take(|_| true), [sent(0x0020_0001)]);
+        assert!(r.sent.take(|comm_id, _| comm_id >> 20 == 1).is_empty());
+        assert_eq!(r.sent.take(|_, _| true), [sent(0x0020_0001)]);
+        // Those passed to a dead client, by the client.
+        r.routed.insert((ip("10.0.0.1"), 7), to(3), t);
+        r.routed.insert((ip("10.0.0.1"), 8), to(4), t);
+        assert_eq!(r.routed.take(|_, to| to.client == 3), [to(3)]);
     }
 
     #[test]
@@ -198,7 +238,7 @@ mod tests {
         let mut r = CmRequests::default();
         let t = Instant::now();
         for n in 0..REQUESTS_MAX as u32 + 10 {
-            r.routed.insert((ip("10.0.0.1"), n), 1, t);
+            r.routed.insert((ip("10.0.0.1"), n), to(1), t);
         }
         assert!(r.routed.entries.len() <= REQUESTS_MAX);
         assert_eq!(
@@ -207,6 +247,6 @@ mod tests {
             "the oldest went"
         );
         let newest = REQUESTS_MAX as u32 + 9;
-        assert_eq!(r.routed.get((ip("10.0.0.1"), newest), t), Some(1));
+        assert_eq!(r.routed.get((ip("10.0.0.1"), newest), t), Some(to(1)));
     }
 }

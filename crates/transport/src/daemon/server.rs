@@ -28,7 +28,7 @@
 //! configured idle time.
 
 use super::cm_connections::{CmConnections, CmPeer, Farewell};
-use super::cm_requests::{CmRequests, SentRequest};
+use super::cm_requests::{CmRequests, RoutedRequest, SentRequest};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
@@ -586,7 +586,7 @@ impl Daemon {
         };
         r.listening = true;
         for request in self.waiting.for_listener(ps, port, ip) {
-            self.note_request(&request.mad, request.src, id);
+            self.note_request(&request.mad, request.src, request.dst, id);
             let packet = &request.packet;
             self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
             self.stats.gsi_waited += 1;
@@ -1063,6 +1063,7 @@ impl Daemon {
         }
         self.disconnect_peers_of(&blocks);
         self.give_up_requests_of(&blocks);
+        self.reject_requests_of(id);
         self.ports.retain(|_, holders| {
             holders.retain(|r| r.client != id);
             !holders.is_empty()
@@ -1178,9 +1179,12 @@ impl Daemon {
         };
         match gsi::route(&mad) {
             GsiRoute::Service(Some((ps, port))) => {
+                if let Some(holder) = self.request_holder(&mad, src) {
+                    return To::Client(Some(holder));
+                }
                 let listener = self.listener(ps, port, dst.ip());
                 if let Some(client) = listener {
-                    self.note_request(&mad, src, client);
+                    self.note_request(&mad, src, dst, client);
                     return To::Client(listener);
                 }
                 if !self.waiting.has_room() {
@@ -1214,9 +1218,12 @@ impl Daemon {
             }
             GsiRoute::Requester(comm_id) => {
                 let now = Instant::now();
-                match self.cm_requests.routed.get((src.ip(), comm_id), now) {
-                    Some(client) if self.clients.contains_key(&client) => {
-                        return To::Client(Some(client));
+                let requester = (src.ip(), comm_id);
+                match self.cm_requests.routed.get(requester, now) {
+                    Some(r) if self.clients.contains_key(&r.client) => {
+                        // The request ends here.
+                        self.cm_requests.routed.remove(requester);
+                        return To::Client(Some(r.client));
                     }
                     _ => self.stats.gsi_unrouted += 1,
                 }
@@ -1226,15 +1233,34 @@ impl Daemon {
         To::Handled
     }
 
-    /// Keeps which client a REQ from `src` went to (`cm_requests.rs`).
-    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, client: usize) {
+    /// Keeps which client a REQ from `src` to `dst` went to
+    /// (`cm_requests.rs`).
+    fn note_request(&mut self, mad: &[u8; 256], src: SocketAddr, dst: SocketAddr, client: usize) {
         use softverbs_wire::cm::CmMessage;
-        if let Ok((_, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
+        if let Ok((header, CmMessage::Req(req))) = CmMessage::parse_mad(mad) {
             let requester = (src.ip(), req.local_comm_id);
+            let routed = RoutedRequest {
+                client,
+                dst: dst.ip(),
+                tid: header.tid,
+            };
             self.cm_requests
                 .routed
-                .insert(requester, client, Instant::now());
+                .insert(requester, routed, Instant::now());
         }
+    }
+
+    /// The client holding the request a REQ from `src` is sent again
+    /// for, if it is still there: the REQ goes to it, listener or not,
+    /// as the kernel's CM finds a duplicate REQ before its listener.
+    fn request_holder(&mut self, mad: &[u8; 256], src: SocketAddr) -> Option<usize> {
+        use softverbs_wire::cm::CmMessage;
+        let Ok((_, CmMessage::Req(req))) = CmMessage::parse_mad(mad) else {
+            return None;
+        };
+        let requester = (src.ip(), req.local_comm_id);
+        let holder = self.cm_requests.routed.get(requester, Instant::now())?;
+        Some(holder.client).filter(|c| self.clients.contains_key(c))
     }
 
     /// Keeps a REQ client `id` sent (`cm_requests.rs`), for the REJ the
@@ -1292,8 +1318,9 @@ impl Daemon {
         match msg {
             CmMessage::Rep(m) => {
                 // The client's REQ is answered: its connection is known
-                // from here on.
+                // from here on (and, if its REQ passed here, its peer's).
                 self.cm_requests.sent.remove(m.remote_comm_id);
+                self.cm_requests.routed.remove((dst.ip(), m.remote_comm_id));
                 self.cm
                     .connected(m.remote_comm_id, peer(m.local_comm_id), peer_slot.is_none());
                 // A passive side on this host is known from its REP too:
@@ -1314,6 +1341,8 @@ impl Daemon {
                 }
             }
             CmMessage::Rtu(m) => {
+                // The request passed to the client is a connection now.
+                self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
                 self.cm.rtu_passed(m.local_comm_id);
                 self.cm
                     .connected(m.remote_comm_id, peer(m.local_comm_id), true)
@@ -1322,6 +1351,7 @@ impl Daemon {
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
             CmMessage::Rej(m) => {
                 self.cm_requests.sent.remove(m.remote_comm_id);
+                self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
                 self.cm.ended(m.remote_comm_id);
             }
             _ => {}
@@ -1363,8 +1393,9 @@ impl Daemon {
                     self.farewell(&peer, &CmMessage::Rej(rej), u64::from(ours));
                     // And the DREQ, for a peer that took the connection as
                     // established without the RTU (COMM_EST after a lost
-                    // RTU): an established rdma_cm ignores a REJ, and one
-                    // that took the REJ ignores the DREQ.
+                    // RTU) and might not take the REJ there (the kernel's
+                    // CM and softverbs' do, an older softverbs did not);
+                    // one that took the REJ ignores the DREQ.
                     self.farewell(&peer, &dreq, u64::from(ours));
                 }
                 Farewell::Dreq => self.farewell(&peer, &dreq, u64::from(ours)),
@@ -1401,7 +1432,8 @@ impl Daemon {
     /// wants and wait for its RTU.
     fn give_up_requests_of(&mut self, blocks: &[usize]) {
         use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
-        let is_dead = |comm_id: u32| blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)));
+        let is_dead =
+            |comm_id: u32, _| blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)));
         for r in self.cm_requests.sent.take(is_dead) {
             let Some(slot) = self.find(r.local) else {
                 continue;
@@ -1419,6 +1451,36 @@ impl Daemon {
                 comm_id: 0,
                 addr: SocketAddr::new(r.peer, port),
                 local: SocketAddr::new(r.local, port),
+                slot,
+            };
+            self.farewell(&peer, &CmMessage::Rej(rej), r.tid);
+        }
+    }
+
+    /// Client `id` is gone: the requesters whose REQs it was passed and
+    /// that no RTU or REJ ended get the REJ "consumer defined" the
+    /// kernel's CM sends when a request's id is destroyed
+    /// (`cm_destroy_id` in REQ_RCVD: of the REQ, no comm ID of ours), so
+    /// that they are rejected now instead of after their retries.
+    fn reject_requests_of(&mut self, id: usize) {
+        use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
+        let of_dead = |_, r: RoutedRequest| r.client == id;
+        let requests = self.cm_requests.routed.take_with_keys(of_dead);
+        for ((requester, comm_id), r) in requests {
+            let Some(slot) = self.find(r.dst) else {
+                continue;
+            };
+            let rej = CmRej {
+                remote_comm_id: comm_id,
+                message_rejected: MessageKind::Req,
+                reason: rej_reason::CONSUMER_DEFINED,
+                ..CmRej::default()
+            };
+            let port = udp_port();
+            let peer = CmPeer {
+                comm_id,
+                addr: SocketAddr::new(requester, port),
+                local: SocketAddr::new(r.dst, port),
                 slot,
             };
             self.farewell(&peer, &CmMessage::Rej(rej), r.tid);
