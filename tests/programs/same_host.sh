@@ -295,6 +295,12 @@ same_host_c many_mrs 120 "a target's MR registered after 70,000 others is writte
 # delivery waited to be applied.
 same_host_c completion_order 120 "a receive completion is in the CQ once its SEND completed" 500000
 
+# No WRITE lands in a target's memory once its ibv_destroy_qp or move to
+# ERR has returned (write_after_teardown.c), as a NIC's destroy fences its
+# responder: a peer that had checked the QP before the verb went on
+# writing after it (in 12 to 27 rounds of 100).
+same_host_c write_after_teardown 120 "no WRITE lands after the target's QP is destroyed or moved to ERR" 200
+
 # A long-lived process meeting peer after peer (many_peers.c): its
 # descriptors and mappings of peers' regions stay flat (it kept every gone
 # peer's region).

@@ -249,8 +249,9 @@ pub trait DirectTarget: MrLookup {
     /// enters the error state, raising `event` (a QP reset since is left
     /// alone).
     fn fail(&mut self, incarnation: u16, event: TargetEvent);
-    /// An access begins: MRs looked up from now until `access_end` must
-    /// stay where they are (`ibv_dereg_mr` waits).
+    /// An access begins: the QP and MRs looked up from now until
+    /// `access_end` must stay as they were found (`ibv_dereg_mr`,
+    /// `ibv_destroy_qp` and a move out of RTR/RTS wait for it).
     fn access_begin(&mut self) {}
     /// The access that `access_begin` opened is over.
     fn access_end(&mut self) {}
@@ -293,17 +294,19 @@ type Step = Result<DirectOutcome, Stop>;
 
 /// Executes `op` at the target with the responder's rules.
 pub fn execute(op: &DirectOp, target: &mut dyn DirectTarget) -> DirectOutcome {
-    let Some(qp) = target.qp() else {
+    // The access begins before the QP is looked at: a target that moves
+    // its QP out of RTR/RTS (or destroys it) and then waits for the
+    // accesses under way knows that none found it accepting, as a NIC's
+    // destroy fences its responder.
+    target.access_begin();
+    let Some(qp) = target.qp().filter(|qp| accepts(qp, op)) else {
+        target.access_end();
         return DirectOutcome::Dropped;
     };
-    if !accepts(&qp, op) {
-        return DirectOutcome::Dropped;
-    }
     // COMM_EST is an event of connection establishment: RC and UC only.
     if qp.state == QpState::Rtr && qp.qp_type != QpType::Ud {
         target.comm_est();
     }
-    target.access_begin();
     if let Some(ud) = op.ud {
         let result = receive_datagram(op, &ud, &qp, target);
         target.access_end();

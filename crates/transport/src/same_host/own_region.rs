@@ -41,9 +41,10 @@ pub const LAYOUT: RegionLayout = RegionLayout {
     arena_words: 1 << 25,
 };
 
-/// How long `ibv_dereg_mr` waits for a peer's copy into the MR to end (a
-/// copy is one system call; a peer stopped in the middle of one is the
-/// only way to reach this).
+/// How long `ibv_dereg_mr`, `ibv_destroy_qp` and a move to ERR or RESET
+/// wait for a peer's copy into this context's memory to end (a copy is
+/// one system call; a peer stopped in the middle of one is the only way
+/// to reach this).
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
 /// How far apart the index bases of two rings are (2^40 WRs a ring).
@@ -192,6 +193,7 @@ impl OwnRegion {
     fn sync_qp(&mut self, engine: &mut Engine, id: QpId, qpn: u32) -> bool {
         let Some(peer) = engine.peer_qp(id) else {
             self.forget_qp(qpn);
+            self.wait_for_accesses();
             return false;
         };
         if engine.qp_srq(id).is_none() && !self.rings.contains_key(&qpn) {
@@ -208,7 +210,19 @@ impl OwnRegion {
             let _ = engine.set_direct(id, false);
         }
         self.publish_qp(engine, id, qpn);
+        if matches!(peer.state, QpState::Err | QpState::Reset) {
+            self.wait_for_accesses();
+        }
         peer.state == QpState::Rtr && self.path_of(qpn) == path::UNDECIDED
+    }
+
+    /// Waits for the peers' accesses under way (`ibv_destroy_qp` and a
+    /// move to ERR or RESET return after it): an access checks the QP
+    /// after it begins, so none that began before sees the QP accepting,
+    /// and none copies into this context's memory after the verb returns,
+    /// as a NIC's responder stops before its destroy or modify returns.
+    fn wait_for_accesses(&self) {
+        idle_or_say(self.view.mrs().wait_idle(DEREG_WAIT));
     }
 
     /// A ring for a receive queue of `capacity` WRs of `max_sge` SGEs.
@@ -366,7 +380,7 @@ fn apply(engine: &mut Engine, record: &Record) {
 fn idle_or_say(idle: bool) {
     if !idle {
         crate::say!(
-            "softverbs: same host: a peer's copy into a deregistered MR did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
+            "softverbs: same host: a peer's copy into this context's memory did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
         );
     }
 }
