@@ -19,6 +19,9 @@
  *  - a child made by fork closes its copy of the context (a cleanup
  *    path shared with the parent): 0, nothing printed (a Rust panic was),
  *    and the parent's context works on;
+ *  - a child made by fork that calls verbs on the context it inherited
+ *    gets EIO (its polls took the parent's packets from the parent's
+ *    socket, whose connections then ended in RETRY_EXC_ERR);
  *  - a SEND longer than its receive WR, on a QP connected to itself: the
  *    receive WR completes with IBV_WC_LOC_LEN_ERR.
  * Prints "app mistakes ok".
@@ -167,6 +170,26 @@ static void a_forked_child_closes_its_copy(void)
 	CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	      "the child's ibv_close_device failed (status %#x)", status);
 	CHECK(all == 0, "the child's ibv_close_device printed: %s", said);
+}
+
+/* A forked child's verbs on the context it inherited fail with EIO, and
+ * touch nothing of the parent's. */
+static void a_forked_childs_verbs_fail(void)
+{
+	pid_t child = fork();
+	CHECK(child >= 0, "fork");
+	if (child == 0) {
+		struct ibv_wc wc;
+		errno = 0;
+		int polled = ibv_poll_cq(cq, 1, &wc);
+		int poll_errno = errno;
+		struct ibv_pd *p = ibv_alloc_pd(ctx);
+		_exit(polled < 0 && poll_errno == EIO && !p && errno == EIO ? 0 : 1);
+	}
+	int status;
+	CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a forked child's poll_cq and alloc_pd on the inherited context did not fail with EIO "
+	      "(status %#x)", status);
 }
 
 /* The kernel's [vvar] page in this process, from /proc/self/maps. */
@@ -364,7 +387,8 @@ int main(int argc, char **argv)
 	post_checks();
 	unmapped_under_an_mr();
 	a_forked_child_closes_its_copy();
-	a_send_longer_than_its_receive(); /* the parent's context after the child's close */
+	a_forked_childs_verbs_fail();
+	a_send_longer_than_its_receive(); /* the parent's context after the children */
 
 	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	puts("app mistakes ok");

@@ -178,6 +178,12 @@ struct Shared<M> {
     stop: AtomicBool,
     /// Set (under the state lock) when the progress thread panicked.
     failed: AtomicBool,
+    /// Which process this is, cheaply (the embedder's cached pid where it
+    /// keeps one), and the one that opened the context: a child made by
+    /// `fork` has a copy of the driver, with its sockets and published
+    /// state, but not its progress thread.
+    process: Box<dyn Fn() -> u32 + Send + Sync>,
+    opened_by: u32,
     /// When the application last ran a verb (clock nanoseconds).
     last_verb: AtomicU64,
     /// Application threads waiting for the driver ([`Shared::lock_for_verb`]).
@@ -274,6 +280,14 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             io.packet_faults = rules.map(|rules| PacketFaults::new(rules, clock.now()));
         }
         let endpoint = &mut io.endpoint;
+        let process: Box<dyn Fn() -> u32 + Send + Sync> = match &cross {
+            Some(cross) => {
+                let cross = cross.clone();
+                Box::new(move || cross.own_pid() as u32)
+            }
+            None => Box::new(std::process::id),
+        };
+        let opened_by = process();
         let same_host = start_same_host(cross, endpoint, &mut engine, cfg.ip);
         let deliveries = same_host.as_ref().map(SameHost::deliveries_watch);
         let doorbell = same_host.as_ref().map(SameHost::doorbell_answer);
@@ -309,6 +323,8 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             notify,
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            process,
+            opened_by,
             last_verb: AtomicU64::new(0),
             verbs_waiting: AtomicU32::new(0),
             app_polls: AppPolls::default(),
@@ -803,6 +819,7 @@ impl<M: HostMemory> Shared<M> {
     /// thousands of times a second, and a run settled at 170 to 200 us a
     /// READ instead of 40).
     fn lock_for_verb(&self) -> Result<MutexGuard<'_, State<M>>, DeviceFailed> {
+        self.of_this_process()?;
         if let Some(state) = self.try_lock()? {
             return Ok(state);
         }
@@ -812,8 +829,24 @@ impl<M: HostMemory> Shared<M> {
         state
     }
 
+    /// A verb in a child made by `fork` on the context it inherited
+    /// fails (EIO) before it touches anything: the sockets are the
+    /// parent's (a child's receive took its packets, and the parent's
+    /// connections ended in RETRY_EXC_ERR), a lock a parent thread held
+    /// stays held in the child, and the state is the parent's. A kernel
+    /// provider's child cannot reach the parent's queues either (mlx5's
+    /// are not inherited).
+    fn of_this_process(&self) -> Result<(), DeviceFailed> {
+        if (self.process)() == self.opened_by {
+            Ok(())
+        } else {
+            Err(DeviceFailed)
+        }
+    }
+
     /// [`Shared::lock`], unless another thread holds it (None).
     fn try_lock(&self) -> Result<Option<MutexGuard<'_, State<M>>>, DeviceFailed> {
+        self.of_this_process()?;
         let state = self.state.try_lock();
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);
