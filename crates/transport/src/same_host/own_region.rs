@@ -69,6 +69,10 @@ pub struct OwnRegion {
     srq_rings: HashMap<SrqId, Ring>,
     paths: HashMap<u32, u8>,
     published_mrs: HashSet<u32>,
+    /// The QPs published in a state whose responder takes requests (RTR
+    /// and after, short of ERR): leaving it waits for the peers'
+    /// accesses under way ([`OwnRegion::wait_for_accesses`]).
+    accepting: HashSet<u32>,
 }
 
 impl std::fmt::Debug for OwnRegion {
@@ -102,6 +106,7 @@ impl OwnRegion {
             srq_rings: HashMap::new(),
             paths: HashMap::new(),
             published_mrs: HashSet::new(),
+            accepting: HashSet::new(),
         })
     }
 
@@ -193,7 +198,9 @@ impl OwnRegion {
     fn sync_qp(&mut self, engine: &mut Engine, id: QpId, qpn: u32) -> bool {
         let Some(peer) = engine.peer_qp(id) else {
             self.forget_qp(qpn);
-            self.wait_for_accesses();
+            if self.accepting.remove(&qpn) {
+                self.wait_for_accesses();
+            }
             return false;
         };
         if engine.qp_srq(id).is_none() && !self.rings.contains_key(&qpn) {
@@ -210,14 +217,18 @@ impl OwnRegion {
             let _ = engine.set_direct(id, false);
         }
         self.publish_qp(engine, id, qpn);
-        if matches!(peer.state, QpState::Err | QpState::Reset) {
+        let accepts = !matches!(peer.state, QpState::Reset | QpState::Init | QpState::Err);
+        if accepts {
+            self.accepting.insert(qpn);
+        } else if self.accepting.remove(&qpn) {
             self.wait_for_accesses();
         }
         peer.state == QpState::Rtr && self.path_of(qpn) == path::UNDECIDED
     }
 
     /// Waits for the peers' accesses under way (`ibv_destroy_qp` and a
-    /// move to ERR or RESET return after it): an access checks the QP
+    /// move to ERR or RESET of a QP that took requests return after it;
+    /// a QP being set up waits for nobody): an access checks the QP
     /// after it begins, so none that began before sees the QP accepting,
     /// and none copies into this context's memory after the verb returns,
     /// as a NIC's responder stops before its destroy or modify returns.
