@@ -524,6 +524,8 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
             // i < num_entries (above).
             unsafe { wc.add(i).write(wc_to_c(w)) };
         };
+        // A forked child's copy is its parent's: EIO before any lock.
+        st.driver.ensure_this_process();
         // Threads polling one CQ take its completions one batch at a time.
         polled.with(|polled| {
             let earlier = max.min(polled.len());

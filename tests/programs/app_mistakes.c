@@ -173,15 +173,39 @@ static void a_forked_child_closes_its_copy(void)
 }
 
 /* A forked child's verbs on the context it inherited fail with EIO, and
- * touch nothing of the parent's. */
+ * touch nothing of the parent's: its poll of a CQ holding the parent's
+ * completion gets EIO, not the completion, which the parent then polls. */
 static void a_forked_childs_verbs_fail(void)
 {
+	static char buf[PAGE];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, PAGE, ALL_ACCESS);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *held = ch ? ibv_create_cq(ctx, 4, NULL, ch, 0) : NULL;
+	CHECK(mr && held, "MR, channel, CQ");
+	struct ibv_qp_init_attr qa = { .send_cq = held, .recv_cq = held, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	CHECK(qp, "create_qp");
+	connect_rc(qp, qp->qp_num, gid, 0, ALL_ACCESS);
+	/* A WRITE to itself; its completion event says it is in the CQ. */
+	CHECK(!ibv_req_notify_cq(held, 0), "req_notify_cq");
+	struct ibv_sge s = { (uintptr_t)buf, 8, mr->lkey };
+	struct ibv_send_wr w = { .wr_id = 77, .sg_list = &s, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	w.wr.rdma.remote_addr = (uintptr_t)buf + 64;
+	w.wr.rdma.rkey = mr->rkey;
+	CHECK(!ibv_post_send(qp, &w, &bad), "post_send");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx), "get_cq_event");
+	ibv_ack_cq_events(held, 1);
 	pid_t child = fork();
 	CHECK(child >= 0, "fork");
 	if (child == 0) {
 		struct ibv_wc wc;
 		errno = 0;
-		int polled = ibv_poll_cq(cq, 1, &wc);
+		int polled = ibv_poll_cq(held, 1, &wc);
 		int poll_errno = errno;
 		struct ibv_pd *p = ibv_alloc_pd(ctx);
 		_exit(polled < 0 && poll_errno == EIO && !p && errno == EIO ? 0 : 1);
@@ -190,6 +214,12 @@ static void a_forked_childs_verbs_fail(void)
 	CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	      "a forked child's poll_cq and alloc_pd on the inherited context did not fail with EIO "
 	      "(status %#x)", status);
+	struct ibv_wc wc;
+	int n = ibv_poll_cq(held, 1, &wc);
+	CHECK(n == 1 && wc.wr_id == 77 && wc.status == IBV_WC_SUCCESS,
+	      "the parent's completion after the child's poll: %d", n);
+	CHECK(!ibv_destroy_qp(qp) && !ibv_destroy_cq(held) && !ibv_destroy_comp_channel(ch) &&
+	      !ibv_dereg_mr(mr), "destroy");
 }
 
 /* The kernel's [vvar] page in this process, from /proc/self/maps. */

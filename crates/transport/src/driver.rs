@@ -461,6 +461,9 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if max == 0 {
             return Ok(0);
         }
+        // The ring is reached without the driver: a forked child stops
+        // here too ([`Driver::ensure_this_process`]).
+        self.ensure_this_process();
         let from_ring = |take: &mut dyn FnMut(WorkCompletion)| {
             let mut incoming = false;
             let taken = ring.pop_with(max, |wc| {
@@ -487,6 +490,16 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             // anything it took in (on either path).
             None => Ok(from_ring(&mut take)),
             Some(polled) => polled.map(|p| p.taken),
+        }
+    }
+
+    /// Unwinds as [`Driver::with`] in a child made by `fork`, whose
+    /// context is its parent's (`Shared::of_this_process`): for the paths
+    /// of a verb that reach state without the driver's lock (a CQ's ring,
+    /// the embedder's own leftovers of a poll).
+    pub fn ensure_this_process(&self) {
+        if let Err(failed) = self.shared.of_this_process() {
+            unwind::<()>(failed);
         }
     }
 
