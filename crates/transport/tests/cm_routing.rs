@@ -553,6 +553,29 @@ fn a_req_sent_again_reaches_its_request_after_the_listener_went() {
     assert_eq!((rej.remote_comm_id, rej.reason), (comm_id(&a, 2), 8));
 }
 
+/// A request its holder rejected is over: when the holder goes later,
+/// its requester gets nothing more in its name.
+#[test]
+fn a_rejected_request_gets_no_rej_when_its_holder_goes() {
+    let h = host();
+    let (mut a, mut b) = (h.endpoint(), h.endpoint());
+    b.reserve(TCP, h.ip, 18521).unwrap();
+    b.listen(TCP, h.ip, 18521).unwrap();
+    a.send_gsi(h.ip, &req(comm_id(&a, 1), PortSpace::Tcp, 18521))
+        .unwrap();
+    next_mad(&mut b);
+    let rej = CmRej {
+        remote_comm_id: comm_id(&a, 1),
+        message_rejected: MessageKind::Req,
+        reason: 28,
+        ..CmRej::default()
+    };
+    b.send_gsi(h.ip, &mad(CmMessage::Rej(rej), 5)).unwrap();
+    assert!(matches!(next_cm(&mut a), (_, CmMessage::Rej(_))));
+    drop(b);
+    quiet(&mut [&mut a]);
+}
+
 /// A daemon that leaves (idle) while a REQ waits for a listener answers
 /// it first: the REQ's sender, on another host, gets its REJ instead of
 /// waiting for nothing.

@@ -113,16 +113,22 @@ impl<K: Copy + Eq + Hash, V: Copy + PartialEq> Expiring<K, V> {
         self.entries.remove(&key);
     }
 
-    /// The entries `pick` names (given the key and value), forgotten.
-    pub(super) fn take(&mut self, pick: impl Fn(K, V) -> bool) -> Vec<V> {
-        self.take_with_keys(pick)
+    /// The entries `pick` names (given the key and value) among those
+    /// made within [`REQUEST_ANSWERED_WITHIN`] of `now`, forgotten.
+    pub(super) fn take(&mut self, pick: impl Fn(K, V) -> bool, now: Instant) -> Vec<V> {
+        self.take_with_keys(pick, now)
             .into_iter()
             .map(|(_, v)| v)
             .collect()
     }
 
     /// As [`Expiring::take`], with their keys.
-    pub(super) fn take_with_keys(&mut self, pick: impl Fn(K, V) -> bool) -> Vec<(K, V)> {
+    pub(super) fn take_with_keys(
+        &mut self,
+        pick: impl Fn(K, V) -> bool,
+        now: Instant,
+    ) -> Vec<(K, V)> {
+        self.expire(now);
         let keys: Vec<K> = self
             .entries
             .iter()
@@ -222,15 +228,18 @@ mod tests {
             r.sent.insert(comm_id, sent(comm_id), t);
         }
         r.sent.remove(0x0010_0002); // a REP came
-        let mut dead = r.sent.take(|comm_id, _| comm_id >> 20 == 1);
+        let mut dead = r.sent.take(|comm_id, _| comm_id >> 20 == 1, t);
         dead.sort_by_key(|d| d.comm_id);
         assert_eq!(dead, [sent(0x0010_0001), sent(0x0010_0003)]);
-        assert!(r.sent.take(|comm_id, _| comm_id >> 20 == 1).is_empty());
-        assert_eq!(r.sent.take(|_, _| true), [sent(0x0020_0001)]);
-        // Those passed to a dead client, by the client.
+        assert!(r.sent.take(|comm_id, _| comm_id >> 20 == 1, t).is_empty());
+        assert_eq!(r.sent.take(|_, _| true, t), [sent(0x0020_0001)]);
+        // Those passed to a dead client, by the client; none once its
+        // requesters would have given up.
         r.routed.insert((ip("10.0.0.1"), 7), to(3), t);
         r.routed.insert((ip("10.0.0.1"), 8), to(4), t);
-        assert_eq!(r.routed.take(|_, to| to.client == 3), [to(3)]);
+        assert_eq!(r.routed.take(|_, to| to.client == 3, t), [to(3)]);
+        let late = t + REQUEST_ANSWERED_WITHIN;
+        assert!(r.routed.take(|_, to| to.client == 4, late).is_empty());
     }
 
     #[test]

@@ -1350,8 +1350,12 @@ impl Daemon {
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
             CmMessage::Rej(m) => {
+                // A request ends: the client's own REQ, rejected; one
+                // passed to the client, given up by its requester; or one
+                // passed to a client of this host that rejected it.
                 self.cm_requests.sent.remove(m.remote_comm_id);
                 self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
+                self.cm_requests.routed.remove((dst.ip(), m.remote_comm_id));
                 self.cm.ended(m.remote_comm_id);
             }
             _ => {}
@@ -1434,7 +1438,7 @@ impl Daemon {
         use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
         let is_dead =
             |comm_id: u32, _| blocks.contains(&usize::from(gsi::block_of_comm_id(comm_id)));
-        for r in self.cm_requests.sent.take(is_dead) {
+        for r in self.cm_requests.sent.take(is_dead, Instant::now()) {
             let Some(slot) = self.find(r.local) else {
                 continue;
             };
@@ -1465,7 +1469,10 @@ impl Daemon {
     fn reject_requests_of(&mut self, id: usize) {
         use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
         let of_dead = |_, r: RoutedRequest| r.client == id;
-        let requests = self.cm_requests.routed.take_with_keys(of_dead);
+        let requests = self
+            .cm_requests
+            .routed
+            .take_with_keys(of_dead, Instant::now());
         for ((requester, comm_id), r) in requests {
             let Some(slot) = self.find(r.dst) else {
                 continue;
