@@ -301,3 +301,21 @@ pub fn daemon_trouble(e: &std::io::Error) -> String {
         _ => e.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::daemon_trouble;
+
+    /// A daemon of an older build refuses the hello (EPROTO): the message
+    /// says what that is and what to do.
+    #[test]
+    fn a_daemon_of_another_build_is_named_as_such() {
+        let refused = std::io::Error::from_raw_os_error(libc::EPROTO);
+        let said = daemon_trouble(&refused);
+        assert!(
+            said.contains("a daemon of another softverbs build"),
+            "{said}"
+        );
+        assert!(said.contains("pgrep -a softverbs"), "{said}");
+    }
+}

@@ -1,6 +1,7 @@
 /* An active side gives up its REQ before any answer, the two sides in
- * separate processes (between network namespaces, netns.sh, or against
- * the kernel's rdma_cm, tests/interop): its REJ "timeout" (the kernel's
+ * separate processes (on one host, rdma_cm.sh; between network
+ * namespaces, netns.sh; against the kernel's rdma_cm, tests/interop): its
+ * REJ "timeout" (the kernel's
  * cm_destroy_id in REQ_SENT: its comm ID, its CA GUID in the ARI) must end
  * the passive side's request, whose ACCEPT then fails with EINVAL or, if
  * its REP went out first, gets REJECTED; never a wait for an RTU.
@@ -14,36 +15,14 @@
  *   cm_give_up client ADDR PORT READY REQ gives-up|dies
  *     connects, waits for REQ, then destroys its id and exits
  *     ("gives-up") or exits without destroying it ("dies") */
-#include <rdma/rdma_cma.h>
+#include "cm_util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The next event on `ch` within 15 s: its type (and id, status), or -1. */
-static int next_event(struct rdma_event_channel *ch, struct rdma_cm_id **id, int *status) {
-  struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-  if (poll(&p, 1, 15000) != 1) { fprintf(stderr, "no event within 15 s\n"); return -1; }
-  struct rdma_cm_event *ev;
-  if (rdma_get_cm_event(ch, &ev)) { perror("rdma_get_cm_event"); return -1; }
-  int got = ev->event;
-  if (id) *id = ev->id;
-  if (status) *status = ev->status;
-  rdma_ack_cm_event(ev);
-  return got;
-}
-
-static int expect(struct rdma_event_channel *ch, int want) {
-  int got = next_event(ch, NULL, NULL);
-  if (got == want) return 0;
-  fprintf(stderr, "got %s, want %s\n", got < 0 ? "nothing" : rdma_event_str(got),
-          rdma_event_str(want));
-  return -1;
-}
 
 /* Writes one byte to FIFO `path` (waits for its reader). */
 static int signal_fifo(const char *path) {
@@ -99,8 +78,9 @@ static int client(struct addrinfo *ai, char **fifos, int destroy) {
   struct rdma_event_channel *ch = rdma_create_event_channel();
   struct rdma_cm_id *id;
   if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || wait_fifo(fifos[0])) return 1;
-  if (rdma_resolve_addr(id, NULL, ai->ai_addr, 2000) || expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED) ||
-      rdma_resolve_route(id, 2000) || expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED))
+  if (rdma_resolve_addr(id, NULL, ai->ai_addr, 2000) ||
+      expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, "client") || rdma_resolve_route(id, 2000) ||
+      expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, "client"))
     return 1;
   struct rdma_conn_param cp = {.qp_num = 0x1234, .responder_resources = 1, .initiator_depth = 1,
     .retry_count = 7, .rnr_retry_count = 7};

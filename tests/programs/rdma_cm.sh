@@ -525,11 +525,31 @@ c_case "a passive side dead before the RTU: the active side gets REJECTED" cm_no
 # its REJ "timeout" (sent by the daemon for one that died), routed by its
 # comm ID and address to the listener's process, ends the request there,
 # so the server's ACCEPT fails (EINVAL) or it gets REJECTED, as on the
-# kernel (it once accepted and waited for the RTU).
-next_port no_rtu_port
-c_case "an active side that gives up its REQ: the server's accept fails or is REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port gives-up
-next_port no_rtu_port
-c_case "an active side dead with its REQ unanswered: the server's accept fails or is REJECTED" cm_no_rtu "cm no rtu ok" "$ip" $no_rtu_port dies
+# kernel (it once accepted and waited for the RTU). cm_give_up.c, its
+# two sides ordered by FIFOs.
+give_up() {
+  local name=$1 mode=$2 port fifos=$log/give_up srv src crc
+  next_port port
+  if ! cc -O1 -o "$log/cm_give_up" "$here/cm_give_up.c" -lrdmacm -libverbs 2> "$log/give_up.out"; then
+    bad "$name (compile)" "$log/give_up.out"; return
+  fi
+  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  timeout 30 "$log/cm_give_up" server "$ip" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone" \
+    > "$log/give_up.out" 2>&1 &
+  srv=$!
+  timeout 30 "$log/cm_give_up" client "$ip" "$port" "$fifos/ready" "$fifos/req" "$mode" \
+    >> "$log/give_up.out" 2>&1
+  crc=$?
+  timeout 30 sh -c 'printf x > "$1"' _ "$fifos/gone"
+  wait $srv; src=$?
+  if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "^give up ok" "$log/give_up.out"; then
+    ok "$name"
+  else
+    echo "client exit $crc, server exit $src" >> "$log/give_up.out"; bad "$name" "$log/give_up.out"
+  fi
+}
+give_up "an active side that gives up its REQ: the server's accept fails or is REJECTED" gives-up
+give_up "an active side dead with its REQ unanswered: the server's accept fails or is REJECTED" dies
 
 # A server killed mid-connection (kill -9 while its client pings): the
 # kernel's rdma_cm releases a dead process's ids, sending a DREQ, so the

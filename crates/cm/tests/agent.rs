@@ -1413,6 +1413,31 @@ fn reject_after_the_rep_and_disconnect_without_a_connection() {
     assert_eq!(idle.simple(cmd::DISCONNECT, id), Err(EINVAL));
 }
 
+/// A REJ naming both IDs ends a connection whose DREQ is on its way too
+/// (`cm_rej_handler` in DREQ_SENT): REJECTED, and its DREQ is not sent
+/// again.
+#[test]
+fn a_rej_ends_a_connection_being_disconnected() {
+    let (mut client, server, cid, _) = established();
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    let dreq = client.agent.poll_mad().expect("the client's DREQ (lost)");
+    let (header, CmMessage::Dreq(d)) = CmMessage::parse_mad(&dreq.mad).unwrap() else {
+        panic!("not a DREQ");
+    };
+    let rej = CmRej {
+        local_comm_id: d.remote_comm_id,
+        remote_comm_id: d.local_comm_id,
+        message_rejected: MessageKind::Other,
+        reason: 28,
+        ..CmRej::default()
+    };
+    let m = mad(&CmMessage::Rej(rej), header.tid);
+    client.agent.handle_mad(0, server.ip, client.ip, &m);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, cid, 28));
+    assert_eq!(client.agent.poll_timeout(), None, "no DREQ sent again");
+}
+
 #[test]
 fn set_option_takes_the_id_options_and_refuses_others() {
     let mut s = Side::new("10.0.0.2", 0x20);

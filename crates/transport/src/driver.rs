@@ -428,6 +428,15 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         &self,
         verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
     ) -> Option<VerbsResult<Polled>> {
+        self.ensure_this_process();
+        self.poll_unless_busy_checked(verb)
+    }
+
+    /// [`Driver::poll_unless_busy`] once the caller checked the process.
+    fn poll_unless_busy_checked(
+        &self,
+        verb: impl FnOnce(&mut Engine, &mut M) -> VerbsResult<Polled>,
+    ) -> Option<VerbsResult<Polled>> {
         let guard = match self.shared.try_lock().unwrap_or_else(unwind) {
             Some(guard) => guard,
             None if BUSY_IN_A_ROW.get() < BUSY_POLLS_AT_MOST && self.shared.no_delivery_waits() => {
@@ -483,7 +492,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if taken > 0 {
             return Ok(taken);
         }
-        match self.poll_unless_busy(|e, _| Polled::poll(e, cq, max, &mut take)) {
+        match self.poll_unless_busy_checked(|e, _| Polled::poll(e, cq, max, &mut take)) {
             // The driver's holder may have completed work since the first
             // look: a same-host peer's delivery it applied meanwhile (the
             // poll returned at once only because none waits any more), or
@@ -857,9 +866,9 @@ impl<M: HostMemory> Shared<M> {
         }
     }
 
-    /// [`Shared::lock`], unless another thread holds it (None).
+    /// [`Shared::lock`], unless another thread holds it (None). Not for a
+    /// verb unless it checked [`Shared::of_this_process`] first.
     fn try_lock(&self) -> Result<Option<MutexGuard<'_, State<M>>>, DeviceFailed> {
-        self.of_this_process()?;
         let state = self.state.try_lock();
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);

@@ -21,7 +21,7 @@
 //! REJ "timeout" for each REQ it sent that no REP or REJ answered (a
 //! client tells the daemon of each, `Request::Requesting`:
 //! [`CmRequests::sent`]), and a REJ "consumer defined" for each REQ it
-//! was passed that no RTU or REJ ended (the kernel's `cm_destroy_id` in
+//! was passed that no RTU, REP or REJ ended (the kernel's `cm_destroy_id` in
 //! REQ_RCVD). Time comes from the caller, so expiry is tested without
 //! waiting.
 

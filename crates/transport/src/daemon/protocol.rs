@@ -558,6 +558,9 @@ mod tests {
                 "requesting cut {cut}"
             );
         }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Request::decode(&long).is_err(), "requesting extended");
         let replies = [
             Reply::Block(4095),
             Reply::Refused(98, "in use".into()),
