@@ -61,6 +61,11 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         let (context, pd_handle, a) = unsafe { ((*pd).context, pd_id(pd), attr.read()) };
         // SAFETY: our context.
         let st = unsafe { state(context) };
+        // A raw packet QP is a privilege before anything else (the
+        // kernel's `ib_uverbs` create_qp checks CAP_NET_RAW first).
+        if a.qp_type == RAW_PACKET && !has_net_raw() {
+            return null(libc::EPERM);
+        }
         // A type softverbs does not offer is that before its CQs are
         // looked at (an XRC_SEND QP has no receive CQ).
         if softverbs_engine::QpType::is_other_type(a.qp_type) {
@@ -142,14 +147,18 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
     })
 }
 
+/// `IBV_QPT_RAW_PACKET`.
+const RAW_PACKET: u32 = 8;
+
 /// The Q_Key bit that makes a controlled (privileged) Q_Key, such as
 /// the GSI's (IBTA 10.2.5).
 const CONTROLLED_QKEY: u32 = 0x8000_0000;
 
-/// Whether this thread may set a controlled Q_Key: as the kernel's
-/// `ib_uverbs` decides since Linux 6.5, with CAP_NET_RAW (the kernel also
-/// allows it to everyone when the host's `rdma system set
-/// privileged-qkey on`, which has no counterpart here).
+/// Whether this thread may set a controlled Q_Key (as the kernel's
+/// `ib_uverbs` decides since Linux 6.5) or create a raw packet QP: with
+/// CAP_NET_RAW (for the Q_Key the kernel also allows it to everyone when
+/// the host's `rdma system set privileged-qkey on`, which has no
+/// counterpart here).
 fn has_net_raw() -> bool {
     rustix::thread::capabilities(None)
         .is_ok_and(|c| c.effective.contains(rustix::thread::CapabilitySet::NET_RAW))

@@ -17,7 +17,8 @@
  * many SGEs or too much inline data with ENOMEM (mlx5; rxe ENOSPC), not
  * EINVAL; an XRC_SEND QP (no receive CQ) and a RAW_PACKET QP are
  * EOPNOTSUPP, types softverbs does not offer (it was EINVAL for the
- * missing receive CQ); a process out of descriptors gets EMFILE from
+ * missing receive CQ), a RAW_PACKET QP EPERM without CAP_NET_RAW, as the
+ * kernel's ib_uverbs refuses it before any provider; a process out of descriptors gets EMFILE from
  * ibv_reg_mr, not EFAULT; the completions a QP has in its CQ when it is
  * destroyed stay there to be polled, as on rxe (libfabric's verbs
  * provider destroys the QP before it drains the CQ, and takes a WR it
@@ -269,8 +270,18 @@ int main(void)
 	struct ibv_qp_init_attr raw = { .send_cq = cq, .recv_cq = cq,
 					.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
 					.qp_type = IBV_QPT_RAW_PACKET };
+	int privileged = net_raw(-1);
 	errno = 0;
-	CHECK(!ibv_create_qp(pd, &raw) && errno == EOPNOTSUPP, "a RAW_PACKET QP: not EOPNOTSUPP (errno %d)", errno);
+	CHECK(!ibv_create_qp(pd, &raw) && errno == (privileged ? EOPNOTSUPP : EPERM),
+	      "a RAW_PACKET QP: errno %d", errno);
+	/* Without CAP_NET_RAW, EPERM before anything (kernel ib_uverbs). */
+	if (privileged) {
+		net_raw(0);
+		errno = 0;
+		CHECK(!ibv_create_qp(pd, &raw) && errno == EPERM,
+		      "a RAW_PACKET QP without CAP_NET_RAW: not EPERM (errno %d)", errno);
+		net_raw(1);
+	}
 
 	/* A GID index past the table. */
 	union ibv_gid gid;
