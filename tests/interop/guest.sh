@@ -738,10 +738,44 @@ give_up_run() {
     for f in srv cli; do tail -n 4 "$log/$f" | sed "s/^/    $f: /"; done
   fi
 }
+# orphaned_run NAME SERVER_SIDE CLIENT_SIDE: the server side accepts and
+# dies before the RTU (the client side takes the REP only once the server
+# is gone). The REJ of REP_SENT in its name (both comm IDs; the kernel's
+# rdma_cm destroys a dead process's ids, softverbs' daemon sends it for
+# a dead client) must end the client's connection (cm_give_up.c
+# "outlives").
+orphaned_run() {
+  local name=$1 s_side=$2 c_side=$3
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local pre dev gid addr s_pre c_pre srv_addr fifos=$log/give_up
+  side "$s_side" ipv4; s_pre=("${pre[@]}")
+  side "$c_side" ipv4; c_pre=("${pre[@]}")
+  srv_addr=$(cm_address "$s_side" ipv4)
+  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  local prog=${CM_GIVE_UP:-cm_give_up-not-built}
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" server "$srv_addr" "$port" \
+    "$fifos/ready" "$fifos/req" "$fifos/gone" dies > "$log/srv" 2>&1 &
+  local srv=$! crc src
+  "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" client "$srv_addr" "$port" \
+    "$fifos/ready" "$fifos/req" outlives "$fifos/gone" > "$log/cli" 2>&1 &
+  local cli=$!
+  wait $srv; src=$?
+  timeout "$CASE_TIMEOUT" sh -c 'printf x > "$1"' _ "$fifos/gone"
+  wait $cli; crc=$?
+  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "^give up ok" "$log/cli"; then
+    pass=$((pass + 1)); echo "ok   $name: $(grep -o 'give up ok.*' "$log/cli")"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (server: $(status $src), client: $(status $crc))"
+    for f in srv cli; do tail -n 4 "$log/$f" | sed "s/^/    $f: /"; done
+  fi
+}
 give_up_run "rdma_cm: rxe's client gives up its REQ (softverbs server)" softverbs rxe0 gives-up
 give_up_run "rdma_cm: rxe's client dies with its REQ unanswered (softverbs server)" softverbs rxe0 dies
 give_up_run "rdma_cm: softverbs' client gives up its REQ (rxe server)" rxe0 softverbs gives-up
 give_up_run "rdma_cm: softverbs' client dies with its REQ unanswered (rxe server)" rxe0 softverbs dies
+orphaned_run "rdma_cm: softverbs' server dies after its REP (rxe client)" softverbs rxe0
+orphaned_run "rdma_cm: rxe's server dies after its REP (softverbs client)" rxe0 softverbs
 
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3

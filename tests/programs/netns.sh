@@ -7,8 +7,9 @@
 # rdma_server/rdma_client, rdma_xserver/rdma_xclient, cmtime,
 # ib_write_bw -z, rstream and riostream, iperf through rdma-core's
 # librspreload.so, qperf -cm1, fi_pingpong (libfabric's verbs and
-# verbs;ofi_rxm), mckey, and an active side that gives up its REQ or
-# dies with it: the IB CM between the two namespaces' daemons). Needs root (to
+# verbs;ofi_rxm), mckey, an active side that gives up its REQ or dies
+# with it, and a passive side that dies after its REP: the IB CM between
+# the two namespaces' daemons). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -330,9 +331,30 @@ give_up_across() {
   [ "$src" = 0 ] && ! grep -q "^give up ok" "$log/srv" && src="0 without the server's result"
   pair_case "$name" "$crc" "$src"
 }
+# A passive side in A that dies after its REP, before the RTU (the client
+# in B takes the REP only once the server is gone): A's daemon, told of
+# the REP, sends the REJ of REP_SENT in its name across to B, ending the
+# client's connection (cm_give_up.c "outlives").
+orphaned_across() {
+  local name=$1 port=$2 fifos=$log/give_up
+  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
+    timeout 30 "$log/cm_give_up" server "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone" dies \
+    > "$log/srv" 2>&1 &
+  local srv=$! crc src
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+    timeout 30 "$log/cm_give_up" client "$ip_a" "$port" "$fifos/ready" "$fifos/req" outlives "$fifos/gone" \
+    > "$log/cli" 2>&1 &
+  local cli=$!
+  wait $srv; src=$?
+  timeout 30 sh -c 'printf x > "$1"' _ "$fifos/gone"
+  wait $cli; crc=$?
+  pair_case "$name" "$crc" "$src" "^give up ok"
+}
 if cc -O1 -o "$log/cm_give_up" "$(dirname "$(readlink -f "$0")")/cm_give_up.c" -lrdmacm -libverbs 2> "$log/cc"; then
   give_up_across "an active side that gives up its REQ, between namespaces" gives-up 7486
   give_up_across "an active side dead with its REQ unanswered, between namespaces" dies 7487
+  orphaned_across "a passive side dead after its REP, before the RTU, between namespaces" 7488
 else
   fail=$((fail + 1)); echo "FAIL an active side that gives up its REQ (compile)"; cat "$log/cc"
 fi

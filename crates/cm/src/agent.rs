@@ -127,6 +127,14 @@ pub trait PortSpace {
     fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
         let _ = (from, to, comm_id, ca_guid, tid);
     }
+    /// A REP of comm ID `comm_id`, answering the REQ of `remote_comm_id`,
+    /// is about to go from device address `from` to `to`: whoever
+    /// outlives this process rejects it in its name, should the process
+    /// end before the RTU comes, and disconnects after it (the daemon).
+    /// Nothing to do where nobody outlives it.
+    fn replying(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, remote_comm_id: u32) {
+        let _ = (from, to, comm_id, remote_comm_id);
+    }
 }
 
 /// A MAD to send to QP1 of `dst`, from `src`.
@@ -286,7 +294,7 @@ impl Agent {
             cmd::RESOLVE_ADDR => self.resolve_addr(&c, ports),
             cmd::CONNECT => self.connect(now, &c, ports),
             cmd::LISTEN => self.listen(&c, ports),
-            cmd::ACCEPT => self.accept(now, &c),
+            cmd::ACCEPT => self.accept(now, &c, ports),
             cmd::REJECT => self.reject(&c),
             cmd::DISCONNECT => self.disconnect(now, &c),
             cmd::INIT_QP_ATTR => self.init_qp_attr(&c),
@@ -867,7 +875,12 @@ impl Agent {
         Ok(Reply::Done)
     }
 
-    fn accept(&mut self, now: Nanos, c: &Command<'_>) -> Result<Reply, i32> {
+    fn accept(
+        &mut self,
+        now: Nanos,
+        c: &Command<'_>,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
         let uid = c.u64(8)?;
         let param = ConnParam::parse(c, 16)?;
         let handle = c.u32(288)?;
@@ -889,7 +902,7 @@ impl Agent {
             return Ok(Reply::Done);
         }
         match (state, param.valid) {
-            (State::ReqRcvd, true) => self.send_rep(now, handle, uid, &param),
+            (State::ReqRcvd, true) => self.send_rep(now, handle, uid, &param, ports),
             // librdmacm's ACCEPT after CONNECT_RESPONSE: the RTU.
             (State::RepRcvd, false) => {
                 let id = self.id(handle)?.clone();
@@ -912,6 +925,7 @@ impl Agent {
         handle: u32,
         uid: u64,
         param: &ConnParam,
+        ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
         if param.private_data.len() > REP_PRIVATE_DATA_LEN {
             return Err(EINVAL);
@@ -946,6 +960,10 @@ impl Agent {
         // requester's, Max CM Retries times (the kernel's cm_req_handler).
         let every = iba_time(id.conn.peer_response_timeout);
         let retries = id.conn.peer_max_cm_retries;
+        // Should this process die before the RTU, the daemon rejects the
+        // REP in our name; told first, so that it knows the connection
+        // before any RTU can pass it.
+        ports.replying(src, dst, rep.local_comm_id, rep.remote_comm_id);
         self.send(src, dst, mad);
         self.arm(handle, mad, now, every, retries);
         Ok(Reply::Done)

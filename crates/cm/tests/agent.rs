@@ -23,6 +23,17 @@ struct Ports {
     next: u16,
     /// Destinations the route lookup refuses, with its errno.
     no_route: Vec<(IpAddr, i32)>,
+    /// What the daemon was told of the CM messages sent.
+    told: Vec<Told>,
+}
+
+/// What the agent tells the daemon of a REQ or REP it sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Told {
+    /// From, to, comm ID, CA GUID, transaction.
+    Requesting(IpAddr, IpAddr, u32, u64, u64),
+    /// From, to, comm ID, remote comm ID.
+    Replying(IpAddr, IpAddr, u32, u32),
 }
 
 impl PortSpace for Ports {
@@ -52,6 +63,14 @@ impl PortSpace for Ports {
             Some(&(_, errno)) => Err(errno),
             None => Ok(()),
         }
+    }
+    fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
+        let told = Told::Requesting(from, to, comm_id, ca_guid, tid);
+        self.told.push(told);
+    }
+    fn replying(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, remote_comm_id: u32) {
+        let told = Told::Replying(from, to, comm_id, remote_comm_id);
+        self.told.push(told);
     }
 }
 
@@ -920,6 +939,43 @@ fn a_client_destroyed_after_the_accept_rejects_the_servers_id() {
 
 /// A server destroyed after its REP rejects as the consumer, naming both
 /// IDs, as the kernel's CM does (not "timeout", which names a REQ).
+/// Rule: the daemon, which outlives the process, is told of each REQ and
+/// REP the process sends, with what it needs to end them in the
+/// process's name (the kernel's CM outlives a process and destroys its
+/// ids): a REQ's comm ID, CA GUID and transaction, a REP's two comm IDs.
+#[test]
+fn the_daemon_is_told_of_each_req_and_rep_sent() {
+    let server = Side::new("10.0.0.2", 0x20);
+    let (mut client, mut server, _) = connecting(server, Side::new("10.0.0.1", 0x10), b"");
+    let req = client.agent.poll_mad().expect("the REQ");
+    let (header, CmMessage::Req(m)) = CmMessage::parse_mad(&req.mad).unwrap() else {
+        panic!("not a REQ");
+    };
+    let told = Told::Requesting(
+        client.ip,
+        server.ip,
+        m.local_comm_id,
+        m.local_ca_guid,
+        header.tid,
+    );
+    assert_eq!(client.ports.told, [told]);
+    assert_eq!(
+        m.local_ca_guid, 0x0200_0000_0000_0010,
+        "the device's node GUID"
+    );
+    server.agent.handle_mad(0, req.src, req.dst, &req.mad);
+    let sid = server.event().id;
+    assert_eq!(server.ports.told, []);
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    let rep = server.agent.poll_mad().expect("the REP");
+    let (_, CmMessage::Rep(r)) = CmMessage::parse_mad(&rep.mad).unwrap() else {
+        panic!("not a REP");
+    };
+    assert_eq!(r.remote_comm_id, m.local_comm_id);
+    let told = Told::Replying(server.ip, client.ip, r.local_comm_id, r.remote_comm_id);
+    assert_eq!(server.ports.told, [told]);
+}
+
 #[test]
 fn a_server_destroyed_after_its_rep_rejects_the_client() {
     let (mut client, mut server, cid, sid) = requested(b"");

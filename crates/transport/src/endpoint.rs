@@ -198,6 +198,11 @@ impl Endpoint {
         self.session.requesting(peer, comm_id, ca_guid, tid)
     }
 
+    /// Tells the daemon a CM REP went to `peer` ([`Session::replying`]).
+    pub fn replying(&mut self, peer: IpAddr, comm_id: u32, remote_comm_id: u32) -> io::Result<()> {
+        self.session.replying(peer, comm_id, remote_comm_id)
+    }
+
     /// Sends `mad` to QP1 at `dst` (UDP 4791) from this endpoint's socket,
     /// as one datagram ([`crate::gsi::gsi_packet`]). `EAFNOSUPPORT` when
     /// `dst` is of the other IP family than the endpoint's address.

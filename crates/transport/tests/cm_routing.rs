@@ -424,10 +424,7 @@ fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
     assert_eq!(next_mad(&mut b).1, sent);
 
     a.send_gsi(h.ip, &gave_up(requester + 1)).unwrap();
-    let IpAddr::V4(v4) = h.ip else { unreachable!() };
-    let [x, y, z, w] = v4.octets();
-    let elsewhere = Ipv4Addr::new(x, y, z, if w == 1 { 2 } else { w - 1 });
-    let raw = UdpSocket::bind(SocketAddr::new(elsewhere.into(), 0)).unwrap();
+    let raw = UdpSocket::bind(SocketAddr::new(another_host(&h), 0)).unwrap();
     let to = SocketAddr::new(h.ip, 4791);
     let forged = gsi_packet(raw.local_addr().unwrap(), to, &gave_up(requester)).unwrap();
     raw.send_to(&forged, to).unwrap();
@@ -474,9 +471,7 @@ fn a_client_gone_gives_up_its_unanswered_reqs() {
     b.send_gsi(h.ip, &mad(CmMessage::Rep(rep), 3)).unwrap();
     next_mad(&mut a);
     // A peer on another host (another loopback address, its own 4791).
-    let IpAddr::V4(v4) = h.ip else { unreachable!() };
-    let [x, y, z, w] = v4.octets();
-    let elsewhere = IpAddr::V4(Ipv4Addr::new(x, y, z, if w == 1 { 2 } else { w - 1 }));
+    let elsewhere = another_host(&h);
     let far = UdpSocket::bind(SocketAddr::new(elsewhere, 4791)).unwrap();
     a.requesting(elsewhere, far_away, guid, 79).unwrap();
     assert_eq!(
@@ -516,11 +511,7 @@ fn a_client_gone_gives_up_its_unanswered_reqs() {
         ),
         (answered, rep.local_comm_id, 28)
     );
-    far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = [0u8; 512];
-    let (n, from) = far.recv_from(&mut buf).unwrap();
-    let m = parse_gsi(from, far.local_addr().unwrap(), &buf[..n]).expect("a GSI packet");
-    let (header, CmMessage::Rej(rej)) = CmMessage::parse_mad(&m).unwrap() else {
+    let (from, header, CmMessage::Rej(rej)) = far_cm(&far) else {
         panic!("not a REJ");
     };
     assert_eq!((from.ip(), header.tid), (h.ip, 79));
@@ -799,11 +790,86 @@ fn the_active_side_of_a_passive_one_gone_before_the_rtu_gets_a_rej() {
         (rej.local_comm_id, rej.remote_comm_id),
         (rep.local_comm_id, rep.remote_comm_id)
     );
-    assert_eq!((rej.message_rejected, rej.reason), (MessageKind::Rep, 28));
+    // REP_SENT is none of the states `cm_format_rej` names: "other".
+    assert_eq!((rej.message_rejected, rej.reason), (MessageKind::Other, 28));
     assert_eq!(
         (dreq.local_comm_id, dreq.remote_comm_id),
         (rep.local_comm_id, rep.remote_comm_id)
     );
+}
+
+/// An address of the host's loopback network other than `h`'s: a peer on
+/// another host, as far as `h`'s daemon knows.
+fn another_host(h: &Host) -> IpAddr {
+    let IpAddr::V4(v4) = h.ip else { unreachable!() };
+    let [x, y, z, w] = v4.octets();
+    IpAddr::V4(Ipv4Addr::new(x, y, z, if w == 1 { 2 } else { w - 1 }))
+}
+
+/// The next CM message `far` (a peer's QP1) receives within 5 s, and
+/// where it came from.
+fn far_cm(far: &UdpSocket) -> (SocketAddr, MadHeader, CmMessage) {
+    far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 512];
+    let (n, from) = far.recv_from(&mut buf).unwrap();
+    let m = parse_gsi(from, far.local_addr().unwrap(), &buf[..n]).expect("a GSI packet");
+    let (header, message) = CmMessage::parse_mad(&m).unwrap();
+    (from, header, message)
+}
+
+/// Rule (the kernel's `cm_destroy_id` in REP_SENT), for an active side on
+/// another host, whose RTU the daemon would see but whose REP it does
+/// not: a passive client tells the daemon of its REP, and if it dies
+/// before the RTU, the active side gets a REJ of the REP with both comm
+/// IDs, then a DREQ, and no REJ of its REQ; once the RTU came, a DREQ
+/// alone.
+#[test]
+fn the_active_side_elsewhere_of_a_passive_one_gone_gets_a_rej() {
+    let h = host();
+    let mut a = h.endpoint();
+    a.reserve(TCP, h.ip, 18515).unwrap();
+    a.listen(TCP, h.ip, 18515).unwrap();
+    let far = UdpSocket::bind(SocketAddr::new(another_host(&h), 4791)).unwrap();
+    let to = SocketAddr::new(h.ip, 4791);
+    let (first, second) = (0x00ab_0001, 0x00ab_0002);
+    for requester in [first, second] {
+        let sent = req(requester, PortSpace::Tcp, 18515);
+        let packet = gsi_packet(far.local_addr().unwrap(), to, &sent).unwrap();
+        far.send_to(&packet, to).unwrap();
+        assert_eq!(next_mad(&mut a).1, sent);
+    }
+    let (ours_first, ours_second) = (comm_id(&a, 1), comm_id(&a, 2));
+    let far_ip = another_host(&h);
+    a.replying(far_ip, ours_first, first).unwrap();
+    a.replying(far_ip, ours_second, second).unwrap();
+    // The second connection's RTU comes.
+    let rtu = CmRtu {
+        local_comm_id: second,
+        remote_comm_id: ours_second,
+        ..CmRtu::default()
+    };
+    let packet = gsi_packet(far.local_addr().unwrap(), to, &mad(CmMessage::Rtu(rtu), 5)).unwrap();
+    far.send_to(&packet, to).unwrap();
+    next_mad(&mut a);
+    drop(a);
+
+    let mut got: Vec<CmMessage> = (0..3).map(|_| far_cm(&far).2).collect();
+    got.sort_by_key(|m| format!("{m:?}"));
+    let [CmMessage::Dreq(d1), CmMessage::Dreq(d2), CmMessage::Rej(rej)] = got[..] else {
+        panic!("not two DREQs and a REJ: {got:?}");
+    };
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id, rej.reason),
+        (ours_first, first, 28)
+    );
+    assert_eq!(rej.message_rejected, MessageKind::Other);
+    let mut dreqs = [
+        (d1.local_comm_id, d1.remote_comm_id),
+        (d2.local_comm_id, d2.remote_comm_id),
+    ];
+    dreqs.sort();
+    assert_eq!(dreqs, [(ours_first, first), (ours_second, second)]);
+    assert_eq!(h.stats().gsi_answered, 3, "nothing else: no REJ of a REQ");
 }
 
 /// A client that dies after its peer's DREQ came, before its application

@@ -142,6 +142,12 @@ impl PortSpace for Ports<'_> {
             let _ = e.requesting(to, comm_id, ca_guid, tid);
         }
     }
+    fn replying(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, remote_comm_id: u32) {
+        if let Some(e) = self.session(from) {
+            // As for `requesting`: the REP goes out regardless.
+            let _ = e.replying(to, comm_id, remote_comm_id);
+        }
+    }
     /// The kernel's route lookup, as a UDP socket of `from` connecting to
     /// `to` does it (no packet leaves; the port, RoCEv2's, is not looked
     /// at). A socket that cannot be made answers nothing about the route.

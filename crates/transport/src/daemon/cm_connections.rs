@@ -1,13 +1,14 @@
 //! The rdma_cm connections of the daemon's clients, as the CM messages
 //! routed to them tell: a REP or RTU makes one known (a REP between two
-//! clients makes both ends' known), a DREQ from the peer marks it (the
+//! clients makes both ends' known; a client tells of a REP it sends to
+//! another host), a DREQ from the peer marks it (the
 //! peer waits for a DREP), a DREP or REJ ends it. When a client dies, its
 //! peers get the DREQ its rdma_cm would have sent, or the DREP for a DREQ
 //! of theirs (the kernel's rdma_cm outlives a killed process; a client's
 //! does not), or, for a connection without the RTU yet (the client took
 //! the REP but sent no RTU, or sent the REP and got no RTU), a REJ, as
 //! the kernel's CM rejects a REP in REP_RCVD or REP_SENT
-//! (`cm_destroy_id`). The RTU is seen only when it goes to a peer of this
+//! (`cm_destroy_id`). The client's RTU is seen only when it goes to a peer of this
 //! host (through the daemon); one to another host is taken as sent. Time
 //! comes from the caller, so the marks' expiry is tested without waiting.
 
@@ -36,6 +37,19 @@ pub(super) struct CmPeer {
     pub slot: usize,
 }
 
+/// How far a client's connection got, as the daemon saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// The client took the peer's REP; its RTU has not passed the daemon
+    /// yet (the kernel's CM in REP_RCVD).
+    RepTaken,
+    /// The client sent its REP; the peer's RTU has not come (REP_SENT).
+    RepSent,
+    /// The RTU went out or came (or cannot be seen going out): the
+    /// connection is established on both sides.
+    Established,
+}
+
 /// What the peer of a dead client's connection gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Farewell {
@@ -43,8 +57,9 @@ pub(super) enum Farewell {
     Dreq,
     /// The DREP for its DREQ of transaction `tid`.
     Drep { tid: u64 },
-    /// A REJ of its REP: the client took the REP and died before its RTU.
-    Rej,
+    /// A REJ: the client died before the RTU, having taken the peer's
+    /// REP ([`Stage::RepTaken`]) or sent its own ([`Stage::RepSent`]).
+    Rej(Stage),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -54,9 +69,7 @@ struct Connection {
     /// a DREP, which the client sends when its application destroys the
     /// id or disconnects, and the daemon if the client dies first.
     dreq: Option<(u64, Instant)>,
-    /// The client's RTU went out (or cannot be seen going out): the
-    /// connection is established on the peer's side too.
-    rtu_sent: bool,
+    stage: Stage,
 }
 
 /// The connections, by our end's comm ID.
@@ -69,10 +82,8 @@ pub(super) struct CmConnections {
 }
 
 impl CmConnections {
-    /// Connection `ours` to `peer` is known (a REP or RTU); `rtu_sent`
-    /// unless the client took the peer's REP and the daemon will see its
-    /// RTU go to the peer ([`CmConnections::rtu_passed`]).
-    pub(super) fn connected(&mut self, ours: u32, peer: CmPeer, rtu_sent: bool) {
+    /// Connection `ours` to `peer` is known (a REP or RTU), at `stage`.
+    pub(super) fn connected(&mut self, ours: u32, peer: CmPeer, stage: Stage) {
         if self.by_ours.len() >= CONNECTIONS_MAX && !self.by_ours.contains_key(&ours) {
             // Full (connections that ended unseen): one goes, so new ones
             // are still known.
@@ -85,7 +96,7 @@ impl CmConnections {
             Connection {
                 peer,
                 dreq: None,
-                rtu_sent,
+                stage,
             },
         );
     }
@@ -94,7 +105,7 @@ impl CmConnections {
     /// this host.
     pub(super) fn rtu_passed(&mut self, ours: u32) {
         if let Some(c) = self.by_ours.get_mut(&ours) {
-            c.rtu_sent = true;
+            c.stage = Stage::Established;
         }
     }
 
@@ -161,8 +172,10 @@ impl CmConnections {
                 continue;
             };
             match c.dreq {
-                None if !c.rtu_sent => farewells.push((ours, c.peer, Farewell::Rej)),
-                None => farewells.push((ours, c.peer, Farewell::Dreq)),
+                None if c.stage == Stage::Established => {
+                    farewells.push((ours, c.peer, Farewell::Dreq));
+                }
+                None => farewells.push((ours, c.peer, Farewell::Rej(c.stage))),
                 Some((tid, at)) if now.duration_since(at) < DREQ_ANSWERED_WITHIN => {
                     farewells.push((ours, c.peer, Farewell::Drep { tid }));
                 }
@@ -200,8 +213,8 @@ mod tests {
     fn a_dead_clients_peer_gets_a_dreq_or_the_drep_it_waits_for() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
-        c.connected(2, peer(102), true);
+        c.connected(1, peer(101), Stage::Established);
+        c.connected(2, peer(102), Stage::Established);
         c.dreq_came(2, 0xabc, t0);
         let mut got = c.take_dead(all, t0 + Duration::from_secs(1));
         got.sort_by_key(|&(ours, ..)| ours);
@@ -216,21 +229,26 @@ mod tests {
     }
 
     /// Rule (the kernel's `cm_destroy_id`): a REP the client took and had
-    /// not answered with its RTU is rejected; once the RTU passed, the
-    /// connection is ended with a DREQ.
+    /// not answered with its RTU, or one it sent that no RTU answered, is
+    /// rejected; once the RTU passed, the connection is ended with a DREQ.
     #[test]
     fn a_rep_left_unanswered_is_rejected_and_an_answered_one_disconnected() {
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), false);
-        c.connected(2, peer(102), false);
+        c.connected(1, peer(101), Stage::RepTaken);
+        c.connected(2, peer(102), Stage::RepTaken);
         c.rtu_passed(2);
+        c.connected(3, peer(103), Stage::RepSent);
+        c.connected(4, peer(104), Stage::RepSent);
+        c.connected(4, peer(104), Stage::Established);
         let mut got = c.take_dead(all, Instant::now());
         got.sort_by_key(|&(ours, ..)| ours);
         assert_eq!(
             got,
             [
-                (1, peer(101), Farewell::Rej),
-                (2, peer(102), Farewell::Dreq)
+                (1, peer(101), Farewell::Rej(Stage::RepTaken)),
+                (2, peer(102), Farewell::Dreq),
+                (3, peer(103), Farewell::Rej(Stage::RepSent)),
+                (4, peer(104), Farewell::Dreq)
             ]
         );
     }
@@ -238,8 +256,8 @@ mod tests {
     #[test]
     fn only_the_dead_clients_connections_go() {
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
-        c.connected(0x1000_0001, peer(102), true);
+        c.connected(1, peer(101), Stage::Established);
+        c.connected(0x1000_0001, peer(102), Stage::Established);
         let got = c.take_dead(|ours| ours >> 28 == 1, Instant::now());
         assert_eq!(got, [(0x1000_0001, peer(102), Farewell::Dreq)]);
         assert_eq!(c.len(), 1);
@@ -249,7 +267,7 @@ mod tests {
     fn a_peer_that_stopped_waiting_gets_nothing() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
+        c.connected(1, peer(101), Stage::Established);
         c.dreq_came(1, 7, t0);
         let late = t0 + DREQ_ANSWERED_WITHIN;
         assert_eq!(c.take_dead(all, late), []);
@@ -259,7 +277,7 @@ mod tests {
     fn a_resent_dreq_keeps_the_first_mark() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
+        c.connected(1, peer(101), Stage::Established);
         c.dreq_came(1, 7, t0);
         c.dreq_came(1, 7, t0 + DREQ_ANSWERED_WITHIN / 2);
         let after_first = t0 + DREQ_ANSWERED_WITHIN;
@@ -270,8 +288,8 @@ mod tests {
     fn expired_marks_are_forgotten_when_the_next_dreq_comes() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
-        c.connected(2, peer(102), true);
+        c.connected(1, peer(101), Stage::Established);
+        c.connected(2, peer(102), Stage::Established);
         c.dreq_came(1, 7, t0);
         c.dreq_came(2, 8, t0 + DREQ_ANSWERED_WITHIN);
         assert_eq!(c.len(), 1, "connection 1's peer no longer waits");
@@ -283,7 +301,7 @@ mod tests {
     fn expired_marks_are_forgotten_at_the_next_cm_message() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
+        c.connected(1, peer(101), Stage::Established);
         c.dreq_came(1, 7, t0);
         c.expire(t0 + DREQ_ANSWERED_WITHIN / 2);
         assert_eq!(c.len(), 1, "its peer may still wait");
@@ -295,11 +313,11 @@ mod tests {
     fn an_old_mark_spares_a_later_connection_of_the_same_id() {
         let t0 = Instant::now();
         let mut c = CmConnections::default();
-        c.connected(1, peer(101), true);
+        c.connected(1, peer(101), Stage::Established);
         c.dreq_came(1, 7, t0);
         c.ended(1);
-        c.connected(1, peer(201), true);
-        c.connected(2, peer(102), true);
+        c.connected(1, peer(201), Stage::Established);
+        c.connected(2, peer(102), Stage::Established);
         c.dreq_came(2, 8, t0 + DREQ_ANSWERED_WITHIN);
         assert_eq!(c.len(), 2, "the new connection 1 stays");
         let mut got = c.take_dead(|ours| ours == 1, t0 + DREQ_ANSWERED_WITHIN);
@@ -311,9 +329,9 @@ mod tests {
     fn a_full_table_still_learns_new_connections() {
         let mut c = CmConnections::default();
         for ours in 0..CONNECTIONS_MAX as u32 {
-            c.connected(ours, peer(ours), true);
+            c.connected(ours, peer(ours), Stage::Established);
         }
-        c.connected(u32::MAX, peer(1), true);
+        c.connected(u32::MAX, peer(1), Stage::Established);
         assert_eq!(c.len(), CONNECTIONS_MAX);
         let got = c.take_dead(|ours| ours == u32::MAX, Instant::now());
         assert_eq!(got, [(u32::MAX, peer(1), Farewell::Dreq)]);

@@ -60,8 +60,8 @@ pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Protocol version: a daemon refuses a client of another version.
 /// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
 /// `Listen`, `Release` and `Port` (and the daemon's routing of QP1);
-/// version 4 `Requesting`.
-pub const VERSION: u16 = 4;
+/// version 4 `Requesting`; version 5 `Replying`.
+pub const VERSION: u16 = 5;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -73,6 +73,7 @@ const RESERVE: u8 = 7;
 const LISTEN: u8 = 8;
 const RELEASE: u8 = 9;
 const REQUESTING: u8 = 10;
+const REPLYING: u8 = 11;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
 const DONE: u8 = 0x83;
@@ -168,6 +169,19 @@ pub enum Request {
         ca_guid: u64,
         tid: u64,
     },
+    /// The context sent a CM REP to QP1 at `peer`: should it end before
+    /// the peer's RTU comes, the daemon rejects the REP in its name (a
+    /// REJ "consumer defined" with both comm IDs), and once the RTU came,
+    /// disconnects (a DREQ), as for a connection whose RTU it saw.
+    /// Answered with `Done`, or refused with `EINVAL` when `comm_id` is
+    /// not in one of the context's blocks.
+    Replying {
+        /// Where the REP went.
+        peer: IpAddr,
+        /// The REP's local and remote comm IDs.
+        comm_id: u32,
+        remote_comm_id: u32,
+    },
 }
 
 /// The daemon's reply.
@@ -243,6 +257,19 @@ fn get_requesting(b: &[u8]) -> Option<Request> {
     })
 }
 
+/// A `Replying` record after its tag: the peer (17 bytes), then the
+/// local and remote comm IDs.
+fn get_replying(b: &[u8]) -> Option<Request> {
+    if b.len() != 17 + 4 + 4 {
+        return None;
+    }
+    Some(Request::Replying {
+        peer: get_ip(&b[..17])?,
+        comm_id: u32::from_le_bytes(b[17..21].try_into().ok()?),
+        remote_comm_id: u32::from_le_bytes(b[21..25].try_into().ok()?),
+    })
+}
+
 fn bad(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -301,6 +328,16 @@ impl Request {
                 out.extend_from_slice(&ca_guid.to_le_bytes());
                 out.extend_from_slice(&tid.to_le_bytes());
             }
+            Request::Replying {
+                peer,
+                comm_id,
+                remote_comm_id,
+            } => {
+                out.push(REPLYING);
+                put_ip(&mut out, *peer);
+                out.extend_from_slice(&comm_id.to_le_bytes());
+                out.extend_from_slice(&remote_comm_id.to_le_bytes());
+            }
         }
         out
     }
@@ -351,6 +388,7 @@ impl Request {
                 Ok(Request::Release { ps, ip, port })
             }
             Some(&REQUESTING) => get_requesting(&b[1..]).ok_or(bad("bad requesting")),
+            Some(&REPLYING) => get_replying(&b[1..]).ok_or(bad("bad replying")),
             _ => Err(bad("unknown request")),
         }
     }
@@ -550,17 +588,21 @@ mod tests {
             ca_guid: 0x0200_0000_0000_0042,
             tid: u64::MAX - 1,
         };
-        let bytes = requesting.encode();
-        assert_eq!(Request::decode(&bytes).unwrap(), requesting);
-        for cut in 0..bytes.len() {
-            assert!(
-                Request::decode(&bytes[..cut]).is_err(),
-                "requesting cut {cut}"
-            );
+        let replying = Request::Replying {
+            peer: "10.0.0.2".parse().unwrap(),
+            comm_id: 0x0030_0008,
+            remote_comm_id: 0x1234_5678,
+        };
+        for r in [requesting, replying] {
+            let bytes = r.encode();
+            assert_eq!(Request::decode(&bytes).unwrap(), r);
+            for cut in 0..bytes.len() {
+                assert!(Request::decode(&bytes[..cut]).is_err(), "{r:?} cut {cut}");
+            }
+            let mut long = bytes.clone();
+            long.push(0);
+            assert!(Request::decode(&long).is_err(), "{r:?} extended");
         }
-        let mut long = bytes.clone();
-        long.push(0);
-        assert!(Request::decode(&long).is_err(), "requesting extended");
         let replies = [
             Reply::Block(4095),
             Reply::Refused(98, "in use".into()),

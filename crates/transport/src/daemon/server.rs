@@ -27,7 +27,7 @@
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
-use super::cm_connections::{CmConnections, CmPeer, Farewell};
+use super::cm_connections::{CmConnections, CmPeer, Farewell, Stage};
 use super::cm_requests::{CmRequests, RoutedRequest, SentRequest};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
 use super::record;
@@ -509,6 +509,11 @@ impl Daemon {
                 ca_guid,
                 tid,
             } => (self.requesting(id, peer, comm_id, ca_guid, tid), Vec::new()),
+            Request::Replying {
+                peer,
+                comm_id,
+                remote_comm_id,
+            } => (self.replying(id, peer, comm_id, remote_comm_id), Vec::new()),
             request => (self.answer_group(id, request), Vec::new()),
         }
     }
@@ -1264,8 +1269,7 @@ impl Daemon {
     }
 
     /// Keeps a REQ client `id` sent (`cm_requests.rs`), for the REJ the
-    /// daemon sends in its name should it end first. The comm ID must be
-    /// of the client's blocks, as the REJ will be from its address.
+    /// daemon sends in its name should it end first.
     fn requesting(
         &mut self,
         id: usize,
@@ -1274,26 +1278,61 @@ impl Daemon {
         ca_guid: u64,
         tid: u64,
     ) -> Reply {
+        let local = match self.sender_of(id, comm_id) {
+            Ok(local) => local,
+            Err(refused) => return refused,
+        };
+        let request = SentRequest {
+            local,
+            peer,
+            comm_id,
+            ca_guid,
+            tid,
+        };
+        self.cm_requests
+            .sent
+            .insert(comm_id, request, Instant::now());
+        Reply::Done
+    }
+
+    /// Keeps the connection whose REP client `id` sent (before the REP
+    /// goes out: `cm_connections.rs`), for the REJ, or once its RTU came
+    /// the DREQ, that the daemon sends in its name should it end first.
+    /// The daemon sees the REP itself only when it goes to a peer of this
+    /// host; one to another host passes no daemon. The request it answers
+    /// is answered: no REJ of the REQ for it.
+    fn replying(&mut self, id: usize, peer: IpAddr, comm_id: u32, remote_comm_id: u32) -> Reply {
+        let local = match self.sender_of(id, comm_id) {
+            Ok(local) => local,
+            Err(refused) => return refused,
+        };
+        let Some(slot) = self.find(local) else {
+            return Reply::Refused(libc::EADDRNOTAVAIL, format!("no socket on {local}"));
+        };
+        self.cm_requests.routed.remove((peer, remote_comm_id));
+        let port = udp_port();
+        let active = CmPeer {
+            comm_id: remote_comm_id,
+            addr: SocketAddr::new(peer, port),
+            local: SocketAddr::new(local, port),
+            slot,
+        };
+        self.cm.connected(comm_id, active, Stage::RepSent);
+        Reply::Done
+    }
+
+    /// The address client `id` sends CM messages of comm ID `comm_id`
+    /// from; refused unless the comm ID is of the client's blocks, as the
+    /// messages the daemon sends in its name will be from its address.
+    fn sender_of(&self, id: usize, comm_id: u32) -> Result<IpAddr, Reply> {
         let block = usize::from(gsi::block_of_comm_id(comm_id));
         let local = self.clients.get(&id).and_then(|c| c.ip);
         match local {
-            Some(local) if self.owners.get(block) == Some(&Some(id)) => {
-                let request = SentRequest {
-                    local,
-                    peer,
-                    comm_id,
-                    ca_guid,
-                    tid,
-                };
-                self.cm_requests
-                    .sent
-                    .insert(comm_id, request, Instant::now());
-                Reply::Done
-            }
-            _ => Reply::Refused(
+            Some(local) if self.owners.get(block) == Some(&Some(id)) => Ok(local),
+            _ => Err(Reply::Refused(
                 libc::EINVAL,
                 format!("comm ID {comm_id:#x} is not of this context's blocks"),
-            ),
+            )),
         }
     }
 
@@ -1321,8 +1360,13 @@ impl Daemon {
                 // from here on (and, if its REQ passed here, its peer's).
                 self.cm_requests.sent.remove(m.remote_comm_id);
                 self.cm_requests.routed.remove((dst.ip(), m.remote_comm_id));
+                // The client's RTU to a peer of this host will pass here.
+                let stage = match peer_slot {
+                    Some(_) => Stage::RepTaken,
+                    None => Stage::Established,
+                };
                 self.cm
-                    .connected(m.remote_comm_id, peer(m.local_comm_id), peer_slot.is_none());
+                    .connected(m.remote_comm_id, peer(m.local_comm_id), stage);
                 // A passive side on this host is known from its REP too:
                 // should it die before the RTU reaches it, the active side
                 // gets the REJ the kernel's CM sends for a REP it had sent
@@ -1337,7 +1381,7 @@ impl Daemon {
                         local,
                         slot,
                     };
-                    self.cm.connected(m.local_comm_id, active, false);
+                    self.cm.connected(m.local_comm_id, active, Stage::RepSent);
                 }
             }
             CmMessage::Rtu(m) => {
@@ -1345,7 +1389,7 @@ impl Daemon {
                 self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
                 self.cm.rtu_passed(m.local_comm_id);
                 self.cm
-                    .connected(m.remote_comm_id, peer(m.local_comm_id), true)
+                    .connected(m.remote_comm_id, peer(m.local_comm_id), Stage::Established)
             }
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
@@ -1386,11 +1430,17 @@ impl Daemon {
                     };
                     self.farewell(&peer, &CmMessage::Drep(drep), tid);
                 }
-                Farewell::Rej => {
+                Farewell::Rej(stage) => {
+                    // As the kernel's `cm_format_rej`: a REP taken is
+                    // the message rejected; one sent, "other".
+                    let message_rejected = match stage {
+                        Stage::RepTaken => MessageKind::Rep,
+                        _ => MessageKind::Other,
+                    };
                     let rej = CmRej {
                         local_comm_id: ours,
                         remote_comm_id: peer.comm_id,
-                        message_rejected: MessageKind::Rep,
+                        message_rejected,
                         reason: rej_reason::CONSUMER_DEFINED,
                         ..Default::default()
                     };
