@@ -196,19 +196,26 @@ pub(crate) fn remote_addr(
     Ok(mr.addr + (va - mr.iova))
 }
 
-/// Checks that `sge` is inside a live MR of `pd` with `need` rights.
-pub(crate) fn local_sge_ok(
+/// Where `sge`'s bytes are, if it is inside a live MR of `pd` with `need`
+/// rights: what to add (wrapping) to an address of the SGE's for the
+/// process's. An lkey names its MR in the MR's iova space, as an rkey
+/// does (`ibv_reg_mr_iova`; the kernel's providers check and translate
+/// local and remote accesses alike); for an MR registered without an iova
+/// the two spaces are one. A zero-length SGE names no memory.
+pub(crate) fn local_sge_shift(
     mrs: &(impl MrLookup + ?Sized),
     pd: PdId,
     sge: &Sge,
     need: AccessFlags,
-) -> bool {
-    sge.length == 0
-        || mrs.mr(sge.lkey).is_some_and(|mr| {
-            mr.pd == pd
-                && mr.access.contains(need)
-                && mr.contains_local(sge.addr, u64::from(sge.length))
-        })
+) -> Option<u64> {
+    if sge.length == 0 {
+        return Some(0);
+    }
+    let mr = mrs.mr(sge.lkey)?;
+    let ok = mr.pd == pd
+        && mr.access.contains(need)
+        && range_inside(sge.addr, u64::from(sge.length), mr.iova, mr.length);
+    ok.then(|| mr.addr.wrapping_sub(mr.iova))
 }
 
 /// The address ranges of a gather or scatter, in order: one per SGE
@@ -232,9 +239,10 @@ pub(crate) fn scatter_plan(
     let mut writable = true;
     let mut covered = 0;
     for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
-        writable = writable && local_sge_ok(mrs, pd, sge, AccessFlags::LOCAL_WRITE);
+        let shift = local_sge_shift(mrs, pd, sge, AccessFlags::LOCAL_WRITE);
+        writable = writable && shift.is_some();
         plan.push(Seg {
-            addr,
+            addr: addr.wrapping_add(shift.unwrap_or(0)),
             len: take as u64,
         });
         covered += take as u64;
@@ -262,11 +270,9 @@ pub(crate) fn gather_plan(
     let mut out = SegPlan::new();
     let mut covered = 0;
     for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
-        if !local_sge_ok(mrs, pd, sge, need) {
-            return Err(LocalAccessError::Protection);
-        }
+        let shift = local_sge_shift(mrs, pd, sge, need).ok_or(LocalAccessError::Protection)?;
         out.push(Seg {
-            addr,
+            addr: addr.wrapping_add(shift),
             len: take as u64,
         });
         covered += take as u64;

@@ -161,6 +161,101 @@ fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
     }
 }
 
+/// Rule (`ibv_reg_mr_iova`): an MR's lkey names its bytes in the MR's
+/// iova space, as its rkey does; the kernel's providers check and
+/// translate local SGEs as they do remote addresses (rxe against
+/// `mr->ibmr.iova`, mlx5 with one start address per mkey). So a WRITE's
+/// gather, a READ's scatter and a receive's scatter through such an MR
+/// use iova addresses, and an SGE at the region's process address is a
+/// local protection error. On the wire and on the same host.
+#[test]
+fn local_sges_name_an_mr_in_its_iova_space() {
+    const IOVA: u64 = 0x2000_0000;
+    let host = |offset| MEM_BASE + 0x10000 + offset;
+    for same_host in [false, true] {
+        let mut p = Pair::on(same_host);
+        let (qa, _) = p.connect(QpType::Rc, Link::default());
+        let access = AccessFlags::LOCAL_WRITE.bits();
+        let key_a =
+            p.a.e
+                .reg_mr(p.a.pd, host(0), 0x2000, IOVA, access)
+                .unwrap()
+                .key;
+        let sge = |key, at, len| Sge {
+            addr: at,
+            length: len,
+            lkey: key,
+        };
+        let data = fill(&mut p.a, 0x10010, 300, 5);
+        let from_iova = [sge(key_a, IOVA + 0x10, 300)];
+        let mut write = wr(1, send_opcode::RDMA_WRITE, &from_iova);
+        write.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x4000,
+            rkey: p.b.key,
+        };
+        let from_va = [sge(key_a, host(0x10), 300)];
+        let mut wrong = wr(2, send_opcode::RDMA_WRITE, &from_va);
+        wrong.rdma = write.rdma;
+        p.a.e.post_send(qa, &write).unwrap();
+        p.run(1000);
+        p.a.e.post_send(qa, &wrong).unwrap();
+        p.run(1000);
+        assert!(
+            same(p.b.mem.slice(MEM_BASE + 0x4000, 300), &data),
+            "same host: {same_host}"
+        );
+        let done: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(
+            done[..2],
+            [(1, WcStatus::Success), (2, WcStatus::LocProtErr)]
+        );
+
+        // A READ into the MR and a SEND received into B's, on a new pair
+        // (the protection error ended that connection).
+        let mut p2 = Pair::on(same_host);
+        let (qa, qb2) = p2.connect(QpType::Rc, Link::default());
+        let key_a =
+            p2.a.e
+                .reg_mr(p2.a.pd, host(0), 0x2000, IOVA, access)
+                .unwrap()
+                .key;
+        let key_b =
+            p2.b.e
+                .reg_mr(p2.b.pd, host(0), 0x2000, IOVA, access)
+                .unwrap()
+                .key;
+        let wanted = fill(&mut p2.b, 0x5000, 200, 9);
+        let into_iova = [sge(key_a, IOVA + 0x100, 200)];
+        let mut read = wr(3, send_opcode::RDMA_READ, &into_iova);
+        read.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x5000,
+            rkey: p2.b.key,
+        };
+        let recv_sge = [sge(key_b, IOVA + 0x800, 64)];
+        p2.b.e
+            .post_recv(
+                qb2,
+                &RecvWr {
+                    wr_id: 4,
+                    sg_list: &recv_sge,
+                },
+            )
+            .unwrap();
+        let sent = fill(&mut p2.a, 0x600, 64, 3);
+        let send_sge = [p2.a.sge(0x600, 64)];
+        p2.a.e.post_send(qa, &read).unwrap();
+        p2.a.e
+            .post_send(qa, &wr(5, send_opcode::SEND, &send_sge))
+            .unwrap();
+        p2.run(1000);
+        assert!(same(p2.a.mem.slice(host(0x100), 200), &wanted));
+        assert!(same(p2.b.mem.slice(host(0x800), 64), &sent));
+        let done: Vec<_> = p2.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(done, [(3, WcStatus::Success), (5, WcStatus::Success)]);
+        assert_eq!(p2.b.poll()[0].status, WcStatus::Success);
+    }
+}
+
 /// WR 1: a FETCH_AND_ADD of 2 to B's 8 bytes at 0x100, which it sets to
 /// 40, the original value into `sge`.
 fn add_two<'a>(p: &mut Pair, sge: &'a [Sge]) -> SendWr<'a> {
