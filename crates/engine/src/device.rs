@@ -128,6 +128,10 @@ pub const LINK_LAYER_ETHERNET: u8 = 2;
 pub const PHYS_STATE_LINK_UP: u8 = 5;
 /// `ibv_port_cap_flags` bit IBV_PORT_IP_BASED_GIDS.
 pub const PORT_IP_BASED_GIDS: u32 = 1 << 26;
+/// `ibv_port_cap_flags` bit IBV_PORT_CM_SUP: the port runs the
+/// communication manager (rdma_cm's connections through QP1), as rxe's
+/// and mlx5's RoCE ports say.
+pub const PORT_CM_SUP: u32 = 1 << 16;
 
 /// The fields of `struct ibv_port_attr`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -405,7 +409,7 @@ impl DeviceConfig {
             max_mtu: Mtu::Mtu4096,
             active_mtu: cfg.active_mtu,
             gid_tbl_len: self.limits.gid_tbl_len,
-            port_cap_flags: PORT_IP_BASED_GIDS,
+            port_cap_flags: PORT_CM_SUP | PORT_IP_BASED_GIDS,
             max_msg_sz: self.limits.max_msg_sz,
             bad_pkey_cntr: 0,
             qkey_viol_cntr: 0,

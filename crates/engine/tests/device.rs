@@ -44,6 +44,9 @@ fn port_is_active_roce_with_v2_gid() {
     assert!(p.max_msg_sz > 0x1000);
     assert_eq!(p.pkey_tbl_len, 1);
     assert_eq!(p.lid, 0);
+    // As rxe's (RXE_PORT_PORT_CAP_FLAGS) and mlx5's RoCE ports: the CM
+    // runs on QP1, the GIDs are IP addresses.
+    assert_eq!(p.port_cap_flags, PORT_CM_SUP | PORT_IP_BASED_GIDS);
     let gid = e.query_gid(1, 0).unwrap();
     assert_eq!(gid.to_string(), "0000:0000:0000:0000:0000:ffff:7f00:0001");
     assert!(
