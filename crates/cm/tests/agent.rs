@@ -1436,6 +1436,17 @@ fn notify_answers_as_the_kernels_cm() {
     assert_eq!(notify(&mut server, sid, 4), Err(106), "EISCONN");
     assert_eq!(notify(&mut server, sid, 6), Ok(()), "PATH_MIG");
     assert_eq!(notify(&mut server, sid, 11), Err(EINVAL), "LID_CHANGE");
+    // A UD id has no connection to establish: its CM id is a SIDR one,
+    // which `cm_establish` refuses on both sides.
+    let (mut client, mut server, cid) = ud_pair(true);
+    client.connect(cid, 0x333, b"");
+    exchange(&mut client, &mut server);
+    let sid = server.event().id;
+    server.accept(sid, 300, 0x444, b"", true).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(client.event().event, event::ESTABLISHED);
+    assert_eq!(notify(&mut client, cid, 4), Err(EINVAL), "UD, active");
+    assert_eq!(notify(&mut server, sid, 4), Err(EINVAL), "UD, passive");
 }
 
 /// REJECT as the kernel's `cm_send_rej_locked`: also after the REP went
