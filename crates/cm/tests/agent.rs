@@ -937,8 +937,6 @@ fn a_client_destroyed_after_the_accept_rejects_the_servers_id() {
     assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, sid, 4));
 }
 
-/// A server destroyed after its REP rejects as the consumer, naming both
-/// IDs, as the kernel's CM does (not "timeout", which names a REQ).
 /// Rule: the daemon, which outlives the process, is told of each REQ and
 /// REP the process sends, with what it needs to end them in the
 /// process's name (the kernel's CM outlives a process and destroys its
@@ -976,6 +974,8 @@ fn the_daemon_is_told_of_each_req_and_rep_sent() {
     assert_eq!(server.ports.told, [told]);
 }
 
+/// A server destroyed after its REP rejects as the consumer, naming both
+/// IDs, as the kernel's CM does (not "timeout", which names a REQ).
 #[test]
 fn a_server_destroyed_after_its_rep_rejects_the_client() {
     let (mut client, mut server, cid, sid) = requested(b"");

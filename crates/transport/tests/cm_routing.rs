@@ -872,6 +872,83 @@ fn the_active_side_elsewhere_of_a_passive_one_gone_gets_a_rej() {
     assert_eq!(h.stats().gsi_answered, 3, "nothing else: no REJ of a REQ");
 }
 
+/// A REQ from `far` to `e`'s listener on `port`, passed to `e`; the REQ.
+fn request_from(
+    h: &Host,
+    far: &UdpSocket,
+    e: &mut Endpoint,
+    requester: u32,
+    port: u16,
+) -> [u8; MAD_LEN] {
+    e.reserve(TCP, h.ip, port).unwrap();
+    e.listen(TCP, h.ip, port).unwrap();
+    let sent = req(requester, PortSpace::Tcp, port);
+    send_from(h, far, &sent);
+    assert_eq!(next_mad(e).1, sent);
+    sent
+}
+
+/// Sends `mad` from `far` (a peer's QP1) to `h`'s daemon.
+fn send_from(h: &Host, far: &UdpSocket, mad: &[u8; MAD_LEN]) {
+    let to = SocketAddr::new(h.ip, 4791);
+    let packet = gsi_packet(far.local_addr().unwrap(), to, mad).unwrap();
+    far.send_to(&packet, to).unwrap();
+}
+
+/// A request its holder answered with a REP stays its: the REQ sent again
+/// (the REP lost or late) reaches it after its listener went, as the
+/// kernel's CM matches a duplicate REQ before any listener, and so does
+/// the REJ "timeout" of a requester that gave up before the REP reached
+/// it. Another client telling of a REP for it changes nothing.
+#[test]
+fn a_request_answered_with_a_rep_stays_its_holders() {
+    let h = host();
+    let (mut b, mut stranger) = (h.endpoint(), h.endpoint());
+    let far = UdpSocket::bind(SocketAddr::new(another_host(&h), 4791)).unwrap();
+    let requester = 0x00cd_0001;
+    let sent = request_from(&h, &far, &mut b, requester, 18530);
+    let far_ip = another_host(&h);
+    stranger
+        .replying(far_ip, comm_id(&stranger, 1), requester)
+        .unwrap();
+    b.replying(far_ip, comm_id(&b, 1), requester).unwrap();
+    b.release(TCP, h.ip, 18530).unwrap();
+    send_from(&h, &far, &sent);
+    assert_eq!(next_mad(&mut b).1, sent, "the REQ sent again");
+    send_from(&h, &far, &gave_up(requester));
+    assert_eq!(next_mad(&mut b).1, gave_up(requester), "the give-up");
+    quiet(&mut [&mut stranger]);
+}
+
+/// Another client cannot take a request from its holder by telling of a
+/// REP for it: the holder's death still rejects the REQ.
+#[test]
+fn a_rep_told_by_another_client_leaves_the_request_to_its_holder() {
+    let h = host();
+    let (mut b, mut stranger) = (h.endpoint(), h.endpoint());
+    let far = UdpSocket::bind(SocketAddr::new(another_host(&h), 4791)).unwrap();
+    let requester = 0x00cd_0002;
+    request_from(&h, &far, &mut b, requester, 18531);
+    let far_ip = another_host(&h);
+    stranger
+        .replying(far_ip, comm_id(&stranger, 1), requester)
+        .unwrap();
+    drop(b);
+    let (_, _, CmMessage::Rej(rej)) = far_cm(&far) else {
+        panic!("not a REJ");
+    };
+    assert_eq!(
+        (
+            rej.local_comm_id,
+            rej.remote_comm_id,
+            rej.message_rejected,
+            rej.reason
+        ),
+        (0, requester, MessageKind::Req, 28)
+    );
+    quiet(&mut [&mut stranger]);
+}
+
 /// A client that dies after its peer's DREQ came, before its application
 /// destroyed the id (qperf 0.4.11's server crashes right there): the
 /// daemon sends the peer the DREP the kernel's rdma_cm sends when a dead

@@ -8,8 +8,9 @@
 //! does not), or, for a connection without the RTU yet (the client took
 //! the REP but sent no RTU, or sent the REP and got no RTU), a REJ, as
 //! the kernel's CM rejects a REP in REP_RCVD or REP_SENT
-//! (`cm_destroy_id`). The client's RTU is seen only when it goes to a peer of this
-//! host (through the daemon); one to another host is taken as sent. Time
+//! (`cm_destroy_id`). The client's RTU is seen only when it goes to a
+//! peer of this host (through the daemon); one to another host is taken
+//! as sent. Time
 //! comes from the caller, so the marks' expiry is tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
@@ -58,8 +59,9 @@ pub(super) enum Farewell {
     /// The DREP for its DREQ of transaction `tid`.
     Drep { tid: u64 },
     /// A REJ: the client died before the RTU, having taken the peer's
-    /// REP ([`Stage::RepTaken`]) or sent its own ([`Stage::RepSent`]).
-    Rej(Stage),
+    /// REP (`rep_taken`, [`Stage::RepTaken`]) or sent its own
+    /// ([`Stage::RepSent`]).
+    Rej { rep_taken: bool },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -175,7 +177,10 @@ impl CmConnections {
                 None if c.stage == Stage::Established => {
                     farewells.push((ours, c.peer, Farewell::Dreq));
                 }
-                None => farewells.push((ours, c.peer, Farewell::Rej(c.stage))),
+                None => {
+                    let rep_taken = c.stage == Stage::RepTaken;
+                    farewells.push((ours, c.peer, Farewell::Rej { rep_taken }));
+                }
                 Some((tid, at)) if now.duration_since(at) < DREQ_ANSWERED_WITHIN => {
                     farewells.push((ours, c.peer, Farewell::Drep { tid }));
                 }
@@ -245,9 +250,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                (1, peer(101), Farewell::Rej(Stage::RepTaken)),
+                (1, peer(101), Farewell::Rej { rep_taken: true }),
                 (2, peer(102), Farewell::Dreq),
-                (3, peer(103), Farewell::Rej(Stage::RepSent)),
+                (3, peer(103), Farewell::Rej { rep_taken: false }),
                 (4, peer(104), Farewell::Dreq)
             ]
         );

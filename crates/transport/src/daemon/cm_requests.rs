@@ -21,9 +21,9 @@
 //! REJ "timeout" for each REQ it sent that no REP or REJ answered (a
 //! client tells the daemon of each, `Request::Requesting`:
 //! [`CmRequests::sent`]), and a REJ "consumer defined" for each REQ it
-//! was passed that no RTU, REP or REJ ended (the kernel's `cm_destroy_id` in
-//! REQ_RCVD). Time comes from the caller, so expiry is tested without
-//! waiting.
+//! was passed that no RTU, REP or REJ ended and it did not answer with a
+//! REP of its own (the kernel's `cm_destroy_id` in REQ_RCVD). Time comes
+//! from the caller, so expiry is tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -59,6 +59,10 @@ pub(super) struct RoutedRequest {
     /// The address it came to (the listener's) and its transaction ID.
     pub dst: IpAddr,
     pub tid: u64,
+    /// The client answered it with a REP (`Request::Replying`): should it
+    /// die, the REJ of its REP goes, not one of the REQ. The entry stays,
+    /// for the REQ sent again or given up while the REP is on its way.
+    pub replied: bool,
 }
 
 /// The REQs known to the daemon.
@@ -106,6 +110,13 @@ impl<K: Copy + Eq + Hash, V: Copy + PartialEq> Expiring<K, V> {
     pub(super) fn get(&mut self, key: K, now: Instant) -> Option<V> {
         self.expire(now);
         self.entries.get(&key).map(|&(v, _)| v)
+    }
+
+    /// What `key` is, to change in place (its time stays), if made within
+    /// [`REQUEST_ANSWERED_WITHIN`] of `now`.
+    pub(super) fn get_mut(&mut self, key: K, now: Instant) -> Option<&mut V> {
+        self.expire(now);
+        self.entries.get_mut(&key).map(|(v, _)| v)
     }
 
     /// Forgets `key` (its REQ was answered).
@@ -170,6 +181,7 @@ mod tests {
             client,
             dst: ip("10.0.0.9"),
             tid: 1,
+            replied: false,
         }
     }
 

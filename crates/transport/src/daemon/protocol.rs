@@ -174,7 +174,8 @@ pub enum Request {
     /// REJ "consumer defined" with both comm IDs), and once the RTU came,
     /// disconnects (a DREQ), as for a connection whose RTU it saw.
     /// Answered with `Done`, or refused with `EINVAL` when `comm_id` is
-    /// not in one of the context's blocks.
+    /// not in one of the context's blocks (`EADDRNOTAVAIL` when the daemon
+    /// has no socket on the context's address).
     Replying {
         /// Where the REP went.
         peer: IpAddr,

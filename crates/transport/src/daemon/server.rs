@@ -1248,6 +1248,7 @@ impl Daemon {
                 client,
                 dst: dst.ip(),
                 tid: header.tid,
+                replied: false,
             };
             self.cm_requests
                 .routed
@@ -1299,8 +1300,10 @@ impl Daemon {
     /// goes out: `cm_connections.rs`), for the REJ, or once its RTU came
     /// the DREQ, that the daemon sends in its name should it end first.
     /// The daemon sees the REP itself only when it goes to a peer of this
-    /// host; one to another host passes no daemon. The request it answers
-    /// is answered: no REJ of the REQ for it.
+    /// host; one to another host passes no daemon. The request it answers,
+    /// if passed to this client, gets no REJ of the REQ any more, but its
+    /// entry stays: a REQ sent again, or a REJ of a requester that gives
+    /// up before the REP reaches it, still goes to the client.
     fn replying(&mut self, id: usize, peer: IpAddr, comm_id: u32, remote_comm_id: u32) -> Reply {
         let local = match self.sender_of(id, comm_id) {
             Ok(local) => local,
@@ -1309,7 +1312,13 @@ impl Daemon {
         let Some(slot) = self.find(local) else {
             return Reply::Refused(libc::EADDRNOTAVAIL, format!("no socket on {local}"));
         };
-        self.cm_requests.routed.remove((peer, remote_comm_id));
+        let request = self
+            .cm_requests
+            .routed
+            .get_mut((peer, remote_comm_id), Instant::now());
+        if let Some(r) = request.filter(|r| r.client == id) {
+            r.replied = true;
+        }
         let port = udp_port();
         let active = CmPeer {
             comm_id: remote_comm_id,
@@ -1430,12 +1439,13 @@ impl Daemon {
                     };
                     self.farewell(&peer, &CmMessage::Drep(drep), tid);
                 }
-                Farewell::Rej(stage) => {
+                Farewell::Rej { rep_taken } => {
                     // As the kernel's `cm_format_rej`: a REP taken is
                     // the message rejected; one sent, "other".
-                    let message_rejected = match stage {
-                        Stage::RepTaken => MessageKind::Rep,
-                        _ => MessageKind::Other,
+                    let message_rejected = if rep_taken {
+                        MessageKind::Rep
+                    } else {
+                        MessageKind::Other
                     };
                     let rej = CmRej {
                         local_comm_id: ours,
@@ -1511,11 +1521,13 @@ impl Daemon {
         }
     }
 
-    /// Client `id` is gone: the requesters whose REQs it was passed and
-    /// that no RTU or REJ ended get the REJ "consumer defined" the
+    /// Client `id` is gone: its requests are forgotten, and the
+    /// requesters whose REQs it was passed and that no RTU or REJ ended,
+    /// nor a REP of its own answered, get the REJ "consumer defined" the
     /// kernel's CM sends when a request's id is destroyed
     /// (`cm_destroy_id` in REQ_RCVD: of the REQ, no comm ID of ours), so
-    /// that they are rejected now instead of after their retries.
+    /// that they are rejected now instead of after their retries. (One it
+    /// answered gets the REJ of the REP: `disconnect_peers_of`.)
     fn reject_requests_of(&mut self, id: usize) {
         use softverbs_wire::cm::{rej_reason, CmMessage, CmRej, MessageKind};
         let of_dead = |_, r: RoutedRequest| r.client == id;
@@ -1523,7 +1535,8 @@ impl Daemon {
             .cm_requests
             .routed
             .take_with_keys(of_dead, Instant::now());
-        for ((requester, comm_id), r) in requests {
+        let unanswered = requests.into_iter().filter(|(_, r)| !r.replied);
+        for ((requester, comm_id), r) in unanswered {
             let Some(slot) = self.find(r.dst) else {
                 continue;
             };
