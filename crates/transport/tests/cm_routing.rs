@@ -11,7 +11,7 @@ use softverbs_transport::endpoint::{Endpoint, Receiver};
 use softverbs_transport::gsi::{comm_ids_of, gsi_packet, parse_gsi};
 use softverbs_transport::DaemonAddress;
 use softverbs_wire::cm::{
-    ip_service_id, CmDreq, CmMessage, CmRej, CmRep, CmReq, CmRtu, CmSidrRep, CmSidrReq,
+    ip_service_id, CmDrep, CmDreq, CmMessage, CmRej, CmRep, CmReq, CmRtu, CmSidrRep, CmSidrReq,
     MessageKind, PortSpace,
 };
 use softverbs_wire::mad::{MadHeader, MAD_LEN};
@@ -893,6 +893,52 @@ fn send_from(h: &Host, far: &UdpSocket, mad: &[u8; MAD_LEN]) {
     let to = SocketAddr::new(h.ip, 4791);
     let packet = gsi_packet(far.local_addr().unwrap(), to, mad).unwrap();
     far.send_to(&packet, to).unwrap();
+}
+
+/// Both ends disconnecting at once, the passive client dying right
+/// after (`ib_write_bw -R`'s server exits as it disconnects): the DREP
+/// of its DREQ passes the daemon after the peer's crossing DREQ, which
+/// still waits for the client's DREP; the daemon sends it when the client
+/// goes (it had forgotten the connection at the DREP, and the peer
+/// resent its DREQ for half a minute).
+#[test]
+fn a_crossing_dreq_is_answered_when_its_client_goes() {
+    let h = host();
+    let (mut active, mut passive) = (h.endpoint(), h.endpoint());
+    let (ours, theirs) = (comm_id(&passive, 3), comm_id(&active, 4));
+    let rtu = CmRtu {
+        local_comm_id: theirs,
+        remote_comm_id: ours,
+        ..CmRtu::default()
+    };
+    active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
+    next_mad(&mut passive);
+    let dreq = CmDreq {
+        local_comm_id: theirs,
+        remote_comm_id: ours,
+        ..CmDreq::default()
+    };
+    let drep = CmDrep {
+        local_comm_id: theirs,
+        remote_comm_id: ours,
+        ..CmDrep::default()
+    };
+    active
+        .send_gsi(h.ip, &mad(CmMessage::Dreq(dreq), 10))
+        .unwrap();
+    active
+        .send_gsi(h.ip, &mad(CmMessage::Drep(drep), 11))
+        .unwrap();
+    next_mads(&mut passive, 2);
+    drop(passive);
+    let (header, CmMessage::Drep(answer)) = next_cm(&mut active) else {
+        panic!("not a DREP");
+    };
+    assert_eq!(header.tid, 10, "the DREQ's transaction");
+    assert_eq!(
+        (answer.local_comm_id, answer.remote_comm_id),
+        (ours, theirs)
+    );
 }
 
 /// A request its holder answered with a REP stays its: the REQ sent again

@@ -2,7 +2,8 @@
 //! routed to them tell: a REP or RTU makes one known (a REP between two
 //! clients makes both ends' known; a client tells of a REP it sends to
 //! another host), a DREQ from the peer marks it (the
-//! peer waits for a DREP), a DREP or REJ ends it. When a client dies, its
+//! peer waits for a DREP), a REJ ends it, and so does a DREP unless the
+//! peer's DREQ crossed the client's. When a client dies, its
 //! peers get the DREQ its rdma_cm would have sent, or the DREP for a DREQ
 //! of theirs (the kernel's rdma_cm outlives a killed process; a client's
 //! does not), or, for a connection without the RTU yet (the client took
@@ -111,9 +112,20 @@ impl CmConnections {
         }
     }
 
-    /// Connection `ours` ended (a DREP or REJ).
+    /// Connection `ours` ended (a REJ).
     pub(super) fn ended(&mut self, ours: u32) {
         self.by_ours.remove(&ours);
+    }
+
+    /// The DREP of the client's DREQ came: the connection ended, unless
+    /// the peer's own DREQ crossed the client's (both ends disconnected at
+    /// once) and still waits for the client's DREP, which the daemon does
+    /// not see go out: the mark stays for the client's death, as the
+    /// kernel's CM answers a DREQ whichever end asked first.
+    pub(super) fn drep_passed(&mut self, ours: u32) {
+        if self.by_ours.get(&ours).is_some_and(|c| c.dreq.is_none()) {
+            self.by_ours.remove(&ours);
+        }
     }
 
     /// The peer of connection `ours` asks to disconnect (transaction
@@ -255,6 +267,25 @@ mod tests {
                 (3, peer(103), Farewell::Rej { rep_taken: false }),
                 (4, peer(104), Farewell::Dreq)
             ]
+        );
+    }
+
+    /// Both ends disconnecting at once: the DREP of the client's DREQ
+    /// passes after the peer's crossing DREQ; the peer still waits for
+    /// the client's DREP, so a client that dies before it gets one.
+    #[test]
+    fn a_crossing_dreq_still_waits_after_the_clients_drep() {
+        let t0 = Instant::now();
+        let mut c = CmConnections::default();
+        c.connected(1, peer(101), Stage::Established);
+        c.connected(2, peer(102), Stage::Established);
+        c.dreq_came(1, 7, t0);
+        c.drep_passed(1);
+        c.drep_passed(2);
+        assert_eq!(c.len(), 1, "connection 2 ended");
+        assert_eq!(
+            c.take_dead(all, t0),
+            [(1, peer(101), Farewell::Drep { tid: 7 })]
         );
     }
 

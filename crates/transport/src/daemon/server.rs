@@ -1401,7 +1401,7 @@ impl Daemon {
                     .connected(m.remote_comm_id, peer(m.local_comm_id), Stage::Established)
             }
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
-            CmMessage::Drep(m) => self.cm.ended(m.remote_comm_id),
+            CmMessage::Drep(m) => self.cm.drep_passed(m.remote_comm_id),
             CmMessage::Rej(m) => {
                 // A request ends: the client's own REQ, rejected; one
                 // passed to the client, given up by its requester; or one
