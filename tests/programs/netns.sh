@@ -9,7 +9,8 @@
 # librspreload.so, qperf -cm1, fi_pingpong (libfabric's verbs and
 # verbs;ofi_rxm), mckey, an active side that gives up its REQ or dies
 # with it, and a passive side that dies after its REP: the IB CM between
-# the two namespaces' daemons). Needs root (to
+# the two namespaces' daemons; and rping from a host of two devices on
+# two links, through the route's source). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
@@ -362,6 +363,23 @@ fi
 dev_a=$ip6_a; dev_b=$ip6_b
 cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
   rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
+
+# A second link between the hosts, 10.232.0.0/24, and B with a device on
+# each, the other link's first: a client bound to no address takes the
+# source the route picks (10.232.0.2), as the kernel's address resolution
+# does. It took the first device's address, sent out of one link and was
+# answered through the other, which A's strict reverse-path filter drops.
+ip link add "${tag}v" type veth peer name "${tag}w"
+ip link set "${tag}v" netns "$a"; ip link set "${tag}w" netns "$b"
+ip -n "$a" addr add 10.232.0.1/24 dev "${tag}v"; ip -n "$b" addr add 10.232.0.2/24 dev "${tag}w"
+ip -n "$a" link set "${tag}v" up; ip -n "$b" link set "${tag}w" up
+for conf in all "${tag}x" "${tag}v"; do
+  ip netns exec "$a" sysctl -qw "net.ipv4.conf.$conf.rp_filter=1"
+done
+# (cm_across names B's device softverbs0=$dev_b: the second one follows.)
+dev_a=10.232.0.1; dev_b="$ip_b softverbs1=10.232.0.2"
+cm_across "rping from a host of two devices takes the route's source (strict reverse-path filter)" \
+  rping -s -a 10.232.0.1 -p 7476 -C 20 -V -- -c -a 10.232.0.1 -p 7476 -C 20 -V
 
 # A host whose only IPv4 address is loopback's and which has a global IPv6
 # address: glibc's getaddrinfo then gives "127.0.0.1" as the IPv4-mapped

@@ -119,6 +119,13 @@ pub trait PortSpace {
         let _ = (from, to);
         Ok(())
     }
+    /// The source address the host's routing picks for packets to `to`,
+    /// if it picks one (the kernel's address resolution takes it for an
+    /// id bound to no address). Unknown routes pick none.
+    fn source_for(&mut self, to: IpAddr) -> Option<IpAddr> {
+        let _ = to;
+        None
+    }
     /// A REQ of comm ID `comm_id`, CA GUID `ca_guid` and transaction
     /// `tid` went from device address `from` to `to`: whoever outlives
     /// this process gives it up in its name, should the process end with
@@ -616,15 +623,21 @@ impl Agent {
         }
         let (src, dst) = (src.map(canonical), canonical(dst));
         // The device: the bound one, the source's, the destination's when
-        // it is local, else the first of the destination's family. None
-        // for an id bound to a loopback address no device has: nothing
-        // routes from there (its port stays where it was reserved).
+        // it is local, the one of the source the host's routing picks (as
+        // the kernel's `addr4_resolve` and `addr6_resolve` take the
+        // route's source: another device's address would send out of one
+        // interface and have the answers come back through another, which
+        // a strict reverse-path filter drops), else the first of the
+        // destination's family. None for an id bound to a loopback address
+        // no device has: nothing routes from there (its port stays where
+        // it was reserved).
         let loopback_bound =
             id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified());
         let device = id
             .device
             .or_else(|| src.and_then(|s| self.device_of(s.ip())))
             .or_else(|| self.device_of(dst.ip()))
+            .or_else(|| ports.source_for(dst.ip()).and_then(|s| self.device_of(s)))
             .or_else(|| {
                 let family = dst.is_ipv4();
                 self.devices.iter().position(|d| d.ip.is_ipv4() == family)

@@ -25,6 +25,8 @@ struct Ports {
     no_route: Vec<(IpAddr, i32)>,
     /// What the daemon was told of the CM messages sent.
     told: Vec<Told>,
+    /// The source the host's routing picks for a destination.
+    sources: Vec<(IpAddr, IpAddr)>,
 }
 
 /// What the agent tells the daemon of a REQ or REP it sends.
@@ -63,6 +65,12 @@ impl PortSpace for Ports {
             Some(&(_, errno)) => Err(errno),
             None => Ok(()),
         }
+    }
+    fn source_for(&mut self, to: IpAddr) -> Option<IpAddr> {
+        self.sources
+            .iter()
+            .find(|(dst, _)| *dst == to)
+            .map(|&(_, src)| src)
     }
     fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
         let told = Told::Requesting(from, to, comm_id, ca_guid, tid);
@@ -935,6 +943,41 @@ fn a_client_destroyed_after_the_accept_rejects_the_servers_id() {
     server.agent.handle_mad(0, client.ip, server.ip, &real);
     let ev = server.event();
     assert_eq!((ev.event, ev.id, ev.status), (event::REJECTED, sid, 4));
+}
+
+/// Rule (the kernel's `addr4_resolve`, `addr6_resolve`): an id bound to
+/// no address takes the source the host's routing picks for its
+/// destination, and that address's device; the first device's address
+/// would leave through another interface than the answers come back by.
+#[test]
+fn an_unbound_id_takes_the_source_the_route_picks() {
+    let device = |ip: &str, block: u16| Device {
+        node_guid: [0x02, 0, 0, 0, 0, 0, 0, block as u8],
+        ip: ip.parse().unwrap(),
+        comm_block: block,
+        path_mtu: 3,
+    };
+    let mut agent = Agent::new(
+        vec![device("10.77.0.2", 0x10), device("10.78.0.2", 0x11)],
+        1,
+    );
+    agent.open_channel(CH);
+    let (far, near): (IpAddr, IpAddr) =
+        ("10.78.0.1".parse().unwrap(), "10.78.0.2".parse().unwrap());
+    let mut side = Side {
+        agent,
+        ip: near,
+        ports: Ports {
+            sources: vec![(far, near)],
+            ..Ports::default()
+        },
+        now: 0,
+    };
+    let id = side.create(1);
+    side.resolve(id, SocketAddr::new(far, 7471));
+    side.connect(id, 0x111, b"");
+    let req = side.agent.poll_mad().expect("the REQ");
+    assert_eq!((req.src, req.dst), (near, far));
 }
 
 /// Rule: the daemon, which outlives the process, is told of each REQ and
