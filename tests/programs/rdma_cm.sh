@@ -214,6 +214,15 @@ SOFTVERBS_SHM=0 SOFTVERBS_STATS=1 rping_data "rping_stats -C 100 -v, SOFTVERBS_S
 counted='^softverbs: softverbs0 \(pid [0-9]+\): [1-9][0-9]* packets sent'
 v=1; grep -Eq "$counted" "$log/rping_stats.cli" && grep -Eq "$counted" "$log/rping_stats.err" && v=0
 report "rping_stats SOFTVERBS_STATS=1: each side prints its data context's counters at exit" $v
+# A configured device whose address is on no interface (192.0.2.1,
+# TEST-NET-1) beside the one used: rdma_cm serves the others and says
+# which address it cannot serve, as the kernel's rdma_cm serves the
+# addresses that are there (it failed the whole process's rdma_cm: no
+# event channel).
+SOFTVERBS_DEVICES="softverbs1=192.0.2.1 softverbs0=$ip" \
+  rping_data "rping_absent -C 100 -v beside a device whose address is on no interface"
+v=1; grep -q "no daemon session for 192.0.2.1: .*; its address is not served" "$log/rping_absent.err" && v=0
+report "rping_absent: the device on no interface is named as not served" $v
 
 # rping -V: each ping validated by the client (a mismatch is an error
 # exit), 5000 bytes (several packets of the 1024-byte MTU).

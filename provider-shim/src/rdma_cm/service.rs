@@ -175,15 +175,23 @@ impl Service {
         let daemon = softverbs_config::Config::daemon(crate::daemon_program::find());
         let mut devices = Vec::new();
         let mut endpoints = Vec::new();
+        let mut unserved = Vec::new();
         for p in crate::device::all() {
             let Some(d) = crate::device::soft(p) else {
                 continue;
             };
             let ip = d.config.ip;
-            let endpoint = Endpoint::open(ip, &daemon).map_err(|e| {
-                let why = crate::context::daemon_trouble(&e);
-                format!("rdma_cm: no daemon session for {ip}: {why}")
-            })?;
+            // A device whose address has no session (the address is on no
+            // interface now, say) leaves the others served, as the
+            // kernel's rdma_cm serves the addresses that are there.
+            let endpoint = match Endpoint::open(ip, &daemon) {
+                Ok(e) => e,
+                Err(e) => {
+                    let why = crate::context::daemon_trouble(&e);
+                    unserved.push(format!("rdma_cm: no daemon session for {ip}: {why}"));
+                    continue;
+                }
+            };
             let mtu = d.config.device_config(0).ports[0].active_mtu as u8;
             devices.push(Device {
                 node_guid: d.config.guid().to_be_bytes(),
@@ -194,7 +202,13 @@ impl Service {
             endpoints.push((ip, endpoint));
         }
         if devices.is_empty() {
-            return Err("rdma_cm: no softverbs device is configured".into());
+            return Err(match unserved.is_empty() {
+                true => "rdma_cm: no softverbs device is configured".into(),
+                false => unserved.join("; "),
+            });
+        }
+        for why in unserved {
+            softverbs_transport::say!("softverbs: {why}; its address is not served");
         }
         let wake: OwnedFd = nix::sys::eventfd::EventFd::from_value_and_flags(
             0,
