@@ -706,13 +706,18 @@ for listen_addr in 10.12.0.2 0.0.0.0; do
   fi
 done
 
-# give_up_run NAME SERVER_SIDE CLIENT_SIDE MODE: the client side connects
-# and, once the server side has the CONNECT_REQUEST, gives its REQ up
-# before any answer: it destroys its id ("gives-up") or exits ("dies").
-# Its REJ "timeout", as the kernel's CM formats it (its comm ID, its CA
-# GUID in the ARI, no remote comm ID), must end the server's request:
-# its ACCEPT, made once the client has exited, fails with EINVAL or gets
-# REJECTED (cm_give_up.c; FIFOs order the steps).
+# give_up_run NAME SERVER_SIDE CLIENT_SIDE MODE: one side of a connection
+# being set up goes away (cm_give_up.c; FIFOs order the steps). MODE
+# "gives-up" or "dies": the client side connects and, once the server
+# side has the CONNECT_REQUEST, gives its REQ up before any answer: it
+# destroys its id or exits. Its REJ "timeout", as the kernel's CM formats
+# it (its comm ID, its CA GUID in the ARI, no remote comm ID), must end
+# the server's request: its ACCEPT, made once the client has exited,
+# fails with EINVAL or gets REJECTED. MODE "outlives": the server side
+# accepts and dies before the RTU (the client side takes the REP only
+# once the server is gone); the REJ of REP_SENT in its name (both comm
+# IDs; the kernel's rdma_cm destroys a dead process's ids, softverbs'
+# daemon sends it for a dead client) must end the client's connection.
 give_up_run() {
   local name=$1 s_side=$2 c_side=$3 mode=$4
   [[ "$name" =~ $FILTER ]] || return 0
@@ -722,49 +727,24 @@ give_up_run() {
   side "$c_side" ipv4; c_pre=("${pre[@]}")
   srv_addr=$(cm_address "$s_side" ipv4)
   rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
-  local prog=${CM_GIVE_UP:-cm_give_up-not-built}
-  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" server "$srv_addr" "$port" \
-    "$fifos/ready" "$fifos/req" "$fifos/gone" > "$log/srv" 2>&1 &
-  local srv=$! crc src
-  "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" client "$srv_addr" "$port" \
-    "$fifos/ready" "$fifos/req" "$mode" > "$log/cli" 2>&1
-  crc=$?
-  timeout "$CASE_TIMEOUT" sh -c 'printf x > "$1"' _ "$fifos/gone"
-  wait $srv; src=$?
-  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "^give up ok" "$log/srv"; then
-    pass=$((pass + 1)); echo "ok   $name: $(grep -o 'give up ok.*' "$log/srv")"
-  else
-    fail=$((fail + 1)); echo "FAIL $name (server: $(status $src), client: $(status $crc))"
-    for f in srv cli; do tail -n 4 "$log/$f" | sed "s/^/    $f: /"; done
+  local prog=${CM_GIVE_UP:-cm_give_up-not-built} crc src cli srv
+  local s_args=("$srv_addr" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone")
+  local c_args=("$srv_addr" "$port" "$fifos/ready" "$fifos/req" "$mode")
+  # Who goes away writes GONE's byte once it has, for the other, whose
+  # output says the verdict.
+  local first=cli last=srv
+  if [ "$mode" = outlives ]; then
+    s_args+=(dies); c_args+=("$fifos/gone"); first=srv; last=cli
   fi
-}
-# orphaned_run NAME SERVER_SIDE CLIENT_SIDE: the server side accepts and
-# dies before the RTU (the client side takes the REP only once the server
-# is gone). The REJ of REP_SENT in its name (both comm IDs; the kernel's
-# rdma_cm destroys a dead process's ids, softverbs' daemon sends it for
-# a dead client) must end the client's connection (cm_give_up.c
-# "outlives").
-orphaned_run() {
-  local name=$1 s_side=$2 c_side=$3
-  [[ "$name" =~ $FILTER ]] || return 0
-  n=$((n + 1)); port=$((port + 1))
-  local pre dev gid addr s_pre c_pre srv_addr fifos=$log/give_up
-  side "$s_side" ipv4; s_pre=("${pre[@]}")
-  side "$c_side" ipv4; c_pre=("${pre[@]}")
-  srv_addr=$(cm_address "$s_side" ipv4)
-  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
-  local prog=${CM_GIVE_UP:-cm_give_up-not-built}
-  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" server "$srv_addr" "$port" \
-    "$fifos/ready" "$fifos/req" "$fifos/gone" dies > "$log/srv" 2>&1 &
-  local srv=$! crc src
-  "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" client "$srv_addr" "$port" \
-    "$fifos/ready" "$fifos/req" outlives "$fifos/gone" > "$log/cli" 2>&1 &
-  local cli=$!
-  wait $srv; src=$?
+  "${s_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" server "${s_args[@]}" > "$log/srv" 2>&1 &
+  srv=$!
+  "${c_pre[@]}" timeout "$CASE_TIMEOUT" "$prog" client "${c_args[@]}" > "$log/cli" 2>&1 &
+  cli=$!
+  if [ $first = cli ]; then wait $cli; crc=$?; else wait $srv; src=$?; fi
   timeout "$CASE_TIMEOUT" sh -c 'printf x > "$1"' _ "$fifos/gone"
-  wait $cli; crc=$?
-  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "^give up ok" "$log/cli"; then
-    pass=$((pass + 1)); echo "ok   $name: $(grep -o 'give up ok.*' "$log/cli")"
+  if [ $last = srv ]; then wait $srv; src=$?; else wait $cli; crc=$?; fi
+  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -q "^give up ok" "$log/$last"; then
+    pass=$((pass + 1)); echo "ok   $name: $(grep -o 'give up ok.*' "$log/$last")"
   else
     fail=$((fail + 1)); echo "FAIL $name (server: $(status $src), client: $(status $crc))"
     for f in srv cli; do tail -n 4 "$log/$f" | sed "s/^/    $f: /"; done
@@ -774,8 +754,8 @@ give_up_run "rdma_cm: rxe's client gives up its REQ (softverbs server)" softverb
 give_up_run "rdma_cm: rxe's client dies with its REQ unanswered (softverbs server)" softverbs rxe0 dies
 give_up_run "rdma_cm: softverbs' client gives up its REQ (rxe server)" rxe0 softverbs gives-up
 give_up_run "rdma_cm: softverbs' client dies with its REQ unanswered (rxe server)" rxe0 softverbs dies
-orphaned_run "rdma_cm: softverbs' server dies after its REP (rxe client)" softverbs rxe0
-orphaned_run "rdma_cm: rxe's server dies after its REP (softverbs client)" rxe0 softverbs
+give_up_run "rdma_cm: softverbs' server dies after its REP (rxe client)" softverbs rxe0 outlives
+give_up_run "rdma_cm: rxe's server dies after its REP (softverbs client)" rxe0 softverbs outlives
 
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3

@@ -315,47 +315,37 @@ fi
 # An active side in B that gives up its REQ before any answer, or dies
 # with it unanswered: its REJ "timeout" (sent for a dead one by B's
 # daemon, which alone outlives it) crosses to A and ends the server's
-# request, whose ACCEPT then fails or is REJECTED (cm_give_up.c).
+# request, whose ACCEPT then fails or is REJECTED. Or (MODE "outlives") a
+# passive side in A that dies after its REP, before the RTU (the client
+# in B takes the REP only once the server is gone): A's daemon, told of
+# the REP, sends the REJ of REP_SENT in its name across to B, ending the
+# client's connection. cm_give_up.c; whoever goes away writes GONE's
+# byte once it has, for the other, whose output says the verdict.
 give_up_across() {
   local name=$1 mode=$2 port=$3 fifos=$log/give_up
   rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
+  local s_args=("$ip_a" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone")
+  local c_args=("$ip_a" "$port" "$fifos/ready" "$fifos/req" "$mode")
+  local first=cli last=srv crc src srv cli
+  if [ "$mode" = outlives ]; then
+    s_args+=(dies); c_args+=("$fifos/gone"); first=srv; last=cli
+  fi
   ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
-    timeout 30 "$log/cm_give_up" server "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone" \
-    > "$log/srv" 2>&1 &
-  local srv=$! crc src
+    timeout 30 "$log/cm_give_up" server "${s_args[@]}" > "$log/srv" 2>&1 &
+  srv=$!
   ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
-    timeout 30 "$log/cm_give_up" client "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$mode" \
-    > "$log/cli" 2>&1
-  crc=$?
+    timeout 30 "$log/cm_give_up" client "${c_args[@]}" > "$log/cli" 2>&1 &
+  cli=$!
+  if [ $first = cli ]; then wait $cli; crc=$?; else wait $srv; src=$?; fi
   timeout 30 sh -c 'printf x > "$1"' _ "$fifos/gone"
-  wait $srv; src=$?
-  [ "$src" = 0 ] && ! grep -q "^give up ok" "$log/srv" && src="0 without the server's result"
+  if [ $last = srv ]; then wait $srv; src=$?; else wait $cli; crc=$?; fi
+  [ "$src" = 0 ] && [ "$crc" = 0 ] && ! grep -q "^give up ok" "$log/$last" && crc="0 without the result"
   pair_case "$name" "$crc" "$src"
-}
-# A passive side in A that dies after its REP, before the RTU (the client
-# in B takes the REP only once the server is gone): A's daemon, told of
-# the REP, sends the REJ of REP_SENT in its name across to B, ending the
-# client's connection (cm_give_up.c "outlives").
-orphaned_across() {
-  local name=$1 port=$2 fifos=$log/give_up
-  rm -rf "$fifos"; mkdir "$fifos" && mkfifo "$fifos/ready" "$fifos/req" "$fifos/gone"
-  ip netns exec "$a" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_a" \
-    timeout 30 "$log/cm_give_up" server "$ip_a" "$port" "$fifos/ready" "$fifos/req" "$fifos/gone" dies \
-    > "$log/srv" 2>&1 &
-  local srv=$! crc src
-  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
-    timeout 30 "$log/cm_give_up" client "$ip_a" "$port" "$fifos/ready" "$fifos/req" outlives "$fifos/gone" \
-    > "$log/cli" 2>&1 &
-  local cli=$!
-  wait $srv; src=$?
-  timeout 30 sh -c 'printf x > "$1"' _ "$fifos/gone"
-  wait $cli; crc=$?
-  pair_case "$name" "$crc" "$src" "^give up ok"
 }
 if cc -O1 -o "$log/cm_give_up" "$(dirname "$(readlink -f "$0")")/cm_give_up.c" -lrdmacm -libverbs 2> "$log/cc"; then
   give_up_across "an active side that gives up its REQ, between namespaces" gives-up 7486
   give_up_across "an active side dead with its REQ unanswered, between namespaces" dies 7487
-  orphaned_across "a passive side dead after its REP, before the RTU, between namespaces" 7488
+  give_up_across "a passive side dead after its REP, before the RTU, between namespaces" outlives 7488
 else
   fail=$((fail + 1)); echo "FAIL an active side that gives up its REQ (compile)"; cat "$log/cc"
 fi
