@@ -618,7 +618,10 @@ impl Agent {
         ports: &mut dyn PortSpace,
     ) -> Result<Reply, i32> {
         let id = self.id(handle)?;
-        if id.state != State::Idle || id.ib_src.is_some() {
+        // As the kernel's `resolve_prepare_src`: only from IDLE or
+        // ADDR_BOUND; an id already resolved (or resolving) is EINVAL,
+        // and queues no second ADDR_RESOLVED.
+        if id.state != State::Idle || id.ib_src.is_some() || id.addr_resolved {
             return Err(EINVAL);
         }
         let (src, dst) = (src.map(canonical), canonical(dst));
@@ -693,7 +696,9 @@ impl Agent {
             return Err(EINVAL);
         }
         let id = self.id_mut(handle)?;
-        if !id.addr_resolved {
+        // ADDR_RESOLVED only, as the kernel's `rdma_resolve_route`: not
+        // before the address, nor a second time.
+        if !id.addr_resolved || id.route_resolved || id.state != State::Idle {
             return Err(EINVAL);
         }
         // On RoCE the route is the two addresses: nothing to look up.
@@ -746,9 +751,10 @@ impl Agent {
         let backlog = listen_backlog(c.u32(12)?);
         let id = self.id(handle)?;
         if id.state == State::Listening {
-            // A new backlog only, which the kernel sets afresh too.
+            // The kernel's ucma sets the new backlog, then its
+            // `rdma_listen` fails: the id is no longer IDLE or ADDR_BOUND.
             self.id_mut(handle)?.backlog = backlog;
-            return Ok(Reply::Done);
+            return Err(EINVAL);
         }
         if id.state != State::Idle || id.addr_resolved {
             return Err(EINVAL);
@@ -827,6 +833,7 @@ impl Agent {
             .map_err(|_| EINVAL)?;
         let ps = id.ps;
         let qp_type = id.qp_type;
+        let traffic_class = id.tos.unwrap_or(0);
         let comm = self.alloc_comm_id(device);
         let seq = self.rng.u32(..) & 0xFF_FFFF;
         let tid = u64::from(self.rng.u32(..)) << 32 | u64::from(comm);
@@ -858,7 +865,12 @@ impl Agent {
             rnr_retry_count: param.rnr_retry_count.min(7),
             max_cm_retries: MAX_CM_RETRIES,
             srq: param.srq,
-            primary: path(src.ip(), dst.ip()),
+            // The path's traffic class is the id's TOS, as the kernel's
+            // route carries it: the passive side takes it from here.
+            primary: CmPath {
+                traffic_class,
+                ..path(src.ip(), dst.ip())
+            },
             private_data,
             ..CmReq::default()
         };
@@ -915,7 +927,16 @@ impl Agent {
             return Ok(Reply::Done);
         }
         match (state, param.valid) {
-            (State::ReqRcvd, true) => self.send_rep(now, handle, uid, &param, ports),
+            (State::ReqRcvd, true) => {
+                let sent = self.send_rep(now, handle, uid, &param, ports);
+                if sent.is_err() {
+                    // As the kernel's `rdma_accept` on an error: the
+                    // request is rejected (consumer defined), so the
+                    // active side hears REJECTED instead of waiting.
+                    self.reject_request(handle);
+                }
+                sent
+            }
             // librdmacm's ACCEPT after CONNECT_RESPONSE: the RTU.
             (State::RepRcvd, false) => {
                 let id = self.id(handle)?.clone();
@@ -980,6 +1001,19 @@ impl Agent {
         self.send(src, dst, mad);
         self.arm(handle, mad, now, every, retries);
         Ok(Reply::Done)
+    }
+
+    /// Rejects request `handle` in REQ_RCVD as the consumer, with no
+    /// private data, and closes it.
+    fn reject_request(&mut self, handle: u32) {
+        let Some(id) = self.ids.get(&handle).cloned() else {
+            return;
+        };
+        self.send_rej(&id, REJ_CONSUMER, &[], &[]);
+        if let Some(id) = self.ids.get_mut(&handle) {
+            id.state = State::Closed;
+            id.retransmit = None;
+        }
     }
 
     fn reject(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
@@ -1165,11 +1199,29 @@ impl Agent {
             [b] => Ok(*b),
             _ => Err(EINVAL),
         };
+        // IDLE and ADDR_BOUND, as the kernel's states: not resolved, not
+        // listening or connecting; IDLE is also unbound.
+        let bound_at_most = id.state == State::Idle && !id.addr_resolved;
+        let idle = bound_at_most && id.reserved.is_none();
         match (level, name) {
             (0, 0) => id.tos = Some(byte()?),
-            // REUSEADDR, AFONLY: an int each; accepted, and the defaults
+            // REUSEADDR, AFONLY: an int each, refused in the states the
+            // kernel's `rdma_set_reuseaddr` (clearing it only while IDLE,
+            // setting it not while listening) and `rdma_set_afonly` (IDLE
+            // or ADDR_BOUND) refuse; accepted otherwise, and the defaults
             // stay (softverbs' port space has no reuse).
-            (0, 1 | 2) if len == 4 => {}
+            (0, 1) if len == 4 => {
+                let reuse = value.iter().any(|&b| b != 0);
+                let allowed = match reuse {
+                    true => id.state != State::Listening,
+                    false => idle,
+                };
+                if !allowed {
+                    return Err(EINVAL);
+                }
+            }
+            (0, 2) if len == 4 && !bound_at_most => return Err(EINVAL),
+            (0, 2) if len == 4 => {}
             (0, 1 | 2) => return Err(EINVAL),
             (0, 3) if id.qp_type != RC => return Err(EINVAL),
             (0, 3) => id.ack_timeout = Some(byte()?),
@@ -1503,8 +1555,14 @@ impl Agent {
         let peer = id.conn.peer_ip;
         if rep.status != sidr_status::SUCCESS {
             id.state = State::Closed;
-            let ev = EventConn::default();
-            self.notify_id(h, event::UNREACHABLE, i32::from(rep.status), ev);
+            // The rejecter's private data comes with it, as the kernel's
+            // `cma_sidr_rep_handler` hands it before it looks at the
+            // status; no QP, Q_Key or address.
+            let ud = EventUd {
+                private_data: rep.private_data.to_vec(),
+                ..EventUd::default()
+            };
+            self.notify_ud(h, event::UNREACHABLE, i32::from(rep.status), ud);
             return;
         }
         id.state = State::Established;
@@ -1517,10 +1575,10 @@ impl Agent {
             hop_limit: HOP_LIMIT,
             private_data: rep.private_data.to_vec(),
         };
-        self.notify_ud(h, event::ESTABLISHED, ud);
+        self.notify_ud(h, event::ESTABLISHED, 0, ud);
     }
 
-    fn notify_ud(&mut self, handle: u32, kind: u32, ud: EventUd) {
+    fn notify_ud(&mut self, handle: u32, kind: u32, status: i32, ud: EventUd) {
         let Some(id) = self.ids.get(&handle) else {
             return;
         };
@@ -1528,6 +1586,7 @@ impl Agent {
             uid: id.uid,
             id: handle,
             event: kind,
+            status,
             ud: Some(ud),
             ..Event::default()
         };
@@ -1710,6 +1769,9 @@ impl Agent {
             SocketAddr::new(dst, service.port),
             hdr.src,
         );
+        // The REQ's path traffic class is the passive side's too (the
+        // kernel's `cm_format_paths_from_req`): its QP's GRH and route.
+        id.tos = Some(req.primary.traffic_class);
         id.conn = Conn {
             local_comm_id: comm,
             remote_comm_id: req.local_comm_id,

@@ -1310,6 +1310,118 @@ fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
     assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2), "rejected");
 }
 
+/// Rule (the kernel's `cma_sidr_rep_handler`): a SIDR_REP that rejects
+/// hands the rejecter's private data with UNREACHABLE, all 136 bytes.
+#[test]
+fn a_rejected_ud_request_hears_the_rejecters_private_data() {
+    let (mut client, mut server, cid) = ud_pair(true);
+    client.connect(cid, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    let mut b = cmd_buf(cmd::REJECT, 272, 0);
+    put32(&mut b, 8, req.id);
+    b[12] = 5;
+    b[16..21].copy_from_slice(b"no ud");
+    server.ok(&b);
+    exchange(&mut client, &mut server);
+    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
+    put64(&mut g, 8, 1);
+    let Ok(Reply::Respond { bytes, .. }) = client.run(&g) else {
+        panic!("no event");
+    };
+    assert_eq!(get32(&bytes, 12), event::UNREACHABLE);
+    assert_eq!(get32(&bytes, 16), 2, "status: rejected");
+    assert_eq!(&bytes[60..65], b"no ud", "param.ud's private data");
+    assert_eq!(bytes[316], 136, "a SIDR_REP's whole private data");
+}
+
+/// Rule (the kernel's `rdma_accept`): an ACCEPT that fails (a REP's
+/// private data longer than its 196 bytes) rejects the request as the
+/// consumer, so the active side hears REJECTED instead of waiting.
+#[test]
+fn a_failed_accept_rejects_the_request() {
+    let (mut client, mut server, _, sid) = requested(b"");
+    assert_eq!(server.accept(sid, 300, 0x222, &[7; 197], true), Err(EINVAL));
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.status), (event::REJECTED, 28));
+}
+
+/// Rule (the kernel's `resolve_prepare_src`, `rdma_resolve_route`,
+/// `rdma_listen`): an id resolves its address and its route once each,
+/// and listens once; again is EINVAL, and queues no second event.
+#[test]
+fn resolving_or_listening_again_is_einval() {
+    let mut s = Side::new("10.0.0.1", 0x10);
+    let id = s.create(1);
+    s.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    let mut again = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut again[36..64], "10.0.0.2:7471".parse().unwrap());
+    put32(&mut again, 64, id);
+    put32(&mut again, 68, 2000);
+    assert_eq!(s.run(&again), Err(EINVAL), "the address again");
+    let mut route = cmd_buf(cmd::RESOLVE_ROUTE, 16, 0);
+    put32(&mut route, 8, id);
+    put32(&mut route, 12, 2000);
+    assert_eq!(s.run(&route), Err(EINVAL), "the route again");
+    assert!(s.try_event().is_none(), "no second event");
+    let listener = s.create(2);
+    s.bind(listener, "0.0.0.0:7000").unwrap();
+    s.listen(listener);
+    let mut listen = cmd_buf(cmd::LISTEN, 16, 0);
+    put32(&mut listen, 8, listener);
+    put32(&mut listen, 12, 10);
+    assert_eq!(s.run(&listen), Err(EINVAL), "listening again");
+}
+
+/// Rule (the kernel's `rdma_set_reuseaddr`, `rdma_set_afonly`):
+/// REUSEADDR may be cleared only while the id is IDLE (unbound) and not
+/// set while it listens; AFONLY only while IDLE or ADDR_BOUND.
+#[test]
+fn reuseaddr_and_afonly_follow_the_ids_state() {
+    let mut s = Side::new("10.0.0.2", 0x20);
+    let id = s.create(1);
+    let option = |s: &mut Side, name: u32, value: i32| {
+        let mut b = cmd_buf(cmd::SET_OPTION, 32, 0);
+        put32(&mut b, 16, id);
+        put32(&mut b, 24, name);
+        put32(&mut b, 28, 4);
+        b.extend_from_slice(&value.to_ne_bytes());
+        s.run(&b).map(|_| ())
+    };
+    let (reuse, afonly) = (1, 2);
+    assert_eq!(option(&mut s, reuse, 0), Ok(()), "IDLE: clear");
+    s.bind(id, "0.0.0.0:7000").unwrap();
+    assert_eq!(option(&mut s, reuse, 0), Err(EINVAL), "bound: clear");
+    assert_eq!(option(&mut s, reuse, 1), Ok(()), "bound: set");
+    assert_eq!(option(&mut s, afonly, 1), Ok(()), "ADDR_BOUND");
+    s.listen(id);
+    assert_eq!(option(&mut s, reuse, 1), Err(EINVAL), "listening: set");
+    assert_eq!(option(&mut s, afonly, 1), Err(EINVAL), "listening");
+}
+
+/// Rule (the kernel's `cm_format_paths_from_req`): the traffic class of
+/// the active side's TOS travels in the REQ's path, and the passive
+/// side's QP takes it.
+#[test]
+fn the_passive_side_takes_the_traffic_class_of_the_request() {
+    let (mut server, mut client) = (Side::new("10.0.0.2", 0x20), Side::new("10.0.0.1", 0x10));
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    let id = client.create(200);
+    let mut tos = cmd_buf(cmd::SET_OPTION, 32, 0);
+    put32(&mut tos, 16, id);
+    put32(&mut tos, 28, 1);
+    tos.push(0x48);
+    client.ok(&tos);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    client.connect(id, 0x111, b"");
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!(server.qp_attr(req.id, RTR)[62], 0x48, "the traffic class");
+}
+
 #[test]
 fn a_multicast_join_says_how_to_reach_the_group_and_leave_counts_it() {
     let mut s = Side::new("10.0.0.2", 0x20);
