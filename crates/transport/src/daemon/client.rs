@@ -243,11 +243,11 @@ impl Session {
         }
     }
 
-    /// Tells the daemon this session sent a CM REP of comm ID `comm_id`
-    /// (one of its blocks'), answering `remote_comm_id`'s REQ, to
-    /// `peer`: should the session end before the
-    /// peer's RTU comes, the daemon rejects the REP in its name, as the
-    /// kernel's CM does for a dead process's id, and disconnects after it.
+    /// Tells the daemon this session sends a CM REP of comm ID `comm_id`
+    /// (one of its blocks'), answering `remote_comm_id`'s REQ, to `peer`:
+    /// should the session end before the peer's RTU comes, the daemon
+    /// rejects the REP in its name, as the kernel's CM does for a dead
+    /// process's id, and disconnects after it.
     pub fn replying(&mut self, peer: IpAddr, comm_id: u32, remote_comm_id: u32) -> io::Result<()> {
         let request = Request::Replying {
             peer,

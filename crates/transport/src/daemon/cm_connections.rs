@@ -1,18 +1,17 @@
 //! The rdma_cm connections of the daemon's clients, as the CM messages
 //! routed to them tell: a REP or RTU makes one known (a REP between two
 //! clients makes both ends' known; a client tells of a REP it sends to
-//! another host), a DREQ from the peer marks it (the
-//! peer waits for a DREP), a REJ ends it, and so does a DREP unless the
-//! peer's DREQ crossed the client's. When a client dies, its
-//! peers get the DREQ its rdma_cm would have sent, or the DREP for a DREQ
-//! of theirs (the kernel's rdma_cm outlives a killed process; a client's
-//! does not), or, for a connection without the RTU yet (the client took
-//! the REP but sent no RTU, or sent the REP and got no RTU), a REJ, as
-//! the kernel's CM rejects a REP in REP_RCVD or REP_SENT
-//! (`cm_destroy_id`). The client's RTU is seen only when it goes to a
-//! peer of this host (through the daemon); one to another host is taken
-//! as sent. Time
-//! comes from the caller, so the marks' expiry is tested without waiting.
+//! another host), a DREQ from the peer marks it (the peer waits for a
+//! DREP), a REJ ends it, and so does a DREP unless the peer's DREQ
+//! crossed the client's. When a client dies, its peers get the DREQ its
+//! rdma_cm would have sent, or the DREP for a DREQ of theirs (the
+//! kernel's rdma_cm outlives a killed process; a client's does not), or,
+//! for a connection without the RTU yet (the client took the REP but sent
+//! no RTU, or sent the REP and got no RTU), a REJ, as the kernel's CM
+//! rejects a REP in REP_RCVD or REP_SENT (`cm_destroy_id`). The client's
+//! RTU is seen only when it goes to a peer of this host (through the
+//! daemon); one to another host is taken as sent. Time comes from the
+//! caller, so the marks' expiry is tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
