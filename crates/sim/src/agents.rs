@@ -173,7 +173,7 @@ pub fn sges(pieces: &[Piece], lkey: u32) -> Vec<Sge> {
     pieces
         .iter()
         .map(|p| Sge {
-            addr: p.addr,
+            addr: iova(p.addr),
             length: p.len,
             lkey,
         })

@@ -7,9 +7,10 @@ use crate::arena::Arena;
 use softverbs_engine::{AccessFlags, CqId, DeviceConfig, Engine, FlatMemory, Gid, PdId};
 use std::net::Ipv4Addr;
 
-/// Remote peers address a node's memory at its local address plus this:
-/// the MR's iova differs from its address, so an engine that confuses the
-/// two writes to the wrong place and the checker sees it.
+/// Work requests address a node's memory (its own SGEs, as its peers'
+/// remote addresses) at its local address plus this: the MR's iova
+/// differs from its address, so an engine that confuses the two reaches
+/// the wrong place and the checker sees it.
 pub const IOVA_OFFSET: u64 = 0x7700_0000_0000;
 
 /// One host.
@@ -48,7 +49,8 @@ fn send_window(seed: u64) -> u32 {
     }
 }
 
-/// The remote (iova) address of local address `addr`.
+/// The iova address (of SGEs and remote addresses) of local address
+/// `addr`.
 pub fn iova(addr: u64) -> u64 {
     addr + IOVA_OFFSET
 }
