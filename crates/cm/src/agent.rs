@@ -915,12 +915,19 @@ impl Agent {
             if state != State::ReqRcvd {
                 return Err(EINVAL);
             }
-            self.sidr_rep(
+            let answered = self.sidr_rep(
                 handle,
                 sidr_status::SUCCESS,
                 param.qp_num,
                 &param.private_data,
-            )?;
+            );
+            if let Err(e) = answered {
+                // As the kernel's `rdma_accept` on an error: the request
+                // is rejected, so the requester hears UNREACHABLE now.
+                let _ = self.sidr_rep(handle, sidr_status::REJECT, 0, &[]);
+                self.id_mut(handle)?.state = State::Closed;
+                return Err(e);
+            }
             let id = self.id_mut(handle)?;
             id.uid = uid;
             id.state = State::Established;
@@ -1958,13 +1965,20 @@ impl Agent {
                 id.retransmit = None;
                 self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
             }
-            // Both ends disconnected at once: answer, ours is answered too.
-            State::DreqSent => self.send_drep(&id),
+            // Both ends disconnected at once: answer, and take the peer's
+            // DREQ for the answer to ours, as the kernel's CM stops
+            // resending its own DREQ then (`cm_dreq_handler`): the peer
+            // may be gone before it answers (a process that exits as it
+            // disconnects), and the disconnection ends now.
+            State::DreqSent => {
+                self.send_drep(&id);
+                self.notify_id(h, event::DISCONNECTED, 0, EventConn::default());
+                self.enter_timewait(h, now);
+            }
             // Our DREP was lost: send it again.
             State::TimeWait => self.send_drep(&id),
             _ => {}
         }
-        let _ = now;
     }
 
     fn established(&mut self, handle: u32) {

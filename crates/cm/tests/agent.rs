@@ -1335,6 +1335,57 @@ fn a_rejected_ud_request_hears_the_rejecters_private_data() {
     assert_eq!(bytes[316], 136, "a SIDR_REP's whole private data");
 }
 
+/// Rule (the kernel's `cm_dreq_handler`): both ends disconnecting at
+/// once, each takes the other's DREQ as the end of its own: DISCONNECTED
+/// at once and no DREQ sent again, even when the peer, gone (a process
+/// that exits as it disconnects), never answers with its DREP.
+#[test]
+fn crossing_dreqs_end_both_sides_at_once() {
+    let (mut client, mut server, cid, sid) = established();
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    server.simple(cmd::DISCONNECT, sid).unwrap();
+    // The server's DREQ reaches the client; nothing of the server's
+    // comes after it (it exited).
+    let dreq = server.agent.poll_mad().expect("the server's DREQ");
+    while server.agent.poll_mad().is_some() {}
+    client.agent.handle_mad(0, dreq.src, dreq.dst, &dreq.mad);
+    assert_eq!(client.event().event, event::DISCONNECTED);
+    let mut sent = Vec::new();
+    while let Some(m) = client.agent.poll_mad() {
+        sent.push(CmMessage::parse_mad(&m.mad).unwrap().1);
+    }
+    assert!(
+        matches!(sent[..], [CmMessage::Dreq(_), CmMessage::Drep(_)]),
+        "its own DREQ, then the DREP: {sent:?}"
+    );
+    client.now = client.agent.poll_timeout().expect("time-wait");
+    client.agent.handle_timeout(client.now);
+    assert_eq!(
+        client.event().event,
+        event::TIMEWAIT_EXIT,
+        "no DREQ retry first"
+    );
+    assert!(client.agent.poll_mad().is_none(), "its DREQ not sent again");
+}
+
+/// Rule (the kernel's `rdma_accept`): an ACCEPT of a UD request that
+/// fails (a SIDR_REP's private data over its 136 bytes) rejects it, so
+/// the requester hears UNREACHABLE (status 2, rejected) at once.
+#[test]
+fn a_failed_ud_accept_rejects_the_request() {
+    let (mut client, mut server, cid) = ud_pair(true);
+    client.connect(cid, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!(
+        server.accept(req.id, 300, 0x444, &[1; 137], true),
+        Err(EINVAL)
+    );
+    exchange(&mut client, &mut server);
+    let ev = client.event();
+    assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2));
+}
+
 /// Rule (the kernel's `rdma_accept`): an ACCEPT that fails (a REP's
 /// private data longer than its 196 bytes) rejects the request as the
 /// consumer, so the active side hears REJECTED instead of waiting.

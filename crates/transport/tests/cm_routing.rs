@@ -898,9 +898,10 @@ fn send_from(h: &Host, far: &UdpSocket, mad: &[u8; MAD_LEN]) {
 /// Both ends disconnecting at once, the passive client dying right
 /// after (`ib_write_bw -R`'s server exits as it disconnects): the DREP
 /// of its DREQ passes the daemon after the peer's crossing DREQ, which
-/// still waits for the client's DREP; the daemon sends it when the client
-/// goes (it had forgotten the connection at the DREP, and the peer
-/// resent its DREQ for half a minute).
+/// may still wait for the client's DREP; the daemon sends it when the
+/// client goes (it had forgotten the connection at the DREP, and a
+/// softverbs peer, which then kept resending its DREQ, waited half a
+/// minute).
 #[test]
 fn a_crossing_dreq_is_answered_when_its_client_goes() {
     let h = host();

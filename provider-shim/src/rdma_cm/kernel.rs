@@ -288,7 +288,7 @@ impl KernelCm {
             return Ok(false);
         };
         if self.shadows.contains_key(&id) {
-            return Ok(true); // a new backlog for softverbs' only
+            return Ok(true); // shadowed already (a LISTEN succeeds once)
         }
         let file = self.file(channel)?;
         let kernel = create_id(file, uid, ps, qp_type)?;
@@ -485,7 +485,7 @@ fn kernels(c: &Command<'_>, ours: &[IpAddr]) -> bool {
 }
 
 /// The source address the host's routing picks for `dst`.
-fn route_source(dst: SocketAddr) -> Option<IpAddr> {
+pub(super) fn route_source(dst: SocketAddr) -> Option<IpAddr> {
     let any: SocketAddr = match dst {
         SocketAddr::V4(_) => "0.0.0.0:0".parse().ok()?,
         SocketAddr::V6(_) => "[::]:0".parse().ok()?,

@@ -157,16 +157,8 @@ impl PortSpace for Ports<'_> {
         };
         socket.connect(SocketAddr::new(to, 4791)).map_err(errno_of)
     }
-    /// The source a UDP socket bound to no address gets when it connects
-    /// to `to`: the route's (no packet leaves).
     fn source_for(&mut self, to: IpAddr) -> Option<IpAddr> {
-        let any: IpAddr = match to {
-            IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
-            IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
-        };
-        let socket = std::net::UdpSocket::bind(SocketAddr::new(any, 0)).ok()?;
-        socket.connect(SocketAddr::new(to, 4791)).ok()?;
-        socket.local_addr().ok().map(|a| a.ip())
+        super::kernel::route_source(SocketAddr::new(to, 4791))
     }
 }
 

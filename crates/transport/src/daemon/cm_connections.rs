@@ -118,9 +118,10 @@ impl CmConnections {
 
     /// The DREP of the client's DREQ came: the connection ended, unless
     /// the peer's own DREQ crossed the client's (both ends disconnected at
-    /// once) and still waits for the client's DREP, which the daemon does
-    /// not see go out: the mark stays for the client's death, as the
-    /// kernel's CM answers a DREQ whichever end asked first.
+    /// once) and may still wait for the client's DREP, which the daemon
+    /// does not see go out: the mark stays for the client's death (a
+    /// kernel peer stops waiting at a crossing DREQ, a softverbs peer of
+    /// an older build resends its DREQ until answered).
     pub(super) fn drep_passed(&mut self, ours: u32) {
         if self.by_ours.get(&ours).is_some_and(|c| c.dreq.is_none()) {
             self.by_ours.remove(&ours);
