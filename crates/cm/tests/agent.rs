@@ -221,6 +221,17 @@ impl Side {
     fn event(&mut self) -> Ev {
         self.try_event().expect("an event")
     }
+
+    /// The next event's bytes as GET_EVENT writes them (a UD id's
+    /// `param.ud` among them, which [`Ev`] does not read).
+    fn raw_event(&mut self) -> Vec<u8> {
+        let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
+        put64(&mut g, 8, 1);
+        let Ok(Reply::Respond { bytes, .. }) = self.run(&g) else {
+            panic!("no event");
+        };
+        bytes
+    }
 }
 
 #[derive(Debug)]
@@ -1265,11 +1276,7 @@ fn a_ud_id_learns_the_peers_qp_and_qkey_through_sidr() {
         .accept(req.id, 300, 0x444, b"ud world", true)
         .unwrap();
     exchange(&mut client, &mut server);
-    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
-    put64(&mut g, 8, 1);
-    let Ok(Reply::Respond { bytes, .. }) = client.run(&g) else {
-        panic!("no event");
-    };
+    let bytes = client.raw_event();
     assert_eq!(get32(&bytes, 12), event::ESTABLISHED);
     assert_eq!(get32(&bytes, 20), 0x444, "the peer's QP");
     assert_eq!(get32(&bytes, 24), 0x0123_4567, "its Q_Key");
@@ -1286,6 +1293,25 @@ fn a_ud_id_learns_the_peers_qp_and_qkey_through_sidr() {
     assert_eq!(get32(&client.qp_attr(cid, 2), 0), 1, "RTR: the state alone");
 }
 
+/// [`ud_pair`] with a listener, the client's SIDR_REQ taken; returns
+/// (client, server, the server's new id).
+fn ud_requested() -> (Side, Side, u32) {
+    let (mut client, mut server, cid) = ud_pair(true);
+    client.connect(cid, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    (client, server, req.id)
+}
+
+/// The server's REJECT of request `sid`, with `data`.
+fn reject(server: &mut Side, sid: u32, data: &[u8]) {
+    let mut b = cmd_buf(cmd::REJECT, 272, 0);
+    put32(&mut b, 8, sid);
+    b[12] = data.len() as u8;
+    b[16..16 + data.len()].copy_from_slice(data);
+    server.ok(&b);
+}
+
 #[test]
 fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
     let (mut client, mut server, cid) = ud_pair(false);
@@ -1298,13 +1324,8 @@ fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
         "no such service"
     );
 
-    let (mut client, mut server, cid) = ud_pair(true);
-    client.connect(cid, 0x333, &[]);
-    exchange(&mut client, &mut server);
-    let req = server.event();
-    let mut b = cmd_buf(cmd::REJECT, 272, 0);
-    put32(&mut b, 8, req.id);
-    server.ok(&b);
+    let (mut client, mut server, sid) = ud_requested();
+    reject(&mut server, sid, &[]);
     exchange(&mut client, &mut server);
     let ev = client.event();
     assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2), "rejected");
@@ -1314,21 +1335,10 @@ fn a_ud_request_nobody_listens_for_or_rejected_is_unreachable() {
 /// hands the rejecter's private data with UNREACHABLE, all 136 bytes.
 #[test]
 fn a_rejected_ud_request_hears_the_rejecters_private_data() {
-    let (mut client, mut server, cid) = ud_pair(true);
-    client.connect(cid, 0x333, &[]);
+    let (mut client, mut server, sid) = ud_requested();
+    reject(&mut server, sid, b"no ud");
     exchange(&mut client, &mut server);
-    let req = server.event();
-    let mut b = cmd_buf(cmd::REJECT, 272, 0);
-    put32(&mut b, 8, req.id);
-    b[12] = 5;
-    b[16..21].copy_from_slice(b"no ud");
-    server.ok(&b);
-    exchange(&mut client, &mut server);
-    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
-    put64(&mut g, 8, 1);
-    let Ok(Reply::Respond { bytes, .. }) = client.run(&g) else {
-        panic!("no event");
-    };
+    let bytes = client.raw_event();
     assert_eq!(get32(&bytes, 12), event::UNREACHABLE);
     assert_eq!(get32(&bytes, 16), 2, "status: rejected");
     assert_eq!(&bytes[60..65], b"no ud", "param.ud's private data");
@@ -1373,14 +1383,8 @@ fn crossing_dreqs_end_both_sides_at_once() {
 /// the requester hears UNREACHABLE (status 2, rejected) at once.
 #[test]
 fn a_failed_ud_accept_rejects_the_request() {
-    let (mut client, mut server, cid) = ud_pair(true);
-    client.connect(cid, 0x333, &[]);
-    exchange(&mut client, &mut server);
-    let req = server.event();
-    assert_eq!(
-        server.accept(req.id, 300, 0x444, &[1; 137], true),
-        Err(EINVAL)
-    );
+    let (mut client, mut server, sid) = ud_requested();
+    assert_eq!(server.accept(sid, 300, 0x444, &[1; 137], true), Err(EINVAL));
     exchange(&mut client, &mut server);
     let ev = client.event();
     assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2));
