@@ -1013,11 +1013,16 @@ impl Agent {
     /// Rejects request `handle` in REQ_RCVD as the consumer, with no
     /// private data, and closes it.
     fn reject_request(&mut self, handle: u32) {
-        let Some(id) = self.ids.get(&handle).cloned() else {
-            return;
-        };
-        self.send_rej(&id, REJ_CONSUMER, &[], &[]);
-        if let Some(id) = self.ids.get_mut(&handle) {
+        if let Some(id) = self.ids.get(&handle).cloned() {
+            self.close_with_rej(&id, REJ_CONSUMER, &[]);
+        }
+    }
+
+    /// Sends `id`'s REJ (`reason`, `data`) and closes it: nothing more
+    /// happens on it.
+    fn close_with_rej(&mut self, id: &CmId, reason: u16, data: &[u8]) {
+        self.send_rej(id, reason, &[], data);
+        if let Some(id) = self.ids.get_mut(&id.handle) {
             id.state = State::Closed;
             id.retransmit = None;
         }
@@ -1050,10 +1055,7 @@ impl Agent {
         if data.len() > softverbs_wire::cm::REJ_PRIVATE_DATA_LEN {
             return Err(EINVAL);
         }
-        self.send_rej(&id, reason, &[], &data);
-        let id = self.id_mut(handle)?;
-        id.state = State::Closed;
-        id.retransmit = None;
+        self.close_with_rej(&id, reason, &data);
         Ok(Reply::Done)
     }
 

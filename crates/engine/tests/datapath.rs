@@ -172,15 +172,15 @@ fn an_atomic_into_a_longer_local_buffer_fills_its_first_8_bytes() {
 fn local_sges_name_an_mr_in_its_iova_space() {
     const IOVA: u64 = 0x2000_0000;
     let host = |offset| MEM_BASE + 0x10000 + offset;
+    // The key of an MR over `host(0..0x2000)` at IOVA, LOCAL_WRITE.
+    let iova_mr = |n: &mut Node| {
+        let access = AccessFlags::LOCAL_WRITE.bits();
+        n.e.reg_mr(n.pd, host(0), 0x2000, IOVA, access).unwrap().key
+    };
     for same_host in [false, true] {
         let mut p = Pair::on(same_host);
         let (qa, _) = p.connect(QpType::Rc, Link::default());
-        let access = AccessFlags::LOCAL_WRITE.bits();
-        let key_a =
-            p.a.e
-                .reg_mr(p.a.pd, host(0), 0x2000, IOVA, access)
-                .unwrap()
-                .key;
+        let key_a = iova_mr(&mut p.a);
         let sge = |key, at, len| Sge {
             addr: at,
             length: len,
@@ -214,16 +214,7 @@ fn local_sges_name_an_mr_in_its_iova_space() {
         // (the protection error ended that connection).
         let mut p2 = Pair::on(same_host);
         let (qa, qb2) = p2.connect(QpType::Rc, Link::default());
-        let key_a =
-            p2.a.e
-                .reg_mr(p2.a.pd, host(0), 0x2000, IOVA, access)
-                .unwrap()
-                .key;
-        let key_b =
-            p2.b.e
-                .reg_mr(p2.b.pd, host(0), 0x2000, IOVA, access)
-                .unwrap()
-                .key;
+        let (key_a, key_b) = (iova_mr(&mut p2.a), iova_mr(&mut p2.b));
         let wanted = fill(&mut p2.b, 0x5000, 200, 9);
         let into_iova = [sge(key_a, IOVA + 0x100, 200)];
         let mut read = wr(3, send_opcode::RDMA_READ, &into_iova);

@@ -958,6 +958,11 @@ fn a_request_answered_with_a_rep_stays_its_holders() {
     stranger
         .replying(far_ip, comm_id(&stranger, 1), requester)
         .unwrap();
+    assert_eq!(
+        errno(stranger.replying(far_ip, comm_id(&b, 1), requester)),
+        libc::EINVAL,
+        "another client's comm ID"
+    );
     b.replying(far_ip, comm_id(&b, 1), requester).unwrap();
     b.release(TCP, h.ip, 18530).unwrap();
     send_from(&h, &far, &sent);
