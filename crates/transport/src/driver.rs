@@ -23,6 +23,7 @@
 use crate::clock::Clock;
 use crate::daemon::DaemonAddress;
 use crate::deadline_timer::DeadlineTimer;
+use crate::driver_lock::{DriverGuard, DriverLock};
 use crate::endpoint::{Endpoint, Receiver, StreamWaiting};
 use crate::group_memberships::GroupMemberships;
 use crate::io_step::{Io, IoStats, Sending, StepBy};
@@ -35,7 +36,7 @@ use crate::same_host::CrossProcess;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, CqRing, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId,
     VerbsResult, WcOpcode, WcStatus, WorkCompletion,
@@ -167,7 +168,7 @@ struct State<M> {
 }
 
 struct Shared<M> {
-    state: Mutex<State<M>>,
+    state: DriverLock<State<M>>,
     clock: Clock,
     /// Wakes the progress thread to stop.
     waker: Waker,
@@ -188,6 +189,10 @@ struct Shared<M> {
     last_verb: AtomicU64,
     /// Application threads waiting for the driver ([`Shared::lock_for_verb`]).
     verbs_waiting: AtomicU32,
+    /// The application answers each WRITE it is sent with one of its own,
+    /// spinning on memory between: the progress thread waits for the
+    /// driver asleep, not yielding to a spinner ([`Shared::lock_for_thread`]).
+    answering_writes: AtomicBool,
     /// How the application polls its CQs: whether the progress thread
     /// lends it the steered socket (`receive_owner.rs`).
     app_polls: AppPolls,
@@ -305,7 +310,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             Interest::READABLE,
         )?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
+            state: DriverLock::new(State {
                 engine,
                 mem,
                 io,
@@ -327,6 +332,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             opened_by,
             last_verb: AtomicU64::new(0),
             verbs_waiting: AtomicU32::new(0),
+            answering_writes: AtomicBool::new(false),
             app_polls: AppPolls::default(),
             stream_waiting,
             stats_said: AtomicBool::new(false),
@@ -534,7 +540,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
     /// [`Driver::run`] with the driver locked.
     fn run_locked<R>(
         &self,
-        mut guard: MutexGuard<'_, State<M>>,
+        mut guard: DriverGuard<'_, State<M>>,
         verb: impl FnOnce(&mut Engine, &mut M) -> R,
         kind: VerbKind<R>,
     ) -> Result<R, DeviceFailed> {
@@ -825,8 +831,26 @@ impl<M: HostMemory> Shared<M> {
     }
 
     /// The state, unless the device failed.
-    fn lock(&self) -> Result<MutexGuard<'_, State<M>>, DeviceFailed> {
+    fn lock(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
         let state = self.state.lock();
+        if self.failed.load(Ordering::Acquire) {
+            return Err(DeviceFailed);
+        }
+        Ok(state)
+    }
+
+    /// [`Shared::lock`] for the progress thread. While the application
+    /// answers WRITEs (spinning on memory between them) it waits asleep,
+    /// never yielding its CPU to a spinner (`driver_lock.rs`); otherwise
+    /// as a verb does: its yields let the peer's threads run, and wire
+    /// `ib_write_bw` and `ib_send_bw` at 64 KiB lost a tenth of their
+    /// bandwidth to a thread that slept instead.
+    fn lock_for_thread(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
+        let state = if self.answering_writes.load(Ordering::Relaxed) {
+            self.state.lock_parking()
+        } else {
+            self.state.lock()
+        };
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);
         }
@@ -840,7 +864,7 @@ impl<M: HostMemory> Shared<M> {
     /// linger ended (wire `ib_read_lat -e`: its application thread yielded
     /// thousands of times a second, and a run settled at 170 to 200 us a
     /// READ instead of 40).
-    fn lock_for_verb(&self) -> Result<MutexGuard<'_, State<M>>, DeviceFailed> {
+    fn lock_for_verb(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
         self.of_this_process()?;
         if let Some(state) = self.try_lock()? {
             return Ok(state);
@@ -868,7 +892,7 @@ impl<M: HostMemory> Shared<M> {
 
     /// [`Shared::lock`], unless another thread holds it (None). Not for a
     /// verb unless it checked [`Shared::of_this_process`] first.
-    fn try_lock(&self) -> Result<Option<MutexGuard<'_, State<M>>>, DeviceFailed> {
+    fn try_lock(&self) -> Result<Option<DriverGuard<'_, State<M>>>, DeviceFailed> {
         let state = self.state.try_lock();
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);
@@ -1268,7 +1292,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             StepBy::ProgressThread
         };
         let (timeout, lingering) = {
-            let Ok(mut state) = shared.lock() else {
+            let Ok(mut state) = shared.lock_for_thread() else {
                 return;
             };
             let _fail = FailOnUnwind(&shared.failed);
@@ -1302,6 +1326,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                     shared.app_polls.write_waited();
                 }
             }
+            let answering = state.write_answers.answering();
+            shared.answering_writes.store(answering, Ordering::Relaxed);
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;

@@ -22,6 +22,7 @@ mod corked_batch;
 pub mod daemon;
 pub mod deadline_timer;
 pub mod driver;
+mod driver_lock;
 pub mod endpoint;
 pub mod gid_addr;
 mod group_memberships;
