@@ -14,7 +14,7 @@ use softverbs_wire::cm::{
 };
 use softverbs_wire::{Psn, Qpn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Time in nanoseconds on the embedder's clock.
 pub type Nanos = u64;
@@ -646,7 +646,20 @@ impl Agent {
                 self.devices.iter().position(|d| d.ip.is_ipv4() == family)
             })
             .filter(|_| !loopback_bound);
+        // An id resolved unbound is bound first, as the kernel's
+        // `cma_bind_addr`: to the device's address once resolved, to the
+        // wildcard of the destination's family if resolving fails (the
+        // kernel restores the source it had), so that a later resolve
+        // picks its device afresh.
+        let unbound = id.reserved.is_none();
+        let unspecified = match dst {
+            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
         let Some(device) = device else {
+            if unbound {
+                self.bind_to(handle, SocketAddr::new(unspecified, 0), ports)?;
+            }
             self.notify_id(
                 handle,
                 event::ADDR_ERROR,
@@ -655,10 +668,6 @@ impl Agent {
             );
             return Ok(Reply::Done);
         };
-        if self.id(handle)?.reserved.is_none() {
-            let ip = self.devices[device].ip;
-            self.bind_to(handle, SocketAddr::new(ip, 0), ports)?;
-        }
         let ip = self.devices[device].ip;
         // As the kernel's address resolution: no route fails the command
         // itself (the id stays bound); a destination the device's address
@@ -671,6 +680,10 @@ impl Agent {
             true => Ok(()),
             false => ports.route(ip, dst.ip()),
         };
+        let bind_ip = if routed.is_ok() { ip } else { unspecified };
+        if unbound {
+            self.bind_to(handle, SocketAddr::new(bind_ip, 0), ports)?;
+        }
         match routed {
             Ok(()) => {}
             Err(errno @ (ENETUNREACH | EHOSTUNREACH)) => return Err(errno),

@@ -464,7 +464,9 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
 /// A destination the host has no route to fails RESOLVE_IP itself with
 /// the route lookup's errno, the id bound (the kernel's `rdma_resolve_ip`);
 /// one the device's address cannot send to is an ADDR_ERROR. Neither
-/// resolves, to time out in connect's retries.
+/// resolves, to time out in connect's retries. Either leaves the id bound
+/// to the wildcard, with no device, as the kernel restores the source it
+/// had, and a later resolve picks the device afresh.
 #[test]
 fn an_address_without_a_route_does_not_resolve() {
     const ENETUNREACH: i32 = 101;
@@ -483,14 +485,27 @@ fn an_address_without_a_route_does_not_resolve() {
     let id = client.create(7);
     assert_eq!(client.run(&resolve_ip(id, "10.9.9.9:1")), Err(ENETUNREACH));
     assert!(client.try_event().is_none(), "no event");
+    let wildcard: IpAddr = "0.0.0.0".parse().unwrap();
     assert!(
-        client.ports.held.values().any(|ip| *ip == client.ip),
-        "bound"
+        client.ports.held.values().any(|ip| *ip == wildcard),
+        "bound to the wildcard"
     );
     let other = client.create(8);
     client.ok(&resolve_ip(other, "8.8.8.8:1"));
     let e = client.event();
     assert_eq!((e.event, e.status), (event::ADDR_ERROR, -ENETUNREACH));
+    let a = query(&mut client, other, 0);
+    assert_eq!(be64(&a, 0), 0, "no device");
+    let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
+    assert_eq!(src.ip(), wildcard);
+    assert_ne!(src.port(), 0, "its port reserved");
+    client.resolve(other, "10.0.0.9:1".parse().unwrap());
+    let a = query(&mut client, other, 0);
+    assert_ne!(be64(&a, 0), 0, "the device");
+    assert_eq!(
+        abi::parse_sockaddr(&a[16..44]),
+        Some(SocketAddr::new(client.ip, src.port()))
+    );
     client.resolve(id, "10.0.0.9:1".parse().unwrap());
     // A multicast group, to join, needs no route (mckey -m ff02::31
     // failed with an ADDR_ERROR: a link-local group has none unscoped).
