@@ -647,18 +647,22 @@ impl Agent {
             })
             .filter(|_| !loopback_bound);
         // An id resolved unbound is bound first, as the kernel's
-        // `cma_bind_addr`: to the device's address once resolved, to the
-        // wildcard of the destination's family if resolving fails (the
-        // kernel restores the source it had), so that a later resolve
-        // picks its device afresh.
+        // `cma_bind_addr` binds it: to the source given, else the
+        // wildcard of the destination's family, which the kernel restores
+        // if resolving fails (so a later resolve picks its device afresh);
+        // once resolved, to the device's address.
         let unbound = id.reserved.is_none();
-        let unspecified = match dst {
-            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        };
+        let port = src.map_or(0, |s| s.port());
+        let unresolved = src.filter(|s| !s.ip().is_unspecified()).unwrap_or_else(|| {
+            let any = match dst {
+                SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            };
+            SocketAddr::new(any, port)
+        });
         let Some(device) = device else {
             if unbound {
-                self.bind_to(handle, SocketAddr::new(unspecified, 0), ports)?;
+                self.bind_to(handle, unresolved, ports)?;
             }
             self.notify_id(
                 handle,
@@ -680,9 +684,12 @@ impl Agent {
             true => Ok(()),
             false => ports.route(ip, dst.ip()),
         };
-        let bind_ip = if routed.is_ok() { ip } else { unspecified };
         if unbound {
-            self.bind_to(handle, SocketAddr::new(bind_ip, 0), ports)?;
+            let bound = match routed {
+                Ok(()) => SocketAddr::new(ip, port),
+                Err(_) => unresolved,
+            };
+            self.bind_to(handle, bound, ports)?;
         }
         match routed {
             Ok(()) => {}

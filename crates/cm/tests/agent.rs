@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 const PS_TCP: u16 = 0x0106;
 const PS_IB: u16 = 0x013F;
 const EADDRINUSE: i32 = 98;
+const EADDRNOTAVAIL: i32 = 99;
 const EINVAL: i32 = 22;
 
 /// The host's port space, as the daemon keeps it, and its routes.
@@ -507,6 +508,25 @@ fn an_address_without_a_route_does_not_resolve() {
         Some(SocketAddr::new(client.ip, src.port()))
     );
     client.resolve(id, "10.0.0.9:1".parse().unwrap());
+    // From a source given, the id stays bound to it, with its device.
+    let from = client.create(10);
+    let mut b = resolve_ip(from, "8.8.8.8:1");
+    abi::put_sockaddr(&mut b[8..36], SocketAddr::new(client.ip, 7000));
+    client.ok(&b);
+    let e = client.event();
+    assert_eq!((e.event, e.status), (event::ADDR_ERROR, -ENETUNREACH));
+    let a = query(&mut client, from, 0);
+    assert_ne!(be64(&a, 0), 0, "the device");
+    let bound = SocketAddr::new(client.ip, 7000);
+    assert_eq!(abi::parse_sockaddr(&a[16..44]), Some(bound));
+    // No device of the destination's family: the IPv6 wildcard.
+    let v6 = client.create(11);
+    client.ok(&resolve_ip(v6, "[2001:db8::1]:1"));
+    let e = client.event();
+    assert_eq!((e.event, e.status), (event::ADDR_ERROR, -EADDRNOTAVAIL));
+    let a = query(&mut client, v6, 0);
+    let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
+    assert_eq!(src.ip(), "::".parse::<IpAddr>().unwrap());
     // A multicast group, to join, needs no route (mckey -m ff02::31
     // failed with an ADDR_ERROR: a link-local group has none unscoped).
     client
