@@ -189,10 +189,6 @@ struct Shared<M> {
     last_verb: AtomicU64,
     /// Application threads waiting for the driver ([`Shared::lock_for_verb`]).
     verbs_waiting: AtomicU32,
-    /// The application answers each WRITE it is sent with one of its own,
-    /// spinning on memory between: the progress thread waits for the
-    /// driver asleep, not yielding to a spinner ([`Shared::lock_for_thread`]).
-    answering_writes: AtomicBool,
     /// How the application polls its CQs: whether the progress thread
     /// lends it the steered socket (`receive_owner.rs`).
     app_polls: AppPolls,
@@ -332,7 +328,6 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             opened_by,
             last_verb: AtomicU64::new(0),
             verbs_waiting: AtomicU32::new(0),
-            answering_writes: AtomicBool::new(false),
             app_polls: AppPolls::default(),
             stream_waiting,
             stats_said: AtomicBool::new(false),
@@ -840,17 +835,14 @@ impl<M: HostMemory> Shared<M> {
     }
 
     /// [`Shared::lock`] for the progress thread. While the application
-    /// answers WRITEs (spinning on memory between them) it waits asleep,
-    /// never yielding its CPU to a spinner (`driver_lock.rs`); otherwise
-    /// as a verb does: its yields let the peer's threads run, and wire
-    /// `ib_write_bw` and `ib_send_bw` at 64 KiB lost a tenth of their
-    /// bandwidth to a thread that slept instead.
+    /// answers WRITEs (spinning on memory between them) it waits parked,
+    /// without the `sched_yield` that gives its CPU to a spinner
+    /// (`driver_lock.rs`); otherwise as a verb does: its yields let the
+    /// peer's threads run, and wire `ib_write_bw` and `ib_send_bw` at
+    /// 64 KiB lost a tenth of their bandwidth to a thread that parked
+    /// instead.
     fn lock_for_thread(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
-        let state = if self.answering_writes.load(Ordering::Relaxed) {
-            self.state.lock_parking()
-        } else {
-            self.state.lock()
-        };
+        let state = self.state.lock_for_sleeper();
         if self.failed.load(Ordering::Acquire) {
             return Err(DeviceFailed);
         }
@@ -1326,8 +1318,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                     shared.app_polls.write_waited();
                 }
             }
+            // Until a WRITE goes unanswered (`WriteAnswers`).
             let answering = state.write_answers.answering();
-            shared.answering_writes.store(answering, Ordering::Relaxed);
+            state.sleeper_parks(answering);
             let now = shared.clock.now();
             if state.io.stats.rx != received {
                 linger_until = now + LINGER;
