@@ -466,8 +466,9 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
 /// the route lookup's errno, the id bound (the kernel's `rdma_resolve_ip`);
 /// one the device's address cannot send to is an ADDR_ERROR. Neither
 /// resolves, to time out in connect's retries. Either leaves the id bound
-/// to the wildcard, with no device, as the kernel restores the source it
-/// had, and a later resolve picks the device afresh.
+/// as the kernel restores the source it had: to the source the resolve
+/// gave, with its device, else to the wildcard with no device, and a later
+/// resolve picks the device afresh.
 #[test]
 fn an_address_without_a_route_does_not_resolve() {
     const ENETUNREACH: i32 = 101;
