@@ -825,13 +825,17 @@ impl<M: HostMemory> Shared<M> {
             .is_none_or(DeliveriesWatch::nothing_waiting)
     }
 
+    /// `held` (the state, or `None`), unless the device failed.
+    fn unless_failed<T>(&self, held: T) -> Result<T, DeviceFailed> {
+        match self.failed.load(Ordering::Acquire) {
+            true => Err(DeviceFailed),
+            false => Ok(held),
+        }
+    }
+
     /// The state, unless the device failed.
     fn lock(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
-        let state = self.state.lock();
-        if self.failed.load(Ordering::Acquire) {
-            return Err(DeviceFailed);
-        }
-        Ok(state)
+        self.unless_failed(self.state.lock())
     }
 
     /// [`Shared::lock`] for the progress thread. While the application
@@ -842,11 +846,7 @@ impl<M: HostMemory> Shared<M> {
     /// 64 KiB lost a tenth of their bandwidth to a thread that parked
     /// instead.
     fn lock_for_thread(&self) -> Result<DriverGuard<'_, State<M>>, DeviceFailed> {
-        let state = self.state.lock_for_sleeper();
-        if self.failed.load(Ordering::Acquire) {
-            return Err(DeviceFailed);
-        }
-        Ok(state)
+        self.unless_failed(self.state.lock_for_sleeper())
     }
 
     /// [`Shared::lock`] for an application thread. One that must wait says
@@ -885,11 +885,7 @@ impl<M: HostMemory> Shared<M> {
     /// [`Shared::lock`], unless another thread holds it (None). Not for a
     /// verb unless it checked [`Shared::of_this_process`] first.
     fn try_lock(&self) -> Result<Option<DriverGuard<'_, State<M>>>, DeviceFailed> {
-        let state = self.state.try_lock();
-        if self.failed.load(Ordering::Acquire) {
-            return Err(DeviceFailed);
-        }
-        Ok(state)
+        self.unless_failed(self.state.try_lock())
     }
 
     /// What arrived, into the engine, before a verb runs (`Io::receive`).
