@@ -217,6 +217,12 @@ impl Engine {
         self.send_budget.used() > 0
     }
 
+    /// Whether a QP may have a packet to send ([`Engine::poll_transmit`]
+    /// may return one): false only if none can.
+    pub fn may_transmit(&self) -> bool {
+        self.schedule.may_transmit()
+    }
+
     /// Whether any CQ is armed for a completion event
     /// (`ibv_req_notify_cq`): its thread may be about to sleep in
     /// `ibv_get_cq_event` rather than poll again.

@@ -114,6 +114,11 @@ impl Schedule {
         }
     }
 
+    /// Whether a QP may have packets to send: one in its turn or ready.
+    pub(crate) fn may_transmit(&self) -> bool {
+        self.turn.is_some() || !self.ready.is_empty()
+    }
+
     /// The QP in its turn had nothing to send: the next ready one's turn.
     pub(crate) fn end_turn(&mut self) {
         self.turn = None;

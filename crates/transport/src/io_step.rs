@@ -8,9 +8,9 @@
 use crate::corked_batch::{cork, AfterPost, Cork};
 use crate::daemon::udp_port;
 use crate::endpoint::{Endpoint, Receiver};
+use crate::outbox::{Open, Outbox};
 use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
-use socket2::SockRef;
 use softverbs_engine::{Engine, Gid, HostMemory, Nanos, PacketSink, Reservation, Route};
 use softverbs_wire::{Flow, IcrcStarts};
 use std::net::SocketAddr;
@@ -102,6 +102,25 @@ impl Sending {
     }
 }
 
+/// What a step's packets leave through.
+#[derive(Clone, Copy)]
+pub(crate) struct Outgoing<'o> {
+    /// The send batch (`outbox.rs`).
+    pub(crate) outbox: &'o Outbox,
+    /// The step hands its last batch over, for the caller to send once
+    /// it has unlocked the driver.
+    pub(crate) hand_over: bool,
+}
+
+/// What a step did.
+pub(crate) struct Stepped<'o> {
+    /// It sent what was due.
+    pub(crate) sent: bool,
+    /// Its last batch, handed over (`Outgoing::hand_over`), to send once
+    /// the driver is unlocked.
+    pub(crate) handoff: Option<Open<'o>>,
+}
+
 /// Who makes a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StepBy {
@@ -128,7 +147,6 @@ pub(crate) struct Io {
     pub(crate) link_down: bool,
     /// The driver has stopped polling the dead daemon's sockets.
     pub(crate) link_down_handled: bool,
-    batch: SendBatch,
     /// What checks the ICRCs of arriving packets.
     icrc_starts: IcrcStarts,
     /// Packet rules of `SOFTVERBS_FAULTS`, if any.
@@ -145,7 +163,6 @@ impl Io {
             stats: IoStats::default(),
             link_down: false,
             link_down_handled: false,
-            batch: SendBatch::new(),
             icrc_starts: IcrcStarts::default(),
             packet_faults: None,
             corked: None,
@@ -156,15 +173,18 @@ impl Io {
     /// group sockets' only, unless frames were noted on the daemon's stream; a
     /// verb's step nothing, for it received before the verb ran:
     /// [`Io::receive`]), runs due timers, then sends everything
-    /// due, unless `sending` says otherwise. Whether it sent.
-    pub(crate) fn step(
+    /// due, unless `sending` says otherwise; with `hand_over`, the last
+    /// batch is handed to `outbox` instead, to leave once the caller has
+    /// unlocked the driver.
+    pub(crate) fn step<'o>(
         &mut self,
         engine: &mut Engine,
         mem: &mut dyn HostMemory,
         now: Nanos,
         by: StepBy,
         sending: Sending,
-    ) -> bool {
+        out: Outgoing<'o>,
+    ) -> Stepped<'o> {
         let received = self.stats.rx;
         let write_ends = engine.stats().rx_write_ends;
         match by {
@@ -178,20 +198,29 @@ impl Io {
         }
         let corked_due = self.corked_until().is_some_and(|at| at <= now);
         let send = sending.sends(Saw {
-            work: timer_due || corked_due || self.blocked(),
+            work: timer_due || corked_due || out.outbox.blocked(),
             took_in: self.stats.rx != received,
             took_write: engine.stats().rx_write_ends != write_ends,
         });
+        let mut handoff = None;
         if send {
             let cork_until = match sending {
                 Sending::Corking { until } => Some(until),
                 _ => None,
             };
-            self.send_all(engine, mem, now, by, cork_until);
+            handoff = self.send_all(engine, mem, now, by, cork_until, out);
         } else if sending == Sending::Kept {
             self.stats.held += 1;
         }
-        send
+        Stepped {
+            sent: send,
+            handoff,
+        }
+    }
+
+    /// Counts what the outbox sent since its counts were last taken.
+    pub(crate) fn count_handed(&mut self, outbox: &Outbox) {
+        self.stats.count(outbox.take_counts());
     }
 
     /// Receives what waits. A verb receives before it runs, so that an
@@ -289,12 +318,6 @@ impl Io {
             .and_then(PacketFaults::next_deadline)
     }
 
-    /// Whether packets wait for the sending socket to have room; nothing
-    /// more is taken from the engine until it has.
-    pub(crate) fn blocked(&self) -> bool {
-        self.batch.blocked()
-    }
-
     /// When the part-filled batch a post of sends left leaves at the
     /// latest, if there is one.
     pub(crate) fn corked_until(&self) -> Option<Nanos> {
@@ -308,35 +331,45 @@ impl Io {
     /// when there is room, while a verb spinning in `ibv_poll_cq` would
     /// try a full socket a million times a second. With `cork_until`, a
     /// batch left part-filled at the end may wait for the next post
-    /// (`corked_batch.rs`).
-    fn send_all(
+    /// (`corked_batch.rs`). The last batch is handed to the outbox if
+    /// `out` says so, to leave once the driver is unlocked; anything
+    /// written waits first for a batch handed earlier to have left.
+    fn send_all<'o>(
         &mut self,
         engine: &mut Engine,
         mem: &dyn HostMemory,
         now: Nanos,
         by: StepBy,
         cork_until: Option<Nanos>,
-    ) {
+        out: Outgoing<'o>,
+    ) -> Option<Open<'o>> {
         let Io {
             endpoint,
             stats,
-            batch,
             corked,
             ..
         } = self;
         // Whatever follows sends the batch, waits with it for room, or
         // keeps it again.
         let was_corked = corked.take();
-        let socket = SockRef::from(endpoint.socket());
+        // With nothing to write, a poll need not wait for a batch handed
+        // over to leave: outside a step, the batch holds packets only if
+        // kept (corked) or waiting for room.
+        if was_corked.is_none() && !engine.may_transmit() && !out.outbox.blocked() {
+            return None;
+        }
+        let mut open = out.outbox.open();
+        stats.count(open.take_counts());
+        let (batch, socket) = open.batch();
         let sent_before = stats.tx;
         let awaited_before = engine.awaits_answers();
         if batch.blocked() {
             if by == StepBy::Verb {
-                return;
+                return None;
             }
             stats.count(batch.flush(&socket));
             if batch.blocked() {
-                return;
+                return None;
             }
         }
         let mut sink = BatchSink {
@@ -348,7 +381,7 @@ impl Io {
         while engine.poll_transmit_to(now, mem, &mut sink).is_some() {
             if sink.batch.blocked() {
                 sink.stats.tx_waits += 1;
-                return;
+                return None;
             }
         }
         let BatchSink { batch, stats, .. } = sink;
@@ -367,11 +400,15 @@ impl Io {
             *corked = cork(post, was_corked);
             if corked.is_some() {
                 stats.corked += u64::from(*corked != was_corked);
-                return;
+                return None;
             }
+        }
+        if out.hand_over && !batch.is_empty() {
+            return Some(open);
         }
         stats.count(batch.flush(&socket));
         stats.tx_waits += u64::from(batch.blocked());
+        None
     }
 }
 
@@ -452,6 +489,7 @@ impl IoStats {
         self.tx += sent.packets;
         self.tx_dropped += sent.dropped;
         self.tx_calls += sent.calls;
+        self.tx_waits += sent.waits;
     }
 }
 

@@ -31,6 +31,7 @@ pub mod gsi;
 mod io_step;
 mod kept_packets;
 pub mod netif;
+mod outbox;
 mod packet_faults;
 mod queue_watch;
 mod receive_cost;

@@ -147,6 +147,9 @@ pub(crate) struct Sent {
     pub(crate) dropped: u64,
     /// System calls that sent them.
     pub(crate) calls: u64,
+    /// Sends of a batch handed over that found no room in the socket
+    /// (`outbox.rs`; a step counts its own in `IoStats::tx_waits`).
+    pub(crate) waits: u64,
 }
 
 impl SendBatch {
@@ -175,6 +178,11 @@ impl SendBatch {
     /// socket is writable again).
     pub(crate) fn blocked(&self) -> bool {
         self.blocked
+    }
+
+    /// Whether nothing is queued, held or being written.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0 && self.held.is_none() && self.pending.is_none()
     }
 
     /// Packets queued that another of their size could still join (0
@@ -441,6 +449,7 @@ impl Sent {
         self.packets += more.packets;
         self.dropped += more.dropped;
         self.calls += more.calls;
+        self.waits += more.waits;
     }
 }
 
