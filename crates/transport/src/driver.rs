@@ -34,6 +34,7 @@ use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
 use crate::same_host::host::{DeliveriesWatch, DoorbellAnswer, SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
+use crate::spin_yield;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
@@ -497,16 +498,21 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         };
         let taken = from_ring(&mut take);
         if taken > 0 {
+            spin_yield::polled(taken);
             return Ok(taken);
         }
-        match self.poll_unless_busy_checked(|e, _| Polled::poll(e, cq, max, &mut take)) {
+        let taken = match self.poll_unless_busy_checked(|e, _| Polled::poll(e, cq, max, &mut take))
+        {
             // The driver's holder may have completed work since the first
             // look: a same-host peer's delivery it applied meanwhile (the
             // poll returned at once only because none waits any more), or
             // anything it took in (on either path).
             None => Ok(from_ring(&mut take)),
             Some(polled) => polled.map(|p| p.taken),
-        }
+        };
+        // With the driver unlocked (`spin_yield.rs`).
+        spin_yield::polled(*taken.as_ref().unwrap_or(&0));
+        taken
     }
 
     /// Unwinds as [`Driver::with`] in a child made by `fork`, whose

@@ -40,6 +40,7 @@ pub mod same_host;
 pub mod say;
 mod send_batch;
 pub mod slots;
+mod spin_yield;
 mod udp_segment;
 
 pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
