@@ -614,7 +614,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         let verb_kind = match kind {
             VerbKind::Poll(polled) => Verb::Poll {
                 taken: polled(&result).taken,
-                took_write,
+                write_to_answer: took_write || state.write_answers.answer_awaited(),
             },
             VerbKind::PostRecv => Verb::PostRecv,
             VerbKind::PostSend => Verb::PostSend,

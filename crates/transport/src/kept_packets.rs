@@ -88,14 +88,29 @@ impl WriteAnswers {
     pub(crate) fn answering(&self) -> bool {
         self.answered >= ANSWERED_IN_A_ROW
     }
+
+    /// Whether, the application answering, a WRITE taken in waits for its
+    /// answer: its ACK, which the progress thread kept if it took the
+    /// WRITE in, is for the answer to carry.
+    pub(crate) fn answer_awaited(&self) -> bool {
+        self.answering() && self.unanswered.is_some()
+    }
 }
 
 /// A verb, as far as keeping goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verb {
     /// A poll of a CQ that handed over `taken` completions, having taken
-    /// in the end of a WRITE or not (`took_write`).
-    Poll { taken: usize, took_write: bool },
+    /// in the end of a WRITE, or while one the application answers waits
+    /// for the answer (`write_to_answer`; `WriteAnswers::answer_awaited`).
+    /// The completion handed over then most often came with the WRITE
+    /// (the ACK of the application's last one, riding with it), taken in
+    /// by the progress thread, which kept the WRITE's ACK for the answer:
+    /// sent by this poll, the ACK left alone and the answer after it, in
+    /// a datagram of its own, which a peer spinning on memory, its socket
+    /// lent, took in only at its progress thread's next look (1 ms;
+    /// docs/perf-profile.md).
+    Poll { taken: usize, write_to_answer: bool },
     /// A receive posted.
     PostRecv,
     /// Sends posted.
@@ -118,7 +133,10 @@ pub(crate) fn kept_after(
     let young = kept.is_none_or(|since| now.saturating_sub(since) < at_most);
     let keep = young
         && match verb {
-            Verb::Poll { taken, took_write } => taken > 0 && (lent || took_write),
+            Verb::Poll {
+                taken,
+                write_to_answer,
+            } => taken > 0 && (lent || write_to_answer),
             Verb::PostRecv => lent && kept.is_some(),
             Verb::PostSend | Verb::Other => false,
         };
@@ -133,7 +151,7 @@ mod tests {
     fn poll(taken: usize) -> Verb {
         Verb::Poll {
             taken,
-            took_write: false,
+            write_to_answer: false,
         }
     }
 
@@ -195,7 +213,7 @@ mod tests {
     fn a_poll_that_took_in_a_write_with_its_completion_keeps_lent_or_not() {
         let took_write = |taken| Verb::Poll {
             taken,
-            took_write: true,
+            write_to_answer: true,
         };
         assert_eq!(
             kept_after(took_write(1), false, None, 1_000, KEEP_AT_MOST),
@@ -233,6 +251,23 @@ mod tests {
         assert!(w.answering());
         w.posted(12_000, KEEP_AT_MOST);
         assert!(w.answering(), "a post with no WRITE to answer");
+    }
+
+    /// Only an application that answers awaits an answer, and only from
+    /// a WRITE taken in to its answer.
+    #[test]
+    fn an_answer_is_awaited_from_the_write_to_the_post() {
+        let mut w = WriteAnswers::default();
+        w.took_write(1_000);
+        assert!(!w.answer_awaited(), "not answering yet");
+        w.posted(2_000, KEEP_AT_MOST);
+        w.took_write(10_000);
+        w.posted(11_000, KEEP_AT_MOST);
+        assert!(!w.answer_awaited(), "answered");
+        w.took_write(20_000);
+        assert!(w.answer_awaited());
+        w.posted(21_000, KEEP_AT_MOST);
+        assert!(!w.answer_awaited());
     }
 
     #[test]
