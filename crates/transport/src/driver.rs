@@ -847,8 +847,8 @@ impl<M: HostMemory> Shared<M> {
 
     /// Sends the batch a verb's step handed over, once the verb has
     /// unlocked the driver (`outbox.rs`). If it finds no room in the
-    /// socket, the progress thread, woken, takes it back and waits for
-    /// room: a verb does not wait (`Io::send_all`).
+    /// socket, it stays in the outbox for the progress thread, woken, to
+    /// send once there is room: a verb does not wait (`Io::send_all`).
     fn send_handed(&self, handoff: Option<Open<'_>>) {
         if handoff.is_some_and(Open::send) {
             let _ = self.waker.wake();

@@ -11,11 +11,10 @@
 //! `ib_write_lat`: in ten alternating runs of 5,000 iterations with and
 //! without the yields, the 99.9th percentile passed 1 ms in 1 and 3;
 //! docs/perf-profile.md). On a NIC the data would have landed without
-//! any thread. A `sched_yield` every
-//! [`YIELD_EVERY`] of empty polling hands the CPU to such a thread; with
-//! nothing else runnable it returns at once (a fraction of a
-//! microsecond, against the thread's polls of most often a microsecond or
-//! more while the socket is lent to it).
+//! any thread. A `sched_yield` every [`YIELD_EVERY`] of empty polling
+//! hands the CPU to such a thread; with nothing else runnable it returns
+//! at once (a fraction of a microsecond, against the thread's polls of
+//! most often a microsecond or more while the socket is lent to it).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
