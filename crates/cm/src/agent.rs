@@ -625,41 +625,15 @@ impl Agent {
             return Err(EINVAL);
         }
         let (src, dst) = (src.map(canonical), canonical(dst));
-        // The device: the bound one, the source's, the destination's when
-        // it is local, the one of the source the host's routing picks (as
-        // the kernel's `addr4_resolve` and `addr6_resolve` take the
-        // route's source: another device's address would send out of one
-        // interface and have the answers come back through another, which
-        // a strict reverse-path filter drops), else the first of the
-        // destination's family. None for an id bound to a loopback address
-        // no device has: nothing routes from there (its port stays where
-        // it was reserved).
-        let loopback_bound =
-            id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified());
-        let device = id
-            .device
-            .or_else(|| src.and_then(|s| self.device_of(s.ip())))
-            .or_else(|| self.device_of(dst.ip()))
-            .or_else(|| ports.source_for(dst.ip()).and_then(|s| self.device_of(s)))
-            .or_else(|| {
-                let family = dst.is_ipv4();
-                self.devices.iter().position(|d| d.ip.is_ipv4() == family)
-            })
-            .filter(|_| !loopback_bound);
+        let device = self.device_for(handle, src, dst, ports)?;
         // An id resolved unbound is bound first, as the kernel's
         // `cma_bind_addr` binds it: to the source given, else the
         // wildcard of the destination's family, which the kernel restores
         // if resolving fails (so a later resolve picks its device afresh);
         // once resolved, to the device's address.
-        let unbound = id.reserved.is_none();
+        let unbound = self.id(handle)?.reserved.is_none();
         let port = src.map_or(0, |s| s.port());
-        let unresolved = src.filter(|s| !s.ip().is_unspecified()).unwrap_or_else(|| {
-            let any = match dst {
-                SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            };
-            SocketAddr::new(any, port)
-        });
+        let unresolved = unresolved_source(src, dst);
         let Some(device) = device else {
             if unbound {
                 self.bind_to(handle, unresolved, ports)?;
@@ -708,6 +682,37 @@ impl Agent {
         id.addr_resolved = true;
         self.notify_id(handle, event::ADDR_RESOLVED, 0, EventConn::default());
         Ok(Reply::Done)
+    }
+
+    /// The device that resolves id `handle` to `dst`: the bound one, the
+    /// source's, the destination's when it is local, the one of the
+    /// source the host's routing picks (as the kernel's `addr4_resolve`
+    /// and `addr6_resolve` take the route's source: another device's
+    /// address would send out of one interface and have the answers come
+    /// back through another, which a strict reverse-path filter drops),
+    /// else the first of the destination's family. None for an id bound
+    /// to a loopback address no device has: nothing routes from there
+    /// (its port stays where it was reserved).
+    fn device_for(
+        &self,
+        handle: u32,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Option<usize>, i32> {
+        let id = self.id(handle)?;
+        let loopback_bound =
+            id.device.is_none() && id.reserved.is_some_and(|r| !r.ip.is_unspecified());
+        Ok(id
+            .device
+            .or_else(|| src.and_then(|s| self.device_of(s.ip())))
+            .or_else(|| self.device_of(dst.ip()))
+            .or_else(|| ports.source_for(dst.ip()).and_then(|s| self.device_of(s)))
+            .or_else(|| {
+                let family = dst.is_ipv4();
+                self.devices.iter().position(|d| d.ip.is_ipv4() == family)
+            })
+            .filter(|_| !loopback_bound))
     }
 
     fn resolve_route(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
@@ -2220,6 +2225,19 @@ fn mad_of(msg: &CmMessage, tid: u64) -> Result<[u8; 256], i32> {
 /// found no listener.
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+/// Where a resolve that finds no device or route leaves an unbound id:
+/// the source given, else the wildcard of the destination's family with
+/// the source's port (as the kernel restores the id's wildcard).
+fn unresolved_source(src: Option<SocketAddr>, dst: SocketAddr) -> SocketAddr {
+    src.filter(|s| !s.ip().is_unspecified()).unwrap_or_else(|| {
+        let any = match dst {
+            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        SocketAddr::new(any, src.map_or(0, |s| s.port()))
+    })
 }
 
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
