@@ -83,8 +83,8 @@ mod tests {
 
     fn two_cqs() -> (SlotMap<CqId, Cq>, CqId, CqId) {
         let mut cqs = SlotMap::with_key();
-        let a = cqs.insert(Cq::new(16, 0));
-        let b = cqs.insert(Cq::new(16, 0));
+        let a = cqs.insert(Cq::new(16, 0).unwrap());
+        let b = cqs.insert(Cq::new(16, 0).unwrap());
         (cqs, a, b)
     }
 

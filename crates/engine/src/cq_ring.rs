@@ -8,6 +8,7 @@
 //! there without the engine ([`crate::Engine::cq_ring`]). Only a poll that
 //! finds the CQ empty needs the engine, to receive what may have arrived.
 
+use crate::error::VerbsResult;
 use crate::wc::WorkCompletion;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -34,6 +35,18 @@ struct Entries {
 }
 
 impl CqRing {
+    /// An empty ring with room for `cqe` completions (`room.rs`).
+    pub(crate) fn with_room(cqe: u32) -> VerbsResult<CqRing> {
+        let ring = CqRing::default();
+        ring.make_room(cqe)?;
+        Ok(ring)
+    }
+
+    /// Makes room for `cqe` completions in all (a resized CQ).
+    pub(crate) fn make_room(&self, cqe: u32) -> VerbsResult<()> {
+        crate::room::grow(&mut self.entries.lock().queue, cqe as usize)
+    }
+
     /// Completions waiting, as last seen (another thread may be taking
     /// some).
     pub fn len(&self) -> usize {

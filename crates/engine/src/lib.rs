@@ -52,6 +52,7 @@ mod requester;
 mod requester_direct;
 mod responder;
 mod rnr_probe;
+mod room;
 mod schedule;
 mod send_budget;
 mod send_side;

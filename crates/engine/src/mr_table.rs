@@ -6,6 +6,7 @@
 
 use crate::access::AccessFlags;
 use crate::direct::Seg;
+use crate::error::VerbsResult;
 use crate::handles::{MrId, PdId};
 use crate::memory::HostMemory;
 use crate::objects::{range_inside, Mr};
@@ -50,11 +51,14 @@ impl MrTable {
         self.by_key.contains_key(&key)
     }
 
-    pub(crate) fn insert(&mut self, mr: Mr) -> MrId {
+    /// Registers `mr`; ENOMEM if the tables find no room (`room.rs`).
+    pub(crate) fn insert(&mut self, mr: Mr) -> VerbsResult<MrId> {
+        crate::room::slot(&mut self.mrs)?;
+        crate::room::entry(&mut self.by_key)?;
         let key = mr.key;
         let id = self.mrs.insert(mr);
         self.by_key.insert(key, id);
-        id
+        Ok(id)
     }
 
     pub(crate) fn remove(&mut self, id: MrId) -> Option<Mr> {
@@ -349,14 +353,16 @@ mod tests {
     #[test]
     fn an_ordinary_mr_cannot_be_invalidated() {
         let mut t = MrTable::default();
-        let id = t.insert(Mr {
-            pd: PdId::default(),
-            addr: 0,
-            length: 8,
-            iova: 0,
-            access: AccessFlags::LOCAL_WRITE,
-            key: 7,
-        });
+        let id = t
+            .insert(Mr {
+                pd: PdId::default(),
+                addr: 0,
+                length: 8,
+                iova: 0,
+                access: AccessFlags::LOCAL_WRITE,
+                key: 7,
+            })
+            .unwrap();
         assert!(!t.invalidatable(7));
         assert!(t.by_key(7).is_some());
         assert!(t.remove(id).is_some());

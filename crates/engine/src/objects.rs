@@ -4,6 +4,7 @@
 use crate::access::AccessFlags;
 use crate::ah_attr::AhAttr;
 use crate::cq_ring::CqRing;
+use crate::error::VerbsResult;
 use crate::handles::PdId;
 use crate::wc::WorkCompletion;
 use std::sync::Arc;
@@ -87,15 +88,15 @@ pub(crate) struct Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(cqe: u32, comp_vector: u32) -> Cq {
-        Cq {
+    pub(crate) fn new(cqe: u32, comp_vector: u32) -> VerbsResult<Cq> {
+        Ok(Cq {
             cqe,
             comp_vector,
-            entries: Arc::default(),
+            entries: Arc::new(CqRing::with_room(cqe)?),
             overrun: false,
             notify: None,
             users: UseCount::default(),
-        }
+        })
     }
 
     /// Removes the completions of QP `qp_num`: when a QP is reset its

@@ -24,6 +24,7 @@ use crate::handles::{QpId, SrqId};
 use crate::mr_table::sge_total;
 use crate::qp_state::{QpState, QpType};
 use crate::requester::ReqOp;
+use crate::room;
 use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::{
     opcode_allowed, send_flags, InlineData, RecvWqe, RecvWr, SendWqe, SendWr, Sge, SgeList,
@@ -58,7 +59,7 @@ impl Engine {
                 ctx.complete(qp.recv_cq, wc, false);
             });
         } else {
-            qp.rq.post(RecvWqe::new(wr));
+            qp.rq.post(RecvWqe::new(wr)?);
         }
         self.count_post(id);
         Ok(())
@@ -75,7 +76,7 @@ impl Engine {
         check_recv_length(wr.sg_list)?;
         self.post_fault(Queue::SrqRecv, u32::MAX, None, sge_total(wr.sg_list))?;
         let srq = &mut self.srqs[id];
-        srq.queue.post(RecvWqe::new(wr));
+        srq.queue.post(RecvWqe::new(wr)?);
         Ok(())
     }
 
@@ -102,8 +103,17 @@ impl Engine {
                 self.post_fault(Queue::Send, qp_num, Some(wr.opcode), send_len(wr))?;
             }
         }
+        // The queue entries are made before any is queued: one that finds
+        // no memory (`room.rs`) refuses the batch whole.
+        let sig_all = self.qps[id].sq_sig_all;
+        let mut wqes = smallvec::SmallVec::<[SendWqe; 1]>::new();
+        wqes.try_reserve_exact(wrs.len())
+            .map_err(|_| enomem("no memory for the WRs"))?;
         for wr in wrs {
-            self.enqueue_send(id, wr);
+            wqes.push(send_wqe(wr, sig_all)?);
+        }
+        for wqe in wqes {
+            self.enqueue_send(id, wqe);
             self.count_post(id);
         }
         Ok(())
@@ -148,9 +158,8 @@ impl Engine {
 
     /// Queues a checked WR, or completes it with WR_FLUSH_ERR in SQE and
     /// ERR.
-    fn enqueue_send(&mut self, id: QpId, wr: &SendWr<'_>) {
+    fn enqueue_send(&mut self, id: QpId, wqe: SendWqe) {
         let qp = &mut self.qps[id];
-        let wqe = send_wqe(wr, qp.sq_sig_all);
         if matches!(qp.state, QpState::Sqe | QpState::Err) {
             // A flush lost to a CQ overrun fails this QP (from SQE) or
             // nothing (ERR), never another QP.
@@ -215,9 +224,10 @@ fn check_recv_length(sges: &[Sge]) -> VerbsResult<()> {
     )
 }
 
-fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> SendWqe {
+/// A checked WR's queue entry; ENOMEM if what it copies finds no memory.
+fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> VerbsResult<SendWqe> {
     let inline = wr.send_flags & send_flags::INLINE != 0;
-    SendWqe {
+    Ok(SendWqe {
         wr_id: wr.wr_id,
         opcode: wr.opcode,
         send_flags: wr.send_flags,
@@ -225,10 +235,10 @@ fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> SendWqe {
         sg_list: if inline {
             SgeList::new()
         } else {
-            wr.sg_list.into()
+            room::sge_list(wr.sg_list)?
         },
         inline_data: if inline {
-            wr.inline_data.into()
+            room::inline_data(wr.inline_data)?
         } else {
             InlineData::new()
         },
@@ -236,7 +246,7 @@ fn send_wqe(wr: &SendWr<'_>, sq_sig_all: bool) -> SendWqe {
         rdma: wr.rdma,
         atomic: wr.atomic,
         ud: wr.ud,
-    }
+    })
 }
 
 /// The bytes a send WR carries: its inline data or its SGEs.

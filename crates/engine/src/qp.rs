@@ -62,7 +62,8 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
-    /// A new QP in RESET with the given actual caps.
+    /// A new QP in RESET with the given actual caps, its queues' room
+    /// taken (`room.rs`): ENOMEM without it.
     pub(crate) fn new(
         id: QpId,
         pd: PdId,
@@ -71,8 +72,12 @@ impl Qp {
         init: &QpInitAttr,
         cap: QpCap,
         port_mtu: u32,
-    ) -> Qp {
-        Qp {
+    ) -> VerbsResult<Qp> {
+        let (send_wr, recv_wr) = (cap.max_send_wr as usize, cap.max_recv_wr as usize);
+        let recv_wr = if init.srq.is_some() { 0 } else { recv_wr };
+        let mut req = Requester::default();
+        crate::room::grow(&mut req.inflight, send_wr)?;
+        Ok(Qp {
             id,
             qp_num,
             qp_type,
@@ -84,17 +89,17 @@ impl Qp {
             cap,
             state: QpState::Reset,
             attr: QpAttr::default(),
-            sq: VecDeque::new(),
-            rq: RecvQueue::default(),
+            sq: crate::room::deque(send_wr)?,
+            rq: RecvQueue::with_room(recv_wr)?,
             port_mtu,
             min_ack_timeout: 0,
-            req: Requester::default(),
+            req,
             resp: Responder::default(),
             direct: false,
             incarnation: 0,
             charged: 0,
             peer_seen: None,
-        }
+        })
     }
 
     /// Send WRs posted and not yet completed.
@@ -134,7 +139,7 @@ impl Qp {
         self.incarnation = self.incarnation.wrapping_add(1);
         self.sq.clear();
         self.rq.clear();
-        self.req = Requester::default();
+        self.req.start_over();
         self.resp = Responder::default();
     }
 

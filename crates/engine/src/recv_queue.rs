@@ -14,6 +14,7 @@
 //! number, while the completion order on the CQ is the order in which
 //! messages finished, as on a NIC.
 
+use crate::error::VerbsResult;
 use crate::wr::RecvWqe;
 use std::collections::VecDeque;
 use std::fmt;
@@ -86,6 +87,18 @@ impl RecvQueue {
     /// still queued are a prefix.
     fn first_free(&self) -> usize {
         self.wrs.partition_point(|w| !self.is_free(w.seq))
+    }
+
+    /// An empty queue with room for `n` WRs (`room.rs`).
+    pub(crate) fn with_room(n: usize) -> VerbsResult<RecvQueue> {
+        let mut q = RecvQueue::default();
+        q.make_room(n)?;
+        Ok(q)
+    }
+
+    /// Makes room for `n` WRs in all (a larger SRQ).
+    pub(crate) fn make_room(&mut self, n: usize) -> VerbsResult<()> {
+        crate::room::grow(&mut self.wrs, n)
     }
 
     /// Appends a posted WR.

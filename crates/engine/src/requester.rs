@@ -177,6 +177,17 @@ pub(crate) struct Requester {
 }
 
 impl Requester {
+    /// Forgets everything, as a new QP's requester, but keeps the room
+    /// taken for the WRs in flight (`room.rs`).
+    pub(crate) fn start_over(&mut self) {
+        let mut inflight = std::mem::take(&mut self.inflight);
+        inflight.clear();
+        *self = Requester {
+            inflight,
+            ..Requester::default()
+        };
+    }
+
     /// Starts sending from `sq_psn` with full retry budgets (RTR->RTS).
     pub(crate) fn start(&mut self, sq_psn: u32, retry_cnt: u8, rnr_retry: u8) {
         *self = Requester {

@@ -163,7 +163,7 @@ impl SendSide<'_> {
         }
         *self.state = QpState::Err;
         self.flush_send_queue(ctx);
-        *self.req = Requester::default();
+        self.req.start_over();
         self.failed = true;
     }
 

@@ -50,7 +50,7 @@ impl Srq {
             pd,
             max_wr: req.max_wr,
             max_sge: req.max_sge.max(1),
-            queue: RecvQueue::default(),
+            queue: RecvQueue::with_room(req.max_wr as usize)?,
             limit: SrqLimit::default(),
             users: UseCount::default(),
         })
@@ -89,6 +89,7 @@ impl Srq {
                 einval("srq_limit above the SRQ's max_wr"),
             )?;
         }
+        self.queue.make_room(new_max_wr as usize)?;
         self.max_wr = new_max_wr;
         if mask.contains(SrqAttrMask::LIMIT) {
             self.limit.set(attr.srq_limit);

@@ -64,9 +64,10 @@ impl Engine {
             .ports
             .first()
             .map_or(4096, |p| p.active_mtu.bytes());
-        let id = self
-            .qps
-            .insert_with_key(|id| Qp::new(id, pd, qp_num, qp_type, init, cap, port_mtu));
+        let qp = Qp::new(QpId::default(), pd, qp_num, qp_type, init, cap, port_mtu)?;
+        crate::room::slot(&mut self.qps)?;
+        crate::room::entry(&mut self.qp_by_num)?;
+        let id = self.qps.insert_with_key(|id| Qp { id, ..qp });
         if let Some(qp) = self.qps.get_mut(id) {
             qp.min_ack_timeout = self.config.min_ack_timeout;
             qp.incarnation = self.next_incarnation;

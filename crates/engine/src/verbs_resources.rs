@@ -7,6 +7,7 @@ use crate::engine::Engine;
 use crate::error::{ebusy, einval, enomem, ensure, eopnotsupp, VerbsResult};
 use crate::handles::{AhId, CqId, MrId, PdId};
 use crate::objects::{Ah, Cq, Mr, Pd};
+use crate::room;
 use crate::wc::WorkCompletion;
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ impl Engine {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self) -> VerbsResult<PdId> {
         below_limit(self.pds.len(), self.config.limits.max_pd, "max_pd reached")?;
+        room::slot(&mut self.pds)?;
         Ok(self.pds.insert(Pd::default()))
     }
 
@@ -75,7 +77,7 @@ impl Engine {
         let access = check_mr_access(access)?;
         check_mr_range(addr, length, iova, self.config.limits.max_mr_size)?;
         below_limit(self.mrs.len(), self.config.limits.max_mr, "max_mr reached")?;
-        self.pd_mut(pd)?.users.get();
+        self.pd_mut(pd)?;
         let mrs = &self.mrs;
         let key = self.keys.next(|k| mrs.key_in_use(k));
         let id = self.mrs.insert(Mr {
@@ -85,7 +87,8 @@ impl Engine {
             iova,
             access,
             key,
-        });
+        })?;
+        self.pds[pd].users.get();
         self.mr_changed(key);
         Ok(self.mrs.get(id).expect("just inserted"))
     }
@@ -145,6 +148,7 @@ impl Engine {
         attr.validate(&self.config)?;
         below_limit(self.ahs.len(), self.config.limits.max_ah, "max_ah reached")?;
         self.pd_mut(pd)?.users.get();
+        room::slot(&mut self.ahs)?;
         Ok(self.ahs.insert(Ah { pd, attr: *attr }))
     }
 
@@ -170,7 +174,9 @@ impl Engine {
             einval("comp_vector not below num_comp_vectors"),
         )?;
         below_limit(self.cqs.len(), self.config.limits.max_cq, "max_cq reached")?;
-        Ok((self.cqs.insert(Cq::new(cqe, comp_vector)), cqe))
+        let cq = Cq::new(cqe, comp_vector)?;
+        room::slot(&mut self.cqs)?;
+        Ok((self.cqs.insert(cq), cqe))
     }
 
     fn check_cqe(&self, cqe: u32) -> VerbsResult<()> {
@@ -190,6 +196,7 @@ impl Engine {
             cqe as usize >= c.entries.len(),
             einval("cqe below the number of completions in the CQ"),
         )?;
+        c.entries.make_room(cqe)?;
         c.cqe = cqe;
         Ok(cqe)
     }

@@ -17,6 +17,7 @@ impl Engine {
         )?;
         let actual = srq.attr();
         self.pd_mut(pd)?.users.get();
+        crate::room::slot(&mut self.srqs)?;
         let id = self.srqs.insert(srq);
         self.srq_changed(id);
         Ok((id, actual))

@@ -46,13 +46,14 @@ pub struct RecvWqe {
 }
 
 impl RecvWqe {
-    /// Copies a posted WR into a queue entry (numbered when queued).
-    pub fn new(wr: &RecvWr<'_>) -> RecvWqe {
-        RecvWqe {
+    /// Copies a posted WR into a queue entry (numbered when queued);
+    /// ENOMEM if its SGEs beyond those held in place find no memory.
+    pub fn new(wr: &RecvWr<'_>) -> crate::error::VerbsResult<RecvWqe> {
+        Ok(RecvWqe {
             wr_id: wr.wr_id,
-            sg_list: wr.sg_list.into(),
+            sg_list: crate::room::sge_list(wr.sg_list)?,
             seq: 0,
-        }
+        })
     }
 }
 
