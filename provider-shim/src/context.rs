@@ -54,6 +54,9 @@ pub unsafe extern "C" fn alloc_context(
         let Some(dev) = soft(device) else {
             return std::ptr::null_mut();
         };
+        if !crate::memory_room::room_for(crate::memory_room::CONTEXT) {
+            return crate::verbs_basic::null(libc::ENOMEM);
+        }
         let cmd_fd_given = cmd_fd >= 0;
         let cmd_fd = if !cmd_fd_given {
             placeholder_cmd_fd()

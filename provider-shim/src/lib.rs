@@ -47,6 +47,7 @@ pub mod ioctl;
 pub mod libc_next;
 pub mod libibverbs;
 pub mod mapping;
+pub mod memory_room;
 pub mod merged_fd;
 pub mod ops;
 pub mod own_memory;

@@ -10,6 +10,7 @@ use crate::convert::{ah_from_c, wc_to_c};
 use crate::device::copy_name;
 use crate::ffi::*;
 use crate::guard::{guard, set_errno, verb};
+use crate::memory_room::room_for;
 use softverbs_engine::{
     AhId, CqId, CqRing, DeviceAttr, MrId, PdId, PortAttr, ReregMr, VerbsError, WorkCompletion,
 };
@@ -231,6 +232,9 @@ pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     guard(std::ptr::null_mut(), || {
         // SAFETY: our context.
         let st = unsafe { state(context) };
+        if !room_for(0) {
+            return null(libc::ENOMEM);
+        }
         match st.driver.with(|e, _| e.alloc_pd()) {
             Ok(id) => {
                 let mut pd = ibv_pd::ZEROED;
@@ -278,6 +282,9 @@ pub unsafe extern "C" fn reg_mr(
         // SAFETY: `pd` is one of our PDs.
         let (st, pd_handle) = unsafe { (state((*pd).context), pd_id(pd)) };
         let (addr, length, access) = (addr as u64, length as u64, access as u32);
+        if !room_for(0) {
+            return null(libc::ENOMEM);
+        }
         let r = st.driver.with(|e, _| {
             e.check_reg_mr(addr, length, hca_va, access)?;
             check_mapped(addr, length, access)?;
@@ -433,6 +440,9 @@ pub unsafe fn create_cq_locked(
         let st = unsafe { state(context) };
         if cqe < 0 || comp_vector < 0 {
             return null(libc::EINVAL);
+        }
+        if !room_for(0) {
+            return null(libc::ENOMEM);
         }
         let writer = match crate::preload::channel_writer(st, channel) {
             Ok(w) => w,
@@ -590,6 +600,9 @@ pub unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *
     guard(std::ptr::null_mut(), || {
         // SAFETY: one of our PDs and a caller-provided attr.
         let (st, pd_handle, a) = unsafe { (state((*pd).context), pd_id(pd), ah_from_c(&*attr)) };
+        if !room_for(0) {
+            return null(libc::ENOMEM);
+        }
         match st.driver.with(|e, _| e.create_ah(pd_handle, &a)) {
             Ok(id) => Box::into_raw(Box::new(SoftAh {
                 ah: ibv_ah::ZEROED,

@@ -4,6 +4,7 @@ use crate::context::state;
 use crate::convert::{cap_from_c, cap_to_c, qp_attr_from_c, qp_attr_to_c, wr_imm_or_rkey};
 use crate::ffi::*;
 use crate::guard::{guard, verb};
+use crate::memory_room::room_for;
 use crate::verbs_basic::{ah_in, cq_id, err, null, pd_id};
 use softverbs_engine::{
     send_flags, AtomicTarget, Engine, ErrorKind, InlineData, QpAttrMask, QpCap, QpId, QpInitAttr,
@@ -73,6 +74,9 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         }
         if a.send_cq.is_null() || a.recv_cq.is_null() {
             return null(libc::EINVAL);
+        }
+        if !room_for(0) {
+            return null(libc::ENOMEM);
         }
         // SAFETY: CQs and SRQ given to our create_qp are ours.
         let init = unsafe {
@@ -252,14 +256,24 @@ pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Ver
     }
     // SAFETY: per the caller's contract, and n <= max_sge bounds the read.
     let list = unsafe { std::slice::from_raw_parts(sg_list, n as usize) };
-    Ok(list
-        .iter()
-        .map(|s| Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        })
-        .collect())
+    // Beyond the few SGEs held in place the list allocates, fallibly: a
+    // process short of memory gets ENOMEM, not an abort (`memory_room.rs`).
+    let mut out = SgeList::new();
+    out.try_reserve_exact(list.len()).map_err(|_| no_memory())?;
+    out.extend(list.iter().map(|s| Sge {
+        addr: s.addr,
+        length: s.length,
+        lkey: s.lkey,
+    }));
+    Ok(out)
+}
+
+/// ENOMEM for a WR whose copy found no memory.
+const fn no_memory() -> VerbsError {
+    VerbsError {
+        kind: ErrorKind::NoMemory,
+        reason: "no memory for the WR",
+    }
 }
 
 /// The bytes of an inline WR, copied out of the application's buffers at
@@ -270,7 +284,9 @@ pub fn inline_bytes(sges: &[Sge], max_inline: u32) -> VerbsResult<InlineData> {
     if total > u64::from(max_inline) {
         return Err(einval("inline data above max_inline_data"));
     }
-    let mut data = InlineData::with_capacity(total as usize);
+    let mut data = InlineData::new();
+    data.try_reserve_exact(total as usize)
+        .map_err(|_| no_memory())?;
     for s in sges {
         // SAFETY: an inline WR's SGEs name application memory readable now
         // (the verbs contract for IBV_SEND_INLINE; a bad pointer here
@@ -484,6 +500,9 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
             max_sge: a.attr.max_sge,
             srq_limit: a.attr.srq_limit,
         };
+        if !room_for(0) {
+            return null(libc::ENOMEM);
+        }
         let (id, actual) = match st.driver.with(|e, _| e.create_srq(pd_handle, &req)) {
             Ok(r) => r,
             Err(e) => return null(err(e)),

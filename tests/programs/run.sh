@@ -125,6 +125,15 @@ else
   bad "application mistakes (compile)" "$log/cc"
 fi
 
+# Verbs under an address-space limit: ENOMEM from creating verbs and
+# posts, never an abort (a Rust allocation that fails aborts).
+if cc -O1 -o "$log/memory_limit" "$here/memory_limit.c" -libverbs 2> "$log/cc"; then
+  one "under RLIMIT_AS: contexts, QPs, CQs and receives of many SGEs get ENOMEM, no abort" \
+    "memory limit ok" "$log/memory_limit"
+else
+  bad "memory limit (compile)" "$log/cc"
+fi
+
 # Several threads posting and polling one QP and CQ (ibv_post_send and
 # ibv_wr_*, ibv_poll_cq and ibv_start_poll) and their own QPs of the same
 # context; every completion and every byte checked.
