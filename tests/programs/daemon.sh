@@ -52,15 +52,20 @@ victim() {
 
 # 1. Nothing runs; the first program starts the daemon. That program
 #    holds a descriptor open without close-on-exec (9, on a file of the
-#    test's), which the daemon, which outlives it, must not keep.
+#    test's), which the daemon, which outlives it, must not keep; and its
+#    soft descriptor limit is low, which the daemon, serving every
+#    program, must not keep either.
 [ "$(daemons)" = 0 ] || bad "no daemon of this test's socket before the test"
 next_port p1
 exec 9> "$log/inherited"
+soft_files=$(ulimit -Sn)
+ulimit -Sn 64
 if server s1 "$p1" ibv_rc_pingpong -d softverbs0 -g 0 && [ "$(daemons)" = 1 ]; then
   ok "the first program starts the daemon"
 else
   bad "the first program starts the daemon" "$log/s1"
 fi
+ulimit -Sn "$soft_files"
 exec 9>&-
 s1=$srv
 daemon_pid=$(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET" | head -1)
@@ -69,6 +74,13 @@ if [ -n "$daemon_pid" ] && ! ls -l /proc/$daemon_pid/fd 2>&1 | grep -q "$log/inh
 else
   ls -l /proc/${daemon_pid:-self}/fd > "$log/daemon_fds" 2>&1
   bad "the daemon keeps no descriptor of the program that started it" "$log/daemon_fds"
+fi
+limits=$(grep "open files" /proc/${daemon_pid:-self}/limits 2>&1)
+if [ -n "$daemon_pid" ] && [ "$(echo $limits | awk '{print $4}')" = "$(echo $limits | awk '{print $5}')" ]; then
+  ok "the daemon's descriptor limit is the hard one, not its starter's 64"
+else
+  echo "$limits" > "$log/limits"
+  bad "the daemon's descriptor limit is the hard one, not its starter's 64" "$log/limits"
 fi
 
 # 2. A second program shares it; a kill -9 of that program leaves the

@@ -32,6 +32,7 @@ pub fn run(
         return start_detached(&socket, idle_exit, pcap.as_deref());
     }
     close_inherited_descriptors();
+    raise_descriptor_limit();
     let config = DaemonConfig {
         socket: socket.clone(),
         idle_exit,
@@ -94,6 +95,23 @@ fn close_inherited_descriptors() {
     for fd in fds {
         // The listing's own descriptor is closed by now: EBADF, ignored.
         let _ = nix::unistd::close(fd);
+    }
+}
+
+/// Raises the soft limit on descriptors to the hard one. The daemon holds
+/// some five descriptors for each context in the namespace, whatever
+/// program it belongs to, and it inherited the soft limit of the program
+/// that happened to start it (1024 most often, or a test's `ulimit -n`):
+/// past it every later program's `ibv_open_device` failed until the
+/// daemon left. A kernel provider's contexts share no such process.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+            softverbs_transport::say!(
+                "softverbs daemon: cannot raise its descriptor limit from {soft} to {hard}"
+            );
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 //! hands a context its steered socket and a peer's region.
 
 use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -53,6 +53,9 @@ pub struct Received {
     /// The sender's real user ID when it sent the record, as the kernel
     /// attaches it on a socket with `SO_PASSCRED` set; `None` without.
     pub sender_uid: Option<u32>,
+    /// Descriptors sent with the record were dropped (`MSG_CTRUNC`): the
+    /// receiver had no room for them, most often no descriptor to spare.
+    pub fds_lost: bool,
 }
 
 /// [`recv`], with the sender's user ID as the kernel saw it when the
@@ -84,6 +87,7 @@ pub fn recv_from_user(socket: impl AsFd, buf: &mut [u8]) -> io::Result<Received>
         len: msg.bytes,
         fds,
         sender_uid,
+        fds_lost: msg.flags.contains(ReturnFlags::CTRUNC),
     })
 }
 

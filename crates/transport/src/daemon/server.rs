@@ -460,19 +460,26 @@ impl Daemon {
                 return;
             };
             let mut record = [0u8; 64];
-            let (len, fds) = match record::recv_from_user(&client.control, &mut record) {
+            let (len, fds, fds_lost) = match record::recv_from_user(&client.control, &mut record) {
                 Ok(r) if r.len > 0 => {
                     self.clients
                         .get_mut(&id)
                         .expect("served")
                         .sent_as(r.sender_uid);
-                    (r.len, r.fds)
+                    (r.len, r.fds, r.fds_lost)
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 _ => return self.remove(id), // hang-up or broken socket
             };
             let (reply, pass) = match Request::decode(&record[..len]) {
+                // The request's descriptor did not reach us: EMFILE, not
+                // the EPROTO of a request without one, which told the
+                // user of another softverbs build.
+                Ok(_) if fds_lost => {
+                    let why = "out of descriptors: one passed with the request was dropped";
+                    (Reply::Refused(libc::EMFILE, why.into()), Vec::new())
+                }
                 Ok(request) => self.answer(id, request, fds),
                 Err(e) => (Reply::Refused(libc::EPROTO, e.to_string()), Vec::new()),
             };
