@@ -49,8 +49,8 @@ enum Cmd {
         #[arg(long, env = "SOFTVERBS_DAEMON_SOCKET", default_value = softverbs_transport::daemon::DEFAULT_SOCKET)]
         socket: String,
         /// Exit after this many seconds without a client.
-        #[arg(long, env = "SOFTVERBS_DAEMON_IDLE_EXIT", default_value_t = 30.0)]
-        idle_exit: f64,
+        #[arg(long, env = "SOFTVERBS_DAEMON_IDLE_EXIT", default_value = "30", value_parser = idle_exit)]
+        idle_exit: std::time::Duration,
         /// Start the daemon in the background and return once it listens.
         #[arg(long)]
         detach: bool,
@@ -80,6 +80,16 @@ enum TraceCmd {
     },
 }
 
+/// `--idle-exit`: seconds, more than 0 (a daemon that leaves at once
+/// serves nobody; `inf` or NaN once made it panic).
+fn idle_exit(s: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err("seconds above 0".into());
+    }
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -92,12 +102,7 @@ fn main() -> ExitCode {
             idle_exit,
             detach,
             pcap,
-        } => daemon::run(
-            socket,
-            std::time::Duration::from_secs_f64(idle_exit.max(0.0)),
-            detach,
-            pcap,
-        ),
+        } => daemon::run(socket, idle_exit, detach, pcap),
         Cmd::Conformance(options) => conformance::run(options),
         Cmd::Trace {
             command: TraceCmd::Summarize { file },
@@ -207,5 +212,20 @@ fn same_host_line() -> String {
         ShmMode::Off => "same host: the wire path (SOFTVERBS_SHM=0, or SOFTVERBS_PCAP or packet fault rules set)".to_string(),
         ShmMode::Auto => format!("same host: the same-host path ({attach}); a refused peer uses the wire, with a log line"),
         ShmMode::Required => format!("same host: the same-host path, required (SOFTVERBS_SHM=1): {attach}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::idle_exit;
+    use std::time::Duration;
+
+    #[test]
+    fn idle_exit_is_seconds_above_zero_that_a_duration_holds() {
+        assert_eq!(idle_exit("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(idle_exit("0.5"), Ok(Duration::from_millis(500)));
+        for bad in ["0", "-1", "nan", "inf", "1e30", "abc"] {
+            assert!(idle_exit(bad).is_err(), "{bad}");
+        }
     }
 }
