@@ -97,7 +97,7 @@ impl Config {
             });
         }
         for path in config_paths() {
-            match std::fs::read_to_string(&path) {
+            match read_config(&path) {
                 Ok(text) => return parse_file(&text, &path.display().to_string()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(ConfigError(format!("{}: {e}", path.display()))),
@@ -158,6 +158,29 @@ impl SoftDevice {
         }
         (u64::from(DeviceConfig::VENDOR_ID) << 48) | (h & 0xFFFF_FFFF_FFFF)
     }
+}
+
+/// The most a configuration file may hold: a few devices take a few
+/// hundred bytes.
+const CONFIG_AT_MOST: u64 = 1 << 20;
+
+/// A configuration file's text: a regular file of at most
+/// [`CONFIG_AT_MOST`] bytes. Another kind (`SOFTVERBS_CONFIG=/dev/zero`,
+/// a FIFO) is refused before it is opened, where reading it had every
+/// program wait for ever.
+fn read_config(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(CONFIG_AT_MOST + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > CONFIG_AT_MOST {
+        return Err(Error::new(ErrorKind::InvalidInput, "larger than 1 MiB"));
+    }
+    Ok(text)
 }
 
 fn config_paths() -> Vec<PathBuf> {
@@ -310,6 +333,20 @@ fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_is_a_regular_file_of_at_most_a_mebibyte() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("devices.conf");
+        std::fs::write(&small, "softverbs0 = 127.0.0.1\n").unwrap();
+        assert_eq!(read_config(&small).unwrap(), "softverbs0 = 127.0.0.1\n");
+        let big = dir.path().join("big.conf");
+        std::fs::write(&big, vec![b'#'; (CONFIG_AT_MOST + 1) as usize]).unwrap();
+        assert!(read_config(&big).is_err());
+        let zero = read_config(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(zero.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(read_config(dir.path()).is_err(), "a directory");
+    }
 
     #[test]
     fn inline_devices_parse_with_optional_mtu() {
