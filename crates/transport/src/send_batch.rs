@@ -115,6 +115,9 @@ pub(crate) struct SendBatch {
     icrc: Option<Icrc>,
     /// ICRCs started over the headers of the packet shapes sent lately.
     icrc_starts: IcrcStarts,
+    /// Whether a datagram the host refused has been said
+    /// ([`SendBatch::refused`]).
+    refusal_said: bool,
 }
 
 /// A packet's length and where it goes.
@@ -170,6 +173,7 @@ impl SendBatch {
             discard: vec![0; MAX_PACKET_LEN].into_boxed_slice(),
             icrc: None,
             icrc_starts: IcrcStarts::default(),
+            refusal_said: false,
         }
     }
 
@@ -390,7 +394,10 @@ impl SendBatch {
             }
             // An unreachable peer (ICMP seen) loses the batch; the
             // reliable transport resends, as for one packet.
-            Some(Err(_)) => sent.dropped = count,
+            Some(Err(e)) => {
+                self.refused(dst, &e);
+                sent.dropped = count;
+            }
             None => sent = self.send_each(socket, dst),
         }
         if self.blocked {
@@ -419,6 +426,7 @@ impl SendBatch {
     /// to the first the socket has no room for.
     fn send_each(&mut self, socket: &impl DatagramOut, dst: SocketAddr) -> Sent {
         let mut sent = Sent::default();
+        let mut refused = None;
         for packet in self.buf[self.sent_bytes..self.len].chunks(self.segment) {
             match socket.send_one(packet, dst) {
                 Ok(_) => {
@@ -427,13 +435,34 @@ impl SendBatch {
                 }
                 Err(e) if no_room(&e) => {
                     self.blocked = true;
-                    return sent;
+                    break;
                 }
-                Err(_) => sent.dropped += 1,
+                Err(e) => {
+                    refused = Some(e);
+                    sent.dropped += 1;
+                }
             }
             self.sent_bytes += packet.len();
         }
+        if let Some(e) = refused {
+            self.refused(dst, &e);
+        }
         sent
+    }
+
+    /// Says, once for this batch's context, a datagram the host refused
+    /// for another reason than room. It is counted as not sent
+    /// (`SOFTVERBS_STATS`) and the reliable transports resend, but
+    /// nothing said it: an IPv6 multicast group on a device at `::1`
+    /// (Linux routes no IPv6 multicast through `lo`) lost every datagram
+    /// in silence.
+    fn refused(&mut self, dst: SocketAddr, e: &io::Error) {
+        if !std::mem::replace(&mut self.refusal_said, true) {
+            crate::say!(
+                "softverbs: the host refused a datagram to {dst}: {e}; datagrams it refuses \
+                 are lost (SOFTVERBS_STATS counts them as not sent)"
+            );
+        }
     }
 }
 
@@ -683,17 +712,21 @@ mod tests {
     }
 
     /// A socket stand-in with room for `room` more datagrams (None: any
-    /// number; then EAGAIN), refusing GSO if told to, recording every
-    /// datagram it took.
+    /// number; then EAGAIN), refusing GSO if told to, or every datagram
+    /// (no route), recording every datagram it took.
     #[derive(Default)]
     struct Room {
         room: std::cell::Cell<Option<u32>>,
         no_gso: bool,
+        unreachable: bool,
         datagrams: std::cell::RefCell<Vec<(SocketAddr, Vec<u8>)>>,
     }
 
     impl Room {
         fn take(&self, n: usize) -> io::Result<()> {
+            if self.unreachable {
+                return Err(io::Error::from_raw_os_error(libc::ENETUNREACH));
+            }
             let Some(left) = self.room.get() else {
                 return Ok(());
             };
@@ -725,6 +758,27 @@ mod tests {
 
     fn unsealed(d: &(SocketAddr, Vec<u8>)) -> (SocketAddr, Vec<u8>) {
         (d.0, d.1[..d.1.len() - 4].to_vec())
+    }
+
+    /// Datagrams the host refuses (no route: an IPv6 group on `lo`) are
+    /// dropped and counted, the batch does not wait for them, and the
+    /// first refusal is said (once for the batch's context).
+    #[test]
+    fn refused_datagrams_are_dropped_counted_and_said() {
+        let room = Room {
+            unreachable: true,
+            ..Room::default()
+        };
+        let src: SocketAddr = "[::1]:5000".parse().unwrap();
+        let dst: SocketAddr = "[ff05::77]:4791".parse().unwrap();
+        let mut batch = SendBatch::new();
+        for i in 0..2u8 {
+            push(&mut batch, &room, &packet(i, 600), src, dst);
+        }
+        assert!(!batch.refusal_said);
+        assert_eq!(batch.flush(&room).dropped, 2);
+        assert!(!batch.blocked() && batch.is_empty());
+        assert!(batch.refusal_said);
     }
 
     /// A GSO batch the socket has no room for stays queued (nothing is
