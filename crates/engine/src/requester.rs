@@ -180,17 +180,22 @@ impl Requester {
     /// Forgets everything, as a new QP's requester, but keeps the room
     /// taken for the WRs in flight (`room.rs`).
     pub(crate) fn start_over(&mut self) {
+        self.start_from(Requester::default());
+    }
+
+    /// Becomes `fresh` with this requester's in-flight room: every way of
+    /// starting again goes through here, so the room taken when the QP
+    /// was created lasts its whole life (a requester rebuilt from the
+    /// default had none, and grew it, fallibly no more, as it sent).
+    fn start_from(&mut self, fresh: Requester) {
         let mut inflight = std::mem::take(&mut self.inflight);
         inflight.clear();
-        *self = Requester {
-            inflight,
-            ..Requester::default()
-        };
+        *self = Requester { inflight, ..fresh };
     }
 
     /// Starts sending from `sq_psn` with full retry budgets (RTR->RTS).
     pub(crate) fn start(&mut self, sq_psn: u32, retry_cnt: u8, rnr_retry: u8) {
-        *self = Requester {
+        self.start_from(Requester {
             next_psn: Psn::new_masked(sq_psn),
             acked: Psn::new_masked(sq_psn).wrapping_sub(1),
             sent_end: Psn::new_masked(sq_psn),
@@ -198,19 +203,19 @@ impl Requester {
             retry_left: retry_cnt,
             rnr_left: rnr_retry,
             ..Requester::default()
-        };
+        });
     }
 
     /// After a UC/UD send error flushed every WR: nothing is in flight,
     /// and sending resumes (SQE -> RTS) from the next PSN.
     pub(crate) fn restart_after_send_error(&mut self) {
-        *self = Requester {
+        self.start_from(Requester {
             next_psn: self.next_psn,
             acked: self.next_psn.wrapping_sub(1),
             sent_end: self.next_psn,
             resent: self.resent,
             ..Requester::default()
-        };
+        });
     }
 
     /// The earliest timer of the requester.

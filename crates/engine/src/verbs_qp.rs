@@ -270,6 +270,22 @@ mod tests {
         assert_eq!(e.modify_qp(uc, &rts, m), Ok(()));
     }
 
+    /// The room taken for the WRs in flight when the QP was created lasts
+    /// through every start of its requester (RTS, SQE, RESET and ERR):
+    /// sending never grows it (`room.rs`).
+    #[test]
+    fn the_in_flight_room_lasts_through_every_restart() {
+        let (mut e, qp) = qp_in_sqe(QpType::Ud);
+        let room = |e: &Engine| e.qps[qp].req.inflight.capacity();
+        assert!(room(&e) >= 4 && e.qps[qp].sq.capacity() >= 4, "created");
+        e.qps[qp].req.start(0, 7, 7);
+        assert!(room(&e) >= 4, "RTR -> RTS");
+        e.qps[qp].req.restart_after_send_error();
+        assert!(room(&e) >= 4, "SQE");
+        e.qps[qp].req.start_over();
+        assert!(room(&e) >= 4, "RESET, ERR");
+    }
+
     #[test]
     fn sqe_only_goes_to_rts_reset_or_err() {
         for next in [QpState::Init, QpState::Rtr, QpState::Sqd, QpState::Sqe] {

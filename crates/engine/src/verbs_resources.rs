@@ -147,8 +147,8 @@ impl Engine {
         ensure(self.pds.contains_key(pd), einval("unknown PD"))?;
         attr.validate(&self.config)?;
         below_limit(self.ahs.len(), self.config.limits.max_ah, "max_ah reached")?;
-        self.pd_mut(pd)?.users.get();
         room::slot(&mut self.ahs)?;
+        self.pd_mut(pd)?.users.get();
         Ok(self.ahs.insert(Ah { pd, attr: *attr }))
     }
 

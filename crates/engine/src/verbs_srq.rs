@@ -16,8 +16,8 @@ impl Engine {
             enomem("max_srq reached"),
         )?;
         let actual = srq.attr();
-        self.pd_mut(pd)?.users.get();
         crate::room::slot(&mut self.srqs)?;
+        self.pd_mut(pd)?.users.get();
         let id = self.srqs.insert(srq);
         self.srq_changed(id);
         Ok((id, actual))
