@@ -13,8 +13,12 @@
 //! `ibv_create_qp`, `ibv_create_cq`, `ibv_open_device` and, posting to a
 //! QP made at the edge, in `ibv_post_recv`).
 //!
-//! The allocation is large enough that the C library maps it and unmaps
-//! it on free (two system calls): creating verbs are not on a data path.
+//! The try is a mapping of that size, unmapped at once (two system
+//! calls; creating verbs are not on a data path): it meets the address
+//! space limit and the commit limit as the allocations it stands for
+//! would, whichever thread's heap they come from, and leaves the C
+//! library's thresholds alone (a freed `malloc` of a mebibyte would have
+//! raised its mmap threshold for the whole process).
 
 /// What a new object may allocate besides its queues, and what the
 /// process keeps for the work of the objects it has.
@@ -26,10 +30,22 @@ pub(crate) const CONTEXT: usize = 4 << 20;
 
 /// Whether `bytes` and the margin can be allocated now.
 pub(crate) fn room_for(bytes: usize) -> bool {
-    let mut probe: Vec<u8> = Vec::new();
-    probe
-        .try_reserve_exact(bytes.saturating_add(MARGIN))
-        .is_ok()
+    let len = bytes.saturating_add(MARGIN);
+    let (prot, flags) = (
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    );
+    // SAFETY: a new anonymous mapping wherever the kernel puts it (no
+    // address asked for, so nothing mapped is replaced); nobody else
+    // knows of it, and it is unmapped at once, whole, untouched.
+    unsafe {
+        let at = libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0);
+        if at == libc::MAP_FAILED {
+            return false;
+        }
+        libc::munmap(at, len);
+    }
+    true
 }
 
 #[cfg(test)]
