@@ -87,7 +87,10 @@ fn idle_exit(s: &str) -> Result<std::time::Duration, String> {
     if seconds.is_nan() || seconds <= 0.0 {
         return Err("seconds above 0".into());
     }
-    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+    match std::time::Duration::try_from_secs_f64(seconds) {
+        Ok(d) if d.is_zero() => Err("seconds above 0 (this rounds to 0)".into()),
+        other => other.map_err(|e| e.to_string()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -224,7 +227,7 @@ mod tests {
     fn idle_exit_is_seconds_above_zero_that_a_duration_holds() {
         assert_eq!(idle_exit("30"), Ok(Duration::from_secs(30)));
         assert_eq!(idle_exit("0.5"), Ok(Duration::from_millis(500)));
-        for bad in ["0", "-1", "nan", "inf", "1e30", "abc"] {
+        for bad in ["0", "-1", "1e-12", "nan", "inf", "1e30", "abc"] {
             assert!(idle_exit(bad).is_err(), "{bad}");
         }
     }
