@@ -18,7 +18,8 @@ use crate::convert::imm_from_c;
 use crate::ffi::*;
 use crate::guard::guard;
 use crate::verbs_basic::{ah_in, err, null};
-use crate::verbs_qp::{create_qp, inline_bytes, qp_id, sges, SoftQp};
+use crate::verbs_qp::{create_qp, inline_bytes, no_memory, qp_id, sges, SoftQp};
+use smallvec::SmallVec;
 use softverbs_engine::{
     send_flags, send_opcode, AtomicTarget, ErrorKind, InlineData, QpId, RdmaTarget, SendWr, Sge,
     SgeList, UdTarget, VerbsError, VerbsResult,
@@ -88,13 +89,35 @@ impl BuiltWr {
     }
 }
 
-/// The WRs of one `ibv_wr_start` .. `ibv_wr_complete` batch.
+/// The WRs of one `ibv_wr_start` .. `ibv_wr_complete` batch. It is
+/// emptied, not dropped, when the batch ends, so that a QP's batches
+/// reuse one list: building a WR allocates nothing once the list has
+/// grown to the longest batch (only the SGEs and inline bytes beyond
+/// those a WR holds in place do), and what does allocate is fallible
+/// (a WR that finds no memory fails the batch with ENOMEM).
 #[derive(Debug, Default)]
 struct Batch {
     wrs: Vec<BuiltWr>,
     /// The first thing a setter refused (the setters return nothing):
     /// `ibv_wr_complete` reports it and posts nothing.
     error: Option<VerbsError>,
+}
+
+impl Batch {
+    /// Empties the batch for the next, keeping its list's room.
+    fn clear(&mut self) {
+        self.wrs.clear();
+        self.error = None;
+    }
+
+    /// Adds a WR, or records ENOMEM if the list cannot grow.
+    fn push(&mut self, wr: BuiltWr) {
+        if self.wrs.try_reserve(1).is_err() {
+            self.error.get_or_insert(no_memory());
+            return;
+        }
+        self.wrs.push(wr);
+    }
 }
 
 /// The `ibv_wr_*` state of an extended QP: the batch being built, behind
@@ -275,7 +298,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32, fill: impl FnOnce(&mut BuiltWr)
     };
     fill(&mut wr);
     // SAFETY: per the contract.
-    unsafe { with_batch(qp, |b, _| b.wrs.push(wr)) };
+    unsafe { with_batch(qp, |b, _| b.push(wr)) };
 }
 
 /// Runs a setter on the WR being built, if any; a setter's refusal is
@@ -454,15 +477,14 @@ fn set_inline(w: &mut BuiltWr, bufs: &[ibv_data_buf], limits: &WrBuilder) -> Ver
         return Err(no_room("inline data above max_inline_data"));
     }
     // Every length fits u32 now; empty buffers add nothing.
-    let list: Vec<Sge> = bufs
-        .iter()
-        .filter(|b| b.length > 0)
-        .map(|b| Sge {
-            addr: b.addr as u64,
-            length: b.length as u32,
-            lkey: 0,
-        })
-        .collect();
+    let mut list = SgeList::new();
+    list.try_reserve_exact(bufs.len())
+        .map_err(|_| no_memory())?;
+    list.extend(bufs.iter().filter(|b| b.length > 0).map(|b| Sge {
+        addr: b.addr as u64,
+        length: b.length as u32,
+        lkey: 0,
+    }));
     w.inline = inline_bytes(&list, limits.max_inline_data)?;
     w.flags |= send_flags::INLINE;
     Ok(())
@@ -474,8 +496,9 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
     // SAFETY: libibverbs' inline ibv_wr_start passes one of our extended QPs.
     let lock = unsafe { &builder(qp).batch };
     lock.enter();
-    // SAFETY: inside the section just entered.
-    unsafe { *lock.data() = Batch::default() };
+    // SAFETY: inside the section just entered; the batch is this
+    // thread's alone until it leaves.
+    unsafe { (*lock.data()).clear() };
 }
 
 /// `ibv_wr_abort`: drops the batch and leaves the critical section.
@@ -483,7 +506,7 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
     // SAFETY: one of our extended QPs, inside the section wr_start entered.
     let lock = unsafe { &builder(qp).batch };
     // SAFETY: inside the section.
-    drop(unsafe { std::mem::take(&mut *lock.data()) });
+    unsafe { (*lock.data()).clear() };
     // SAFETY: wr_start entered it on this thread.
     unsafe { lock.leave() };
 }
@@ -494,16 +517,18 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
 pub(crate) unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     // SAFETY: one of our extended QPs, inside the section wr_start entered.
     let lock = unsafe { &builder(qp).batch };
-    // SAFETY: inside the section.
-    let batch = unsafe { std::mem::take(&mut *lock.data()) };
+    // SAFETY: inside the section, where the batch is this thread's
+    // alone; the reference ends before the section is left.
+    let batch = unsafe { &mut *lock.data() };
     let rc = guard(libc::EIO, || {
         // SAFETY: our QP; its base QP names its context (plain field reads).
         let (st, id) = unsafe {
             let base = addr_of_mut!((*qp).qp_base);
             (state(addr_of!((*base).context).read()), qp_id(base))
         };
-        post_batch(st, id, &batch)
+        post_batch(st, id, batch)
     });
+    batch.clear();
     // SAFETY: wr_start entered it on this thread.
     unsafe { lock.leave() };
     rc
@@ -548,13 +573,22 @@ impl BuiltWr {
     }
 }
 
-/// Posts a built batch through the engine's all-or-nothing path.
+/// Posts a built batch through the engine's all-or-nothing path. The
+/// engine's view of a batch of up to [`WRS_IN_PLACE`] WRs (most are of
+/// one) is built on the stack.
 fn post_batch(st: &ContextState, id: QpId, batch: &Batch) -> c_int {
     if let Some(e) = batch.error {
         return err(e);
     }
-    let wrs: Vec<SendWr<'_>> = batch.wrs.iter().map(BuiltWr::send_wr).collect();
+    let mut wrs = SmallVec::<[SendWr<'_>; WRS_IN_PLACE]>::new();
+    if wrs.try_reserve_exact(batch.wrs.len()).is_err() {
+        return err(no_memory());
+    }
+    wrs.extend(batch.wrs.iter().map(BuiltWr::send_wr));
     st.driver
         .post_send_with(|e, _| e.post_send_batch(id, &wrs))
         .map_or_else(err, |()| 0)
 }
+
+/// WRs of a batch the engine's view of it holds without allocating.
+const WRS_IN_PLACE: usize = 4;

@@ -269,7 +269,7 @@ pub unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Ver
 }
 
 /// ENOMEM for a WR whose copy found no memory.
-const fn no_memory() -> VerbsError {
+pub(crate) const fn no_memory() -> VerbsError {
     VerbsError {
         kind: ErrorKind::NoMemory,
         reason: "no memory for the WR",
