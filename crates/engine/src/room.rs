@@ -13,6 +13,7 @@
 use crate::error::{enomem, VerbsResult};
 use crate::wr::{InlineData, Sge, SgeList};
 use slotmap::{Key, SlotMap};
+use smallvec::{Array, SmallVec};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
 
@@ -45,20 +46,25 @@ pub(crate) fn grow<T>(q: &mut VecDeque<T>, n: usize) -> VerbsResult<()> {
 
 /// A posted WR's SGEs as a queue entry holds them.
 pub(crate) fn sge_list(sges: &[Sge]) -> VerbsResult<SgeList> {
-    let mut list = SgeList::new();
-    list.try_reserve_exact(sges.len())
-        .map_err(|_| enomem("no memory for the WR's SGEs"))?;
-    list.extend_from_slice(sges);
-    Ok(list)
+    copied(sges, "no memory for the WR's SGEs")
 }
 
 /// A posted WR's inline data as a queue entry holds it.
 pub(crate) fn inline_data(bytes: &[u8]) -> VerbsResult<InlineData> {
-    let mut data = InlineData::new();
-    data.try_reserve_exact(bytes.len())
-        .map_err(|_| enomem("no memory for the WR's inline data"))?;
-    data.extend_from_slice(bytes);
-    Ok(data)
+    copied(bytes, "no memory for the WR's inline data")
+}
+
+/// `items` in a list that holds the first few in place; beyond them it
+/// allocates, fallibly (ENOMEM for `what`).
+fn copied<A: Array>(items: &[A::Item], what: &'static str) -> VerbsResult<SmallVec<A>>
+where
+    A::Item: Copy,
+{
+    let mut list = SmallVec::new();
+    list.try_reserve_exact(items.len())
+        .map_err(|_| enomem(what))?;
+    list.extend_from_slice(items);
+    Ok(list)
 }
 
 #[cfg(test)]

@@ -2127,4 +2127,38 @@ mod tests {
         let more = ask(&control, &Request::MoreQpns, None).unwrap();
         assert_ne!(more, block, "still one client, with one more block");
     }
+
+    /// A request whose descriptors did not all reach the daemon (the
+    /// kernel dropped what found no room: `MSG_CTRUNC`, as when the daemon
+    /// is out of descriptors) is refused with EMFILE, not with the EPROTO
+    /// of a hello that came without one. Sixteen descriptors overflow the
+    /// room the daemon keeps for two (and the sender's credentials).
+    #[test]
+    fn a_request_whose_descriptor_was_dropped_is_emfile() {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let (control, ip) = connect_to_test_daemon();
+        let (data, _keep) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let fds = [data.as_fd(); 16];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
+        let mut ancillary = SendAncillaryBuffer::new(&mut space);
+        assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
+        let hello = Request::Hello { ip }.encode();
+        let sent = sendmsg(
+            &control,
+            &[io::IoSlice::new(&hello)],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        );
+        sent.unwrap();
+        let mut buf = [0u8; 512];
+        let (n, _) = record::recv(&control, &mut buf).unwrap();
+        let e = Reply::decode(&buf[..n]).unwrap().into_block().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMFILE));
+    }
 }
