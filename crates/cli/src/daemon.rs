@@ -107,12 +107,24 @@ fn close_inherited_descriptors() {
 fn raise_descriptor_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        // Where `fs.nr_open` was lowered below the hard limit, no limit
+        // can be set (EPERM) but with the hard one lowered to it too.
+        let target = hard.min(nr_open().unwrap_or(hard));
+        if soft < target && setrlimit(Resource::RLIMIT_NOFILE, target, target).is_err() {
             softverbs_transport::say!(
-                "softverbs daemon: cannot raise its descriptor limit from {soft} to {hard}"
+                "softverbs daemon: cannot raise its descriptor limit from {soft} to {target}"
             );
         }
     }
+}
+
+/// The most descriptors a process may have open (`fs.nr_open`).
+fn nr_open() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Starts the daemon in its own process group and returns once it listens.

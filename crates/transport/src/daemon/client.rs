@@ -275,14 +275,19 @@ impl Session {
         self.reply()
     }
 
-    /// A reply and the descriptors it carried.
+    /// A reply and the descriptors it carried. Descriptors the kernel
+    /// dropped for want of room in this process fail the request with
+    /// EMFILE, as opening a kernel provider's device file would.
     fn reply(&mut self) -> io::Result<(Reply, Vec<OwnedFd>)> {
         let mut buf = [0u8; 512];
-        let (n, fds) = record::recv(&self.control, &mut buf)?;
-        if n == 0 {
+        let received = record::recv_from_user(&self.control, &mut buf)?;
+        if received.len == 0 {
             return Err(gone());
         }
-        Ok((Reply::decode(&buf[..n])?, fds))
+        if received.fds_lost {
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        Ok((Reply::decode(&buf[..received.len])?, received.fds))
     }
 
     /// The context's own steered socket, to poll, if it has one.
@@ -451,7 +456,56 @@ fn start(program: &PathBuf, name: &str) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::trusted;
+    use super::*;
+
+    /// A reply whose descriptors found no room in the process (the
+    /// kernel dropped them: `MSG_CTRUNC`) fails with EMFILE, not as a
+    /// peer "without its descriptors".
+    #[test]
+    fn a_reply_whose_descriptors_were_dropped_is_emfile() {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let (control, daemon) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let (data, _keep) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        // More descriptors than a reply has room for (with the room kept
+        // for credentials).
+        let fds = [data.as_fd(); 16];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
+        let mut ancillary = SendAncillaryBuffer::new(&mut space);
+        assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
+        let peer = Reply::Peer {
+            pid: 1,
+            region_bytes: 4096,
+        }
+        .encode();
+        sendmsg(
+            &daemon,
+            &[io::IoSlice::new(&peer)],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        )
+        .unwrap();
+        let mut session = Session {
+            direct: None,
+            control,
+            data,
+            pending: Vec::new(),
+            filled: 0,
+        };
+        let e = session.lookup(0x1001).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMFILE), "{e}");
+    }
 
     #[test]
     fn a_context_trusts_only_its_own_users_daemon_or_roots() {

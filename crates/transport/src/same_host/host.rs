@@ -476,7 +476,7 @@ impl SameHost {
         let region = match endpoint.lookup(qpn) {
             Ok(Ok(region)) => region,
             Ok(Err(refused)) => return Err(refused.to_string()),
-            Err(e) => return Err(format!("the daemon did not answer: {e}")),
+            Err(e) => return Err(format!("the daemon's answer did not come through: {e}")),
         };
         if let Err(f) = self.access.probe(region.pid) {
             return Err(format!(
