@@ -20,6 +20,11 @@ bitflags::bitflags! {
         const ON_DEMAND = 1 << 6;
         /// IBV_ACCESS_HUGETLB
         const HUGETLB = 1 << 7;
+        /// IBV_ACCESS_FLUSH_GLOBAL (rdma-core 45 on; the FLUSH operation,
+        /// which softverbs does not offer)
+        const FLUSH_GLOBAL = 1 << 8;
+        /// IBV_ACCESS_FLUSH_PERSISTENT (likewise)
+        const FLUSH_PERSISTENT = 1 << 9;
         /// IBV_ACCESS_RELAXED_ORDERING (an optional hint, see IBV_ACCESS_OPTIONAL_RANGE)
         const RELAXED_ORDERING = 1 << 20;
     }

@@ -12,7 +12,7 @@ use crate::requester::{local_status, InFlight, ReqOp};
 use crate::send_side::SendSide;
 use crate::time::{ack_timeout, rnr_delay, Nanos};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
-use softverbs_wire::{NakCode, OpKind, PacketView, Psn, Syndrome};
+use softverbs_wire::{NakCode, OpKind, PacketView, Position, Psn, Syndrome};
 
 impl SendSide<'_> {
     /// Handles a response (ACK, NAK, READ response, atomic ACK) of an RC QP.
@@ -300,11 +300,18 @@ impl SendSide<'_> {
         let e = &self.req.inflight[idx];
         let offset = e.resp_pkts * mtu;
         let want = (e.len - offset.min(e.len)).min(mtu) as usize;
-        // A re-requested READ restarts with READ_RESP_FIRST at the PSN it
-        // asked for, so only "is this the last packet" (of the part asked
-        // for) is checked.
+        // Responses come FIRST, MIDDLE..., LAST (or ONLY), as rxe's
+        // completer holds them to. A READ asked for again, or in parts,
+        // starts over with a FIRST or ONLY at the packet it asked from,
+        // where the stream from before may go on with a MIDDLE or LAST.
         let last_ok = pkt.opcode().is_last() == (e.resp_pkts + 1 == e.req_end);
-        if !last_ok || pkt.payload().len() != want {
+        let starts = matches!(pkt.opcode().position(), Position::First | Position::Only);
+        let order_ok = match e.resp_pkts {
+            0 => starts,
+            n if n == e.asked_from => true,
+            _ => !starts,
+        };
+        if !last_ok || !order_ok || pkt.payload().len() != want {
             self.fail_requester(ctx, idx, WcStatus::BadRespErr);
             return false;
         }

@@ -77,6 +77,9 @@ pub(crate) struct InFlight {
     pub(crate) next_pkt: u32,
     /// READ response packets received, in order.
     pub(crate) resp_pkts: u32,
+    /// A READ: the response packet the request last sent asks the
+    /// responder to start from (its READ_RESPONSE_FIRST or _ONLY).
+    pub(crate) asked_from: u32,
     /// A READ or atomic asked for again from `resp_pkts` after a lost
     /// response, and the highest PSN of its responses sent before that may
     /// still arrive. Those are no new loss: responses ahead of the one
@@ -439,6 +442,7 @@ impl SendSide<'_> {
             len,
             next_pkt: 0,
             resp_pkts: 0,
+            asked_from: 0,
             asked_again: None,
             req_end: npkts,
             sent_once: false,
@@ -489,6 +493,7 @@ impl SendSide<'_> {
         let entry = &mut self.req.inflight[idx];
         if entry.op == ReqOp::Read {
             entry.req_end = read_end;
+            entry.asked_from = entry.resp_pkts;
         }
         let psn = entry.next_psn();
         let end = if entry.op.is_rd_atomic() {

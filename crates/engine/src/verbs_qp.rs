@@ -174,7 +174,11 @@ impl Engine {
             qp.port_mtu = mtu;
         }
         if mask.contains(QpAttrMask::STATE) {
-            self.enter_state(id, next);
+            // SQ_DRAINED is asked for by the RTS->SQD call itself, as mlx5
+            // reads it: a value stored by an earlier call asks nothing.
+            let drain_notify =
+                mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) && attr.en_sqd_async_notify != 0;
+            self.enter_state(id, next, drain_notify);
         }
         self.schedule.wake(id);
         self.sync_timer(id);
@@ -185,9 +189,9 @@ impl Engine {
 
     /// Side effects of entering a state: RTR starts the responder at
     /// rq_psn, RTS (from RTR) the requester at sq_psn; SQD stops starting
-    /// WRs and reports SQ_DRAINED when nothing is left in flight; ERR
-    /// flushes; RESET forgets everything queued.
-    fn enter_state(&mut self, id: QpId, next: QpState) {
+    /// WRs and reports SQ_DRAINED, if `drain_notify`, when nothing is left
+    /// in flight; ERR flushes; RESET forgets everything queued.
+    fn enter_state(&mut self, id: QpId, next: QpState, drain_notify: bool) {
         self.with_qp(id, |qp, ctx| {
             let prev = qp.state;
             match next {
@@ -204,9 +208,7 @@ impl Engine {
                     let a = qp.attr;
                     qp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
                 }
-                QpState::Sqd if prev == QpState::Rts => {
-                    qp.req.drain_notify = qp.attr.en_sqd_async_notify != 0;
-                }
+                QpState::Sqd if prev == QpState::Rts => qp.req.drain_notify = drain_notify,
                 _ => {}
             }
             qp.state = next;

@@ -54,7 +54,8 @@ impl Engine {
     /// The checks of `ibv_reg_mr` that need no memory, in the kernel's
     /// order: access flags as its `ib_check_mr_access` (unknown bits
     /// EINVAL; bits in IBV_ACCESS_OPTIONAL_RANGE are hints and ignored;
-    /// ON_DEMAND without ODP EOPNOTSUPP; REMOTE_WRITE or REMOTE_ATOMIC
+    /// ON_DEMAND without ODP and the FLUSH flags without FLUSH
+    /// EOPNOTSUPP; REMOTE_WRITE or REMOTE_ATOMIC
     /// without LOCAL_WRITE EINVAL, ibv_reg_mr(3)), then the range (length 0
     /// EINVAL, as the kernel refuses to pin nothing). An embedder checks
     /// that the memory is mapped (EFAULT) after these and before
@@ -257,6 +258,11 @@ fn check_mr_access(raw: u32) -> VerbsResult<AccessFlags> {
     ensure(
         !access.contains(AccessFlags::ON_DEMAND),
         eopnotsupp("on-demand paging is not supported"),
+    )?;
+    // The kernel's answer for a flush access the device lacks.
+    ensure(
+        !access.intersects(AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT),
+        eopnotsupp("FLUSH (and its MR access flags) is not supported"),
     )?;
     ensure(
         !access.intersects(AccessFlags::NEED_LOCAL_WRITE)

@@ -153,3 +153,49 @@ fn responses_for_nothing_outstanding_are_ignored() {
     });
     assert_eq!(st, []);
 }
+
+/// A's completions after B answered its READ of three MTUs (1024 bytes
+/// each) with `opcodes`, one packet of 1024 bytes each from the READ's
+/// PSN on; the neighbours' lengths are those of the right sequence.
+fn read_answered_with(opcodes: &[Opcode]) -> Vec<WcStatus> {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(LOCAL_AT, 3 * 1024)];
+    let mut w = wr(7, send_opcode::RDMA_READ, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x2000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    let t = p.a.e.poll_transmit(0, &p.a.mem, &mut buf).unwrap();
+    let psn = PacketView::parse(&buf[..t.len]).unwrap().psn().get();
+    let qpn = p.a.e.qp_num(qa).unwrap();
+    let ack = Syndrome::Ack { credits: 0x1F };
+    for (i, &opcode) in opcodes.iter().enumerate() {
+        let packet = response(opcode, qpn, psn + i as u32, ack, &[0xCD; 1024]);
+        p.a.e
+            .handle_packet(0, t.dst_gid, t.src_gid, &packet, &mut p.a.mem);
+    }
+    p.a.poll().iter().map(|w| w.status).collect()
+}
+
+/// READ responses out of their order (a MIDDLE where the FIRST is due, a
+/// second FIRST) fail the READ, as rxe's `check_ack` does; FIRST, MIDDLE,
+/// LAST completes it.
+#[test]
+fn read_responses_out_of_their_order_are_bad_responses() {
+    use Opcode::{RcReadRespFirst as First, RcReadRespLast as Last, RcReadRespMiddle as Middle};
+    assert_eq!(
+        read_answered_with(&[Middle, Middle, Last]),
+        [WcStatus::BadRespErr]
+    );
+    assert_eq!(
+        read_answered_with(&[First, First, Last]),
+        [WcStatus::BadRespErr]
+    );
+    assert_eq!(
+        read_answered_with(&[First, Middle, Last]),
+        [WcStatus::Success]
+    );
+}

@@ -378,6 +378,12 @@ fn sqd_with_notify_raises_sq_drained_and_returns_to_rts() {
         .unwrap();
     assert_eq!(f.state(qp), QpState::Rts);
     assert_eq!(f.e.query_qp(qp).unwrap().0.timeout, 20);
+    // The notification was that call's: a later RTS->SQD that does not
+    // ask (the mask bit absent) gets no event, as on mlx5.
+    f.e.modify_qp(qp, &attr(QpState::Sqd), QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(f.state(qp), QpState::Sqd);
+    assert_eq!(f.e.poll_event(), None);
 }
 
 #[test]

@@ -21,11 +21,15 @@ fn mr_remote_write_or_atomic_needs_local_write() {
 }
 
 #[test]
-fn mr_unknown_access_bits_einval_odp_eopnotsupp_hints_ignored() {
+fn mr_unknown_access_bits_einval_odp_and_flush_eopnotsupp_hints_ignored() {
     let mut f = fixture();
     assert_eq!(errno(f.e.reg_mr(f.pd, 0, 8, 0, 1 << 10)), EINVAL);
     let odp = AccessFlags::ON_DEMAND.bits();
     assert_eq!(errno(f.e.reg_mr(f.pd, 0, 8, 0, odp)), EOPNOTSUPP);
+    // The FLUSH flags are known (kernel 6.2 on) but unsupported.
+    for flush in [1 << 8, 1 << 9] {
+        assert_eq!(errno(f.e.reg_mr(f.pd, 0, 8, 0, flush)), EOPNOTSUPP);
+    }
     let relaxed = AccessFlags::RELAXED_ORDERING.bits() | (1 << 25);
     assert_eq!(errno(f.e.reg_mr(f.pd, 0, 8, 0, relaxed)), 0);
 }
