@@ -1785,8 +1785,15 @@ impl Agent {
         };
         let Some(listener) = self.listener_for(service, dst) else {
             // The daemon gave us a REQ we no longer listen for.
-            return self.refuse(src, dst, tid, req, 8);
+            return self.refuse(src, dst, tid, req, rej_reason::INVALID_SERVICE_ID);
         };
+        if req.pkey & 0x7FFF != 0x7FFF {
+            // A path in a partition the port is not in: the P_Key table's
+            // one entry is the default 0xFFFF. The kernel's CM finds no
+            // P_Key index for it (`cm_init_av_by_path`) and rejects with
+            // "invalid GID" before any application hears of the REQ.
+            return self.refuse(src, dst, tid, req, rej_reason::INVALID_GID);
+        }
         let Some(device) = self.device_of(dst) else {
             return;
         };

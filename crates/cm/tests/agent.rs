@@ -462,6 +462,32 @@ fn nobody_listening_is_rejected_with_invalid_service_id() {
     assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 8, 7));
 }
 
+/// A REQ whose path names a P_Key the port does not have (its table holds
+/// only the default 0xFFFF) is rejected with "invalid GID" before the
+/// listener hears of it, as the kernel's CM does; 0x7FFF, the limited
+/// member of the same partition, gets in.
+#[test]
+fn a_request_in_another_partition_is_rejected_unheard() {
+    /// Where the REQ's P_Key lies in its MAD (data offset 48).
+    const PKEY_AT: usize = softverbs_wire::mad::MAD_HEADER_LEN + 48;
+    for (pkey, admitted) in [(0x1234u16, false), (0x7FFF, true)] {
+        let (server, client) = (Side::new("10.0.0.2", 0x20), Side::new("10.0.0.1", 0x10));
+        let (mut client, mut server, id) = connecting(server, client, b"");
+        let mut m = client.agent.poll_mad().expect("the REQ");
+        m.mad[PKEY_AT..PKEY_AT + 2].copy_from_slice(&pkey.to_be_bytes());
+        server.agent.handle_mad(server.now, m.src, m.dst, &m.mad);
+        exchange(&mut client, &mut server);
+        if admitted {
+            assert_eq!(server.event().event, event::CONNECT_REQUEST);
+            continue;
+        }
+        assert!(server.try_event().is_none(), "the listener heard nothing");
+        let rej = client.event();
+        assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 12, 200));
+        assert_eq!(id, rej.id);
+    }
+}
+
 /// A destination the host has no route to fails RESOLVE_IP itself with
 /// the route lookup's errno, the id bound (the kernel's `rdma_resolve_ip`);
 /// one the device's address cannot send to is an ADDR_ERROR. Neither
