@@ -152,6 +152,7 @@ impl SendSide<'_> {
                 }
                 self.req.go_back(psn);
                 self.req.retrying = true;
+                ctx.recovery.go_backs_after_gap += 1;
                 self.on_loss(ctx, psn);
                 progress
             }
@@ -243,6 +244,7 @@ impl SendSide<'_> {
     }
 
     pub(crate) fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, now: Nanos, psn: Psn, timer: u8) {
+        ctx.recovery.rnr_naks += 1;
         if self.attr.rnr_retry != 7 {
             if self.req.rnr_left == 0 {
                 if let Some(idx) = self
@@ -412,6 +414,7 @@ impl SendSide<'_> {
         if gap {
             self.req.ask_again(idx, psn);
         }
+        ctx.recovery.go_backs_after_gap += 1;
         self.on_loss(ctx, expected);
         progress
     }
@@ -427,6 +430,7 @@ impl SendSide<'_> {
         let timeout_at = self.req.retransmit_at;
         if timeout_at.is_none_or(|at| at > now) && self.req.early.fire(now, timeout_at) {
             // Early: as the timeout below would, but spending no retry.
+            ctx.recovery.early_go_backs += 1;
             self.send_unacked_again(ctx);
         }
         if self.req.retransmit_at.is_some_and(|at| at <= now) {
@@ -434,6 +438,7 @@ impl SendSide<'_> {
             self.req.early.disarm();
             self.req.direct_stalled = false;
             if self.consume_retry(ctx) {
+                ctx.recovery.go_backs_after_timeout += 1;
                 self.send_unacked_again(ctx);
             }
         }

@@ -4,6 +4,7 @@
 //! and reads memory through MRs.
 
 use crate::completion_events::CompletionEvents;
+use crate::datapath::RecoveryStats;
 use crate::device::DeviceConfig;
 use crate::event::AsyncEvent;
 use crate::fault_points::{FaultState, Verdict};
@@ -47,6 +48,9 @@ pub(crate) struct Ctx<'a> {
     /// The packet being handled arrived marked: the embedder found its
     /// receive queue filling (`congestion.rs`).
     pub(crate) congestion: bool,
+    /// What the QP's recovery from lost or reordered packets did in this
+    /// piece of work, for the engine's counts.
+    pub(crate) recovery: RecoveryStats,
 }
 
 impl Ctx<'_> {

@@ -229,6 +229,47 @@ pub struct DatapathStats {
     pub rx_marked: u64,
     /// Packets that carried BECN (a responder's congestion notice).
     pub rx_becn: u64,
+    /// How the RC QPs recovered from packets lost, delayed or reordered.
+    pub recovery: RecoveryStats,
+}
+
+/// What RC QPs met on a path that lost, delayed or reordered packets, by
+/// side: for a user to tell a loss (sequence NAKs, timeouts) from a
+/// reordering (duplicates of what was sent again) or a receiver with no
+/// receive WR posted (RNR NAKs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Requesters that went back after a PSN sequence NAK or a gap in
+    /// READ or atomic responses.
+    pub go_backs_after_gap: u64,
+    /// Requesters that went back at their local ACK timeout.
+    pub go_backs_after_timeout: u64,
+    /// Requesters that went back early, before the timeout, nothing
+    /// having been acknowledged for several round trips
+    /// (`early_go_back.rs`).
+    pub early_go_backs: u64,
+    /// RNR NAKs requesters took (the peer had no receive WR posted).
+    pub rnr_naks: u64,
+    /// Request packets responders dropped for arriving ahead of the PSN
+    /// they expected (the first of each gap answered with a sequence
+    /// NAK).
+    pub rx_ahead: u64,
+    /// Request packets responders took in again (a PSN before the one
+    /// expected): sent again after a loss, or after one that only came
+    /// late.
+    pub rx_duplicates: u64,
+}
+
+impl RecoveryStats {
+    /// Adds `other`'s counts to these.
+    pub(crate) fn add(&mut self, other: RecoveryStats) {
+        self.go_backs_after_gap += other.go_backs_after_gap;
+        self.go_backs_after_timeout += other.go_backs_after_timeout;
+        self.early_go_backs += other.early_go_backs;
+        self.rnr_naks += other.rnr_naks;
+        self.rx_ahead += other.rx_ahead;
+        self.rx_duplicates += other.rx_duplicates;
+    }
 }
 
 /// Why `handle_packet` dropped a packet addressed to an existing QP.

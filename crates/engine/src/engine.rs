@@ -8,7 +8,7 @@
 
 use crate::completion_events::CompletionEvents;
 use crate::ctx::Ctx;
-use crate::datapath::DatapathStats;
+use crate::datapath::{DatapathStats, RecoveryStats};
 use crate::device::{DeviceAttr, DeviceConfig, PortAttr};
 use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
@@ -116,10 +116,12 @@ impl Engine {
             qp.enter_error(&mut ctx);
         }
         let short_of_room = ctx.short_of_room;
+        let recovery = ctx.recovery;
         let in_flight = qp.bytes_in_flight(ctx.config);
         let was = std::mem::replace(&mut qp.charged, in_flight);
         let (after, qpn) = (qp.state, qp.qp_num);
         let freed = self.send_budget.recharge(was, in_flight);
+        self.stats.recovery.add(recovery);
         if short_of_room {
             self.send_budget.wait(id);
         }
@@ -171,6 +173,7 @@ impl Engine {
             injected_error: false,
             dropped: false,
             congestion: false,
+            recovery: RecoveryStats::default(),
         };
         Some((qp, ctx))
     }

@@ -71,7 +71,7 @@ pub use access::AccessFlags;
 pub use ah_attr::{AhAttr, GlobalRoute};
 pub use attr_mask::{QpAttrMask, SrqAttrMask};
 pub use cq_ring::CqRing;
-pub use datapath::{Arrival, DatapathStats};
+pub use datapath::{Arrival, DatapathStats, RecoveryStats};
 pub use device::{
     cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,
     LINK_LAYER_ETHERNET, PHYS_STATE_LINK_UP, PORT_ACTIVE, PORT_CM_SUP, PORT_IP_BASED_GIDS,

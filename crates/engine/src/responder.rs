@@ -279,9 +279,11 @@ impl RecvSide<'_> {
         let psn = pkt.psn();
         let d = self.resp.epsn.distance(psn);
         if d < 0 {
+            ctx.recovery.rx_duplicates += 1;
             return self.rc_duplicate(ctx, pkt);
         }
         if d > 0 {
+            ctx.recovery.rx_ahead += 1;
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 let epsn = self.resp.epsn;

@@ -530,6 +530,18 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     // Go-back-N from the lost 2nd of 4 packets: 2, 3 and 4 again.
     assert_eq!(p.a.e.stats().tx_resent, 3);
+    // The stats line's account: one gap, the two packets after it taken
+    // for early, no duplicate (nothing came late).
+    let expected = RecoveryStats {
+        go_backs_after_gap: 1,
+        ..RecoveryStats::default()
+    };
+    assert_eq!(p.a.e.stats().recovery, expected);
+    let expected = RecoveryStats {
+        rx_ahead: 2,
+        ..RecoveryStats::default()
+    };
+    assert_eq!(p.b.e.stats().recovery, expected);
 }
 
 /// Connects an RC pair over `link`, sends one 10-byte SEND from `a` into
@@ -565,6 +577,8 @@ fn lost_ack_is_recovered_by_timeout_and_duplicate_is_reacked_not_redelivered() {
     );
     assert_eq!(p.b.poll().len(), 1, "the retransmitted SEND is a duplicate");
     assert_eq!(p.a.poll().len(), 1);
+    assert_eq!(p.a.e.stats().recovery.go_backs_after_timeout, 1);
+    assert_eq!(p.b.e.stats().recovery.rx_duplicates, 1);
 }
 
 /// A device's least local ACK timeout holds for a QP that asks for less
@@ -636,6 +650,7 @@ fn rnr_nak_is_retried_after_the_timer_until_a_receive_is_posted() {
         rnr.get()
     );
     assert!(p.a.poll().is_empty(), "still waiting for a receive WR");
+    assert_eq!(p.a.e.stats().recovery.rnr_naks, rnr.get());
     p.b.post_recv(qb, 4, 0x4000, 100);
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
@@ -1509,6 +1524,8 @@ fn a_lost_sequence_nak_is_recovered_before_the_local_ack_timeout() {
     assert!(p.now - before < ack_timeout(14).unwrap());
     assert_eq!(p.b.poll().len(), 2);
     assert!(same(p.b.mem.slice(MEM_BASE + 0x5000, 4096), &data));
+    let r = p.a.e.stats().recovery;
+    assert_eq!((r.early_go_backs, r.go_backs_after_timeout), (1, 0));
 }
 
 /// A READ whose only response is lost, which nothing reports, is asked

@@ -1076,7 +1076,7 @@ impl<M> State<M> {
             "softverbs: {} (pid {}): {} packets sent (in {} system calls{}), {} received, \
              {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
-             {} waits for socket room{}{}",
+             {} waits for socket room{}{}{}",
             self.engine.config().name,
             std::process::id(),
             io.tx,
@@ -1102,8 +1102,29 @@ impl<M> State<M> {
                     ", {marked} marked in a filling queue, {becn} congestion notices received"
                 ),
             },
+            recovery_summary(&e.recovery),
         )
     }
+}
+
+/// What the stats line says of the RC QPs' recovery, where there was any:
+/// a loss shows as packets ahead of their turn and go-backs; a reordering
+/// (a packet that only came late) as duplicates besides; a receiver that
+/// posted no receive WR in time as RNR NAKs.
+fn recovery_summary(r: &softverbs_engine::RecoveryStats) -> String {
+    if *r == softverbs_engine::RecoveryStats::default() {
+        return String::new();
+    }
+    format!(
+        "; requesters went back {} times after a gap, {} at the ACK timeout, {} early, \
+         and took {} RNR NAKs; responders took {} packets ahead of their turn and {} again",
+        r.go_backs_after_gap,
+        r.go_backs_after_timeout,
+        r.early_go_backs,
+        r.rnr_naks,
+        r.rx_ahead,
+        r.rx_duplicates,
+    )
 }
 
 impl<M> Shared<M> {
