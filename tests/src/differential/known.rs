@@ -276,7 +276,7 @@ fn uc_with_srq(step: &Step, a: &[String], b: &[String]) -> bool {
 }
 
 /// rxe raises IBV_EVENT_SQ_DRAINED (5) whenever SQD is reached; softverbs
-/// only when en_sqd_async_notify asked for it. Known when the answers
+/// only when the RTS->SQD call set en_sqd_async_notify. Known when the answers
 /// are equal without SQ_DRAINED events.
 fn sq_drained_always(step: &Step, a: &[String], b: &[String]) -> bool {
     let others = |lines: &[String]| -> Vec<String> {
