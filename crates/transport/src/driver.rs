@@ -1107,24 +1107,29 @@ impl<M> State<M> {
     }
 }
 
-/// What the stats line says of the RC QPs' recovery, where there was any:
-/// a loss shows as packets ahead of their turn and go-backs; a reordering
-/// (a packet that only came late) as duplicates besides; a receiver that
-/// posted no receive WR in time as RNR NAKs.
+/// What the stats line says of the RC QPs' recovery, where there was any,
+/// the non-zero counts only: a loss shows as packets ahead of their turn
+/// and go-backs after a gap; a reordering (a packet that only came late)
+/// as packets taken again besides; a receiver that posted no receive WR
+/// in time as RNR NAKs.
 fn recovery_summary(r: &softverbs_engine::RecoveryStats) -> String {
-    if *r == softverbs_engine::RecoveryStats::default() {
+    let counts = [
+        ("go-backs after a gap", r.go_backs_after_gap),
+        ("go-backs at the ACK timeout", r.go_backs_after_timeout),
+        ("early go-backs", r.early_go_backs),
+        ("RNR NAKs taken", r.rnr_naks),
+        ("packets taken ahead of their turn", r.rx_ahead),
+        ("packets taken again", r.rx_duplicates),
+    ];
+    let said: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{what} {n}"))
+        .collect();
+    if said.is_empty() {
         return String::new();
     }
-    format!(
-        "; requesters went back {} times after a gap, {} at the ACK timeout, {} early, \
-         and took {} RNR NAKs; responders took {} packets ahead of their turn and {} again",
-        r.go_backs_after_gap,
-        r.go_backs_after_timeout,
-        r.early_go_backs,
-        r.rnr_naks,
-        r.rx_ahead,
-        r.rx_duplicates,
-    )
+    format!("; RC recovery: {}", said.join(", "))
 }
 
 impl<M> Shared<M> {
@@ -1642,5 +1647,21 @@ mod tests {
             "a verb that need not wait"
         );
         assert_eq!(waiting(), 0);
+    }
+
+    /// The stats line names only the recovery that happened.
+    #[test]
+    fn the_stats_line_names_the_recovery_that_happened() {
+        let none = softverbs_engine::RecoveryStats::default();
+        assert_eq!(recovery_summary(&none), "");
+        let some = softverbs_engine::RecoveryStats {
+            rnr_naks: 1,
+            rx_ahead: 31,
+            ..none
+        };
+        assert_eq!(
+            recovery_summary(&some),
+            "; RC recovery: RNR NAKs taken 1, packets taken ahead of their turn 31"
+        );
     }
 }
