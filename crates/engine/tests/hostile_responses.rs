@@ -21,9 +21,14 @@ const DATA: [u8; 8] = [0xAB; 8];
 /// or to `LOCAL_AT`) and sent its request, which B never receives.
 /// Returns the pair, the request's PSN, and A's QP number.
 fn posted(opcode: u32) -> (Pair, u32, u32, Gid, Gid) {
+    posted_of(opcode, 8)
+}
+
+/// [`posted`], of `len` bytes.
+fn posted_of(opcode: u32, len: u32) -> (Pair, u32, u32, Gid, Gid) {
     let mut p = Pair::new();
     let (qa, _) = p.connect(QpType::Rc, Link::default());
-    let sge = [p.a.sge(LOCAL_AT, 8)];
+    let sge = [p.a.sge(LOCAL_AT, len)];
     let mut w = wr(7, opcode, &sge);
     w.rdma = RdmaTarget {
         remote_addr: MEM_BASE + 0x2000,
@@ -155,27 +160,14 @@ fn responses_for_nothing_outstanding_are_ignored() {
 }
 
 /// A's completions after B answered its READ of three MTUs (1024 bytes
-/// each) with `opcodes`, one packet of 1024 bytes each from the READ's
-/// PSN on; the neighbours' lengths are those of the right sequence.
+/// each) with `opcodes`, a packet of 1024 bytes each, at the READ's PSN
+/// and on.
 fn read_answered_with(opcodes: &[Opcode]) -> Vec<WcStatus> {
-    let mut p = Pair::new();
-    let (qa, _) = p.connect(QpType::Rc, Link::default());
-    let sge = [p.a.sge(LOCAL_AT, 3 * 1024)];
-    let mut w = wr(7, send_opcode::RDMA_READ, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x2000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
-    let mut buf = vec![0u8; MAX_PACKET_LEN];
-    let t = p.a.e.poll_transmit(0, &p.a.mem, &mut buf).unwrap();
-    let psn = PacketView::parse(&buf[..t.len]).unwrap().psn().get();
-    let qpn = p.a.e.qp_num(qa).unwrap();
+    let (mut p, psn, qpn, a_gid, b_gid) = posted_of(send_opcode::RDMA_READ, 3 * 1024);
     let ack = Syndrome::Ack { credits: 0x1F };
     for (i, &opcode) in opcodes.iter().enumerate() {
         let packet = response(opcode, qpn, psn + i as u32, ack, &[0xCD; 1024]);
-        p.a.e
-            .handle_packet(0, t.dst_gid, t.src_gid, &packet, &mut p.a.mem);
+        p.a.e.handle_packet(0, b_gid, a_gid, &packet, &mut p.a.mem);
     }
     p.a.poll().iter().map(|w| w.status).collect()
 }

@@ -463,7 +463,6 @@ mod tests {
     /// peer "without its descriptors".
     #[test]
     fn a_reply_whose_descriptors_were_dropped_is_emfile() {
-        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
         let (control, daemon) = socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -471,31 +470,18 @@ mod tests {
             None,
         )
         .unwrap();
-        let (data, _keep) = socketpair(
+        let (data, _other) = socketpair(
             AddressFamily::UNIX,
             SocketType::STREAM,
             SocketFlags::CLOEXEC,
             None,
         )
         .unwrap();
-        // More descriptors than a reply has room for (with the room kept
-        // for credentials).
-        let fds = [data.as_fd(); 16];
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
-        let mut ancillary = SendAncillaryBuffer::new(&mut space);
-        assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
         let peer = Reply::Peer {
             pid: 1,
             region_bytes: 4096,
-        }
-        .encode();
-        sendmsg(
-            &daemon,
-            &[io::IoSlice::new(&peer)],
-            &mut ancillary,
-            SendFlags::NOSIGNAL,
-        )
-        .unwrap();
+        };
+        record::send_with_too_many_fds(&daemon, &peer.encode());
         let mut session = Session {
             direct: None,
             control,

@@ -91,6 +91,34 @@ pub fn recv_from_user(socket: impl AsFd, buf: &mut [u8]) -> io::Result<Received>
     })
 }
 
+/// Sends `bytes` as one record with sixteen descriptors attached (copies
+/// of one socket's), more than any receiver here has room for, its room
+/// for credentials included: the receiver finds them dropped
+/// (`MSG_CTRUNC`), as a process out of descriptors would.
+#[cfg(test)]
+pub(crate) fn send_with_too_many_fds(socket: impl AsFd, bytes: &[u8]) {
+    use rustix::net::{sendmsg, socketpair, AddressFamily, SocketFlags, SocketType};
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage};
+    let (passed, _other) = socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let fds = [passed.as_fd(); 16];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
+    let sent = sendmsg(
+        &socket,
+        &[io::IoSlice::new(bytes)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    );
+    assert_eq!(sent.unwrap(), bytes.len());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2135,27 +2135,8 @@ mod tests {
     /// room the daemon keeps for two (and the sender's credentials).
     #[test]
     fn a_request_whose_descriptor_was_dropped_is_emfile() {
-        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
         let (control, ip) = connect_to_test_daemon();
-        let (data, _keep) = socketpair(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        let fds = [data.as_fd(); 16];
-        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(16))];
-        let mut ancillary = SendAncillaryBuffer::new(&mut space);
-        assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
-        let hello = Request::Hello { ip }.encode();
-        let sent = sendmsg(
-            &control,
-            &[io::IoSlice::new(&hello)],
-            &mut ancillary,
-            SendFlags::NOSIGNAL,
-        );
-        sent.unwrap();
+        record::send_with_too_many_fds(&control, &Request::Hello { ip }.encode());
         let mut buf = [0u8; 512];
         let (n, _) = record::recv(&control, &mut buf).unwrap();
         let e = Reply::decode(&buf[..n]).unwrap().into_block().unwrap_err();
