@@ -56,6 +56,8 @@ pub struct Received {
     /// Descriptors sent with the record were dropped (`MSG_CTRUNC`): the
     /// receiver had no room for them, most often no descriptor to spare.
     pub fds_lost: bool,
+    /// The record was longer than the buffer, and cut (`MSG_TRUNC`).
+    pub truncated: bool,
 }
 
 /// [`recv`], with the sender's user ID as the kernel saw it when the
@@ -88,6 +90,7 @@ pub fn recv_from_user(socket: impl AsFd, buf: &mut [u8]) -> io::Result<Received>
         fds,
         sender_uid,
         fds_lost: msg.flags.contains(ReturnFlags::CTRUNC),
+        truncated: msg.flags.contains(ReturnFlags::TRUNC),
     })
 }
 

@@ -43,7 +43,7 @@ use rustix::net::{
     accept_with, bind, listen, send, socket_with, sockopt, AddressFamily, SendFlags,
     SocketAddrUnix, SocketFlags, SocketType,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -138,6 +138,8 @@ struct Client {
     cred: Option<Cred>,
     /// Its same-host region, once published.
     published: Option<Published>,
+    /// rdma_cm port reservations it holds ([`MAX_RESERVATIONS`]).
+    reservations: usize,
 }
 
 /// The part of the blocks of QP numbers, and of the daemon's descriptors,
@@ -148,6 +150,11 @@ const GUEST_SHARE: usize = 4;
 /// its data stream, its region, its doorbell and UDP 4791 on an address
 /// no other context has.
 const FDS_PER_CLIENT: u64 = 5;
+
+/// rdma_cm port reservations one client may hold: every port of four
+/// port spaces. Without a limit one connection's reservations (on made-up
+/// addresses) grew the daemon without end.
+const MAX_RESERVATIONS: usize = 4 << 16;
 
 /// Ports of the rdma_cm port spaces that only a process with
 /// CAP_NET_BIND_SERVICE may take, as for sockets (`PROT_SOCK`).
@@ -165,20 +172,84 @@ fn has_capability(status: &str, cap: u32) -> bool {
         .is_some_and(|set| cap < 64 && set & (1 << cap) != 0)
 }
 
+/// The most multicast groups the daemon keeps a socket open for at once:
+/// the device's `max_mcast_grp` (rxe's too), and no more than a quarter
+/// of the daemon's descriptors, the rest kept for contexts.
+fn max_groups() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+    let device = softverbs_engine::DeviceLimits::default().max_mcast_grp;
+    quarter.min(usize::try_from(device).unwrap_or(usize::MAX))
+}
+
 /// Whether process `pid` holds a descriptor of `socket` (one of its
 /// `/proc/PID/fd` links names the socket's inode). A process that is gone
 /// holds none; one whose descriptors cannot be read may.
 fn still_held(pid: i32, socket: &std::net::UdpSocket) -> bool {
-    let Ok(stat) = rustix::fs::fstat(socket) else {
-        return true;
-    };
-    let ours = std::ffi::OsString::from(format!("socket:[{}]", stat.st_ino));
+    match (sockets_held(pid), socket_inode(socket)) {
+        (Some(held), Some(inode)) => held.contains(&inode),
+        _ => true,
+    }
+}
+
+/// The inodes of the sockets process `pid` holds descriptors of (none
+/// for a process that is gone); `None` where its descriptors cannot be
+/// read.
+fn sockets_held(pid: i32) -> Option<HashSet<u64>> {
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(fds) => fds,
-        Err(e) => return e.kind() != io::ErrorKind::NotFound,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(HashSet::new()),
+        Err(_) => return None,
     };
-    fds.flatten()
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == ours))
+    let inode = |link: std::path::PathBuf| -> Option<u64> {
+        let name = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+        name.parse().ok()
+    };
+    let held = fds
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok());
+    Some(held.filter_map(inode).collect())
+}
+
+fn socket_inode(socket: &std::net::UdpSocket) -> Option<u64> {
+    rustix::fs::fstat(socket).ok().map(|s| s.st_ino)
+}
+
+/// Frees the retired members whose process no longer holds them (it
+/// closed them, or ended): one look at each such process's descriptors.
+/// Without it every context whose process forked with its device open,
+/// or kept its member after closing the device, cost the daemon one
+/// descriptor until it ended.
+fn release_retired(members: &mut [Member]) {
+    // Pid 0: a holder nobody could name, kept for good.
+    let mut holders: Vec<i32> = members
+        .iter()
+        .filter_map(|m| m.retired)
+        .filter(|&pid| pid > 0)
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    for pid in holders {
+        let Some(held) = sockets_held(pid) else {
+            continue;
+        };
+        for m in members.iter_mut().filter(|m| m.retired == Some(pid)) {
+            if socket_inode(&m.socket).is_some_and(|inode| !held.contains(&inode)) {
+                m.retired = None;
+            }
+        }
+    }
+}
+
+/// Whether `ip` is the unspecified address or one of this host's (in
+/// the daemon's network namespace), as binding a UDP socket to it tells.
+/// An IPv6 link-local address cannot be bound without its interface,
+/// which the request does not carry: taken as local.
+fn is_local(ip: IpAddr) -> bool {
+    let link_local = matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xFFC0 == 0xFE80);
+    ip.is_unspecified() || link_local || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 /// Whether a context may name `ip` as its device's address: a unicast
@@ -266,10 +337,12 @@ struct Receiver {
 struct Member {
     socket: std::net::UdpSocket,
     client: Option<usize>,
-    /// Its last context's process still held it when the context left (a
-    /// process that closed its device and lives on): it may read what
-    /// reaches the member, so the member serves no other context.
-    retired: bool,
+    /// The process of its last context, which still held it when the
+    /// context left (a process that closed its device and lives on, or
+    /// forked with it open): it may read what reaches the member, so the
+    /// member serves no other context until that process lets go of it
+    /// ([`release_retired`]); 0 where the client's process was unknown.
+    retired: Option<i32>,
 }
 
 #[derive(Debug, Default)]
@@ -309,6 +382,9 @@ pub struct Daemon {
     /// The user the daemon runs as: its clients of another user are its
     /// guests.
     uid: u32,
+    /// The most multicast groups it keeps a socket open for at once
+    /// ([`max_groups`]).
+    max_groups: usize,
 }
 
 impl Daemon {
@@ -349,6 +425,7 @@ impl Daemon {
             cm_requests: CmRequests::default(),
             waiting: WaitingRequests::default(),
             uid: rustix::process::geteuid().as_raw(),
+            max_groups: max_groups(),
         })
     }
 
@@ -436,6 +513,7 @@ impl Daemon {
                     waiting_writable: false,
                     cred,
                     published: None,
+                    reservations: 0,
                 };
                 self.clients.insert(id, client);
             }
@@ -460,19 +538,28 @@ impl Daemon {
                 return;
             };
             let mut record = [0u8; 64];
-            let (len, fds, fds_lost) = match record::recv_from_user(&client.control, &mut record) {
-                Ok(r) if r.len > 0 => {
-                    self.clients
-                        .get_mut(&id)
-                        .expect("served")
-                        .sent_as(r.sender_uid);
-                    (r.len, r.fds, r.fds_lost)
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                _ => return self.remove(id), // hang-up or broken socket
+            let (len, fds, fds_lost, truncated) =
+                match record::recv_from_user(&client.control, &mut record) {
+                    Ok(r) if r.len > 0 => {
+                        self.clients
+                            .get_mut(&id)
+                            .expect("served")
+                            .sent_as(r.sender_uid);
+                        (r.len, r.fds, r.fds_lost, r.truncated)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    _ => return self.remove(id), // hang-up or broken socket
+                };
+            let decoded = match truncated {
+                // No request is this long: another build's, or garbage.
+                true => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a record too long",
+                )),
+                false => Request::decode(&record[..len]),
             };
-            let (reply, pass) = match Request::decode(&record[..len]) {
+            let (reply, pass) = match decoded {
                 // The request's descriptor did not reach us: EMFILE, not
                 // the EPROTO of a request without one, which told the
                 // user of another softverbs build.
@@ -499,6 +586,10 @@ impl Daemon {
             Request::Hello { ip } => {
                 let (reply, direct) = self.hello(id, ip, fds.into_iter().next());
                 (reply, direct.into_iter().collect())
+            }
+            Request::MoreQpns if self.clients.get(&id).is_none_or(|c| c.data.is_none()) => {
+                let why = "more QP numbers before a hello".into();
+                (Reply::Refused(libc::EPROTO, why), Vec::new())
             }
             Request::MoreQpns => {
                 let reply = self.allocate(id);
@@ -536,6 +627,17 @@ impl Daemon {
     fn reserve(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
         if softverbs_wire::cm::PortSpace::from_u16(ps).is_none() {
             return Reply::Refused(libc::EINVAL, format!("no port space {ps:#06x}"));
+        }
+        if !is_local(ip) {
+            // The kernel's rdma_bind_addr: no device has the address.
+            return Reply::Refused(libc::EADDRNOTAVAIL, format!("{ip} is no local address"));
+        }
+        let Some(client) = self.clients.get_mut(&id) else {
+            return Reply::Refused(libc::EINVAL, "no such client".into());
+        };
+        if client.reservations >= MAX_RESERVATIONS {
+            let why = format!("this context holds {MAX_RESERVATIONS} port reservations");
+            return Reply::Refused(libc::ENOMEM, why);
         }
         if port != 0 && port < PRIVILEGED_PORTS_END && !self.may_bind_privileged(id) {
             let why = format!("port {port} is below {PRIVILEGED_PORTS_END}: CAP_NET_BIND_SERVICE");
@@ -575,6 +677,9 @@ impl Daemon {
             client: id,
             listening: false,
         });
+        if let Some(client) = self.clients.get_mut(&id) {
+            client.reservations += 1;
+        }
         Reply::Port(port)
     }
 
@@ -630,6 +735,9 @@ impl Daemon {
             self.ports.remove(&(ps, port));
         }
         if released {
+            if let Some(client) = self.clients.get_mut(&id) {
+                client.reservations -= 1;
+            }
             Reply::Done
         } else {
             not_held(ps, ip, port)
@@ -744,10 +852,15 @@ impl Daemon {
         }
         let slot = self.find(ip)?;
         let members = self.udp[slot].as_mut()?.members.as_mut()?;
-        let m = match members
-            .iter()
-            .position(|m| m.client.is_none() && !m.retired)
-        {
+        let free = |members: &[Member]| {
+            members
+                .iter()
+                .position(|m| m.client.is_none() && m.retired.is_none())
+        };
+        if free(members).is_none() {
+            release_retired(members);
+        }
+        let m = match free(members) {
             Some(free) => {
                 let fd = members[free].socket.as_raw_fd();
                 let _ = self.poll.registry().deregister(&mut SourceFd(&fd));
@@ -758,7 +871,7 @@ impl Daemon {
                 members.push(Member {
                     socket,
                     client: None,
-                    retired: false,
+                    retired: None,
                 });
                 members.len() - 1
             }
@@ -781,7 +894,10 @@ impl Daemon {
         };
         if let Some(m) = members.iter().position(|m| m.client == Some(id)) {
             members[m].client = None;
-            members[m].retired = pid.is_none_or(|pid| still_held(pid, &members[m].socket));
+            // A client without credentials: nobody can tell who holds it.
+            let holder = pid.unwrap_or(0);
+            members[m].retired =
+                (pid.is_none() || still_held(holder, &members[m].socket)).then_some(holder);
             let fd = members[m].socket.as_raw_fd();
             let token = Token(MEMBER + slot * MEMBERS + m);
             let _ = self
@@ -856,6 +972,12 @@ impl Daemon {
         let slot = match self.find(group) {
             Some(slot) => slot,
             None => {
+                if self.groups_open() >= self.max_groups {
+                    // As rxe refuses a group beyond its device's
+                    // max_mcast_grp; one connection's joins took every
+                    // descriptor of the daemon before.
+                    return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+                }
                 let socket = crate::group_socket::bind(group, ip)?;
                 self.add(group, socket, Some(McastGroup::default()), None)?
             }
@@ -874,6 +996,15 @@ impl Daemon {
             g.members.push(id);
         }
         Ok(())
+    }
+
+    /// The multicast groups with a socket open, for all clients.
+    fn groups_open(&self) -> usize {
+        self.udp
+            .iter()
+            .flatten()
+            .filter(|r| r.group.is_some())
+            .count()
     }
 
     /// Client `id` leaves `group`; the group's socket closes with its last
@@ -979,11 +1110,18 @@ impl Daemon {
         let Some(slot) = self.find(ip) else {
             return;
         };
-        let Some(receiver) = &self.udp[slot] else {
+        let Some(receiver) = self.udp[slot].as_mut() else {
             return;
         };
+        if let Some(members) = receiver.members.as_deref_mut() {
+            release_retired(members);
+        }
         let members = receiver.members.as_deref().unwrap_or_default();
-        if receiver.group.is_some() || members.iter().any(|m| m.retired || m.client.is_some()) {
+        if receiver.group.is_some()
+            || members
+                .iter()
+                .any(|m| m.retired.is_some() || m.client.is_some())
+        {
             return;
         }
         let registry = self.poll.registry();
@@ -1800,6 +1938,7 @@ mod tests {
             waiting_writable: false,
             cred,
             published: None,
+            reservations: 0,
         };
         daemon.clients.insert(id, client);
     }
@@ -1946,6 +2085,140 @@ mod tests {
         assert!(!still_held(i32::MAX, &socket), "no such process");
     }
 
+    /// A record longer than any request (a hello followed by garbage, cut
+    /// to the daemon's buffer) and a request for QP numbers before any
+    /// hello are refused with EPROTO; the connection goes on serving.
+    #[test]
+    fn a_record_too_long_and_qp_numbers_before_a_hello_are_eproto() {
+        let (control, ip) = connect_to_test_daemon();
+        let errno = |r: io::Result<u16>| r.err().and_then(|e| e.raw_os_error());
+        assert_eq!(
+            errno(ask(&control, &Request::MoreQpns, None)),
+            Some(libc::EPROTO)
+        );
+        let mut long = Request::Hello { ip }.encode();
+        long.resize(200, 0xAB);
+        let (data, _other) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        record::send(&control, &long, &[data.as_fd()]).unwrap();
+        let mut buf = [0u8; 512];
+        let (n, _) = record::recv(&control, &mut buf).unwrap();
+        let e = Reply::decode(&buf[..n]).unwrap().into_block().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPROTO));
+        assert!(ask(&control, &Request::Hello { ip }, Some(&data)).is_ok());
+    }
+
+    /// A reservation on an address of no interface here is EADDRNOTAVAIL,
+    /// as the kernel's rdma_bind_addr; one client holds at most
+    /// MAX_RESERVATIONS (ENOMEM beyond), and a release gives room again.
+    #[test]
+    fn reservations_are_local_and_bounded() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        let nowhere: IpAddr = "192.0.2.1".parse().unwrap();
+        let reply = daemon.reserve(1, 0x0106, nowhere, 7000);
+        assert!(
+            matches!(reply, Reply::Refused(libc::EADDRNOTAVAIL, _)),
+            "{reply:?}"
+        );
+        let here: IpAddr = "127.0.0.1".parse().unwrap();
+        daemon.clients.get_mut(&1).unwrap().reservations = MAX_RESERVATIONS - 1;
+        assert_eq!(daemon.reserve(1, 0x0106, here, 7000), Reply::Port(7000));
+        let reply = daemon.reserve(1, 0x0106, here, 7001);
+        assert!(
+            matches!(reply, Reply::Refused(libc::ENOMEM, _)),
+            "{reply:?}"
+        );
+        assert_eq!(daemon.release(1, 0x0106, here, 7000), Reply::Done);
+        assert_eq!(daemon.reserve(1, 0x0106, here, 7001), Reply::Port(7001));
+    }
+
+    /// A group beyond the daemon's most is refused with ENOMEM (rxe's
+    /// answer past max_mcast_grp), and joins of groups already open, or
+    /// once one closed, still go: one connection's joins took every
+    /// descriptor of the daemon before.
+    #[test]
+    fn groups_beyond_the_most_are_enomem() {
+        let mut daemon = idle_daemon();
+        daemon.max_groups = 2;
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 12, fastrand::u8(1..255)));
+        let uid = daemon.uid;
+        for id in [1, 2] {
+            add_client(&mut daemon, id, Some(uid));
+            let (reply, _) = daemon.hello(id, ip, two_fds().pop());
+            assert!(matches!(reply, Reply::Block(_)), "{reply:?}");
+        }
+        let group = |n: u8| IpAddr::V4(std::net::Ipv4Addr::new(239, 7, 7, n));
+        let errno = |r: io::Result<()>| r.err().and_then(|e| e.raw_os_error());
+        assert_eq!(errno(daemon.join(1, group(1))), None);
+        assert_eq!(errno(daemon.join(1, group(2))), None);
+        assert_eq!(errno(daemon.join(1, group(3))), Some(libc::ENOMEM));
+        assert_eq!(errno(daemon.join(2, group(2))), None, "an open group");
+        daemon.leave(1, group(1));
+        assert_eq!(errno(daemon.join(2, group(3))), None, "room again");
+    }
+
+    /// A member retired because its process still held it (here a child
+    /// that inherited it, as a fork with the device open does) serves
+    /// again once that process lets go of it: contexts coming and going
+    /// after it do not each cost the daemon a new member.
+    #[test]
+    fn a_retired_member_serves_again_once_its_process_lets_go() {
+        let mut daemon = idle_daemon();
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 11, fastrand::u8(1..255)));
+        let uid = daemon.uid;
+        let hello = |daemon: &mut Daemon, id: usize| {
+            add_client(daemon, id, Some(uid));
+            let (reply, direct) = daemon.hello(id, ip, two_fds().pop());
+            assert!(matches!(reply, Reply::Block(_)), "{reply:?}");
+            direct.expect("a member")
+        };
+        let members = |daemon: &Daemon| {
+            let slot = daemon.find(ip).unwrap();
+            daemon.udp[slot]
+                .as_ref()
+                .unwrap()
+                .members
+                .as_ref()
+                .unwrap()
+                .len()
+        };
+        let _keeps_the_address = hello(&mut daemon, 1);
+        let direct = hello(&mut daemon, 2);
+        // A child holding client 2's member (dup: inherited, no CLOEXEC).
+        let inherited = rustix::io::dup(&direct).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        drop((inherited, direct));
+        let pid = child.id() as i32;
+        daemon
+            .clients
+            .get_mut(&2)
+            .unwrap()
+            .cred
+            .as_mut()
+            .unwrap()
+            .pid = pid;
+        daemon.remove(2);
+        let _third = hello(&mut daemon, 3);
+        assert_eq!(members(&daemon), 3, "the retired member serves nobody");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _fourth = hello(&mut daemon, 4);
+        assert_eq!(
+            members(&daemon),
+            3,
+            "the child let go: its member serves again"
+        );
+    }
+
     #[test]
     fn a_device_address_is_unicast() {
         for bad in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
@@ -2050,7 +2323,7 @@ mod tests {
         let mut daemon = idle_daemon();
         add_client(&mut daemon, 1, Some(0));
         add_client(&mut daemon, 2, Some(0));
-        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let mut seen = std::collections::HashSet::new();
         for _ in EPHEMERAL_PORTS.0..=EPHEMERAL_PORTS.1 {
             let Reply::Port(p) = daemon.reserve(1, 0x0106, ip, 0) else {
@@ -2067,8 +2340,9 @@ mod tests {
         assert!(matches!(daemon.reserve(2, 0x0111, ip, 0), Reply::Port(_)));
         daemon.remove(1);
         assert!(daemon.ports.keys().all(|&(ps, _)| ps == 0x0111));
+        add_client(&mut daemon, 1, Some(0));
 
-        let other: IpAddr = "10.1.2.4".parse().unwrap();
+        let other: IpAddr = "127.0.0.2".parse().unwrap();
         let any: IpAddr = "::".parse().unwrap();
         assert_eq!(daemon.reserve(1, 0x013F, ip, 9009), Reply::Port(9009));
         assert_eq!(daemon.listener(0x013F, 9009, ip), None, "not listening");
