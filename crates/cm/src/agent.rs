@@ -790,8 +790,9 @@ impl Agent {
             return Err(EOPNOTSUPP);
         }
         if id.reserved.is_none() {
-            // rdma_listen on an unbound id binds it to every address.
-            let any = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
+            // rdma_listen on an unbound id binds it to every address, as
+            // the kernel's `rdma_listen` does: an AF_INET one.
+            let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
             self.bind_to(handle, any, ports)?;
         }
         let r = self.id(handle)?.reserved.ok_or(EINVAL)?;
