@@ -272,7 +272,7 @@ pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextSta
 
 /// What an application's user needs to know when a device cannot open:
 /// the common causes, in the configuration's terms.
-fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
+pub(crate) fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
     let ip = dev.config.ip;
     match e.kind() {
         std::io::ErrorKind::AddrNotAvailable => format!(

@@ -26,11 +26,6 @@ impl StoredAttrs {
         }
     }
 
-    /// The stored en_sqd_async_notify (0 until set).
-    pub fn en_sqd_async_notify(&self) -> u8 {
-        self.values.en_sqd_async_notify
-    }
-
     /// The fields that were set, every other field zero.
     pub fn view(&self) -> QpAttr {
         masked_view(&self.values, self.set)

@@ -179,7 +179,7 @@ impl Service {
             let endpoint = match Endpoint::open(ip, &daemon) {
                 Ok(e) => e,
                 Err(e) => {
-                    let why = crate::context::daemon_trouble(&e);
+                    let why = crate::context::why(d, &e);
                     unserved.push(format!("rdma_cm: no daemon session for {ip}: {why}"));
                     continue;
                 }

@@ -172,7 +172,9 @@ impl Model {
         qp.stored.store(attr, mask);
         let prev = std::mem::replace(&mut qp.state, next);
         if mask.contains(M::STATE) {
-            self.enter_state(id, prev, next);
+            // SQ_DRAINED is asked for by the RTS->SQD call itself (mlx5).
+            let notify = mask.contains(M::EN_SQD_ASYNC_NOTIFY) && attr.en_sqd_async_notify != 0;
+            self.enter_state(id, prev, next, notify);
         }
         Ok(())
     }
@@ -198,8 +200,9 @@ impl Model {
         Ok(next)
     }
 
-    /// Side effects of a modify that named IBV_QP_STATE.
-    fn enter_state(&mut self, id: QpId, prev: QpState, next: QpState) {
+    /// Side effects of a modify that named IBV_QP_STATE (`drain_notify`:
+    /// it asked for SQ_DRAINED).
+    fn enter_state(&mut self, id: QpId, prev: QpState, next: QpState, drain_notify: bool) {
         let qp = self.qps.get_mut(&id).expect("modified QP exists");
         match next {
             QpState::Reset => {
@@ -209,7 +212,7 @@ impl Model {
                 self.forget_completions(rcq, qp_num);
             }
             QpState::Err if prev != QpState::Err => self.flush(id),
-            QpState::Sqd if prev == QpState::Rts && qp.stored.en_sqd_async_notify() != 0 => {
+            QpState::Sqd if prev == QpState::Rts && drain_notify => {
                 // Nothing is ever in flight on the send queue, so it is
                 // drained the moment SQD is entered.
                 self.events.push_back(AsyncEvent::SqDrained(id));
