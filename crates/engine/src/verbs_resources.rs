@@ -55,9 +55,9 @@ impl Engine {
     /// order: access flags as its `ib_check_mr_access` (unknown bits
     /// EINVAL; bits in IBV_ACCESS_OPTIONAL_RANGE are hints and ignored;
     /// ON_DEMAND without ODP and the FLUSH flags without FLUSH
-    /// EOPNOTSUPP; REMOTE_WRITE or REMOTE_ATOMIC
-    /// without LOCAL_WRITE EINVAL, ibv_reg_mr(3)), then the range (length 0
-    /// EINVAL, as the kernel refuses to pin nothing). An embedder checks
+    /// EOPNOTSUPP; REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE
+    /// EINVAL, ibv_reg_mr(3)), then the range (length 0 EINVAL, as the
+    /// kernel refuses to pin nothing). An embedder checks
     /// that the memory is mapped (EFAULT) after these and before
     /// [`Engine::reg_mr`].
     pub fn check_reg_mr(&self, addr: u64, length: u64, iova: u64, access: u32) -> VerbsResult<()> {

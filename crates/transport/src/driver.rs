@@ -1108,9 +1108,9 @@ impl<M> State<M> {
 }
 
 /// What the stats line says of the RC QPs' recovery, where there was any,
-/// the non-zero counts only: a loss shows as packets ahead of their turn
-/// and go-backs after a gap; a reordering (a packet that only came late)
-/// as packets taken again besides; a receiver that posted no receive WR
+/// the non-zero counts only: a loss shows as packets dropped ahead of
+/// their turn and go-backs after a gap; a reordering (a packet that only
+/// came late) as duplicates besides; a receiver that posted no receive WR
 /// in time as RNR NAKs.
 fn recovery_summary(r: &softverbs_engine::RecoveryStats) -> String {
     let counts = [
@@ -1118,8 +1118,8 @@ fn recovery_summary(r: &softverbs_engine::RecoveryStats) -> String {
         ("go-backs at the ACK timeout", r.go_backs_after_timeout),
         ("early go-backs", r.early_go_backs),
         ("RNR NAKs taken", r.rnr_naks),
-        ("packets taken ahead of their turn", r.rx_ahead),
-        ("packets taken again", r.rx_duplicates),
+        ("packets dropped ahead of their turn", r.rx_ahead),
+        ("duplicate packets taken again", r.rx_duplicates),
     ];
     let said: Vec<String> = counts
         .iter()
@@ -1661,7 +1661,7 @@ mod tests {
         };
         assert_eq!(
             recovery_summary(&some),
-            "; RC recovery: RNR NAKs taken 1, packets taken ahead of their turn 31"
+            "; RC recovery: RNR NAKs taken 1, packets dropped ahead of their turn 31"
         );
     }
 }
