@@ -2098,19 +2098,14 @@ mod tests {
         );
         let mut long = Request::Hello { ip }.encode();
         long.resize(200, 0xAB);
-        let (data, _other) = socketpair(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
+        let pair = two_fds();
+        let data = &pair[0];
         record::send(&control, &long, &[data.as_fd()]).unwrap();
         let mut buf = [0u8; 512];
         let (n, _) = record::recv(&control, &mut buf).unwrap();
         let e = Reply::decode(&buf[..n]).unwrap().into_block().unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPROTO));
-        assert!(ask(&control, &Request::Hello { ip }, Some(&data)).is_ok());
+        assert!(ask(&control, &Request::Hello { ip }, Some(data)).is_ok());
     }
 
     /// A reservation on an address of no interface here is EADDRNOTAVAIL,
