@@ -530,8 +530,8 @@ fn lost_request_packet_is_recovered_by_psn_sequence_nak() {
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
     // Go-back-N from the lost 2nd of 4 packets: 2, 3 and 4 again.
     assert_eq!(p.a.e.stats().tx_resent, 3);
-    // The stats line's account: one gap, the two packets after it taken
-    // for early, no duplicate (nothing came late).
+    // The stats line's account: one gap, the two packets after it dropped
+    // as ahead of their turn, no duplicate (nothing came late).
     let expected = RecoveryStats {
         go_backs_after_gap: 1,
         ..RecoveryStats::default()
