@@ -1243,8 +1243,9 @@ impl Agent {
             // REUSEADDR, AFONLY: an int each, refused in the states the
             // kernel's `rdma_set_reuseaddr` (clearing it only while IDLE,
             // setting it not while listening) and `rdma_set_afonly` (IDLE
-            // or ADDR_BOUND) refuse; accepted otherwise, and the defaults
-            // stay (softverbs' port space has no reuse).
+            // or ADDR_BOUND) refuse. REUSEADDR is accepted and changes
+            // nothing (softverbs' port space has no reuse); AFONLY decides
+            // which family a wildcard listener takes (`CmId::takes`).
             (0, 1) if len == 4 => {
                 let reuse = value.iter().any(|&b| b != 0);
                 let allowed = match reuse {
@@ -1256,7 +1257,7 @@ impl Agent {
                 }
             }
             (0, 2) if len == 4 && !bound_at_most => return Err(EINVAL),
-            (0, 2) if len == 4 => {}
+            (0, 2) if len == 4 => id.afonly = Some(value.iter().any(|&b| b != 0)),
             (0, 1 | 2) => return Err(EINVAL),
             (0, 3) if id.qp_type != RC => return Err(EINVAL),
             (0, 3) => id.ack_timeout = Some(byte()?),
@@ -1636,9 +1637,8 @@ impl Agent {
             .find(|i| {
                 i.state == State::Listening
                     && i.ps == service.port_space as u16
-                    && i.reserved.is_some_and(|r| {
-                        r.port == service.port && (r.ip.is_unspecified() || same_ip(r.ip, dst))
-                    })
+                    && i.reserved
+                        .is_some_and(|r| r.port == service.port && i.takes(&r, dst))
             })
             .cloned()
     }

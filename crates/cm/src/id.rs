@@ -85,6 +85,9 @@ pub(crate) struct CmId {
     pub(crate) tos: Option<u8>,
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's ACK timeout at RTS.
     pub(crate) ack_timeout: Option<u8>,
+    /// `RDMA_OPTION_ID_AFONLY`, if set: whether a wildcard listener takes
+    /// requests to its own address family only.
+    pub(crate) afonly: Option<bool>,
 }
 
 /// The connection's parameters, both ends'.
@@ -145,6 +148,22 @@ impl CmId {
             timewait_until: None,
             tos: None,
             ack_timeout: None,
+            afonly: None,
         }
+    }
+
+    /// Whether a request to `dst` is for this id's address: its own, or
+    /// any of the family a wildcard takes. As the kernel's rdma_cm
+    /// (`rdma_bind_addr`, `cma_match_private_data`), a wildcard takes
+    /// both families unless it is address-family only: AF_INET always,
+    /// AF_INET6 when `RDMA_OPTION_ID_AFONLY` asks (the kernel's default
+    /// for AF_INET6 is `net.ipv6.bindv6only`, 0 unless changed), the
+    /// option overriding either default.
+    pub(crate) fn takes(&self, r: &Reservation, dst: IpAddr) -> bool {
+        if !r.ip.is_unspecified() {
+            return crate::abi::gid_of(r.ip) == crate::abi::gid_of(dst);
+        }
+        let afonly = self.afonly.unwrap_or(r.ip.is_ipv4());
+        !afonly || r.ip.is_ipv4() == (dst.to_canonical().is_ipv4())
     }
 }

@@ -2111,3 +2111,66 @@ fn ids_on_a_device_that_can_no_longer_speak_hear_it_was_removed() {
         "nothing sent after the removal"
     );
 }
+
+/// Sets the int option `name` (level RDMA_OPTION_ID) of `id` to `value`.
+fn set_int_option(s: &mut Side, id: u32, name: u32, value: i32) -> Result<Reply, i32> {
+    let mut b = cmd_buf(cmd::SET_OPTION, 32, 0);
+    put32(&mut b, 16, id);
+    put32(&mut b, 24, name);
+    put32(&mut b, 28, 4);
+    b.extend_from_slice(&value.to_ne_bytes());
+    s.run(&b)
+}
+
+/// What a client at `client` connecting to port 7471 of `server` hears
+/// from a listener bound to `bound` with `afonly` set as given (None:
+/// the default): CONNECT_REQUEST reaches the server, or a REJ reason.
+fn listener_family_answer(
+    server: &str,
+    client: &str,
+    bound: &str,
+    afonly: Option<i32>,
+) -> Result<(), i32> {
+    let (mut server, mut client) = (Side::new(server, 0x20), Side::new(client, 0x10));
+    let listener = server.create(100);
+    if let Some(v) = afonly {
+        set_int_option(&mut server, listener, 2, v).unwrap();
+    }
+    server.bind(listener, bound).unwrap();
+    server.listen(listener);
+    let id = client.create(200);
+    let dst = SocketAddr::new(server.ip, 7471);
+    client.resolve(id, dst);
+    client.connect(id, 0x111, &[]);
+    exchange(&mut client, &mut server);
+    match server.try_event() {
+        Some(ev) if ev.event == event::CONNECT_REQUEST => Ok(()),
+        _ => Err(client.event().status),
+    }
+}
+
+/// Rule (the kernel's `rdma_bind_addr` and `cma_match_private_data`): a
+/// wildcard listener bound with AF_INET takes IPv4 requests only; one
+/// bound with AF_INET6 takes both families unless RDMA_OPTION_ID_AFONLY
+/// is set, and the option overrides either default. A request no
+/// listener takes is rejected with "invalid service ID" (8).
+#[test]
+fn a_wildcard_listener_takes_the_families_its_afonly_allows() {
+    let (v4, v4c, v6, v6c) = ("10.0.0.2", "10.0.0.1", "fd00::2", "fd00::1");
+    let cases = [
+        (v4, v4c, "0.0.0.0:7471", None, Ok(())),
+        (v6, v6c, "0.0.0.0:7471", None, Err(8)),
+        (v6, v6c, "0.0.0.0:7471", Some(0), Ok(())),
+        (v6, v6c, "[::]:7471", None, Ok(())),
+        (v4, v4c, "[::]:7471", None, Ok(())),
+        (v4, v4c, "[::]:7471", Some(1), Err(8)),
+        (v6, v6c, "[::]:7471", Some(1), Ok(())),
+    ];
+    for (server, client, bound, afonly, answer) in cases {
+        assert_eq!(
+            listener_family_answer(server, client, bound, afonly),
+            answer,
+            "{client} to a listener on {bound}, AFONLY {afonly:?}"
+        );
+    }
+}
