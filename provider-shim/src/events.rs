@@ -240,6 +240,7 @@ impl EventSink {
 
     fn element(o: &Objects, event: AsyncEvent) -> Option<usize> {
         match event {
+            AsyncEvent::PortErr(_) => None,
             AsyncEvent::CqErr(cq) => o.cqs.get(&cq).map(|c| c.0),
             AsyncEvent::SrqLimitReached(srq) => o.srqs.get(&srq).copied(),
             AsyncEvent::QpFatal(qp)
@@ -263,6 +264,11 @@ impl Notify for EventSink {
     }
 
     fn async_event(&self, event: AsyncEvent) {
+        if let AsyncEvent::PortErr(port) = event {
+            // A port event names no object: no destroy waits for it.
+            self.send_async(u64::from(port), event.event_type());
+            return;
+        }
         let mut o = self.objects.lock();
         let Some(element) = Self::element(&o, event) else {
             return;

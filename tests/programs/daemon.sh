@@ -3,7 +3,8 @@
 # first program starts it without its descriptors, it outlives that
 # program, several programs share it, a `kill -9` of one program disturbs
 # no other's traffic (even mid-transfer), it leaves once idle, a
-# daemon killed under a listening rdma_cm program is replaced, and one
+# daemon killed under a listening rdma_cm program is replaced (its
+# contexts' port goes down, IBV_EVENT_PORT_ERR), and one
 # killed under a connected rdma_cm pair ends both (DEVICE_REMOVAL), and a
 # stopped one fails a program's open after 10 s, saying so. Runs on
 # a loopback address and daemon socket of its own, so a daemon other tests
@@ -157,8 +158,13 @@ next_port p7
 SOFTVERBS_CM_TRACE=1 timeout 60 rping -s -a "$ip" -p "$p7" > "$log/rping" 2>&1 &
 cm=$!
 next_port p7b
+# ibv_asyncwatch (line-buffered: its output goes to a file) watches a
+# context of its own for the port's events.
+timeout 60 stdbuf -oL ibv_asyncwatch -d softverbs0 > "$log/watch" 2>&1 &
+watch=$!
 if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait" &&
-   server s7 "$p7b" ibv_rc_pingpong -d softverbs0 -g 0; then
+   server s7 "$p7b" ibv_rc_pingpong -d softverbs0 -g 0 &&
+   wait_output "$log/watch" "async event FD" $watch 2>> "$log/watch"; then
   waiting=$srv
   kill -9 $(pgrep -f -- "daemon.*--socket $SOFTVERBS_DAEMON_SOCKET")
   # A context whose daemon died says so (its WRs' retry errors alone
@@ -167,6 +173,13 @@ if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait" &&
     ok "a context whose daemon dies says so"
   else
     bad "a context whose daemon dies says so" "$log/s7"
+  fi
+  # Its port is down, as a RoCE port whose network device went down: a
+  # program that only receives hears IBV_EVENT_PORT_ERR.
+  if wait_output "$log/watch" "IBV_EVENT_PORT_ERR \(10\), port 1" $watch 2>> "$log/watch"; then
+    ok "a context whose daemon dies hears IBV_EVENT_PORT_ERR"
+  else
+    bad "a context whose daemon dies hears IBV_EVENT_PORT_ERR" "$log/watch"
   fi
   kill $waiting 2>/dev/null; wait $waiting 2>/dev/null
   next_port p8
@@ -182,7 +195,7 @@ if wait_output "$log/rping" "command 7: Ok" $cm 2>> "$log/rping.wait" &&
 else
   bad "an rdma_cm listener starts (rping -s)" "$log/rping"
 fi
-kill $cm 2>/dev/null; wait $cm 2>/dev/null
+kill $cm $watch 2>/dev/null; wait $cm $watch 2>/dev/null
 
 # 8. The daemon dies under a connected rdma_cm pair (rping, pinging for
 #    long): the CM of both processes is gone, so both ids hear

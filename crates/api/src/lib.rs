@@ -35,8 +35,8 @@
 //! Completion and async events are waited for with a timeout
 //! ([`Verbs::get_cq_event`], [`Verbs::get_async_event`]; each is
 //! acknowledged as it is taken). `SOFTVERBS_TRACE` traces the calls on
-//! both kinds of device. Not offered yet (listed in docs/supported.md):
-//! port and device events.
+//! both kinds of device. Of the port and device events only
+//! IBV_EVENT_PORT_ERR is offered (listed in docs/supported.md).
 
 #![deny(unsafe_code)]
 

@@ -637,7 +637,8 @@ impl Verbs for Real {
             let event = self.async_event_of(&ev);
             // SAFETY: the event just read, acknowledged once.
             unsafe { ibv_ack_async_event(&mut ev) };
-            // Port and device events have no object of the API: skipped.
+            // Device events and port events other than PORT_ERR are not
+            // offered: skipped.
             if event.is_some() {
                 return Ok(event);
             }
@@ -651,7 +652,14 @@ impl Real {
         let o = self.objects.lock();
         // SAFETY: each member is a pointer (or the port number); the one
         // the event type names is read, and only compared.
-        let (cq, qp, srq) = unsafe { (ev.element.cq, ev.element.qp, ev.element.srq) };
+        let (cq, qp, srq, port) = unsafe {
+            (
+                ev.element.cq,
+                ev.element.qp,
+                ev.element.srq,
+                ev.element.port_num,
+            )
+        };
         let cq_id = || o.cqs.iter().find(|(_, r)| r.0 == cq).map(|(id, _)| id);
         let qp_id = || o.qps.iter().find(|(_, r)| r.0 == qp).map(|(id, _)| id);
         let srq_id = || o.srqs.iter().find(|(_, r)| r.0 == srq).map(|(id, _)| id);
@@ -664,6 +672,7 @@ impl Real {
             5 => AsyncEvent::SqDrained(qp_id()?),
             15 => AsyncEvent::SrqLimitReached(srq_id()?),
             16 => AsyncEvent::QpLastWqeReached(qp_id()?),
+            10 => AsyncEvent::PortErr(u8::try_from(port).ok()?),
             _ => return None,
         })
     }

@@ -323,6 +323,7 @@ impl Verbs for Traced {
             let (qp, object) = match *ev {
                 AsyncEvent::CqErr(cq) => (None, Some(name(cq))),
                 AsyncEvent::SrqLimitReached(srq) => (None, Some(name(srq))),
+                AsyncEvent::PortErr(_) => (None, None),
                 AsyncEvent::QpFatal(q)
                 | AsyncEvent::QpReqErr(q)
                 | AsyncEvent::QpAccessErr(q)
@@ -334,7 +335,10 @@ impl Verbs for Traced {
                 event: event_name(ev.event_type()).into(),
                 qp,
                 object,
-                port: None,
+                port: match *ev {
+                    AsyncEvent::PortErr(port) => Some(u32::from(port)),
+                    _ => None,
+                },
             }));
         }
         r

@@ -122,10 +122,15 @@ pub struct DeviceAttr {
 
 /// `enum ibv_port_state` value for an active port.
 pub const PORT_ACTIVE: u32 = 4;
+/// `enum ibv_port_state` value for a port whose link is down.
+pub const PORT_DOWN: u32 = 1;
 /// `ibv_port_attr.link_layer` value for Ethernet (RoCE).
 pub const LINK_LAYER_ETHERNET: u8 = 2;
 /// `ibv_port_attr.phys_state` value "LinkUp".
 pub const PHYS_STATE_LINK_UP: u8 = 5;
+/// `ibv_port_attr.phys_state` value "Disabled", as rxe reports a port
+/// whose network device is down.
+pub const PHYS_STATE_DISABLED: u8 = 3;
 /// `ibv_port_cap_flags` bit IBV_PORT_IP_BASED_GIDS.
 pub const PORT_IP_BASED_GIDS: u32 = 1 << 26;
 /// `ibv_port_cap_flags` bit IBV_PORT_CM_SUP: the port runs the

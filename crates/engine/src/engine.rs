@@ -9,7 +9,7 @@
 use crate::completion_events::CompletionEvents;
 use crate::ctx::Ctx;
 use crate::datapath::{DatapathStats, RecoveryStats};
-use crate::device::{DeviceAttr, DeviceConfig, PortAttr};
+use crate::device::{DeviceAttr, DeviceConfig, PortAttr, PHYS_STATE_DISABLED, PORT_DOWN};
 use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::fault_points::FaultState;
@@ -62,6 +62,8 @@ pub struct Engine {
     pub(crate) track_changes: bool,
     /// Fault rules (`Engine::set_faults`), boxed: most engines have none.
     pub(crate) faults: Option<Box<FaultState>>,
+    /// The ports' link went down for good (`Engine::link_down`).
+    pub(crate) link_down: bool,
 }
 
 impl Engine {
@@ -82,6 +84,7 @@ impl Engine {
             mcast: Default::default(),
             qp_by_num: FxHashMap::default(),
             events: VecDeque::new(),
+            link_down: false,
             comp_events: CompletionEvents::default(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
@@ -190,7 +193,26 @@ impl Engine {
 
     /// `ibv_query_port`: EINVAL for a port the device does not have.
     pub fn query_port(&self, port: u8) -> VerbsResult<PortAttr> {
-        self.config.port_attr(port).ok_or(einval("no such port"))
+        let mut attr = self.config.port_attr(port).ok_or(einval("no such port"))?;
+        if self.link_down {
+            attr.state = PORT_DOWN;
+            attr.phys_state = PHYS_STATE_DISABLED;
+        }
+        Ok(attr)
+    }
+
+    /// The embedder's link is gone for good (softverbs: the host daemon
+    /// that carried the device's packets died): every port reads DOWN
+    /// from now on and raises IBV_EVENT_PORT_ERR once, as a kernel RoCE
+    /// port does when its network device goes down. QPs are left as they
+    /// are, as there: what waits for a peer fails by its own timers.
+    pub fn link_down(&mut self) {
+        if std::mem::replace(&mut self.link_down, true) {
+            return;
+        }
+        for port in 1..=self.config.ports.len() {
+            self.events.push_back(AsyncEvent::PortErr(port as u8));
+        }
     }
 
     /// `ibv_query_gid`: EINVAL outside the table; empty slots read as zero.

@@ -21,6 +21,8 @@ pub enum AsyncEvent {
     QpLastWqeReached(QpId),
     /// IBV_EVENT_SRQ_LIMIT_REACHED (15).
     SrqLimitReached(SrqId),
+    /// IBV_EVENT_PORT_ERR (10): the port's link went down (its number).
+    PortErr(u8),
 }
 
 impl AsyncEvent {
@@ -35,6 +37,7 @@ impl AsyncEvent {
             AsyncEvent::SqDrained(_) => 5,
             AsyncEvent::QpLastWqeReached(_) => 16,
             AsyncEvent::SrqLimitReached(_) => 15,
+            AsyncEvent::PortErr(_) => 10,
         }
     }
 }

@@ -56,6 +56,21 @@ fn port_is_active_roce_with_v2_gid() {
     assert_eq!(e.query_pkey(1, 0).unwrap(), 0xffff);
 }
 
+/// Rule (a kernel RoCE port whose network device goes down, rxe's
+/// `rxe_port_down`): the port reads DOWN, its physical state Disabled,
+/// and IBV_EVENT_PORT_ERR names it, once however often the link is lost.
+#[test]
+fn a_link_gone_reads_down_and_raises_port_err_once() {
+    let mut e = engine();
+    e.link_down();
+    e.link_down();
+    let p = e.query_port(1).unwrap();
+    assert_eq!((p.state, p.phys_state), (PORT_DOWN, PHYS_STATE_DISABLED));
+    assert_eq!(e.poll_event(), Some(AsyncEvent::PortErr(1)));
+    assert_eq!(AsyncEvent::PortErr(1).event_type(), 10);
+    assert_eq!(e.poll_event(), None);
+}
+
 #[test]
 fn bad_port_gid_and_pkey_indexes_are_einval() {
     let e = engine();

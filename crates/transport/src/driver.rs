@@ -996,8 +996,9 @@ impl<M: HostMemory> Shared<M> {
             // Said, or a user sees only their WRs' retry errors.
             crate::say!(
                 "softverbs: the host daemon's session for {} broke (the daemon ended): \
-                 this context receives nothing more, and its connections end in \
-                 IBV_WC_RETRY_EXC_ERR; contexts opened from now on start a new daemon",
+                 this context receives nothing more (its port is down), and its \
+                 connections end in IBV_WC_RETRY_EXC_ERR; contexts opened from now on \
+                 start a new daemon",
                 io.endpoint.local().ip()
             );
             // The daemon is gone: stop polling its closed socket, which
@@ -1011,6 +1012,10 @@ impl<M: HostMemory> Shared<M> {
             let groups = io.endpoint.groups_fd().as_raw_fd();
             let _ = self.registry.deregister(&mut SourceFd(&groups));
             io.endpoint.close_receivers();
+            // As a RoCE port whose network device went down: the port
+            // reads DOWN and IBV_EVENT_PORT_ERR tells an application that
+            // only receives (its peers' retries no longer reach it).
+            engine.link_down();
         }
         while let Some(cq) = engine.poll_comp_event() {
             self.notify.completion_event(cq);
