@@ -1504,9 +1504,16 @@ impl Agent {
             return;
         };
         let Some(listener) = self.listener_for(service, dst) else {
+            // As the kernel's: its CM answers "unsupported" where nothing
+            // listens for the service ID on the device, rdma_cm "reject"
+            // where a listener there does not take the address.
+            let status = match self.listens_on_device(service, dst) {
+                true => sidr_status::REJECT,
+                false => sidr_status::UNSUPPORTED,
+            };
             let rep = CmSidrRep {
                 request_id: req.request_id,
-                status: sidr_status::UNSUPPORTED,
+                status,
                 service_id: req.service_id,
                 ..CmSidrRep::default()
             };
@@ -1641,6 +1648,23 @@ impl Agent {
                         .is_some_and(|r| r.port == service.port && i.takes(&r, dst))
             })
             .cloned()
+    }
+
+    /// Whether some id listens for `service` on the device at `dst`
+    /// (bound to a wildcard, which listens on every device, or to an
+    /// address of that device), whatever addresses it takes: where the
+    /// kernel's CM has a listener for the service ID.
+    fn listens_on_device(&self, service: IpServiceId, dst: IpAddr) -> bool {
+        let device = self.device_of(dst);
+        self.ids.values().any(|i| {
+            i.state == State::Listening
+                && i.ps == service.port_space as u16
+                && i.reserved.is_some_and(|r| {
+                    r.port == service.port
+                        && (r.ip.is_unspecified()
+                            || self.device_of(r.ip).is_some_and(|d| Some(d) == device))
+                })
+        })
     }
 
     fn new_handle(&mut self) -> u32 {
@@ -1785,8 +1809,18 @@ impl Agent {
             return;
         };
         let Some(listener) = self.listener_for(service, dst) else {
-            // The daemon gave us a REQ we no longer listen for.
-            return self.refuse(src, dst, tid, req, rej_reason::INVALID_SERVICE_ID);
+            // The daemon gave us a REQ we no longer listen for, or one a
+            // listener of the port does not take (its address, or its
+            // wildcard's family). As the kernel's: its CM rejects with
+            // "invalid service ID" where nothing listens for the service
+            // ID on the device, and where something does, rdma_cm finds
+            // no listener taking the request (`cma_find_listener`) and
+            // the CM rejects it as the consumer (`cm_destroy_id`).
+            let reason = match self.listens_on_device(service, dst) {
+                true => REJ_CONSUMER,
+                false => rej_reason::INVALID_SERVICE_ID,
+            };
+            return self.refuse(src, dst, tid, req, reason);
         };
         if req.pkey & 0x7FFF != 0x7FFF {
             // A path in a partition the port is not in: the P_Key table's
