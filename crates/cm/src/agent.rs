@@ -190,6 +190,8 @@ pub struct Agent {
     readied: Vec<i32>,
     /// Multicast joins, by handle (from [`MC_HANDLES`] up).
     joins: BTreeMap<u32, Join>,
+    /// The host's `net.ipv6.bindv6only` ([`Agent::set_bindv6only`]).
+    bindv6only: bool,
 }
 
 /// Multicast join handles are apart from id handles: an event counts in
@@ -220,7 +222,16 @@ impl Agent {
             rng,
             readied: Vec::new(),
             joins: BTreeMap::new(),
+            bindv6only: false,
         }
+    }
+
+    /// The network namespace's `net.ipv6.bindv6only` (0 unless changed):
+    /// as in the kernel's `rdma_bind_addr`, an AF_INET6 wildcard listener
+    /// without RDMA_OPTION_ID_AFONLY takes IPv6 requests only when it is
+    /// set (`CmId::takes`).
+    pub fn set_bindv6only(&mut self, on: bool) {
+        self.bindv6only = on;
     }
 
     /// A channel (an open of the device file) exists from now on.
@@ -1644,8 +1655,9 @@ impl Agent {
             .find(|i| {
                 i.state == State::Listening
                     && i.ps == service.port_space as u16
-                    && i.reserved
-                        .is_some_and(|r| r.port == service.port && i.takes(&r, dst))
+                    && i.reserved.is_some_and(|r| {
+                        r.port == service.port && i.takes(&r, dst, self.bindv6only)
+                    })
             })
             .cloned()
     }

@@ -156,14 +156,13 @@ impl CmId {
     /// any of the family a wildcard takes. As the kernel's rdma_cm
     /// (`rdma_bind_addr`, `cma_match_private_data`), a wildcard takes
     /// both families unless it is address-family only: AF_INET always,
-    /// AF_INET6 when `RDMA_OPTION_ID_AFONLY` asks (the kernel's default
-    /// for AF_INET6 is `net.ipv6.bindv6only`, 0 unless changed), the
-    /// option overriding either default.
-    pub(crate) fn takes(&self, r: &Reservation, dst: IpAddr) -> bool {
+    /// AF_INET6 as the host's `bindv6only` says, `RDMA_OPTION_ID_AFONLY`
+    /// overriding either default.
+    pub(crate) fn takes(&self, r: &Reservation, dst: IpAddr, bindv6only: bool) -> bool {
         if !r.ip.is_unspecified() {
             return crate::abi::gid_of(r.ip) == crate::abi::gid_of(dst);
         }
-        let afonly = self.afonly.unwrap_or(r.ip.is_ipv4());
+        let afonly = self.afonly.unwrap_or(r.ip.is_ipv4() || bindv6only);
         !afonly || r.ip.is_ipv4() == (dst.to_canonical().is_ipv4())
     }
 }

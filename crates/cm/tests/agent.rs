@@ -2131,7 +2131,20 @@ fn listener_family_answer(
     bound: &str,
     afonly: Option<i32>,
 ) -> Result<(), i32> {
+    listener_family_answer_on(false, server, client, bound, afonly)
+}
+
+/// As [`listener_family_answer`], on a server host whose
+/// `net.ipv6.bindv6only` is `bindv6only`.
+fn listener_family_answer_on(
+    bindv6only: bool,
+    server: &str,
+    client: &str,
+    bound: &str,
+    afonly: Option<i32>,
+) -> Result<(), i32> {
     let (mut server, mut client) = (Side::new(server, 0x20), Side::new(client, 0x10));
+    server.agent.set_bindv6only(bindv6only);
     let listener = server.create(100);
     if let Some(v) = afonly {
         set_int_option(&mut server, listener, 2, v).unwrap();
@@ -2172,6 +2185,27 @@ fn a_wildcard_listener_takes_the_families_its_afonly_allows() {
             listener_family_answer(server, client, bound, afonly),
             answer,
             "{client} to a listener on {bound}, AFONLY {afonly:?}"
+        );
+    }
+}
+
+/// Rule (the kernel's `rdma_bind_addr`): where `net.ipv6.bindv6only` is
+/// set, an AF_INET6 wildcard listener is address-family only unless
+/// RDMA_OPTION_ID_AFONLY says otherwise; AF_INET ones do not change.
+#[test]
+fn bindv6only_makes_an_ipv6_wildcard_afonly_by_default() {
+    let (v4, v4c, v6, v6c) = ("10.0.0.2", "10.0.0.1", "fd00::2", "fd00::1");
+    let cases = [
+        (v4, v4c, "[::]:7471", None, Err(28)),
+        (v6, v6c, "[::]:7471", None, Ok(())),
+        (v4, v4c, "[::]:7471", Some(0), Ok(())),
+        (v4, v4c, "0.0.0.0:7471", None, Ok(())),
+    ];
+    for (server, client, bound, afonly, answer) in cases {
+        assert_eq!(
+            listener_family_answer_on(true, server, client, bound, afonly),
+            answer,
+            "{client} to a listener on {bound}, AFONLY {afonly:?}, bindv6only 1"
         );
     }
 }

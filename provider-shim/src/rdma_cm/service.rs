@@ -208,9 +208,11 @@ impl Service {
         )
         .map_err(|e| format!("rdma_cm: eventfd: {e}"))?
         .into();
+        let mut agent = Agent::new(devices, fastrand::u64(..));
+        agent.set_bindv6only(bindv6only());
         let service = Service {
             inner: Mutex::new(Inner {
-                agent: Agent::new(devices, fastrand::u64(..)),
+                agent,
                 endpoints,
                 dead: Vec::new(),
                 channels: HashMap::new(),
@@ -580,4 +582,11 @@ fn same(a: IpAddr, b: IpAddr) -> bool {
         v4 => v4,
     };
     canon(a) == canon(b)
+}
+
+/// The network namespace's `net.ipv6.bindv6only`, which the kernel's
+/// rdma_cm takes as an AF_INET6 wildcard's default AFONLY; 0 (its default)
+/// where it cannot be read.
+fn bindv6only() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
 }
