@@ -1648,18 +1648,24 @@ impl Agent {
         self.queue(channel, ev, handle);
     }
 
+    /// The ids listening on `service`'s port space and port, with what
+    /// each is bound to.
+    fn port_listeners(
+        &self,
+        service: IpServiceId,
+    ) -> impl Iterator<Item = (&CmId, Reservation)> + '_ {
+        self.ids.values().filter_map(move |i| {
+            let r = i.reserved.filter(|r| r.port == service.port)?;
+            let listening = i.state == State::Listening && i.ps == service.port_space as u16;
+            listening.then_some((i, r))
+        })
+    }
+
     /// The listening id a request for `service` to `dst` goes to.
     fn listener_for(&self, service: IpServiceId, dst: IpAddr) -> Option<CmId> {
-        self.ids
-            .values()
-            .find(|i| {
-                i.state == State::Listening
-                    && i.ps == service.port_space as u16
-                    && i.reserved.is_some_and(|r| {
-                        r.port == service.port && i.takes(&r, dst, self.bindv6only)
-                    })
-            })
-            .cloned()
+        self.port_listeners(service)
+            .find(|(i, r)| i.takes(r, dst, self.bindv6only))
+            .map(|(i, _)| i.clone())
     }
 
     /// Whether some id listens for `service` on the device at `dst`
@@ -1668,14 +1674,8 @@ impl Agent {
     /// kernel's CM has a listener for the service ID.
     fn listens_on_device(&self, service: IpServiceId, dst: IpAddr) -> bool {
         let device = self.device_of(dst);
-        self.ids.values().any(|i| {
-            i.state == State::Listening
-                && i.ps == service.port_space as u16
-                && i.reserved.is_some_and(|r| {
-                    r.port == service.port
-                        && (r.ip.is_unspecified()
-                            || self.device_of(r.ip).is_some_and(|d| Some(d) == device))
-                })
+        self.port_listeners(service).any(|(_, r)| {
+            r.ip.is_unspecified() || self.device_of(r.ip).is_some_and(|d| Some(d) == device)
         })
     }
 
@@ -2295,7 +2295,7 @@ fn unresolved_source(src: Option<SocketAddr>, dst: SocketAddr) -> SocketAddr {
 }
 
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+pub(crate) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
 }
 

@@ -160,7 +160,7 @@ impl CmId {
     /// overriding either default.
     pub(crate) fn takes(&self, r: &Reservation, dst: IpAddr, bindv6only: bool) -> bool {
         if !r.ip.is_unspecified() {
-            return crate::abi::gid_of(r.ip) == crate::abi::gid_of(dst);
+            return crate::agent::same_ip(r.ip, dst);
         }
         let afonly = self.afonly.unwrap_or(r.ip.is_ipv4() || bindv6only);
         !afonly || r.ip.is_ipv4() == (dst.to_canonical().is_ipv4())

@@ -2209,3 +2209,23 @@ fn bindv6only_makes_an_ipv6_wildcard_afonly_by_default() {
         );
     }
 }
+
+/// Rule (the kernel's `cm_destroy_id` from SIDR_REQ_RCVD): a UD request
+/// that a listener of the port does not take (an AF_INET wildcard, an
+/// IPv6 request) is rejected, UNREACHABLE with status 2, where one to a
+/// port nobody listens on is "unsupported", status 1.
+#[test]
+fn a_ud_request_a_listener_does_not_take_is_rejected() {
+    let mut server = Side::new("fd00::2", 0x20);
+    let mut client = Side::new("fd00::1", 0x10);
+    let l = server.create_in(100, PS_UDP);
+    server.bind(l, "0.0.0.0:7000").unwrap();
+    server.listen(l);
+    let id = client.create_in(200, PS_UDP);
+    client.resolve(id, "[fd00::2]:7000".parse().unwrap());
+    client.connect(id, 0x333, &[]);
+    exchange(&mut client, &mut server);
+    assert!(server.try_event().is_none(), "the listener hears nothing");
+    let ev = client.event();
+    assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2));
+}
