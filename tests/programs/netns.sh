@@ -207,6 +207,9 @@ cm_across() {
   pair_case "$name" "$crc" "$src"
 }
 dev_a=$ip_a; dev_b=$ip_b
+# With B's neighbour table empty, the client's address resolution waits
+# for the ARP answer (rdma_cm's own first packet to A starts it).
+ip -n "$b" neigh flush all
 cm_across "rping over rdma_cm between namespaces" rping -s -a "$ip_a" -p 7471 -C 50 -V \
   -- -c -a "$ip_a" -p 7471 -C 50 -V
 # udaddy's port is fixed (7174).
@@ -353,8 +356,28 @@ else
 fi
 
 dev_a=$ip6_a; dev_b=$ip6_b
+ip -n "$b" neigh flush all
 cm_across "rping over rdma_cm between namespaces, IPv6 devices" \
   rping -s -a "$ip6_a" -p 7473 -C 50 -V -- -c -a "$ip6_a" -p 7473 -C 50 -V
+
+# An address on the link that no host has: as with the kernel's address
+# resolution, the ARP request (neighbour solicitation) goes unanswered and
+# rdma_resolve_addr ends in ADDR_ERROR, ETIMEDOUT, after rping's 2 s (it
+# resolved at once, and its REQ was sent again for some 100 s before
+# UNREACHABLE). no_host NAME DEVICE DESTINATION
+no_host() {
+  local name=$1 dev=$2 dst=$3
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$dev" \
+    timeout 30 rping -c -a "$dst" -p 7477 -C 1 > "$log/cli" 2>&1
+  local crc=$?
+  if [ $crc != 0 ] && [ $crc != 124 ] && grep -q "RDMA_CM_EVENT_ADDR_ERROR, error -110" "$log/cli"; then
+    ok "$name"
+  else
+    echo "exit $crc" >> "$log/cli"; bad "$name" "$log/cli"
+  fi
+}
+no_host "rdma_cm to an address no host on the link has: ADDR_ERROR (ETIMEDOUT)" "$ip_b" 10.231.0.77
+no_host "rdma_cm to an IPv6 address no host on the link has: ADDR_ERROR (ETIMEDOUT)" "$ip6_b" fd00:e7::77
 
 # A second link between the hosts, 10.232.0.0/24, and B with a device on
 # each, the other link's first: a client bound to no address takes the

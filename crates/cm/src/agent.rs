@@ -6,6 +6,7 @@ use crate::abi::{
 };
 use crate::id::{CmId, Conn, Reservation, Retransmit, State};
 use crate::query;
+use crate::resolution::Resolving;
 use softverbs_wire::cm::{
     rej_reason, sidr_status, CmDrep, CmDreq, CmMessage, CmPath, CmRej, CmRep, CmReq, CmRtu,
     CmSidrRep, CmSidrReq, CmaHdr, IpServiceId, MessageKind, PortSpace as WirePortSpace,
@@ -125,6 +126,15 @@ pub trait PortSpace {
     fn source_for(&mut self, to: IpAddr) -> Option<IpAddr> {
         let _ = to;
         None
+    }
+    /// Whether the host knows the link-layer address of the next hop on
+    /// the route from device address `from` to `to` (a local destination
+    /// needs none); where it does not, it is asked to find it out (the
+    /// kernel's `neigh_event_send`). Unknown neighbour tables are taken
+    /// as knowing it.
+    fn next_hop_known(&mut self, from: IpAddr, to: IpAddr) -> bool {
+        let _ = (from, to);
+        true
     }
     /// A REQ of comm ID `comm_id`, CA GUID `ca_guid` and transaction
     /// `tid` went from device address `from` to `to`: whoever outlives
@@ -269,21 +279,29 @@ impl Agent {
         self.out.pop_front()
     }
 
-    /// The next deadline: a retransmission or the end of a time-wait.
+    /// The next deadline: a retransmission, the end of a time-wait, or
+    /// another look at a resolution's next hop.
     pub fn poll_timeout(&self) -> Option<Nanos> {
         self.ids
             .values()
-            .flat_map(|i| [i.retransmit.as_ref().map(|r| r.at), i.timewait_until])
+            .flat_map(|i| {
+                [
+                    i.retransmit.as_ref().map(|r| r.at),
+                    i.timewait_until,
+                    i.resolving.as_ref().map(|r| r.at),
+                ]
+            })
             .flatten()
             .min()
     }
 
     /// Runs what is due at `now`.
-    pub fn handle_timeout(&mut self, now: Nanos) {
+    pub fn handle_timeout(&mut self, now: Nanos, ports: &mut dyn PortSpace) {
         let handles: Vec<u32> = self.ids.keys().copied().collect();
         for h in handles {
             self.retransmit_due(h, now);
             self.timewait_due(h, now);
+            self.resolution_due(h, now, ports);
         }
     }
 
@@ -305,11 +323,11 @@ impl Agent {
             cmd::DESTROY_ID => self.destroy_id(&c, ports),
             cmd::BIND_IP => self.bind_ip(&c, ports),
             cmd::BIND => self.bind(&c, ports),
-            cmd::RESOLVE_IP => self.resolve_ip(&c, ports),
+            cmd::RESOLVE_IP => self.resolve_ip(now, &c, ports),
             cmd::RESOLVE_ROUTE => self.resolve_route(&c),
             cmd::QUERY_ROUTE => self.query_route(&c),
             cmd::QUERY => self.query(&c),
-            cmd::RESOLVE_ADDR => self.resolve_addr(&c, ports),
+            cmd::RESOLVE_ADDR => self.resolve_addr(now, &c, ports),
             cmd::CONNECT => self.connect(now, &c, ports),
             cmd::LISTEN => self.listen(&c, ports),
             cmd::ACCEPT => self.accept(now, &c, ports),
@@ -550,17 +568,28 @@ impl Agent {
         self.devices.iter().position(|d| same_ip(d.ip, ip))
     }
 
-    fn resolve_ip(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+    fn resolve_ip(
+        &mut self,
+        now: Nanos,
+        c: &Command<'_>,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
         let src = c.sockaddr(8, 28)?;
         let dst = c.sockaddr(36, 28)?.ok_or(EINVAL)?;
-        self.resolve(c.u32(64)?, src, dst, ports)
+        let (handle, timeout_ms) = (c.u32(64)?, c.u32(68)?);
+        self.resolve(now, handle, timeout_ms, src, dst, ports)
     }
 
     /// RESOLVE_ADDR: as RESOLVE_IP, with sizes (the kernel's checks) and
     /// AF_IB destinations, which no RoCE port resolves: the id is bound
     /// as the kernel binds it, then ENODEV (`cma_resolve_ib_dev`).
-    fn resolve_addr(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
-        let handle = c.u32(8)?;
+    fn resolve_addr(
+        &mut self,
+        now: Nanos,
+        c: &Command<'_>,
+        ports: &mut dyn PortSpace,
+    ) -> Result<Reply, i32> {
+        let (handle, timeout_ms) = (c.u32(8)?, c.u32(12)?);
         let (src_size, dst_size) = (c.u16(16)?, c.u16(18)?);
         let (src_family, dst_family) = (c.u16(24)?, c.u16(152)?);
         let sized = |size: u16, family: u16| usize::from(size) == abi::family_len(family);
@@ -586,7 +615,7 @@ impl Agent {
             return Err(EINVAL); // an AF_IB source for an IP destination
         }
         let dst = c.sockaddr(152, 128)?.ok_or(EINVAL)?;
-        self.resolve(handle, src, dst, ports)
+        self.resolve(now, handle, timeout_ms, src, dst, ports)
     }
 
     /// An AF_IB destination, which no RoCE port resolves. A fresh id is
@@ -620,10 +649,13 @@ impl Agent {
 
     /// Resolves id `handle` to `dst`, from `src` if given: picks the
     /// softverbs device, binds the id if it is not, and queues
-    /// ADDR_RESOLVED (ADDR_ERROR where no device fits).
+    /// ADDR_RESOLVED (ADDR_ERROR where no device fits), or waits for the
+    /// next hop's link-layer address up to `timeout_ms` first.
     fn resolve(
         &mut self,
+        now: Nanos,
         handle: u32,
+        timeout_ms: u32,
         src: Option<SocketAddr>,
         dst: SocketAddr,
         ports: &mut dyn PortSpace,
@@ -690,9 +722,45 @@ impl Agent {
         id.src = Some(SocketAddr::new(ip, port));
         id.dst = Some(dst);
         id.device = Some(device);
+        if !dst.ip().is_multicast() && !ports.next_hop_known(ip, dst.ip()) {
+            // The id stays bound to the device's address should this
+            // fail, where the kernel's goes back to the wildcard it bound.
+            id.state = State::AddrQuery;
+            id.resolving = Some(Resolving::new(now, timeout_ms));
+            return Ok(Reply::Done);
+        }
         id.addr_resolved = true;
         self.notify_id(handle, event::ADDR_RESOLVED, 0, EventConn::default());
         Ok(Reply::Done)
+    }
+
+    /// Looks at the next hop of id `handle`'s resolution again, if that
+    /// is due: ADDR_RESOLVED once the host knows it, ADDR_ERROR
+    /// (ETIMEDOUT) once the resolution's time is up, as the kernel's
+    /// `process_one_req`.
+    fn resolution_due(&mut self, handle: u32, now: Nanos, ports: &mut dyn PortSpace) {
+        let Some(id) = self.ids.get_mut(&handle) else {
+            return;
+        };
+        let (Some(resolving), Some(src), Some(dst)) = (id.resolving.as_mut(), id.src, id.dst)
+        else {
+            return;
+        };
+        if resolving.at > now {
+            return;
+        }
+        let (kind, status) = if ports.next_hop_known(src.ip(), dst.ip()) {
+            id.addr_resolved = true;
+            (event::ADDR_RESOLVED, 0)
+        } else if resolving.expired(now) {
+            (event::ADDR_ERROR, -ETIMEDOUT)
+        } else {
+            resolving.again(now);
+            return;
+        };
+        id.resolving = None;
+        id.state = State::Idle;
+        self.notify_id(handle, kind, status, EventConn::default());
     }
 
     /// The device that resolves id `handle` to `dst`: the bound one, the
@@ -1708,6 +1776,7 @@ impl Agent {
                 id.state = State::Closed;
                 id.retransmit = None;
                 id.timewait_until = None;
+                id.resolving = None;
             }
             self.notify_id(handle, event::DEVICE_REMOVAL, 0, EventConn::default());
         }

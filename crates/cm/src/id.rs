@@ -3,12 +3,17 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use crate::resolution::Resolving;
+
 /// Where an id's connection stands (IBTA 12.9's states, as many as the
 /// rdma_cm exposes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
-    /// Created, or bound, or resolving.
+    /// Created, bound, or resolved.
     Idle,
+    /// Resolving an address: waiting for the host to learn the next hop's
+    /// link-layer address (the kernel's ADDR_QUERY).
+    AddrQuery,
     /// Listening for REQs.
     Listening,
     /// REQ sent, waiting for the REP (active).
@@ -70,6 +75,8 @@ pub(crate) struct CmId {
     pub(crate) device: Option<usize>,
     pub(crate) reserved: Option<Reservation>,
     pub(crate) addr_resolved: bool,
+    /// In [`State::AddrQuery`]: when to look at the next hop again.
+    pub(crate) resolving: Option<Resolving>,
     pub(crate) route_resolved: bool,
     /// Events of this id (CONNECT_REQUESTs for a listener) handed out.
     pub(crate) events_reported: u32,
@@ -140,6 +147,7 @@ impl CmId {
             device: None,
             reserved: None,
             addr_resolved: false,
+            resolving: None,
             route_resolved: false,
             events_reported: 0,
             backlog: 0,

@@ -18,5 +18,6 @@ pub mod abi;
 mod agent;
 mod id;
 mod query;
+mod resolution;
 
 pub use agent::{Agent, Device, Nanos, OutMad, PortSpace, Reply, ID_HANDLES};

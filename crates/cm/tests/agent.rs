@@ -28,6 +28,9 @@ struct Ports {
     told: Vec<Told>,
     /// The source the host's routing picks for a destination.
     sources: Vec<(IpAddr, IpAddr)>,
+    /// Next hops whose link-layer address the host does not know, and
+    /// how many times each was asked for.
+    unknown_hops: Vec<(IpAddr, u32)>,
 }
 
 /// What the agent tells the daemon of a REQ or REP it sends.
@@ -73,6 +76,15 @@ impl PortSpace for Ports {
             .find(|(dst, _)| *dst == to)
             .map(|&(_, src)| src)
     }
+    fn next_hop_known(&mut self, _: IpAddr, to: IpAddr) -> bool {
+        match self.unknown_hops.iter_mut().find(|(hop, _)| *hop == to) {
+            Some((_, asked)) => {
+                *asked += 1;
+                false
+            }
+            None => true,
+        }
+    }
     fn requesting(&mut self, from: IpAddr, to: IpAddr, comm_id: u32, ca_guid: u64, tid: u64) {
         let told = Told::Requesting(from, to, comm_id, ca_guid, tid);
         self.told.push(told);
@@ -115,6 +127,11 @@ impl Side {
             ports: Ports::default(),
             now: 0,
         }
+    }
+
+    /// Runs the agent's timers due at `now`.
+    fn tick(&mut self) {
+        self.agent.handle_timeout(self.now, &mut self.ports);
     }
 
     fn run(&mut self, buf: &[u8]) -> Result<Reply, i32> {
@@ -393,7 +410,7 @@ fn connect_accept_establish_and_disconnect() {
     for side in [&mut client, &mut server] {
         assert!(side.try_event().is_none(), "time-wait still runs");
         side.now = side.agent.poll_timeout().expect("time-wait ends");
-        side.agent.handle_timeout(side.now);
+        side.tick();
         assert_eq!(side.event().event, event::TIMEWAIT_EXIT);
     }
 }
@@ -564,6 +581,80 @@ fn an_address_without_a_route_does_not_resolve() {
     client.resolve(group, "239.1.2.3:0".parse().unwrap());
 }
 
+/// As the kernel's address resolution: ADDR_RESOLVED only once the host
+/// knows the next hop's link-layer address, ADDR_ERROR (ETIMEDOUT) if it
+/// does not within the resolution's timeout; meanwhile the id is in
+/// ADDR_QUERY, where resolving again or resolving the route is EINVAL.
+#[test]
+fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
+    const ETIMEDOUT: i32 = 110;
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let (absent, slow): (IpAddr, IpAddr) =
+        ("10.0.0.77".parse().unwrap(), "10.0.0.9".parse().unwrap());
+    client.ports.unknown_hops = vec![(absent, 0), (slow, 0)];
+    let resolve_ip = |id: u32, dst: IpAddr, timeout_ms: u32| {
+        let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+        abi::put_sockaddr(&mut b[36..64], SocketAddr::new(dst, 1));
+        put32(&mut b, 64, id);
+        put32(&mut b, 68, timeout_ms);
+        b
+    };
+    let id = client.create(7);
+    client.ok(&resolve_ip(id, absent, 500));
+    assert!(
+        client.try_event().is_none(),
+        "nothing until the hop is known"
+    );
+    assert_eq!(client.run(&resolve_ip(id, absent, 500)), Err(EINVAL));
+    let mut route = cmd_buf(cmd::RESOLVE_ROUTE, 16, 0);
+    put32(&mut route, 8, id);
+    put32(&mut route, 12, 2000);
+    assert_eq!(client.run(&route), Err(EINVAL));
+    let start = client.now;
+    let e = loop {
+        client.now = client
+            .agent
+            .poll_timeout()
+            .expect("a look at the hop is due");
+        client.tick();
+        if let Some(e) = client.try_event() {
+            break e;
+        }
+    };
+    assert_eq!((e.event, e.status), (event::ADDR_ERROR, -ETIMEDOUT));
+    assert_eq!(client.now - start, 500_000_000, "at the timeout");
+    assert!(
+        client.agent.poll_timeout().is_none(),
+        "the id's resolution ended"
+    );
+    let looks = client.ports.unknown_hops[0].1;
+    assert!((5..=30).contains(&looks), "looked {looks} times");
+    // The id may resolve again, as one in ADDR_BOUND; a hop the host
+    // learns meanwhile resolves at the next look.
+    client.ok(&resolve_ip(id, slow, 2000));
+    assert!(client.try_event().is_none());
+    client.now = client.agent.poll_timeout().unwrap();
+    client.tick();
+    assert!(client.try_event().is_none());
+    client.ports.unknown_hops.retain(|(hop, _)| *hop != slow);
+    client.now = client.agent.poll_timeout().unwrap();
+    client.tick();
+    assert_eq!(client.event().event, event::ADDR_RESOLVED);
+    let a = query(&mut client, id, 0);
+    assert_eq!(
+        abi::parse_sockaddr(&a[16..44]).map(|s| s.ip()),
+        Some(client.ip),
+        "bound to the device's address"
+    );
+    client.ok(&route);
+    assert_eq!(client.event().event, event::ROUTE_RESOLVED);
+    // A destroyed id's resolution ends with it.
+    let other = client.create(8);
+    client.ok(&resolve_ip(other, absent, 2000));
+    destroy(&mut client, other);
+    assert!(client.agent.poll_timeout().is_none());
+}
+
 #[test]
 fn an_unanswered_request_is_sent_again_then_unreachable() {
     let mut client = Side::new("10.0.0.1", 0x10);
@@ -574,7 +665,7 @@ fn an_unanswered_request_is_sent_again_then_unreachable() {
     let mut sent = 1;
     while client.try_event().is_none() {
         client.now = client.agent.poll_timeout().expect("a retry is armed");
-        client.agent.handle_timeout(client.now);
+        client.tick();
         while let Some(m) = client.agent.poll_mad() {
             assert_eq!(m.mad, first, "the same REQ");
             sent += 1;
@@ -621,7 +712,7 @@ fn an_unanswered_rep_is_sent_again_as_the_req_asked() {
             sent_at.push(server.now - start);
         }
         server.now = server.agent.poll_timeout().expect("a retry is armed");
-        server.agent.handle_timeout(server.now);
+        server.tick();
         assert!(sent_at.len() <= 3, "{sent_at:?}");
     }
     let every = 4096 << 12;
@@ -636,7 +727,7 @@ fn the_unreachable_event_says_etimedout() {
     client.connect(id, 5, &[]);
     let ev = loop {
         client.now = client.agent.poll_timeout().unwrap();
-        client.agent.handle_timeout(client.now);
+        client.tick();
         while client.agent.poll_mad().is_some() {}
         if let Some(ev) = client.try_event() {
             break ev;
@@ -1431,7 +1522,7 @@ fn crossing_dreqs_end_both_sides_at_once() {
         "its own DREQ, then the DREP: {sent:?}"
     );
     client.now = client.agent.poll_timeout().expect("time-wait");
-    client.agent.handle_timeout(client.now);
+    client.tick();
     assert_eq!(
         client.event().event,
         event::TIMEWAIT_EXIT,
@@ -1920,7 +2011,7 @@ fn requests_beyond_the_backlog_wait_for_the_application_to_read() {
     }
     assert_eq!(read, 10, "the backlog");
     client.now = client.agent.poll_timeout().expect("REQ retries armed");
-    client.agent.handle_timeout(client.now);
+    client.tick();
     exchange(&mut client, &mut server);
     let late = server.event();
     assert_eq!((late.event, late.uid), (event::CONNECT_REQUEST, 100));
@@ -2059,7 +2150,7 @@ fn mutated_mads_at_every_step_are_handled_without_a_panic() {
                 }
                 if rng.u8(..3) == 0 {
                     side.now += 1 << rng.u32(20..34);
-                    side.agent.handle_timeout(side.now);
+                    side.tick();
                 }
             }
             if step == 3 {
@@ -2105,7 +2196,7 @@ fn ids_on_a_device_that_can_no_longer_speak_hear_it_was_removed() {
     );
     client.accept(cid, 200, 0, &[], false).ok();
     client.now += 60_000_000_000;
-    client.agent.handle_timeout(client.now);
+    client.tick();
     assert!(
         client.agent.poll_mad().is_none(),
         "nothing sent after the removal"

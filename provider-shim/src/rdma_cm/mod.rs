@@ -28,6 +28,7 @@
 mod blocking_wait;
 mod fds;
 mod kernel;
+mod neighbour;
 pub mod service;
 
 use crate::guard::{guard, set_errno};

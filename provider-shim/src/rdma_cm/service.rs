@@ -160,6 +160,9 @@ impl PortSpace for Ports<'_> {
     fn source_for(&mut self, to: IpAddr) -> Option<IpAddr> {
         super::kernel::route_source(SocketAddr::new(to, 4791))
     }
+    fn next_hop_known(&mut self, from: IpAddr, to: IpAddr) -> bool {
+        super::neighbour::next_hop_known(from, to)
+    }
 }
 
 impl Service {
@@ -421,7 +424,10 @@ impl Service {
                 }
             }
             inner.receive(now);
-            inner.agent.handle_timeout(now);
+            let Inner {
+                agent, endpoints, ..
+            } = &mut *inner;
+            agent.handle_timeout(now, &mut Ports(endpoints));
             inner.flush();
         }
     }
