@@ -12,18 +12,22 @@
 //! out lets it out).
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+use netlink_packet_route::link::{LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr as NetlinkAddr};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 /// RoCEv2's UDP port, where the datagram that starts a resolution goes.
 const ROCE_PORT: u16 = 4791;
-/// Room for one rtnetlink answer (a route or a neighbour: a few hundred
-/// bytes).
-const ANSWER_ROOM: usize = 8192;
+/// Room for one rtnetlink answer: a route or a neighbour takes a few
+/// hundred bytes, a link a few thousand (one cut short is taken as no
+/// answer).
+const ANSWER_ROOM: usize = 32768;
 
 /// What the table says of the next hop from `from` to `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +84,10 @@ fn next_hop(from: IpAddr, to: IpAddr) -> Result<Hop, i32> {
 }
 
 /// The interface and next hop of the route from `from` to `to`, as the
-/// kernel picks it; `None` where no neighbour is involved (a local or
-/// non-unicast route).
+/// kernel picks it; `None` where no neighbour is involved: a local or
+/// non-unicast route, or one out of an interface that resolves none
+/// (loopback, or NOARP: a tun, a tunnel), which the kernel's
+/// `addr_resolve_neigh` does not look up either.
 fn route(socket: &Socket, from: IpAddr, to: IpAddr) -> Result<Option<(u32, IpAddr)>, i32> {
     let mut ask = RouteMessage::default();
     let full = if to.is_ipv4() { 32 } else { 128 };
@@ -105,14 +111,27 @@ fn route(socket: &Socket, from: IpAddr, to: IpAddr) -> Result<Option<(u32, IpAdd
             RouteAttribute::Oif(index) => ifindex = Some(*index),
             RouteAttribute::Gateway(RouteAddress::Inet(g)) => hop = IpAddr::V4(*g),
             RouteAttribute::Gateway(RouteAddress::Inet6(g)) => hop = IpAddr::V6(*g),
+            // A gateway of the other family (an IPv4 route via an IPv6
+            // router): its entry is in that family's table.
+            RouteAttribute::Via(RouteVia::Inet(g)) => hop = IpAddr::V4(*g),
+            RouteAttribute::Via(RouteVia::Inet6(g)) => hop = IpAddr::V6(*g),
             _ => {}
         }
     }
-    // An IPv4 hop of an IPv6 route (RTA_VIA) or a route out of no
-    // interface: nothing to ask about.
-    Ok(ifindex
-        .filter(|_| hop.is_ipv4() == to.is_ipv4())
-        .map(|i| (i, hop)))
+    let Some(ifindex) = ifindex else {
+        return Ok(None);
+    };
+    let mut ask = LinkMessage::default();
+    ask.header.index = ifindex;
+    let RouteNetlinkMessage::NewLink(link) = request(socket, RouteNetlinkMessage::GetLink(ask))?
+    else {
+        return Ok(None);
+    };
+    let resolves = !link
+        .header
+        .flags
+        .intersects(LinkFlags::Loopback | LinkFlags::Noarp);
+    Ok(resolves.then_some((ifindex, hop)))
 }
 
 /// Sends `to` an empty datagram from `from`: the kernel resolves the next
