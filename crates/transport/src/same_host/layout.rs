@@ -30,7 +30,7 @@ use super::Words;
 /// The first word of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SVSHREG\x01");
 /// The layout version this code reads and writes.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 /// Words of the header.
 pub const HEADER_WORDS: usize = 24;
 
@@ -379,12 +379,14 @@ impl RegionView {
 
     /// The published MRs.
     pub fn mrs(&self) -> MrTable<'_> {
-        MrTable::new(self.part(self.parts.mrs), self.layout.mr_capacity)
+        let at = self.parts.mrs.offset as u64 * 8;
+        MrTable::new(self.part(self.parts.mrs), at, self.layout.mr_capacity)
     }
 
     /// The published QPs.
     pub fn qps(&self) -> QpTable<'_> {
-        QpTable::new(self.part(self.parts.qps), self.layout.qp_capacity)
+        let at = self.parts.qps.offset as u64 * 8;
+        QpTable::new(self.part(self.parts.qps), at, self.layout.qp_capacity)
     }
 
     /// The owner's deliveries ring.

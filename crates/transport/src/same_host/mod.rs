@@ -28,6 +28,7 @@ pub mod qp_slots;
 pub mod recv_ring;
 pub mod ring_share;
 mod seqlock;
+pub mod vacant_pages;
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -16,10 +16,14 @@
 //! mid-access keeps the owner waiting: `wait_idle` then times out, which
 //! the owner must treat as "possibly still in use".
 //!
-//! Part layout (words): the accessors' words, `live`, spare words up to
-//! `HEADER`, then per slot `[seq, tag<<32|key, pd, addr, length, iova,
-//! access, spare]`.
+//! A withdrawal that leaves a page of slots empty gives the page back to
+//! the kernel (see [`super::vacant_pages`]).
+//!
+//! Part layout (words): the accessors' words, `live`, the seqlock clock
+//! (see [`super::seqlock`]), spare words to a cache line, then per slot
+//! `[seq, tag<<32|key, pd, addr, length, iova, access, spare]`.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -27,9 +31,13 @@ use super::accessors::{self, AccessGuard, Accessors};
 use super::full::Full;
 use super::probing::{clearable_run, probe, table_slots};
 use super::seqlock;
+use super::vacant_pages::{page_size, SlotArea, Withdrawal};
 
 const LIVE_COUNT: usize = accessors::WORDS;
-const HEADER: usize = LIVE_COUNT + 2;
+const CLOCK: usize = LIVE_COUNT + 1;
+/// Slots start on a cache line (the part does), so that none straddles
+/// two pages.
+const HEADER: usize = (LIVE_COUNT + 2).next_multiple_of(STRIDE);
 const STRIDE: usize = 8;
 const FIELDS: usize = 6;
 
@@ -88,6 +96,8 @@ fn tag(tag_key: u64) -> u64 {
 #[derive(Debug, Clone, Copy)]
 pub struct MrTable<'a> {
     part: &'a [AtomicU64],
+    /// Where the part starts in the region, in bytes.
+    at: u64,
     capacity: usize,
     slots: usize,
 }
@@ -100,9 +110,10 @@ impl<'a> MrTable<'a> {
             .checked_add(HEADER)
     }
 
-    /// A view of `part` as a table of `capacity` MRs. A part too short for
-    /// that capacity gives a table that finds nothing and takes nothing.
-    pub fn new(part: &'a [AtomicU64], capacity: usize) -> Self {
+    /// A view of `part`, `at` bytes into its region, as a table of
+    /// `capacity` MRs. A part too short for that capacity gives a table
+    /// that finds nothing and takes nothing.
+    pub fn new(part: &'a [AtomicU64], at: u64, capacity: usize) -> Self {
         let fits = Self::words_for(capacity).is_some_and(|words| words <= part.len());
         let slots = if fits {
             table_slots(capacity).unwrap_or(0)
@@ -111,6 +122,7 @@ impl<'a> MrTable<'a> {
         };
         MrTable {
             part,
+            at,
             capacity,
             slots,
         }
@@ -149,12 +161,20 @@ impl<'a> MrTable<'a> {
         Ok(())
     }
 
-    /// Withdraws the MR with `key`; returns whether it was published.
-    /// Owner only. Follow with [`wait_idle`](Self::wait_idle) before the
-    /// memory is reused.
-    pub fn withdraw(&self, key: u32) -> bool {
-        let Some(slot) = self.find_own(key) else {
-            return false;
+    /// Withdraws the MR with `key`, saying whether it was published and
+    /// which pages the owner may punch. Owner only. Follow with
+    /// [`wait_idle`](Self::wait_idle) before the memory is reused.
+    pub fn withdraw(&self, key: u32) -> Withdrawal {
+        let slot = match self.find_own(key) {
+            Ok(slot) => slot,
+            // The probe read the page of the empty slot it ended at, which
+            // a punch may have left a hole: the read filled it again.
+            Err(ended_at) => {
+                return Withdrawal {
+                    found: false,
+                    vacant: self.vacant(ended_at),
+                }
+            }
         };
         let run = clearable_run(
             slot,
@@ -165,13 +185,31 @@ impl<'a> MrTable<'a> {
         if run.is_empty() {
             self.write(slot, &[TAG_TOMBSTONE << 32, 0, 0, 0, 0, 0]);
         }
-        for cleared in run {
+        for &cleared in &run {
             self.write(cleared, &[TAG_EMPTY; FIELDS]);
         }
         if let Some(live) = self.part.get(LIVE_COUNT) {
             live.fetch_sub(1, Ordering::Relaxed);
         }
-        true
+        // The slots on either side of the run were read, so their pages
+        // are resident too.
+        let mask = self.slots - 1;
+        let around = [slot + 1, slot.wrapping_sub(run.len())].map(|s| s & mask);
+        Withdrawal {
+            found: true,
+            vacant: self.vacant(run.into_iter().chain(around)),
+        }
+    }
+
+    /// The pages around `slots` that hold no entry.
+    fn vacant(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Range<u64>> {
+        let area = SlotArea {
+            start: self.at + (HEADER * 8) as u64,
+            stride: (STRIDE * 8) as u64,
+            slots: self.slots,
+        };
+        let empty = |s| self.tag_key(s).map(tag) == Some(TAG_EMPTY);
+        area.vacant_pages(slots, page_size(), empty)
     }
 
     /// The published MR with `key`, if any. `None` as well when an entry
@@ -216,21 +254,23 @@ impl<'a> MrTable<'a> {
         Some(fields[0].load(Ordering::Relaxed))
     }
 
-    fn find_own(&self, key: u32) -> Option<usize> {
+    /// The slot holding `key`; else the empty slot the probe ended at, if
+    /// it ended at one.
+    fn find_own(&self, key: u32) -> Result<usize, Option<usize>> {
         for slot in probe(key, self.slots) {
-            let tag_key = self.tag_key(slot)?;
+            let tag_key = self.tag_key(slot).ok_or(None)?;
             match tag(tag_key) {
-                TAG_EMPTY => return None,
-                TAG_LIVE if tag_key as u32 == key => return Some(slot),
+                TAG_EMPTY => return Err(Some(slot)),
+                TAG_LIVE if tag_key as u32 == key => return Ok(slot),
                 _ => {}
             }
         }
-        None
+        Err(None)
     }
 
     fn write(&self, slot: usize, values: &[u64; FIELDS]) {
-        if let Some((seq, fields)) = self.entry(slot) {
-            seqlock::write(seq, fields, values);
+        if let (Some((seq, fields)), Some(clock)) = (self.entry(slot), self.part.get(CLOCK)) {
+            seqlock::write(seq, clock, fields, values);
         }
     }
 }
@@ -261,7 +301,7 @@ mod tests {
     #[test]
     fn published_mrs_are_found_and_withdrawn_ones_are_not() {
         let words = part(8);
-        let table = MrTable::new(&words, 8);
+        let table = MrTable::new(&words, 0, 8);
         for key in 1..=8 {
             table.publish(&mr(key)).unwrap();
         }
@@ -270,8 +310,8 @@ mod tests {
             assert_eq!(table.lookup(key), Some(mr(key)));
         }
         assert_eq!(table.lookup(9), None);
-        assert!(table.withdraw(3));
-        assert!(!table.withdraw(3));
+        assert!(table.withdraw(3).found);
+        assert!(!table.withdraw(3).found);
         assert_eq!(table.lookup(3), None);
         for key in (1..=8).filter(|&k| k != 3) {
             assert_eq!(table.lookup(key), Some(mr(key)), "key {key}");
@@ -283,7 +323,7 @@ mod tests {
     #[test]
     fn publishing_a_key_again_replaces_it() {
         let words = part(2);
-        let table = MrTable::new(&words, 2);
+        let table = MrTable::new(&words, 0, 2);
         table.publish(&mr(5)).unwrap();
         let bigger = MrInfo {
             length: 8192,
@@ -297,13 +337,13 @@ mod tests {
     #[test]
     fn churn_keeps_every_live_key_reachable() {
         let words = part(16);
-        let table = MrTable::new(&words, 16);
+        let table = MrTable::new(&words, 0, 16);
         let mut live = std::collections::BTreeSet::new();
         let mut rng = fastrand::Rng::with_seed(10);
         for _ in 0..5_000 {
             let key = rng.u32(0..64);
             if live.contains(&key) {
-                assert!(table.withdraw(key));
+                assert!(table.withdraw(key).found);
                 live.remove(&key);
             } else if live.len() < 16 {
                 table.publish(&mr(key)).unwrap();
@@ -322,17 +362,17 @@ mod tests {
     #[test]
     fn a_short_or_corrupt_part_finds_nothing_and_does_not_panic() {
         let words = part(4);
-        let short = MrTable::new(&words[..5], 4);
+        let short = MrTable::new(&words[..5], 0, 4);
         assert_eq!(short.publish(&mr(1)), Err(Full));
         assert_eq!(short.lookup(1), None);
-        assert!(!short.withdraw(1));
+        assert!(!short.withdraw(1).found);
         drop(short.begin_access(own_pid()));
         assert!(short.wait_idle(Duration::ZERO));
         // Garbage everywhere: lookups end, and find nothing sensible.
         for (i, w) in words.iter().enumerate() {
             w.store(0xDEAD_BEEF_0000_0000 | (i as u64 * 2), Ordering::Relaxed);
         }
-        let table = MrTable::new(&words, 4);
+        let table = MrTable::new(&words, 0, 4);
         for key in 0..32 {
             let _ = table.lookup(key);
         }
@@ -345,7 +385,7 @@ mod tests {
     fn no_access_outlives_wait_idle_after_a_withdrawal() {
         const KEYS: u32 = 64;
         let words = part(KEYS as usize);
-        let table = MrTable::new(&words, KEYS as usize);
+        let table = MrTable::new(&words, 0, KEYS as usize);
         for key in 0..KEYS {
             table.publish(&mr(key)).unwrap();
         }
@@ -369,7 +409,7 @@ mod tests {
                 });
             }
             for key in 0..KEYS {
-                assert!(table.withdraw(key));
+                assert!(table.withdraw(key).found);
                 assert!(table.wait_idle(Duration::from_secs(30)));
                 assert_eq!(in_use[key as usize].load(Ordering::SeqCst), 0, "key {key}");
             }
@@ -380,7 +420,7 @@ mod tests {
     #[test]
     fn readers_never_see_a_torn_entry() {
         let words = part(4);
-        let table = MrTable::new(&words, 4);
+        let table = MrTable::new(&words, 0, 4);
         table
             .publish(&MrInfo {
                 key: 9,

@@ -20,6 +20,7 @@ use super::peer_target::path;
 use super::qp_slots::{QpInfo, QpPublishError, RingRef};
 use super::recv_ring::RecvRing;
 use super::ring_share::RingShare;
+use super::vacant_pages::{self, Withdrawal};
 use super::{CrossProcess, Words};
 use softverbs_engine::direct::pd_to_raw;
 use softverbs_engine::{Engine, QpId, QpState, RecvQueueId, SrqId};
@@ -148,7 +149,7 @@ impl OwnRegion {
     fn sync_mr(&mut self, engine: &Engine, key: u32) {
         let mrs = self.view.mrs();
         let Some((_, mr)) = engine.mr_by_key(key) else {
-            mrs.withdraw(key);
+            self.punch(mrs.withdraw(key));
             self.published_mrs.remove(&key);
             idle_or_say(mrs.wait_idle(DEREG_WAIT));
             return;
@@ -311,11 +312,16 @@ impl OwnRegion {
     }
 
     fn forget_qp(&mut self, qpn: u32) {
-        self.view.qps().withdraw(qpn);
+        self.punch(self.view.qps().withdraw(qpn));
         self.paths.remove(&qpn);
         if let Some(r) = self.rings.remove(&qpn) {
             self.free_ring(r);
         }
+    }
+
+    /// Gives the kernel back the region's pages a withdrawal emptied.
+    fn punch(&self, withdrawal: Withdrawal) {
+        vacant_pages::punch(&self.fd, &withdrawal.vacant);
     }
 
     /// Withdraws every QP and MR this context published (the context is
@@ -330,8 +336,8 @@ impl OwnRegion {
             self.free_ring(r);
         }
         let mrs = self.view.mrs();
-        for key in self.published_mrs.drain() {
-            mrs.withdraw(key);
+        for key in std::mem::take(&mut self.published_mrs) {
+            self.punch(mrs.withdraw(key));
         }
         if !mrs.wait_idle(DEREG_WAIT) {
             crate::say!("softverbs: same host: a peer's copy into this context did not end within {DEREG_WAIT:?}");

@@ -28,24 +28,37 @@
 //! fields are from one publish (a peer's change touches the state only,
 //! so any fields go with it).
 //!
-//! Part layout (words): `[live, 7 spare]`, then per slot `[seq, 6 fields,
-//! state word, state last published by the owner]`.
+//! A withdrawal that leaves a page of slots empty gives the page back to
+//! the kernel (see [`super::vacant_pages`]).
+//!
+//! Part layout (words): `[live, seqlock clock, 6 spare]`, then per slot
+//! `[seq, 6 fields, state word]`, a cache line, so that no slot straddles
+//! two pages. The fields hold the state the owner last published (for
+//! [`QpTable::publish`] to tell a peer's change from its own), beside
+//! what peers read.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::full::Full;
 use super::probing::{clearable_run, probe, table_slots};
 use super::seqlock;
+use super::vacant_pages::{page_size, SlotArea, Withdrawal};
 
 const LIVE_COUNT: usize = 0;
+/// The seqlock clock (see [`super::seqlock`]).
+const CLOCK: usize = 1;
 const HEADER: usize = 8;
-const STRIDE: usize = 9;
+const STRIDE: usize = 8;
 const SEQ: usize = 0;
 const FIELDS: usize = 6;
 /// The state word follows the fields, so a seqlocked read covers both.
 const STATE: usize = 1 + FIELDS;
-const OWNER_STATE: usize = STATE + 1;
+/// Where in the fields the state the owner last published lies (the
+/// word of the MTU, above its other bits).
+const PUBLISHED_STATE_FIELD: usize = 3;
+const PUBLISHED_STATE_SHIFT: u32 = 40;
 
 const TAG_EMPTY: u64 = 0;
 const TAG_LIVE: u64 = 1;
@@ -109,7 +122,9 @@ impl QpInfo {
             small,
             self.pd,
             u64::from(self.dest_qpn) | u64::from(self.qkey) << 32,
-            u64::from(self.mtu) | u64::from(self.rq.is_some()) << 32,
+            u64::from(self.mtu)
+                | u64::from(self.rq.is_some()) << 32
+                | u64::from(self.state) << PUBLISHED_STATE_SHIFT,
             rq.offset,
             u64::from(rq.capacity) | u64::from(rq.max_sge) << 32,
         ]
@@ -207,7 +222,6 @@ struct Entry<'a> {
     /// The fields and the state word after them, as readers read them.
     snapshot: &'a [AtomicU64; FIELDS + 1],
     state: &'a AtomicU64,
-    owner_state: &'a AtomicU64,
 }
 
 /// Where the owner's publish goes.
@@ -220,6 +234,8 @@ enum Place {
 #[derive(Debug, Clone, Copy)]
 pub struct QpTable<'a> {
     part: &'a [AtomicU64],
+    /// Where the part starts in the region, in bytes.
+    at: u64,
     capacity: usize,
     slots: usize,
 }
@@ -232,9 +248,10 @@ impl<'a> QpTable<'a> {
             .checked_add(HEADER)
     }
 
-    /// A view of `part` as a table of `capacity` QPs. A part too short for
-    /// that capacity gives a table that finds nothing and takes nothing.
-    pub fn new(part: &'a [AtomicU64], capacity: usize) -> Self {
+    /// A view of `part`, `at` bytes into its region, as a table of
+    /// `capacity` QPs. A part too short for that capacity gives a table
+    /// that finds nothing and takes nothing.
+    pub fn new(part: &'a [AtomicU64], at: u64, capacity: usize) -> Self {
         let fits = Self::words_for(capacity).is_some_and(|words| words <= part.len());
         let slots = if fits {
             table_slots(capacity).unwrap_or(0)
@@ -243,6 +260,7 @@ impl<'a> QpTable<'a> {
         };
         QpTable {
             part,
+            at,
             capacity,
             slots,
         }
@@ -258,11 +276,21 @@ impl<'a> QpTable<'a> {
         }
     }
 
-    /// Withdraws the QP `qpn`; returns whether it was published. Owner
-    /// only. Peers' state changes to it fail from then on.
-    pub fn withdraw(&self, qpn: u32) -> bool {
-        let Some(Place::Existing(slot)) = self.place_for(qpn) else {
-            return false;
+    /// Withdraws the QP `qpn`, saying whether it was published and which
+    /// pages the owner may punch. Owner only. Peers' state changes to it
+    /// fail from then on.
+    pub fn withdraw(&self, qpn: u32) -> Withdrawal {
+        let slot = match self.place_for(qpn) {
+            Some(Place::Existing(slot)) => slot,
+            // The probe read the page of the empty slot it ended at, which
+            // a punch may have left a hole: the read filled it again.
+            Some(Place::Free(free)) => {
+                return Withdrawal {
+                    found: false,
+                    vacant: self.vacant([free]),
+                }
+            }
+            None => return Withdrawal::default(),
         };
         let word = |s| self.entry(s).map(|e| e.state.load(Ordering::Relaxed));
         let run = clearable_run(
@@ -274,13 +302,34 @@ impl<'a> QpTable<'a> {
         if run.is_empty() {
             self.store_state(slot, TAG_TOMBSTONE << 8);
         }
-        for cleared in run {
+        for &cleared in &run {
             self.store_state(cleared, TAG_EMPTY);
         }
         if let Some(live) = self.part.get(LIVE_COUNT) {
             live.fetch_sub(1, Ordering::Relaxed);
         }
-        true
+        // The slots on either side of the run were read, so their pages
+        // are resident too.
+        let mask = self.slots - 1;
+        let around = [slot + 1, slot.wrapping_sub(run.len())].map(|s| s & mask);
+        Withdrawal {
+            found: true,
+            vacant: self.vacant(run.into_iter().chain(around)),
+        }
+    }
+
+    /// The pages around `slots` that hold no entry.
+    fn vacant(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Range<u64>> {
+        let area = SlotArea {
+            start: self.at + (HEADER * 8) as u64,
+            stride: (STRIDE * 8) as u64,
+            slots: self.slots,
+        };
+        let empty = |s| {
+            let word = self.entry(s).map(|e| e.state.load(Ordering::Relaxed));
+            word.map(tag) == Some(TAG_EMPTY)
+        };
+        area.vacant_pages(slots, page_size(), empty)
     }
 
     /// The published QP `qpn`, if any: a snapshot whose state and fields
@@ -339,15 +388,13 @@ impl<'a> QpTable<'a> {
             return Err(Full);
         }
         let entry = self.entry(slot).ok_or(Full)?;
-        let even = seqlock::begin(entry.seq);
+        let clock = self.part.get(CLOCK).ok_or(Full)?;
+        let even = seqlock::begin(entry.seq, clock);
         seqlock::store(entry.fields, &info.encode());
-        entry
-            .owner_state
-            .store(u64::from(info.state), Ordering::Relaxed);
         // Peers never write an empty or tombstone word, so a store is
         // enough; release publishes the fields with it to the probe.
         entry.state.store(live_word(info), Ordering::Release);
-        seqlock::end(entry.seq, even);
+        seqlock::end(entry.seq, clock, even);
         live.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -357,8 +404,9 @@ impl<'a> QpTable<'a> {
     /// and state word has the fields that go with that state.
     fn update(&self, slot: usize, info: &QpInfo) -> Result<(), QpPublishError> {
         let entry = self.entry(slot).ok_or(QpPublishError::Full)?;
+        let clock = self.part.get(CLOCK).ok_or(QpPublishError::Full)?;
         let old = entry.fields.each_ref().map(|w| w.load(Ordering::Relaxed));
-        let last_published = entry.owner_state.load(Ordering::Relaxed) as u8;
+        let last_published = (old[PUBLISHED_STATE_FIELD] >> PUBLISHED_STATE_SHIFT) as u8;
         let new = live_word(info);
         let mut current = entry.state.load(Ordering::Acquire);
         for attempt in 0..CAS_ATTEMPTS {
@@ -367,7 +415,7 @@ impl<'a> QpTable<'a> {
             if same_incarnation && seen != last_published && seen != info.state {
                 return Err(QpPublishError::StateChanged { current: seen });
             }
-            let even = seqlock::begin(entry.seq);
+            let even = seqlock::begin(entry.seq, clock);
             seqlock::store(entry.fields, &info.encode());
             let swapped =
                 entry
@@ -379,11 +427,8 @@ impl<'a> QpTable<'a> {
                 seqlock::store(entry.fields, &old);
                 current = now;
             }
-            seqlock::end(entry.seq, even);
+            seqlock::end(entry.seq, clock, even);
             if swapped.is_ok() {
-                entry
-                    .owner_state
-                    .store(u64::from(info.state), Ordering::Relaxed);
                 return Ok(());
             }
             seqlock::back_off(attempt);
@@ -444,7 +489,6 @@ impl<'a> QpTable<'a> {
             fields,
             snapshot,
             state: words.get(STATE)?,
-            owner_state: words.get(OWNER_STATE)?,
         })
     }
 }
@@ -490,7 +534,7 @@ mod tests {
     #[test]
     fn published_qps_round_trip_and_withdrawn_ones_are_gone() {
         let words = part(4);
-        let table = QpTable::new(&words, 4);
+        let table = QpTable::new(&words, 0, 4);
         for qpn in 0x1000..0x1004 {
             table.publish(&qp(qpn, RTS)).unwrap();
         }
@@ -502,8 +546,8 @@ mod tests {
         table.publish(&no_rq).unwrap();
         assert_eq!(table.lookup(0x1000), Some(qp(0x1000, RTS)));
         assert_eq!(table.lookup(0x1001), Some(no_rq));
-        assert!(table.withdraw(0x1000));
-        assert!(!table.withdraw(0x1000));
+        assert!(table.withdraw(0x1000).found);
+        assert!(!table.withdraw(0x1000).found);
         assert_eq!(table.lookup(0x1000), None);
         assert!(!table.set_state(0x1000, 0, ERR));
         table.publish(&qp(0x2000, RTS)).unwrap();
@@ -513,7 +557,7 @@ mod tests {
     #[test]
     fn a_reset_qp_starts_afresh_whatever_a_peer_found_in_the_old_one() {
         let words = part(2);
-        let table = QpTable::new(&words, 2);
+        let table = QpTable::new(&words, 0, 2);
         table.publish(&qp(7, RTS)).unwrap();
         // A peer fails the QP, and the owner resets it before it hears:
         // the reset goes through, a new incarnation.
@@ -538,7 +582,7 @@ mod tests {
     #[test]
     fn a_state_set_by_a_peer_is_kept_until_the_owner_adopts_it() {
         let words = part(2);
-        let table = QpTable::new(&words, 2);
+        let table = QpTable::new(&words, 0, 2);
         table.publish(&qp(7, RTS)).unwrap();
         assert!(table.set_state(7, 0, ERR));
         assert_eq!(table.lookup(7).map(|q| q.state), Some(ERR));
@@ -561,14 +605,14 @@ mod tests {
     #[test]
     fn a_short_or_corrupt_part_finds_nothing_and_does_not_panic() {
         let words = part(4);
-        let short = QpTable::new(&words[..20], 4);
+        let short = QpTable::new(&words[..20], 0, 4);
         assert_eq!(short.publish(&qp(1, RTS)), Err(QpPublishError::Full));
         assert_eq!(short.lookup(1), None);
         assert!(!short.set_state(1, 0, ERR));
         for (i, w) in words.iter().enumerate() {
             w.store(0x5555_5555_5555_5555 ^ (i as u64) << 1, Ordering::Relaxed);
         }
-        let table = QpTable::new(&words, 4);
+        let table = QpTable::new(&words, 0, 4);
         for qpn in 0..32 {
             let _ = table.lookup(qpn);
             let _ = table.set_state(qpn, 0, ERR);
@@ -601,7 +645,7 @@ mod tests {
     #[test]
     fn readers_and_a_peer_racing_the_owner_see_consistent_entries() {
         let words = part(4);
-        let table = QpTable::new(&words, 4);
+        let table = QpTable::new(&words, 0, 4);
         table.publish(&numbered(0)).unwrap();
         let errored = AtomicBool::new(false);
         let done = AtomicBool::new(false);

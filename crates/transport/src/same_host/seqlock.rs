@@ -5,6 +5,15 @@
 //! The writer makes the sequence word odd, writes the fields and makes it
 //! even again; a reader copies the fields between two reads of the
 //! sequence and keeps the copy only if both reads are the same even value.
+//!
+//! The values come from a clock word of the whole table, which only goes
+//! up, never from the entry's own sequence: no entry ever takes a value
+//! twice, even after the owner gave its page back to the kernel (a hole
+//! punched in the region reads as zeros, see `vacant_pages.rs`), so a
+//! reader stalled across a write and a punch cannot find its first value
+//! again and keep a torn copy. Zero is the one value an entry can have
+//! twice (new, and punched): it means that every word of the entry is
+//! zero, so a reader that finds it copies nothing and returns zeros.
 //! Every word is atomic, so a reader racing the writer reads stale or
 //! mixed values, never undefined ones, and the sequence check throws the
 //! mixed ones away. The fences are the usual ones for a seqlock over
@@ -45,6 +54,9 @@ pub(crate) fn read_within<const N: usize>(
     let mut attempt = 0u32;
     loop {
         let before = seq.load(Ordering::Acquire);
+        if before == 0 {
+            return Some([0; N]);
+        }
         if before & 1 == 0 {
             let copy = fields.each_ref().map(|word| word.load(Ordering::Relaxed));
             fence(Ordering::Acquire);
@@ -63,20 +75,26 @@ pub(crate) fn read_within<const N: usize>(
     }
 }
 
-/// Writes `values` into `fields` as one change. Only one writer at a time:
-/// the owner of the region serialises its writes.
-pub(crate) fn write<const N: usize>(seq: &AtomicU64, fields: &[AtomicU64; N], values: &[u64; N]) {
-    let even = begin(seq);
+/// Writes `values` into `fields` as one change, with a sequence value of
+/// the table's `clock`. Only one writer at a time: the owner of the
+/// region serialises its writes.
+pub(crate) fn write<const N: usize>(
+    seq: &AtomicU64,
+    clock: &AtomicU64,
+    fields: &[AtomicU64; N],
+    values: &[u64; N],
+) {
+    let even = begin(seq, clock);
     store(fields, values);
-    end(seq, even);
+    end(seq, clock, even);
 }
 
 /// Opens a write: readers retry until [`end`]. Returns the even value to
 /// give `end`. For writers that change other words in the same window.
-pub(crate) fn begin(seq: &AtomicU64) -> u64 {
-    // An odd value can only be left by a writer that died mid-write, which
-    // is not us: start again from the even value below it.
-    let even = seq.load(Ordering::Relaxed) & !1;
+pub(crate) fn begin(seq: &AtomicU64, clock: &AtomicU64) -> u64 {
+    // The last value the clock gave, even: only the owner moves it, and
+    // at most 2^63 writes never wrap it.
+    let even = clock.load(Ordering::Relaxed) & !1;
     seq.store(even.wrapping_add(1), Ordering::Relaxed);
     fence(Ordering::Release);
     even
@@ -89,9 +107,11 @@ pub(crate) fn store<const N: usize>(fields: &[AtomicU64; N], values: &[u64; N]) 
     }
 }
 
-/// Closes the write that [`begin`] opened.
-pub(crate) fn end(seq: &AtomicU64, even: u64) {
-    seq.store(even.wrapping_add(2), Ordering::Release);
+/// Closes the write that [`begin`] opened; the clock moves on past it.
+pub(crate) fn end(seq: &AtomicU64, clock: &AtomicU64, even: u64) {
+    let next = even.wrapping_add(2);
+    seq.store(next, Ordering::Release);
+    clock.store(next, Ordering::Relaxed);
 }
 
 /// Splits an entry into its sequence word (the first) and the `N` words
@@ -141,11 +161,30 @@ mod tests {
 
     #[test]
     fn a_write_is_read_back() {
-        let entry = words(4);
+        let (entry, clock) = (words(4), AtomicU64::new(0));
         let (seq, fields) = split::<3>(&entry).unwrap();
-        write(seq, fields, &[1, 2, 3]);
+        write(seq, &clock, fields, &[1, 2, 3]);
         assert_eq!(read(seq, fields), Some([1, 2, 3]));
         assert_eq!(seq.load(Ordering::Relaxed), 2);
+    }
+
+    /// Every write takes new values from the table's clock, so an entry
+    /// whose words went back to zero (a punched page) and was written
+    /// again never shows a reader the value it first read.
+    #[test]
+    fn entries_take_their_values_from_the_tables_clock() {
+        let (a, b, clock) = (words(2), words(2), AtomicU64::new(0));
+        let (seq_a, fields_a) = split::<1>(&a).unwrap();
+        let (seq_b, fields_b) = split::<1>(&b).unwrap();
+        write(seq_a, &clock, fields_a, &[1]);
+        write(seq_b, &clock, fields_b, &[2]);
+        assert_eq!(seq_b.load(Ordering::Relaxed), 4);
+        // A (punched) zero entry reads as zeros, whatever else it holds.
+        seq_a.store(0, Ordering::Relaxed);
+        assert_eq!(read(seq_a, fields_a), Some([0]));
+        write(seq_a, &clock, fields_a, &[3]);
+        assert_eq!(seq_a.load(Ordering::Relaxed), 6);
+        assert_eq!(read(seq_a, fields_a), Some([3]));
     }
 
     #[test]
@@ -159,10 +198,11 @@ mod tests {
     fn a_stuck_writer_makes_readers_give_up() {
         let entry = words(3);
         let (seq, fields) = split::<2>(&entry).unwrap();
+        let clock = AtomicU64::new(6);
         seq.store(7, Ordering::Relaxed);
         assert_eq!(read_within(seq, fields, Duration::from_millis(10)), None);
         // The next write recovers the entry.
-        write(seq, fields, &[5, 5]);
+        write(seq, &clock, fields, &[5, 5]);
         assert_eq!(read(seq, fields), Some([5, 5]));
     }
 
@@ -185,8 +225,9 @@ mod tests {
                 });
             }
             let (seq, fields) = split::<5>(&entry).unwrap();
+            let clock = AtomicU64::new(0);
             for i in 1..=20_000u64 {
-                write(seq, fields, &[i; 5]);
+                write(seq, &clock, fields, &[i; 5]);
             }
             done.store(true, Ordering::Relaxed);
         });
