@@ -240,7 +240,7 @@ impl EventSink {
 
     fn element(o: &Objects, event: AsyncEvent) -> Option<usize> {
         match event {
-            AsyncEvent::PortErr(_) => None,
+            AsyncEvent::PortErr(_) | AsyncEvent::PortActive(_) => None,
             AsyncEvent::CqErr(cq) => o.cqs.get(&cq).map(|c| c.0),
             AsyncEvent::SrqLimitReached(srq) => o.srqs.get(&srq).copied(),
             AsyncEvent::QpFatal(qp)
@@ -264,7 +264,7 @@ impl Notify for EventSink {
     }
 
     fn async_event(&self, event: AsyncEvent) {
-        if let AsyncEvent::PortErr(port) = event {
+        if let Some(port) = event.port() {
             // A port event names no object: no destroy waits for it.
             self.send_async(u64::from(port), event.event_type());
             return;

@@ -379,6 +379,44 @@ no_host() {
 no_host "rdma_cm to an address no host on the link has: ADDR_ERROR (ETIMEDOUT)" "$ip_b" 10.231.0.77
 no_host "rdma_cm to an IPv6 address no host on the link has: ADDR_ERROR (ETIMEDOUT)" "$ip6_b" fd00:e7::77
 
+# The port follows its interface, as rxe's follows its netdev: B's link
+# set down (PORT_ERR; ibv_devinfo reads PORT_DOWN, even from a context
+# opened while it is down), then up (PORT_ACTIVE), then A's set down, so
+# that B's loses its carrier (PORT_ERR), and up again (PORT_ACTIVE). It
+# stayed ACTIVE, with no event.
+# wait_count N REGEX: waits until ibv_asyncwatch printed N lines matching.
+wait_count() {
+  local n=$1 regex=$2 deadline=$((SECONDS + 20))
+  until [ "$(grep -Ec "$regex" "$log/watch")" -ge "$n" ]; do
+    kill -0 "$watch" 2>/dev/null && [ $SECONDS -lt $deadline ] || return 1
+    # The poll interval, not a synchronization: the loop ends on the condition.
+    sleep 0.02
+  done
+}
+port_state() {
+  ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" ibv_devinfo |
+    grep -Eo "PORT_[A-Z]+"
+}
+ip netns exec "$b" env LD_PRELOAD="$SO" SOFTVERBS_DEVICES="softverbs0=$ip_b" \
+  timeout 60 stdbuf -oL ibv_asyncwatch > "$log/watch" 2>&1 &
+watch=$!
+err="IBV_EVENT_PORT_ERR \(10\), port 1"; active="IBV_EVENT_PORT_ACTIVE \(9\), port 1"
+if wait_output "$log/watch" "async event FD" $watch 2>> "$log/watch" &&
+   [ "$(port_state)" = PORT_ACTIVE ] &&
+   ip -n "$b" link set "${tag}y" down && wait_count 1 "$err" &&
+   [ "$(port_state)" = PORT_DOWN ] &&
+   ip -n "$b" link set "${tag}y" up && wait_count 1 "$active" &&
+   [ "$(port_state)" = PORT_ACTIVE ] &&
+   ip -n "$a" link set "${tag}x" down && wait_count 2 "$err" &&
+   ip -n "$a" link set "${tag}x" up && wait_count 2 "$active"; then
+  ok "the port follows its interface: PORT_ERR and PORT_DOWN while down, PORT_ACTIVE back up"
+else
+  ip -n "$a" link set "${tag}x" up; ip -n "$b" link set "${tag}y" up
+  echo "port state now: $(port_state)" >> "$log/watch"
+  bad "the port follows its interface: PORT_ERR and PORT_DOWN while down, PORT_ACTIVE back up" "$log/watch"
+fi
+kill $watch 2>/dev/null; wait $watch 2>/dev/null
+
 # A second link between the hosts, 10.232.0.0/24, and B with a device on
 # each, the other link's first: a client bound to no address takes the
 # source the route picks (10.232.0.2), as the kernel's address resolution

@@ -673,6 +673,7 @@ impl Real {
             15 => AsyncEvent::SrqLimitReached(srq_id()?),
             16 => AsyncEvent::QpLastWqeReached(qp_id()?),
             10 => AsyncEvent::PortErr(u8::try_from(port).ok()?),
+            9 => AsyncEvent::PortActive(u8::try_from(port).ok()?),
             _ => return None,
         })
     }

@@ -323,7 +323,7 @@ impl Verbs for Traced {
             let (qp, object) = match *ev {
                 AsyncEvent::CqErr(cq) => (None, Some(name(cq))),
                 AsyncEvent::SrqLimitReached(srq) => (None, Some(name(srq))),
-                AsyncEvent::PortErr(_) => (None, None),
+                AsyncEvent::PortErr(_) | AsyncEvent::PortActive(_) => (None, None),
                 AsyncEvent::QpFatal(q)
                 | AsyncEvent::QpReqErr(q)
                 | AsyncEvent::QpAccessErr(q)
@@ -335,10 +335,7 @@ impl Verbs for Traced {
                 event: event_name(ev.event_type()).into(),
                 qp,
                 object,
-                port: match *ev {
-                    AsyncEvent::PortErr(port) => Some(u32::from(port)),
-                    _ => None,
-                },
+                port: ev.port().map(u32::from),
             }));
         }
         r

@@ -64,6 +64,9 @@ pub struct Engine {
     pub(crate) faults: Option<Box<FaultState>>,
     /// The ports' link went down for good (`Engine::link_down`).
     pub(crate) link_down: bool,
+    /// The ports' network device is down or has no carrier
+    /// (`Engine::set_carrier`).
+    pub(crate) no_carrier: bool,
 }
 
 impl Engine {
@@ -85,6 +88,7 @@ impl Engine {
             qp_by_num: FxHashMap::default(),
             events: VecDeque::new(),
             link_down: false,
+            no_carrier: false,
             comp_events: CompletionEvents::default(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
@@ -194,11 +198,43 @@ impl Engine {
     /// `ibv_query_port`: EINVAL for a port the device does not have.
     pub fn query_port(&self, port: u8) -> VerbsResult<PortAttr> {
         let mut attr = self.config.port_attr(port).ok_or(einval("no such port"))?;
-        if self.link_down {
+        if self.port_down() {
             attr.state = PORT_DOWN;
             attr.phys_state = PHYS_STATE_DISABLED;
         }
         Ok(attr)
+    }
+
+    fn port_down(&self) -> bool {
+        self.link_down || self.no_carrier
+    }
+
+    /// Raises `event` for every port.
+    fn port_event(&mut self, event: fn(u8) -> AsyncEvent) {
+        for port in 1..=self.config.ports.len() {
+            self.events.push_back(event(port as u8));
+        }
+    }
+
+    /// Whether the ports' network device is up with a carrier, as a
+    /// kernel RoCE port follows its netdev: a port that goes DOWN raises
+    /// IBV_EVENT_PORT_ERR, one that comes back ACTIVE
+    /// IBV_EVENT_PORT_ACTIVE (not after [`Engine::link_down`]). QPs are
+    /// left as they are, as there.
+    pub fn set_carrier(&mut self, up: bool) {
+        let was_down = self.port_down();
+        self.no_carrier = !up;
+        match (was_down, self.port_down()) {
+            (false, true) => self.port_event(AsyncEvent::PortErr),
+            (true, false) => self.port_event(AsyncEvent::PortActive),
+            _ => {}
+        }
+    }
+
+    /// As [`Engine::set_carrier`], at open: no event (the state the
+    /// device was found in).
+    pub fn start_with_carrier(&mut self, up: bool) {
+        self.no_carrier = !up;
     }
 
     /// The embedder's link is gone for good (softverbs: the host daemon
@@ -207,11 +243,10 @@ impl Engine {
     /// port does when its network device goes down. QPs are left as they
     /// are, as there: what waits for a peer fails by its own timers.
     pub fn link_down(&mut self) {
-        if std::mem::replace(&mut self.link_down, true) {
-            return;
-        }
-        for port in 1..=self.config.ports.len() {
-            self.events.push_back(AsyncEvent::PortErr(port as u8));
+        let was_down = self.port_down();
+        self.link_down = true;
+        if !was_down {
+            self.port_event(AsyncEvent::PortErr);
         }
     }
 

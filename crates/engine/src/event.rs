@@ -23,9 +23,19 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
     /// IBV_EVENT_PORT_ERR (10): the port's link went down (its number).
     PortErr(u8),
+    /// IBV_EVENT_PORT_ACTIVE (9): the port's link came back up.
+    PortActive(u8),
 }
 
 impl AsyncEvent {
+    /// The port a port event names (events of a port name no object).
+    pub const fn port(&self) -> Option<u8> {
+        match self {
+            AsyncEvent::PortErr(port) | AsyncEvent::PortActive(port) => Some(*port),
+            _ => None,
+        }
+    }
+
     /// The `enum ibv_event_type` number.
     pub const fn event_type(&self) -> u32 {
         match self {
@@ -38,6 +48,7 @@ impl AsyncEvent {
             AsyncEvent::QpLastWqeReached(_) => 16,
             AsyncEvent::SrqLimitReached(_) => 15,
             AsyncEvent::PortErr(_) => 10,
+            AsyncEvent::PortActive(_) => 9,
         }
     }
 }

@@ -71,6 +71,40 @@ fn a_link_gone_reads_down_and_raises_port_err_once() {
     assert_eq!(e.poll_event(), None);
 }
 
+/// Rule (rxe's port follows its netdev: `rxe_port_down`, `rxe_port_up`):
+/// the port reads DOWN while the device has no carrier, with one
+/// IBV_EVENT_PORT_ERR as it goes down and one IBV_EVENT_PORT_ACTIVE as
+/// it comes back; found down at open, no event; a link gone for good
+/// stays down.
+#[test]
+fn the_port_follows_the_carrier_with_port_err_and_port_active() {
+    let mut e = engine();
+    e.set_carrier(true);
+    assert_eq!(e.poll_event(), None, "no change, no event");
+    e.set_carrier(false);
+    e.set_carrier(false);
+    assert_eq!(e.query_port(1).unwrap().state, PORT_DOWN);
+    assert_eq!(e.poll_event(), Some(AsyncEvent::PortErr(1)));
+    assert_eq!(e.poll_event(), None);
+    e.set_carrier(true);
+    let p = e.query_port(1).unwrap();
+    assert_eq!((p.state, p.phys_state), (PORT_ACTIVE, PHYS_STATE_LINK_UP));
+    assert_eq!(e.poll_event(), Some(AsyncEvent::PortActive(1)));
+    assert_eq!(AsyncEvent::PortActive(1).event_type(), 9);
+    // Down at open: no event.
+    let mut opened_down = engine();
+    opened_down.start_with_carrier(false);
+    assert_eq!(opened_down.query_port(1).unwrap().state, PORT_DOWN);
+    assert_eq!(opened_down.poll_event(), None);
+    // A link gone for good stays down when the carrier comes back.
+    e.link_down();
+    assert_eq!(e.poll_event(), Some(AsyncEvent::PortErr(1)));
+    e.set_carrier(false);
+    e.set_carrier(true);
+    assert_eq!(e.query_port(1).unwrap().state, PORT_DOWN);
+    assert_eq!(e.poll_event(), None);
+}
+
 #[test]
 fn bad_port_gid_and_pkey_indexes_are_einval() {
     let e = engine();

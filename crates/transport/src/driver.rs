@@ -28,6 +28,7 @@ use crate::endpoint::{Endpoint, Receiver, StreamWaiting};
 use crate::group_memberships::GroupMemberships;
 use crate::io_step::{Io, IoStats, Outgoing, Sending, StepBy, Stepped};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
+use crate::link_watch::LinkWatch;
 use crate::outbox::{Open, Outbox};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
@@ -96,6 +97,9 @@ const DEADLINE: Token = Token(4);
 /// The epoll set of the sockets on the multicast groups the context is in
 /// (`group_socket.rs`), polled as the steered socket is (lent with it).
 const GROUPS: Token = Token(5);
+/// rtnetlink's link changes, for the port to follow its interface
+/// (`link_watch.rs`).
+const LINK: Token = Token(6);
 
 /// Receives what the engine reports, from whichever thread made progress.
 /// Implementations must be quick and must not call back into the driver
@@ -203,6 +207,9 @@ struct Shared<M> {
     /// The `SOFTVERBS_STATS` line was printed (at exit, before a close
     /// an exit handler makes).
     stats_said: AtomicBool,
+    /// rtnetlink said some interface changed: the next step looks at the
+    /// device's.
+    link_changed: AtomicBool,
     /// What same-host peers delivered and the driver has not applied yet:
     /// a poll that finds the driver held may say "empty" only when there
     /// is none (`Driver::poll_unless_busy`).
@@ -275,9 +282,16 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         device.min_ack_timeout = softverbs_engine::DeviceConfig::SOFTWARE_PEER_ACK_TIMEOUT;
         let clock = Clock::start();
         let mut engine = Engine::new(device);
+        let link = LinkWatch::open(cfg.ip);
+        if let Some(link) = &link {
+            poll.registry()
+                .register(&mut SourceFd(&link.fd()), LINK, Interest::READABLE)?;
+            engine.start_with_carrier(link.up());
+        }
         let stream_waiting = endpoint.stream_waiting();
         let outbox = Outbox::new(endpoint.socket().try_clone()?);
         let mut io = Io::new(endpoint);
+        io.link = link;
         if let Some(spec) = &faults {
             let name = engine.config().name.clone();
             if let Some(rules) = Faults::new(spec, &name, Part::Verbs) {
@@ -338,6 +352,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             app_polls: AppPolls::default(),
             stream_waiting,
             stats_said: AtomicBool::new(false),
+            link_changed: AtomicBool::new(false),
             deliveries,
             doorbell,
             #[cfg(test)]
@@ -1017,6 +1032,13 @@ impl<M: HostMemory> Shared<M> {
             // only receives (its peers' retries no longer reach it).
             engine.link_down();
         }
+        if self.link_changed.load(Ordering::Relaxed)
+            && self.link_changed.swap(false, Ordering::Acquire)
+        {
+            if let Some(up) = io.link.as_mut().and_then(LinkWatch::changed) {
+                engine.set_carrier(up);
+            }
+        }
         while let Some(cq) = engine.poll_comp_event() {
             self.notify.completion_event(cq);
         }
@@ -1478,6 +1500,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
         }
         if events.iter().any(|e| e.token() == DEADLINE) {
             shared.deadline_timer.clear();
+        }
+        if events.iter().any(|e| e.token() == LINK) {
+            shared.link_changed.store(true, Ordering::Release);
         }
         if let Some(doorbell) = &shared.doorbell {
             doorbell.awake();

@@ -8,6 +8,7 @@
 use crate::corked_batch::{cork, AfterPost, Cork};
 use crate::daemon::udp_port;
 use crate::endpoint::{Endpoint, Receiver};
+use crate::link_watch::LinkWatch;
 use crate::outbox::{Open, Outbox};
 use crate::packet_faults::{Fate, PacketFaults};
 use crate::send_batch::{DatagramOut, SendBatch, Sent};
@@ -147,6 +148,9 @@ pub(crate) struct Io {
     pub(crate) link_down: bool,
     /// The driver has stopped polling the dead daemon's sockets.
     pub(crate) link_down_handled: bool,
+    /// The interface holding the device's address, watched for the port
+    /// to follow it (`None`: on no interface; the port stays up).
+    pub(crate) link: Option<LinkWatch>,
     /// What checks the ICRCs of arriving packets.
     icrc_starts: IcrcStarts,
     /// Packet rules of `SOFTVERBS_FAULTS`, if any.
@@ -163,6 +167,7 @@ impl Io {
             stats: IoStats::default(),
             link_down: false,
             link_down_handled: false,
+            link: None,
             icrc_starts: IcrcStarts::default(),
             packet_faults: None,
             corked: None,

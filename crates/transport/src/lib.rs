@@ -30,6 +30,7 @@ mod group_socket;
 pub mod gsi;
 mod io_step;
 mod kept_packets;
+pub mod link_watch;
 pub mod netif;
 mod outbox;
 mod packet_faults;
