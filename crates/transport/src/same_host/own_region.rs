@@ -407,6 +407,50 @@ mod tests {
     use super::*;
     use softverbs_engine::DeviceLimits;
 
+    /// The region the provider makes puts both tables' slots on cache
+    /// lines, so that a lone entry's withdrawal gives its page back (a
+    /// table whose slots could straddle pages would punch none).
+    #[test]
+    fn the_real_layout_lets_both_tables_give_pages_back() {
+        use super::super::mr_slots::MrTable;
+        use super::super::qp_slots::QpTable;
+        use std::sync::atomic::AtomicU64;
+        let parts = LAYOUT.parts().unwrap();
+        let words = |n: usize| -> Vec<AtomicU64> { (0..n).map(|_| AtomicU64::new(0)).collect() };
+        let part = words(MrTable::words_for(4096).unwrap());
+        let mrs = MrTable::new(&part, parts.mrs.offset as u64 * 8, 4096);
+        let freed = (1..=32)
+            .filter(|&key| {
+                mrs.publish(&MrInfo {
+                    key,
+                    ..MrInfo::default()
+                })
+                .unwrap();
+                !mrs.withdraw(key).vacant.is_empty()
+            })
+            .count();
+        assert!(
+            freed >= 28,
+            "MR withdrawals freed a page {freed} times in 32"
+        );
+        let part = words(QpTable::words_for(4096).unwrap());
+        let qps = QpTable::new(&part, parts.qps.offset as u64 * 8, 4096);
+        let freed = (1..=32)
+            .filter(|&qpn| {
+                qps.publish(&QpInfo {
+                    qpn,
+                    ..QpInfo::default()
+                })
+                .unwrap();
+                !qps.withdraw(qpn).vacant.is_empty()
+            })
+            .count();
+        assert!(
+            freed >= 28,
+            "QP withdrawals freed a page {freed} times in 32"
+        );
+    }
+
     /// Every MR a context may register is published: a peer that cannot
     /// find an rkey fails the access (REM_ACCESS_ERR), with no wire to
     /// fall back on. (The table once held 65,536 of the device's 262,144.)

@@ -284,13 +284,12 @@ impl<'a> QpTable<'a> {
             Some(Place::Existing(slot)) => slot,
             // The probe read the page of the empty slot it ended at, which
             // a punch may have left a hole: the read filled it again.
-            Some(Place::Free(free)) => {
+            _ => {
                 return Withdrawal {
                     found: false,
-                    vacant: self.vacant([free]),
+                    vacant: self.vacant(self.probe_end(qpn)),
                 }
             }
-            None => return Withdrawal::default(),
         };
         let word = |s| self.entry(s).map(|e| e.state.load(Ordering::Relaxed));
         let run = clearable_run(
@@ -450,6 +449,14 @@ impl<'a> QpTable<'a> {
             }
         }
         None
+    }
+
+    /// The empty slot the probe for `qpn` ends at, if it ends at one.
+    fn probe_end(&self, qpn: u32) -> Option<usize> {
+        probe(qpn, self.slots).find(|&slot| {
+            let word = self.entry(slot).map(|e| e.state.load(Ordering::Relaxed));
+            word.map(tag) == Some(TAG_EMPTY)
+        })
     }
 
     /// The owner's probe: the slot holding `qpn`, else the first free one.

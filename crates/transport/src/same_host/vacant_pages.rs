@@ -5,9 +5,9 @@
 //! and QP tables are open-addressed by random MR keys and ever-new QP
 //! numbers, so a program that registers and deregisters, or creates and
 //! destroys, touched page after page, and a withdrawn entry's page stayed
-//! resident: some 50 MB per context after long churn. After a withdrawal
+//! resident: some 33 MB per table after long churn. After a withdrawal
 //! the owner punches out of the memfd (`fallocate`, PUNCH_HOLE) each page
-//! around the slots it changed whose every slot is empty (no entry, no
+//! around the slots it read or changed whose every slot is empty (no entry, no
 //! tombstone); the page reads as zeros from then on, for the owner and
 //! for every peer that maps the region, until a write needs it again.
 //!
