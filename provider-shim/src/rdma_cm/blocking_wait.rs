@@ -55,8 +55,10 @@ pub fn wait_readable(fd: c_int) -> Result<(), i32> {
         _ => match std::io::Error::last_os_error().raw_os_error() {
             // Made non-blocking meanwhile: the caller looks again.
             Some(libc::EAGAIN) => Ok(()),
-            // The number names no socket any more: closed under us.
-            Some(libc::EBADF | libc::ENOTSOCK) => wait_for_ever(),
+            // The number names no socket any more: closed under us. Or
+            // the service's end was closed holding bytes a write racing a
+            // close put there (a reset): hung up, as 0 above.
+            Some(libc::EBADF | libc::ENOTSOCK | libc::ECONNRESET) => wait_for_ever(),
             e => Err(e.unwrap_or(libc::EIO)),
         },
     }

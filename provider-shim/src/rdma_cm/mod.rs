@@ -66,8 +66,9 @@ fn real_fstat() -> Option<FstatFn> {
 /// Whether `fd` is a channel: marked as one (one atomic load for any
 /// other descriptor), and still that channel's file. A channel closed
 /// without close(2) (`dup2` over it, `close_range`) keeps its mark until
-/// then: it is closed now, and the number is the other file's again.
-/// Nothing here takes a lock (a forked child may ask).
+/// then: it is closed now, and the number is the other file's again
+/// (`Service::still_channel`, which looks again under its lock). No lock
+/// is taken for a channel that is still one.
 fn is_channel_now(fd: c_int) -> bool {
     if !fds::is_channel(fd) {
         return false;
@@ -75,13 +76,7 @@ fn is_channel_now(fd: c_int) -> bool {
     if file_of(fd).is_some_and(|f| fds::file(fd) == Some(f)) {
         return true;
     }
-    // Only the process that opened the channel forgets it: a child's
-    // descriptor table is its own, and a vfork child shares the parent's
-    // memory, marks included.
-    if let Some(s) = service::existing() {
-        s.close_channel(fd);
-    }
-    false
+    service::existing().is_some_and(|s| s.still_channel(fd))
 }
 
 /// The device and inode of the file `fd` names.
@@ -267,7 +262,8 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
 /// # Safety
 /// As [`close`].
 unsafe extern "C-unwind" fn cm_close(fd: c_int) -> c_int {
-    if is_channel_now(fd) {
+    let closing = is_channel_now(fd).then(|| fds::file(fd));
+    if closing.is_some() {
         guard((), || {
             if let Some(s) = service::existing() {
                 s.close_channel(fd);
@@ -278,7 +274,21 @@ unsafe extern "C-unwind" fn cm_close(fd: c_int) -> c_int {
         return enosys(-1);
     };
     // SAFETY: the caller's descriptor, as it gave it.
-    unsafe { real(fd) }
+    let closed = unsafe { real(fd) };
+    if let Some(file) = closing {
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        // Only now: a write racing the close was a command on a closed
+        // channel (EBADF), not a write into its socket pair (SIGPIPE).
+        guard((), || {
+            if let Some(s) = service::existing() {
+                s.unmark(fd, file);
+            }
+        });
+        if let (true, Some(errno)) = (closed != 0, errno) {
+            set_errno(errno); // close's, whatever the lock did
+        }
+    }
+    closed
 }
 
 /// `write(2)`: on a channel, one rdma_cm command. "C-unwind": a thread

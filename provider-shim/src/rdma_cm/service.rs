@@ -22,6 +22,9 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
 
+/// How long `Service::still_channel` tries for the lock.
+const STILL_CHANNEL_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// One channel's descriptors.
 #[derive(Debug)]
 struct ChannelIo {
@@ -276,7 +279,11 @@ impl Service {
     }
 
     /// The application closes channel `fd`: its ids go, as when the kernel
-    /// releases the file. The caller closes the descriptor itself.
+    /// releases the file. The caller closes the descriptor itself, then
+    /// [`unmark`](Self::unmark)s it: until then a write on it (another
+    /// thread's GET_EVENT, racing the close) is a command on a closed
+    /// channel, EBADF as from the kernel's file, never a write into the
+    /// socket pair whose other end is gone, which raised SIGPIPE.
     pub fn close_channel(&self, fd: RawFd) {
         if std::process::id() != self.pid {
             // A forked child closing its copy: as with the kernel's file,
@@ -284,15 +291,48 @@ impl Service {
             // parent's memory, so not even the mark is cleared).
             return;
         }
-        fds::set_channel(fd, false);
-        let mut inner = self.inner.lock();
-        let Inner {
-            agent, endpoints, ..
-        } = &mut *inner;
-        agent.close_channel(fd, &mut Ports(endpoints));
-        inner.channels.remove(&fd);
-        inner.kernel.close_channel(fd);
-        inner.flush();
+        self.inner.lock().close_channel(fd);
+    }
+
+    /// Whether `fd` is still the channel it is marked as. A number that
+    /// names another file now (dup2 over it, close_range, or closed and
+    /// opened again) loses its channel and its mark. Looked at under the
+    /// lock `open_channel` records a new channel's file under: a channel
+    /// opened on the number meanwhile is taken for what it is (it was
+    /// closed as the old one's, and the write that asked went into its
+    /// socket pair). The lock is only tried for a moment: a descriptor
+    /// the service closes while it holds it (a socket of its own) could
+    /// carry a stale mark, and a number whose file changed is most likely
+    /// no channel (it is taken as none, and looked at again next time).
+    pub fn still_channel(&self, fd: RawFd) -> bool {
+        let Some(mut inner) = self.inner.try_lock_for(STILL_CHANNEL_WAIT) else {
+            return false;
+        };
+        let recorded = fds::file(fd);
+        if super::file_of(fd).is_some_and(|f| recorded == Some(f)) {
+            return true;
+        }
+        // A forked child's descriptor table is its own, and a vfork child
+        // shares the parent's memory, marks included: only the process
+        // that opened the channel forgets it.
+        if std::process::id() == self.pid {
+            inner.close_channel(fd);
+            fds::set_channel(fd, false);
+        }
+        false
+    }
+
+    /// Descriptor `fd`, the channel of `file` until it was closed, is no
+    /// channel any more, unless the number already names a new one (whose
+    /// file `open_channel` records under the same lock).
+    pub fn unmark(&self, fd: RawFd, file: Option<(u64, u64)>) {
+        if std::process::id() != self.pid {
+            return; // as in `close_channel`
+        }
+        let _inner = self.inner.lock();
+        if fds::file(fd) == file {
+            fds::set_channel(fd, false);
+        }
     }
 
     /// Runs command `original` on channel `fd` in the kernel's rdma_cm if
@@ -434,6 +474,17 @@ impl Service {
 }
 
 impl Inner {
+    /// Channel `fd` is gone: its ids go.
+    fn close_channel(&mut self, fd: RawFd) {
+        let Inner {
+            agent, endpoints, ..
+        } = self;
+        agent.close_channel(fd, &mut Ports(endpoints));
+        self.channels.remove(&fd);
+        self.kernel.close_channel(fd);
+        self.flush();
+    }
+
     /// The daemon sessions to poll: those of devices whose daemon lives
     /// (a dead one's socket would be readable for ever).
     fn live_sessions(&self) -> Vec<RawFd> {
