@@ -9,8 +9,10 @@
 # librspreload.so, qperf -cm1, fi_pingpong (libfabric's verbs and
 # verbs;ofi_rxm), mckey, an active side that gives up its REQ or dies
 # with it, and a passive side that dies after its REP: the IB CM between
-# the two namespaces' daemons; and rping from a host of two devices on
-# two links, through the route's source). Needs root (to
+# the two namespaces' daemons; rping to an address no host on the link
+# has, which fails its address resolution; and rping from a host of two
+# devices on two links, through the route's source), and a port that
+# follows its interface down and up (ibv_asyncwatch). Needs root (to
 # create namespaces); where that is impossible it fails under CI=true and
 # otherwise skips, saying so loudly (lib.sh's cannot_run).
 # Prints "N passed, M failed" last. Usage: netns.sh PATH/TO/libsoftverbs-rdmav34.so
