@@ -23,7 +23,6 @@
 //! (see [`super::seqlock`]), spare words to a cache line, then per slot
 //! `[seq, tag<<32|key, pd, addr, length, iova, access, spare]`.
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -31,7 +30,7 @@ use super::accessors::{self, AccessGuard, Accessors};
 use super::full::Full;
 use super::probing::{clearable_run, probe, table_slots};
 use super::seqlock;
-use super::vacant_pages::{page_size, SlotArea, Withdrawal};
+use super::vacant_pages::{SlotArea, Withdrawal};
 
 const LIVE_COUNT: usize = accessors::WORDS;
 const CLOCK: usize = LIVE_COUNT + 1;
@@ -167,19 +166,14 @@ impl<'a> MrTable<'a> {
     pub fn withdraw(&self, key: u32) -> Withdrawal {
         let slot = match self.find_own(key) {
             Ok(slot) => slot,
-            // The probe read the page of the empty slot it ended at, which
-            // a punch may have left a hole: the read filled it again.
             Err(ended_at) => {
-                return Withdrawal {
-                    found: false,
-                    vacant: self.vacant(ended_at),
-                }
+                return Withdrawal::missed(self.area(), ended_at, |s| self.is_empty(s))
             }
         };
         let run = clearable_run(
             slot,
             self.slots,
-            |s| self.tag_key(s).map(tag) == Some(TAG_EMPTY),
+            |s| self.is_empty(s),
             |s| self.tag_key(s).map(tag) == Some(TAG_TOMBSTONE),
         );
         if run.is_empty() {
@@ -191,25 +185,16 @@ impl<'a> MrTable<'a> {
         if let Some(live) = self.part.get(LIVE_COUNT) {
             live.fetch_sub(1, Ordering::Relaxed);
         }
-        // The slots on either side of the run were read, so their pages
-        // are resident too.
-        let mask = self.slots - 1;
-        let around = [slot + 1, slot.wrapping_sub(run.len())].map(|s| s & mask);
-        Withdrawal {
-            found: true,
-            vacant: self.vacant(run.into_iter().chain(around)),
-        }
+        Withdrawal::cleared(self.area(), slot, run, |s| self.is_empty(s))
     }
 
-    /// The pages around `slots` that hold no entry.
-    fn vacant(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Range<u64>> {
-        let area = SlotArea {
-            start: self.at + (HEADER * 8) as u64,
-            stride: (STRIDE * 8) as u64,
-            slots: self.slots,
-        };
-        let empty = |s| self.tag_key(s).map(tag) == Some(TAG_EMPTY);
-        area.vacant_pages(slots, page_size(), empty)
+    fn area(&self) -> SlotArea {
+        SlotArea::of_table(self.at, HEADER, STRIDE, self.slots)
+    }
+
+    /// Whether `slot` holds no entry (owner only, as [`Self::tag_key`]).
+    fn is_empty(&self, slot: usize) -> bool {
+        self.tag_key(slot).map(tag) == Some(TAG_EMPTY)
     }
 
     /// The published MR with `key`, if any. `None` as well when an entry

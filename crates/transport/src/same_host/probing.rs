@@ -52,6 +52,14 @@ pub fn clearable_run(
     run
 }
 
+/// The slots [`clearable_run`] read besides the `run` it gave for `slot`:
+/// the one after `slot`, and the one before the run (where its walk back
+/// stopped; `slot`'s own when the run is empty, read as `slot` was).
+pub fn read_around(slot: usize, run: &[usize], slots: usize) -> [usize; 2] {
+    let mask = slots.wrapping_sub(1);
+    [slot.wrapping_add(1), slot.wrapping_sub(run.len())].map(|s| s & mask)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +90,12 @@ mod tests {
         assert_eq!(clearable_run(2, 8, empty, tomb), vec![2, 1, 0]);
         // Slot 3 withdrawn, slot 4 in use: it stays a tombstone.
         assert!(clearable_run(3, 8, |s| s == 5, |_| false).is_empty());
+    }
+
+    #[test]
+    fn around_a_run_are_the_slot_after_it_and_the_one_before_the_run() {
+        assert_eq!(read_around(2, &[2, 1, 0], 8), [3, 7]);
+        assert_eq!(read_around(7, &[], 8), [0, 7]);
     }
 
     #[test]

@@ -38,13 +38,12 @@
 //! what peers read.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::full::Full;
 use super::probing::{clearable_run, probe, table_slots};
 use super::seqlock;
-use super::vacant_pages::{page_size, SlotArea, Withdrawal};
+use super::vacant_pages::{SlotArea, Withdrawal};
 
 const LIVE_COUNT: usize = 0;
 /// The seqlock clock (see [`super::seqlock`]).
@@ -282,20 +281,16 @@ impl<'a> QpTable<'a> {
     pub fn withdraw(&self, qpn: u32) -> Withdrawal {
         let slot = match self.place_for(qpn) {
             Some(Place::Existing(slot)) => slot,
-            // The probe read the page of the empty slot it ended at, which
-            // a punch may have left a hole: the read filled it again.
             _ => {
-                return Withdrawal {
-                    found: false,
-                    vacant: self.vacant(self.probe_end(qpn)),
-                }
+                let ended_at = self.probe_end(qpn);
+                return Withdrawal::missed(self.area(), ended_at, |s| self.is_empty(s));
             }
         };
         let word = |s| self.entry(s).map(|e| e.state.load(Ordering::Relaxed));
         let run = clearable_run(
             slot,
             self.slots,
-            |s| word(s).map(tag) == Some(TAG_EMPTY),
+            |s| self.is_empty(s),
             |s| word(s).map(tag) == Some(TAG_TOMBSTONE),
         );
         if run.is_empty() {
@@ -307,28 +302,18 @@ impl<'a> QpTable<'a> {
         if let Some(live) = self.part.get(LIVE_COUNT) {
             live.fetch_sub(1, Ordering::Relaxed);
         }
-        // The slots on either side of the run were read, so their pages
-        // are resident too.
-        let mask = self.slots - 1;
-        let around = [slot + 1, slot.wrapping_sub(run.len())].map(|s| s & mask);
-        Withdrawal {
-            found: true,
-            vacant: self.vacant(run.into_iter().chain(around)),
-        }
+        Withdrawal::cleared(self.area(), slot, run, |s| self.is_empty(s))
     }
 
-    /// The pages around `slots` that hold no entry.
-    fn vacant(&self, slots: impl IntoIterator<Item = usize>) -> Vec<Range<u64>> {
-        let area = SlotArea {
-            start: self.at + (HEADER * 8) as u64,
-            stride: (STRIDE * 8) as u64,
-            slots: self.slots,
-        };
-        let empty = |s| {
-            let word = self.entry(s).map(|e| e.state.load(Ordering::Relaxed));
-            word.map(tag) == Some(TAG_EMPTY)
-        };
-        area.vacant_pages(slots, page_size(), empty)
+    fn area(&self) -> SlotArea {
+        SlotArea::of_table(self.at, HEADER, STRIDE, self.slots)
+    }
+
+    /// Whether `slot` holds no entry (its state word, as the owner reads
+    /// it).
+    fn is_empty(&self, slot: usize) -> bool {
+        let word = self.entry(slot).map(|e| e.state.load(Ordering::Relaxed));
+        word.map(tag) == Some(TAG_EMPTY)
     }
 
     /// The published QP `qpn`, if any: a snapshot whose state and fields
@@ -453,10 +438,7 @@ impl<'a> QpTable<'a> {
 
     /// The empty slot the probe for `qpn` ends at, if it ends at one.
     fn probe_end(&self, qpn: u32) -> Option<usize> {
-        probe(qpn, self.slots).find(|&slot| {
-            let word = self.entry(slot).map(|e| e.state.load(Ordering::Relaxed));
-            word.map(tag) == Some(TAG_EMPTY)
-        })
+        probe(qpn, self.slots).find(|&slot| self.is_empty(slot))
     }
 
     /// The owner's probe: the slot holding `qpn`, else the first free one.

@@ -25,6 +25,10 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{fallocate, FallocateFlags};
 
+#[cfg(doc)]
+use super::probing::clearable_run;
+use super::probing::read_around;
+
 /// What a withdrawal from a published table did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Withdrawal {
@@ -33,6 +37,39 @@ pub struct Withdrawal {
     /// The pages of the region (byte ranges) that hold no entry around
     /// the slots the withdrawal read or changed, for the owner to punch.
     pub vacant: Vec<Range<u64>>,
+}
+
+impl Withdrawal {
+    /// A withdrawal that found nothing: its probe read the slots up to
+    /// `ended_at` (an empty one, if it ended at one), whose page a punch
+    /// may have left a hole that the read filled again.
+    pub(crate) fn missed(
+        area: SlotArea,
+        ended_at: Option<usize>,
+        is_empty: impl Fn(usize) -> bool,
+    ) -> Withdrawal {
+        Withdrawal {
+            found: false,
+            vacant: area.vacant_pages(ended_at, page_size(), is_empty),
+        }
+    }
+
+    /// The withdrawal of `slot`, which cleared `run`
+    /// ([`clearable_run`](super::probing::clearable_run)'s, which read the
+    /// slots on either side of it too).
+    pub(crate) fn cleared(
+        area: SlotArea,
+        slot: usize,
+        run: Vec<usize>,
+        is_empty: impl Fn(usize) -> bool,
+    ) -> Withdrawal {
+        let around = read_around(slot, &run, area.slots);
+        let touched = run.into_iter().chain(around);
+        Withdrawal {
+            found: true,
+            vacant: area.vacant_pages(touched, page_size(), is_empty),
+        }
+    }
 }
 
 /// Where a table's slots lie in the region, in bytes.
@@ -47,6 +84,16 @@ pub(crate) struct SlotArea {
 }
 
 impl SlotArea {
+    /// The slots of a table part `at` bytes into the region, after a
+    /// header of `header` words, `stride` words each.
+    pub(crate) fn of_table(at: u64, header: usize, stride: usize, slots: usize) -> SlotArea {
+        SlotArea {
+            start: at + (header * 8) as u64,
+            stride: (stride * 8) as u64,
+            slots,
+        }
+    }
+
     /// The pages of `page` bytes that hold any of the `touched` slots, lie
     /// wholly among the slots (the table's header is never punched), and
     /// of whose slots `is_empty` says each is empty: as byte ranges of the
