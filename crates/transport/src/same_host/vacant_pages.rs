@@ -7,9 +7,10 @@
 //! destroys, touched page after page, and a withdrawn entry's page stayed
 //! resident: some 33 MB per table after long churn. After a withdrawal
 //! the owner punches out of the memfd (`fallocate`, PUNCH_HOLE) each page
-//! around the slots it read or changed whose every slot is empty (no entry, no
-//! tombstone); the page reads as zeros from then on, for the owner and
-//! for every peer that maps the region, until a write needs it again.
+//! around the slots it read or changed whose every slot is empty (no
+//! entry, no tombstone); the page reads as zeros from then on, for the
+//! owner and for every peer that maps the region, until a write needs it
+//! again.
 //!
 //! Why a punch is safe under the readers: a page is punched only when all
 //! its slots are empty, and only the owner, which is punching, can fill
@@ -25,8 +26,6 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{fallocate, FallocateFlags};
 
-#[cfg(doc)]
-use super::probing::clearable_run;
 use super::probing::read_around;
 
 /// What a withdrawal from a published table did.
@@ -113,6 +112,7 @@ impl SlotArea {
             return Vec::new();
         };
         if self.stride == 0
+            || page == 0
             || !self.start.is_multiple_of(self.stride)
             || !page.is_multiple_of(self.stride)
         {
