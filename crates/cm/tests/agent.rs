@@ -655,6 +655,28 @@ fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
     assert!(client.agent.poll_timeout().is_none());
 }
 
+/// A device that goes away under a resolution ends it: DEVICE_REMOVAL,
+/// and no look at the next hop is left to make.
+#[test]
+fn a_resolution_ends_when_its_device_goes_away() {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let absent: IpAddr = "10.0.0.77".parse().unwrap();
+    client.ports.unknown_hops = vec![(absent, 0)];
+    let id = client.create(7);
+    let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut b[36..64], SocketAddr::new(absent, 1));
+    put32(&mut b, 64, id);
+    put32(&mut b, 68, 2000);
+    client.ok(&b);
+    assert!(client.agent.poll_timeout().is_some(), "a look is due");
+    client.agent.device_removed(client.ip);
+    assert_eq!(client.event().event, event::DEVICE_REMOVAL);
+    assert!(
+        client.agent.poll_timeout().is_none(),
+        "nothing left to look at"
+    );
+}
+
 #[test]
 fn an_unanswered_request_is_sent_again_then_unreachable() {
     let mut client = Side::new("10.0.0.1", 0x10);

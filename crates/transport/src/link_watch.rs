@@ -6,12 +6,10 @@
 //! its interface's flags again.
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use nix::ifaddrs::getifaddrs;
-use nix::net::if_::InterfaceFlags;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::netif::interface_of;
+use crate::netif::{interface_of, is_up};
 
 /// rtnetlink's multicast group of link changes (RTMGRP_LINK).
 const LINK_GROUP: u32 = 1;
@@ -61,16 +59,6 @@ impl LinkWatch {
         let up = is_up(&self.interface).unwrap_or(false);
         (std::mem::replace(&mut self.up, up) != up).then_some(up)
     }
-}
-
-/// Whether interface `name` is up (IFF_UP) with a carrier (IFF_LOWER_UP);
-/// `None` if there is no such interface.
-fn is_up(name: &str) -> Option<bool> {
-    let flags = getifaddrs()
-        .ok()?
-        .find(|ifa| ifa.interface_name == name)?
-        .flags;
-    Some(flags.contains(InterfaceFlags::IFF_UP | InterfaceFlags::IFF_LOWER_UP))
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The network interface that holds an address: its MTU (for the port's
-//! active MTU) and its index (for GID entries), from the kernel's
-//! interface list and sysfs; no root needed.
+//! active MTU), its index (for GID entries) and whether it is up with a
+//! carrier (for the port's state), from the kernel's interface list and
+//! sysfs; no root needed.
 
 use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
 use std::net::IpAddr;
 
 /// The MTU of the interface that has `ip`, if one does.
@@ -21,6 +23,16 @@ pub fn ifindex_of(ip: IpAddr) -> Option<u32> {
 /// a loopback address, or one an interface holds.
 pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || interface_of(ip).is_some()
+}
+
+/// Whether interface `name` is up (IFF_UP) with a carrier (IFF_LOWER_UP);
+/// `None` if there is no such interface.
+pub fn is_up(name: &str) -> Option<bool> {
+    let flags = getifaddrs()
+        .ok()?
+        .find(|ifa| ifa.interface_name == name)?
+        .flags;
+    Some(flags.contains(InterfaceFlags::IFF_UP | InterfaceFlags::IFF_LOWER_UP))
 }
 
 /// The name of the interface that has `ip`.
