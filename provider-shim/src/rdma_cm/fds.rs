@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub const MAX_FD: i32 = 1 << 16;
 
 static BITS: [AtomicU64; (MAX_FD / 64) as usize] = [const { AtomicU64::new(0) }; 1024];
+/// The descriptors that were ever channels (never cleared).
+static EVER: [AtomicU64; (MAX_FD / 64) as usize] = [const { AtomicU64::new(0) }; 1024];
 /// Each channel's file as (device, inode), two words per descriptor: the
 /// number may come to name another file without close(2).
 static FILES: [AtomicU64; 2 * MAX_FD as usize] = [const { AtomicU64::new(0) }; 2 * MAX_FD as usize];
@@ -22,6 +24,14 @@ pub fn is_channel(fd: i32) -> bool {
     }
     let (word, bit) = (fd as usize / 64, fd as u64 % 64);
     BITS[word].load(Ordering::Acquire) & 1 << bit != 0
+}
+
+/// Whether `fd` was ever a channel.
+pub fn ever_channel(fd: i32) -> bool {
+    if !ANY.load(Ordering::Relaxed) || !(0..MAX_FD).contains(&fd) {
+        return false;
+    }
+    EVER[fd as usize / 64].load(Ordering::Acquire) & 1 << (fd as u64 % 64) != 0
 }
 
 /// Records the file channel `fd` is (set before it is marked).
@@ -49,6 +59,7 @@ pub fn set_channel(fd: i32, on: bool) {
     let (word, bit) = (fd as usize / 64, fd as u64 % 64);
     if on {
         ANY.store(true, Ordering::Relaxed);
+        EVER[word].fetch_or(1 << bit, Ordering::AcqRel);
         BITS[word].fetch_or(1 << bit, Ordering::AcqRel);
     } else {
         BITS[word].fetch_and(!(1 << bit), Ordering::AcqRel);
@@ -66,6 +77,7 @@ mod tests {
         assert!(is_channel(4095) && !is_channel(4094));
         set_channel(4095, false);
         assert!(!is_channel(4095));
+        assert!(ever_channel(4095) && !ever_channel(4094));
         set_channel(MAX_FD, true);
         assert!(!is_channel(MAX_FD) && !is_channel(-1));
     }

@@ -29,6 +29,7 @@ mod blocking_wait;
 mod fds;
 mod kernel;
 mod neighbour;
+mod new_channels;
 pub mod service;
 
 use crate::guard::{guard, set_errno};
@@ -310,13 +311,19 @@ pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, count: usiz
 /// # Safety
 /// As [`write`].
 unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+    // From the look at the number to the write (`new_channels`).
+    let share = new_channels::no_new_channel(fd);
     if !is_channel_now(fd) {
         let Some(real) = real_write() else {
+            new_channels::new_channels_again(share);
             return enosys(-1);
         };
         // SAFETY: the caller's arguments, as it gave them.
-        return unsafe { real(fd, buf, count) };
+        let written = unsafe { real(fd, buf, count) };
+        new_channels::new_channels_again(share);
+        return written;
     }
+    new_channels::new_channels_again(share);
     cancellation_point();
     let file = fds::file(fd);
     loop {

@@ -35,6 +35,21 @@ struct ChannelIo {
     signalled: bool,
 }
 
+/// Our end of a channel being closed: the channel's number and file.
+/// While the application's end lives its peer must too. A write another
+/// thread began before the number was a channel (its look at the number
+/// found none) reaches the application's end as a plain write: into a
+/// live pair it is a few bytes nobody reads; into a pair whose other end
+/// is gone it was EPIPE and SIGPIPE, or a reset (ECONNRESET) when bytes
+/// were left unread there.
+#[derive(Debug)]
+struct ClosingEnd {
+    fd: RawFd,
+    file: Option<(u64, u64)>,
+    /// Only held, closed when dropped.
+    _ours: OwnedFd,
+}
+
 /// What the lock guards.
 #[derive(Debug)]
 struct Inner {
@@ -43,6 +58,9 @@ struct Inner {
     /// The devices whose daemon session broke (the daemon died).
     dead: Vec<IpAddr>,
     channels: HashMap<RawFd, ChannelIo>,
+    /// Our ends of channels the application is closing, kept open until
+    /// its end is closed ([`Service::unmark`]).
+    closing: Vec<ClosingEnd>,
     /// The ids the kernel's rdma_cm serves (`kernel.rs`).
     kernel: KernelCm,
 }
@@ -222,6 +240,7 @@ impl Service {
                 endpoints,
                 dead: Vec::new(),
                 channels: HashMap::new(),
+                closing: Vec::new(),
                 kernel: KernelCm::default(),
             }),
             clock: Clock::start(),
@@ -245,12 +264,14 @@ impl Service {
 
     /// A new channel: the descriptor the application gets.
     pub fn open_channel(&self) -> io::Result<RawFd> {
+        let _alone = super::new_channels::making_a_channel();
         let (app, ours) = nix::sys::socket::socketpair(
             nix::sys::socket::AddressFamily::Unix,
             nix::sys::socket::SockType::Stream,
             None,
             nix::sys::socket::SockFlag::SOCK_CLOEXEC,
         )?;
+        let ours = out_of_the_way(ours);
         let fd = app.as_raw_fd();
         if fd >= fds::MAX_FD {
             return Err(io::Error::from_raw_os_error(libc::EMFILE));
@@ -283,7 +304,7 @@ impl Service {
     /// [`unmark`](Self::unmark)s it: until then a write on it (another
     /// thread's GET_EVENT, racing the close) is a command on a closed
     /// channel, EBADF as from the kernel's file, never a write into the
-    /// socket pair whose other end is gone, which raised SIGPIPE.
+    /// socket pair, and our end stays open until then (`ClosingEnd`).
     pub fn close_channel(&self, fd: RawFd) {
         if std::process::id() != self.pid {
             // A forked child closing its copy: as with the kernel's file,
@@ -291,7 +312,15 @@ impl Service {
             // parent's memory, so not even the mark is cleared).
             return;
         }
-        self.inner.lock().close_channel(fd);
+        let mut inner = self.inner.lock();
+        if let Some(ours) = inner.close_channel(fd) {
+            let file = fds::file(fd);
+            inner.closing.push(ClosingEnd {
+                fd,
+                file,
+                _ours: ours,
+            });
+        }
     }
 
     /// Whether `fd` is still the channel it is marked as. A number that
@@ -324,12 +353,14 @@ impl Service {
 
     /// Descriptor `fd`, the channel of `file` until it was closed, is no
     /// channel any more, unless the number already names a new one (whose
-    /// file `open_channel` records under the same lock).
+    /// file `open_channel` records under the same lock). Our end of it
+    /// closes now (a GET_EVENT waiting on it hears the hang-up).
     pub fn unmark(&self, fd: RawFd, file: Option<(u64, u64)>) {
         if std::process::id() != self.pid {
             return; // as in `close_channel`
         }
-        let _inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        inner.closing.retain(|c| (c.fd, c.file) != (fd, file));
         if fds::file(fd) == file {
             fds::set_channel(fd, false);
         }
@@ -474,15 +505,16 @@ impl Service {
 }
 
 impl Inner {
-    /// Channel `fd` is gone: its ids go.
-    fn close_channel(&mut self, fd: RawFd) {
+    /// Channel `fd` is gone: its ids go. Our end of it, if it was one.
+    fn close_channel(&mut self, fd: RawFd) -> Option<OwnedFd> {
         let Inner {
             agent, endpoints, ..
         } = self;
         agent.close_channel(fd, &mut Ports(endpoints));
-        self.channels.remove(&fd);
+        let io = self.channels.remove(&fd);
         self.kernel.close_channel(fd);
         self.flush();
+        io.map(|io| io.ours)
     }
 
     /// The daemon sessions to poll: those of devices whose daemon lives
@@ -560,6 +592,26 @@ impl Inner {
                 io.signalled = r != 1;
             }
         }
+    }
+}
+
+/// The lowest number our end of a channel may take, at most.
+const OUR_LOWEST_NUMBER: u64 = 512;
+
+/// Our end of a channel, moved above the numbers the application's files
+/// take (the lowest free ones), within half the descriptor limit; left
+/// where it is if it cannot be moved. A write the application makes to a
+/// number it closed (a thread racing a channel's close, still asking for
+/// events) then finds no file, or a channel, or a file of its own, as
+/// with the kernel's rdma_cm: never our end, where the bytes reached the
+/// channel as readiness bytes and, once our end was closed, raised
+/// SIGPIPE.
+fn out_of_the_way(ours: OwnedFd) -> OwnedFd {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let lowest = limit.map_or(OUR_LOWEST_NUMBER, |l| (l / 2).min(OUR_LOWEST_NUMBER));
+    match rustix::io::fcntl_dupfd_cloexec(&ours, lowest as RawFd) {
+        Ok(moved) => moved,
+        Err(_) => ours,
     }
 }
 
