@@ -512,10 +512,13 @@ next_port fork_port
 c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
-# A thread asking for events while another closes the channel: EAGAIN,
-# EBADF or a wait, never SIGPIPE (which killed the process) or another
-# error (30 batches of 100 rounds: the old code failed 3 runs in 5).
-c_case "rdma_get_cm_event racing the channel's close: never SIGPIPE or another error" cm_close_race "close race ok" 100 30
+# A thread asking for events while another closes the channel: EAGAIN or
+# EBADF, never SIGPIPE (which killed the process) or another error, also
+# when the askers go on writing to the number the next channels take (30
+# batches of 300 rounds: the old code failed 5 runs in 6); and a
+# non-blocking GET_EVENT racing the close returns (it waited for ever).
+c_case "rdma_get_cm_event racing the channel's close: never SIGPIPE or another error" cm_close_race "close race ok" 300 30
+c_case "a non-blocking rdma_get_cm_event racing the channel's close returns" cm_close_race "close race ok" 300 30 join
 # Signals while rdma_get_cm_event waits: EINTR without SA_RESTART (it once
 # waited on), the event with it; and a storm of signals during commands
 # that ask the daemon (they once failed with EINTR, then EIO).

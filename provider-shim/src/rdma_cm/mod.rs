@@ -326,9 +326,14 @@ unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize
     new_channels::new_channels_again(share);
     cancellation_point();
     let file = fds::file(fd);
+    let Some(nonblocking_then) = nonblocking(fd) else {
+        // Closed since the look at it: as a write after the close.
+        set_errno(libc::EBADF);
+        return -1;
+    };
     loop {
         let attempt = guard(Attempt::Done(Err(libc::EIO)), || {
-            command(fd, buf, count, file)
+            command(fd, buf, count, (file, nonblocking_then))
         });
         let result = match attempt {
             Attempt::Done(result) => result,
@@ -339,6 +344,12 @@ unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize
                 Err(_) if closed_under(fd, file) => wait_for_ever(),
                 Err(errno) => Err(errno),
             },
+            // The kernel's file lives until the command returns, and a
+            // non-blocking GET_EVENT with no event returns at once. (The
+            // ids, and so their events, went with our channel.)
+            Attempt::Forever if nonblocking_then && guard(false, || is_get_event(buf, count)) => {
+                Err(libc::EAGAIN)
+            }
             Attempt::Forever => wait_for_ever(),
         };
         return match result {
@@ -357,13 +368,22 @@ enum Attempt {
     /// A GET_EVENT on a blocking channel with none queued: to be tried
     /// again once the channel is readable.
     Wait,
-    /// The channel was closed under the command, which never returns then.
+    /// The channel was closed under the command, which never returns then
+    /// (but a non-blocking GET_EVENT).
     Forever,
 }
 
 /// Runs the command in `buf` on channel `fd`, which was `file` when the
 /// command began, up to where it would wait.
-fn command(fd: c_int, buf: *const c_void, count: usize, file: Option<(u64, u64)>) -> Attempt {
+/// `began`: the channel's file and whether it was non-blocking when the
+/// command began.
+fn command(
+    fd: c_int,
+    buf: *const c_void,
+    count: usize,
+    began: (Option<(u64, u64)>, bool),
+) -> Attempt {
+    let (file, nonblocking_then) = began;
     // Closed while the command waited (the number may name another
     // channel by now, whose events are not this command's).
     if closed_under(fd, file) {
@@ -397,7 +417,10 @@ fn command(fd: c_int, buf: *const c_void, count: usize, file: Option<(u64, u64)>
     match service.command(fd, &bytes) {
         Ok(Some(Reply::Respond { addr, bytes })) => Attempt::Done(write_caller(addr, &bytes)),
         Ok(Some(_)) => Attempt::Done(Ok(())),
-        Ok(None) if nonblocking(fd) => Attempt::Done(Err(libc::EAGAIN)),
+        Ok(None) if closed_under(fd, file) => Attempt::Forever,
+        // A descriptor closed just now has no flags to read: the file's
+        // are as they were (the kernel's call holds the file).
+        Ok(None) if nonblocking(fd).unwrap_or(nonblocking_then) => Attempt::Done(Err(libc::EAGAIN)),
         Ok(None) => Attempt::Wait,
         Err(libc::EBADF) if closed_under(fd, file) => Attempt::Forever,
         Err(errno) => Attempt::Done(Err(errno)),
@@ -413,10 +436,18 @@ fn closed_under(fd: c_int, file: Option<(u64, u64)>) -> bool {
     !fds::is_channel(fd) || fds::file(fd) != file
 }
 
-fn nonblocking(fd: c_int) -> bool {
+/// Whether `fd` is non-blocking; `None` if it is not open.
+fn nonblocking(fd: c_int) -> Option<bool> {
     // SAFETY: F_GETFL on the caller's descriptor reads its flags only.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
+    (fl >= 0).then_some(fl & libc::O_NONBLOCK != 0)
+}
+
+/// Whether the command in the caller's `buf` is a GET_EVENT.
+fn is_get_event(buf: *const c_void, count: usize) -> bool {
+    let get_event = softverbs_cm::abi::cmd::GET_EVENT.to_ne_bytes();
+    count >= get_event.len()
+        && read_caller(buf as u64, get_event.len()).is_ok_and(|w| w == get_event)
 }
 
 /// GET_EVENT hands an event out only if it can be written: its response
