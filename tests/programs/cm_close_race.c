@@ -34,7 +34,7 @@ enum { LINGER = 200 };
 
 struct asker {
 	struct rdma_event_channel *ch;
-	atomic_int closed; /* stop: the channel is closed (join mode) */
+	atomic_int closed; /* the channel is closed */
 	int join;
 };
 

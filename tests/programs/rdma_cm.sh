@@ -519,6 +519,9 @@ c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 # non-blocking GET_EVENT racing the close returns (it waited for ever).
 c_case "rdma_get_cm_event racing the channel's close: never SIGPIPE or another error" cm_close_race "close race ok" 300 30
 c_case "a non-blocking rdma_get_cm_event racing the channel's close returns" cm_close_race "close race ok" 300 30 join
+# A fork while a thread makes channels: the child's writes to a number
+# that was a channel never wait for the parent's lock (each waited 1 s).
+c_case "a child forked while channels are made writes without waiting" cm_fork_lock "cm fork lock ok"
 # Signals while rdma_get_cm_event waits: EINTR without SA_RESTART (it once
 # waited on), the event with it; and a storm of signals during commands
 # that ask the daemon (they once failed with EINTR, then EIO).

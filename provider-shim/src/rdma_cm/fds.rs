@@ -1,6 +1,7 @@
 //! Which file descriptors are rdma_cm channels, checked on every `write`
 //! and `close` of the process: one atomic load for a descriptor that is
-//! not one (the common case by far), no lock.
+//! not one (the common case by far), no lock; and which were ever one
+//! (`new_channels`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

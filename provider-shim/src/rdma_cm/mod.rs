@@ -8,9 +8,10 @@
 //! by `crate::device_view::interpose`, which asks [`open_if_channel`]
 //! first), so in preload mode they come first for every library of the
 //! process, as libibverbs' functions do (`preload.rs`). Each is one
-//! atomic load and
-//! the real function for anything but a channel: an `open` of that path
-//! in a process with softverbs devices, and the descriptors it gave.
+//! atomic load and the real function for a descriptor that was never a
+//! channel (a `write` to a number that was one also takes a share of a
+//! lock, `new_channels.rs`); channels are an `open` of that path in a
+//! process with softverbs devices, and the descriptors it gave.
 //! Where the kernel has an rdma_cm too, the process's channels are
 //! softverbs', and an id whose address is not a softverbs device's is
 //! served by the kernel's through them (`kernel.rs`;
@@ -143,12 +144,9 @@ pub unsafe fn open_if_channel(path: *const c_char, flags: c_int) -> Option<c_int
 
 fn open_channel(flags: c_int) -> c_int {
     match service::get() {
-        Ok(s) => match s.open_channel() {
+        Ok(s) => match s.open_channel(flags & libc::O_NONBLOCK != 0) {
             Ok(fd) => {
                 s.run_in_background();
-                if flags & libc::O_NONBLOCK != 0 {
-                    set_nonblocking(fd);
-                }
                 fd
             }
             Err(e) => {
@@ -199,14 +197,6 @@ fn device_number() -> libc::dev_t {
     std::fs::metadata(DEVICE.to_str().unwrap_or_default())
         .map(|m| std::os::unix::fs::MetadataExt::rdev(&m))
         .unwrap_or_else(|_| libc::makedev(10, 58))
-}
-
-fn set_nonblocking(fd: c_int) {
-    // SAFETY: fcntl on a descriptor this module just made.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-    }
 }
 
 /// `fstat(2)`: a channel is a character device, as the kernel's file is.
@@ -263,17 +253,17 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
 /// # Safety
 /// As [`close`].
 unsafe extern "C-unwind" fn cm_close(fd: c_int) -> c_int {
-    let closing = is_channel_now(fd).then(|| fds::file(fd));
-    if closing.is_some() {
-        guard((), || {
-            if let Some(s) = service::existing() {
-                s.close_channel(fd);
-            }
-        });
-    }
     let Some(real) = real_close() else {
         return enosys(-1);
     };
+    let closing = is_channel_now(fd).then(|| fds::file(fd));
+    if let Some(file) = closing {
+        guard((), || {
+            if let Some(s) = service::existing() {
+                s.close_channel(fd, file);
+            }
+        });
+    }
     // SAFETY: the caller's descriptor, as it gave it.
     let closed = unsafe { real(fd) };
     if let Some(file) = closing {
@@ -311,7 +301,8 @@ pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, count: usiz
 /// # Safety
 /// As [`write`].
 unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
-    // From the look at the number to the write (`new_channels`).
+    // From the look at the number to the write, or to reading the
+    // channel's file and flags (`new_channels`).
     let share = new_channels::no_new_channel(fd);
     if !is_channel_now(fd) {
         let Some(real) = real_write() else {
@@ -323,14 +314,15 @@ unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize
         new_channels::new_channels_again(share);
         return written;
     }
-    new_channels::new_channels_again(share);
-    cancellation_point();
     let file = fds::file(fd);
-    let Some(nonblocking_then) = nonblocking(fd) else {
+    let nonblocking_then = nonblocking(fd);
+    new_channels::new_channels_again(share);
+    let Some(nonblocking_then) = nonblocking_then else {
         // Closed since the look at it: as a write after the close.
         set_errno(libc::EBADF);
         return -1;
     };
+    cancellation_point();
     loop {
         let attempt = guard(Attempt::Done(Err(libc::EIO)), || {
             command(fd, buf, count, (file, nonblocking_then))

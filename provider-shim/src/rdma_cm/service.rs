@@ -36,12 +36,12 @@ struct ChannelIo {
 }
 
 /// Our end of a channel being closed: the channel's number and file.
-/// While the application's end lives its peer must too. A write another
-/// thread began before the number was a channel (its look at the number
-/// found none) reaches the application's end as a plain write: into a
-/// live pair it is a few bytes nobody reads; into a pair whose other end
-/// is gone it was EPIPE and SIGPIPE, or a reset (ECONNRESET) when bytes
-/// were left unread there.
+/// Closed only after the application's `close` of that number: a plain
+/// write that reaches the application's end meanwhile (one that looked
+/// at the number before it was a channel, past `new_channels`' bounded
+/// wait) puts a few bytes nobody reads into a live pair. Into a pair
+/// whose other end was gone it was EPIPE and SIGPIPE, or a reset
+/// (ECONNRESET) for bytes left unread there.
 #[derive(Debug)]
 struct ClosingEnd {
     fd: RawFd,
@@ -262,14 +262,21 @@ impl Service {
             .spawn(move || me.serve());
     }
 
-    /// A new channel: the descriptor the application gets.
-    pub fn open_channel(&self) -> io::Result<RawFd> {
+    /// A new channel: the descriptor the application gets, non-blocking
+    /// from the start if `nonblocking` (as the kernel's file opened with
+    /// O_NONBLOCK: a write racing the open never finds it blocking).
+    pub fn open_channel(&self, nonblocking: bool) -> io::Result<RawFd> {
+        use nix::sys::socket::SockFlag;
         let _alone = super::new_channels::making_a_channel();
+        let flags = match nonblocking {
+            true => SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            false => SockFlag::SOCK_CLOEXEC,
+        };
         let (app, ours) = nix::sys::socket::socketpair(
             nix::sys::socket::AddressFamily::Unix,
             nix::sys::socket::SockType::Stream,
             None,
-            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            flags,
         )?;
         let ours = out_of_the_way(ours);
         let fd = app.as_raw_fd();
@@ -305,7 +312,9 @@ impl Service {
     /// thread's GET_EVENT, racing the close) is a command on a closed
     /// channel, EBADF as from the kernel's file, never a write into the
     /// socket pair, and our end stays open until then (`ClosingEnd`).
-    pub fn close_channel(&self, fd: RawFd) {
+    /// `file` is the channel's, as the caller found it (and gives it to
+    /// `unmark`).
+    pub fn close_channel(&self, fd: RawFd, file: Option<(u64, u64)>) {
         if std::process::id() != self.pid {
             // A forked child closing its copy: as with the kernel's file,
             // the parent's ids live on (and a vfork child shares the
@@ -314,7 +323,6 @@ impl Service {
         }
         let mut inner = self.inner.lock();
         if let Some(ours) = inner.close_channel(fd) {
-            let file = fds::file(fd);
             inner.closing.push(ClosingEnd {
                 fd,
                 file,
