@@ -56,8 +56,9 @@ pub fn wait_readable(fd: c_int) -> Result<(), i32> {
             // Made non-blocking meanwhile: the caller looks again.
             Some(libc::EAGAIN) => Ok(()),
             // The number names no socket any more: closed under us. Or
-            // the service's end was closed holding bytes a write racing a
-            // close put there (a reset): hung up, as 0 above.
+            // the service's end was closed holding bytes a stray write
+            // put there (a channel closed without close(2), whose end
+            // goes at once): a reset, hung up as 0 above.
             Some(libc::EBADF | libc::ENOTSOCK | libc::ECONNRESET) => wait_for_ever(),
             e => Err(e.unwrap_or(libc::EIO)),
         },

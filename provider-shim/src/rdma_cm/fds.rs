@@ -20,19 +20,19 @@ static ANY: AtomicBool = AtomicBool::new(false);
 
 /// Whether `fd` is a channel.
 pub fn is_channel(fd: i32) -> bool {
-    if !ANY.load(Ordering::Relaxed) || !(0..MAX_FD).contains(&fd) {
-        return false;
-    }
-    let (word, bit) = (fd as usize / 64, fd as u64 % 64);
-    BITS[word].load(Ordering::Acquire) & 1 << bit != 0
+    marked(&BITS, fd)
 }
 
-/// Whether `fd` was ever a channel.
+/// Whether `fd` was ever a channel (a channel now is one too).
 pub fn ever_channel(fd: i32) -> bool {
+    marked(&EVER, fd)
+}
+
+fn marked(map: &[AtomicU64], fd: i32) -> bool {
     if !ANY.load(Ordering::Relaxed) || !(0..MAX_FD).contains(&fd) {
         return false;
     }
-    EVER[fd as usize / 64].load(Ordering::Acquire) & 1 << (fd as u64 % 64) != 0
+    map[fd as usize / 64].load(Ordering::Acquire) & 1 << (fd as u64 % 64) != 0
 }
 
 /// Records the file channel `fd` is (set before it is marked).

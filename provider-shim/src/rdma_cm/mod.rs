@@ -301,14 +301,17 @@ pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, count: usiz
 /// # Safety
 /// As [`write`].
 unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize) -> isize {
+    let Some(real) = real_write() else {
+        return enosys(-1);
+    };
+    if !fds::ever_channel(fd) {
+        // SAFETY: the caller's arguments, as it gave them.
+        return unsafe { real(fd, buf, count) };
+    }
     // From the look at the number to the write, or to reading the
     // channel's file and flags (`new_channels`).
     let share = new_channels::no_new_channel(fd);
     if !is_channel_now(fd) {
-        let Some(real) = real_write() else {
-            new_channels::new_channels_again(share);
-            return enosys(-1);
-        };
         // SAFETY: the caller's arguments, as it gave them.
         let written = unsafe { real(fd, buf, count) };
         new_channels::new_channels_again(share);
