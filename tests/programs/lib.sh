@@ -111,11 +111,11 @@ remove_two_hosts() {
 
 # The verdicts of a test script: each script sets pass=0 fail=0 and a
 # scratch directory $log. ok NAME counts a pass; bad NAME FILE counts a
-# failure and shows the end of FILE (BAD_LINES lines, 30 by default); one NAME EXPECT CMD... runs CMD
+# failure and shows the end of FILE (BAD_LINES lines, 40 by default); one NAME EXPECT CMD... runs CMD
 # (bounded by ONE_TIMEOUT seconds, 60 by default) and passes if it exits
 # 0 and prints a line matching the extended regex EXPECT.
 ok()  { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n "${BAD_LINES:-30}"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/    /' "$2" | tail -n "${BAD_LINES:-40}"; }
 one() {
   local name=$1 expect=$2; shift 2
   timeout "${ONE_TIMEOUT:-60}" "$@" > "$log/out" 2>&1
@@ -174,10 +174,23 @@ pair_verdict() {
 
 # both_logs CLIENT_EXIT SERVER_EXIT CLIENT_LOG SERVER_LOG: a failed
 # client/server pair's report, short enough for a failure listing: each
-# side's exit status and the end of its output.
+# side's exit status and the two ends of its output.
 both_logs() {
-  echo "--- client, exit $1"; tail -n 12 "$3"
-  echo "--- server, exit $2"; tail -n 12 "$4"
+  echo "--- client, exit $1"; ends_of "$3"
+  echo "--- server, exit $2"; ends_of "$4"
+}
+
+# ends_of LOG: a program's output, its first and last lines when long. A
+# program writing to a file buffers its stdout until it exits, so what it
+# said on stderr (an error, say) comes first in the file, before a
+# banner the end alone would show.
+ends_of() {
+  local lines
+  lines=$(wc -l < "$1")
+  if [ "$lines" -le 17 ]; then cat "$1"; return; fi
+  head -n 5 "$1"
+  echo "    [... $((lines - 15)) lines ...]"
+  tail -n 10 "$1"
 }
 
 # counts_of LINE: "P F" from a script's last line "P passed, F failed...",
