@@ -723,10 +723,10 @@ impl Agent {
         id.dst = Some(dst);
         id.device = Some(device);
         if !dst.ip().is_multicast() && !ports.next_hop_known(ip, dst.ip()) {
-            // The id stays bound to the device's address should this
-            // fail, where the kernel's goes back to the wildcard it bound.
+            let wildcard = unresolved.ip().is_unspecified() && unbound;
+            let restore = wildcard.then(|| SocketAddr::new(unresolved.ip(), port));
             id.state = State::AddrQuery;
-            id.resolving = Some(Resolving::new(now, timeout_ms));
+            id.resolving = Some(Resolving::new(now, timeout_ms).restoring(restore));
             return Ok(Reply::Done);
         }
         id.addr_resolved = true;
@@ -749,6 +749,7 @@ impl Agent {
         if resolving.at > now {
             return;
         }
+        let restore = resolving.restore;
         let (kind, status) = if ports.next_hop_known(src.ip(), dst.ip()) {
             id.addr_resolved = true;
             (event::ADDR_RESOLVED, 0)
@@ -760,7 +761,34 @@ impl Agent {
         };
         id.resolving = None;
         id.state = State::Idle;
+        if let (Some(wildcard), event::ADDR_ERROR) = (restore, kind) {
+            self.rebind(handle, wildcard, ports);
+        }
         self.notify_id(handle, kind, status, EventConn::default());
+    }
+
+    /// Binds id `handle` to `addr` in place of what it holds (an id whose
+    /// resolution failed goes back to the wildcard it was bound to). The
+    /// port is given back before it is taken again, so someone may take
+    /// it between: the id then keeps the binding it had, or, if that is
+    /// gone too, none (a later resolve binds it afresh).
+    fn rebind(&mut self, handle: u32, addr: SocketAddr, ports: &mut dyn PortSpace) {
+        let Some(id) = self.ids.get_mut(&handle) else {
+            return;
+        };
+        let Some(held) = id.reserved.take() else {
+            return;
+        };
+        ports.release(held.ps, held.ip, held.port);
+        let (src, device) = (id.src.take(), id.device.take());
+        if self.bind_to(handle, addr, ports).is_ok() {
+            return;
+        }
+        if ports.reserve(held.ps, held.ip, held.port).is_ok() {
+            if let Some(id) = self.ids.get_mut(&handle) {
+                (id.reserved, id.src, id.device) = (Some(held), src, device);
+            }
+        }
     }
 
     /// The device that resolves id `handle` to `dst`: the bound one, the

@@ -9,6 +9,12 @@
 //! kernel hears of a neighbour's update at once (a netevent); the agent
 //! asks the table again at growing intervals instead, from 1 ms (a hop on
 //! a veth or a LAN answers well within it) to 50 ms.
+//!
+//! An id resolved unbound goes back to the wildcard source it was bound
+//! to when its resolution fails, as the kernel's `addr_handler` restores
+//! the source it had, so a later resolve picks its device afresh.
+
+use std::net::SocketAddr;
 
 use crate::agent::Nanos;
 
@@ -23,6 +29,9 @@ pub(crate) struct Resolving {
     /// When to look next.
     pub(crate) at: Nanos,
     wait: Nanos,
+    /// The wildcard source (and port) the id goes back to if this
+    /// fails: it was unbound when the resolution began.
+    pub(crate) restore: Option<SocketAddr>,
 }
 
 impl Resolving {
@@ -33,6 +42,15 @@ impl Resolving {
             deadline,
             at: now.saturating_add(FIRST_WAIT).min(deadline),
             wait: FIRST_WAIT,
+            restore: None,
+        }
+    }
+
+    /// The resolution, going back to source `wildcard` if it fails.
+    pub(crate) fn restoring(self, wildcard: Option<SocketAddr>) -> Resolving {
+        Resolving {
+            restore: wildcard,
+            ..self
         }
     }
 

@@ -20,6 +20,8 @@ const EINVAL: i32 = 22;
 #[derive(Default)]
 struct Ports {
     held: HashMap<(u16, u16), IpAddr>,
+    /// Wildcard reservations refused (another process took the port).
+    wildcard_taken: bool,
     listening: Vec<(u16, u16)>,
     next: u16,
     /// Destinations the route lookup refuses, with its errno.
@@ -52,6 +54,9 @@ impl PortSpace for Ports {
         };
         if self.held.contains_key(&(ps, port)) {
             return Err(EADDRINUSE);
+        }
+        if self.wildcard_taken && ip.is_unspecified() {
+            return Err(EADDRNOTAVAIL);
         }
         self.held.insert((ps, port), ip);
         Ok(port)
@@ -629,6 +634,24 @@ fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
     );
     let looks = client.ports.unknown_hops[0].1;
     assert!((5..=30).contains(&looks), "looked {looks} times");
+    // Resolved unbound, it goes back to the wildcard, its port kept, with
+    // no device (the kernel's `addr_handler` restores the source).
+    let wildcard: IpAddr = "0.0.0.0".parse().unwrap();
+    let a = query(&mut client, id, 0);
+    assert_eq!(be64(&a, 0), 0, "no device");
+    let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
+    assert_eq!(src.ip(), wildcard);
+    let held: Vec<(u16, IpAddr)> = client
+        .ports
+        .held
+        .iter()
+        .map(|(&(_, p), &ip)| (p, ip))
+        .collect();
+    assert_eq!(
+        held,
+        [(src.port(), wildcard)],
+        "the port held on the wildcard"
+    );
     // The id may resolve again, as one in ADDR_BOUND; a hop the host
     // learns meanwhile resolves at the next look.
     client.ok(&resolve_ip(id, slow, 2000));
@@ -653,6 +676,37 @@ fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
     client.ok(&resolve_ip(other, absent, 2000));
     destroy(&mut client, other);
     assert!(client.agent.poll_timeout().is_none());
+}
+
+/// An id whose resolution fails cannot go back to the wildcard when
+/// another process took its port there meanwhile: it keeps the device's
+/// address it was bound to.
+#[test]
+fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let absent: IpAddr = "10.0.0.77".parse().unwrap();
+    client.ports.unknown_hops = vec![(absent, 0)];
+    let id = client.create(7);
+    let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut b[36..64], SocketAddr::new(absent, 1));
+    put32(&mut b, 64, id);
+    put32(&mut b, 68, 100);
+    client.ok(&b);
+    client.ports.wildcard_taken = true;
+    while client.try_event().is_none() {
+        client.now = client.agent.poll_timeout().expect("a look is due");
+        client.tick();
+    }
+    let a = query(&mut client, id, 0);
+    let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
+    assert_eq!(src.ip(), client.ip, "still on the device's address");
+    let held: Vec<(u16, IpAddr)> = client
+        .ports
+        .held
+        .iter()
+        .map(|(&(_, p), &ip)| (p, ip))
+        .collect();
+    assert_eq!(held, [(src.port(), client.ip)]);
 }
 
 /// A device that goes away under a resolution ends it: DEVICE_REMOVAL,
