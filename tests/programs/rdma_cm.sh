@@ -512,6 +512,14 @@ next_port fork_port
 c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
+# An AF_INET and an AF_INET6 AFONLY wildcard listener share a port, each
+# taking its family's requests, as on the kernel (the port space refused
+# the second, EADDRNOTAVAIL, until 2026-12-06); without AFONLY it is
+# refused.
+next_port afonly_port
+SOFTVERBS_DEVICES="softverbs0=$ip softverbs1=::1" \
+  c_case "AF_INET and AF_INET6 AFONLY wildcards share a port, each its family's" \
+  cm_afonly "cm afonly ok" "$ip" ::1 $afonly_port
 # A thread asking for events while another closes the channel: EAGAIN or
 # EBADF, never SIGPIPE (which killed the process) or another error, also
 # when the askers go on writing to the number the next channels take (30

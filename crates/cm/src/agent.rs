@@ -107,7 +107,7 @@ pub struct Device {
 /// refusal.
 pub trait PortSpace {
     /// Reserves (`ps`, `ip`, `port`); port 0 picks a free one. The port.
-    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32>;
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16, afonly: bool) -> Result<u16, i32>;
     /// The reservation now takes connection requests.
     fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<(), i32>;
     /// Gives the reservation back.
@@ -516,7 +516,7 @@ impl Agent {
         let (sid, mask) = (be64(24), be64(32));
         let ps = ib_port_space(id.ps, sid, mask).ok_or(EPROTONOSUPPORT)?;
         let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
-        let port = ports.reserve(ps, any, (sid & mask) as u16)?;
+        let port = ports.reserve(ps, any, (sid & mask) as u16, false)?;
         let pkey = u16::from_be_bytes([sib[2], sib[3]]);
         let bound = abi::sockaddr_ib(
             pkey,
@@ -552,7 +552,10 @@ impl Agent {
             return Err(EINVAL);
         }
         let ps = id.ps;
-        let port = ports.reserve(ps, addr.ip(), addr.port())?;
+        // As the kernel's `rdma_bind_addr`: the option if set, else
+        // AF_INET always and AF_INET6 as `bindv6only` says.
+        let afonly = id.afonly.unwrap_or(ip.is_ipv4() || self.bindv6only);
+        let port = ports.reserve(ps, addr.ip(), addr.port(), afonly)?;
         let id = self.id_mut(handle)?;
         id.reserved = Some(Reservation {
             ps,
@@ -780,11 +783,12 @@ impl Agent {
             return;
         };
         ports.release(held.ps, held.ip, held.port);
+        let afonly = id.afonly.unwrap_or(held.ip.is_ipv4() || self.bindv6only);
         let (src, device) = (id.src.take(), id.device.take());
         if self.bind_to(handle, addr, ports).is_ok() {
             return;
         }
-        if ports.reserve(held.ps, held.ip, held.port).is_ok() {
+        if ports.reserve(held.ps, held.ip, held.port, afonly).is_ok() {
             if let Some(id) = self.ids.get_mut(&handle) {
                 (id.reserved, id.src, id.device) = (Some(held), src, device);
             }

@@ -45,7 +45,7 @@ enum Told {
 }
 
 impl PortSpace for Ports {
-    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32> {
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16, _: bool) -> Result<u16, i32> {
         let port = if port == 0 {
             self.next += 1;
             40000 + self.next

@@ -171,8 +171,8 @@ impl Endpoint {
     /// address) in the host's port space, for this endpoint until it is
     /// released or the endpoint closes; returns the port
     /// ([`Session::reserve`] says which errors mean what).
-    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<u16> {
-        self.session.reserve(ps, ip, port)
+    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16, afonly: bool) -> io::Result<u16> {
+        self.session.reserve(ps, ip, port, afonly)
     }
 
     /// Makes this endpoint's reservation of (`ps`, `ip`, `port`) a

@@ -21,7 +21,7 @@
 
 use crate::slots::MAX_SLOT;
 use softverbs_wire::cm::{
-    rej_reason, sidr_status, CmDrep, CmMessage, CmRej, CmSidrRep, MessageKind,
+    rej_reason, sidr_status, CmDrep, CmMessage, CmRej, CmSidrRep, CmaHdr, MessageKind,
 };
 use softverbs_wire::mad::{MadError, GSI_PKEY, GSI_PSN, GSI_QKEY, GSI_QPN, MAD_LEN};
 use softverbs_wire::{Bth, Deth, Flow, Opcode, PacketBuilder, PacketView};
@@ -145,6 +145,21 @@ pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
         }
         Err(_) => GsiRoute::Drop,
     }
+}
+
+/// Whether a REQ or SIDR_REQ asks for an IPv4 address: the IP version
+/// of the rdma_cm header opening its private data, which decides the
+/// family of listener that takes it (the kernel's
+/// `cma_match_private_data`). `None` for any other MAD, or no such header.
+pub fn request_is_ipv4(mad: &[u8; MAD_LEN]) -> Option<bool> {
+    let (_, message) = CmMessage::parse_mad(mad).ok()?;
+    let private_data: &[u8] = match &message {
+        CmMessage::Req(m) => &m.private_data,
+        CmMessage::SidrReq(m) => &m.private_data,
+        _ => return None,
+    };
+    let header = CmaHdr::parse(private_data).ok()?;
+    Some(header.dst.is_ipv4())
 }
 
 /// The kernel CM's answer to a REQ or SIDR_REQ that no listener takes:

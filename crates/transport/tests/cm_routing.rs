@@ -172,34 +172,48 @@ fn the_port_space_follows_the_kernels_rules() {
     let any6: IpAddr = "::".parse().unwrap();
     let v6: IpAddr = "::1".parse().unwrap();
 
-    assert_eq!(a.reserve(TCP, ip, 7000).unwrap(), 7000);
-    assert_eq!(errno(b.reserve(TCP, ip, 7000)), libc::EADDRINUSE);
+    assert_eq!(a.reserve(TCP, ip, 7000, false).unwrap(), 7000);
+    assert_eq!(errno(b.reserve(TCP, ip, 7000, false)), libc::EADDRINUSE);
     assert_eq!(
-        errno(a.reserve(TCP, ip, 7000)),
+        errno(a.reserve(TCP, ip, 7000, false)),
         libc::EADDRINUSE,
         "one id each"
     );
-    assert_eq!(b.reserve(UDP, ip, 7000).unwrap(), 7000, "another space");
     assert_eq!(
-        b.reserve(TCP, other, 7000).unwrap(),
+        b.reserve(UDP, ip, 7000, false).unwrap(),
+        7000,
+        "another space"
+    );
+    assert_eq!(
+        b.reserve(TCP, other, 7000, false).unwrap(),
         7000,
         "another address"
     );
-    assert_eq!(errno(b.reserve(TCP, any4, 7000)), libc::EADDRNOTAVAIL);
-    assert_eq!(errno(b.reserve(TCP, any6, 7000)), libc::EADDRNOTAVAIL);
+    assert_eq!(
+        errno(b.reserve(TCP, any4, 7000, false)),
+        libc::EADDRNOTAVAIL
+    );
+    assert_eq!(
+        errno(b.reserve(TCP, any6, 7000, false)),
+        libc::EADDRNOTAVAIL
+    );
 
-    assert_eq!(a.reserve(IB, any4, 7001).unwrap(), 7001);
+    assert_eq!(a.reserve(IB, any4, 7001, false).unwrap(), 7001);
     for addr in [ip, other, v6, any6] {
-        assert_eq!(errno(b.reserve(IB, addr, 7001)), libc::EADDRNOTAVAIL);
+        assert_eq!(errno(b.reserve(IB, addr, 7001, false)), libc::EADDRNOTAVAIL);
     }
-    assert_eq!(errno(b.reserve(0x0107, ip, 7002)), libc::EINVAL);
+    assert_eq!(errno(b.reserve(0x0107, ip, 7002, false)), libc::EINVAL);
 
-    let p = a.reserve(TCP, ip, 0).unwrap();
-    let q = a.reserve(TCP, ip, 0).unwrap();
+    let p = a.reserve(TCP, ip, 0, false).unwrap();
+    let q = a.reserve(TCP, ip, 0, false).unwrap();
     assert!((32768..=60999).contains(&p) && (32768..=60999).contains(&q));
     assert_ne!(p, q);
-    assert_eq!(b.reserve(TCP, other, p).unwrap(), p, "a holds it elsewhere");
-    assert_eq!(errno(b.reserve(TCP, any6, q)), libc::EADDRNOTAVAIL);
+    assert_eq!(
+        b.reserve(TCP, other, p, false).unwrap(),
+        p,
+        "a holds it elsewhere"
+    );
+    assert_eq!(errno(b.reserve(TCP, any6, q, false)), libc::EADDRNOTAVAIL);
 
     assert_eq!(errno(b.listen(TCP, ip, 7000)), libc::EINVAL, "a's, not b's");
     assert_eq!(
@@ -216,17 +230,17 @@ fn the_port_space_follows_the_kernels_rules() {
         libc::EINVAL,
         "released once"
     );
-    assert_eq!(b.reserve(TCP, ip, 7000).unwrap(), 7000);
+    assert_eq!(b.reserve(TCP, ip, 7000, false).unwrap(), 7000);
 
     // a's close frees its ports (its hang-up may reach the daemon just
     // after b's next request).
     drop(a);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while b.reserve(IB, any4, 7001).is_err() {
+    while b.reserve(IB, any4, 7001, false).is_err() {
         assert!(Instant::now() < deadline, "a's port outlived it");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(b.reserve(TCP, ip, p).unwrap(), p);
+    assert_eq!(b.reserve(TCP, ip, p, false).unwrap(), p);
     drop(b);
     let stats = h.stats();
     assert_eq!(
@@ -243,11 +257,12 @@ fn a_req_reaches_its_listener_only() {
     let h = host();
     let (mut a, mut b, mut c, mut d) = (h.endpoint(), h.endpoint(), h.endpoint(), h.endpoint());
     let ip = h.ip;
-    b.reserve(TCP, ip, 18515).unwrap();
+    b.reserve(TCP, ip, 18515, false).unwrap();
     b.listen(TCP, ip, 18515).unwrap();
-    c.reserve(TCP, ip, 18516).unwrap();
+    c.reserve(TCP, ip, 18516, false).unwrap();
     c.listen(TCP, ip, 18516).unwrap();
-    d.reserve(UDP, Ipv4Addr::UNSPECIFIED.into(), 18515).unwrap();
+    d.reserve(UDP, Ipv4Addr::UNSPECIFIED.into(), 18515, false)
+        .unwrap();
     d.listen(UDP, Ipv4Addr::UNSPECIFIED.into(), 18515).unwrap();
 
     let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18515);
@@ -270,7 +285,7 @@ fn a_req_reaches_its_listener_only() {
     quiet(&mut [&mut a, &mut b, &mut c]);
 
     // c holds 18517 without listening: the daemon answers the REQ.
-    c.reserve(TCP, ip, 18517).unwrap();
+    c.reserve(TCP, ip, 18517, false).unwrap();
     a.send_gsi(ip, &req(comm_id(&a, 3), PortSpace::Tcp, 18517))
         .unwrap();
     let (_, rej) = next_mad(&mut a);
@@ -359,8 +374,8 @@ fn a_request_that_comes_before_its_listener_reaches_it() {
     let h = host();
     let (mut a, mut c) = (h.endpoint(), h.endpoint());
     let ip = h.ip;
-    c.reserve(TCP, ip, 18601).unwrap();
-    c.reserve(UDP, ip, 18602).unwrap();
+    c.reserve(TCP, ip, 18601, false).unwrap();
+    c.reserve(UDP, ip, 18602, false).unwrap();
     let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18601);
     a.send_gsi(ip, &sent).unwrap();
     let sidr = CmSidrReq {
@@ -416,7 +431,7 @@ fn gave_up(local_comm_id: u32) -> [u8; MAD_LEN] {
 fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
     let h = host();
     let (mut a, mut b, mut c) = (h.endpoint(), h.endpoint(), h.endpoint());
-    b.reserve(TCP, h.ip, 18515).unwrap();
+    b.reserve(TCP, h.ip, 18515, false).unwrap();
     b.listen(TCP, h.ip, 18515).unwrap();
     let requester = comm_id(&a, 1);
     let sent = req(requester, PortSpace::Tcp, 18515);
@@ -446,7 +461,7 @@ fn a_rej_of_a_req_given_up_reaches_the_client_the_req_went_to() {
 fn a_client_gone_gives_up_its_unanswered_reqs() {
     let h = host();
     let (mut a, mut b) = (h.endpoint(), h.endpoint());
-    b.reserve(TCP, h.ip, 18515).unwrap();
+    b.reserve(TCP, h.ip, 18515, false).unwrap();
     b.listen(TCP, h.ip, 18515).unwrap();
     let (unanswered, answered, far_away) = (comm_id(&a, 1), comm_id(&a, 2), comm_id(&a, 3));
     let guid = 0x0200_0000_0000_0042;
@@ -526,7 +541,7 @@ fn a_client_gone_gives_up_its_unanswered_reqs() {
 fn a_req_sent_again_reaches_its_request_after_the_listener_went() {
     let h = host();
     let (mut a, mut b) = (h.endpoint(), h.endpoint());
-    b.reserve(TCP, h.ip, 18520).unwrap();
+    b.reserve(TCP, h.ip, 18520, false).unwrap();
     b.listen(TCP, h.ip, 18520).unwrap();
     let sent = req(comm_id(&a, 1), PortSpace::Tcp, 18520);
     a.send_gsi(h.ip, &sent).unwrap();
@@ -550,7 +565,7 @@ fn a_req_sent_again_reaches_its_request_after_the_listener_went() {
 fn a_rejected_request_gets_no_rej_when_its_holder_goes() {
     let h = host();
     let (mut a, mut b) = (h.endpoint(), h.endpoint());
-    b.reserve(TCP, h.ip, 18521).unwrap();
+    b.reserve(TCP, h.ip, 18521, false).unwrap();
     b.listen(TCP, h.ip, 18521).unwrap();
     a.send_gsi(h.ip, &req(comm_id(&a, 1), PortSpace::Tcp, 18521))
         .unwrap();
@@ -827,7 +842,7 @@ fn far_cm(far: &UdpSocket) -> (SocketAddr, MadHeader, CmMessage) {
 fn the_active_side_elsewhere_of_a_passive_one_gone_gets_a_rej() {
     let h = host();
     let mut a = h.endpoint();
-    a.reserve(TCP, h.ip, 18515).unwrap();
+    a.reserve(TCP, h.ip, 18515, false).unwrap();
     a.listen(TCP, h.ip, 18515).unwrap();
     let far = UdpSocket::bind(SocketAddr::new(another_host(&h), 4791)).unwrap();
     let to = SocketAddr::new(h.ip, 4791);
@@ -880,7 +895,7 @@ fn request_from(
     requester: u32,
     port: u16,
 ) -> [u8; MAD_LEN] {
-    e.reserve(TCP, h.ip, port).unwrap();
+    e.reserve(TCP, h.ip, port, false).unwrap();
     e.listen(TCP, h.ip, port).unwrap();
     let sent = req(requester, PortSpace::Tcp, port);
     send_from(h, far, &sent);

@@ -143,9 +143,9 @@ fn errno_of(e: io::Error) -> i32 {
 }
 
 impl PortSpace for Ports<'_> {
-    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<u16, i32> {
+    fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16, afonly: bool) -> Result<u16, i32> {
         let e = self.session(ip).ok_or(libc::ENODEV)?;
-        e.reserve(ps, ip, port).map_err(errno_of)
+        e.reserve(ps, ip, port, afonly).map_err(errno_of)
     }
     fn listen(&mut self, ps: u16, ip: IpAddr, port: u16) -> Result<(), i32> {
         let e = self.session(ip).ok_or(libc::ENODEV)?;

@@ -194,10 +194,17 @@ impl Session {
     /// reservation holds the port on the same address, `EADDRNOTAVAIL`
     /// when one of the two is on the unspecified address (the kernel's
     /// `cma_check_port`) or no ephemeral port is free, `EINVAL` for an
-    /// unknown port space. It lasts until [`Session::release`] or the
+    /// unknown port space; reservations of the two families that are both
+    /// `afonly` share a port. It lasts until [`Session::release`] or the
     /// session's end.
-    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<u16> {
-        match self.request(&Request::Reserve { ps, ip, port })? {
+    pub fn reserve(&mut self, ps: u16, ip: IpAddr, port: u16, afonly: bool) -> io::Result<u16> {
+        let request = Request::Reserve {
+            ps,
+            ip,
+            port,
+            afonly,
+        };
+        match self.request(&request)? {
             Reply::Port(port) => Ok(port),
             other => Err(quiet_error(other)),
         }

@@ -60,8 +60,9 @@ pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Protocol version: a daemon refuses a client of another version.
 /// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
 /// `Listen`, `Release` and `Port` (and the daemon's routing of QP1);
-/// version 4 `Requesting`; version 5 `Replying`.
-pub const VERSION: u16 = 5;
+/// version 4 `Requesting`; version 5 `Replying`; version 6 `Reserve`'s
+/// `afonly`.
+pub const VERSION: u16 = 6;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -124,7 +125,9 @@ pub enum Request {
     /// ephemeral port. Answered with `Port`, or refused: `EADDRINUSE` when
     /// another reservation holds the port on `ip`, `EADDRNOTAVAIL` when
     /// either of the two is on the unspecified address (or no ephemeral
-    /// port is free), `EINVAL` for an unknown port space.
+    /// port is free), `EINVAL` for an unknown port space. Two
+    /// reservations of different families that are both `afonly` never
+    /// conflict.
     Reserve {
         /// The port space (`RDMA_PS_TCP` 0x0106, `RDMA_PS_UDP` 0x0111,
         /// `RDMA_PS_IB` 0x013F, `RDMA_PS_IPOIB` 0x0002).
@@ -133,6 +136,11 @@ pub enum Request {
         ip: IpAddr,
         /// The port, 0 for any.
         port: u16,
+        /// The id is address-family only (the kernel's `afonly`: an
+        /// AF_INET id, or an AF_INET6 one with `RDMA_OPTION_ID_AFONLY` or
+        /// `bindv6only`): it shares the port with one of the other family
+        /// that is too.
+        afonly: bool,
     },
     /// Marks this context's reservation of exactly (`ps`, `ip`, `port`)
     /// listening: the CM's REQs and SIDR_REQs for that service now reach
@@ -305,9 +313,15 @@ impl Request {
                 out.push(LOOKUP);
                 out.extend_from_slice(&qpn.to_le_bytes());
             }
-            Request::Reserve { ps, ip, port } => {
+            Request::Reserve {
+                ps,
+                ip,
+                port,
+                afonly,
+            } => {
                 out.push(RESERVE);
                 put_port(&mut out, *ps, *ip, *port);
+                out.push(u8::from(*afonly));
             }
             Request::Listen { ps, ip, port } => {
                 out.push(LISTEN);
@@ -377,8 +391,18 @@ impl Request {
                 qpn: u32::from_le_bytes(b[1..].try_into().map_err(|_| bad("bad lookup"))?),
             }),
             Some(&RESERVE) => {
-                let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad reserve"))?;
-                Ok(Request::Reserve { ps, ip, port })
+                let (&afonly, rest) = b[1..].split_last().ok_or(bad("bad reserve"))?;
+                let (ps, ip, port) = get_port(rest).ok_or(bad("bad reserve"))?;
+                let afonly = match afonly {
+                    0 | 1 => afonly == 1,
+                    _ => return Err(bad("bad reserve")),
+                };
+                Ok(Request::Reserve {
+                    ps,
+                    ip,
+                    port,
+                    afonly,
+                })
             }
             Some(&LISTEN) => {
                 let (ps, ip, port) = get_port(&b[1..]).ok_or(bad("bad listen"))?;
@@ -565,10 +589,18 @@ mod tests {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
         assert!(Request::decode(&[PUBLISH, 1, 2]).is_err(), "short publish");
-        for (ps, ip, port) in [(0x0106, "0.0.0.0", 0), (0x013F, "fe80::7", 65535)] {
+        for (ps, ip, port, afonly) in [
+            (0x0106, "0.0.0.0", 0, true),
+            (0x013F, "fe80::7", 65535, false),
+        ] {
             let ip = ip.parse().unwrap();
             for r in [
-                Request::Reserve { ps, ip, port },
+                Request::Reserve {
+                    ps,
+                    ip,
+                    port,
+                    afonly,
+                },
                 Request::Listen { ps, ip, port },
                 Request::Release { ps, ip, port },
             ] {
@@ -583,6 +615,15 @@ mod tests {
                 assert!(Request::decode(&long).is_err());
             }
         }
+        let mut odd = Request::Reserve {
+            ps: 0x0106,
+            ip: "::".parse().unwrap(),
+            port: 1,
+            afonly: true,
+        }
+        .encode();
+        *odd.last_mut().unwrap() = 2;
+        assert!(Request::decode(&odd).is_err(), "afonly is 0 or 1");
         let requesting = Request::Requesting {
             peer: "fd00::2".parse().unwrap(),
             comm_id: 0x0030_0007,

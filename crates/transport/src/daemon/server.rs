@@ -111,6 +111,19 @@ struct Reservation {
     client: usize,
     /// Whether the CM's requests for the port reach the client.
     listening: bool,
+    /// Address-family only (`Request::Reserve`): shares the port with a
+    /// reservation of the other family that is too, and, listening on a
+    /// wildcard, takes requests of its own family alone.
+    afonly: bool,
+}
+
+impl Reservation {
+    /// Whether a request for an address of the given family is for this
+    /// wildcard, as the kernel's `cma_match_private_data`: one of its
+    /// family, or any unless address-family only.
+    fn takes_family(&self, ipv4: bool) -> bool {
+        self.ip.is_ipv4() == ipv4 || !self.afonly
+    }
 }
 
 /// Where the packets of a run go: a context (or nobody, counted as
@@ -598,7 +611,12 @@ impl Daemon {
             }
             Request::Publish { region_bytes } => (self.publish(id, region_bytes, fds), Vec::new()),
             Request::Lookup { qpn } => self.lookup(id, qpn),
-            Request::Reserve { ps, ip, port } => (self.reserve(id, ps, ip, port), Vec::new()),
+            Request::Reserve {
+                ps,
+                ip,
+                port,
+                afonly,
+            } => (self.reserve(id, ps, ip, port, afonly), Vec::new()),
             Request::Listen { ps, ip, port } => (self.listen(id, ps, ip, port), Vec::new()),
             Request::Release { ps, ip, port } => (self.release(id, ps, ip, port), Vec::new()),
             Request::Requesting {
@@ -621,10 +639,11 @@ impl Daemon {
     /// (`cma_check_port`): refused with EADDRNOTAVAIL if anyone holds the
     /// port on the unspecified address, or this request is for it and
     /// anyone holds the port anywhere; with EADDRINUSE if anyone holds it
-    /// on `ip`. Both IP families share one space, as for an IPv6 id
-    /// without AFONLY. Port 0 takes a free ephemeral port, from a random
-    /// start as the kernel's `cma_alloc_any_port`.
-    fn reserve(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16) -> Reply {
+    /// on `ip`. Both IP families share one space, except that two
+    /// `afonly` reservations of different families never conflict. Port 0
+    /// takes a free ephemeral port, from a random start as the kernel's
+    /// `cma_alloc_any_port`.
+    fn reserve(&mut self, id: usize, ps: u16, ip: IpAddr, port: u16, afonly: bool) -> Reply {
         if softverbs_wire::cm::PortSpace::from_u16(ps).is_none() {
             return Reply::Refused(libc::EINVAL, format!("no port space {ps:#06x}"));
         }
@@ -662,7 +681,9 @@ impl Daemon {
         };
         let holders = self.ports.entry((ps, port)).or_default();
         for held in holders.iter() {
-            let errno = if ip.is_unspecified() || held.ip.is_unspecified() {
+            let errno = if afonly && held.afonly && ip.is_ipv4() != held.ip.is_ipv4() {
+                continue;
+            } else if ip.is_unspecified() || held.ip.is_unspecified() {
                 libc::EADDRNOTAVAIL
             } else if ip == held.ip {
                 libc::EADDRINUSE
@@ -676,6 +697,7 @@ impl Daemon {
             ip,
             client: id,
             listening: false,
+            afonly,
         });
         if let Some(client) = self.clients.get_mut(&id) {
             client.reservations += 1;
@@ -702,7 +724,12 @@ impl Daemon {
             return not_held(ps, ip, port);
         };
         r.listening = true;
-        for request in self.waiting.for_listener(ps, port, ip) {
+        let holders = self.ports.get(&(ps, port)).map_or(&[][..], |h| &h[..]);
+        let now_for_it = |r: &WaitingRequest| {
+            (r.ps, r.port) == (ps, port)
+                && listener_in(holders, r.dst.ip(), request_is_ipv4(r)) == Some(id)
+        };
+        for request in self.waiting.take_if(now_for_it) {
             self.note_request(&request.mad, request.src, request.dst, id);
             let packet = &request.packet;
             self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
@@ -744,19 +771,10 @@ impl Daemon {
         }
     }
 
-    /// The client listening on (`ps`, `port`) at `ip` or at the
-    /// unspecified address.
-    fn listener(&self, ps: u16, port: u16, ip: IpAddr) -> Option<usize> {
-        let holders = self.ports.get(&(ps, port))?;
-        let listening = |r: &&Reservation| r.listening;
-        let on = |want: fn(&Reservation, IpAddr) -> bool| {
-            holders
-                .iter()
-                .filter(listening)
-                .find(|r| want(r, ip))
-                .map(|r| r.client)
-        };
-        on(|r, ip| r.ip == ip).or_else(|| on(|r, _| r.ip.is_unspecified()))
+    /// The client listening on (`ps`, `port`) for a request to `ip` for
+    /// an address of the given family ([`listener_in`]).
+    fn listener(&self, ps: u16, port: u16, ip: IpAddr, ipv4: bool) -> Option<usize> {
+        listener_in(self.ports.get(&(ps, port))?, ip, ipv4)
     }
 
     /// Keeps client `id`'s region and doorbell (replacing any earlier
@@ -1332,7 +1350,8 @@ impl Daemon {
                 if let Some(holder) = self.request_holder(&mad, src) {
                     return To::Client(Some(holder));
                 }
-                let listener = self.listener(ps, port, dst.ip());
+                let ipv4 = gsi::request_is_ipv4(&mad).unwrap_or(dst.ip().is_ipv4());
+                let listener = self.listener(ps, port, dst.ip(), ipv4);
                 if let Some(client) = listener {
                     self.note_request(&mad, src, dst, client);
                     return To::Client(listener);
@@ -1840,6 +1859,27 @@ impl Daemon {
 
 /// The refusal of a listen or release of a reservation the client does
 /// not hold.
+/// Who of `holders` (the reservations of one port) takes a request to
+/// `ip` for an address of the given family: the listener on `ip` itself,
+/// else a wildcard listener that takes the family, else any wildcard
+/// listener (whose rdma_cm rejects it as the consumer, as the kernel's
+/// CM rejects a request its rdma_cm finds no listener for).
+fn listener_in(holders: &[Reservation], ip: IpAddr, ipv4: bool) -> Option<usize> {
+    let listening = || holders.iter().filter(|r| r.listening);
+    let wildcard = || listening().filter(|r| r.ip.is_unspecified());
+    listening()
+        .find(|r| r.ip == ip)
+        .or_else(|| wildcard().find(|r| r.takes_family(ipv4)))
+        .or_else(|| wildcard().next())
+        .map(|r| r.client)
+}
+
+/// Whether request `r` asks for an IPv4 address: its rdma_cm header
+/// says, else the address it came to.
+fn request_is_ipv4(r: &WaitingRequest) -> bool {
+    gsi::request_is_ipv4(&r.mad).unwrap_or(r.dst.ip().is_ipv4())
+}
+
 fn not_held(ps: u16, ip: IpAddr, port: u16) -> Reply {
     let why = format!("no reservation of port {port} of port space {ps:#06x} on {ip}");
     Reply::Refused(libc::EINVAL, why)
@@ -2007,16 +2047,19 @@ mod tests {
             .pid = i32::MAX;
         let ip = "127.0.0.1".parse().unwrap();
         let tcp = 0x0106;
-        let reply = daemon.reserve(1, tcp, ip, 80);
+        let reply = daemon.reserve(1, tcp, ip, 80, false);
         assert!(
             matches!(reply, Reply::Refused(libc::EACCES, _)),
             "{reply:?}"
         );
         assert!(matches!(
-            daemon.reserve(1, tcp, ip, 1024),
+            daemon.reserve(1, tcp, ip, 1024, false),
             Reply::Port(1024)
         ));
-        assert!(matches!(daemon.reserve(1, tcp, ip, 0), Reply::Port(_)));
+        assert!(matches!(
+            daemon.reserve(1, tcp, ip, 0, false),
+            Reply::Port(_)
+        ));
     }
 
     /// A guest user's contexts get at most a quarter of the blocks of QP
@@ -2116,21 +2159,27 @@ mod tests {
         let mut daemon = idle_daemon();
         add_client(&mut daemon, 1, Some(0));
         let nowhere: IpAddr = "192.0.2.1".parse().unwrap();
-        let reply = daemon.reserve(1, 0x0106, nowhere, 7000);
+        let reply = daemon.reserve(1, 0x0106, nowhere, 7000, false);
         assert!(
             matches!(reply, Reply::Refused(libc::EADDRNOTAVAIL, _)),
             "{reply:?}"
         );
         let here: IpAddr = "127.0.0.1".parse().unwrap();
         daemon.clients.get_mut(&1).unwrap().reservations = MAX_RESERVATIONS - 1;
-        assert_eq!(daemon.reserve(1, 0x0106, here, 7000), Reply::Port(7000));
-        let reply = daemon.reserve(1, 0x0106, here, 7001);
+        assert_eq!(
+            daemon.reserve(1, 0x0106, here, 7000, false),
+            Reply::Port(7000)
+        );
+        let reply = daemon.reserve(1, 0x0106, here, 7001, false);
         assert!(
             matches!(reply, Reply::Refused(libc::ENOMEM, _)),
             "{reply:?}"
         );
         assert_eq!(daemon.release(1, 0x0106, here, 7000), Reply::Done);
-        assert_eq!(daemon.reserve(1, 0x0106, here, 7001), Reply::Port(7001));
+        assert_eq!(
+            daemon.reserve(1, 0x0106, here, 7001, false),
+            Reply::Port(7001)
+        );
     }
 
     /// A group beyond the daemon's most is refused with ENOMEM (rxe's
@@ -2321,34 +2370,91 @@ mod tests {
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let mut seen = std::collections::HashSet::new();
         for _ in EPHEMERAL_PORTS.0..=EPHEMERAL_PORTS.1 {
-            let Reply::Port(p) = daemon.reserve(1, 0x0106, ip, 0) else {
+            let Reply::Port(p) = daemon.reserve(1, 0x0106, ip, 0, false) else {
                 panic!("refused early")
             };
             assert!((EPHEMERAL_PORTS.0..=EPHEMERAL_PORTS.1).contains(&p));
             assert!(seen.insert(p), "port {p} twice");
         }
-        let reply = daemon.reserve(2, 0x0106, ip, 0);
+        let reply = daemon.reserve(2, 0x0106, ip, 0, false);
         assert!(
             matches!(reply, Reply::Refused(libc::EADDRNOTAVAIL, _)),
             "{reply:?}"
         );
-        assert!(matches!(daemon.reserve(2, 0x0111, ip, 0), Reply::Port(_)));
+        assert!(matches!(
+            daemon.reserve(2, 0x0111, ip, 0, false),
+            Reply::Port(_)
+        ));
         daemon.remove(1);
         assert!(daemon.ports.keys().all(|&(ps, _)| ps == 0x0111));
         add_client(&mut daemon, 1, Some(0));
 
         let other: IpAddr = "127.0.0.2".parse().unwrap();
         let any: IpAddr = "::".parse().unwrap();
-        assert_eq!(daemon.reserve(1, 0x013F, ip, 9009), Reply::Port(9009));
-        assert_eq!(daemon.listener(0x013F, 9009, ip), None, "not listening");
+        assert_eq!(
+            daemon.reserve(1, 0x013F, ip, 9009, false),
+            Reply::Port(9009)
+        );
+        assert_eq!(
+            daemon.listener(0x013F, 9009, ip, true),
+            None,
+            "not listening"
+        );
         assert_eq!(daemon.listen(1, 0x013F, ip, 9009), Reply::Done);
-        assert_eq!(daemon.listener(0x013F, 9009, ip), Some(1));
-        assert_eq!(daemon.listener(0x013F, 9009, other), None);
-        assert_eq!(daemon.listener(0x0106, 9009, ip), None);
+        assert_eq!(daemon.listener(0x013F, 9009, ip, true), Some(1));
+        assert_eq!(daemon.listener(0x013F, 9009, other, true), None);
+        assert_eq!(daemon.listener(0x0106, 9009, ip, true), None);
         assert_eq!(daemon.release(1, 0x013F, ip, 9009), Reply::Done);
-        assert_eq!(daemon.reserve(2, 0x013F, any, 9009), Reply::Port(9009));
+        assert_eq!(
+            daemon.reserve(2, 0x013F, any, 9009, false),
+            Reply::Port(9009)
+        );
         assert_eq!(daemon.listen(2, 0x013F, any, 9009), Reply::Done);
-        assert_eq!(daemon.listener(0x013F, 9009, other), Some(2));
+        assert_eq!(daemon.listener(0x013F, 9009, other, true), Some(2));
+    }
+
+    /// As the kernel's `cma_check_port`: the IPv4 and IPv6 wildcards
+    /// share a port when both are address-family only, and each takes the
+    /// requests of its family; an IPv6 wildcard that is not conflicts
+    /// with the IPv4 one, and takes both families.
+    #[test]
+    fn address_family_only_wildcards_of_two_families_share_a_port() {
+        let mut daemon = idle_daemon();
+        add_client(&mut daemon, 1, Some(0));
+        add_client(&mut daemon, 2, Some(0));
+        let (any4, any6): (IpAddr, IpAddr) = ("0.0.0.0".parse().unwrap(), "::".parse().unwrap());
+        let (v4, v6): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        let tcp = 0x0106;
+        assert_eq!(daemon.reserve(1, tcp, any4, 9100, true), Reply::Port(9100));
+        let refused = daemon.reserve(2, tcp, any6, 9100, false);
+        assert!(
+            matches!(refused, Reply::Refused(libc::EADDRNOTAVAIL, _)),
+            "{refused:?}"
+        );
+        assert_eq!(daemon.reserve(2, tcp, any6, 9100, true), Reply::Port(9100));
+        let refused = daemon.reserve(2, tcp, v4, 9100, true);
+        assert!(
+            matches!(refused, Reply::Refused(libc::EADDRNOTAVAIL, _)),
+            "{refused:?}"
+        );
+        assert_eq!(daemon.listen(1, tcp, any4, 9100), Reply::Done);
+        assert_eq!(
+            daemon.listener(tcp, 9100, v6, false),
+            Some(1),
+            "the only listener"
+        );
+        assert_eq!(daemon.listen(2, tcp, any6, 9100), Reply::Done);
+        assert_eq!(daemon.listener(tcp, 9100, v4, true), Some(1));
+        assert_eq!(daemon.listener(tcp, 9100, v6, false), Some(2));
+        // An IPv6 wildcard that takes both families.
+        assert_eq!(daemon.reserve(1, tcp, any6, 9101, false), Reply::Port(9101));
+        assert_eq!(daemon.listen(1, tcp, any6, 9101), Reply::Done);
+        assert_eq!(daemon.listener(tcp, 9101, v4, true), Some(1));
+        let refused = daemon.reserve(2, tcp, any4, 9101, true);
+        assert!(
+            matches!(refused, Reply::Refused(libc::EADDRNOTAVAIL, _)),
+            "{refused:?}"
+        );
     }
 
     /// UDP 4791 on a device address closes with the last context that

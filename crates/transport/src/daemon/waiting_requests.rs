@@ -14,7 +14,7 @@
 //! waiting.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// How long a request waits for a listener: far above what a bind and a
@@ -62,14 +62,15 @@ impl WaitingRequests {
         self.queue.push_back((now + WAIT, request));
     }
 
-    /// Takes the requests a new listener on (`ps`, `port`) at `ip` (the
-    /// unspecified address: every address) would have got, oldest first.
-    pub fn for_listener(&mut self, ps: u16, port: u16, ip: IpAddr) -> Vec<WaitingRequest> {
+    /// Takes the requests `for_it` says a new listener would have got,
+    /// oldest first.
+    pub fn take_if(
+        &mut self,
+        mut for_it: impl FnMut(&WaitingRequest) -> bool,
+    ) -> Vec<WaitingRequest> {
         let (taken, kept) = std::mem::take(&mut self.queue)
             .into_iter()
-            .partition(|(_, r)| {
-                r.ps == ps && r.port == port && (ip.is_unspecified() || r.dst.ip() == ip)
-            });
+            .partition(|(_, r)| for_it(r));
         self.queue = kept;
         taken.into_iter().map(|(_, r)| r).collect()
     }
@@ -95,7 +96,7 @@ impl WaitingRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn request(port: u16, dst: [u8; 4], n: u8) -> WaitingRequest {
         let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::from(dst)), 4791);
@@ -111,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn a_listener_takes_the_requests_for_its_port_and_address() {
+    fn a_listener_takes_the_requests_it_is_for_oldest_first() {
         let t = Instant::now();
         let mut w = WaitingRequests::default();
         for r in [
@@ -124,15 +125,15 @@ mod tests {
         }
         let on = |w: &mut WaitingRequests, port, ip: [u8; 4]| {
             let ip = IpAddr::V4(Ipv4Addr::from(ip));
-            w.for_listener(0x0106, port, ip)
+            let for_it = |r: &WaitingRequest| r.port == port && r.dst.ip() == ip;
+            w.take_if(for_it)
                 .iter()
                 .map(|r| r.packet[0])
                 .collect::<Vec<_>>()
         };
         assert_eq!(on(&mut w, 1, [127, 0, 0, 1]), [1, 4], "oldest first");
-        assert!(w.for_listener(0x0111, 2, [127, 0, 0, 1].into()).is_empty());
-        assert_eq!(on(&mut w, 2, [0, 0, 0, 0]), [3], "every address");
-        assert_eq!(on(&mut w, 1, [0, 0, 0, 0]), [2]);
+        assert!(on(&mut w, 1, [127, 0, 0, 1]).is_empty(), "taken once");
+        assert_eq!(w.take_if(|_| true).len(), 2, "the rest stayed");
         assert_eq!(w.next_end(), None);
     }
 
