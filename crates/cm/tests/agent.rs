@@ -641,12 +641,7 @@ fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
     assert_eq!(be64(&a, 0), 0, "no device");
     let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
     assert_eq!(src.ip(), wildcard);
-    let held: Vec<(u16, IpAddr)> = client
-        .ports
-        .held
-        .iter()
-        .map(|(&(_, p), &ip)| (p, ip))
-        .collect();
+    let held = held_ports(&client.ports);
     assert_eq!(
         held,
         [(src.port(), wildcard)],
@@ -687,11 +682,7 @@ fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
     let absent: IpAddr = "10.0.0.77".parse().unwrap();
     client.ports.unknown_hops = vec![(absent, 0)];
     let id = client.create(7);
-    let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
-    abi::put_sockaddr(&mut b[36..64], SocketAddr::new(absent, 1));
-    put32(&mut b, 64, id);
-    put32(&mut b, 68, 100);
-    client.ok(&b);
+    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 100));
     client.ports.wildcard_taken = true;
     while client.try_event().is_none() {
         client.now = client.agent.poll_timeout().expect("a look is due");
@@ -700,12 +691,7 @@ fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
     let a = query(&mut client, id, 0);
     let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
     assert_eq!(src.ip(), client.ip, "still on the device's address");
-    let held: Vec<(u16, IpAddr)> = client
-        .ports
-        .held
-        .iter()
-        .map(|(&(_, p), &ip)| (p, ip))
-        .collect();
+    let held = held_ports(&client.ports);
     assert_eq!(held, [(src.port(), client.ip)]);
 }
 
@@ -717,11 +703,7 @@ fn a_resolution_ends_when_its_device_goes_away() {
     let absent: IpAddr = "10.0.0.77".parse().unwrap();
     client.ports.unknown_hops = vec![(absent, 0)];
     let id = client.create(7);
-    let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
-    abi::put_sockaddr(&mut b[36..64], SocketAddr::new(absent, 1));
-    put32(&mut b, 64, id);
-    put32(&mut b, 68, 2000);
-    client.ok(&b);
+    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 2000));
     assert!(client.agent.poll_timeout().is_some(), "a look is due");
     client.agent.device_removed(client.ip);
     assert_eq!(client.event().event, event::DEVICE_REMOVAL);
@@ -835,6 +817,20 @@ fn bind_ib(s: &mut Side, id: u32, gid: [u8; 16], sid: u64, mask: u64) -> Result<
     put16(&mut b, 12, 48);
     b[16..64].copy_from_slice(&abi::sockaddr_ib(0, gid, sid, mask));
     s.run(&b)
+}
+
+/// RESOLVE_IP of id `id` to `dst`, from no source, within `timeout_ms`.
+fn resolve_ip_cmd(id: u32, dst: SocketAddr, timeout_ms: u32) -> Vec<u8> {
+    let mut b = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut b[36..64], dst);
+    put32(&mut b, 64, id);
+    put32(&mut b, 68, timeout_ms);
+    b
+}
+
+/// The ports held, and on which address.
+fn held_ports(ports: &Ports) -> Vec<(u16, IpAddr)> {
+    ports.held.iter().map(|(&(_, p), &ip)| (p, ip)).collect()
 }
 
 /// QUERY with `option` (0 ADDR, 1 PATH, 2 GID) and a response buffer of
