@@ -279,7 +279,8 @@ pub(crate) fn why(dev: &SoftVerbsDevice, e: &std::io::Error) -> String {
             "its address {ip} is on no interface of this host ({e}); see `softverbs devices`"
         ),
         std::io::ErrorKind::AddrInUse => format!(
-            "UDP port 4791 on {ip} is taken by something other than a softverbs daemon ({e})"
+            "UDP port 4791 on {ip} is taken by another softverbs daemon (one started with \
+             another SOFTVERBS_DAEMON_SOCKET) or by other software ({e})"
         ),
         _ => daemon_trouble(e),
     }

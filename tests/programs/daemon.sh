@@ -8,7 +8,8 @@
 # killed under a connected rdma_cm pair ends both (DEVICE_REMOVAL), and a
 # stopped one fails a program's open after 10 s, saying so. Runs on
 # a loopback address and daemon socket of its own, so a daemon other tests
-# left running is not involved.
+# left running is not involved; a second daemon asked for that address
+# refuses it.
 # Prints "N passed, M failed" last. Usage: daemon.sh PATH/TO/libsoftverbs-rdmav34.so
 set -u
 SO=$(readlink -f "$1")
@@ -250,6 +251,35 @@ if wait_listen "$p10" "" $p10s 2>> "$log/p10"; then
   fi
 else
   bad "ibv_rc_pingpong starts a daemon and listens" "$log/p10"
+fi
+
+# 10. A second daemon (another SOFTVERBS_DAEMON_SOCKET) asked for an
+#     address this one receives on: it would share UDP 4791 there and
+#     each would lose packets of the other's contexts (retry errors, once
+#     seen when two test runs shared 127.0.0.1), so it refuses the
+#     address and its program fails to open the device, saying why; the
+#     first daemon's connection runs on.
+next_port p11
+other_socket="softverbs-test-other-$$"
+if server s11 "$p11" ibv_rc_pingpong -d softverbs0 -g 0; then
+  s11=$srv
+  SOFTVERBS_DAEMON_SOCKET=$other_socket timeout 30 ibv_devinfo -d softverbs0 > "$log/second" 2>&1
+  rc=$?
+  pkill -f -- "--socket $other_socket( |$)"
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "another softverbs daemon .* receives on UDP $ip:" "$log/second"; then
+    ok "a second daemon on an address refuses it, saying why"
+  else
+    echo "exit $rc" >> "$log/second"; bad "a second daemon on an address refuses it, saying why" "$log/second"
+  fi
+  timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -p "$p11" "$ip" > "$log/c11" 2>&1; c11=$?
+  wait $s11; r11=$?
+  if [ $c11 = 0 ] && [ $r11 = 0 ] && grep -q "iters in" "$log/c11"; then
+    ok "the first daemon's connection runs on beside the refused one"
+  else
+    bad "the first daemon's connection runs on beside the refused one" "$log/c11"
+  fi
+else
+  bad "ibv_rc_pingpong starts and listens" "$log/s11"
 fi
 
 echo "$pass passed, $fail failed"

@@ -1,6 +1,7 @@
 //! The host daemon that owns UDP 4791 (`softverbs daemon`) and a
 //! context's link to it. See docs/architecture.md, "The host daemon".
 
+mod address_claim;
 pub mod client;
 mod cm_connections;
 mod cm_requests;

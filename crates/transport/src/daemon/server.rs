@@ -27,6 +27,7 @@
 //! One thread, one poll loop; it exits when it has had no client for the
 //! configured idle time.
 
+use super::address_claim::AddressClaim;
 use super::cm_connections::{CmConnections, CmPeer, Farewell, Stage};
 use super::cm_requests::{CmRequests, RoutedRequest, SentRequest};
 use super::protocol::{udp_port, FrameHeader, Reply, Request};
@@ -342,6 +343,9 @@ struct Receiver {
     /// refused the steering program (everything goes through the data
     /// streams then).
     members: Option<Vec<Member>>,
+    /// For a device address: this daemon's claim on it among softverbs
+    /// daemons (`address_claim.rs`).
+    _claim: Option<AddressClaim>,
 }
 
 /// A member of a steering group: the daemon's descriptor of it, and the
@@ -843,10 +847,11 @@ impl Daemon {
         }
         if let Err(e) = self.open_port(ip) {
             let why = format!("cannot receive on {}: {e}", SocketAddr::new(ip, udp_port()));
-            return (
-                Reply::Refused(e.raw_os_error().unwrap_or(libc::EIO), why),
-                None,
-            );
+            let errno = match e.kind() {
+                io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+                _ => e.raw_os_error().unwrap_or(libc::EIO),
+            };
+            return (Reply::Refused(errno, why), None);
         }
         let client = self.clients.get_mut(&id).expect("serving it");
         client.data = Some(data);
@@ -997,7 +1002,7 @@ impl Daemon {
                     return Err(io::Error::from_raw_os_error(libc::ENOMEM));
                 }
                 let socket = crate::group_socket::bind(group, ip)?;
-                self.add(group, socket, Some(McastGroup::default()), None)?
+                self.add(group, socket, Some(McastGroup::default()), None, None)?
             }
         };
         let receiver = self.udp[slot].as_mut().expect("found or opened");
@@ -1053,18 +1058,20 @@ impl Daemon {
     /// Opens UDP 4791 on device address `local` in a free slot.
     fn open(&mut self, local: IpAddr) -> io::Result<usize> {
         let addr = SocketAddr::new(local, udp_port());
+        let claim = AddressClaim::take(addr)?;
         // A group left by an earlier daemon's contexts (still closing their
         // members) would give ours an index nobody knows: probe for one,
         // and steer only on a port nobody holds.
         let port_free = bind_udp(addr).is_ok();
         if !port_free {
             // Said, since the kernel then shares this address's packets
-            // between that holder and us: both lose some without a word.
+            // between that holder and us (no other daemon claims the
+            // address: the contexts of one that ended, still closing, or
+            // other software).
             crate::say!(
-                "softverbs daemon: UDP {addr} is already bound by another process (another \
-                 softverbs daemon, with another SOFTVERBS_DAEMON_SOCKET, or the contexts of \
-                 one that ended, still closing): packets to {local} may go to it and be lost; \
-                 give each daemon its own addresses or SOFTVERBS_UDP_PORT"
+                "softverbs daemon: UDP {addr} is already bound by another process (the \
+                 contexts of a softverbs daemon that ended, still closing, or other software): \
+                 packets to {local} may go to it and be lost"
             );
         }
         let socket = bind_udp_shared(addr)?;
@@ -1074,7 +1081,7 @@ impl Daemon {
         // packet.
         let steer = port_free && self.capture.is_none();
         let members = (steer && steering::steer(&socket, &[]).is_ok()).then(Vec::new);
-        self.add(local, socket, None, members)
+        self.add(local, socket, None, members, Some(claim))
     }
 
     /// Puts `socket`, on UDP 4791 of `local`, in a free slot, polled.
@@ -1084,6 +1091,7 @@ impl Daemon {
         socket: std::net::UdpSocket,
         group: Option<McastGroup>,
         members: Option<Vec<Member>>,
+        claim: Option<AddressClaim>,
     ) -> io::Result<usize> {
         let slot = match self.udp.iter().position(Option::is_none) {
             Some(free) => free,
@@ -1102,6 +1110,7 @@ impl Daemon {
             socket,
             group,
             members,
+            _claim: claim,
         });
         Ok(slot)
     }
