@@ -25,9 +25,12 @@ impl CompletionEvents {
     /// event reported it: a program that polls its CQ empty, arms it and
     /// sleeps without polling again (UCX) would otherwise sleep through a
     /// completion that came in between (rxe reports none there). One an
-    /// event reported does not count: perftest's latency tests with `-e`
-    /// take the event, arm, then poll once, and an event at the arm would
-    /// be taken for the next operation's (rxe, again, reports none).
+    /// event reported does not count until a poll takes some of what the
+    /// event reported (`CqRing::pop_with`): perftest's latency tests with
+    /// `-e` take the event, arm, then poll once, and an event at the arm
+    /// would be taken for the next operation's (rxe, again, reports
+    /// none); its bandwidth tests poll one batch after the arm and arm
+    /// again, and the rest must then raise the event.
     pub(crate) fn arm(&mut self, c: &mut Cq, id: CqId, solicited_only: bool) {
         if c.entries.holds_unreported_for(solicited_only) {
             self.disarm(c);
