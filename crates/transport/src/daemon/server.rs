@@ -1866,8 +1866,6 @@ impl Daemon {
     }
 }
 
-/// The refusal of a listen or release of a reservation the client does
-/// not hold.
 /// Who of `holders` (the reservations of one port) takes a request to
 /// `ip` for an address of the given family: the listener on `ip` itself,
 /// else a wildcard listener that takes the family, else any wildcard
@@ -1889,6 +1887,8 @@ fn request_is_ipv4(r: &WaitingRequest) -> bool {
     gsi::request_is_ipv4(&r.mad).unwrap_or(r.dst.ip().is_ipv4())
 }
 
+/// The refusal of a listen or release of a reservation the client does
+/// not hold.
 fn not_held(ps: u16, ip: IpAddr, port: u16) -> Reply {
     let why = format!("no reservation of port {port} of port space {ps:#06x} on {ip}");
     Reply::Refused(libc::EINVAL, why)
