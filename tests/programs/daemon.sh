@@ -25,6 +25,7 @@ log=$(mktemp -d)
 cleanup() {
   kill -9 $(jobs -p) 2>/dev/null
   pkill -f -- "--socket $SOFTVERBS_DAEMON_SOCKET" 2>/dev/null
+  pkill -f -- "--socket softverbs-test-other-$$" 2>/dev/null
   rm -rf "$log"
 }
 trap cleanup EXIT
