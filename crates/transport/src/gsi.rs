@@ -97,11 +97,11 @@ pub fn parse_gsi(src: SocketAddr, dst: SocketAddr, packet: &[u8]) -> Option<[u8;
 /// Where the daemon sends a MAD that arrived on QP1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GsiRoute {
-    /// A REQ or SIDR_REQ: to the context listening on this rdma_cm port
-    /// space and port at the packet's destination address; `None` when
-    /// the service ID is not one of the IP port spaces' (nobody can
-    /// listen for it). Without a listener, [`reject_unmatched`] answers.
-    Service(Option<(u16, u16)>),
+    /// A REQ or SIDR_REQ: to the context listening for this service at
+    /// the packet's destination address; `None` when the service ID is
+    /// not one of the IP port spaces' (nobody can listen for it). Without
+    /// a listener, [`reject_unmatched`] answers.
+    Service(Option<Service>),
     /// Any other CM message: to the holder of the block of this comm ID,
     /// the recipient's ([`block_of_comm_id`]).
     CommId(u32),
@@ -122,13 +122,9 @@ pub enum GsiRoute {
 /// (`CmMessage::parse_mad`: base version 1, class 0x07 version 2, method
 /// SEND).
 pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
-    let service = |sid: u64| {
-        let id = softverbs_wire::cm::IpServiceId::from_u64(sid);
-        GsiRoute::Service(id.map(|id| (id.port_space as u16, id.port)))
-    };
     match CmMessage::parse_mad(mad) {
-        Ok((_, CmMessage::Req(m))) => service(m.service_id),
-        Ok((_, CmMessage::SidrReq(m))) => service(m.service_id),
+        Ok((_, CmMessage::Req(m))) => Service::of(m.service_id, &m.private_data),
+        Ok((_, CmMessage::SidrReq(m))) => Service::of(m.service_id, &m.private_data),
         Ok((_, CmMessage::SidrRep(m))) => GsiRoute::CommId(m.request_id),
         Ok((_, CmMessage::Rep(m))) => GsiRoute::CommId(m.remote_comm_id),
         Ok((_, CmMessage::Rtu(m))) => GsiRoute::CommId(m.remote_comm_id),
@@ -147,19 +143,30 @@ pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
     }
 }
 
-/// Whether a REQ or SIDR_REQ asks for an IPv4 address: the IP version
-/// of the rdma_cm header opening its private data, which decides the
-/// family of listener that takes it (the kernel's
-/// `cma_match_private_data`). `None` for any other MAD, or no such header.
-pub fn request_is_ipv4(mad: &[u8; MAD_LEN]) -> Option<bool> {
-    let (_, message) = CmMessage::parse_mad(mad).ok()?;
-    let private_data: &[u8] = match &message {
-        CmMessage::Req(m) => &m.private_data,
-        CmMessage::SidrReq(m) => &m.private_data,
-        _ => return None,
-    };
-    let header = CmaHdr::parse(private_data).ok()?;
-    Some(header.dst.is_ipv4())
+/// The service a REQ or SIDR_REQ asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Service {
+    /// The rdma_cm port space and port of its service ID.
+    pub port_space: u16,
+    pub port: u16,
+    /// Whether it asks for an IPv4 address: the IP version of the
+    /// rdma_cm header opening its private data, which decides the family
+    /// of listener that takes it (the kernel's `cma_match_private_data`);
+    /// `None` without such a header.
+    pub ipv4: Option<bool>,
+}
+
+impl Service {
+    /// The route of a request for service ID `sid` with `private_data`.
+    fn of(sid: u64, private_data: &[u8]) -> GsiRoute {
+        let id = softverbs_wire::cm::IpServiceId::from_u64(sid);
+        let ipv4 = CmaHdr::parse(private_data).ok().map(|h| h.dst.is_ipv4());
+        GsiRoute::Service(id.map(|id| Service {
+            port_space: id.port_space as u16,
+            port: id.port,
+            ipv4,
+        }))
+    }
 }
 
 /// The kernel CM's answer to a REQ or SIDR_REQ that no listener takes:
@@ -328,17 +335,40 @@ mod tests {
     #[test]
     fn cm_messages_route_by_service_or_recipient() {
         let ps = PortSpace::Udp;
+        let service = |port_space, port, ipv4| {
+            GsiRoute::Service(Some(Service {
+                port_space,
+                port,
+                ipv4,
+            }))
+        };
         assert_eq!(
             route(&req(5, PortSpace::Tcp, 7471)),
-            GsiRoute::Service(Some((0x0106, 7471)))
+            service(0x0106, 7471, None)
         );
+        let v6 = CmaHdr {
+            src: sa("[fd00::1]:5000"),
+            dst: "fd00::2".parse().unwrap(),
+        };
         let sidr = CmSidrReq {
             request_id: 9,
             service_id: ip_service_id(ps, 4000),
+            private_data: v6.prepend(&[]).unwrap(),
             ..CmSidrReq::default()
         };
         let sidr = mad_of(CmMessage::SidrReq(sidr), 1);
-        assert_eq!(route(&sidr), GsiRoute::Service(Some((0x0111, 4000))));
+        assert_eq!(route(&sidr), service(0x0111, 4000, Some(false)));
+        let v4 = CmaHdr {
+            src: sa("10.0.0.1:5000"),
+            dst: "10.0.0.2".parse().unwrap(),
+        };
+        let req_v4 = CmReq {
+            service_id: ip_service_id(PortSpace::Tcp, 7471),
+            private_data: v4.prepend(&[]).unwrap(),
+            ..CmReq::default()
+        };
+        let req_v4 = mad_of(CmMessage::Req(req_v4), 1);
+        assert_eq!(route(&req_v4), service(0x0106, 7471, Some(true)));
         let not_ip = CmReq {
             service_id: 0x1000_0000_0000_0001,
             ..CmReq::default()

@@ -730,8 +730,7 @@ impl Daemon {
         r.listening = true;
         let holders = self.ports.get(&(ps, port)).map_or(&[][..], |h| &h[..]);
         let now_for_it = |r: &WaitingRequest| {
-            (r.ps, r.port) == (ps, port)
-                && listener_in(holders, r.dst.ip(), request_is_ipv4(r)) == Some(id)
+            (r.ps, r.port) == (ps, port) && listener_in(holders, r.dst.ip(), r.ipv4) == Some(id)
         };
         for request in self.waiting.take_if(now_for_it) {
             self.note_request(&request.mad, request.src, request.dst, id);
@@ -1355,11 +1354,12 @@ impl Daemon {
             return To::Handled;
         };
         match gsi::route(&mad) {
-            GsiRoute::Service(Some((ps, port))) => {
+            GsiRoute::Service(Some(service)) => {
                 if let Some(holder) = self.request_holder(&mad, src) {
                     return To::Client(Some(holder));
                 }
-                let ipv4 = gsi::request_is_ipv4(&mad).unwrap_or(dst.ip().is_ipv4());
+                let (ps, port) = (service.port_space, service.port);
+                let ipv4 = service.ipv4.unwrap_or(dst.ip().is_ipv4());
                 let listener = self.listener(ps, port, dst.ip(), ipv4);
                 if let Some(client) = listener {
                     self.note_request(&mad, src, dst, client);
@@ -1372,6 +1372,7 @@ impl Daemon {
                 let request = WaitingRequest {
                     ps,
                     port,
+                    ipv4,
                     slot,
                     src,
                     dst,
@@ -1879,12 +1880,6 @@ fn listener_in(holders: &[Reservation], ip: IpAddr, ipv4: bool) -> Option<usize>
         .or_else(|| wildcard().find(|r| r.takes_family(ipv4)))
         .or_else(|| wildcard().next())
         .map(|r| r.client)
-}
-
-/// Whether request `r` asks for an IPv4 address: its rdma_cm header
-/// says, else the address it came to.
-fn request_is_ipv4(r: &WaitingRequest) -> bool {
-    gsi::request_is_ipv4(&r.mad).unwrap_or(r.dst.ip().is_ipv4())
 }
 
 /// The refusal of a listen or release of a reservation the client does

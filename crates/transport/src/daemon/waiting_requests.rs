@@ -33,6 +33,9 @@ pub(super) struct WaitingRequest {
     /// Its rdma_cm port space and port (from its service ID).
     pub ps: u16,
     pub port: u16,
+    /// Whether it asks for an IPv4 address (its rdma_cm header says, else
+    /// the address it came to), which decides the listeners that take it.
+    pub ipv4: bool,
     /// The UDP socket slot it arrived on, its source and destination.
     pub slot: usize,
     pub src: SocketAddr,
@@ -103,6 +106,7 @@ mod tests {
         WaitingRequest {
             ps: 0x0106,
             port,
+            ipv4: true,
             slot: 0,
             src: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), 4791),
             dst,
