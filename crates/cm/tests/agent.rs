@@ -22,6 +22,9 @@ struct Ports {
     held: HashMap<(u16, u16), IpAddr>,
     /// Wildcard reservations refused (another process took the port).
     wildcard_taken: bool,
+    /// Every reservation refused (other processes took the port
+    /// everywhere).
+    every_port_taken: bool,
     listening: Vec<(u16, u16)>,
     next: u16,
     /// Destinations the route lookup refuses, with its errno.
@@ -53,6 +56,9 @@ impl PortSpace for Ports {
             port
         };
         if self.held.contains_key(&(ps, port)) {
+            return Err(EADDRINUSE);
+        }
+        if self.every_port_taken {
             return Err(EADDRINUSE);
         }
         if self.wildcard_taken && ip.is_unspecified() {
@@ -693,6 +699,39 @@ fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
     assert_eq!(src.ip(), client.ip, "still on the device's address");
     let held = held_ports(&client.ports);
     assert_eq!(held, [(src.port(), client.ip)]);
+}
+
+/// An id whose resolution fails, and whose port others took both on the
+/// wildcard and on the device's address meanwhile, holds no port and
+/// no source; a later resolution binds it afresh.
+#[test]
+fn a_failed_resolution_whose_port_is_taken_everywhere_binds_afresh() {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let absent: IpAddr = "10.0.0.77".parse().unwrap();
+    client.ports.unknown_hops = vec![(absent, 0)];
+    let id = client.create(7);
+    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 100));
+    client.ports.every_port_taken = true;
+    while client.try_event().is_none() {
+        client.now = client.agent.poll_timeout().expect("a look is due");
+        client.tick();
+    }
+    assert!(held_ports(&client.ports).is_empty(), "no port held");
+    let a = query(&mut client, id, 0);
+    assert_eq!(be64(&a, 0), 0, "no device");
+    let src = abi::parse_sockaddr(&a[16..44]);
+    assert!(
+        src.is_none_or(|s| s.ip().is_unspecified() && s.port() == 0),
+        "{src:?}"
+    );
+    client.ports.every_port_taken = false;
+    let reachable = SocketAddr::new("10.0.0.2".parse().unwrap(), 1);
+    client.ok(&resolve_ip_cmd(id, reachable, 100));
+    assert_eq!(client.event().event, event::ADDR_RESOLVED);
+    let a = query(&mut client, id, 0);
+    let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
+    assert_eq!(src.ip(), client.ip, "bound to the device's address");
+    assert_eq!(held_ports(&client.ports), [(src.port(), client.ip)]);
 }
 
 /// A device that goes away under a resolution ends it: DEVICE_REMOVAL,
