@@ -684,16 +684,7 @@ fn a_resolution_waits_for_the_next_hop_and_fails_if_it_stays_unknown() {
 /// address it was bound to.
 #[test]
 fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
-    let mut client = Side::new("10.0.0.1", 0x10);
-    let absent: IpAddr = "10.0.0.77".parse().unwrap();
-    client.ports.unknown_hops = vec![(absent, 0)];
-    let id = client.create(7);
-    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 100));
-    client.ports.wildcard_taken = true;
-    while client.try_event().is_none() {
-        client.now = client.agent.poll_timeout().expect("a look is due");
-        client.tick();
-    }
+    let (mut client, id) = failed_resolution(|ports| ports.wildcard_taken = true);
     let a = query(&mut client, id, 0);
     let src = abi::parse_sockaddr(&a[16..44]).expect("a source");
     assert_eq!(src.ip(), client.ip, "still on the device's address");
@@ -706,16 +697,7 @@ fn a_failed_resolution_keeps_its_binding_when_the_wildcard_is_taken() {
 /// no source; a later resolution binds it afresh.
 #[test]
 fn a_failed_resolution_whose_port_is_taken_everywhere_binds_afresh() {
-    let mut client = Side::new("10.0.0.1", 0x10);
-    let absent: IpAddr = "10.0.0.77".parse().unwrap();
-    client.ports.unknown_hops = vec![(absent, 0)];
-    let id = client.create(7);
-    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 100));
-    client.ports.every_port_taken = true;
-    while client.try_event().is_none() {
-        client.now = client.agent.poll_timeout().expect("a look is due");
-        client.tick();
-    }
+    let (mut client, id) = failed_resolution(|ports| ports.every_port_taken = true);
     assert!(held_ports(&client.ports).is_empty(), "no port held");
     let a = query(&mut client, id, 0);
     assert_eq!(be64(&a, 0), 0, "no device");
@@ -856,6 +838,27 @@ fn bind_ib(s: &mut Side, id: u32, gid: [u8; 16], sid: u64, mask: u64) -> Result<
     put16(&mut b, 12, 48);
     b[16..64].copy_from_slice(&abi::sockaddr_ib(0, gid, sid, mask));
     s.run(&b)
+}
+
+/// A side whose unbound id (returned) failed to resolve a destination
+/// whose next hop never answers, `meanwhile` changed the port space
+/// while it tried.
+fn failed_resolution(meanwhile: impl FnOnce(&mut Ports)) -> (Side, u32) {
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let absent: IpAddr = "10.0.0.77".parse().unwrap();
+    client.ports.unknown_hops = vec![(absent, 0)];
+    let id = client.create(7);
+    client.ok(&resolve_ip_cmd(id, SocketAddr::new(absent, 1), 100));
+    meanwhile(&mut client.ports);
+    let failed = loop {
+        if let Some(ev) = client.try_event() {
+            break ev;
+        }
+        client.now = client.agent.poll_timeout().expect("a look is due");
+        client.tick();
+    };
+    assert_eq!(failed.event, event::ADDR_ERROR);
+    (client, id)
 }
 
 /// RESOLVE_IP of id `id` to `dst`, from no source, within `timeout_ms`.
