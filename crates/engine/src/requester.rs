@@ -668,9 +668,12 @@ impl SendSide<'_> {
         })
     }
 
+    /// The QP a request goes to. A UD work request's `remote_qpn` is
+    /// taken to its low 24 bits, as the BTH carries it (rxe masks it the
+    /// same way), so both paths deliver where the wire would.
     pub(crate) fn dest_qpn_of(&self, e: &InFlight) -> u32 {
         match (self.qp_type, e.wqe.ud) {
-            (QpType::Ud, Some(ud)) => ud.remote_qpn,
+            (QpType::Ud, Some(ud)) => Qpn::new_masked(ud.remote_qpn).get(),
             _ => self.attr.dest_qp_num,
         }
     }

@@ -771,3 +771,23 @@ fn ud_without_a_receive_wr_loses_the_datagram_alike() {
     assert!(end.b.is_empty());
     assert_eq!(end.a, [(1, WcStatus::Success, WcOpcode::Send, 0)]);
 }
+
+/// A UD work request's `remote_qpn` above 24 bits goes to its low 24
+/// bits on both paths, as the BTH carries it (before, the same-host path
+/// looked the whole number up, found nothing, and lost the datagram).
+#[test]
+fn ud_remote_qpn_is_taken_to_24_bits_alike() {
+    let end = ud_both_ways(|p, qa, qb| {
+        p.b.post_recv(qb, 7, 0x3000, 40 + 50);
+        p.a.mem.write(MEM_BASE, &[9; 50]).unwrap();
+        let sge = [p.a.sge(0, 50)];
+        let mut s = wr(1, send_opcode::SEND, &sge);
+        let target = p.ud_target(qb);
+        s.ud = Some(UdTarget {
+            remote_qpn: target.remote_qpn | 0x0100_0000,
+            ..target
+        });
+        p.a.e.post_send(qa, &s).unwrap();
+    });
+    assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 90)]);
+}
