@@ -244,6 +244,17 @@ enum Fault {
     NotReady,
 }
 
+/// The status of a receive WR taken by a request that then failed with
+/// `fault`: the error the requester is NAK'd with. None where the WR
+/// already completed (`Receive`) or the request is retried (`NotReady`).
+fn taken_receive_status(fault: Fault) -> Option<WcStatus> {
+    match fault {
+        Fault::Access => Some(WcStatus::RemAccessErr),
+        Fault::Invalid => Some(WcStatus::RemInvReqErr),
+        Fault::Receive(_) | Fault::NotReady => None,
+    }
+}
+
 impl RecvSide<'_> {
     /// Handles a request packet addressed to this QP.
     pub(crate) fn receive(
@@ -311,8 +322,16 @@ impl RecvSide<'_> {
         }
     }
 
-    /// A fatal request error: NAK it, raise the event, enter ERR.
+    /// A fatal request error: NAK it, raise the event, enter ERR. A
+    /// SEND part-way through its receive WR completes that WR with the
+    /// error the requester is NAK'd with, as rxe's `do_class_ac_error`
+    /// completes the WR it is filling (else entering ERR would flush it).
     fn rc_fault(&mut self, ctx: &mut Ctx<'_>, psn: Psn, fault: Fault) {
+        if let Some(status) = taken_receive_status(fault) {
+            if let Some(InProgress::Send { wqe, .. }) = self.resp.msg.take() {
+                self.fail_receive(ctx, &wqe, status);
+            }
+        }
         let (code, event) = match fault {
             Fault::Access => (
                 NakCode::RemoteAccessError,
@@ -559,10 +578,8 @@ impl RecvSide<'_> {
     /// the WR completes with the error the requester is NAK'd with (rxe's
     /// `do_class_ac_error`).
     fn fail_taken_receive(&mut self, ctx: &mut Ctx<'_>, fault: Fault) {
-        let status = match fault {
-            Fault::Access => WcStatus::RemAccessErr,
-            Fault::Invalid => WcStatus::RemInvReqErr,
-            _ => return,
+        let Some(status) = taken_receive_status(fault) else {
+            return;
         };
         if let Some(wqe) = self.take_recv_wqe(ctx) {
             self.fail_receive(ctx, &wqe, status);

@@ -133,7 +133,9 @@ fn outcome(p: &mut Pair, qb: QpId) -> Outcome {
 
 /// An RC request rejected for its length: NAK Invalid Request at the
 /// offending (last) packet's PSN, IBV_EVENT_QP_REQ_ERR, the QP in ERR and
-/// the receive WR flushed, not filled.
+/// the receive WR not filled: flushed, or, when earlier packets of the
+/// SEND had taken it, completed with the NAK's error (rxe's
+/// `do_class_ac_error`).
 fn assert_rc_rejected(pieces: &[Piece], dma_len: u32) {
     let o = deliver(QpType::Rc, pieces, dma_len);
     let psn = Link::default().psn_a + pieces.len() as u32 - 1;
@@ -149,7 +151,13 @@ fn assert_rc_rejected(pieces: &[Piece], dma_len: u32) {
             .any(|e| matches!(e, AsyncEvent::QpReqErr(_))),
         "{pieces:?}: {o:?}"
     );
-    assert_eq!(o.completions, [(WcStatus::WrFlushErr, 0)], "{pieces:?}");
+    let taken = pieces.len() > 1 && pieces[0].0 == Opcode::RcSendFirst;
+    let status = if taken {
+        WcStatus::RemInvReqErr
+    } else {
+        WcStatus::WrFlushErr
+    };
+    assert_eq!(o.completions, [(status, 0)], "{pieces:?}");
 }
 
 /// An RC message accepted whole: no NAK, the QP still in RTS.
@@ -177,6 +185,27 @@ fn send_first_and_middle_packets_carry_exactly_one_mtu() {
     }
     let o = assert_rc_accepted(&[(F, MTU), (M, MTU), (L, 1)], 0);
     assert_eq!(o.completions, [(WcStatus::Success, 2 * MTU as u32 + 1)]);
+}
+
+/// Rule: a SEND broken off by a packet of another message kind (an
+/// opcode sequence error) is an invalid request, and the receive WR its
+/// earlier packets filled completes with that error, not flushed (rxe:
+/// `RESPST_ERR_MISSING_OPCODE_LAST_C`, then the WR it is filling
+/// completes with the class C status).
+#[test]
+fn a_send_broken_off_by_another_opcode_fails_its_receive_wr() {
+    use Opcode::{RcSendFirst as F, RcSendOnly as O, RcWriteMiddle as WM};
+    for second in [WM, O] {
+        let o = deliver(QpType::Rc, &[(F, MTU), (second, MTU)], 0);
+        let psn = Link::default().psn_a + 1;
+        assert_eq!(
+            o.naks,
+            [(psn, NakCode::InvalidRequest)],
+            "{second:?}: {o:?}"
+        );
+        assert_eq!(o.state, QpState::Err);
+        assert_eq!(o.completions, [(WcStatus::RemInvReqErr, 0)], "{second:?}");
+    }
 }
 
 /// Rule: the LAST packet carries 1 to MTU bytes (an empty LAST would be a
