@@ -328,7 +328,7 @@ impl RecvSide<'_> {
     /// completes the WR it is filling (else entering ERR would flush it).
     fn rc_fault(&mut self, ctx: &mut Ctx<'_>, psn: Psn, fault: Fault) {
         if let Some(status) = taken_receive_status(fault) {
-            if let Some(InProgress::Send { wqe, .. }) = self.resp.msg.take() {
+            if let Some(wqe) = self.resp.take_receive_wqe() {
                 self.fail_receive(ctx, &wqe, status);
             }
         }

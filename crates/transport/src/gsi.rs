@@ -123,8 +123,8 @@ pub enum GsiRoute {
 /// SEND).
 pub fn route(mad: &[u8; MAD_LEN]) -> GsiRoute {
     match CmMessage::parse_mad(mad) {
-        Ok((_, CmMessage::Req(m))) => Service::of(m.service_id, &m.private_data),
-        Ok((_, CmMessage::SidrReq(m))) => Service::of(m.service_id, &m.private_data),
+        Ok((_, CmMessage::Req(m))) => service_route(m.service_id, &m.private_data),
+        Ok((_, CmMessage::SidrReq(m))) => service_route(m.service_id, &m.private_data),
         Ok((_, CmMessage::SidrRep(m))) => GsiRoute::CommId(m.request_id),
         Ok((_, CmMessage::Rep(m))) => GsiRoute::CommId(m.remote_comm_id),
         Ok((_, CmMessage::Rtu(m))) => GsiRoute::CommId(m.remote_comm_id),
@@ -156,17 +156,16 @@ pub struct Service {
     pub ipv4: Option<bool>,
 }
 
-impl Service {
-    /// The route of a request for service ID `sid` with `private_data`.
-    fn of(sid: u64, private_data: &[u8]) -> GsiRoute {
-        let id = softverbs_wire::cm::IpServiceId::from_u64(sid);
-        let ipv4 = CmaHdr::parse(private_data).ok().map(|h| h.dst.is_ipv4());
-        GsiRoute::Service(id.map(|id| Service {
-            port_space: id.port_space as u16,
-            port: id.port,
-            ipv4,
-        }))
-    }
+/// The route of a REQ or SIDR_REQ for service ID `sid` with
+/// `private_data`.
+fn service_route(sid: u64, private_data: &[u8]) -> GsiRoute {
+    let id = softverbs_wire::cm::IpServiceId::from_u64(sid);
+    let ipv4 = CmaHdr::parse(private_data).ok().map(|h| h.dst.is_ipv4());
+    GsiRoute::Service(id.map(|id| Service {
+        port_space: id.port_space as u16,
+        port: id.port,
+        ipv4,
+    }))
 }
 
 /// The kernel CM's answer to a REQ or SIDR_REQ that no listener takes:
