@@ -386,6 +386,7 @@ impl Agent {
     }
 
     fn create_id(&mut self, channel: i32, c: &Command<'_>) -> Result<Reply, i32> {
+        room_for(c, 4)?;
         let uid = c.u64(8)?;
         let response = c.u64(16)?;
         let ps = c.u16(24)?;
@@ -405,6 +406,7 @@ impl Agent {
     }
 
     fn destroy_id(&mut self, c: &Command<'_>, ports: &mut dyn PortSpace) -> Result<Reply, i32> {
+        room_for(c, 4)?;
         let response = c.u64(8)?;
         let handle = c.u32(16)?;
         let reported = self.id(handle)?.events_reported;
@@ -844,6 +846,7 @@ impl Agent {
     }
 
     fn query_route(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        room_for(c, query::ROUTE_MIN_LEN)?;
         let response = c.u64(8)?;
         let id = self.id(c.u32(16)?)?;
         let r = query::route(id, self.device(id), HOP_LIMIT, PACKET_LIFE_TIME);
@@ -1228,6 +1231,7 @@ impl Agent {
     }
 
     fn init_qp_attr(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
+        room_for(c, abi::QP_ATTR_LEN)?;
         let response = c.u64(8)?;
         let id = self.id(c.u32(16)?)?;
         let qp_state = c.u32(20)?;
@@ -2403,10 +2407,19 @@ pub(crate) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 /// The start both JOINs share (`response` and `uid` at the same places),
 /// after the kernel's first check: room for the join's handle (ENOSPC).
 fn join_head(c: &Command<'_>) -> Result<(u64, u64), i32> {
-    if c.out < 4 {
+    room_for(c, 4)?;
+    Ok((c.u64(8)?, c.u64(16)?))
+}
+
+/// The kernel's first check of a command with a response: its `out`
+/// length holds at least `len` bytes, else ENOSPC before anything is
+/// done (ucma's `out_len < sizeof(resp)`); nothing is ever written past
+/// `out`.
+fn room_for(c: &Command<'_>, len: usize) -> Result<(), i32> {
+    if usize::from(c.out) < len {
         return Err(ENOSPC);
     }
-    Ok((c.u64(8)?, c.u64(16)?))
+    Ok(())
 }
 
 /// The port space an AF_IB service ID names for an id of port space

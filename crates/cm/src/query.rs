@@ -11,6 +11,11 @@ use std::net::SocketAddr;
 
 /// Bytes of a QUERY_ROUTE response (`struct rdma_ucm_query_route_resp`).
 pub const ROUTE_LEN: usize = 208;
+
+/// The least QUERY_ROUTE answers into (ENOSPC below): up to its
+/// `ibdev_index`, which older librdmacm does not know (ucma's check).
+pub const ROUTE_MIN_LEN: usize = 200;
+
 /// Bytes of a QUERY ADDR or GID response (`struct rdma_ucm_query_addr_resp`).
 pub const ADDR_LEN: usize = 280;
 /// The least room a QUERY ADDR or GID needs: up to `ibdev_index`, which an
