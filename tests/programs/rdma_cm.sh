@@ -512,6 +512,11 @@ next_port fork_port
 c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
+# Bad response buffers and a close under a command, answered as the
+# kernel's ucma answers them (until 2026-12-06: fstat into a read-only
+# page crashed, a CREATE_ID whose answer failed kept its id, commands
+# wrote past `out`, and a command racing the close waited for ever).
+c_case "rdma_cm's file given bad buffers, and closed under a command" cm_bad_buffers "cm bad buffers ok"
 # An AF_INET and an AF_INET6 AFONLY wildcard listener share a port, each
 # taking its family's requests, as on the kernel (the port space refused
 # the second, EADDRNOTAVAIL, until 2026-12-06); without AFONLY it is

@@ -221,20 +221,32 @@ unsafe extern "C" fn cm_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
         // SAFETY: the caller's arguments, as it gave them.
         return unsafe { real(fd, buf) };
     }
-    if buf.is_null() {
-        set_errno(libc::EFAULT);
-        return -1;
-    }
     // SAFETY: a zeroed `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     st.st_mode = libc::S_IFCHR | 0o666;
     st.st_rdev = device_number();
     st.st_nlink = 1;
     st.st_blksize = 4096;
-    // SAFETY: libc's contract: `buf` is a writable `struct stat` the
-    // caller owns and no one else touches during the call.
-    unsafe { buf.write(st) };
-    0
+    // SAFETY: `st` is a plain C struct of integers, every one of them
+    // initialised (zeroed, then set); it has no implicit padding to read
+    // (the libc crate declares Linux's padding as fields, `__pad0` and
+    // `__unused`, zeroed with the rest); it lives, unaliased, for the
+    // borrow.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&raw const st).cast::<u8>(),
+            std::mem::size_of::<libc::stat>(),
+        )
+    };
+    // Copied as the kernel's `cp_new_stat` copies: a buffer that is not
+    // writable memory is EFAULT, not a crash (a direct store was).
+    match guard(Err(libc::EFAULT), || write_caller(buf as u64, bytes)) {
+        Ok(()) => 0,
+        Err(errno) => {
+            set_errno(errno);
+            -1
+        }
+    }
 }
 
 /// `close(2)`: a channel's ids go first, as when the kernel releases the
@@ -339,13 +351,18 @@ unsafe extern "C-unwind" fn cm_write(fd: c_int, buf: *const c_void, count: usize
                 Err(_) if closed_under(fd, file) => wait_for_ever(),
                 Err(errno) => Err(errno),
             },
-            // The kernel's file lives until the command returns, and a
-            // non-blocking GET_EVENT with no event returns at once. (The
-            // ids, and so their events, went with our channel.)
-            Attempt::Forever if nonblocking_then && guard(false, || is_get_event(buf, count)) => {
-                Err(libc::EAGAIN)
-            }
-            Attempt::Forever => wait_for_ever(),
+            // The kernel's file lives until the command returns: a
+            // blocking GET_EVENT waits for ever (the ids, and so their
+            // events, went with our channel), a non-blocking one returns
+            // at once. Any other command would run on that file; ours
+            // is gone, so it fails as a write just after the close would
+            // (before, it waited for ever too: a thread creating ids
+            // while another closed the channel hung).
+            Attempt::Forever => match guard(false, || is_get_event(buf, count)) {
+                true if nonblocking_then => Err(libc::EAGAIN),
+                true => wait_for_ever(),
+                false => Err(libc::EBADF),
+            },
         };
         return match result {
             Ok(()) => count as isize,
@@ -363,8 +380,8 @@ enum Attempt {
     /// A GET_EVENT on a blocking channel with none queued: to be tried
     /// again once the channel is readable.
     Wait,
-    /// The channel was closed under the command, which never returns then
-    /// (but a non-blocking GET_EVENT).
+    /// The channel was closed under the command: a blocking GET_EVENT
+    /// never returns then.
     Forever,
 }
 
@@ -410,7 +427,16 @@ fn command(
         }
     }
     match service.command(fd, &bytes) {
-        Ok(Some(Reply::Respond { addr, bytes })) => Attempt::Done(write_caller(addr, &bytes)),
+        Ok(Some(Reply::Respond {
+            addr,
+            bytes: answer,
+        })) => {
+            let written = write_caller(addr, &answer);
+            if written.is_err() {
+                undo_unanswered(&service, fd, &bytes, &answer);
+            }
+            Attempt::Done(written)
+        }
         Ok(Some(_)) => Attempt::Done(Ok(())),
         Ok(None) if closed_under(fd, file) => Attempt::Forever,
         // A descriptor closed just now has no flags to read: the file's
@@ -420,6 +446,34 @@ fn command(
         Err(libc::EBADF) if closed_under(fd, file) => Attempt::Forever,
         Err(errno) => Attempt::Done(Err(errno)),
     }
+}
+
+/// A CREATE_ID or JOIN whose answer could not be written (EFAULT) is
+/// undone, as the kernel's ucma undoes them when its copy to the caller
+/// fails: the id made is destroyed, the group joined left (before, each
+/// stayed, unknown to the caller, for as long as the channel).
+fn undo_unanswered(service: &service::Service, fd: c_int, command: &[u8], answer: &[u8]) {
+    use softverbs_cm::abi::{cmd, HEADER_LEN};
+    let word = |b: &[u8]| {
+        b.get(..4)
+            .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let undo = match word(command) {
+        Some(cmd::CREATE_ID) => cmd::DESTROY_ID,
+        Some(cmd::JOIN_IP_MCAST | cmd::JOIN_MCAST) => cmd::LEAVE_MCAST,
+        _ => return,
+    };
+    let Some(handle) = word(answer) else {
+        return;
+    };
+    // `struct rdma_ucm_destroy_id` (LEAVE_MCAST's too): its response
+    // (the events reported), which nobody reads, then the handle.
+    let mut undoing = [0u8; HEADER_LEN + 16];
+    undoing[..4].copy_from_slice(&undo.to_ne_bytes());
+    undoing[4..6].copy_from_slice(&16u16.to_ne_bytes());
+    undoing[6..8].copy_from_slice(&4u16.to_ne_bytes());
+    undoing[16..20].copy_from_slice(&handle.to_ne_bytes());
+    let _ = service.command(fd, &undoing);
 }
 
 /// Whether channel `fd`, which was `file` when this command began, has
@@ -445,8 +499,9 @@ fn is_get_event(buf: *const c_void, count: usize) -> bool {
         && read_caller(buf as u64, get_event.len()).is_ok_and(|w| w == get_event)
 }
 
-/// GET_EVENT hands an event out only if it can be written: its response
-/// buffer is written (with zeros) first, and a bad one is EFAULT before
+/// GET_EVENT hands an event out only if it can be written: a response
+/// buffer shorter than an event's least is ENOSPC, and one that is long
+/// enough is written (with zeros) first, and a bad one is EFAULT before
 /// any event leaves the queue, as the kernel keeps the event then. For a
 /// GET_EVENT, where its response goes and how long it is.
 fn check_event_buffer(cmd: &[u8]) -> Result<Option<(u64, usize)>, i32> {
@@ -459,7 +514,12 @@ fn check_event_buffer(cmd: &[u8]) -> Result<Option<(u64, usize)>, i32> {
     if !is_get_event {
         return Ok(None);
     }
-    let out = usize::from(u16::from_ne_bytes([out[0], out[1]])).min(softverbs_cm::abi::EVENT_LEN);
+    let out = usize::from(u16::from_ne_bytes([out[0], out[1]]));
+    if out < softverbs_cm::abi::EVENT_MIN_LEN {
+        // The kernel's first check, before it writes anything.
+        return Err(libc::ENOSPC);
+    }
+    let out = out.min(softverbs_cm::abi::EVENT_LEN);
     let addr = u64::from_ne_bytes(addr.try_into().unwrap_or_default());
     write_caller(addr, &vec![0; out])?;
     Ok(Some((addr, out)))

@@ -1,0 +1,138 @@
+/* rdma_cm's device file given bad buffers and a close under a command,
+ * as the kernel's ucma answers them (drivers/infiniband/core/ucma.c):
+ * - fstat of a channel into a read-only page: EFAULT, not a crash;
+ * - CREATE_ID, DESTROY_ID, QUERY_ROUTE, INIT_QP_ATTR and GET_EVENT with
+ *   `out` below their response: ENOSPC, and no byte written;
+ * - CREATE_ID whose response cannot be written: EFAULT, and the id made
+ *   is destroyed (the ids between two good CREATE_IDs are unknown);
+ * - a thread making ids while another closes the channel: each write
+ *   returns (success or EBADF), none waits for ever.
+ * Commands are written as librdmacm writes them. Prints "cm bad buffers
+ * ok". Found by adversarial testing (2026-12-06). */
+#include <rdma/rdma_user_cm.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+
+struct create_cmd {
+	struct rdma_ucm_cmd_hdr hdr;
+	struct rdma_ucm_create_id body;
+};
+
+/* CREATE_ID on `fd` answering into `resp` with room `out`: write's
+ * result, errno in `err`. */
+static long create_id(int fd, void *resp, int out, int *err)
+{
+	struct create_cmd c = { .hdr = { RDMA_USER_CM_CMD_CREATE_ID, sizeof(c.body), out } };
+	c.body.response = (uintptr_t)resp;
+	c.body.ps = RDMA_PS_TCP;
+	long n = write(fd, &c, sizeof(c));
+	*err = errno;
+	return n;
+}
+
+/* A command of `cmd` on id `id` whose body is `struct rdma_ucm_query`
+ * or its like (response, id, then a word), answering into `resp`. */
+static long id_cmd(int fd, __u32 cmd, __u32 id, __u32 word, void *resp, int out, int *err)
+{
+	struct {
+		struct rdma_ucm_cmd_hdr hdr;
+		__u64 response;
+		__u32 id, word;
+	} c = { { cmd, 16, out }, (uintptr_t)resp, id, word };
+	long n = write(fd, &c, sizeof(c));
+	*err = errno;
+	return n;
+}
+
+static void expect_enospc(const char *what, long n, int err, const unsigned char *canary)
+{
+	if (n != -1 || err != ENOSPC)
+		FAIL("%s with too little room: %ld, errno %d, want ENOSPC", what, n, err);
+	for (int i = 0; i < 512; i++)
+		if (canary[i] != 0xA5)
+			FAIL("%s with too little room wrote byte %d", what, i);
+}
+
+static void *make_ids(void *arg)
+{
+	int fd = *(int *)arg, err;
+	__u32 handle;
+	for (int i = 0; i < 100000; i++) {
+		long n = create_id(fd, &handle, 4, &err);
+		if (n < 0 && err == EBADF)
+			return NULL;
+		if (n < 0)
+			FAIL("CREATE_ID racing the close: errno %d", err);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	int fd = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		FAIL("open: %s", strerror(errno));
+	unsigned char *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ro == MAP_FAILED)
+		FAIL("mmap");
+
+	if (fstat(fd, (struct stat *)ro) != -1 || errno != EFAULT)
+		FAIL("fstat into a read-only page: want EFAULT, errno %d", errno);
+
+	unsigned char canary[512];
+	int err;
+	memset(canary, 0xA5, sizeof(canary));
+	/* Each call first, then its errno: C leaves the order of a call's
+	 * arguments open. */
+	long n = create_id(fd, canary, 2, &err);
+	expect_enospc("CREATE_ID", n, err, canary);
+	__u32 a, b;
+	if (create_id(fd, &a, 4, &err) < 0)
+		FAIL("CREATE_ID: errno %d", err);
+	n = id_cmd(fd, RDMA_USER_CM_CMD_DESTROY_ID, a, 0, canary, 0, &err);
+	expect_enospc("DESTROY_ID", n, err, canary);
+	n = id_cmd(fd, RDMA_USER_CM_CMD_QUERY_ROUTE, a, 0, canary, 1, &err);
+	expect_enospc("QUERY_ROUTE", n, err, canary);
+	n = id_cmd(fd, RDMA_USER_CM_CMD_INIT_QP_ATTR, a, 0, canary, 1, &err);
+	expect_enospc("INIT_QP_ATTR", n, err, canary);
+	struct {
+		struct rdma_ucm_cmd_hdr hdr;
+		struct rdma_ucm_get_event body;
+	} ge = { { RDMA_USER_CM_CMD_GET_EVENT, sizeof(ge.body), 100 }, { (uintptr_t)canary } };
+	n = write(fd, &ge, sizeof(ge));
+	expect_enospc("GET_EVENT", n, errno, canary);
+
+	for (int i = 0; i < 100; i++)
+		if (create_id(fd, ro, 4, &err) != -1 || err != EFAULT)
+			FAIL("CREATE_ID into a read-only page: want EFAULT, errno %d", err);
+	if (create_id(fd, &b, 4, &err) < 0)
+		FAIL("CREATE_ID: errno %d", err);
+	for (__u32 h = a + 1; h < b; h++)
+		if (id_cmd(fd, RDMA_USER_CM_CMD_DESTROY_ID, h, 0, canary, 4, &err) != -1 ||
+		    err != ENOENT)
+			FAIL("id %u, made by a CREATE_ID that failed, is still there", h);
+
+	/* Ids made while another thread closes the channel. */
+	for (int round = 0; round < 20; round++) {
+		int ch = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
+		if (ch < 0)
+			FAIL("open: %s", strerror(errno));
+		pthread_t t;
+		pthread_create(&t, NULL, make_ids, &ch);
+		usleep(1000);
+		close(ch);
+		pthread_join(t, NULL); /* the case's time-out catches a hang */
+	}
+	puts("cm bad buffers ok");
+	return 0;
+}
