@@ -318,6 +318,7 @@ impl Agent {
         if !self.channels.contains_key(&channel) {
             return Err(EBADF); // closed (or never opened) here
         }
+        self.check_named_is_the_channels(channel, &c)?;
         match c.cmd {
             cmd::CREATE_ID => self.create_id(channel, &c),
             cmd::DESTROY_ID => self.destroy_id(&c, ports),
@@ -344,6 +345,27 @@ impl Agent {
             cmd::JOIN_MCAST => self.join_mcast(&c),
             cmd::LEAVE_MCAST => self.leave(&c),
             _ => Err(EINVAL),
+        }
+    }
+
+    /// An id (or join) a command names belongs to the channel the
+    /// command was written to: another open of the file has its own ids,
+    /// and one of them named here is EINVAL, as the kernel's
+    /// `ucma_get_ctx` refuses a context of another file (and its leave,
+    /// a join of another file). An id nobody has is left to the command
+    /// (ENOENT); MIGRATE_ID names one of another channel on purpose.
+    fn check_named_is_the_channels(&self, channel: i32, c: &Command<'_>) -> Result<(), i32> {
+        let Some(handle) = named_handle(c) else {
+            return Ok(());
+        };
+        let id = match c.cmd {
+            cmd::LEAVE_MCAST => self.joins.get(&handle).map(|j| j.id),
+            _ => Some(handle),
+        };
+        let owner = id.and_then(|id| self.ids.get(&id)).map(|id| id.channel);
+        match owner {
+            Some(owner) if owner != channel => Err(EINVAL),
+            _ => Ok(()),
         }
     }
 
@@ -2402,6 +2424,27 @@ fn unresolved_source(src: Option<SocketAddr>, dst: SocketAddr) -> SocketAddr {
 /// Two addresses are one: IPv4 and its IPv4-mapped IPv6 form alike.
 pub(crate) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     abi::gid_of(a) == abi::gid_of(b)
+}
+
+/// The handle a command names (an id; for LEAVE_MCAST a join), where
+/// the kernel's command structs place it; `None` for commands that name
+/// none, or none of the writer's own (CREATE_ID, GET_EVENT, MIGRATE_ID),
+/// and for a command too short to hold it (its handler refuses it).
+fn named_handle(c: &Command<'_>) -> Option<u32> {
+    let at = match c.cmd {
+        cmd::BIND | cmd::RESOLVE_ADDR | cmd::RESOLVE_ROUTE | cmd::LISTEN => 8,
+        cmd::REJECT | cmd::DISCONNECT | cmd::NOTIFY => 8,
+        cmd::DESTROY_ID | cmd::QUERY_ROUTE | cmd::QUERY | cmd::INIT_QP_ATTR => 16,
+        cmd::SET_OPTION | cmd::LEAVE_MCAST => 16,
+        cmd::JOIN_MCAST => 24,
+        cmd::BIND_IP => 44,
+        cmd::JOIN_IP_MCAST => 52,
+        cmd::RESOLVE_IP => 64,
+        cmd::CONNECT => 280,
+        cmd::ACCEPT => 288,
+        _ => return None,
+    };
+    c.u32(at).ok()
 }
 
 /// The start both JOINs share (`response` and `uid` at the same places),

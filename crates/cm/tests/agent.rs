@@ -15,6 +15,7 @@ const PS_IB: u16 = 0x013F;
 const EADDRINUSE: i32 = 98;
 const EADDRNOTAVAIL: i32 = 99;
 const EINVAL: i32 = 22;
+const ENOENT: i32 = 2;
 
 /// The host's port space, as the daemon keeps it, and its routes.
 #[derive(Default)]
@@ -2433,4 +2434,31 @@ fn a_ud_request_a_listener_does_not_take_is_rejected() {
     assert!(server.try_event().is_none(), "the listener hears nothing");
     let ev = client.event();
     assert_eq!((ev.event, ev.status), (event::UNREACHABLE, 2));
+}
+
+/// An id belongs to the open of the file that made it: named through
+/// another open, a command is EINVAL and leaves it alone, as the
+/// kernel's `ucma_get_ctx` refuses a context of another file (before,
+/// any open could destroy, bind or query any id of the process).
+#[test]
+fn an_id_named_through_another_channel_is_einval() {
+    const OTHER: i32 = 9;
+    let mut s = Side::new("10.0.0.1", 0x10);
+    s.agent.open_channel(OTHER);
+    let id = s.create(7);
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, id);
+    let other = s.agent.command(s.now, OTHER, &d, &mut s.ports);
+    assert_eq!(other, Err(EINVAL), "destroyed through another channel");
+    let mut l = cmd_buf(cmd::LISTEN, 16, 0);
+    put32(&mut l, 8, id);
+    let other = s.agent.command(s.now, OTHER, &l, &mut s.ports);
+    assert_eq!(other, Err(EINVAL), "listened through another channel");
+    let unknown = {
+        put32(&mut d, 16, id + 1000);
+        s.agent.command(s.now, OTHER, &d, &mut s.ports)
+    };
+    assert_eq!(unknown, Err(ENOENT), "an id nobody has");
+    destroy(&mut s, id);
 }
