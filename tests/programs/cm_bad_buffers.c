@@ -5,6 +5,8 @@
  *   `out` below their response: ENOSPC, and no byte written;
  * - CREATE_ID whose response cannot be written: EFAULT, and the id made
  *   is destroyed (the ids between two good CREATE_IDs are unknown);
+ * - a command at the end of a mapping, written with a `count` beyond
+ *   it: only its header and `in` bytes are read, and it works;
  * - a thread making ids while another closes the channel: each write
  *   returns (success or EBADF), none waits for ever.
  * Commands are written as librdmacm writes them. Prints "cm bad buffers
@@ -121,6 +123,21 @@ int main(void)
 		if (id_cmd(fd, RDMA_USER_CM_CMD_DESTROY_ID, h, 0, canary, 4, &err) != -1 ||
 		    err != ENOENT)
 			FAIL("id %u, made by a CREATE_ID that failed, is still there", h);
+
+	/* A CREATE_ID ending where the mapping does, written with a count
+	 * of a page. */
+	unsigned char *two = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
+	if (two == MAP_FAILED || mprotect(two + 4096, 4096, PROT_NONE))
+		FAIL("mmap");
+	struct create_cmd *at_end = (struct create_cmd *)(two + 4096 - sizeof(struct create_cmd));
+	__u32 c;
+	*at_end = (struct create_cmd){ { RDMA_USER_CM_CMD_CREATE_ID, sizeof(at_end->body), 4 } };
+	at_end->body.response = (uintptr_t)&c;
+	at_end->body.ps = RDMA_PS_TCP;
+	n = write(fd, at_end, 4096);
+	if (n != 4096)
+		FAIL("a CREATE_ID at the end of a mapping, count 4096: %ld, errno %d", n, errno);
 
 	/* Ids made while another thread closes the channel. */
 	for (int round = 0; round < 20; round++) {

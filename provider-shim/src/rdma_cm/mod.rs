@@ -44,8 +44,6 @@ use std::sync::OnceLock;
 
 /// The device file librdmacm opens.
 const DEVICE: &CStr = c"/dev/infiniband/rdma_cm";
-/// The largest command librdmacm writes is 304 bytes (ACCEPT).
-const MAX_COMMAND: usize = 1024;
 
 type OpenFn = unsafe extern "C-unwind" fn(*const c_char, c_int, c_uint) -> c_int;
 type WriteFn = unsafe extern "C-unwind" fn(c_int, *const c_void, usize) -> isize;
@@ -405,7 +403,7 @@ fn command(
         Ok(service) => service,
         Err(_) => return Attempt::Done(Err(libc::EBADF)),
     };
-    let prepared = read_caller(buf as u64, count.min(MAX_COMMAND)).and_then(|original| {
+    let prepared = read_command(buf as u64, count).and_then(|original| {
         let event_out = check_event_buffer(&original)?;
         let mut bytes = original.clone();
         copy_option_value(&mut bytes)?;
@@ -555,6 +553,22 @@ fn copy_option_value(cmd: &mut Vec<u8>) -> Result<(), i32> {
         cmd.extend_from_slice(&value);
     }
     Ok(())
+}
+
+/// The command the caller wrote at `addr`, `count` bytes: its header,
+/// then the `in` bytes the header announces (no more than `count`), as
+/// the kernel's ucma reads them. What lies beyond is not read: a command
+/// at the end of a mapping, written with a larger `count`, works (before,
+/// up to 1,024 bytes were read, EFAULT there, and an `in` above 1,016 was
+/// refused). Shorter than a header: EINVAL, before anything is read.
+fn read_command(addr: u64, count: usize) -> Result<Vec<u8>, i32> {
+    use softverbs_cm::abi::HEADER_LEN;
+    if count < HEADER_LEN {
+        return Err(libc::EINVAL);
+    }
+    let header = read_caller(addr, HEADER_LEN)?;
+    let announced = usize::from(u16::from_ne_bytes([header[4], header[5]]));
+    read_caller(addr, count.min(HEADER_LEN + announced))
 }
 
 /// Copies `len` bytes of the caller's memory at `addr`: EFAULT where it
