@@ -5,6 +5,8 @@
  *   `out` below their response: ENOSPC, and no byte written;
  * - CREATE_ID whose response cannot be written: EFAULT, and the id made
  *   is destroyed (the ids between two good CREATE_IDs are unknown);
+ * - MIGRATE_ID from a descriptor that is not open: ENOENT; from one that
+ *   is no rdma_cm file: EINVAL;
  * - a command at the end of a mapping, written with a `count` beyond
  *   it: only its header and `in` bytes are read, and it works;
  * - a thread making ids while another closes the channel: each write
@@ -123,6 +125,14 @@ int main(void)
 		if (id_cmd(fd, RDMA_USER_CM_CMD_DESTROY_ID, h, 0, canary, 4, &err) != -1 ||
 		    err != ENOENT)
 			FAIL("id %u, made by a CREATE_ID that failed, is still there", h);
+
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	n = id_cmd(fd, RDMA_USER_CM_CMD_MIGRATE_ID, b, (__u32)-1, canary, 4, &err);
+	if (n != -1 || err != ENOENT)
+		FAIL("MIGRATE_ID from descriptor -1: %ld, errno %d, want ENOENT", n, err);
+	n = id_cmd(fd, RDMA_USER_CM_CMD_MIGRATE_ID, b, null, canary, 4, &err);
+	if (n != -1 || err != EINVAL)
+		FAIL("MIGRATE_ID from /dev/null: %ld, errno %d, want EINVAL", n, err);
 
 	/* A CREATE_ID ending where the mapping does, written with a count
 	 * of a page. */

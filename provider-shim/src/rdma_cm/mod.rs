@@ -405,6 +405,7 @@ fn command(
     };
     let prepared = read_command(buf as u64, count).and_then(|original| {
         let event_out = check_event_buffer(&original)?;
+        check_migration_source(&original)?;
         let mut bytes = original.clone();
         copy_option_value(&mut bytes)?;
         let to_kernel = service.kernel_command(fd, &original, &bytes)?;
@@ -521,6 +522,31 @@ fn check_event_buffer(cmd: &[u8]) -> Result<Option<(u64, usize)>, i32> {
     let addr = u64::from_ne_bytes(addr.try_into().unwrap_or_default());
     write_caller(addr, &vec![0; out])?;
     Ok(Some((addr, out)))
+}
+
+/// MIGRATE_ID from a descriptor that is not open is ENOENT, as the
+/// kernel's `fdget` finding no file; the agent knows only channels, and
+/// answers any other descriptor EINVAL, as the kernel answers a file
+/// that is not rdma_cm's.
+fn check_migration_source(cmd: &[u8]) -> Result<(), i32> {
+    let word = |at: usize| {
+        cmd.get(at..at + 4)
+            .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    if word(0) != Some(softverbs_cm::abi::cmd::MIGRATE_ID) {
+        return Ok(());
+    }
+    let Some(from) = word(20) else {
+        return Ok(()); // too short: the agent's EINVAL
+    };
+    // SAFETY: F_GETFD reads a descriptor's flags only; any number may be
+    // asked about.
+    let open = unsafe { libc::fcntl(from as c_int, libc::F_GETFD) } >= 0;
+    if open {
+        Ok(())
+    } else {
+        Err(libc::ENOENT)
+    }
 }
 
 /// SET_OPTION points at its value: it is copied in after the command (the
