@@ -54,6 +54,15 @@ use std::time::{Duration, Instant};
 /// packets for it are dropped (RoCE's retransmission recovers them).
 const MAX_QUEUED: usize = 16 << 20;
 
+/// How much all clients together may have waiting beyond
+/// [`QUEUED_ANYWAY`] each: without it, sessions that never read (one
+/// unprivileged user may open a thousand) held 16 MiB each.
+const MAX_QUEUED_TOTAL: usize = 256 << 20;
+
+/// What a client may have waiting whatever the others hold, so that
+/// sessions that never read cannot starve one that reads.
+const QUEUED_ANYWAY: usize = 256 << 10;
+
 /// Consecutive failed receives after which a socket is left until its
 /// next readiness.
 const MAX_RECV_ERRORS: u32 = 64;
@@ -385,6 +394,8 @@ pub struct Daemon {
     buf: Vec<u8>,
     cmsg: Vec<u8>,
     stats: DaemonStats,
+    /// Bytes waiting in all clients' queues.
+    queued_total: usize,
     /// `softverbs daemon --pcap`: every packet received is written here.
     capture: Option<Capture>,
     /// The rdma_cm port space: (port space, port) -> who holds it where.
@@ -436,6 +447,7 @@ impl Daemon {
             buf: vec![0; 1 << 16],
             cmsg: cmsg_buffer(),
             stats: DaemonStats::default(),
+            queued_total: 0,
             capture: None,
             ports: HashMap::new(),
             cm: CmConnections::default(),
@@ -1222,6 +1234,7 @@ impl Daemon {
         let Some(client) = self.clients.remove(&id) else {
             return;
         };
+        self.queued_total -= client.queued.len();
         let registry = self.poll.registry();
         let _ = registry.deregister(&mut SourceFd(&client.control.as_raw_fd()));
         if let Some(data) = &client.data {
@@ -1792,7 +1805,10 @@ impl Daemon {
             self.stats.unrouted += count;
             return;
         };
-        if client.data.is_none() || client.queued.len() + packets.len() > MAX_QUEUED {
+        let after = client.queued.len() + packets.len();
+        let beyond_share =
+            after > QUEUED_ANYWAY && self.queued_total + packets.len() > MAX_QUEUED_TOTAL;
+        if client.data.is_none() || after > MAX_QUEUED || beyond_share {
             self.stats.overflowed += count;
             return;
         }
@@ -1801,8 +1817,10 @@ impl Daemon {
             dst,
             segment: segment.min(usize::from(u16::MAX)) as u16,
         };
+        let before = client.queued.len();
         header.encode(packets.len(), &mut client.queued);
         client.queued.extend_from_slice(packets);
+        self.queued_total += client.queued.len() - before;
         self.stats.delivered += count;
         if !client.waiting_writable {
             let id = owner.expect("found above");
@@ -1836,6 +1854,11 @@ impl Daemon {
             }
         };
         client.queued.drain(..written);
+        self.queued_total -= written;
+        if client.queued.is_empty() && client.queued.capacity() > QUEUED_ANYWAY {
+            // A burst's room goes back once it is written.
+            client.queued = Vec::new();
+        }
         if broken {
             return self.remove(id);
         }
@@ -1985,6 +2008,51 @@ mod tests {
             reservations: 0,
         };
         daemon.clients.insert(id, client);
+    }
+
+    /// Sessions that never read hold together at most the daemon-wide
+    /// bound beyond the share each may always queue; one that is
+    /// written to after them still gets its share; a client's queue
+    /// counts no more once it is gone.
+    #[test]
+    fn sessions_that_never_read_hold_a_bounded_total() {
+        let mut daemon = idle_daemon();
+        let mut unread = Vec::new();
+        let packets = vec![0u8; 64 << 10];
+        let (src, dst) = (
+            "127.0.0.9:4791".parse().unwrap(),
+            "127.0.0.8:4791".parse().unwrap(),
+        );
+        let sessions = 24;
+        for id in 1..=sessions {
+            add_client(&mut daemon, id, Some(0));
+            let mut pair = two_fds();
+            unread.push(pair.pop());
+            daemon.clients.get_mut(&id).unwrap().data = pair.pop();
+            for _ in 0..(MAX_QUEUED / packets.len()) {
+                daemon.deliver(Some(id), &packets, 1024, src, dst);
+            }
+        }
+        let bound = MAX_QUEUED_TOTAL + sessions * (QUEUED_ANYWAY + packets.len());
+        assert!(
+            daemon.queued_total <= bound,
+            "{} queued",
+            daemon.queued_total
+        );
+        assert!(
+            daemon.queued_total >= MAX_QUEUED_TOTAL,
+            "the bound was reached"
+        );
+        let last = &daemon.clients[&sessions].queued;
+        assert!(!last.is_empty(), "the last session got its share");
+        let held: usize = daemon.clients.values().map(|c| c.queued.len()).sum();
+        assert_eq!(daemon.queued_total, held);
+        daemon.remove(1);
+        let held: usize = daemon.clients.values().map(|c| c.queued.len()).sum();
+        assert_eq!(
+            daemon.queued_total, held,
+            "the removed queue counts no more"
+        );
     }
 
     /// Two descriptors that stand for a region and a doorbell.
