@@ -476,10 +476,11 @@ fn undo_unanswered(service: &service::Service, fd: c_int, command: &[u8], answer
 }
 
 /// Whether channel `fd`, which was `file` when this command began, has
-/// been closed since by another thread. The command then never returns,
-/// as the kernel's: the call holds the file, whose events went with its
-/// ids (rping's CM thread, woken by an event as its main thread closes
-/// the channel, must not see EBADF and exit non-zero).
+/// been closed since by another thread. A blocking GET_EVENT then never
+/// returns, as the kernel's: the call holds the file, whose events went
+/// with its ids (rping's CM thread, woken by an event as its main thread
+/// closes the channel, must not see EBADF and exit non-zero); any other
+/// command fails EBADF (`cm_write`).
 fn closed_under(fd: c_int, file: Option<(u64, u64)>) -> bool {
     !fds::is_channel(fd) || fds::file(fd) != file
 }
