@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +68,17 @@ static void expect_enospc(const char *what, long n, int err, const unsigned char
 			FAIL("%s with too little room wrote byte %d", what, i);
 }
 
+/* Ids the racing thread has made. */
+static atomic_int made;
+
 static void *make_ids(void *arg)
 {
 	int fd = *(int *)arg, err;
 	__u32 handle;
 	for (int i = 0; i < 100000; i++) {
 		long n = create_id(fd, &handle, 4, &err);
+		if (n >= 0)
+			atomic_fetch_add(&made, 1);
 		if (n < 0 && err == EBADF)
 			return NULL;
 		if (n < 0)
@@ -155,8 +161,12 @@ int main(void)
 		if (ch < 0)
 			FAIL("open: %s", strerror(errno));
 		pthread_t t;
+		atomic_store(&made, 0);
 		pthread_create(&t, NULL, make_ids, &ch);
-		usleep(1000);
+		/* Closed once the thread is making ids, a little later each
+		 * round. */
+		while (atomic_load(&made) < 1 + 5 * round)
+			;
 		close(ch);
 		pthread_join(t, NULL); /* the case's time-out catches a hang */
 	}
