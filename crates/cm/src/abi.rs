@@ -55,6 +55,26 @@ pub mod event {
 
 /// Bytes of the command header (`struct rdma_ucm_cmd_hdr`).
 pub const HEADER_LEN: usize = 8;
+
+/// Where the id of command `op` is (bytes from the command's start), for
+/// the commands that name one (`include/uapi/rdma/rdma_user_cm.h`); for
+/// LEAVE_MCAST it is the join's handle, for MIGRATE_ID an id of another
+/// channel. `None` for CREATE_ID, GET_EVENT and unknown commands.
+pub fn id_offset(op: u32) -> Option<usize> {
+    Some(match op {
+        cmd::BIND | cmd::RESOLVE_ADDR | cmd::RESOLVE_ROUTE | cmd::LISTEN => 8,
+        cmd::REJECT | cmd::DISCONNECT | cmd::NOTIFY => 8,
+        cmd::DESTROY_ID | cmd::QUERY_ROUTE | cmd::QUERY | cmd::INIT_QP_ATTR => 16,
+        cmd::SET_OPTION | cmd::GET_OPTION | cmd::LEAVE_MCAST | cmd::MIGRATE_ID => 16,
+        cmd::JOIN_MCAST => 24,
+        cmd::BIND_IP => 44,
+        cmd::JOIN_IP_MCAST => 52,
+        cmd::RESOLVE_IP => 64,
+        cmd::CONNECT => 280,
+        cmd::ACCEPT => 288,
+        _ => return None,
+    })
+}
 /// Bytes of a GET_EVENT response (`struct rdma_ucm_event_resp`).
 pub const EVENT_LEN: usize = 336;
 /// A GET_EVENT response buffer shorter than this is refused (ENOSPC):
@@ -413,6 +433,19 @@ impl QpAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_id_is_found_where_the_kernel_header_puts_it() {
+        // Spot checks against rdma_user_cm.h's layouts: the id follows
+        // `response` (u64) in DESTROY_ID, leads in LISTEN, follows two
+        // sockaddr_in6 in RESOLVE_IP and conn_param in CONNECT.
+        assert_eq!(id_offset(cmd::DESTROY_ID), Some(HEADER_LEN + 8));
+        assert_eq!(id_offset(cmd::LISTEN), Some(HEADER_LEN));
+        assert_eq!(id_offset(cmd::RESOLVE_IP), Some(HEADER_LEN + 2 * 28));
+        assert_eq!(id_offset(cmd::CONNECT), Some(HEADER_LEN + 272));
+        assert_eq!(id_offset(cmd::CREATE_ID), None);
+        assert_eq!(id_offset(cmd::GET_EVENT), None);
+    }
 
     #[test]
     fn sockaddrs_round_trip_both_families() {

@@ -2427,24 +2427,15 @@ pub(crate) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 }
 
 /// The handle a command names (an id; for LEAVE_MCAST a join), where
-/// the kernel's command structs place it; `None` for commands that name
-/// none, or none of the writer's own (CREATE_ID, GET_EVENT, MIGRATE_ID),
-/// and for a command too short to hold it (its handler refuses it).
+/// the kernel's command structs place it ([`abi::id_offset`]); `None`
+/// for commands that name none of the writer's own (CREATE_ID,
+/// GET_EVENT, MIGRATE_ID; GET_OPTION, ENOSYS before any id is looked
+/// at) and for a command too short to hold it (its handler refuses it).
 fn named_handle(c: &Command<'_>) -> Option<u32> {
-    let at = match c.cmd {
-        cmd::BIND | cmd::RESOLVE_ADDR | cmd::RESOLVE_ROUTE | cmd::LISTEN => 8,
-        cmd::REJECT | cmd::DISCONNECT | cmd::NOTIFY => 8,
-        cmd::DESTROY_ID | cmd::QUERY_ROUTE | cmd::QUERY | cmd::INIT_QP_ATTR => 16,
-        cmd::SET_OPTION | cmd::LEAVE_MCAST => 16,
-        cmd::JOIN_MCAST => 24,
-        cmd::BIND_IP => 44,
-        cmd::JOIN_IP_MCAST => 52,
-        cmd::RESOLVE_IP => 64,
-        cmd::CONNECT => 280,
-        cmd::ACCEPT => 288,
-        _ => return None,
-    };
-    c.u32(at).ok()
+    if matches!(c.cmd, cmd::MIGRATE_ID | cmd::GET_OPTION) {
+        return None;
+    }
+    c.u32(abi::id_offset(c.cmd)?).ok()
 }
 
 /// The start both JOINs share (`response` and `uid` at the same places),

@@ -34,7 +34,7 @@
 //! the number the application knows, translated here both ways.
 
 use super::real_open;
-use softverbs_cm::abi::{cmd, event, parse_sockaddr, Command, EVENT_LEN, HEADER_LEN};
+use softverbs_cm::abi::{cmd, event, id_offset, parse_sockaddr, Command, EVENT_LEN, HEADER_LEN};
 use softverbs_cm::{Agent, ID_HANDLES};
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -121,24 +121,6 @@ fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
-}
-
-/// Where the id of command `op` is (bytes from the command's start), for
-/// the commands that name one (`include/uapi/rdma/rdma_user_cm.h`).
-fn id_offset(op: u32) -> Option<usize> {
-    Some(match op {
-        cmd::BIND | cmd::RESOLVE_ADDR | cmd::RESOLVE_ROUTE | cmd::LISTEN => 8,
-        cmd::REJECT | cmd::DISCONNECT | cmd::NOTIFY => 8,
-        cmd::DESTROY_ID | cmd::QUERY_ROUTE | cmd::QUERY | cmd::INIT_QP_ATTR => 16,
-        cmd::SET_OPTION | cmd::GET_OPTION | cmd::LEAVE_MCAST | cmd::MIGRATE_ID => 16,
-        cmd::JOIN_MCAST => 24,
-        cmd::BIND_IP => 44,
-        cmd::JOIN_IP_MCAST => 52,
-        cmd::RESOLVE_IP => 64,
-        cmd::CONNECT => 280,
-        cmd::ACCEPT => 288,
-        _ => return None, // CREATE_ID, GET_EVENT
-    })
 }
 
 fn put32(buf: &mut [u8], at: usize, v: u32) {
@@ -536,18 +518,5 @@ mod tests {
         assert!(c(&resolve), "a destination that is a softverbs device");
         put_addr(&mut resolve, 8, "192.0.2.7:0");
         assert!(!c(&resolve), "a source decides before the destination");
-    }
-
-    #[test]
-    fn the_id_is_found_where_the_kernel_header_puts_it() {
-        // Spot checks against rdma_user_cm.h's layouts: the id follows
-        // `response` (u64) in DESTROY_ID, leads in LISTEN, follows two
-        // sockaddr_in6 in RESOLVE_IP and conn_param in CONNECT.
-        assert_eq!(id_offset(cmd::DESTROY_ID), Some(HEADER_LEN + 8));
-        assert_eq!(id_offset(cmd::LISTEN), Some(HEADER_LEN));
-        assert_eq!(id_offset(cmd::RESOLVE_IP), Some(HEADER_LEN + 2 * 28));
-        assert_eq!(id_offset(cmd::CONNECT), Some(HEADER_LEN + 272));
-        assert_eq!(id_offset(cmd::CREATE_ID), None);
-        assert_eq!(id_offset(cmd::GET_EVENT), None);
     }
 }
