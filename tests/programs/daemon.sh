@@ -86,6 +86,21 @@ else
   bad "the daemon's descriptor limit is the hard one, not its starter's 64" "$log/limits"
 fi
 
+# An ibv_rc_pingpong client to the server listening on port $2 (pid $3),
+# its output in $4: case $1 passes if both ends finish the exchange.
+client_runs() {
+  local name=$1 port=$2 server_pid=$3 out=$4
+  timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -p "$port" "$ip" > "$out" 2>&1
+  local c=$?
+  wait "$server_pid"
+  local r=$?
+  if [ $c = 0 ] && [ $r = 0 ] && grep -q "iters in" "$out"; then
+    ok "$name"
+  else
+    bad "$name" "$out"
+  fi
+}
+
 # 2. A second program shares it; a kill -9 of that program leaves the
 #    first one's connection working.
 next_port p2
@@ -93,13 +108,7 @@ victim s2 "$p2" ibv_rc_pingpong -d softverbs0 -g 0
 s2=$srv
 [ "$(daemons)" = 1 ] && ok "a second program shares the daemon" || bad "a second program shares the daemon"
 kill -9 $s2; wait $s2 2>/dev/null
-timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -p "$p1" "$ip" > "$log/c1" 2>&1; c1=$?
-wait $s1; r1=$?
-if [ $c1 = 0 ] && [ $r1 = 0 ] && grep -q "iters in" "$log/c1"; then
-  ok "after a kill -9 of another program, a connection still runs"
-else
-  bad "after a kill -9 of another program, a connection still runs" "$log/c1"
-fi
+client_runs "after a kill -9 of another program, a connection still runs" "$p1" $s1 "$log/c1"
 
 # 3. The program that started the daemon is gone; new programs use it.
 next_port p3
@@ -272,13 +281,7 @@ if server s11 "$p11" ibv_rc_pingpong -d softverbs0 -g 0; then
   else
     echo "exit $rc" >> "$log/second"; bad "a second daemon on an address refuses it, saying why" "$log/second"
   fi
-  timeout 60 ibv_rc_pingpong -d softverbs0 -g 0 -p "$p11" "$ip" > "$log/c11" 2>&1; c11=$?
-  wait $s11; r11=$?
-  if [ $c11 = 0 ] && [ $r11 = 0 ] && grep -q "iters in" "$log/c11"; then
-    ok "the first daemon's connection runs on beside the refused one"
-  else
-    bad "the first daemon's connection runs on beside the refused one" "$log/c11"
-  fi
+  client_runs "the first daemon's connection runs on beside the refused one" "$p11" $s11 "$log/c11"
 else
   bad "ibv_rc_pingpong starts and listens" "$log/s11"
 fi

@@ -1855,9 +1855,10 @@ impl Daemon {
         };
         client.queued.drain(..written);
         self.queued_total -= written;
-        if client.queued.is_empty() && client.queued.capacity() > QUEUED_ANYWAY {
-            // A burst's room goes back once it is written.
-            client.queued = Vec::new();
+        if client.queued.is_empty() {
+            // A burst's room beyond the share goes back once it is
+            // written (the share stays, for the next burst).
+            client.queued.shrink_to(QUEUED_ANYWAY);
         }
         if broken {
             return self.remove(id);
