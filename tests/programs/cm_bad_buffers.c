@@ -5,6 +5,9 @@
  *   `out` below their response: ENOSPC, and no byte written;
  * - CREATE_ID whose response cannot be written: EFAULT, and the id made
  *   is destroyed (the ids between two good CREATE_IDs are unknown);
+ * - JOIN_IP_MCAST likewise: EFAULT, and the group is left (its
+ *   MULTICAST_JOIN event goes with it: the next event is the next
+ *   join's);
  * - MIGRATE_ID from a descriptor that is not open: ENOENT; from one that
  *   is no rdma_cm file: EINVAL;
  * - a command at the end of a mapping, written with a `count` beyond
@@ -12,8 +15,10 @@
  * - a thread making ids while another closes the channel: each write
  *   returns (success or EBADF), none waits for ever.
  * Commands are written as librdmacm writes them. Prints "cm bad buffers
- * ok". Found by adversarial testing (2026-12-06). */
+ * ok". Found by adversarial testing (2026-12-06). Usage: cm_bad_buffers
+ * IP (the device's address, for the joins). */
 #include <rdma/rdma_user_cm.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -25,6 +30,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* rdma_cma.h's number (that header and this one cannot both be included). */
+enum { MULTICAST_JOIN_EVENT = 12 };
 
 #define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
 
@@ -59,6 +67,60 @@ static long id_cmd(int fd, __u32 cmd, __u32 id, __u32 word, void *resp, int out,
 	return n;
 }
 
+/* A UD id on `fd`, bound to `ip`: its handle. */
+static __u32 bound_ud_id(int fd, const char *ip)
+{
+	__u32 id;
+	struct create_cmd c = { .hdr = { RDMA_USER_CM_CMD_CREATE_ID, sizeof(c.body), 4 } };
+	c.body.response = (uintptr_t)&id;
+	c.body.ps = RDMA_PS_UDP;
+	if (write(fd, &c, sizeof(c)) < 0)
+		FAIL("CREATE_ID (UD): %s", strerror(errno));
+	struct {
+		struct rdma_ucm_cmd_hdr hdr;
+		struct rdma_ucm_bind_ip body;
+	} b = { { RDMA_USER_CM_CMD_BIND_IP, sizeof(b.body), 0 } };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&b.body.addr;
+	sin->sin_family = AF_INET;
+	if (inet_pton(AF_INET, ip, &sin->sin_addr) != 1)
+		FAIL("bad address %s", ip);
+	b.body.id = id;
+	if (write(fd, &b, sizeof(b)) < 0)
+		FAIL("BIND_IP %s: %s", ip, strerror(errno));
+	return id;
+}
+
+/* JOIN_IP_MCAST of id `id` to 239.1.2.3, tagged `uid`, answering into
+ * `resp`: write's result, errno in `err`. */
+static long join(int fd, __u32 id, __u64 uid, void *resp, int *err)
+{
+	struct {
+		struct rdma_ucm_cmd_hdr hdr;
+		struct rdma_ucm_join_ip_mcast body;
+	} j = { { RDMA_USER_CM_CMD_JOIN_IP_MCAST, sizeof(j.body), 4 } };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&j.body.addr;
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(0xEF010203);
+	j.body.response = (uintptr_t)resp;
+	j.body.uid = uid;
+	j.body.id = id;
+	long n = write(fd, &j, sizeof(j));
+	*err = errno;
+	return n;
+}
+
+/* GET_EVENT on `fd` into `ev`: write's result, errno in `err`. */
+static long get_event(int fd, struct rdma_ucm_event_resp *ev, int *err)
+{
+	struct {
+		struct rdma_ucm_cmd_hdr hdr;
+		struct rdma_ucm_get_event body;
+	} ge = { { RDMA_USER_CM_CMD_GET_EVENT, sizeof(ge.body), sizeof(*ev) }, { (uintptr_t)ev } };
+	long n = write(fd, &ge, sizeof(ge));
+	*err = errno;
+	return n;
+}
+
 static void expect_enospc(const char *what, long n, int err, const unsigned char *canary)
 {
 	if (n != -1 || err != ENOSPC)
@@ -87,8 +149,10 @@ static void *make_ids(void *arg)
 	return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc < 2)
+		FAIL("usage: cm_bad_buffers IP");
 	int fd = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		FAIL("open: %s", strerror(errno));
@@ -154,6 +218,29 @@ int main(void)
 	n = write(fd, at_end, 4096);
 	if (n != 4096)
 		FAIL("a CREATE_ID at the end of a mapping, count 4096: %ld, errno %d", n, errno);
+
+	/* A join whose answer cannot be written is left: of its join and
+	 * the next one, only the next one's event is there. */
+	int joins = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC | O_NONBLOCK);
+	if (joins < 0)
+		FAIL("open: %s", strerror(errno));
+	__u32 ud = bound_ud_id(joins, argv[1]), mc;
+	n = join(joins, ud, 1, ro, &err);
+	if (n != -1 || err != EFAULT)
+		FAIL("JOIN_IP_MCAST into a read-only page: %ld, errno %d, want EFAULT", n, err);
+	if (join(joins, ud, 2, &mc, &err) < 0)
+		FAIL("JOIN_IP_MCAST: errno %d", err);
+	struct rdma_ucm_event_resp ev;
+	if (get_event(joins, &ev, &err) < 0)
+		FAIL("GET_EVENT after the joins: errno %d", err);
+	if (ev.event != MULTICAST_JOIN_EVENT || ev.uid != 2)
+		FAIL("the first event: %u for uid %llu, want MULTICAST_JOIN (%d) for uid 2",
+		     ev.event, (unsigned long long)ev.uid, MULTICAST_JOIN_EVENT);
+	n = get_event(joins, &ev, &err);
+	if (n != -1 || err != EAGAIN)
+		FAIL("a second event (%u for uid %llu): the failed join's was kept", ev.event,
+		     (unsigned long long)ev.uid);
+	close(joins);
 
 	/* Ids made while another thread closes the channel. */
 	for (int round = 0; round < 20; round++) {

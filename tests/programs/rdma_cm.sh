@@ -514,9 +514,9 @@ c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fo
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
 # Bad response buffers and a close under a command, answered as the
 # kernel's ucma answers them (until 2026-12-06: fstat into a read-only
-# page crashed, a CREATE_ID whose answer failed kept its id, commands
+# page crashed, a CREATE_ID or JOIN whose answer failed was kept, commands
 # wrote past `out`, and a command racing the close waited for ever).
-c_case "rdma_cm's file given bad buffers, and closed under a command" cm_bad_buffers "cm bad buffers ok"
+c_case "rdma_cm's file given bad buffers, and closed under a command" cm_bad_buffers "cm bad buffers ok" "$ip"
 # An AF_INET and an AF_INET6 AFONLY wildcard listener share a port, each
 # taking its family's requests, as on the kernel (the port space refused
 # the second, EADDRNOTAVAIL, until 2026-12-06); without AFONLY it is
