@@ -264,6 +264,22 @@ impl Agent {
         self.channels.remove(&channel);
     }
 
+    /// Channel `from` is known as `to` from now on, its queue and ids
+    /// with it: the application closed the number it was opened as but
+    /// holds a duplicate of it, which keeps the kernel's file open.
+    pub fn rename_channel(&mut self, from: i32, to: i32) {
+        let Some(queue) = self.channels.remove(&from) else {
+            return;
+        };
+        self.channels.insert(to, queue);
+        for id in self.ids.values_mut().filter(|id| id.channel == from) {
+            id.channel = to;
+        }
+        for readied in self.readied.iter_mut().filter(|c| **c == from) {
+            *readied = to;
+        }
+    }
+
     /// Whether `channel` has an event waiting (its descriptor is readable).
     pub fn has_events(&self, channel: i32) -> bool {
         self.channels.get(&channel).is_some_and(|q| !q.is_empty())

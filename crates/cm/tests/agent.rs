@@ -16,6 +16,7 @@ const EADDRINUSE: i32 = 98;
 const EADDRNOTAVAIL: i32 = 99;
 const EINVAL: i32 = 22;
 const ENOENT: i32 = 2;
+const EBADF: i32 = 9;
 
 /// The host's port space, as the daemon keeps it, and its routes.
 #[derive(Default)]
@@ -2461,4 +2462,38 @@ fn an_id_named_through_another_channel_is_einval() {
     };
     assert_eq!(unknown, Err(ENOENT), "an id nobody has");
     destroy(&mut s, id);
+}
+
+/// A channel renamed (the application closed the number it was opened as
+/// but holds a duplicate) keeps its queued events and its ids under the
+/// new number; the old number is no channel.
+#[test]
+fn a_renamed_channel_keeps_its_events_and_ids() {
+    const DUP: i32 = 9;
+    let mut s = Side::new("10.0.0.1", 0x10);
+    let id = s.create(7);
+    let mut r = cmd_buf(cmd::RESOLVE_IP, 72, 0);
+    abi::put_sockaddr(&mut r[36..64], "10.0.0.1:7000".parse().unwrap());
+    put32(&mut r, 64, id);
+    put32(&mut r, 68, 2000);
+    s.ok(&r);
+    while s.agent.poll_ready().is_some() {}
+    s.agent.rename_channel(CH, DUP);
+    assert!(s.agent.has_events(DUP) && !s.agent.has_events(CH));
+    let mut g = cmd_buf(cmd::GET_EVENT, 16, 336);
+    put64(&mut g, 8, 0x3000);
+    let old = s.agent.command(s.now, CH, &g, &mut s.ports);
+    assert_eq!(old, Err(EBADF), "the old number is no channel");
+    let Ok(Reply::Respond { bytes, .. }) = s.agent.command(s.now, DUP, &g, &mut s.ports) else {
+        panic!("no event under the new number");
+    };
+    assert_eq!(Ev::decode(&bytes).event, event::ADDR_RESOLVED);
+    let mut d = cmd_buf(cmd::DESTROY_ID, 24, 4);
+    put64(&mut d, 8, 0x10);
+    put32(&mut d, 16, id);
+    let destroyed = s.agent.command(s.now, DUP, &d, &mut s.ports);
+    assert!(
+        destroyed.is_ok(),
+        "its id, named through the new number: {destroyed:?}"
+    );
 }
