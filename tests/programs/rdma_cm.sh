@@ -512,6 +512,11 @@ next_port fork_port
 c_case "rdma_cm in a forked child and its parent" cm_fork "cm fork ok" "$ip" $fork_port
 # A channel closed by dup2 over it is no channel any more.
 c_case "a channel closed without close(2) (dup2 over it)" cm_dup2 "cm dup2 ok"
+# Duplicates of a channel (dup, dup2, dup3, F_DUPFD_CLOEXEC) are the
+# channel, which lives until its last number closes (until 2026-12-07
+# commands written to a duplicate did nothing, and blocked after ~280).
+next_port dup_port
+c_case "duplicates of a channel are the channel, until the last closes" cm_dup "cm dup ok" "$ip" $dup_port
 # Bad response buffers and a close under a command, answered as the
 # kernel's ucma answers them (until 2026-12-06: fstat into a read-only
 # page crashed, a CREATE_ID or JOIN whose answer failed was kept, commands

@@ -394,6 +394,26 @@ impl KernelCm {
         }
     }
 
+    /// Channel `from` is known as `to` from now on (`Service`'s aliases):
+    /// its kernel file and ids go with it.
+    pub(super) fn rename_channel(&mut self, from: RawFd, to: RawFd) {
+        if let Some(file) = self.files.remove(&from) {
+            self.files.insert(to, file);
+        }
+        let renamed = |c: &mut RawFd| {
+            if *c == from {
+                *c = to;
+            }
+        };
+        self.moved
+            .values_mut()
+            .for_each(|m| renamed(&mut m.channel));
+        self.options.values_mut().for_each(|(c, _)| renamed(c));
+        self.shadows
+            .values_mut()
+            .for_each(|s| renamed(&mut s.channel));
+    }
+
     /// The application closed `channel`: its kernel file closes too, which
     /// destroys its ids there, as closing the kernel's file does.
     pub(super) fn close_channel(&mut self, channel: RawFd) {

@@ -27,6 +27,7 @@
 //! descriptor `O_NONBLOCK` (rsockets do).
 
 mod blocking_wait;
+mod duplicates;
 mod fds;
 mod kernel;
 mod neighbour;
@@ -98,6 +99,7 @@ fn real_file_stat(fd: c_int) -> Option<libc::stat> {
 /// signal handler never runs the dynamic linker.
 pub fn resolve() {
     let _ = (real_open(), real_write(), real_close(), real_fstat());
+    duplicates::resolve();
 }
 
 /// Plugin mode: libibverbs loaded this library with its own scope, so the

@@ -7,6 +7,13 @@
 //! the device file's descriptor. The other end stays here and holds one
 //! byte exactly while the channel has an event queued, so the
 //! application's `poll`/`epoll` see POLLIN as on the kernel's file.
+//!
+//! A channel is known by the number it was opened as (its key). A
+//! duplicate of it (`dup`, `dup2`, `dup3`, `fcntl(F_DUPFD)`) is an alias:
+//! a command written to it runs on the channel, and closing one of the
+//! numbers closes the channel only when it was the last, as the kernel's
+//! file lives while a descriptor holds it. The key closed first, the
+//! channel takes an alias's number as its key (`release_number`).
 
 use super::fds;
 use super::kernel::{self, KernelCm, Route};
@@ -58,6 +65,8 @@ struct Inner {
     /// The devices whose daemon session broke (the daemon died).
     dead: Vec<IpAddr>,
     channels: HashMap<RawFd, ChannelIo>,
+    /// Duplicates of channels: each number's channel key.
+    aliases: HashMap<RawFd, RawFd>,
     /// Our ends of channels the application is closing, kept open until
     /// its end is closed ([`Service::unmark`]).
     closing: Vec<ClosingEnd>,
@@ -240,6 +249,7 @@ impl Service {
                 endpoints,
                 dead: Vec::new(),
                 channels: HashMap::new(),
+                aliases: HashMap::new(),
                 closing: Vec::new(),
                 kernel: KernelCm::default(),
             }),
@@ -285,12 +295,10 @@ impl Service {
         }
         let file = super::file_of(fd).ok_or_else(io::Error::last_os_error)?;
         let mut inner = self.inner.lock();
-        // A channel of this number closed without close(2) (dup2 over it,
-        // close_range): its ids go now, not into the new channel.
-        let Inner {
-            agent, endpoints, ..
-        } = &mut *inner;
-        agent.close_channel(fd, &mut Ports(endpoints));
+        // A channel of this number closed without close(2) (close_range,
+        // a dup2 past this library): its ids go now (or stay with its
+        // duplicates), not into the new channel.
+        inner.release_number(fd);
         inner.agent.open_channel(fd);
         inner.channels.insert(
             fd,
@@ -306,8 +314,10 @@ impl Service {
         Ok(fd)
     }
 
-    /// The application closes channel `fd`: its ids go, as when the kernel
-    /// releases the file. The caller closes the descriptor itself, then
+    /// The application closes channel number `fd`: if it was the
+    /// channel's last (no duplicate holds it), the channel's ids go, as
+    /// when the kernel releases the file. The caller closes the
+    /// descriptor itself, then
     /// [`unmark`](Self::unmark)s it: until then a write on it (another
     /// thread's GET_EVENT, racing the close) is a command on a closed
     /// channel, EBADF as from the kernel's file, never a write into the
@@ -322,13 +332,67 @@ impl Service {
             return;
         }
         let mut inner = self.inner.lock();
-        if let Some(ours) = inner.close_channel(fd) {
+        if let Some(ours) = inner.release_number(fd) {
             inner.closing.push(ClosingEnd {
                 fd,
                 file,
                 _ours: ours,
             });
         }
+    }
+
+    /// `dup` and its kin on channel number `old`, `over` the number
+    /// `dup2`/`dup3` name: `dup` is the real call, made here, under the
+    /// locks `open_channel` takes (no command or readiness byte sees the
+    /// numbers half done, and a write to the new number looks at it
+    /// before or after). Its result, the new number an alias of the
+    /// channel; a channel `over` named was closed by it. A number this
+    /// library cannot mark is refused (closed again): EMFILE, or EBADF
+    /// for a number asked for, as a number past the limit.
+    pub fn duplicate(&self, old: RawFd, over: Option<RawFd>, dup: impl FnOnce() -> RawFd) -> RawFd {
+        if std::process::id() != self.pid {
+            return dup(); // a forked child's channels are its parent's
+        }
+        let _alone = super::new_channels::making_a_channel();
+        let mut inner = self.inner.lock();
+        let file = fds::file(old);
+        let source = fds::is_channel(old) && super::file_of(old) == file;
+        let new = dup();
+        let errno = io::Error::last_os_error().raw_os_error();
+        if new < 0 || new == old {
+            if let Some(errno) = errno {
+                crate::guard::set_errno(errno); // dup's, whatever the lock did
+            }
+            return new;
+        }
+        if over.is_some() && fds::is_channel(new) {
+            // `dup2` closed the channel that had the number: nothing can
+            // write into it any more, so our end goes at once.
+            drop(inner.release_number(new));
+            fds::set_channel(new, false);
+        }
+        if !source {
+            return new;
+        }
+        if new >= fds::MAX_FD {
+            if let Some(close) = super::real_close() {
+                // SAFETY: the number the call just made, no one else's yet.
+                unsafe { close(new) };
+            }
+            crate::guard::set_errno(if over.is_some() {
+                libc::EBADF
+            } else {
+                libc::EMFILE
+            });
+            return -1;
+        }
+        let key = inner.key_of(old);
+        inner.aliases.insert(new, key);
+        if let Some(file) = file {
+            fds::set_file(new, file);
+        }
+        fds::set_channel(new, true);
+        new
     }
 
     /// Whether `fd` is still the channel it is marked as. A number that
@@ -353,7 +417,7 @@ impl Service {
         // shares the parent's memory, marks included: only the process
         // that opened the channel forgets it.
         if std::process::id() == self.pid {
-            inner.close_channel(fd);
+            inner.release_number(fd);
             fds::set_channel(fd, false);
         }
         false
@@ -384,8 +448,10 @@ impl Service {
         }
         let mut inner = self.inner.lock();
         let ours: Vec<IpAddr> = inner.endpoints.iter().map(|(ip, _)| *ip).collect();
+        let (key, original) = inner.keyed(fd, original);
+        let (_, extended) = inner.keyed(fd, extended);
         let Inner { agent, kernel, .. } = &mut *inner;
-        let Route::Kernel { file, cmd } = kernel.route(agent, &ours, fd, original, extended)?
+        let Route::Kernel { file, cmd } = kernel.route(agent, &ours, key, &original, &extended)?
         else {
             return Ok(false);
         };
@@ -406,9 +472,10 @@ impl Service {
     /// waits: the GET_EVENT response.
     pub fn kernel_event(&self, fd: RawFd) -> Result<Option<Vec<u8>>, i32> {
         let mut inner = self.inner.lock();
-        let was_pending = inner.kernel.pending(fd);
-        let event = inner.kernel.event(fd);
-        if was_pending && !inner.kernel.pending(fd) {
+        let key = inner.key_of(fd);
+        let was_pending = inner.kernel.pending(key);
+        let event = inner.kernel.event(key);
+        if was_pending && !inner.kernel.pending(key) {
             // Found none: the thread watches the file again, and the
             // channel is readable only for softverbs' events.
             inner.flush();
@@ -424,16 +491,17 @@ impl Service {
     pub fn command(&self, fd: RawFd, buf: &[u8]) -> Result<Option<Reply>, i32> {
         let now = self.clock.now();
         let mut inner = self.inner.lock();
+        let (key, buf) = inner.keyed(fd, buf);
         let Inner {
             agent,
             endpoints,
             kernel,
             ..
         } = &mut *inner;
-        let destroyed_shadow = shadow_before(kernel, buf);
-        let mut reply = agent.command(now, fd, buf, &mut Ports(endpoints));
+        let destroyed_shadow = shadow_before(kernel, &buf);
+        let mut reply = agent.command(now, key, &buf, &mut Ports(endpoints));
         if reply.is_ok() {
-            let moved_shadow = shadow_after(agent, kernel, fd, buf);
+            let moved_shadow = shadow_after(agent, kernel, key, &buf);
             if let Ok(Reply::Respond { bytes, .. }) = &mut reply {
                 count_shadow_events(bytes, destroyed_shadow + moved_shadow);
             }
@@ -513,6 +581,63 @@ impl Service {
 }
 
 impl Inner {
+    /// The key of the channel number `fd` names (itself if no alias).
+    fn key_of(&self, fd: RawFd) -> RawFd {
+        self.aliases.get(&fd).copied().unwrap_or(fd)
+    }
+
+    /// Command `buf`, written to channel number `fd`, as the channel's
+    /// key names it: the key, and the command with a MIGRATE_ID's source
+    /// number (an alias, maybe) as its key too.
+    fn keyed<'b>(&self, fd: RawFd, buf: &'b [u8]) -> (RawFd, std::borrow::Cow<'b, [u8]>) {
+        const MIGRATE_FROM: usize = 20; // `struct rdma_ucm_migrate_id`'s fd
+        let key = self.key_of(fd);
+        let from = match Command::parse(buf) {
+            Ok(c) if c.cmd == cmd::MIGRATE_ID => c.u32(MIGRATE_FROM).ok(),
+            _ => None,
+        };
+        let Some(from) = from.map(|f| f as RawFd) else {
+            return (key, buf.into());
+        };
+        let mut keyed = buf.to_vec();
+        let from_key = self.key_of(from) as u32;
+        keyed[MIGRATE_FROM..MIGRATE_FROM + 4].copy_from_slice(&from_key.to_ne_bytes());
+        (key, keyed.into())
+    }
+
+    /// Channel number `fd` is closed. An alias goes alone; a key with
+    /// aliases hands the channel to the lowest of them that is still its
+    /// file (their numbers stay open; the channel lives on). Else the
+    /// channel is gone: our end of it, if it was one.
+    fn release_number(&mut self, fd: RawFd) -> Option<OwnedFd> {
+        if self.aliases.remove(&fd).is_some() {
+            return None;
+        }
+        let file = fds::file(fd);
+        // Aliases closed past this library (close_range) are let go.
+        self.aliases
+            .retain(|&a, &mut key| key != fd || super::file_of(a) == file);
+        let heir = self
+            .aliases
+            .iter()
+            .filter(|&(_, &key)| key == fd)
+            .map(|(&a, _)| a)
+            .min();
+        let Some(heir) = heir else {
+            return self.close_channel(fd);
+        };
+        self.aliases.remove(&heir);
+        for key in self.aliases.values_mut().filter(|key| **key == fd) {
+            *key = heir;
+        }
+        self.agent.rename_channel(fd, heir);
+        self.kernel.rename_channel(fd, heir);
+        if let Some(io) = self.channels.remove(&fd) {
+            self.channels.insert(heir, io);
+        }
+        None
+    }
+
     /// Channel `fd` is gone: its ids go. Our end of it, if it was one.
     fn close_channel(&mut self, fd: RawFd) -> Option<OwnedFd> {
         let Inner {
