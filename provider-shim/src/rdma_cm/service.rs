@@ -718,9 +718,11 @@ impl Inner {
             } else if !want && io.signalled {
                 let mut b = [0u8; 1];
                 // SAFETY: `fd` is the application's end of this channel,
-                // open while it is in `channels` (close_channel removes it
-                // before the application's close goes through); reading
-                // one byte into a local buffer, without blocking.
+                // open while it is in `channels` (`release_number` removes
+                // it, or moves the channel to a duplicate's number, before
+                // the application's close of the number goes through; a
+                // duplicate is this end too); reading one byte into a
+                // local buffer, without blocking.
                 let r = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
                 io.signalled = r != 1;
             }
