@@ -8,7 +8,10 @@
  *   about 280: found by adversarial testing, 2026-12-06);
  * - dup2, dup3 and fcntl(F_DUPFD_CLOEXEC) onto chosen numbers, poll
  *   seeing an event through each;
- * - a dup2 over a channel closes it (its id's port is free).
+ * - a dup2 over a channel closes it (its id's port is free);
+ * - a thread's commands through a duplicate all succeed while another
+ *   closes the number the channel was opened as (the channel moves to
+ *   the duplicate's number meanwhile).
  * Usage: cm_dup IP PORT. Prints "cm dup ok". */
 #define _GNU_SOURCE
 #include <rdma/rdma_cma.h>
@@ -16,6 +19,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +78,23 @@ static void resolve_through(struct rdma_event_channel *ch, int fd)
 	rdma_ack_cm_event(ev);
 	if (rdma_destroy_id(id))
 		FAIL("rdma_destroy_id through %d: %s", fd, strerror(errno));
+}
+
+static atomic_int commands;
+
+/* Ids made and destroyed through the duplicate `arg` names, until told
+ * to stop (commands < 0). */
+static void *command_through(void *arg)
+{
+	struct rdma_event_channel ch = { .fd = *(int *)arg };
+	while (atomic_load(&commands) >= 0) {
+		struct rdma_cm_id *id;
+		if (rdma_create_id(&ch, &id, NULL, RDMA_PS_TCP) || rdma_destroy_id(id))
+			FAIL("a command through the duplicate as the channel moved: %s",
+			     strerror(errno));
+		atomic_fetch_add(&commands, 1);
+	}
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -133,6 +155,26 @@ int main(int argc, char **argv)
 		FAIL("a channel dup2 closed still holds its id's port");
 	if (write(ch->fd, "x", 1) != 1)
 		FAIL("a write to /dev/null, which dup2 put over the channel: %s", strerror(errno));
+	/* The number opened closed while a thread commands through a
+	 * duplicate, a little later each round. */
+	for (int round = 0; round < 50; round++) {
+		struct rdma_event_channel *c = rdma_create_event_channel();
+		if (!c)
+			FAIL("rdma_create_event_channel: %s", strerror(errno));
+		int dupped = dup(c->fd);
+		pthread_t t;
+		atomic_store(&commands, 0);
+		pthread_create(&t, NULL, command_through, &dupped);
+		while (atomic_load(&commands) < round)
+			;
+		close(c->fd);
+		while (atomic_load(&commands) < round + 20)
+			;
+		atomic_store(&commands, -1000000);
+		pthread_join(t, NULL);
+		close(dupped);
+		free(c);
+	}
 	puts("cm dup ok");
 	return 0;
 }
