@@ -15,6 +15,7 @@ use softverbs_wire::cm::{
     MessageKind, PortSpace,
 };
 use softverbs_wire::mad::{MadHeader, MAD_LEN};
+use softverbs_wire::u24::Qpn;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::thread::JoinHandle;
@@ -77,10 +78,17 @@ fn mad(message: CmMessage, tid: u64) -> [u8; MAD_LEN] {
     mad
 }
 
+/// The QP number a REQ from requester `local_comm_id` names as its own
+/// (a DREQ to the requester must name it).
+fn requester_qpn(local_comm_id: u32) -> Qpn {
+    Qpn::new_masked(0x40_0000 | (local_comm_id & 0xffff))
+}
+
 fn req(local_comm_id: u32, ps: PortSpace, port: u16) -> [u8; MAD_LEN] {
     let req = CmReq {
         local_comm_id,
         service_id: ip_service_id(ps, port),
+        local_qpn: requester_qpn(local_comm_id),
         ..CmReq::default()
     };
     mad(
@@ -725,6 +733,7 @@ fn rep_taken(h: &Host) -> (Endpoint, Endpoint, CmRep) {
     let rep = CmRep {
         local_comm_id: comm_id(&passive, 3),
         remote_comm_id: comm_id(&active, 4),
+        local_qpn: Qpn::new_masked(0x1234),
         ..CmRep::default()
     };
     passive
@@ -758,6 +767,8 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
         (rep.remote_comm_id, rep.local_comm_id),
         "from the dead end, to the living one"
     );
+    // The kernel's CM drops a DREQ that names another QP than its id's.
+    assert_eq!(dreq.remote_qpn, rep.local_qpn, "the living end's QP");
 }
 
 /// The next two CM messages `e` receives, which must be a REJ then a DREQ:
@@ -884,6 +895,13 @@ fn the_active_side_elsewhere_of_a_passive_one_gone_gets_a_rej() {
     ];
     dreqs.sort();
     assert_eq!(dreqs, [(ours_first, first), (ours_second, second)]);
+    for d in [d1, d2] {
+        assert_eq!(
+            d.remote_qpn,
+            requester_qpn(d.remote_comm_id),
+            "the requester's QP"
+        );
+    }
     assert_eq!(h.stats().gsi_answered, 3, "nothing else: no REJ of a REQ");
 }
 

@@ -13,6 +13,7 @@
 //! daemon); one to another host is taken as sent. Time comes from the
 //! caller, so the marks' expiry is tested without waiting.
 
+use softverbs_wire::u24::Qpn;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -36,6 +37,10 @@ pub(super) struct CmPeer {
     /// The address they came to, and the UDP socket slot it is.
     pub local: SocketAddr,
     pub slot: usize,
+    /// Its QP's number, which a DREQ to it names (the kernel's CM drops
+    /// a DREQ whose remote QPN is not its id's QP); zero where no message
+    /// to it needs one.
+    pub qpn: Qpn,
 }
 
 /// How far a client's connection got, as the daemon saw it.
@@ -109,6 +114,12 @@ impl CmConnections {
         if let Some(c) = self.by_ours.get_mut(&ours) {
             c.stage = Stage::Established;
         }
+    }
+
+    /// The QP number of connection `ours`'s peer, if the connection is
+    /// known.
+    pub(super) fn peer_qpn(&self, ours: u32) -> Option<Qpn> {
+        self.by_ours.get(&ours).map(|c| c.peer.qpn)
     }
 
     /// Connection `ours` ended (a REJ).
@@ -219,6 +230,7 @@ mod tests {
             addr: "10.0.0.2:4791".parse().unwrap(),
             local: "10.0.0.1:4791".parse().unwrap(),
             slot: 0,
+            qpn: Qpn::new_masked(0x100 + comm_id),
         }
     }
 

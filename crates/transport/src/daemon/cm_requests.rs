@@ -25,6 +25,7 @@
 //! REP of its own (the kernel's `cm_destroy_id` in REQ_RCVD). Time comes
 //! from the caller, so expiry is tested without waiting.
 
+use softverbs_wire::u24::Qpn;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::IpAddr;
@@ -59,6 +60,8 @@ pub(super) struct RoutedRequest {
     /// The address it came to (the listener's) and its transaction ID.
     pub dst: IpAddr,
     pub tid: u64,
+    /// The requester's QP (the REQ's local QPN), which a DREQ to it names.
+    pub qpn: Qpn,
     /// The client answered it with a REP (`Request::Replying`): should it
     /// die, the REJ of its REP goes, not one of the REQ. The entry stays,
     /// for the REQ sent again or given up while the REP is on its way.
@@ -181,6 +184,7 @@ mod tests {
             client,
             dst: ip("10.0.0.9"),
             tid: 1,
+            qpn: Qpn::new_masked(0x11),
             replied: false,
         }
     }

@@ -44,6 +44,7 @@ use rustix::net::{
     accept_with, bind, listen, send, socket_with, sockopt, AddressFamily, SendFlags,
     SocketAddrUnix, SocketFlags, SocketType,
 };
+use softverbs_wire::u24::Qpn;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -1435,6 +1436,7 @@ impl Daemon {
                 client,
                 dst: dst.ip(),
                 tid: header.tid,
+                qpn: req.local_qpn,
                 replied: false,
             };
             self.cm_requests
@@ -1503,8 +1505,10 @@ impl Daemon {
             .cm_requests
             .routed
             .get_mut((peer, remote_comm_id), Instant::now());
+        let mut qpn = Qpn::ZERO;
         if let Some(r) = request.filter(|r| r.client == id) {
             r.replied = true;
+            qpn = r.qpn;
         }
         let port = udp_port();
         let active = CmPeer {
@@ -1512,6 +1516,7 @@ impl Daemon {
             addr: SocketAddr::new(peer, port),
             local: SocketAddr::new(local, port),
             slot,
+            qpn,
         };
         self.cm.connected(comm_id, active, Stage::RepSent);
         Reply::Done
@@ -1539,11 +1544,12 @@ impl Daemon {
         let Ok((header, msg)) = CmMessage::parse_mad(mad) else {
             return;
         };
-        let peer = |comm_id| CmPeer {
+        let peer = |comm_id, qpn| CmPeer {
             comm_id,
             addr: src,
             local: dst,
             slot,
+            qpn,
         };
         let now = Instant::now();
         self.cm.expire(now);
@@ -1555,14 +1561,16 @@ impl Daemon {
                 // The client's REQ is answered: its connection is known
                 // from here on (and, if its REQ passed here, its peer's).
                 self.cm_requests.sent.remove(m.remote_comm_id);
-                self.cm_requests.routed.remove((dst.ip(), m.remote_comm_id));
+                let requester = (dst.ip(), m.remote_comm_id);
+                let active_qpn = self.cm_requests.routed.get(requester, now).map(|r| r.qpn);
+                self.cm_requests.routed.remove(requester);
                 // The client's RTU to a peer of this host will pass here.
                 let stage = match peer_slot {
                     Some(_) => Stage::RepTaken,
                     None => Stage::Established,
                 };
-                self.cm
-                    .connected(m.remote_comm_id, peer(m.local_comm_id), stage);
+                let passive = peer(m.local_comm_id, m.local_qpn);
+                self.cm.connected(m.remote_comm_id, passive, stage);
                 // A passive side on this host is known from its REP too:
                 // should it die before the RTU reaches it, the active side
                 // gets the REJ the kernel's CM sends for a REP it had sent
@@ -1576,16 +1584,24 @@ impl Daemon {
                         addr: dst,
                         local,
                         slot,
+                        qpn: active_qpn.unwrap_or(Qpn::ZERO),
                     };
                     self.cm.connected(m.local_comm_id, active, Stage::RepSent);
                 }
             }
             CmMessage::Rtu(m) => {
-                // The request passed to the client is a connection now.
-                self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
+                // The request passed to the client is a connection now;
+                // the requester's QP is the REQ's (or, the REP having
+                // passed here too, the connection's already).
+                let requester = (src.ip(), m.local_comm_id);
+                let qpn = (self.cm_requests.routed.get(requester, now).map(|r| r.qpn))
+                    .or_else(|| self.cm.peer_qpn(m.remote_comm_id))
+                    .unwrap_or(Qpn::ZERO);
+                self.cm_requests.routed.remove(requester);
                 self.cm.rtu_passed(m.local_comm_id);
+                let active = peer(m.local_comm_id, qpn);
                 self.cm
-                    .connected(m.remote_comm_id, peer(m.local_comm_id), Stage::Established)
+                    .connected(m.remote_comm_id, active, Stage::Established)
             }
             CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
             CmMessage::Drep(m) => self.cm.drep_passed(m.remote_comm_id),
@@ -1615,6 +1631,7 @@ impl Daemon {
             let dreq = CmMessage::Dreq(CmDreq {
                 local_comm_id: ours,
                 remote_comm_id: peer.comm_id,
+                remote_qpn: peer.qpn,
                 ..Default::default()
             });
             match farewell {
@@ -1703,6 +1720,7 @@ impl Daemon {
                 addr: SocketAddr::new(r.peer, port),
                 local: SocketAddr::new(r.local, port),
                 slot,
+                qpn: Qpn::ZERO, // a REJ names no QP
             };
             self.farewell(&peer, &CmMessage::Rej(rej), r.tid);
         }
@@ -1739,6 +1757,7 @@ impl Daemon {
                 addr: SocketAddr::new(requester, port),
                 local: SocketAddr::new(r.dst, port),
                 slot,
+                qpn: Qpn::ZERO, // a REJ names no QP
             };
             self.farewell(&peer, &CmMessage::Rej(rej), r.tid);
         }
