@@ -119,6 +119,66 @@ pair ib_atomic_bw ib_atomic_bw -d softverbs0 -x 0 -n 50
 pair ibv_rc_pingpong-IPv6 env -u SOFTVERBS_DAEMON_SOCKET SOFTVERBS_DEVICES=softverbs0=::1 \
   ibv_rc_pingpong -d softverbs0 -g 1 -s 4096 -n 20
 
+# rping over rdma_cm: the CM's MADs reach a process through the daemon,
+# past its contexts, and are captured too (until 2026-12-07 a process's
+# file held only the MADs it sent), each packet before it leaves, so no
+# answer comes first in the file (a server's file held the client's
+# data before its own REP, 1 run in 4).
+rping_pair() {
+  n=$((n + 1)); local port=$((PORT_BASE + n)) crc src
+  SOFTVERBS_CM_TRACE=1 SOFTVERBS_PCAP="$pcaps/rping.server-%p.pcap" \
+    timeout 60 rping -s -a "$ip" -p $port -C 10 -v > "$log/srv" 2>&1 &
+  local srv=$!
+  if wait_line "$log/srv" "command 7:" $srv; then # its LISTEN
+    SOFTVERBS_PCAP="$pcaps/rping.client-%p.pcap" timeout 60 rping -c -a "$ip" -p $port -C 10 -v > "$log/cli" 2>&1
+    crc=$(rping_exit $? "$log/cli")
+  else
+    crc="not started"; kill $srv 2> /dev/null
+  fi
+  wait $srv; src=$(rping_exit $? "$log/srv")
+  if [ "$crc" = 0 ] && [ "$src" = 0 ]; then
+    ok "rping runs with SOFTVERBS_PCAP set"
+  else
+    { echo "client exit $crc, server exit $src"; tail -n 6 "$log/cli"; grep -v "^softverbs rdma_cm" "$log/srv" | tail -n 6; } > "$log/both"
+    bad "rping runs with SOFTVERBS_PCAP set" "$log/both"
+  fi
+}
+rping_pair
+
+# cm_order FILE: the frames of FILE, one per line: "cm ATTRIBUTE" for a
+# CM MAD (0x0010 REQ, 0x0013 REP, 0x0014 RTU), "rc" for an RC packet.
+cm_order() {
+  tshark -n -r "$1" -T fields -e infiniband.mad.attributeid -e infiniband.bth.opcode 2> /dev/null \
+    | awk -F'\t' '$1 != "" { print "cm " $1; next } $2 < 32 { print "rc" }'
+}
+rping_cm_checks() {
+  local server client
+  server=$(ls "$pcaps"/rping.server-*.pcap 2> /dev/null | head -n 1)
+  client=$(ls "$pcaps"/rping.client-*.pcap 2> /dev/null | head -n 1)
+  if [ -z "$server" ] || [ -z "$client" ]; then
+    bad "rping: a capture per side"; return
+  fi
+  cm_order "$server" > "$log/server.order"; cm_order "$client" > "$log/client.order"
+  local want_server="cm 0x0010 cm 0x0013 cm 0x0014" want_client="cm 0x0010 cm 0x0013 cm 0x0014"
+  local got_server got_client
+  got_server=$(grep "^cm 0x001[034]" "$log/server.order" | xargs)
+  got_client=$(grep "^cm 0x001[034]" "$log/client.order" | xargs)
+  if [ "$got_server" = "$want_server" ] && [ "$got_client" = "$want_client" ]; then
+    ok "rping: each side's capture holds the REQ, REP and RTU it sent and received, in order"
+  else
+    bad "rping: each side's capture holds the REQ, REP and RTU (server: $got_server; client: $got_client)"
+  fi
+  # The server's REP comes before any RC packet in its file: the client
+  # sends none before it has the REP.
+  if [ "$(grep -m1 -E '^(rc|cm 0x0013)$' "$log/server.order")" = "cm 0x0013" ]; then
+    ok "rping: the server's REP is captured before any RC packet"
+  else
+    { echo "server's frames:"; head -n 8 "$log/server.order"; } > "$log/why"
+    bad "rping: the server's REP is captured before any RC packet" "$log/why"
+  fi
+}
+rping_cm_checks
+
 # Another UDP port (SOFTVERBS_UDP_PORT, for a namespace where the kernel's
 # rxe holds 4791), with a daemon of its own started on demand: every
 # packet goes to that port. Captured apart (they are not RoCEv2 to tshark).
@@ -188,7 +248,7 @@ check_file() {
 
 shopt -s nullglob
 files=("$pcaps"/*.pcap)
-[ ${#files[@]} -ge 14 ] || bad "a capture per process ($((${#files[@]} - 1)) process files, want 14)"
+[ ${#files[@]} -ge 17 ] || bad "a capture per process ($((${#files[@]} - 1)) process files, want 16)"
 for f in "${files[@]}"; do
   check_file "$f"
 done

@@ -194,6 +194,15 @@ pub fn received(flow: &Flow, packet: &[u8]) {
     }
 }
 
+/// A CM MAD (a GSI packet, its ICRC checked) the process's rdma_cm
+/// accepted from `src` at `dst`, if the process captures: it comes from
+/// the daemon, past any context's receive path.
+pub fn received_mad(src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+    if let (Some(capture), Ok(flow)) = (process(), Flow::from_sockets(src, dst)) {
+        capture.packets(&flow, packet.len(), packet);
+    }
+}
+
 /// The sealed packets of `flow` a context hands to its socket at once
 /// (`segment` bytes each but the last), if the process captures.
 #[inline]

@@ -219,10 +219,12 @@ impl Endpoint {
             _ => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
         };
         let packet = crate::gsi::gsi_packet(self.local, to, mad)?;
-        self.socket.send_to(&packet, to)?;
+        // Captured before it leaves: the answer it brings, captured by
+        // another thread, must not come first in the file.
         if let Ok(flow) = softverbs_wire::Flow::from_sockets(self.local, to) {
             crate::capture::sent(Some(flow), packet.len(), &packet);
         }
+        self.socket.send_to(&packet, to)?;
         Ok(())
     }
 

@@ -101,6 +101,13 @@ pub(crate) struct SendBatch {
     sent_bytes: usize,
     /// The socket had no room for the queued packets: they wait for it.
     blocked: bool,
+    /// The queued packets are in the process's capture: written before
+    /// their first try to leave, so that nothing they bring back (an
+    /// ACK, a response another thread captures) comes first in the file,
+    /// and once, however many tries they take. (Packets GSO refuses are
+    /// sealed again to leave one by one; the capture keeps them as they
+    /// were first sealed.)
+    captured: bool,
     /// The packet being written: where it goes once committed.
     pending: Option<Placement>,
     /// A packet written while the batch could not leave, right after the
@@ -167,6 +174,7 @@ impl SendBatch {
             count: 0,
             gso_off: false,
             sent_bytes: 0,
+            captured: false,
             blocked: false,
             pending: None,
             held: None,
@@ -375,6 +383,9 @@ impl SendBatch {
         };
         let count = self.count as u64;
         let mut sent = Sent::default();
+        if !std::mem::replace(&mut self.captured, true) {
+            crate::capture::sent(self.flow, self.segment, &self.buf[..self.len]);
+        }
         self.blocked = false;
         let gso = count > 1 && !self.gso_off;
         let queued = &self.buf[..self.len];
@@ -403,7 +414,7 @@ impl SendBatch {
         if self.blocked {
             return sent;
         }
-        crate::capture::sent(self.flow, self.segment, &self.buf[..self.len]);
+        self.captured = false;
         self.len = 0;
         self.dst = None;
         self.flow = None;
