@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a context waits for the daemon to answer a request.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -429,9 +429,22 @@ fn trusted(daemon: u32, me: u32) -> bool {
     daemon == me || daemon == 0
 }
 
+/// How long a daemon started here may take to say it listens, and the
+/// command that started it to exit: far beyond what either takes on a
+/// loaded host, and short of leaving `ibv_open_device` waiting for ever on
+/// a command that never becomes ready (`SOFTVERBS_DAEMON` naming the
+/// wrong program: it hung until killed).
+const START_WITHIN: Duration = Duration::from_secs(20);
+
 /// Runs `program daemon --detach --socket NAME`, which prints one line
-/// once the daemon listens and exits (the daemon lives on, detached).
+/// once the daemon listens and exits (the daemon lives on, detached). One
+/// that has done neither within [`START_WITHIN`] is killed: ETIMEDOUT.
 fn start(program: &PathBuf, name: &str) -> io::Result<()> {
+    start_within(program, name, START_WITHIN)
+}
+
+/// [`start`], the daemon given `within` to be ready.
+fn start_within(program: &PathBuf, name: &str, within: Duration) -> io::Result<()> {
     // The daemon outlives the program: it must not carry the program's
     // preloaded libraries (this provider, sanitizers) with it.
     let mut child = Command::new(program)
@@ -446,24 +459,126 @@ fn start(program: &PathBuf, name: &str) -> io::Result<()> {
             // say) is what ibv_open_device fails with.
             crate::say!("softverbs: cannot start {} daemon: {e}", program.display());
         })?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        BufReader::new(out).read_line(&mut line)?;
-    }
-    let status = child.wait()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
+    let deadline = Instant::now() + within;
+    let said = match child.stdout.take() {
+        Some(out) => line_by(out, deadline),
+        None => Ok(()),
+    };
+    match said.and_then(|()| exit_by(&mut child, deadline)) {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(io::Error::other(format!(
             "{} daemon failed: {status}",
             program.display()
-        )))
+        ))),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            crate::say!(
+                "softverbs: {} daemon did not say it listens and exit within {:?} ({e}); \
+                 it was killed",
+                program.display(),
+                within
+            );
+            Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
+        }
+    }
+}
+
+/// Waits until `out` gives a whole line, or ends, by `deadline`.
+fn line_by(out: std::process::ChildStdout, deadline: Instant) -> io::Result<()> {
+    let mut out = BufReader::new(out);
+    loop {
+        wait_readable_by(out.get_ref().as_fd(), deadline)?;
+        let got = out.fill_buf()?;
+        if got.is_empty() || got.contains(&b'\n') {
+            return Ok(());
+        }
+        let n = got.len();
+        out.consume(n);
+    }
+}
+
+/// Waits until `child` exits, by `deadline`: its status.
+fn exit_by(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> io::Result<std::process::ExitStatus> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(status);
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // Readable once the process has exited.
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
+    wait_readable_by(pidfd.as_fd(), deadline)?;
+    child.wait()
+}
+
+/// Waits until `fd` is readable (or hung up), by `deadline`: TimedOut
+/// after it.
+fn wait_readable_by(fd: BorrowedFd<'_>, deadline: Instant) -> io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let timeout =
+            Timespec::try_from(left).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => continue,
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A daemon command made of `script` (a shell script, its arguments
+    /// ignored), in a file of this test's own.
+    fn daemon_command(tag: &str, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path =
+            std::env::temp_dir().join(format!("softverbs-start-{tag}-{}", std::process::id()));
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// A daemon command that never says it listens, or says so and never
+    /// exits, is killed after the time it is given: ETIMEDOUT (it hung
+    /// `ibv_open_device` for ever). One that says so and exits is ready.
+    #[test]
+    fn a_daemon_command_that_never_gets_ready_times_out() {
+        let within = Duration::from_millis(300);
+        for (tag, script) in [
+            ("silent", "exec sleep 30"),
+            ("lingers", "echo listening; exec sleep 30"),
+        ] {
+            let program = daemon_command(tag, script);
+            let started = Instant::now();
+            let got = start_within(&program, "unused", within);
+            let _ = std::fs::remove_file(&program);
+            assert_eq!(
+                got.unwrap_err().raw_os_error(),
+                Some(libc::ETIMEDOUT),
+                "{tag}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{tag}: waited beyond its time"
+            );
+        }
+        let program = daemon_command("ready", "echo listening");
+        let got = start_within(&program, "unused", Duration::from_secs(30));
+        let _ = std::fs::remove_file(&program);
+        assert!(got.is_ok(), "{got:?}");
+    }
 
     /// A reply whose descriptors found no room in the process (the
     /// kernel dropped them: `MSG_CTRUNC`) fails with EMFILE, not as a
