@@ -79,9 +79,14 @@ const WC_OPCODES: &[(&str, u32)] = &[
     ("RECV_RDMA_WITH_IMM", 129),
 ];
 
-/// An errno by name (`ENOMEM`) or number.
+/// The largest errno Linux can return (`MAX_ERRNO` in the kernel's
+/// `linux/err.h`): a return of -4095..=-1 is an error, anything else is
+/// not, so a larger "errno" could never reach the program as one.
+const MAX_ERRNO: i32 = 4095;
+
+/// An errno by name (`ENOMEM`) or number (1 to 4095).
 pub fn errno(text: &str) -> Option<i32> {
-    lookup(ERRNOS, "", text).or_else(|| text.parse().ok().filter(|&n| n > 0))
+    lookup(ERRNOS, "", text).or_else(|| text.parse().ok().filter(|n| (1..=MAX_ERRNO).contains(n)))
 }
 
 /// An `ibv_wc_status` by name (`RETRY_EXC_ERR`, `IBV_WC_RETRY_EXC_ERR`) or
@@ -160,6 +165,8 @@ mod tests {
         assert_eq!(errno("ENOMEM"), Some(12));
         assert_eq!(errno("7"), Some(7));
         assert_eq!(errno("ENOTATHING"), None);
+        assert_eq!(errno("4095"), Some(4095));
+        assert_eq!((errno("4096"), errno("0"), errno("-5")), (None, None, None));
         assert_eq!(wc_status_name(13), "RNR_RETRY_EXC_ERR");
         assert_eq!(
             (wr_opcode_name(4), wc_opcode_name(129)),

@@ -119,9 +119,14 @@ fn parse_rule(line: usize, item: &str) -> Result<Rule, String> {
         return Err(unknown_kind(kind));
     }
     let mut b = Builder::default();
+    let mut seen = Vec::new();
     for word in words {
         match word.split_once('=') {
-            Some((key, value)) => b.pair(kind, key, value)?,
+            Some((key, value)) => {
+                check_key(kind, key, &seen)?;
+                seen.push(key);
+                b.pair(kind, key, value)?;
+            }
             None => b.bare(kind, word)?,
         }
     }
@@ -134,6 +139,53 @@ fn parse_rule(line: usize, item: &str) -> Result<Rule, String> {
     })
 }
 
+/// The selectors every kind but `qp_error` takes (whose `after=` counts
+/// the QP's own WRs, and which fires once).
+const SELECTORS: [&str; 9] = [
+    "every",
+    "nth",
+    "after",
+    "after_bytes",
+    "count",
+    "prob",
+    "from",
+    "until",
+    "period",
+];
+
+/// Whether a rule of `kind` takes `key` (docs/fault-injection.md): a key
+/// another kind takes would otherwise be silently ignored, and the rule
+/// would fire where its writer did not mean it to.
+fn takes(kind: &str, key: &str) -> bool {
+    match key {
+        "device" | "qp" => true,
+        "after" if kind == "qp_error" => true,
+        _ if SELECTORS.contains(&key) => kind != "qp_error",
+        "opcode" => matches!(kind, "post_send" | "completion"),
+        "errno" => matches!(kind, "post_send" | "post_recv" | "post_srq_recv"),
+        "status" | "vendor_err" => kind == "completion",
+        "delay" => matches!(kind, "completion" | "packet"),
+        "at" => kind == "qp_error",
+        "peer" => kind == "packet",
+        _ => false,
+    }
+}
+
+/// Refuses a key no kind takes, one this `kind` does not take, and one
+/// given twice (the second would silently replace the first).
+fn check_key(kind: &str, key: &str, seen: &[&str]) -> Result<(), String> {
+    if !KINDS.iter().any(|k| takes(k, key)) {
+        return Err(format!("unknown key `{key}`"));
+    }
+    if !takes(kind, key) {
+        return Err(format!("{key}= does not apply to {kind} rules"));
+    }
+    if seen.contains(&key) {
+        return Err(format!("{key}= is given twice"));
+    }
+    Ok(())
+}
+
 /// What the words of a rule said so far.
 #[derive(Default)]
 struct Builder {
@@ -141,7 +193,7 @@ struct Builder {
     select: Select,
     errno: Option<i32>,
     status: Option<u32>,
-    vendor_err: u32,
+    vendor_err: Option<u32>,
     delay: Option<Duration>,
     at: Option<Duration>,
     packet: Option<PacketAction>,
@@ -154,10 +206,11 @@ impl Builder {
             "device" => self.filter.device = Some(value.to_string()),
             "qp" => self.filter.qp = Some(parse_u32(value).ok_or_else(bad)?),
             "opcode" => {
-                let code = match kind {
-                    "post_send" => names::wr_opcode(value),
-                    "completion" => names::wc_opcode(value),
-                    _ => return Err(format!("opcode= does not apply to {kind}")),
+                // check_key admits opcode= for post_send and completion only.
+                let code = if kind == "post_send" {
+                    names::wr_opcode(value)
+                } else {
+                    names::wc_opcode(value)
                 };
                 self.filter.opcode = Some(code.ok_or_else(bad)?);
             }
@@ -170,7 +223,7 @@ impl Builder {
             "prob" => self.select.prob = Some(parse_prob(value).ok_or_else(bad)?),
             "errno" => self.errno = Some(names::errno(value).ok_or_else(bad)?),
             "status" => self.status = Some(names::wc_status(value).ok_or_else(bad)?),
-            "vendor_err" => self.vendor_err = parse_u32(value).ok_or_else(bad)?,
+            "vendor_err" => self.vendor_err = Some(parse_u32(value).ok_or_else(bad)?),
             "delay" => self.delay = Some(parse_duration(value).ok_or_else(bad)?),
             "at" => self.at = Some(parse_duration(value).ok_or_else(bad)?),
             "from" | "until" | "period" => {
@@ -211,65 +264,74 @@ impl Builder {
     }
 
     /// The action of a rule of `kind`, checking that it has what it needs
-    /// and nothing another kind takes.
+    /// (check_key already refused what other kinds take).
     fn action(&mut self, kind: &str) -> Result<Action, String> {
+        self.check_window()?;
         let queue = match kind {
-            "post_send" => Some(Queue::Send),
-            "post_recv" => Some(Queue::Recv),
-            "post_srq_recv" => Some(Queue::SrqRecv),
-            _ => None,
+            "post_send" => Queue::Send,
+            "post_recv" => Queue::Recv,
+            "post_srq_recv" => Queue::SrqRecv,
+            "completion" => return self.completion(),
+            "qp_error" => return self.qp_error(),
+            "packet" => return self.packet(),
+            "" => return Err("empty rule".into()),
+            _ => return Err(unknown_kind(kind)),
         };
-        if let Some(w) = self.select.window {
-            if w.until.is_some_and(|u| u <= w.from) {
-                return Err("until= must come after from=".into());
-            }
-            if w.period
-                .is_some_and(|p| w.from >= p || w.until.is_some_and(|u| u > p))
-            {
-                return Err("from= and until= must lie within period=".into());
-            }
+        let errno = self.errno.ok_or("a post rule needs errno=")?;
+        Ok(Action::FailPost { queue, errno })
+    }
+
+    fn check_window(&self) -> Result<(), String> {
+        let Some(w) = self.select.window else {
+            return Ok(());
+        };
+        if w.until.is_some_and(|u| u <= w.from) {
+            return Err("until= must come after from=".into());
         }
-        if kind != "packet" && self.filter.peer.is_some() {
-            return Err("peer= applies to packet rules only".into());
+        if w.period
+            .is_some_and(|p| w.from >= p || w.until.is_some_and(|u| u > p))
+        {
+            return Err("from= and until= must lie within period=".into());
         }
-        if let Some(queue) = queue {
-            let errno = self.errno.ok_or("a post rule needs errno=")?;
-            return Ok(Action::FailPost { queue, errno });
+        Ok(())
+    }
+
+    /// `completion status=S [vendor_err=V]` or `completion delay=T`.
+    fn completion(&self) -> Result<Action, String> {
+        // vendor_err= is reported with a failed status only.
+        if self.vendor_err.is_some() && self.status.is_none() {
+            return Err("vendor_err= goes with status=".into());
         }
-        match kind {
-            "completion" => match (self.status, self.delay) {
-                (Some(status), None) if status != 0 => Ok(Action::FailCompletion {
-                    status,
-                    vendor_err: self.vendor_err,
-                }),
-                (None, Some(d)) => Ok(Action::DelayCompletion(d)),
-                _ => Err("a completion rule needs one of status= (an error) and delay=".into()),
-            },
-            "qp_error" => self.qp_error(),
-            "packet" => match (self.packet, self.delay) {
-                (Some(a), None) => Ok(Action::Packet(a)),
-                (None, Some(d)) => Ok(Action::Packet(PacketAction::Delay(d))),
-                _ => Err(
-                    "a packet rule needs one of drop, duplicate, reorder, corrupt and delay="
-                        .into(),
-                ),
-            },
-            "" => Err("empty rule".into()),
-            _ => Err(unknown_kind(kind)),
+        match (self.status, self.delay) {
+            (Some(status), None) if status != 0 => Ok(Action::FailCompletion {
+                status,
+                vendor_err: self.vendor_err.unwrap_or(0),
+            }),
+            (None, Some(d)) => Ok(Action::DelayCompletion(d)),
+            _ => Err("a completion rule needs one of status= (an error) and delay=".into()),
         }
     }
 
     /// `qp_error after=N` or `qp_error at=TIME`: `after` here counts the
-    /// QP's own WRs, so it is taken out of the selector.
+    /// QP's own WRs, so it is taken out of the selector (check_key
+    /// refused every other selector).
     fn qp_error(&mut self) -> Result<Action, String> {
         let after = std::mem::take(&mut self.select.after);
-        if self.select != Select::default() {
-            return Err("qp_error takes after= or at=, no other selector".into());
-        }
         match (after, self.at) {
             (n, None) if n > 0 => Ok(Action::QpError(QpErrorWhen::AfterOps(n))),
             (0, Some(at)) => Ok(Action::QpError(QpErrorWhen::At(at))),
             _ => Err("qp_error needs one of after=N (N > 0) and at=TIME".into()),
+        }
+    }
+
+    /// `packet drop|duplicate|reorder|corrupt` or `packet delay=T`.
+    fn packet(&self) -> Result<Action, String> {
+        match (self.packet, self.delay) {
+            (Some(a), None) => Ok(Action::Packet(a)),
+            (None, Some(d)) => Ok(Action::Packet(PacketAction::Delay(d))),
+            _ => Err(
+                "a packet rule needs one of drop, duplicate, reorder, corrupt and delay=".into(),
+            ),
         }
     }
 }
@@ -404,9 +466,15 @@ mod tests {
             ("packet", "needs one of drop"),
             ("packet drop corrupt", "one action"),
             ("qp_error", "needs one of after="),
-            ("qp_error after=3 every=2", "no other selector"),
+            (
+                "qp_error after=3 every=2",
+                "every= does not apply to qp_error",
+            ),
             ("post_recv opcode=SEND errno=EINVAL", "does not apply"),
-            ("completion peer=1.2.3.4 delay=1ms", "packet rules only"),
+            (
+                "completion peer=1.2.3.4 delay=1ms",
+                "peer= does not apply to completion",
+            ),
             ("packet drop prob=150%", "bad value for prob"),
             ("packet drop speed=3", "unknown key"),
             ("explode", "unknown rule kind"),
@@ -419,6 +487,108 @@ mod tests {
         ] {
             let e = FaultSpec::parse(text).unwrap_err();
             assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+    }
+
+    /// Every key docs/fault-injection.md does not give a kind is refused,
+    /// naming the key and the kind, instead of being ignored.
+    #[test]
+    fn keys_of_another_kind_are_refused() {
+        for (text, says) in [
+            (
+                "completion status=REM_ACCESS_ERR at=1s",
+                "at= does not apply to completion rules",
+            ),
+            (
+                "post_send errno=EIO delay=1ms at=1s",
+                "delay= does not apply to post_send rules",
+            ),
+            (
+                "post_recv errno=EIO status=FATAL_ERR",
+                "status= does not apply to post_recv rules",
+            ),
+            (
+                "packet drop errno=EIO status=FATAL_ERR",
+                "errno= does not apply to packet rules",
+            ),
+            (
+                "packet drop vendor_err=3",
+                "vendor_err= does not apply to packet rules",
+            ),
+            ("packet drop at=1s", "at= does not apply to packet rules"),
+            (
+                "qp_error after=3 errno=EIO delay=1ms",
+                "errno= does not apply to qp_error rules",
+            ),
+            (
+                "qp_error at=1s delay=1ms",
+                "delay= does not apply to qp_error",
+            ),
+            ("qp_error at=1s nth=1", "nth= does not apply to qp_error"),
+            ("qp_error after=1 opcode=SEND", "opcode= does not apply"),
+            ("qp_error after=1 peer=1.2.3.4", "peer= does not apply"),
+            (
+                "post_srq_recv errno=EIO opcode=SEND",
+                "opcode= does not apply",
+            ),
+            ("completion delay=1ms errno=EIO", "errno= does not apply"),
+            (
+                "completion delay=1ms vendor_err=3",
+                "vendor_err= goes with status=",
+            ),
+        ] {
+            let e = FaultSpec::parse(text).unwrap_err();
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        for (text, key) in [
+            ("packet drop nth=1 nth=2", "nth"),
+            ("post_send errno=EIO errno=ENOMEM", "errno"),
+            ("completion qp=1 qp=2 delay=1ms", "qp"),
+            ("packet drop from=1s from=2s", "from"),
+            ("qp_error after=1 after=2", "after"),
+        ] {
+            let e = FaultSpec::parse(text).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("{key}= is given twice")),
+                "{text}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn errno_must_be_a_linux_errno() {
+        let e = FaultSpec::parse("post_send errno=4096").unwrap_err();
+        assert!(e.to_string().contains("bad value for errno"), "{e}");
+        assert!(FaultSpec::parse("post_send errno=0").is_err());
+        assert_eq!(
+            one("post_recv errno=4095").action,
+            Action::FailPost {
+                queue: Queue::Recv,
+                errno: 4095
+            }
+        );
+    }
+
+    /// What each kind is documented to take still parses.
+    #[test]
+    fn every_documented_key_is_taken() {
+        for text in [
+            "post_send device=softverbs0 qp=3 opcode=SEND every=2 nth=4 after=1 after_bytes=1K \
+             count=2 prob=50% from=1s until=2s period=3s errno=EIO",
+            "post_recv qp=3 nth=1 errno=EAGAIN",
+            "post_srq_recv device=softverbs0 prob=1 errno=ENOMEM",
+            "completion qp=3 opcode=RECV every=2 count=1 status=FATAL_ERR vendor_err=7",
+            "completion device=softverbs0 from=1s delay=1ms",
+            "qp_error device=softverbs0 qp=3 after=2",
+            "qp_error qp=3 at=2s",
+            "packet drop device=softverbs0 qp=3 peer=10.0.0.1 nth=2 after_bytes=1M",
+            "packet delay=1ms until=1s",
+        ] {
+            assert!(FaultSpec::parse(text).is_ok(), "{text}");
         }
     }
 }
