@@ -186,6 +186,11 @@ fn check_key(kind: &str, key: &str, seen: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a packet rule with two actions is refused: which would win is
+/// not written anywhere, so neither may.
+const ONE_PACKET_ACTION: &str =
+    "a packet rule has one action: drop, duplicate, reorder, corrupt and delay= are exclusive";
+
 /// What the words of a rule said so far.
 #[derive(Default)]
 struct Builder {
@@ -258,7 +263,7 @@ impl Builder {
             }
         };
         if self.packet.replace(action).is_some() {
-            return Err("a packet rule has one action".into());
+            return Err(ONE_PACKET_ACTION.into());
         }
         Ok(())
     }
@@ -303,12 +308,20 @@ impl Builder {
             return Err("vendor_err= goes with status=".into());
         }
         match (self.status, self.delay) {
-            (Some(status), None) if status != 0 => Ok(Action::FailCompletion {
+            (Some(_), Some(_)) => Err(
+                "status= and delay= are exclusive: a completion rule has one action \
+                 (write two rules to fail and delay one completion)"
+                    .into(),
+            ),
+            (Some(0), None) => Err("status= must be an error, not SUCCESS".into()),
+            (Some(status), None) => Ok(Action::FailCompletion {
                 status,
                 vendor_err: self.vendor_err.unwrap_or(0),
             }),
             (None, Some(d)) => Ok(Action::DelayCompletion(d)),
-            _ => Err("a completion rule needs one of status= (an error) and delay=".into()),
+            (None, None) => {
+                Err("a completion rule needs one of status= (an error) and delay=".into())
+            }
         }
     }
 
@@ -318,6 +331,7 @@ impl Builder {
     fn qp_error(&mut self) -> Result<Action, String> {
         let after = std::mem::take(&mut self.select.after);
         match (after, self.at) {
+            (n, Some(_)) if n > 0 => Err("after= and at= are exclusive in a qp_error rule".into()),
             (n, None) if n > 0 => Ok(Action::QpError(QpErrorWhen::AfterOps(n))),
             (0, Some(at)) => Ok(Action::QpError(QpErrorWhen::At(at))),
             _ => Err("qp_error needs one of after=N (N > 0) and at=TIME".into()),
@@ -327,9 +341,10 @@ impl Builder {
     /// `packet drop|duplicate|reorder|corrupt` or `packet delay=T`.
     fn packet(&self) -> Result<Action, String> {
         match (self.packet, self.delay) {
+            (Some(_), Some(_)) => Err(ONE_PACKET_ACTION.into()),
             (Some(a), None) => Ok(Action::Packet(a)),
             (None, Some(d)) => Ok(Action::Packet(PacketAction::Delay(d))),
-            _ => Err(
+            (None, None) => Err(
                 "a packet rule needs one of drop, duplicate, reorder, corrupt and delay=".into(),
             ),
         }
@@ -458,14 +473,20 @@ mod tests {
     fn mistakes_are_named() {
         for (text, says) in [
             ("post_send every=3", "needs errno="),
-            ("completion status=SUCCESS", "needs one of status="),
+            ("completion status=SUCCESS", "must be an error"),
+            ("completion", "needs one of status="),
             (
-                "completion status=RETRY_EXC_ERR delay=1ms",
-                "needs one of status=",
+                "completion status=RETRY_EXC_ERR delay=5ms",
+                "status= and delay= are exclusive",
             ),
             ("packet", "needs one of drop"),
             ("packet drop corrupt", "one action"),
+            ("packet drop drop", "one action"),
+            ("packet corrupt delay=1ms", "one action"),
+            ("packet delay=1ms reorder", "are exclusive"),
             ("qp_error", "needs one of after="),
+            ("qp_error after=0", "needs one of after="),
+            ("qp_error after=3 at=1s", "after= and at= are exclusive"),
             (
                 "qp_error after=3 every=2",
                 "every= does not apply to qp_error",
