@@ -4,24 +4,45 @@
 //! carry verbs.h's prefix (`IBV_WC_`, `IBV_WR_`); a plain number is taken
 //! as it is. The verbs trace (`softverbs-trace`) prints the same names.
 
-/// errno values a verb may plausibly return.
+/// errno values a verb or an rdma_cm call may plausibly return, with
+/// their Linux numbers (`asm-generic/errno-base.h` and `errno.h`, which
+/// x86-64 and arm64 use as they are). One name per number, so that
+/// `errno_name` is unambiguous: no `EWOULDBLOCK` or `ENOTSUP` aliases.
 const ERRNOS: &[(&str, i32)] = &[
     ("EPERM", 1),
     ("ENOENT", 2),
     ("EINTR", 4),
     ("EIO", 5),
+    ("ENXIO", 6),
+    ("E2BIG", 7),
+    ("EBADF", 9),
     ("EAGAIN", 11),
     ("ENOMEM", 12),
+    ("EACCES", 13),
     ("EFAULT", 14),
     ("EBUSY", 16),
+    ("EEXIST", 17),
+    ("ENODEV", 19),
     ("EINVAL", 22),
+    ("ENFILE", 23),
+    ("EMFILE", 24),
     ("ENOSPC", 28),
+    ("ERANGE", 34),
+    ("ENOSYS", 38),
+    ("ENODATA", 61),
+    ("EPROTO", 71),
+    ("EOVERFLOW", 75),
     ("EOPNOTSUPP", 95),
+    ("EADDRINUSE", 98),
+    ("EADDRNOTAVAIL", 99),
     ("ENETDOWN", 100),
     ("ENETUNREACH", 101),
     ("ECONNRESET", 104),
     ("ETIMEDOUT", 110),
     ("ECONNREFUSED", 111),
+    ("EHOSTUNREACH", 113),
+    ("ESTALE", 116),
+    ("ECANCELED", 125),
 ];
 
 /// `enum ibv_wc_status`.
@@ -177,5 +198,30 @@ mod tests {
             (errno_name(12), errno_name(77)),
             ("ENOMEM".to_string(), "errno 77".to_string())
         );
+    }
+
+    #[test]
+    fn common_errnos_have_their_linux_numbers() {
+        for (name, n) in [
+            ("EBADF", 9),
+            ("EMFILE", 24),
+            ("ENODEV", 19),
+            ("ENODATA", 61),
+            ("EADDRINUSE", 98),
+            ("EHOSTUNREACH", 113),
+            ("ECANCELED", 125),
+        ] {
+            assert_eq!(errno(name), Some(n), "{name}");
+            assert_eq!(errno_name(n), name);
+        }
+    }
+
+    #[test]
+    fn each_errno_has_one_name_and_one_number() {
+        let mut numbers: Vec<i32> = ERRNOS.iter().map(|(_, n)| *n).collect();
+        numbers.dedup();
+        assert_eq!(numbers.len(), ERRNOS.len(), "sorted, without duplicates");
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]));
+        assert!(numbers.iter().all(|n| (1..=MAX_ERRNO).contains(n)));
     }
 }
