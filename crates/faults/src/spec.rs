@@ -340,6 +340,13 @@ impl Builder {
 
     /// `packet drop|duplicate|reorder|corrupt` or `packet delay=T`.
     fn packet(&self) -> Result<Action, String> {
+        // QP0 and QP1 (the CM's MADs) go through the host daemon, never
+        // past the packet rules: such a rule would silently do nothing.
+        if let Some(qp @ (0 | 1)) = self.filter.qp {
+            return Err(format!(
+                "qp={qp}: CM and management traffic (QP0, QP1) is not subject to packet rules"
+            ));
+        }
         match (self.packet, self.delay) {
             (Some(_), Some(_)) => Err(ONE_PACKET_ACTION.into()),
             (Some(a), None) => Ok(Action::Packet(a)),
@@ -509,6 +516,24 @@ mod tests {
             let e = FaultSpec::parse(text).unwrap_err();
             assert!(e.to_string().contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn packet_rules_refuse_the_management_qps() {
+        for text in [
+            "packet drop qp=1",
+            "packet delay=1ms qp=0",
+            "packet corrupt qp=0x1",
+        ] {
+            let e = FaultSpec::parse(text).unwrap_err();
+            assert!(
+                e.to_string().contains("not subject to packet rules"),
+                "{text}: {e}"
+            );
+        }
+        assert!(FaultSpec::parse("packet drop qp=2").is_ok());
+        // Verbs rules on QP1 are not packet rules.
+        assert!(FaultSpec::parse("completion qp=1 delay=1ms").is_ok());
     }
 
     /// Every key docs/fault-injection.md does not give a kind is refused,

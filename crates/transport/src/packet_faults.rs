@@ -191,8 +191,8 @@ mod tests {
     #[test]
     fn delayed_and_reordered_packets_come_back_in_time() {
         let (a, b) = (A.parse().unwrap(), B.parse().unwrap());
-        let mut f = faults("packet delay=2ms qp=1; packet reorder qp=2");
-        assert!(matches!(f.decide(0, a, b, &bth(1)), Fate::Held));
+        let mut f = faults("packet delay=2ms qp=3; packet reorder qp=2");
+        assert!(matches!(f.decide(0, a, b, &bth(3)), Fate::Held));
         assert!(matches!(f.decide(0, a, b, &bth(2)), Fate::Held));
         assert_eq!(f.next_deadline(), Some(REORDER_WAIT));
         assert!(f.take_due(10).is_empty());
