@@ -165,6 +165,9 @@ impl Faults {
         peer: IpAddr,
         len: usize,
     ) -> Option<PacketAction> {
+        // A dual-stack socket reports an IPv4 peer as ::ffff:a.b.c.d; the
+        // rules hold the IPv4 form (spec::parse_peer).
+        let peer = peer.to_canonical();
         self.first(at, len as u64, |r| match r.action {
             Action::Packet(a)
                 if on_qp(&r.filter, qp) && r.filter.peer.is_none_or(|p| p == peer) =>
@@ -371,5 +374,20 @@ mod tests {
         assert_eq!(f.packet(T0, 1, a, 10), Some(PacketAction::Duplicate));
         assert_eq!(f.packet(T0, 1, b, 10), Some(PacketAction::Drop));
         assert_eq!(f.packet(T0, 1, b, 10), Some(PacketAction::Duplicate));
+    }
+
+    /// `-g 1` GIDs print IPv4 peers as ::ffff:a.b.c.d, and a dual-stack
+    /// socket reports them so: either form matches the other.
+    #[test]
+    fn a_mapped_ipv6_peer_matches_its_ipv4_address() {
+        let v4: IpAddr = "127.0.0.37".parse().unwrap();
+        let mapped: IpAddr = "::ffff:127.0.0.37".parse().unwrap();
+        let mut f = faults("packet drop peer=::ffff:127.0.0.37", Part::Packets);
+        assert_eq!(f.packet(T0, 2, v4, 10), Some(PacketAction::Drop));
+        assert_eq!(f.packet(T0, 2, mapped, 10), Some(PacketAction::Drop));
+        let mut f = faults("packet drop peer=127.0.0.37", Part::Packets);
+        assert_eq!(f.packet(T0, 2, mapped, 10), Some(PacketAction::Drop));
+        let other: IpAddr = "::ffff:127.0.0.38".parse().unwrap();
+        assert_eq!(f.packet(T0, 2, other, 10), None);
     }
 }

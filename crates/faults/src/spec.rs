@@ -6,6 +6,7 @@
 
 use crate::names;
 use crate::rule::{Action, Filter, PacketAction, QpErrorWhen, Queue, Rule, Select, Window};
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// The environment variable holding the rules, or the path of a file
@@ -219,7 +220,7 @@ impl Builder {
                 };
                 self.filter.opcode = Some(code.ok_or_else(bad)?);
             }
-            "peer" => self.filter.peer = Some(value.parse().map_err(|_| bad())?),
+            "peer" => self.filter.peer = Some(parse_peer(value).ok_or_else(bad)?),
             "every" => self.select.every = Some(positive(value).ok_or_else(bad)?),
             "nth" => self.select.nth = Some(positive(value).ok_or_else(bad)?),
             "after" => self.select.after = parse_size(value).ok_or_else(bad)?,
@@ -364,6 +365,13 @@ fn parse_u32(text: &str) -> Option<u32> {
         Some(hex) => u32::from_str_radix(hex, 16).ok(),
         None => text.parse().ok(),
     }
+}
+
+/// An IP address, an IPv4-mapped IPv6 one (`::ffff:127.0.0.37`, as the
+/// GIDs of IPv4 addresses print) taken as the IPv4 address it maps, so
+/// that it matches the packets of that IPv4 peer.
+fn parse_peer(text: &str) -> Option<IpAddr> {
+    text.parse::<IpAddr>().ok().map(|a| a.to_canonical())
 }
 
 fn positive(text: &str) -> Option<u64> {
@@ -516,6 +524,18 @@ mod tests {
             let e = FaultSpec::parse(text).unwrap_err();
             assert!(e.to_string().contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_mapped_ipv6_peer_is_its_ipv4_address() {
+        let v4: IpAddr = "127.0.0.37".parse().unwrap();
+        assert_eq!(
+            one("packet drop peer=::ffff:127.0.0.37").filter.peer,
+            Some(v4)
+        );
+        assert_eq!(one("packet drop peer=127.0.0.37").filter.peer, Some(v4));
+        let v6: IpAddr = "fe80::1".parse().unwrap();
+        assert_eq!(one("packet drop peer=fe80::1").filter.peer, Some(v6));
     }
 
     #[test]
