@@ -569,6 +569,7 @@ impl BuiltWr {
             flags: self.flags,
             remote_addr: target.map(|t| t.0),
             rkey: target.map(|t| t.1),
+            imm: softverbs_trace::Wr::imm_of(self.opcode, self.imm_or_inv),
         }
     }
 }

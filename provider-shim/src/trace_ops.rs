@@ -592,7 +592,12 @@ fn completion(cq: usize, w: &ibv_wc) -> Completion {
     const WITH_IMM: u32 = 1 << 1;
     const WITH_INV: u32 = 1 << 3;
     // SAFETY: both union members are a u32; reading either is defined.
-    let imm = unsafe { w.u.imm_data };
+    let raw = unsafe { w.u.imm_data };
+    // Immediate data is big-endian in `ibv_wc`; an invalidated rkey not.
+    let imm = match w.wc_flags & WITH_IMM {
+        0 => raw,
+        _ => u32::from_be(raw),
+    };
     Completion {
         cq: format!("{cq:#x}"),
         qp: w.qp_num,
@@ -1098,6 +1103,12 @@ unsafe fn send_wr(w: &ibv_send_wr) -> Wr {
         flags: w.send_flags,
         remote_addr: target.map(|t| t.0),
         rkey: target.map(|t| t.1),
+        imm: Wr::imm_of(
+            w.opcode,
+            // SAFETY: both union members are a u32; reading either is
+            // defined.
+            crate::convert::wr_imm_or_rkey(w.opcode, unsafe { w.u.imm_data }),
+        ),
     }
 }
 

@@ -108,6 +108,25 @@ else
   bad "threads (compile)" "$log/cc"
 fi
 
+# Immediate data is traced as the number on the wire, ntohl(imm_data), in
+# the WR and in its receive's completion (cq_ex.c sends 0x1234 and polls
+# through ibv_start_poll; until 2026-12-07 a completion's was the
+# big-endian word read as a host integer, and WRs had none).
+if cc -O1 -o "$log/cq_ex" "$here/cq_ex.c" -libverbs 2> "$log/cc"; then
+  one "cq_ex.c runs traced" "cq_ex ok" env SOFTVERBS_TRACE="$log/imm.json" "$log/cq_ex"
+  "$PY" - "$log/imm.json" > "$log/imm" 2>&1 << 'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+wrs = [w for r in records if r["kind"] == "verb" for w in r.get("wrs", []) if w["opcode"] == "SEND_WITH_IMM"]
+recvs = [r for r in records if r["kind"] == "completion" and r["opcode"] == "RECV"]
+print(f"WRs {[w.get('imm') for w in wrs]}, receive completions {[r.get('imm') for r in recvs]}")
+sys.exit(0 if [w.get("imm") for w in wrs] == [0x1234] and [r.get("imm") for r in recvs] == [0x1234] else 1)
+PY
+  if [ $? = 0 ]; then ok "immediate data is traced as ntohl(imm_data), in the WR and its completion"; else bad "immediate data is traced as ntohl(imm_data)" "$log/imm"; fi
+else
+  bad "cq_ex (compile)" "$log/cc"
+fi
+
 traced_pair retry "completion opcode=SEND nth=3 status=RETRY_EXC_ERR" ibv_rc_pingpong -d softverbs0 -g 0 -n 20
 summary "an error completion from a fault rule is in the summary" "$(ls "$log"/retry-cli-*.json)" \
   "error completions: RETRY_EXC_ERR 1"

@@ -123,6 +123,7 @@ fn send_wr(w: &SendWr<'_>) -> Wr {
         flags: w.send_flags,
         remote_addr: None,
         rkey: None,
+        imm: Wr::imm_of(w.opcode, w.imm_data_or_inv_rkey),
     }
 }
 

@@ -82,6 +82,22 @@ pub struct Wr {
     /// RDMA or atomic target key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rkey: Option<u32>,
+    /// The immediate data of a `*_WITH_IMM` WR, as `ntohl(imm_data)`
+    /// gives it (the number on the wire), or the rkey a `SEND_WITH_INV`
+    /// or `LOCAL_INV` invalidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imm: Option<u32>,
+}
+
+impl Wr {
+    /// The `imm` of a send WR of `ibv_wr_opcode` `opcode` carrying
+    /// `value` (immediate data in host order, or an rkey), if the opcode
+    /// carries one.
+    pub fn imm_of(opcode: u32, value: u32) -> Option<u32> {
+        // verbs.h's numbers: RDMA_WRITE_WITH_IMM, SEND_WITH_IMM,
+        // LOCAL_INV, SEND_WITH_INV.
+        matches!(opcode, 1 | 3 | 7 | 9).then_some(value)
+    }
 }
 
 /// A completion.
@@ -99,7 +115,8 @@ pub struct Completion {
     pub opcode: String,
     /// Bytes transferred.
     pub byte_len: u32,
-    /// Immediate data (as in `ibv_wc`, network order) or invalidated rkey.
+    /// Immediate data, as `ntohl(wc.imm_data)` gives it (the number on
+    /// the wire), or the invalidated rkey.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imm: Option<u32>,
     /// `ibv_wc_flags`.
