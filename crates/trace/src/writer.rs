@@ -22,7 +22,14 @@ static PROCESS: OnceLock<Option<TraceFile>> = OnceLock::new();
 #[derive(Debug)]
 pub struct TraceFile {
     path: PathBuf,
-    out: Mutex<LineWriter<File>>,
+    out: Mutex<Out>,
+}
+
+#[derive(Debug)]
+struct Out {
+    file: LineWriter<File>,
+    /// A write failed: the trace stopped (said once on standard error).
+    stopped: bool,
 }
 
 /// Opens the process's trace file if `SOFTVERBS_TRACE` names one. The
@@ -65,7 +72,10 @@ impl TraceFile {
         let file = File::create(&path)?;
         Ok(TraceFile {
             path,
-            out: Mutex::new(LineWriter::new(file)),
+            out: Mutex::new(Out {
+                file: LineWriter::new(file),
+                stopped: false,
+            }),
         })
     }
 
@@ -75,7 +85,8 @@ impl TraceFile {
     }
 
     /// Writes one line. A trace that cannot be written (a full disk) is
-    /// not the application's failure: the line is lost.
+    /// not the application's failure: it stops, saying so once on
+    /// standard error (it lost every line in silence), as a capture does.
     pub fn write(&self, dev: &str, record: Record) {
         let line = Line {
             t: monotonic_ns(),
@@ -88,7 +99,17 @@ impl TraceFile {
             return;
         };
         text.push(b'\n');
-        let _ = self.out.lock().write_all(&text);
+        let mut out = self.out.lock();
+        if out.stopped {
+            return;
+        }
+        if let Err(e) = out.file.write_all(&text) {
+            out.stopped = true;
+            let path = self.path.display();
+            let said = format!("softverbs: the trace to {path} stopped: {e}\n");
+            // A standard error that cannot be written either is ignored.
+            let _ = io::stderr().write_all(said.as_bytes());
+        }
     }
 }
 
@@ -122,6 +143,22 @@ pub fn process_path(template: &OsStr, pid: u32) -> PathBuf {
 mod tests {
     use super::*;
     use crate::record::{Event, Verb};
+
+    /// A trace that cannot be written stops at its first failed line,
+    /// rather than failing every record in silence.
+    #[test]
+    fn a_trace_that_cannot_be_written_stops() {
+        let trace = TraceFile::create(OsStr::new("/dev/full")).unwrap();
+        let record = || {
+            Record::Verb(Verb {
+                verb: "ibv_alloc_pd".into(),
+                ..Verb::default()
+            })
+        };
+        trace.write("softverbs0", record());
+        assert!(trace.out.lock().stopped, "a line /dev/full refused");
+        trace.write("softverbs0", record()); // nothing more is tried
+    }
 
     #[test]
     fn lines_are_written_whole_and_read_back() {
