@@ -84,6 +84,11 @@ one_fails "a capture file that cannot be created fails the context, saying why" 
 one_fails "softverbs daemon --pcap refuses when a daemon already runs" \
   "already serves @$SOFTVERBS_DAEMON_SOCKET; --pcap needs a daemon started with it" \
   env -u LD_PRELOAD "$CLI" daemon --socket "$SOFTVERBS_DAEMON_SOCKET" --pcap "$log/unused.pcap"
+# With --detach too, the reason is passed on (it was dropped: "the daemon
+# did not start (exit status: 1)" alone).
+one_fails "softverbs daemon --detach --pcap says why when a daemon already runs" \
+  "did not start .*already serves @$SOFTVERBS_DAEMON_SOCKET; --pcap needs a daemon started with it" \
+  env -u LD_PRELOAD "$CLI" daemon --detach --socket "$SOFTVERBS_DAEMON_SOCKET" --pcap "$log/unused.pcap"
 
 # pair NAME CMD...: CMD -p PORT as the server, with SOFTVERBS_PCAP set to
 # pcap/NAME.server-%p.pcap, and, once it listens, CMD -p PORT 127.0.0.1

@@ -38,6 +38,10 @@ one "softverbs run: missing program is a clear error" "cannot run /no/such/progr
   sh -c "env -u LD_PRELOAD '$CLI' run -- /no/such/program 2>&1; test \$? -ne 0"
 one "a bad SOFTVERBS_DEVICES is a clear error" "SOFTVERBS_DEVICES: .nonsense. is not" \
   sh -c "SOFTVERBS_DEVICES=nonsense env -u LD_PRELOAD '$CLI' devices 2>&1; test \$? -ne 0"
+# A configuration file the user named that is not there (until
+# 2026-12-07 the built-in device was used in silence).
+one "a SOFTVERBS_CONFIG file that is not there is a clear error" "SOFTVERBS_CONFIG=/no/such/devices.conf: No such file" \
+  sh -c "env -u SOFTVERBS_DEVICES -u LD_PRELOAD SOFTVERBS_CONFIG=/no/such/devices.conf '$CLI' devices 2>&1; test \$? -ne 0"
 # 192.0.2.1 is TEST-NET-1 (RFC 5737): on no interface of a test host.
 one "a device address not on this host is a clear error" "address 192.0.2.1 is on no interface" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=192.0.2.1 env -u LD_PRELOAD '$CLI' run -- ibv_devinfo 2>&1; test \$? -ne 0"

@@ -12,7 +12,7 @@
 
 use softverbs_transport::capture::Capture;
 use softverbs_transport::daemon::{Daemon, DaemonConfig};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -128,6 +128,10 @@ fn nr_open() -> Option<u64> {
 }
 
 /// Starts the daemon in its own process group and returns once it listens.
+/// One that does not start says why on its standard error, which is
+/// passed on (it was dropped, and the error said only the exit status);
+/// once the daemon listens, nobody reads it, and what the daemon says
+/// later is lost, as before (it ignores a write that fails).
 fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut command = Command::new(me);
@@ -141,7 +145,7 @@ fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Res
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the daemon: {e}"))?;
     let mut line = String::new();
@@ -153,6 +157,14 @@ fn start_detached(socket: &str, idle_exit: Duration, pcap: Option<&Path>) -> Res
     if line.starts_with(READY) {
         return Ok(()); // the daemon lives on; init adopts it when we exit
     }
+    // It exits: its standard error ends.
+    let mut said = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut said);
+    }
     let status = child.wait().map_err(|e| format!("daemon: {e}"))?;
-    Err(format!("the daemon did not start ({status})"))
+    match said.trim() {
+        "" => Err(format!("the daemon did not start ({status})")),
+        why => Err(format!("the daemon did not start ({status}): {why}")),
+    }
 }

@@ -16,6 +16,7 @@ mod plugin;
 
 use clap::{Parser, Subcommand};
 use softverbs_config::Config;
+use std::io::Write as _;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 
@@ -46,7 +47,7 @@ enum Cmd {
     /// (programs start it themselves when needed).
     Daemon {
         /// The abstract Unix socket name to listen on.
-        #[arg(long, env = "SOFTVERBS_DAEMON_SOCKET", default_value = softverbs_transport::daemon::DEFAULT_SOCKET)]
+        #[arg(long, env = "SOFTVERBS_DAEMON_SOCKET", default_value = softverbs_transport::daemon::DEFAULT_SOCKET, value_parser = socket_name)]
         socket: String,
         /// Exit after this many seconds without a client.
         #[arg(long, env = "SOFTVERBS_DAEMON_IDLE_EXIT", default_value = "30", value_parser = idle_exit)]
@@ -78,6 +79,15 @@ enum TraceCmd {
         /// The trace file (`-` for standard input).
         file: std::path::PathBuf,
     },
+}
+
+/// `--socket`: an empty name is the default one, as programs take an
+/// empty `SOFTVERBS_DAEMON_SOCKET` (a daemon on `@` served nobody).
+fn socket_name(s: &str) -> Result<String, String> {
+    Ok(match s {
+        "" => softverbs_transport::daemon::DEFAULT_SOCKET.to_string(),
+        name => name.to_string(),
+    })
 }
 
 /// `--idle-exit`: seconds, more than 0 (a daemon that leaves at once
@@ -114,7 +124,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("softverbs: {message}");
+            // Not eprintln!, which panics when standard error is gone (a
+            // detached daemon's, whose starter has exited).
+            let _ = writeln!(std::io::stderr(), "softverbs: {message}");
             ExitCode::FAILURE
         }
     }
@@ -220,8 +232,18 @@ fn same_host_line() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::idle_exit;
+    use super::{idle_exit, Cli, Cmd};
+    use clap::Parser;
     use std::time::Duration;
+
+    #[test]
+    fn an_empty_socket_name_is_the_default_one() {
+        let cli = Cli::try_parse_from(["softverbs", "daemon", "--socket", ""]).unwrap();
+        let Cmd::Daemon { socket, .. } = cli.command else {
+            panic!("not the daemon command");
+        };
+        assert_eq!(socket, softverbs_transport::daemon::DEFAULT_SOCKET);
+    }
 
     #[test]
     fn idle_exit_is_seconds_above_zero_that_a_duration_holds() {

@@ -5,7 +5,7 @@
 //!
 //! 1. `SOFTVERBS_DEVICES="name=addr[/mtu] ..."` (space- or comma-separated),
 //!    e.g. `SOFTVERBS_DEVICES="softverbs0=10.0.0.1 softverbs1=::1/1500"`;
-//! 2. the file named by `SOFTVERBS_CONFIG`, else
+//! 2. the file named by `SOFTVERBS_CONFIG` (which must be there), else
 //!    `$XDG_CONFIG_HOME/softverbs/devices.conf` (or `~/.config/...`), else
 //!    `/etc/softverbs/devices.conf`, with lines
 //!    `device NAME ADDRESS [mtu LINK_MTU]` and `#` comments.
@@ -96,6 +96,14 @@ impl Config {
                 source: "SOFTVERBS_DEVICES".into(),
             });
         }
+        if let Some(path) = std::env::var_os("SOFTVERBS_CONFIG").filter(|p| !p.is_empty()) {
+            // A file the user named: missing is a mistake to say (the
+            // built-in device was used in silence), not a place to skip.
+            let path = PathBuf::from(path);
+            let text = read_config(&path)
+                .map_err(|e| ConfigError(format!("SOFTVERBS_CONFIG={}: {e}", path.display())))?;
+            return parse_file(&text, &path.display().to_string());
+        }
         for path in config_paths() {
             match read_config(&path) {
                 Ok(text) => return parse_file(&text, &path.display().to_string()),
@@ -179,12 +187,9 @@ fn read_config(path: &std::path::Path) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// The files looked for, in order, when `SOFTVERBS_CONFIG` names none.
 fn config_paths() -> Vec<PathBuf> {
     let mut paths = Vec::new();
-    if let Ok(p) = std::env::var("SOFTVERBS_CONFIG") {
-        paths.push(PathBuf::from(p));
-        return paths;
-    }
     if let Ok(xdg) = std::env::var("XDG_CONFIG_HOME") {
         paths.push(PathBuf::from(xdg).join("softverbs/devices.conf"));
     } else if let Ok(home) = std::env::var("HOME") {
