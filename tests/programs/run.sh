@@ -42,6 +42,10 @@ one "a bad SOFTVERBS_DEVICES is a clear error" "SOFTVERBS_DEVICES: .nonsense. is
 # 2026-12-07 the built-in device was used in silence).
 one "a SOFTVERBS_CONFIG file that is not there is a clear error" "SOFTVERBS_CONFIG=/no/such/devices.conf: No such file" \
   sh -c "env -u SOFTVERBS_DEVICES -u LD_PRELOAD SOFTVERBS_CONFIG=/no/such/devices.conf '$CLI' devices 2>&1; test \$? -ne 0"
+# A SOFTVERBS_SHM that is neither 0 nor 1 is said (it was taken as unset
+# in silence).
+one "a SOFTVERBS_SHM that is neither 0 nor 1 is said" "SOFTVERBS_SHM=yes is neither 0 nor 1; taken as unset" \
+  env SOFTVERBS_SHM=yes ibv_devinfo -d softverbs0
 # 192.0.2.1 is TEST-NET-1 (RFC 5737): on no interface of a test host.
 one "a device address not on this host is a clear error" "address 192.0.2.1 is on no interface" \
   sh -c "SOFTVERBS_DEVICES=softverbs0=192.0.2.1 env -u LD_PRELOAD '$CLI' run -- ibv_devinfo 2>&1; test \$? -ne 0"

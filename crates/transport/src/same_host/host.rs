@@ -42,11 +42,24 @@ impl ShmMode {
                 .is_ok_and(|spec| spec.is_some_and(|s| s.has_packet_rules()))
         };
         match std::env::var("SOFTVERBS_SHM").as_deref() {
-            Ok("0") => ShmMode::Off,
-            Ok("1") => ShmMode::Required,
-            _ if std::env::var_os("SOFTVERBS_PCAP").is_some() => ShmMode::Off,
-            _ if packet_rules() => ShmMode::Off,
-            _ => ShmMode::Auto,
+            Ok("0") => return ShmMode::Off,
+            Ok("1") => return ShmMode::Required,
+            Ok("") | Err(_) => {}
+            // Said, as a bad SOFTVERBS_UDP_PORT is: `yes` or `off` were
+            // taken as unset in silence.
+            Ok(other) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    crate::say!(
+                        "softverbs: SOFTVERBS_SHM={other} is neither 0 nor 1; taken as unset"
+                    )
+                });
+            }
+        }
+        if std::env::var_os("SOFTVERBS_PCAP").is_some() || packet_rules() {
+            ShmMode::Off
+        } else {
+            ShmMode::Auto
         }
     }
 }
