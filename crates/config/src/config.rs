@@ -16,7 +16,10 @@
 //!
 //! `mtu` is the link MTU (IP packet size); the port's active MTU is the
 //! largest RoCE MTU whose packets fit in it. Without it, the MTU of the
-//! interface that holds the address is used (65536 on loopback).
+//! interface that holds the address is used (65536 for 127.0.0.1 on
+//! `lo`, active MTU 4096), or 1500 (active MTU 1024) for an address no
+//! interface holds, such as another 127.x address (the tests' own, which
+//! loopback routes without holding).
 
 use softverbs_engine::{DeviceConfig, Gid, Mtu, PortConfig};
 use softverbs_transport::daemon::{DaemonAddress, DEFAULT_SOCKET};
