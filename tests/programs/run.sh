@@ -60,6 +60,11 @@ one "SOFTVERBS_DEVICES names the devices" "sv-test0" \
 # in make interop); here, with no real device, one lists and fails to open.
 one "a pass-through device is listed" "sv-pt0" \
   env SOFTVERBS_DEVICES="softverbs0=127.0.0.1 sv-pt0=passthrough:no_such_dev" ibv_devices
+one "softverbs devices says a pass-through device's real device is missing" \
+  "not usable here: this host has no RDMA device no_such_dev" \
+  env -u LD_PRELOAD SOFTVERBS_DEVICES="softverbs0=127.0.0.1 sv-pt0=passthrough:no_such_dev" "$CLI" devices
+one "softverbs devices refuses a SOFTVERBS_FAULTS every open would refuse" "bad SOFTVERBS_FAULTS, which fails every device's open" \
+  sh -c "SOFTVERBS_FAULTS=bogus env -u LD_PRELOAD '$CLI' devices 2>&1; test \$? -ne 0"
 one "a pass-through device whose real device is missing fails to open, saying why" \
   "cannot open sv-pt0: the real device no_such_dev did not open \(No such device" \
   sh -c "SOFTVERBS_DEVICES=sv-pt0=passthrough:no_such_dev ibv_devinfo -d sv-pt0 2>&1; test \$? -ne 0"

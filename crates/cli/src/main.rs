@@ -163,6 +163,9 @@ fn run(program: &[String]) -> Result<(), String> {
 /// Prints the configured devices.
 fn devices() -> Result<(), String> {
     let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
+    // Checked as a device's open checks it: the devices are not usable.
+    softverbs_faults::FaultSpec::from_env()
+        .map_err(|e| format!("bad SOFTVERBS_FAULTS, which fails every device's open: {e}"))?;
     let mut out = String::new();
     let mut line = |text: String| {
         out.push_str(&text);
@@ -190,6 +193,16 @@ fn devices() -> Result<(), String> {
             "{:<16} passes through to the real device {} (preload mode)",
             d.name, d.real
         ));
+        // Where libibverbs finds the kernel's devices.
+        let sysfs = std::path::Path::new("/sys/class/infiniband").join(&d.real);
+        if !sysfs.exists() {
+            line(format!(
+                "    not usable here: this host has no RDMA device {} ({} is not there), \
+                 so opening it fails",
+                d.real,
+                sysfs.display()
+            ));
+        }
     }
     let daemon = Config::daemon(None);
     line(format!(
