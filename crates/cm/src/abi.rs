@@ -32,6 +32,54 @@ pub mod cmd {
     pub const BIND: u32 = 20;
     pub const RESOLVE_ADDR: u32 = 21;
     pub const JOIN_MCAST: u32 = 22;
+
+    /// The command's name, as ucma's `RDMA_USER_CM_CMD_*` without the
+    /// prefix (for `SOFTVERBS_CM_TRACE`).
+    pub fn name(cmd: u32) -> &'static str {
+        const NAMES: [&str; 23] = [
+            "CREATE_ID",
+            "DESTROY_ID",
+            "BIND_IP",
+            "RESOLVE_IP",
+            "RESOLVE_ROUTE",
+            "QUERY_ROUTE",
+            "CONNECT",
+            "LISTEN",
+            "ACCEPT",
+            "REJECT",
+            "DISCONNECT",
+            "INIT_QP_ATTR",
+            "GET_EVENT",
+            "GET_OPTION",
+            "SET_OPTION",
+            "NOTIFY",
+            "JOIN_IP_MCAST",
+            "LEAVE_MCAST",
+            "MIGRATE_ID",
+            "QUERY",
+            "BIND",
+            "RESOLVE_ADDR",
+            "JOIN_MCAST",
+        ];
+        usize::try_from(cmd)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .copied()
+            .unwrap_or("unknown")
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn names_follow_the_numbers() {
+            assert_eq!(super::name(super::CREATE_ID), "CREATE_ID");
+            assert_eq!(super::name(super::LISTEN), "LISTEN");
+            assert_eq!(super::name(super::GET_EVENT), "GET_EVENT");
+            assert_eq!(super::name(super::MIGRATE_ID), "MIGRATE_ID");
+            assert_eq!(super::name(super::JOIN_MCAST), "JOIN_MCAST");
+            assert_eq!(super::name(23), "unknown");
+        }
+    }
 }
 
 /// `enum rdma_cm_event_type`.

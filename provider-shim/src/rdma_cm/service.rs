@@ -516,7 +516,12 @@ impl Service {
                 Ok(Reply::Respond { bytes, .. }) => format!("{} bytes", bytes.len()),
                 other => format!("{other:?}"),
             };
-            softverbs_transport::say!("softverbs rdma_cm: channel {fd} command {cmd}: {answer}");
+            // The number first (tests wait for "command 7: Ok"), its name
+            // last.
+            let name = cmd::name(cmd);
+            softverbs_transport::say!(
+                "softverbs rdma_cm: channel {fd} command {cmd}: {answer} ({name})"
+            );
         }
         // A retransmission may now be due before the thread's sleep ends.
         let _ = nix::unistd::write(&self.wake, &1u64.to_ne_bytes());
