@@ -203,6 +203,23 @@ impl Endpoint {
         self.session.replying(peer, comm_id, remote_comm_id)
     }
 
+    /// Tells the daemon of a CM message this endpoint sent to `dst` that
+    /// ends a connection or request (a DREQ, DREP or REJ; any other MAD
+    /// is not its business): it does not see it go, and would send it
+    /// again in this process's name when it exits.
+    pub fn sent_gsi(&mut self, dst: IpAddr, mad: &[u8; MAD_LEN]) -> io::Result<()> {
+        use crate::daemon::protocol::Ending;
+        use softverbs_wire::cm::CmMessage;
+        let (comm_id, remote_comm_id, message) = match CmMessage::parse_mad(mad) {
+            Ok((_, CmMessage::Dreq(m))) => (m.local_comm_id, m.remote_comm_id, Ending::Dreq),
+            Ok((_, CmMessage::Drep(m))) => (m.local_comm_id, m.remote_comm_id, Ending::Drep),
+            Ok((_, CmMessage::Rej(m))) => (m.local_comm_id, m.remote_comm_id, Ending::Rej),
+            _ => return Ok(()),
+        };
+        self.session
+            .disconnecting(dst, comm_id, remote_comm_id, message)
+    }
+
     /// Sends `mad` to QP1 at `dst` (UDP 4791) from this endpoint's socket,
     /// as one datagram ([`crate::gsi::gsi_packet`]). `EAFNOSUPPORT` when
     /// `dst` is of the other IP family than the endpoint's address.

@@ -1070,3 +1070,97 @@ fn a_client_gone_after_its_peers_dreq_answers_it() {
         "from the dead end, to the one that asked"
     );
 }
+
+/// Sends `message` from `e` to QP1 at `dst` as a client's CM agent does:
+/// the MAD, then the daemon told of a DREQ, DREP or REJ among them.
+fn send_as_agent(e: &mut Endpoint, dst: IpAddr, message: CmMessage, tid: u64) {
+    let m = mad(message, tid);
+    e.send_gsi(dst, &m).unwrap();
+    e.sent_gsi(dst, &m).unwrap();
+}
+
+/// A connection ended cleanly (the passive side's DREQ, the active
+/// side's DREP, both told to the daemon) brings nothing from the daemon
+/// when both clients exit: before, the DREP was sent again in the active
+/// side's name at its exit.
+#[test]
+fn a_connection_ended_cleanly_brings_nothing_at_exit() {
+    let h = host();
+    let (mut active, mut passive, rep) = rep_taken(&h);
+    let rtu = CmRtu {
+        local_comm_id: rep.remote_comm_id,
+        remote_comm_id: rep.local_comm_id,
+        ..CmRtu::default()
+    };
+    send_as_agent(&mut active, h.ip, CmMessage::Rtu(rtu), 9);
+    next_mad(&mut passive);
+    let dreq = CmDreq {
+        local_comm_id: rep.local_comm_id,
+        remote_comm_id: rep.remote_comm_id,
+        remote_qpn: Qpn::new_masked(0x77),
+        ..CmDreq::default()
+    };
+    send_as_agent(&mut passive, h.ip, CmMessage::Dreq(dreq), 10);
+    next_mad(&mut active);
+    let drep = CmDrep {
+        local_comm_id: rep.remote_comm_id,
+        remote_comm_id: rep.local_comm_id,
+        ..CmDrep::default()
+    };
+    send_as_agent(&mut active, h.ip, CmMessage::Drep(drep), 10);
+    next_mad(&mut passive);
+    drop((active, passive));
+    assert_eq!(h.stats().gsi_answered, 0, "nothing sent in a client's name");
+}
+
+/// A request its client rejected (told to the daemon) brings no second
+/// REJ when the client exits; nor does a DREQ the client sent bring
+/// another.
+#[test]
+fn a_rejected_request_or_a_sent_dreq_brings_nothing_at_exit() {
+    let h = host();
+    let mut b = h.endpoint();
+    let far = UdpSocket::bind(SocketAddr::new(another_host(&h), 4791)).unwrap();
+    let far_ip = another_host(&h);
+    let requester = 0x00ef_0001;
+    request_from(&h, &far, &mut b, requester, 18533);
+    let rej = CmRej {
+        local_comm_id: comm_id(&b, 1),
+        remote_comm_id: requester,
+        message_rejected: MessageKind::Req,
+        reason: 28,
+        ..CmRej::default()
+    };
+    send_as_agent(&mut b, far_ip, CmMessage::Rej(rej), 1);
+    assert!(
+        matches!(far_cm(&far).2, CmMessage::Rej(_)),
+        "the client's REJ"
+    );
+    // A connection the client then ends with its DREQ, unanswered.
+    let second = 0x00ef_0002;
+    request_from(&h, &far, &mut b, second, 18534);
+    b.replying(far_ip, comm_id(&b, 2), second).unwrap();
+    let rtu = CmRtu {
+        local_comm_id: second,
+        remote_comm_id: comm_id(&b, 2),
+        ..CmRtu::default()
+    };
+    send_from(&h, &far, &mad(CmMessage::Rtu(rtu), 5));
+    next_mad(&mut b);
+    let dreq = CmDreq {
+        local_comm_id: comm_id(&b, 2),
+        remote_comm_id: second,
+        ..CmDreq::default()
+    };
+    send_as_agent(&mut b, far_ip, CmMessage::Dreq(dreq), 6);
+    assert!(
+        matches!(far_cm(&far).2, CmMessage::Dreq(_)),
+        "the client's DREQ"
+    );
+    drop(b);
+    assert_eq!(
+        h.stats().gsi_answered,
+        0,
+        "nothing sent in the client's name"
+    );
+}

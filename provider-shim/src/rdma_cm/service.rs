@@ -708,9 +708,14 @@ impl Inner {
     /// readiness byte in line with its queue.
     fn flush(&mut self) {
         while let Some(m) = self.agent.poll_mad() {
-            if let Some((_, e)) = self.endpoints.iter().find(|(ip, _)| same(*ip, m.src)) {
+            if let Some((_, e)) = self.endpoints.iter_mut().find(|(ip, _)| same(*ip, m.src)) {
                 // A MAD lost here is one lost on the wire: the CM resends.
-                let _ = e.send_gsi(m.dst, &m.mad);
+                if e.send_gsi(m.dst, &m.mad).is_ok() {
+                    // A DREQ, DREP or REJ the daemon must not send again
+                    // in this process's name (refused for a comm ID not of
+                    // ours, as an answer to a stray message has).
+                    let _ = e.sent_gsi(m.dst, &m.mad);
+                }
             }
         }
         while self.agent.poll_ready().is_some() {}

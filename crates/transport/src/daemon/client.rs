@@ -4,7 +4,7 @@
 //! same-host regions of contexts, and holding ports of the rdma_cm port
 //! space.
 
-use super::protocol::{FrameHeader, Reply, Request};
+use super::protocol::{Ending, FrameHeader, Reply, Request};
 use super::record;
 use rustix::net::{
     connect, recv, socket_with, socketpair, sockopt, AddressFamily, RecvFlags, SocketAddrUnix,
@@ -260,6 +260,29 @@ impl Session {
             peer,
             comm_id,
             remote_comm_id,
+        };
+        match self.request(&request)? {
+            Reply::Done => Ok(()),
+            other => Err(quiet_error(other)),
+        }
+    }
+
+    /// Tells the daemon this session sent `message` of its comm ID
+    /// `comm_id` (one of its blocks') to `peer`'s `remote_comm_id`
+    /// ([`Request::Disconnecting`]): should the session end, the daemon
+    /// does not send it again in its name.
+    pub fn disconnecting(
+        &mut self,
+        peer: IpAddr,
+        comm_id: u32,
+        remote_comm_id: u32,
+        message: Ending,
+    ) -> io::Result<()> {
+        let request = Request::Disconnecting {
+            peer,
+            comm_id,
+            remote_comm_id,
+            message,
         };
         match self.request(&request)? {
             Reply::Done => Ok(()),

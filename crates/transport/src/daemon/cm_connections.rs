@@ -76,6 +76,8 @@ struct Connection {
     /// a DREP, which the client sends when its application destroys the
     /// id or disconnects, and the daemon if the client dies first.
     dreq: Option<(u64, Instant)>,
+    /// The client sent its own DREQ (it said so): the daemon sends none.
+    dreq_sent: bool,
     stage: Stage,
 }
 
@@ -103,6 +105,7 @@ impl CmConnections {
             Connection {
                 peer,
                 dreq: None,
+                dreq_sent: false,
                 stage,
             },
         );
@@ -122,7 +125,15 @@ impl CmConnections {
         self.by_ours.get(&ours).map(|c| c.peer.qpn)
     }
 
-    /// Connection `ours` ended (a REJ).
+    /// The client sent the DREQ of connection `ours`: should it die, its
+    /// peer gets no other (a DREP it waits for still goes).
+    pub(super) fn dreq_sent(&mut self, ours: u32) {
+        if let Some(c) = self.by_ours.get_mut(&ours) {
+            c.dreq_sent = true;
+        }
+    }
+
+    /// Connection `ours` ended (a REJ, or the client's DREP).
     pub(super) fn ended(&mut self, ours: u32) {
         self.by_ours.remove(&ours);
     }
@@ -197,6 +208,7 @@ impl CmConnections {
                 continue;
             };
             match c.dreq {
+                None if c.dreq_sent => {}
                 None if c.stage == Stage::Established => {
                     farewells.push((ours, c.peer, Farewell::Dreq));
                 }
@@ -254,6 +266,22 @@ mod tests {
                 (2, peer(102), Farewell::Drep { tid: 0xabc })
             ]
         );
+        assert_eq!(c.len(), 0);
+    }
+
+    /// A client that sent its own DREQ (and said so) gets no DREQ sent in
+    /// its name; a peer's DREQ that crossed it still gets its DREP.
+    #[test]
+    fn a_client_that_sent_its_dreq_gets_none_sent_again() {
+        let t0 = Instant::now();
+        let mut c = CmConnections::default();
+        c.connected(1, peer(101), Stage::Established);
+        c.connected(2, peer(102), Stage::Established);
+        c.dreq_sent(1);
+        c.dreq_sent(2);
+        c.dreq_came(2, 0xabd, t0);
+        let got = c.take_dead(all, t0 + Duration::from_secs(1));
+        assert_eq!(got, [(2, peer(102), Farewell::Drep { tid: 0xabd })]);
         assert_eq!(c.len(), 0);
     }
 

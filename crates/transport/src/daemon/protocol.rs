@@ -61,8 +61,8 @@ pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
 /// `Listen`, `Release` and `Port` (and the daemon's routing of QP1);
 /// version 4 `Requesting`; version 5 `Replying`; version 6 `Reserve`'s
-/// `afonly`.
-pub const VERSION: u16 = 6;
+/// `afonly`; version 7 `Disconnecting`.
+pub const VERSION: u16 = 7;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -75,6 +75,7 @@ const LISTEN: u8 = 8;
 const RELEASE: u8 = 9;
 const REQUESTING: u8 = 10;
 const REPLYING: u8 = 11;
+const DISCONNECTING: u8 = 12;
 const BLOCK: u8 = 0x81;
 const REFUSED: u8 = 0x82;
 const DONE: u8 = 0x83;
@@ -191,6 +192,52 @@ pub enum Request {
         comm_id: u32,
         remote_comm_id: u32,
     },
+    /// The context sent `message` (a DREQ, DREP or REJ) of its comm ID
+    /// `comm_id` to `peer`'s `remote_comm_id`, which the daemon does not
+    /// see go: it sends nothing in the context's name for what the
+    /// message said (after a DREQ, no DREQ; after a DREP or REJ, nothing
+    /// for the connection or request), where it sent it again at every
+    /// exit. Answered with `Done`, or refused with `EINVAL` when
+    /// `comm_id` is not in one of the context's blocks.
+    Disconnecting {
+        /// Where the message went.
+        peer: IpAddr,
+        /// Its local and remote comm IDs.
+        comm_id: u32,
+        remote_comm_id: u32,
+        /// Which message it was.
+        message: Ending,
+    },
+}
+
+/// A CM message that ends (or begins to end) a connection or a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// A DREQ: the connection is being ended; the peer answers.
+    Dreq,
+    /// A DREP: the peer's DREQ is answered; the connection is over.
+    Drep,
+    /// A REJ: the request (or a REP's connection) is over.
+    Rej,
+}
+
+impl Ending {
+    fn code(self) -> u8 {
+        match self {
+            Ending::Dreq => 1,
+            Ending::Drep => 2,
+            Ending::Rej => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Ending> {
+        match code {
+            1 => Some(Ending::Dreq),
+            2 => Some(Ending::Drep),
+            3 => Some(Ending::Rej),
+            _ => None,
+        }
+    }
 }
 
 /// The daemon's reply.
@@ -279,6 +326,20 @@ fn get_replying(b: &[u8]) -> Option<Request> {
     })
 }
 
+/// A `Disconnecting` record after its tag: the peer (17 bytes), the local
+/// and remote comm IDs, then the message's code.
+fn get_disconnecting(b: &[u8]) -> Option<Request> {
+    if b.len() != 17 + 4 + 4 + 1 {
+        return None;
+    }
+    Some(Request::Disconnecting {
+        peer: get_ip(&b[..17])?,
+        comm_id: u32::from_le_bytes(b[17..21].try_into().ok()?),
+        remote_comm_id: u32::from_le_bytes(b[21..25].try_into().ok()?),
+        message: Ending::from_code(b[25])?,
+    })
+}
+
 fn bad(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -353,6 +414,18 @@ impl Request {
                 out.extend_from_slice(&comm_id.to_le_bytes());
                 out.extend_from_slice(&remote_comm_id.to_le_bytes());
             }
+            Request::Disconnecting {
+                peer,
+                comm_id,
+                remote_comm_id,
+                message,
+            } => {
+                out.push(DISCONNECTING);
+                put_ip(&mut out, *peer);
+                out.extend_from_slice(&comm_id.to_le_bytes());
+                out.extend_from_slice(&remote_comm_id.to_le_bytes());
+                out.push(message.code());
+            }
         }
         out
     }
@@ -414,6 +487,7 @@ impl Request {
             }
             Some(&REQUESTING) => get_requesting(&b[1..]).ok_or(bad("bad requesting")),
             Some(&REPLYING) => get_replying(&b[1..]).ok_or(bad("bad replying")),
+            Some(&DISCONNECTING) => get_disconnecting(&b[1..]).ok_or(bad("bad disconnecting")),
             _ => Err(bad("unknown request")),
         }
     }
@@ -635,7 +709,13 @@ mod tests {
             comm_id: 0x0030_0008,
             remote_comm_id: 0x1234_5678,
         };
-        for r in [requesting, replying] {
+        let disconnecting = Request::Disconnecting {
+            peer: "10.0.0.3".parse().unwrap(),
+            comm_id: 0x0030_0009,
+            remote_comm_id: 0x8765_4321,
+            message: Ending::Rej,
+        };
+        for r in [requesting, replying, disconnecting] {
             let bytes = r.encode();
             assert_eq!(Request::decode(&bytes).unwrap(), r);
             for cut in 0..bytes.len() {

@@ -30,7 +30,7 @@
 use super::address_claim::AddressClaim;
 use super::cm_connections::{CmConnections, CmPeer, Farewell, Stage};
 use super::cm_requests::{CmRequests, RoutedRequest, SentRequest};
-use super::protocol::{udp_port, FrameHeader, Reply, Request};
+use super::protocol::{udp_port, Ending, FrameHeader, Reply, Request};
 use super::record;
 use super::steering;
 use super::waiting_requests::{WaitingRequest, WaitingRequests};
@@ -647,6 +647,15 @@ impl Daemon {
                 comm_id,
                 remote_comm_id,
             } => (self.replying(id, peer, comm_id, remote_comm_id), Vec::new()),
+            Request::Disconnecting {
+                peer,
+                comm_id,
+                remote_comm_id,
+                message,
+            } => {
+                let ends = (peer, remote_comm_id, message);
+                (self.disconnecting(id, comm_id, ends), Vec::new())
+            }
             request => (self.answer_group(id, request), Vec::new()),
         }
     }
@@ -1519,6 +1528,38 @@ impl Daemon {
             qpn,
         };
         self.cm.connected(comm_id, active, Stage::RepSent);
+        Reply::Done
+    }
+
+    /// Client `id` sent a DREQ, DREP or REJ of its comm ID `comm_id` to
+    /// `peer`'s `remote_comm_id` (`ends`), which passes no daemon: what
+    /// it would send in the client's name for that connection or request
+    /// is said (before, a client's clean exit brought its peers a second
+    /// DREP, or a DREQ after their DREP).
+    fn disconnecting(&mut self, id: usize, comm_id: u32, ends: (IpAddr, u32, Ending)) -> Reply {
+        if let Err(refused) = self.sender_of(id, comm_id) {
+            return refused;
+        }
+        let (peer, remote_comm_id, message) = ends;
+        match message {
+            Ending::Dreq => self.cm.dreq_sent(comm_id),
+            Ending::Drep => self.cm.ended(comm_id),
+            Ending::Rej => {
+                self.cm.ended(comm_id);
+                // Its own REQ given up, or a REQ passed to it rejected.
+                self.cm_requests.sent.remove(comm_id);
+                let requester = (peer, remote_comm_id);
+                let now = Instant::now();
+                if self
+                    .cm_requests
+                    .routed
+                    .get(requester, now)
+                    .is_some_and(|r| r.client == id)
+                {
+                    self.cm_requests.routed.remove(requester);
+                }
+            }
+        }
         Reply::Done
     }
 
