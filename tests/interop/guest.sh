@@ -757,6 +757,53 @@ give_up_run "rdma_cm: softverbs' client dies with its REQ unanswered (rxe server
 give_up_run "rdma_cm: softverbs' server dies after its REP (rxe client)" softverbs rxe0 outlives
 give_up_run "rdma_cm: rxe's server dies after its REP (softverbs client)" rxe0 softverbs outlives
 
+# killed_run NAME SERVER_SIDE CLIENT_SIDE: rping's server is killed (-9)
+# while its client pings; the client must hear DISCONNECTED at once. The
+# kernel's rdma_cm destroys a dead process's ids, sending their DREQs;
+# softverbs' daemon sends the DREQ in a dead client's name, naming the
+# peer's QP, which the kernel's CM checks (until 2026-12-07 it named QP 0,
+# and rxe dropped it).
+killed_run() {
+  local name=$1 s_side=$2 c_side=$3
+  [[ "$name" =~ $FILTER ]] || return 0
+  n=$((n + 1)); port=$((port + 1))
+  local pre dev gid addr s_pre c_pre srv_addr
+  side "$s_side" ipv4; s_pre=("${pre[@]}")
+  side "$c_side" ipv4; c_pre=("${pre[@]}")
+  srv_addr=$(cm_address "$s_side" ipv4)
+  [ "$s_side" = softverbs ] && s_pre+=(SOFTVERBS_CM_TRACE=1)
+  : > "$log/srv"; : > "$log/cli"
+  # In a subshell whose standard error (the shell's word on the kill) is
+  # dropped: the server's output is in $log/srv.
+  ( "${s_pre[@]}" timeout "$CASE_TIMEOUT" rping -s -a "$srv_addr" -p "$port" -C 1000000 > "$log/srv" 2>&1 ) 2> /dev/null &
+  local srv=$! cli crc took=-
+  if wait_listening "$s_side" "$port" "$srv"; then
+    "${c_pre[@]}" timeout "$CASE_TIMEOUT" stdbuf -oL rping -c -a "$srv_addr" -p "$port" -C 1000000 -v \
+      > "$log/cli" 2>&1 &
+    cli=$!
+    if wait_line "$log/cli" "^ping data" "$cli"; then
+      pkill -9 -f "^rping -s -a $srv_addr -p $port " # not its timeout
+      local t0=$SECONDS
+      wait "$cli"; crc=$?
+      took=$((SECONDS - t0))
+    else
+      kill "$cli" 2>/dev/null; wait "$cli" 2>/dev/null; crc="no pings"
+    fi
+  else
+    crc="not started"
+  fi
+  kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
+  if [ "$crc" != 124 ] && [ "$took" != - ] && [ "$took" -le 10 ] && grep -q "DISCONNECT EVENT" "$log/cli"; then
+    pass=$((pass + 1)); echo "ok   $name ($took s)"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (client: $crc, $took s after the kill)"
+    grep -v "^ping data" "$log/cli" | tail -n 4 | sed 's/^/    client: /'
+    grep -v "^softverbs rdma_cm" "$log/srv" | tail -n 4 | sed 's/^/    server: /'
+  fi
+}
+killed_run "rdma_cm: softverbs' rping server killed mid-connection, rxe's client disconnected at once" softverbs rxe0
+killed_run "rdma_cm: rxe's rping server killed mid-connection, softverbs' client disconnected at once" rxe0 softverbs
+
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, rxe sends)" softverbs rxe0 239.40.0.2
 mckey_run "rxe-softverbs ipv4 mckey (rdma_cm multicast, softverbs sends)" rxe0 softverbs 239.40.0.3
 

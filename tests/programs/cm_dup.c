@@ -80,6 +80,16 @@ static void resolve_through(struct rdma_event_channel *ch, int fd)
 		FAIL("rdma_destroy_id through %d: %s", fd, strerror(errno));
 }
 
+/* The lowest descriptor number from `from` that is free. */
+static int free_number(int from)
+{
+	int probe = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, from);
+	if (probe < 0)
+		FAIL("F_DUPFD: %s", strerror(errno));
+	close(probe);
+	return probe;
+}
+
 static atomic_int commands;
 
 /* Ids made and destroyed through the duplicate `arg` names, until told
@@ -126,9 +136,12 @@ int main(int argc, char **argv)
 	}
 	resolve_through(ch, d);
 
-	/* dup2, dup3, F_DUPFD_CLOEXEC: each number is the channel. */
-	int to2 = dup2(d, 100), to3 = dup3(d, 101, O_CLOEXEC), above = fcntl(d, F_DUPFD_CLOEXEC, 200);
-	if (to2 != 100 || to3 != 101 || above < 200)
+	/* dup2, dup3, F_DUPFD_CLOEXEC: each number is the channel (dup2 and
+	 * dup3 onto numbers found free). */
+	int free2 = free_number(100), free3 = free_number(free2 + 1);
+	int to2 = dup2(d, free2), to3 = dup3(d, free3, O_CLOEXEC);
+	int above = fcntl(d, F_DUPFD_CLOEXEC, free3 + 1);
+	if (to2 != free2 || to3 != free3 || above <= free3)
 		FAIL("dup2 %d, dup3 %d, F_DUPFD_CLOEXEC %d: %s", to2, to3, above, strerror(errno));
 	close(d);
 	int numbers[] = { to2, to3, above };

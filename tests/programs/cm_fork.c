@@ -2,9 +2,12 @@
  * channel and an id), then forks; the child, with channels and ids of its
  * own, resolves ADDR and PORT and connects to a port nobody listens on,
  * which must end in RDMA_CM_EVENT_REJECTED (the CM's answer arriving in
- * the child), not a hang. The parent then does the same. Prints
+ * the child), not a hang. The parent's channel, inherited, answers EBADF
+ * in the child (a blocking rdma_get_cm_event on it waited for ever,
+ * 2026-12-07). The parent then does the same. Prints
  * "cm fork ok" on success. Usage: cm_fork ADDR PORT */
 #include <rdma/rdma_cma.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +58,16 @@ int main(int argc, char **argv) {
   if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) { perror("parent create"); return 1; }
   pid_t child = fork();
   if (child < 0) { perror("fork"); return 1; }
-  if (child == 0) _exit(rejected(argv[1], argv[2], "child") ? 1 : 0);
+  if (child == 0) {
+    if (rejected(argv[1], argv[2], "child")) _exit(1);
+    struct rdma_cm_event *ev;
+    int rc = rdma_get_cm_event(ch, &ev);
+    if (rc == 0 || errno != EBADF) {
+      fprintf(stderr, "child: the parent's channel answered %d, errno %d, want EBADF\n", rc, errno);
+      _exit(1);
+    }
+    _exit(0);
+  }
   int status;
   if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status)) {
     fprintf(stderr, "the child failed\n");

@@ -18,7 +18,7 @@ use std::os::raw::c_int;
 type DupFn = unsafe extern "C" fn(c_int) -> c_int;
 type Dup2Fn = unsafe extern "C" fn(c_int, c_int) -> c_int;
 type Dup3Fn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
-type FcntlFn = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+type FcntlFn = unsafe extern "C-unwind" fn(c_int, c_int, ...) -> c_int;
 
 fn real_dup() -> Option<DupFn> {
     crate::next_fn!(c"dup", DupFn)
@@ -105,12 +105,13 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// of the platforms glibc's `fcntl` runs on pass a variadic argument of
 /// either kind in the register (or stack slot) a named one would take,
 /// and handed on unchanged. Only F_DUPFD and F_DUPFD_CLOEXEC of a channel
-/// are looked at.
+/// are looked at. "C-unwind": F_SETLKW is a cancellation point, and a
+/// thread cancelled in it leaves through here.
 ///
 /// # Safety
 /// libc's contract: `arg` is what `cmd` asks for.
 #[no_mangle]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let Some(real) = real_fcntl() else {
         return enosys(-1);
     };
@@ -124,7 +125,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 /// # Safety
 /// As [`fcntl`].
 #[no_mangle]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let Some(real) = real_fcntl64().or_else(real_fcntl) else {
         return enosys(-1);
     };

@@ -445,10 +445,14 @@ fn command(
         Ok(None) if nonblocking(fd).unwrap_or(nonblocking_then) => Attempt::Done(Err(libc::EAGAIN)),
         Ok(None) => Attempt::Wait,
         // The agent knows no channel `fd`, which was one when the command
-        // began: it was closed under the command, even if the close is
-        // still on its way to the number's unmarking (a blocking
-        // GET_EVENT woken then failed EBADF: rping's client, once in CI).
-        Err(libc::EBADF) => Attempt::Forever,
+        // began: closed under the command, even if the close is still on
+        // its way to the number's unmarking (a blocking GET_EVENT woken
+        // then failed EBADF: rping's client, once in CI). Not so for a
+        // channel this process's service never had (a forked child's
+        // inherited one): EBADF. In this order: a close is `closing` from
+        // before the agent forgets the channel until the number's
+        // unmarking, and closed under the command from then on.
+        Err(libc::EBADF) if service.closing(fd) || closed_under(fd, file) => Attempt::Forever,
         Err(errno) => Attempt::Done(Err(errno)),
     }
 }

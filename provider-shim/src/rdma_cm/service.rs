@@ -22,7 +22,7 @@ use softverbs_cm::abi::{cmd, Command};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
 use softverbs_transport::clock::Clock;
 use softverbs_transport::endpoint::{Endpoint, Receiver};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -70,6 +70,13 @@ struct Inner {
     /// Our ends of channels the application is closing, kept open until
     /// its end is closed ([`Service::unmark`]).
     closing: Vec<ClosingEnd>,
+    /// Channel numbers the application is closing, from the service's
+    /// part of the close to the number's unmarking: a command through one
+    /// meanwhile was overtaken by the close, and the unmarking is the
+    /// close's only if the number was not made a channel again meanwhile
+    /// (a `dup` can give the number back, naming the same file, before
+    /// `unmark`).
+    unmarking: HashSet<RawFd>,
     /// The ids the kernel's rdma_cm serves (`kernel.rs`).
     kernel: KernelCm,
 }
@@ -251,6 +258,7 @@ impl Service {
                 channels: HashMap::new(),
                 aliases: HashMap::new(),
                 closing: Vec::new(),
+                unmarking: HashSet::new(),
                 kernel: KernelCm::default(),
             }),
             clock: Clock::start(),
@@ -299,6 +307,7 @@ impl Service {
         // a dup2 past this library): its ids go now (or stay with its
         // duplicates), not into the new channel.
         inner.release_number(fd);
+        inner.unmarking.remove(&fd); // a close of the number is over
         inner.agent.open_channel(fd);
         inner.channels.insert(
             fd,
@@ -332,6 +341,7 @@ impl Service {
             return;
         }
         let mut inner = self.inner.lock();
+        inner.unmarking.insert(fd);
         if let Some(ours) = inner.release_number(fd) {
             inner.closing.push(ClosingEnd {
                 fd,
@@ -346,9 +356,11 @@ impl Service {
     /// locks `open_channel` takes (no command or readiness byte sees the
     /// numbers half done, and a write to the new number looks at it
     /// before or after). Its result, the new number an alias of the
-    /// channel; a channel `over` named was closed by it. A number this
-    /// library cannot mark is refused (closed again): EMFILE, or EBADF
-    /// for a number asked for, as a number past the limit.
+    /// channel; a channel number the new one had was closed by it. Where
+    /// the result could be no channel, the call is not made: EBADF for a
+    /// channel being closed (a `dup` after the close), or a number asked
+    /// for that this library cannot mark (as a number past the limit); a
+    /// new number it cannot mark is closed again: EMFILE.
     pub fn duplicate(&self, old: RawFd, over: Option<RawFd>, dup: impl FnOnce() -> RawFd) -> RawFd {
         if std::process::id() != self.pid {
             return dup(); // a forked child's channels are its parent's
@@ -357,6 +369,12 @@ impl Service {
         let mut inner = self.inner.lock();
         let file = fds::file(old);
         let source = fds::is_channel(old) && super::file_of(old) == file;
+        let live = inner.channels.contains_key(&inner.key_of(old));
+        let unmarkable = over.is_some_and(|n| !(0..fds::MAX_FD).contains(&n));
+        if source && (!live || unmarkable) {
+            crate::guard::set_errno(libc::EBADF);
+            return -1;
+        }
         let new = dup();
         let errno = io::Error::last_os_error().raw_os_error();
         if new < 0 || new == old {
@@ -365,12 +383,14 @@ impl Service {
             }
             return new;
         }
-        if over.is_some() && fds::is_channel(new) {
-            // `dup2` closed the channel that had the number: nothing can
-            // write into it any more, so our end goes at once.
+        if fds::is_channel(new) {
+            // A channel number `dup2` closed, or one closed past this
+            // library (`close_range`) that the call reused: it is closed,
+            // and nothing can write into its pair any more.
             drop(inner.release_number(new));
             fds::set_channel(new, false);
         }
+        inner.unmarking.remove(&new); // a close of the number is over
         if !source {
             return new;
         }
@@ -379,11 +399,7 @@ impl Service {
                 // SAFETY: the number the call just made, no one else's yet.
                 unsafe { close(new) };
             }
-            crate::guard::set_errno(if over.is_some() {
-                libc::EBADF
-            } else {
-                libc::EMFILE
-            });
+            crate::guard::set_errno(libc::EMFILE);
             return -1;
         }
         let key = inner.key_of(old);
@@ -433,9 +449,15 @@ impl Service {
         }
         let mut inner = self.inner.lock();
         inner.closing.retain(|c| (c.fd, c.file) != (fd, file));
-        if fds::file(fd) == file {
+        if inner.unmarking.remove(&fd) && fds::file(fd) == file {
             fds::set_channel(fd, false);
         }
+    }
+
+    /// Whether channel number `fd` is being closed by this process (from
+    /// [`close_channel`](Self::close_channel) to [`unmark`](Self::unmark)).
+    pub fn closing(&self, fd: RawFd) -> bool {
+        self.inner.lock().unmarking.contains(&fd)
     }
 
     /// Runs command `original` on channel `fd` in the kernel's rdma_cm if
