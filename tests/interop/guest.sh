@@ -773,9 +773,11 @@ killed_run() {
   srv_addr=$(cm_address "$s_side" ipv4)
   [ "$s_side" = softverbs ] && s_pre+=(SOFTVERBS_CM_TRACE=1)
   : > "$log/srv"; : > "$log/cli"
-  # In a subshell whose standard error (the shell's word on the kill) is
-  # dropped: the server's output is in $log/srv.
-  ( "${s_pre[@]}" timeout "$CASE_TIMEOUT" rping -s -a "$srv_addr" -p "$port" -C 1000000 > "$log/srv" 2>&1 ) 2> /dev/null &
+  # In a subshell (not exec'd away: two commands) whose standard error,
+  # where it says the server was killed, is dropped: the server's output
+  # is in $log/srv.
+  ( "${s_pre[@]}" timeout "$CASE_TIMEOUT" rping -s -a "$srv_addr" -p "$port" -C 1000000 > "$log/srv" 2>&1
+    exit $? ) 2> /dev/null &
   local srv=$! cli crc took=-
   if wait_listening "$s_side" "$port" "$srv"; then
     "${c_pre[@]}" timeout "$CASE_TIMEOUT" stdbuf -oL rping -c -a "$srv_addr" -p "$port" -C 1000000 -v \
