@@ -112,6 +112,21 @@ impl PeerTarget<'_> {
         }
     }
 
+    /// Before a copy into or out of the owner's memory: its pid must still
+    /// run the image that maps this region. After an exec the new image
+    /// may map the same addresses (the daemon's gone word comes only when
+    /// it has run), and a copy there put bytes into, or took them from, a
+    /// program that registered nothing: WRITEs landed in an exec'd
+    /// target for milliseconds under load, each completing with success.
+    /// One 8-byte read through the pid, before the copy; an exec between
+    /// the two leaves the new image no time to map anything yet.
+    fn owner_still_there(&self) -> Result<(), CopyFault> {
+        match self.owner_replaced() {
+            true => Err(CopyFault::Gone),
+            false => Ok(()),
+        }
+    }
+
     fn owner_replaced(&self) -> bool {
         let (at, nonce) = self.region.owner_check();
         let mut word = [0u8; 8];
@@ -181,6 +196,7 @@ impl DirectTarget for PeerTarget<'_> {
     }
 
     fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault> {
+        self.owner_still_there()?;
         let done = match from {
             Payload::Memory(local) => self.access.write_peer(self.pid, local, to),
             Payload::Inline(data) => self.access.write_peer_bytes(self.pid, data, to),
@@ -190,6 +206,7 @@ impl DirectTarget for PeerTarget<'_> {
     }
 
     fn read(&mut self, from: Seg, to: &[Seg]) -> Result<(), CopyFault> {
+        self.owner_still_there()?;
         self.access
             .read_peer(self.pid, &[from], to)
             .map_err(|f| self.copy_fault(f))
@@ -201,6 +218,7 @@ impl DirectTarget for PeerTarget<'_> {
             .locks()
             .lock(addr, LOCK_WAIT)
             .map_err(|_| CopyFault::Gone)?;
+        self.owner_still_there()?;
         let at = [Seg { addr, len: 8 }];
         let mut word = [0u8; 8];
         self.access
