@@ -18,6 +18,7 @@
 use crate::event_acks::{Acks, Delivered};
 use parking_lot::Mutex;
 use softverbs_engine::{AsyncEvent, CqId, QpId, SrqId};
+use softverbs_transport::driver::ExecLock;
 use softverbs_transport::Notify;
 use std::collections::HashMap;
 use std::io;
@@ -286,10 +287,19 @@ impl Notify for EventSink {
         }
     }
 
-    fn progress_thread_started(&self) {
+    fn progress_thread_started(&self, exec_lock: Option<&ExecLock<'_>>) {
         // Without it, latency is bound to the scheduler's slice when the
         // application spins on every CPU; nothing else depends on it.
         let _ = crate::thread_slice::ask_for_short_slice();
+        if let Some(lock) = exec_lock {
+            crate::exec_lock::hold(lock);
+        }
+    }
+
+    fn progress_thread_ending(&self, exec_lock: Option<&ExecLock<'_>>) {
+        if let Some(lock) = exec_lock {
+            crate::exec_lock::give_back(lock);
+        }
     }
 }
 

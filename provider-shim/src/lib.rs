@@ -38,6 +38,7 @@ pub mod device;
 pub mod device_view;
 pub mod event_acks;
 pub mod events;
+pub mod exec_lock;
 pub mod fault_handler_watch;
 pub use softverbs_ffi as ffi;
 pub mod got;

@@ -32,6 +32,7 @@ use crate::link_watch::LinkWatch;
 use crate::outbox::{Open, Outbox};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
+pub use crate::same_host::host::ExecLock;
 use crate::same_host::host::{DeliveriesWatch, DoorbellAnswer, SameHost, ShmMode};
 use crate::same_host::locked_atomics::LockedAtomics;
 use crate::same_host::CrossProcess;
@@ -115,8 +116,13 @@ pub trait Notify: Send + Sync {
     fn device_fatal(&self);
     /// Runs first on the progress thread, without the driver's lock: a
     /// place to set how it is scheduled (the provider asks for a short
-    /// time slice, `thread_slice.rs`).
-    fn progress_thread_started(&self) {}
+    /// time slice, `thread_slice.rs`), and to take the region's exec lock
+    /// if it has one (the provider does, `exec_lock.rs`).
+    fn progress_thread_started(&self, _exec_lock: Option<&ExecLock<'_>>) {}
+    /// Runs last on the progress thread: the exec lock, if it was taken,
+    /// is given back (before the thread ends: the kernel would otherwise
+    /// mark it at the thread's exit, in a mapping that may be gone).
+    fn progress_thread_ending(&self, _exec_lock: Option<&ExecLock<'_>>) {}
 }
 
 /// A verb on a device whose progress thread failed: the engine's state
@@ -1242,13 +1248,15 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     faults.add(Signal::SIGSEGV);
     faults.add(Signal::SIGBUS);
     let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&faults), None);
-    shared.notify.progress_thread_started();
+    let exec_lock = shared.doorbell.as_ref().map(DoorbellAnswer::exec_lock);
+    shared.notify.progress_thread_started(exec_lock.as_ref());
     let run = catch_unwind(AssertUnwindSafe(|| progress_loop(shared, poll)));
     if run.is_err() {
         // The panic hook has printed what happened.
         shared.failed.store(true, Ordering::Release);
         shared.notify.device_fatal();
     }
+    shared.notify.progress_thread_ending(exec_lock.as_ref());
 }
 
 /// Every open context, with the process that opened it, to send at exit

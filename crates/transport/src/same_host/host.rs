@@ -83,6 +83,41 @@ impl DoorbellAnswer {
         let mut buf = [0u8; 8];
         let _ = nix::unistd::read(&*self.doorbell, &mut buf);
     }
+
+    /// The exec lock of this context's region, for the progress thread.
+    pub fn exec_lock(&self) -> ExecLock<'_> {
+        ExecLock {
+            region: &self.region,
+        }
+    }
+}
+
+/// The exec lock of a context's region (`layout.rs`, `H_EXEC_LOCK`): the
+/// progress thread takes it as it starts and gives it back as it ends,
+/// through the embedder (`Notify::progress_thread_started`), which
+/// owns the C library's mutex; peers then learn of an exec from it.
+#[derive(Debug)]
+pub struct ExecLock<'a> {
+    region: &'a RegionView,
+}
+
+impl ExecLock<'_> {
+    /// Where the mutex lies: [`super::layout::EXEC_LOCK_WORDS`] words,
+    /// 8-byte aligned, in a mapping that outlives the progress thread.
+    pub fn addr(&self) -> usize {
+        self.region.exec_lock_addr()
+    }
+
+    /// Bytes the mutex may take.
+    pub fn bytes(&self) -> usize {
+        super::layout::EXEC_LOCK_WORDS * 8
+    }
+
+    /// The progress thread holds it (`true`), so peers may trust it, or
+    /// is about to give it back (`false`).
+    pub fn arm(&self, on: bool) {
+        self.region.arm_exec_lock(on);
+    }
 }
 
 /// A peer context on this host.

@@ -30,9 +30,9 @@ use super::Words;
 /// The first word of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SVSHREG\x01");
 /// The layout version this code reads and writes.
-pub const VERSION: u64 = 4;
+pub const VERSION: u64 = 5;
 /// Words of the header.
-pub const HEADER_WORDS: usize = 24;
+pub const HEADER_WORDS: usize = 32;
 
 const H_MAGIC: usize = 0;
 const H_VERSION: usize = 1;
@@ -61,9 +61,32 @@ pub const GONE_OFFSET: u64 = (H_GONE * 8) as u64;
 /// ([`RegionView::owner_check`]).
 const H_MAPPED_AT: usize = 16;
 const H_NONCE: usize = 17;
+/// Nonzero once the owner's progress thread holds the exec lock.
+const H_EXEC_ARMED: usize = 18;
+/// The exec lock: a robust, process-shared mutex (glibc's
+/// `pthread_mutex_t`, whose first 32 bits are its futex word) that the
+/// owner's progress thread holds for its life. The kernel marks a robust
+/// futex whose holder dies (FUTEX_OWNER_DIED, the holder's thread id
+/// cleared) when the thread exits or is killed, and an exec kills every
+/// other thread of the process before it replaces the image: so the mark
+/// is there before the pid names a new image, and a peer reads it before
+/// each copy into the owner's memory without a system call
+/// ([`RegionView::exec_lock_says_gone`]). The provider takes and gives
+/// it back (`exec_lock.rs`); an embedder that does not leaves it unarmed,
+/// and peers read the nonce back instead ([`RegionView::owner_check`]).
+const H_EXEC_LOCK: usize = 19;
+/// Words the exec lock may take (glibc's mutex is 40 bytes on x86-64, 48
+/// on AArch64).
+pub const EXEC_LOCK_WORDS: usize = 8;
 const _: () = assert!(
-    H_PARTS + 2 * PART_NAMES.len() <= H_GONE && H_GONE < H_MAPPED_AT && H_NONCE < HEADER_WORDS
+    H_PARTS + 2 * PART_NAMES.len() <= H_GONE
+        && H_GONE < H_MAPPED_AT
+        && H_NONCE < H_EXEC_ARMED
+        && H_EXEC_ARMED < H_EXEC_LOCK
+        && H_EXEC_LOCK + EXEC_LOCK_WORDS <= HEADER_WORDS
 );
+// The futex word is the low half of its header word.
+const _: () = assert!(cfg!(target_endian = "little"));
 const PART_NAMES: [&str; 5] = [
     "MR table",
     "QP table",
@@ -367,6 +390,33 @@ impl RegionView {
         (at.wrapping_add(H_NONCE as u64 * 8), nonce)
     }
 
+    /// Where the exec lock lies in this process's mapping of the region
+    /// (see `H_EXEC_LOCK`): [`EXEC_LOCK_WORDS`] words, 8-byte aligned.
+    pub fn exec_lock_addr(&self) -> usize {
+        self.words()[H_EXEC_LOCK..].as_ptr() as usize
+    }
+
+    /// The owner's progress thread holds the exec lock (`on`), or is
+    /// about to give it back.
+    pub fn arm_exec_lock(&self, on: bool) {
+        self.words()[H_EXEC_ARMED].store(u64::from(on), Ordering::Release);
+    }
+
+    /// What the exec lock says of the owner: `Some(true)` once the thread
+    /// that held it has died (exit, kill, or an exec that killed it) or
+    /// gave it back, `Some(false)` while it holds it, `None` if it was
+    /// never held (the owner's embedder does not take it).
+    pub fn exec_lock_says_gone(&self) -> Option<bool> {
+        const TID: u32 = 0x3fff_ffff; // FUTEX_TID_MASK
+        const OWNER_DIED: u32 = 0x4000_0000; // FUTEX_OWNER_DIED
+        let words = self.words();
+        if words[H_EXEC_ARMED].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let futex = words[H_EXEC_LOCK].load(Ordering::Acquire) as u32;
+        Some(futex & TID == 0 || futex & OWNER_DIED != 0)
+    }
+
     /// Whether the owning context has ended (see [`GONE_OFFSET`]).
     pub fn owner_gone(&self) -> bool {
         self.words()[H_GONE].load(Ordering::Acquire) != 0
@@ -486,6 +536,26 @@ mod tests {
         let words = region(layout().total_words().unwrap());
         format(words.words(), 1234, &layout()).unwrap();
         words
+    }
+
+    /// The exec lock is trusted only once armed; then a futex word with a
+    /// holder's thread id says the owner is there, one marked owner-died
+    /// (the kernel's, at the holder's death or exec) or free says gone.
+    #[test]
+    fn the_exec_lock_speaks_once_armed() {
+        let view = RegionView::open(formatted()).unwrap();
+        let futex = &view.words()[H_EXEC_LOCK];
+        futex.store(4321, Ordering::Relaxed);
+        assert_eq!(view.exec_lock_says_gone(), None, "not armed");
+        view.arm_exec_lock(true);
+        assert_eq!(view.exec_lock_says_gone(), Some(false), "held");
+        futex.store(0x4000_0000, Ordering::Relaxed);
+        assert_eq!(view.exec_lock_says_gone(), Some(true), "its holder died");
+        futex.store(0xC000_0000, Ordering::Relaxed);
+        assert_eq!(view.exec_lock_says_gone(), Some(true), "died, with waiters");
+        futex.store(0, Ordering::Relaxed);
+        assert_eq!(view.exec_lock_says_gone(), Some(true), "given back");
+        assert_eq!(view.exec_lock_addr() % 8, 0);
     }
 
     #[test]

@@ -118,10 +118,17 @@ impl PeerTarget<'_> {
     /// it has run), and a copy there put bytes into, or took them from, a
     /// program that registered nothing: WRITEs landed in an exec'd
     /// target for milliseconds under load, each completing with success.
-    /// One 8-byte read through the pid, before the copy; an exec between
-    /// the two leaves the new image no time to map anything yet.
+    /// The owner's exec lock says so without a system call (the kernel
+    /// marks it before the exec replaces the image); an owner that does
+    /// not hold one is asked with an 8-byte read through the pid, before
+    /// the copy (an exec between the two leaves the new image no time to
+    /// map anything yet).
     fn owner_still_there(&self) -> Result<(), CopyFault> {
-        match self.owner_replaced() {
+        let gone = self
+            .region
+            .exec_lock_says_gone()
+            .unwrap_or_else(|| self.owner_replaced());
+        match gone {
             true => Err(CopyFault::Gone),
             false => Ok(()),
         }
