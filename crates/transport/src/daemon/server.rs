@@ -1532,10 +1532,10 @@ impl Daemon {
     }
 
     /// Client `id` sent a DREQ, DREP or REJ of its comm ID `comm_id` to
-    /// `peer`'s `remote_comm_id` (`ends`), which passes no daemon: what
-    /// it would send in the client's name for that connection or request
-    /// is said (before, a client's clean exit brought its peers a second
-    /// DREP, or a DREQ after their DREP).
+    /// `peer`'s `remote_comm_id` (`ends`), which passes no daemon: the
+    /// daemon does not send it again in the client's name when the client
+    /// goes (before, a clean exit brought its peers a second DREP, or a
+    /// DREQ after their DREP).
     fn disconnecting(&mut self, id: usize, comm_id: u32, ends: (IpAddr, u32, Ending)) -> Reply {
         if let Err(refused) = self.sender_of(id, comm_id) {
             return refused;
