@@ -591,13 +591,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 fn completion(cq: usize, w: &ibv_wc) -> Completion {
     const WITH_IMM: u32 = 1 << 1;
     const WITH_INV: u32 = 1 << 3;
-    // SAFETY: both union members are a u32; reading either is defined.
-    let raw = unsafe { w.u.imm_data };
-    // Immediate data is big-endian in `ibv_wc`; an invalidated rkey not.
-    let imm = match w.wc_flags & WITH_IMM {
-        0 => raw,
-        _ => u32::from_be(raw),
-    };
+    let imm = crate::convert::wc_imm_or_rkey_from_c(w);
     Completion {
         cq: format!("{cq:#x}"),
         qp: w.qp_num,

@@ -190,17 +190,24 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     c
 }
 
+/// The `imm_data`/`invalidated_rkey` union of a C completion as the
+/// engine holds it (the inverse of [`wc_imm_or_rkey`]): immediate data in
+/// host order, an invalidated rkey as it is.
+pub fn wc_imm_or_rkey_from_c(c: &ibv_wc) -> u32 {
+    // SAFETY: both members of the union are u32; any value is valid.
+    let raw = unsafe { c.u.imm_data };
+    if c.wc_flags & IBV_WC_WITH_IMM != 0 {
+        u32::from_be(raw)
+    } else {
+        raw
+    }
+}
+
 /// `ibv_wc` -> engine completion (the inverse of [`wc_to_c`]); an
 /// unknown status or opcode (a newer provider's) reads as a general error
 /// or a SEND.
 pub fn wc_from_c(c: &ibv_wc) -> WorkCompletion {
-    // SAFETY: both members of the union are u32; any value is valid.
-    let raw = unsafe { c.u.imm_data };
-    let imm_data_or_inv_rkey = if c.wc_flags & IBV_WC_WITH_IMM != 0 {
-        u32::from_be(raw)
-    } else {
-        raw
-    };
+    let imm_data_or_inv_rkey = wc_imm_or_rkey_from_c(c);
     WorkCompletion {
         wr_id: c.wr_id,
         status: WcStatus::from_c(c.status).unwrap_or(WcStatus::GeneralErr),

@@ -218,7 +218,6 @@ fn devices() -> Result<(), String> {
 /// devices | head -1`) ends the output quietly, as with other tools,
 /// where `println!` panicked.
 fn print_all(text: &str) -> Result<(), String> {
-    use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
         _ => Ok(()),

@@ -221,10 +221,7 @@ impl Session {
     /// Gives the reservation of (`ps`, `ip`, `port`) back. `EINVAL` if
     /// the session holds no such reservation.
     pub fn release(&mut self, ps: u16, ip: IpAddr, port: u16) -> io::Result<()> {
-        match self.request(&Request::Release { ps, ip, port })? {
-            Reply::Done => Ok(()),
-            other => Err(quiet_error(other)),
-        }
+        quiet_done(self.request(&Request::Release { ps, ip, port })?)
     }
 
     /// Tells the daemon this session sent a CM REQ of comm ID `comm_id`
@@ -244,10 +241,7 @@ impl Session {
             ca_guid,
             tid,
         };
-        match self.request(&request)? {
-            Reply::Done => Ok(()),
-            other => Err(quiet_error(other)),
-        }
+        quiet_done(self.request(&request)?)
     }
 
     /// Tells the daemon this session sends a CM REP of comm ID `comm_id`
@@ -261,10 +255,7 @@ impl Session {
             comm_id,
             remote_comm_id,
         };
-        match self.request(&request)? {
-            Reply::Done => Ok(()),
-            other => Err(quiet_error(other)),
-        }
+        quiet_done(self.request(&request)?)
     }
 
     /// Tells the daemon this session sent `message` of its comm ID
@@ -284,10 +275,7 @@ impl Session {
             remote_comm_id,
             message,
         };
-        match self.request(&request)? {
-            Reply::Done => Ok(()),
-            other => Err(quiet_error(other)),
-        }
+        quiet_done(self.request(&request)?)
     }
 
     fn request(&mut self, request: &Request) -> io::Result<Reply> {
@@ -379,6 +367,14 @@ impl Session {
 /// A refusal that is an ordinary answer (a port in use, say: the kernel
 /// logs nothing either) as its errno, without the log line
 /// [`Reply::into_error`] writes; anything else as that does.
+/// `Done` as success, anything else as [`quiet_error`].
+fn quiet_done(reply: Reply) -> io::Result<()> {
+    match reply {
+        Reply::Done => Ok(()),
+        other => Err(quiet_error(other)),
+    }
+}
+
 fn quiet_error(reply: Reply) -> io::Error {
     match reply {
         Reply::Refused(errno, _) => io::Error::from_raw_os_error(errno),
