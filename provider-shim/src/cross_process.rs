@@ -34,6 +34,9 @@ const IOV_MAX: usize = 1024;
 /// 2 GiB (`MAX_RW_COUNT`); asking less keeps every count in range.
 const MAX_CALL_BYTES: u64 = 1 << 30;
 
+/// One side's iovecs of a call, the common few in place.
+type Iovecs = smallvec::SmallVec<[libc::iovec; 4]>;
+
 /// A peer address no process maps (below `mmap_min_addr`): the permission
 /// probe reads it.
 const NEVER_MAPPED: u64 = 0;
@@ -160,8 +163,9 @@ impl CrossProcessAccess {
         let total = total_len(local).min(total_len(remote));
         debug_assert_eq!(total_len(local), total_len(remote), "unequal lengths");
         let (mut l, mut r) = (Cursor::new(local), Cursor::new(remote));
-        let mut liov = Vec::with_capacity(local.len().min(IOV_MAX));
-        let mut riov = Vec::with_capacity(remote.len().min(IOV_MAX));
+        // The common few in place: a copy allocates nothing.
+        let mut liov = Iovecs::new();
+        let mut riov = Iovecs::new();
         let mut done = 0;
         while done < total {
             let want = (total - done).min(MAX_CALL_BYTES);
@@ -327,7 +331,7 @@ impl<'a> Cursor<'a> {
 
     /// Fills `out` with the iovecs of the next `bytes` bytes (at most
     /// [`Cursor::reach`]).
-    fn iovecs(&self, bytes: u64, out: &mut Vec<libc::iovec>) {
+    fn iovecs(&self, bytes: u64, out: &mut Iovecs) {
         out.clear();
         let mut left = bytes;
         for piece in self.pieces() {

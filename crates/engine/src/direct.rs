@@ -27,10 +27,10 @@ use crate::mr_table::{remote_addr, scatter_plan, sge_total, LocalAccessError};
 use crate::qp_state::{QpState, QpType};
 use crate::responder::{grh_bytes, ud_sl, GRH_LEN};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
-use crate::wr::RecvWqe;
+use crate::wr::{InlineData, RecvWqe};
 use slotmap::{Key, KeyData};
 
-pub use crate::mr_table::MrLookup;
+pub use crate::mr_table::{MrLookup, SegPlan};
 
 /// What a whole operation does at the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +85,10 @@ pub enum DirectKind {
 pub enum Payload {
     /// Ranges of the requester's registered memory, checked against its
     /// lkeys (for READ: where the data goes, checked for LOCAL_WRITE).
-    Memory(Vec<Seg>),
-    /// Inline data copied at post time.
-    Inline(Vec<u8>),
+    /// The common few in place, so an operation allocates nothing.
+    Memory(SegPlan),
+    /// Inline data copied at post time, as the send queue holds it.
+    Inline(InlineData),
     /// A READ whose local SGEs are unusable (not in a live MR of the QP's
     /// PD with LOCAL_WRITE): the wire path finds that only when the
     /// response arrives, after the target executed the request, so the
@@ -560,7 +561,7 @@ fn receive_datagram(
         Err(err) => return Err(fail_receive(qp, target, &wqe, local_status(err)).into()),
     };
     let copied = target
-        .write(&Payload::Inline(grh.to_vec()), &to_grh)
+        .write(&Payload::Inline(InlineData::from_slice(&grh)), &to_grh)
         .and_then(|()| target.write(&op.payload, &to_data));
     match copied {
         Ok(()) => {}

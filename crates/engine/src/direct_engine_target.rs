@@ -68,7 +68,7 @@ impl DirectTarget for EngineTarget<'_> {
 
     fn write(&mut self, from: &Payload, to: &[Seg]) -> Result<(), CopyFault> {
         let bytes = match from {
-            Payload::Inline(data) => data.clone(),
+            Payload::Inline(data) => data.to_vec(),
             Payload::Unusable => return Err(CopyFault::Local),
             Payload::Memory(segs) => {
                 let mut out = Vec::new();

@@ -224,7 +224,7 @@ pub(crate) fn local_sge_shift(
 
 /// The address ranges of a gather or scatter, in order: one per SGE
 /// touched, the common few inline (no allocation per packet).
-pub(crate) type SegPlan = SmallVec<[Seg; 4]>;
+pub type SegPlan = SmallVec<[Seg; 4]>;
 
 /// The address ranges that `len` bytes written `offset` bytes into the
 /// buffer an SGE list describes land in, after checking that the list is

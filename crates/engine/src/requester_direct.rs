@@ -12,7 +12,7 @@
 
 use crate::access::AccessFlags;
 use crate::ctx::Ctx;
-use crate::direct::{DirectKind, DirectOp, DirectOutcome, NakKind, Payload, UdDest};
+use crate::direct::{DirectKind, DirectOp, DirectOutcome, NakKind, Payload, SegPlan, UdDest};
 use crate::gid::Gid;
 use crate::mcast::MULTICAST_QPN;
 use crate::memory::HostMemory;
@@ -131,14 +131,14 @@ impl SendSide<'_> {
             },
         };
         let payload = match e.op {
-            _ if w.send_flags & send_flags::INLINE != 0 => Payload::Inline(w.inline_data.to_vec()),
+            _ if w.send_flags & send_flags::INLINE != 0 => Payload::Inline(w.inline_data.clone()),
             ReqOp::Send(_) | ReqOp::Write(_) => {
                 self.local_payload(ctx, idx, AccessFlags::empty())?
             }
             ReqOp::Read => self
                 .local_payload(ctx, idx, AccessFlags::LOCAL_WRITE)
                 .unwrap_or(Payload::Unusable),
-            _ => Payload::Memory(Vec::new()),
+            _ => Payload::Memory(SegPlan::new()),
         };
         Ok(DirectOp {
             qp: self.id,
@@ -192,7 +192,7 @@ impl SendSide<'_> {
             u64::from(e.len),
             need,
         )
-        .map(|plan| Payload::Memory(plan.into_vec()))
+        .map(Payload::Memory)
         .map_err(local_status)
     }
 

@@ -866,16 +866,23 @@ impl RecvSide<'_> {
             ctx.dropped = true;
             return;
         };
+        // The GRH, then the datagram after it: two scatters, no buffer
+        // to join them in.
         let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());
-        let mut data = Vec::with_capacity(GRH_LEN + pkt.payload().len());
-        data.extend_from_slice(&grh);
-        data.extend_from_slice(pkt.payload());
-        if let Err(err) = ctx.mrs.scatter(mem, self.pd, &wqe.sg_list, 0, &data) {
+        let scattered = ctx
+            .mrs
+            .scatter(mem, self.pd, &wqe.sg_list, 0, &grh)
+            .and_then(|()| {
+                let after_grh = GRH_LEN as u64;
+                ctx.mrs
+                    .scatter(mem, self.pd, &wqe.sg_list, after_grh, pkt.payload())
+            });
+        if let Err(err) = scattered {
             self.fail_receive(ctx, &wqe, local_status(err));
             self.enter_error();
             return;
         }
-        let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, data.len() as u32);
+        let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, needed as u32);
         wc.src_qp = deth.src_qp.get();
         wc.wc_flags |= wc_flags::GRH;
         wc.sl = ud_sl(dst_gid);

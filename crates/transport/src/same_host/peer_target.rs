@@ -187,7 +187,7 @@ impl DirectTarget for PeerTarget<'_> {
         let (index, entry) = ring.peek()?;
         Some(RecvWqe {
             wr_id: entry.wr_id,
-            sg_list: entry.sges.into(),
+            sg_list: entry.sges,
             seq: index,
         })
     }

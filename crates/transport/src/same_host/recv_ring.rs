@@ -20,7 +20,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use softverbs_engine::Sge;
+use softverbs_engine::{Sge, SgeList};
 
 use super::full::Full;
 use super::qp_slots::RingRef;
@@ -42,8 +42,9 @@ const CLAIM_ATTEMPTS: u32 = 10_000;
 pub struct RecvEntry {
     /// The owner's work request id.
     pub wr_id: u64,
-    /// Where the message goes, in the owner's memory.
-    pub sges: Vec<Sge>,
+    /// Where the message goes, in the owner's memory (the common few in
+    /// place: reading an entry allocates nothing).
+    pub sges: SgeList,
 }
 
 /// A view of one receive ring in an arena.
@@ -267,7 +268,7 @@ mod tests {
     }
 
     /// SGEs that all derive from `n`, so a torn read shows.
-    fn sges(n: u64) -> Vec<Sge> {
+    fn sges(n: u64) -> SgeList {
         (0..n % 3 + 1)
             .map(|i| Sge {
                 addr: n * 10 + i,
