@@ -603,16 +603,20 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
             state.held_since = None;
         }
         // A poll receives first, to return what just arrived. A post of
-        // sends does too (an ACK may open the send window it waits for),
-        // except while the socket is lent to a thread spinning on its CQs,
-        // whose next poll receives anyway: there, receiving first only
-        // put a system call on the way to the reply's send. A posted
-        // receive returns nothing that arrived, while a SEND arriving
-        // after it finds it.
+        // sends does too, if an ACK or READ response is awaited (it may
+        // open the send window the post waits for), except while the
+        // socket is lent to a thread spinning on its CQs, whose next poll
+        // receives anyway: there, receiving first only put a system call
+        // on the way to the reply's send. With nothing awaited (UD, UC,
+        // the same-host path, an RC QP whose sends are all acknowledged)
+        // nothing that arrived can help the post: a failed `recvmsg` per
+        // post was an eighth of a same-host `ib_send_bw` client's system
+        // calls. A posted receive returns nothing that arrived, while a
+        // SEND arriving after it finds it.
         let lent = self.shared.app_polls.lent();
         let receive = match kind {
             VerbKind::Poll(_) | VerbKind::Other => true,
-            VerbKind::PostSend => !lent,
+            VerbKind::PostSend => !lent && state.engine.awaits_answers(),
             VerbKind::PostRecv => false,
         };
         let write_ends = state.engine.stats().rx_write_ends;

@@ -81,8 +81,9 @@ impl<'a> PeerTarget<'a> {
 
     fn push(&mut self, d: Delivery) {
         let inbound = self.region.inbound();
+        let pid = self.access.own_pid();
         for attempt in 0..PUSH_TRIES {
-            if inbound.push(&d.encode()).is_ok() {
+            if inbound.push_by(&d.encode(), pid).is_ok() {
                 self.pushed = true;
                 return;
             }
