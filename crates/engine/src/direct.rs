@@ -681,10 +681,11 @@ fn atomic(
 ) -> Step {
     grants(qp, AccessFlags::REMOTE_ATOMIC)?;
     resources(qp)?;
+    // The R_Key and range first, as on the wire (`Responder::receive_atomic`).
+    let at = translate(qp, target, rkey, va, 8, AccessFlags::REMOTE_ATOMIC)?;
     if va & 7 != 0 {
         return Err(Fault::Invalid.into()); // IBTA: misaligned atomics are invalid
     }
-    let at = translate(qp, target, rkey, va, 8, AccessFlags::REMOTE_ATOMIC)?;
     if at.addr % 8 != 0 {
         // The host word must be aligned too (rxe checks the translated
         // address): an MR whose address and iova differ mod 8 cannot

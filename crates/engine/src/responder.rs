@@ -744,13 +744,16 @@ impl RecvSide<'_> {
             return Err(Fault::Invalid); // no responder resource (IBTA 9.4.4; rxe)
         }
         let a = pkt.atomic_eth().ok_or(Fault::Invalid)?;
-        if a.va % 8 != 0 {
-            return Err(Fault::Invalid); // IBTA: misaligned atomics are invalid requests
-        }
+        // The R_Key and range first, as rxe (`check_rkey` before its
+        // alignment test): a misaligned atomic with a bad R_Key is a
+        // remote access error.
         let addr = ctx
             .mrs
             .remote_addr(self.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
             .map_err(|_| Fault::Access)?;
+        if a.va % 8 != 0 {
+            return Err(Fault::Invalid); // IBTA: misaligned atomics are invalid requests
+        }
         if addr % 8 != 0 {
             // The host word must be aligned too (HostMemory's atomics need
             // it; rxe checks the translated address): an MR whose address

@@ -407,13 +407,18 @@ fn a_failed_read_flushes_the_started_read_behind_it_alike() {
 }
 
 fn atomic_to(p: &mut Pair, qa: QpId, wr_id: u64, va: u64) {
+    let rkey = p.b.key;
+    atomic_with(p, qa, wr_id, va, rkey);
+}
+
+fn atomic_with(p: &mut Pair, qa: QpId, wr_id: u64, va: u64, rkey: u32) {
     let sge = [p.a.sge(0x800, 8)];
     let mut w = wr(wr_id, send_opcode::ATOMIC_FETCH_AND_ADD, &sge);
     w.atomic = AtomicTarget {
         remote_addr: va,
         compare_add: 1,
         swap: 0,
-        rkey: p.b.key,
+        rkey,
     };
     p.a.e.post_send(qa, &w).unwrap();
 }
@@ -430,6 +435,13 @@ fn atomics_answer_alike_and_refuse_alike() {
         atomic_to(p, qa, 1, MEM_BASE + 0x2004)
     });
     assert_eq!(misaligned.a[0].1, WcStatus::RemInvReqErr);
+    // The R_Key is checked before the alignment, as rxe's responder
+    // does: a misaligned atomic with a bad R_Key is an access error.
+    let bad_key = both_paths(Link::default(), |p, qa, _| {
+        let wrong = p.b.key ^ 0x100;
+        atomic_with(p, qa, 1, MEM_BASE + 0x2004, wrong)
+    });
+    assert_eq!(bad_key.a[0].1, WcStatus::RemAccessErr);
     let no_right = Link {
         access: AccessFlags::REMOTE_WRITE,
         ..Link::default()
