@@ -1341,6 +1341,36 @@ fn a_rep_for_no_connection_is_rejected_as_an_invalid_comm_id() {
     assert_eq!(ev.status, 6, "IB_CM_REJ_INVALID_COMM_ID");
 }
 
+/// Rule (the kernel's `cm_dup_rep_handler`, which finds no id by both
+/// comm IDs): a REP naming an established connection's comm ID with
+/// another peer's is dropped, without a REJ (which would tell the daemon
+/// the connection ended) or an event, and the connection goes on.
+#[test]
+fn a_rep_naming_a_live_connection_with_another_peer_is_dropped() {
+    let (mut client, mut server, cid, sid) = requested(b"");
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    let rep = server.agent.poll_mad().expect("the REP");
+    client
+        .agent
+        .handle_mad(client.now, rep.src, rep.dst, &rep.mad);
+    client.event();
+    client.accept(cid, 200, 0, &[], false).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(server.event().event, event::ESTABLISHED);
+    let Ok((_, CmMessage::Rep(mut forged))) = CmMessage::parse_mad(&rep.mad) else {
+        panic!("not a REP");
+    };
+    forged.local_comm_id ^= 0x5A5A;
+    let mut mad = [0; 256];
+    CmMessage::Rep(forged).emit_mad(77, 0, &mut mad).unwrap();
+    client.agent.handle_mad(client.now, rep.src, rep.dst, &mad);
+    assert!(client.agent.poll_mad().is_none(), "no REJ, no RTU");
+    assert!(client.try_event().is_none(), "no event");
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    exchange(&mut client, &mut server);
+    assert_eq!(server.event().event, event::DISCONNECTED);
+}
+
 #[test]
 fn a_dreq_for_a_connection_gone_here_is_answered_at_once() {
     let (mut client, mut server, cid, sid) = requested(b"");

@@ -771,6 +771,66 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
     assert_eq!(dreq.remote_qpn, rep.local_qpn, "the living end's QP");
 }
 
+/// Rule (the kernel's CM finds a connection by both comm IDs,
+/// `cm_acquire_id`): REP, REJ, DREP and DREQ messages that name a live
+/// connection's comm ID with another peer's, stray or forged, change
+/// nothing of it: the client's death still brings its real peer the DREQ
+/// (a forged REP made the daemon send it to the forger, the others made
+/// it send nothing; found by a helper's campaign of forged CM messages).
+#[test]
+fn messages_naming_a_connection_with_another_peer_change_nothing() {
+    let h = host();
+    let (mut active, mut passive, rep) = rep_taken(&h);
+    let rtu = CmRtu {
+        local_comm_id: rep.remote_comm_id,
+        remote_comm_id: rep.local_comm_id,
+        ..CmRtu::default()
+    };
+    active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
+    next_mad(&mut passive);
+    let forger = h.endpoint();
+    let (theirs, ours) = (0x00BA_DBAD, rep.remote_comm_id);
+    let forged = [
+        CmMessage::Rep(CmRep {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            local_qpn: Qpn::new_masked(0x666),
+            ..CmRep::default()
+        }),
+        CmMessage::Rej(CmRej {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..CmRej::default()
+        }),
+        CmMessage::Drep(CmDrep {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..CmDrep::default()
+        }),
+        CmMessage::Dreq(CmDreq {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..CmDreq::default()
+        }),
+    ];
+    for (tid, message) in forged.into_iter().enumerate() {
+        forger
+            .send_gsi(h.ip, &mad(message, 100 + tid as u64))
+            .unwrap();
+        // Routed to the active side: the daemon has read it.
+        next_mad(&mut active);
+    }
+    drop(active);
+    let (_, CmMessage::Dreq(dreq)) = next_cm(&mut passive) else {
+        panic!("not a DREQ");
+    };
+    assert_eq!(
+        (dreq.local_comm_id, dreq.remote_comm_id, dreq.remote_qpn),
+        (rep.remote_comm_id, rep.local_comm_id, rep.local_qpn),
+        "to the real peer"
+    );
+}
+
 /// The next two CM messages `e` receives, which must be a REJ then a DREQ:
 /// what the daemon sends for a client that died in the middle of a
 /// connection's set-up.

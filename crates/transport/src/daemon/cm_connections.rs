@@ -111,6 +111,18 @@ impl CmConnections {
         );
     }
 
+    /// Whether a CM message naming our comm ID `ours` and its peer's
+    /// `theirs` is of connection `ours` as known: none of that ID is
+    /// known, or its peer has that comm ID. The kernel's CM finds a
+    /// connection by both IDs (`cm_acquire_id`); a message naming our ID
+    /// with another peer's, stray or forged, must change nothing here,
+    /// lest the client's death go unannounced to its real peer.
+    pub(super) fn is_of(&self, ours: u32, theirs: u32) -> bool {
+        self.by_ours
+            .get(&ours)
+            .is_none_or(|c| c.peer.comm_id == theirs)
+    }
+
     /// The RTU of connection `ours` went from the client to its peer on
     /// this host.
     pub(super) fn rtu_passed(&mut self, ours: u32) {

@@ -1541,7 +1541,12 @@ impl Daemon {
             return refused;
         }
         let (peer, remote_comm_id, message) = ends;
+        // The client's answer to a stray message naming its comm ID with
+        // another peer's (a DREP to an unknown DREQ, as the kernel's
+        // `cm_issue_drep`) ends no connection of its.
+        let its_connection = self.cm.is_of(comm_id, remote_comm_id);
         match message {
+            _ if !its_connection => {}
             Ending::Dreq => self.cm.dreq_sent(comm_id),
             Ending::Drep => self.cm.ended(comm_id),
             Ending::Rej => {
@@ -1601,8 +1606,16 @@ impl Daemon {
             CmMessage::Rep(m) => {
                 // The client's REQ is answered: its connection is known
                 // from here on (and, if its REQ passed here, its peer's).
-                self.cm_requests.sent.remove(m.remote_comm_id);
+                // A REP that answers no REQ known here and names the
+                // connection with another peer's comm ID is stray or
+                // forged (the kernel's CM drops it, `cm_dup_rep_handler`).
                 let requester = (dst.ip(), m.remote_comm_id);
+                let answers_req = self.cm_requests.sent.get(m.remote_comm_id, now).is_some()
+                    || self.cm_requests.routed.get(requester, now).is_some();
+                if !answers_req && !self.cm.is_of(m.remote_comm_id, m.local_comm_id) {
+                    return;
+                }
+                self.cm_requests.sent.remove(m.remote_comm_id);
                 let active_qpn = self.cm_requests.routed.get(requester, now).map(|r| r.qpn);
                 self.cm_requests.routed.remove(requester);
                 // The client's RTU to a peer of this host will pass here.
@@ -1630,6 +1643,7 @@ impl Daemon {
                     self.cm.connected(m.local_comm_id, active, Stage::RepSent);
                 }
             }
+            CmMessage::Rtu(m) if !self.cm.is_of(m.remote_comm_id, m.local_comm_id) => {}
             CmMessage::Rtu(m) => {
                 // The request passed to the client is a connection now;
                 // the requester's QP is the REQ's (or, the REP having
@@ -1639,13 +1653,21 @@ impl Daemon {
                     .or_else(|| self.cm.peer_qpn(m.remote_comm_id))
                     .unwrap_or(Qpn::ZERO);
                 self.cm_requests.routed.remove(requester);
-                self.cm.rtu_passed(m.local_comm_id);
+                if self.cm.is_of(m.local_comm_id, m.remote_comm_id) {
+                    self.cm.rtu_passed(m.local_comm_id);
+                }
                 let active = peer(m.local_comm_id, qpn);
                 self.cm
                     .connected(m.remote_comm_id, active, Stage::Established)
             }
-            CmMessage::Dreq(m) => self.cm.dreq_came(m.remote_comm_id, header.tid, now),
-            CmMessage::Drep(m) => self.cm.drep_passed(m.remote_comm_id),
+            // DREQs, DREPs and REJs count for the connection they name by
+            // both comm IDs only.
+            CmMessage::Dreq(m) if self.cm.is_of(m.remote_comm_id, m.local_comm_id) => {
+                self.cm.dreq_came(m.remote_comm_id, header.tid, now)
+            }
+            CmMessage::Drep(m) if self.cm.is_of(m.remote_comm_id, m.local_comm_id) => {
+                self.cm.drep_passed(m.remote_comm_id)
+            }
             CmMessage::Rej(m) => {
                 // A request ends: the client's own REQ, rejected; one
                 // passed to the client, given up by its requester; or one
@@ -1653,7 +1675,9 @@ impl Daemon {
                 self.cm_requests.sent.remove(m.remote_comm_id);
                 self.cm_requests.routed.remove((src.ip(), m.local_comm_id));
                 self.cm_requests.routed.remove((dst.ip(), m.remote_comm_id));
-                self.cm.ended(m.remote_comm_id);
+                if self.cm.is_of(m.remote_comm_id, m.local_comm_id) {
+                    self.cm.ended(m.remote_comm_id);
+                }
             }
             _ => {}
         }
