@@ -176,8 +176,10 @@ impl Engine {
     }
 
     /// Inline size or SGE count, and the message length, by opcode: an
-    /// atomic's local buffer holds its 8 bytes; inline data exists only
-    /// for SEND and WRITE (rxe's provider, `validate_send_wr`).
+    /// atomic's local buffer holds its 8 bytes (rxe's provider,
+    /// `validate_send_wr`); inline data exists only for SEND and WRITE
+    /// (ibv_post_send(3): "Valid only for Send and RDMA Write"; rxe's
+    /// provider does not check it, and takes a READ's SGEs for its data).
     fn check_send_data(&self, id: QpId, wr: &SendWr<'_>) -> VerbsResult<()> {
         let qp = &self.qps[id];
         let op = ReqOp::of(wr.opcode);
