@@ -223,6 +223,12 @@ SOFTVERBS_DEVICES="softverbs1=192.0.2.1 softverbs0=$ip" \
   rping_data "rping_absent -C 100 -v beside a device whose address is on no interface"
 v=1; grep -q "no daemon session for 192.0.2.1: .*; its address is not served" "$log/rping_absent.err" && v=0
 report "rping_absent: the device on no interface is named as not served" $v
+# SOFTVERBS_CM_TRACE names a failed command's errno and the command (a
+# bind to an address of no interface: EADDRNOTAVAIL, as the kernel's);
+# it printed "Err(99)".
+SOFTVERBS_CM_TRACE=1 timeout 20 rping -s -a 192.0.2.1 -p 7471 > "$log/trace_err.srv" 2>&1
+v=1; grep -q "command 20: Err(EADDRNOTAVAIL: Cannot assign requested address) (BIND)" "$log/trace_err.srv" && v=0
+report "trace_err: SOFTVERBS_CM_TRACE names a failed command's errno and the command" $v
 
 # rping -V: each ping validated by the client (a mismatch is an error
 # exit), 5000 bytes (several packets of the 1024-byte MTU).

@@ -481,8 +481,9 @@ impl Service {
         drop(inner);
         if tracing() {
             softverbs_transport::say!(
-                "softverbs rdma_cm: channel {fd} command {}: to the kernel's rdma_cm: {result:?}",
-                u32::from_ne_bytes([cmd[0], cmd[1], cmd[2], cmd[3]])
+                "softverbs rdma_cm: channel {fd} command {}: to the kernel's rdma_cm: {}",
+                u32::from_ne_bytes([cmd[0], cmd[1], cmd[2], cmd[3]]),
+                result.map_or_else(traced_errno, |()| "Ok".to_string())
             );
         }
         // The thread watches the channel's kernel file, which may be new.
@@ -536,6 +537,7 @@ impl Service {
                 .map_or(u32::MAX, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
             let answer = match &reply {
                 Ok(Reply::Respond { bytes, .. }) => format!("{} bytes", bytes.len()),
+                Err(errno) => traced_errno(*errno),
                 other => format!("{other:?}"),
             };
             // The number first (tests wait for "command 7: Ok"), its name
@@ -843,6 +845,12 @@ fn shadow_after(agent: &Agent, kernel: &mut KernelCm, fd: RawFd, buf: &[u8]) -> 
         softverbs_transport::say!("softverbs rdma_cm: channel {fd} id {id} {what}");
     }
     0
+}
+
+/// A failed command's answer in the trace: its errno by name and
+/// meaning (`Err(EINVAL: Invalid argument)`), not a number to look up.
+fn traced_errno(errno: i32) -> String {
+    format!("Err({})", nix::errno::Errno::from_raw(errno))
 }
 
 /// `SOFTVERBS_CM_TRACE=1`: every command and its answer on standard
