@@ -227,6 +227,10 @@ one_side_off
 # Under load: 8 ib_write_bw pairs at once beside 2 busy processes, then
 # ib_write_bw -a (every size to 8 MiB) with perftest's default QP timeout.
 # On the wire this lost a pair in 1 run of 5 and -a failed 4 runs of 5.
+# -a runs 1,000 iterations of each size, not perftest's 5,000: 80 GiB
+# copied beside the busy processes ran past the 120 s timeout on a loaded
+# 2-CPU host (and the case failed saying nothing: each program's exit
+# status is reported now).
 # perftest's -F: its clock calibration can fail when a sample is preempted
 # ("Can't produce a report", exit 1); with -F it prints its row anyway
 # (a rate of 0 then); the case judges completions, not rates.
@@ -238,19 +242,26 @@ under_load() {
     busy+=($!)
   done
   local clients=() all_ok=1 i port
+  : > "$log/load.report"
   for i in $(seq 8); do
     next_port port
-    server load$i $port ib_write_bw -x 1 -F -n 3000 || { all_ok=0; continue; }
+    server load$i $port ib_write_bw -x 1 -F -n 3000 ||
+      { all_ok=0; echo "load$i: the server did not listen" >> "$log/load.report"; continue; }
     client load$i $port ib_write_bw -x 1 -F -n 3000
-    clients+=($cli)
+    clients+=("$cli load$i")
   done
-  for c in "${clients[@]}"; do wait $c || all_ok=0; done
+  local c rc
+  for c in "${clients[@]}"; do
+    wait ${c% *}; rc=$?
+    [ $rc = 0 ] || { all_ok=0; echo "${c#* }: client exit $rc (124: timed out)" >> "$log/load.report"; }
+  done
   next_port port
-  if server all $port ib_write_bw -x 1 -F -a; then
-    client all $port ib_write_bw -x 1 -F -a
-    wait $cli || all_ok=0
+  if server all $port ib_write_bw -x 1 -F -a -n 1000; then
+    client all $port ib_write_bw -x 1 -F -a -n 1000
+    wait $cli; rc=$?
+    [ $rc = 0 ] || { all_ok=0; echo "all (-a): client exit $rc (124: timed out)" >> "$log/load.report"; }
   else
-    all_ok=0
+    all_ok=0; echo "all (-a): the server did not listen" >> "$log/load.report"
   fi
   kill -9 "${busy[@]}" 2>/dev/null
   wait "${busy[@]}" 2>/dev/null
@@ -258,8 +269,8 @@ under_load() {
     ok "$name"
   else
     for f in "$log"/load*.cli "$log"/all.cli; do
-      grep -Eq "$ERRORS" "$f" && { echo "--- $f"; tail -5 "$f"; }
-    done > "$log/load.report"
+      grep -Eq "$ERRORS" "$f" && { echo "--- $f"; grep -E "$ERRORS" "$f" | head -3; tail -5 "$f"; }
+    done >> "$log/load.report"
     bad "$name" "$log/load.report"
   fi
 }
