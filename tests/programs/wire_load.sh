@@ -137,19 +137,22 @@ verdict "ib_write_bw -q 4 on loopback beside 2 busy processes" $c
 # budget filled with packets asking for none and every QP waited for a
 # timeout (some 17,000 of 256,000 packets sent again), then a full budget
 # of packets arriving one by one overflowed the buffer (12 to 38). At
-# most one budget's worth may be sent again: one early go-back of every
-# QP at once, should the scheduler hold the receiver for 32 ms. (A SEND
-# may also be sent again after an RNR NAK, a receiver late to post.)
+# most 1% of the packets may be sent again (that regression sent 6.6%):
+# each time the scheduler holds the receiver, every QP goes back early
+# once, and a loaded 2-CPU host held it often enough for 176 to 1,031
+# of 256,000 where the limit was one budget's worth, 31. (A SEND may
+# also be sent again after an RNR NAK, a receiver late to post.)
 pair q16 "$a" "$ip_a" "$a" "$ip_a" 18702 ib_write_bw -x 1 -F -q 16 -n 1000 && c=$cli || c=""
 # (Not a bare `wait`, which would wait for the busy processes.)
 [ -n "$c" ] && wait $c 2>/dev/null
 resent=$(cat "$log"/q16.* | grep -o '[0-9]* resent' | awk '{ r += $1 } END { print r + 0 }')
+sent=$(cat "$log"/q16.* | grep -o '[0-9]* packets sent' | awk '{ s += $1 } END { print s + 0 }')
 verdict "ib_write_bw -q 16 on loopback beside 2 busy processes" $c
-if [ -n "$c" ] && [ "$resent" -le 31 ]; then
-  ok "ib_write_bw -q 16: no timeouts ($resent packets sent again)"
+if [ -n "$c" ] && [ "$sent" -gt 0 ] && [ $((resent * 100)) -le "$sent" ]; then
+  ok "ib_write_bw -q 16: no timeouts ($resent of $sent packets sent again)"
 else
-  echo "${resent:-?} packets sent again" > "$log/q16resent"
-  bad "ib_write_bw -q 16: no timeouts (at most 31 packets sent again)" "$log/q16resent"
+  echo "${resent:-?} of ${sent:-?} packets sent again" > "$log/q16resent"
+  bad "ib_write_bw -q 16: no timeouts (at most 1% of the packets sent again)" "$log/q16resent"
 fi
 
 pkill -9 -f "wire-load-busy-$$"
