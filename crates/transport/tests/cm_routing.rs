@@ -743,14 +743,10 @@ fn rep_taken(h: &Host) -> (Endpoint, Endpoint, CmRep) {
     (active, passive, rep)
 }
 
-/// A client killed with live connections: its rdma_cm dies with it, so the
-/// daemon, which saw the connection's REP routed to it and its RTU go to
-/// the peer, sends its peer the DREQ the kernel's rdma_cm would have sent
-/// for a killed process.
-#[test]
-fn the_peers_of_a_client_gone_get_its_dreq() {
-    let h = host();
-    let (active, mut passive, rep) = rep_taken(&h);
+/// `rep_taken`, then the active side's RTU, routed to the passive side:
+/// the connection is established on both ends, as the daemon saw it.
+fn established(h: &Host) -> (Endpoint, Endpoint, CmRep) {
+    let (active, mut passive, rep) = rep_taken(h);
     let rtu = CmRtu {
         local_comm_id: rep.remote_comm_id,
         remote_comm_id: rep.local_comm_id,
@@ -758,6 +754,17 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
     };
     active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
     next_mad(&mut passive);
+    (active, passive, rep)
+}
+
+/// A client killed with live connections: its rdma_cm dies with it, so the
+/// daemon, which saw the connection's REP routed to it and its RTU go to
+/// the peer, sends its peer the DREQ the kernel's rdma_cm would have sent
+/// for a killed process.
+#[test]
+fn the_peers_of_a_client_gone_get_its_dreq() {
+    let h = host();
+    let (active, mut passive, rep) = established(&h);
     drop(active);
     let (_, CmMessage::Dreq(dreq)) = next_cm(&mut passive) else {
         panic!("not a DREQ");
@@ -780,14 +787,7 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
 #[test]
 fn messages_naming_a_connection_with_another_peer_change_nothing() {
     let h = host();
-    let (mut active, mut passive, rep) = rep_taken(&h);
-    let rtu = CmRtu {
-        local_comm_id: rep.remote_comm_id,
-        remote_comm_id: rep.local_comm_id,
-        ..CmRtu::default()
-    };
-    active.send_gsi(h.ip, &mad(CmMessage::Rtu(rtu), 9)).unwrap();
-    next_mad(&mut passive);
+    let (mut active, mut passive, rep) = established(&h);
     let forger = h.endpoint();
     let (theirs, ours) = (0x00BA_DBAD, rep.remote_comm_id);
     let forged = [
