@@ -7,6 +7,7 @@
  * request prints the same count both times (issue 13).
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +53,7 @@ int posix_memalign(void **out, size_t align, size_t size)
 {
 	void *p = memalign(align, size);
 	if (!p)
-		return 12; /* ENOMEM */
+		return errno; /* memalign's: EINVAL or ENOMEM */
 	*out = p;
 	return 0;
 }

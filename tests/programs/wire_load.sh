@@ -137,11 +137,12 @@ verdict "ib_write_bw -q 4 on loopback beside 2 busy processes" $c
 # budget filled with packets asking for none and every QP waited for a
 # timeout (some 17,000 of 256,000 packets sent again), then a full budget
 # of packets arriving one by one overflowed the buffer (12 to 38). At
-# most 1% of the packets may be sent again (that regression sent 6.6%):
-# each time the scheduler holds the receiver, every QP goes back early
-# once, and a loaded 2-CPU host held it often enough for 176 to 1,031
-# of 256,000 where the limit was one budget's worth, 31. (A SEND may
-# also be sent again after an RNR NAK, a receiver late to post.)
+# most 1% of the packets the two ends send may be sent again (that
+# regression sent 6.6% of the data packets): each time the scheduler
+# holds the receiver, every QP goes back early once, and a loaded 2-CPU
+# host held it often enough for 176 to 1,031 packets sent again where
+# the limit was one budget's worth, 31. (A SEND may also be sent again
+# after an RNR NAK, a receiver late to post.)
 pair q16 "$a" "$ip_a" "$a" "$ip_a" 18702 ib_write_bw -x 1 -F -q 16 -n 1000 && c=$cli || c=""
 # (Not a bare `wait`, which would wait for the busy processes.)
 [ -n "$c" ] && wait $c 2>/dev/null

@@ -2065,11 +2065,12 @@ impl Agent {
         let found = self
             .conn_of(src, ours, 0)
             .or_else(|| self.conn_of(src, ours, rep.local_comm_id));
-        let has_peer = self
-            .ids
-            .values()
-            .any(|i| i.conn.started && i.conn.local_comm_id == ours);
-        if found.is_none() && has_peer {
+        let has_peer = || {
+            self.ids
+                .values()
+                .any(|i| i.conn.started && i.conn.local_comm_id == ours)
+        };
+        if found.is_none() && has_peer() {
             // Our comm ID with another peer's: a stray or forged REP for
             // a connection that has its peer. The kernel's CM drops it
             // (`cm_dup_rep_handler` finds no id by both IDs); a REJ would
