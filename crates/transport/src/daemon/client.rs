@@ -364,9 +364,6 @@ impl Session {
     }
 }
 
-/// A refusal that is an ordinary answer (a port in use, say: the kernel
-/// logs nothing either) as its errno, without the log line
-/// [`Reply::into_error`] writes; anything else as that does.
 /// `Done` as success, anything else as [`quiet_error`].
 fn quiet_done(reply: Reply) -> io::Result<()> {
     match reply {
@@ -375,6 +372,9 @@ fn quiet_done(reply: Reply) -> io::Result<()> {
     }
 }
 
+/// A refusal that is an ordinary answer (a port in use, say: the kernel
+/// logs nothing either) as its errno, without the log line
+/// [`Reply::into_error`] writes; anything else as that does.
 fn quiet_error(reply: Reply) -> io::Error {
     match reply {
         Reply::Refused(errno, _) => io::Error::from_raw_os_error(errno),
