@@ -208,9 +208,9 @@ fn max_groups() -> usize {
     quarter.min(usize::try_from(device).unwrap_or(usize::MAX))
 }
 
-/// Whether process `pid` holds a descriptor of `socket` (one of its
-/// `/proc/PID/fd` links names the socket's inode). A process that is gone
-/// holds none; one whose descriptors cannot be read may.
+/// Whether process `pid` may still hold a descriptor of `socket` (see
+/// [`sockets_held`]). A process that is gone holds none; one that cannot
+/// be told about may.
 fn still_held(pid: i32, socket: &std::net::UdpSocket) -> bool {
     match (sockets_held(pid), socket_inode(socket)) {
         (Some(held), Some(inode)) => held.contains(&inode),
@@ -219,22 +219,53 @@ fn still_held(pid: i32, socket: &std::net::UdpSocket) -> bool {
 }
 
 /// The inodes of the sockets process `pid` holds descriptors of (none
-/// for a process that is gone); `None` where its descriptors cannot be
-/// read.
+/// for a process that is gone); `None` where that cannot be told: its
+/// descriptors cannot be read, or one of its threads is ending.
+///
+/// Each thread's view of the descriptors is read, not the process's:
+/// `/proc/PID/fd` shows none once the main thread has ended
+/// (`pthread_exit`) while others live on with them. And an ending thread
+/// shows none from the moment its table is detached, while the sockets
+/// it held are released only later in its exit, which a loaded host
+/// stretches to half a second: a steering group the daemon closed in
+/// between lived on with that process's member alone, and the next
+/// socket bound to the port joined it one index off, so that the
+/// address's packets went to nobody until the process was gone.
 fn sockets_held(pid: i32) -> Option<HashSet<u64>> {
-    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        Ok(fds) => fds,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(HashSet::new()),
+    use procfs::process::{FDTarget, Process, StatFlags};
+    use procfs::ProcError;
+    let tasks = match Process::new(pid).and_then(|p| p.tasks()) {
+        Ok(tasks) => tasks,
+        Err(ProcError::NotFound(_)) => return Some(HashSet::new()),
         Err(_) => return None,
     };
-    let inode = |link: std::path::PathBuf| -> Option<u64> {
-        let name = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
-        name.parse().ok()
-    };
-    let held = fds
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok());
-    Some(held.filter_map(inode).collect())
+    let mut held = HashSet::new();
+    for task in tasks {
+        // A thread gone since the listing held nothing when it went.
+        let stat = match task.and_then(|t| t.stat()) {
+            Ok(stat) => stat,
+            Err(ProcError::NotFound(_)) => continue,
+            Err(_) => return None,
+        };
+        // A zombie has released everything (its exit ran to the end).
+        if matches!(stat.state, 'Z' | 'X' | 'x') {
+            continue;
+        }
+        if stat.flags & StatFlags::PF_EXITING.bits() != 0 {
+            return None;
+        }
+        let root = format!("/proc/{pid}/task/{}", stat.pid).into();
+        let fds = match Process::new_with_root(root).and_then(|t| t.fd()) {
+            Ok(fds) => fds,
+            Err(ProcError::NotFound(_)) => continue,
+            Err(_) => return None,
+        };
+        held.extend(fds.flatten().filter_map(|fd| match fd.target {
+            FDTarget::Socket(inode) => Some(inode),
+            _ => None,
+        }));
+    }
+    Some(held)
 }
 
 fn socket_inode(socket: &std::net::UdpSocket) -> Option<u64> {
@@ -2370,6 +2401,48 @@ mod tests {
     /// after it do not each cost the daemon a new member.
     #[test]
     fn a_retired_member_serves_again_once_its_process_lets_go() {
+        retired_until_the_holder_ends(|| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        });
+    }
+
+    /// A process whose main thread has ended while another lives on with
+    /// the member (`/proc/PID/fd` then lists nothing) still holds it.
+    #[test]
+    fn a_member_held_by_a_thread_outliving_its_main_thread_is_retired() {
+        retired_until_the_holder_ends(|| {
+            let main_thread_ends = "import ctypes, threading, time\n\
+                threading.Thread(target=time.sleep, args=(30,)).start()\n\
+                ctypes.CDLL(None).syscall(60, 0)\n";
+            let child = std::process::Command::new("/usr/bin/python3")
+                .args(["-c", main_thread_ends])
+                .spawn()
+                .expect("/usr/bin/python3 runs (make test installs it)");
+            let stat = format!("/proc/{}/stat", child.id());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let main_ended = || {
+                let stat = std::fs::read_to_string(&stat).unwrap_or_default();
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            };
+            while !main_ended() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "main thread never ended"
+                );
+                std::thread::yield_now();
+            }
+            child
+        });
+    }
+
+    /// Client 2's member, inherited by the process `spawn_holder` starts,
+    /// serves no other context after client 2 leaves until that process
+    /// has ended.
+    fn retired_until_the_holder_ends(spawn_holder: impl FnOnce() -> std::process::Child) {
         let mut daemon = idle_daemon();
         let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 11, fastrand::u8(1..255)));
         let uid = daemon.uid;
@@ -2391,14 +2464,11 @@ mod tests {
         };
         let _keeps_the_address = hello(&mut daemon, 1);
         let direct = hello(&mut daemon, 2);
-        // A child holding client 2's member (dup: inherited, no CLOEXEC).
+        // The holder inherits client 2's member (dup: no CLOEXEC).
         let inherited = rustix::io::dup(&direct).unwrap();
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut holder = spawn_holder();
         drop((inherited, direct));
-        let pid = child.id() as i32;
+        let pid = holder.id() as i32;
         daemon
             .clients
             .get_mut(&2)
@@ -2410,13 +2480,13 @@ mod tests {
         daemon.remove(2);
         let _third = hello(&mut daemon, 3);
         assert_eq!(members(&daemon), 3, "the retired member serves nobody");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        holder.kill().unwrap();
+        holder.wait().unwrap();
         let _fourth = hello(&mut daemon, 4);
         assert_eq!(
             members(&daemon),
             3,
-            "the child let go: its member serves again"
+            "the holder let go: its member serves again"
         );
     }
 
