@@ -779,7 +779,7 @@ fn the_peers_of_a_client_gone_get_its_dreq() {
 }
 
 /// Rule (the kernel's CM finds a connection by both comm IDs,
-/// `cm_acquire_id`): REP, REJ, DREP and DREQ messages that name a live
+/// `cm_acquire_id`): REP, REJ, DREP, DREQ and RTU messages that name a live
 /// connection's comm ID with another peer's, stray or forged, change
 /// nothing of it: the client's death still brings its real peer the DREQ
 /// (a forged REP made the daemon send it to the forger, the others made
@@ -812,6 +812,11 @@ fn messages_naming_a_connection_with_another_peer_change_nothing() {
             remote_comm_id: ours,
             ..CmDreq::default()
         }),
+        CmMessage::Rtu(CmRtu {
+            local_comm_id: theirs,
+            remote_comm_id: ours,
+            ..CmRtu::default()
+        }),
     ];
     for (tid, message) in forged.into_iter().enumerate() {
         forger
@@ -828,6 +833,77 @@ fn messages_naming_a_connection_with_another_peer_change_nothing() {
         (dreq.local_comm_id, dreq.remote_comm_id, dreq.remote_qpn),
         (rep.remote_comm_id, rep.local_comm_id, rep.local_qpn),
         "to the real peer"
+    );
+}
+
+/// Rule (the kernel's `cm_issue_drep` answers a DREQ that names no
+/// connection of its id; a REJ may answer a stray REP): a client telling
+/// the daemon of a DREP or REJ it sent that names its comm ID with another
+/// peer's ends none of its connections: its death still brings its peer
+/// the DREQ.
+#[test]
+fn a_client_answering_a_stray_message_keeps_its_connection() {
+    let h = host();
+    let (mut active, mut passive, rep) = established(&h);
+    let (ours, stray) = (rep.remote_comm_id, 0x00BA_DBAD);
+    let answers = [
+        CmMessage::Drep(CmDrep {
+            local_comm_id: ours,
+            remote_comm_id: stray,
+            ..CmDrep::default()
+        }),
+        CmMessage::Rej(CmRej {
+            local_comm_id: ours,
+            remote_comm_id: stray,
+            ..CmRej::default()
+        }),
+    ];
+    for (tid, answer) in answers.into_iter().enumerate() {
+        active
+            .sent_gsi(h.ip, &mad(answer, 200 + tid as u64))
+            .unwrap();
+    }
+    drop(active);
+    let (_, CmMessage::Dreq(dreq)) = next_cm(&mut passive) else {
+        panic!("not a DREQ");
+    };
+    assert_eq!(
+        (dreq.local_comm_id, dreq.remote_comm_id),
+        (ours, rep.local_comm_id)
+    );
+}
+
+/// A REP answering a REQ the client told the daemon of is its connection
+/// from then on, even where the daemon still has its comm ID connected to
+/// another peer (a connection that ended unseen, the comm ID used again):
+/// the client's death brings the new peer the REJ and DREQ.
+#[test]
+fn a_rep_answering_a_told_req_replaces_a_stale_connection() {
+    let h = host();
+    let (mut active, _stale_peer, rep) = established(&h);
+    let mut new_peer = h.endpoint();
+    let ours = rep.remote_comm_id;
+    active.requesting(h.ip, ours, 0x1122, 300).unwrap();
+    let answer = CmRep {
+        local_comm_id: comm_id(&new_peer, 5),
+        remote_comm_id: ours,
+        local_qpn: Qpn::new_masked(0x4321),
+        ..CmRep::default()
+    };
+    new_peer
+        .send_gsi(h.ip, &mad(CmMessage::Rep(answer), 301))
+        .unwrap();
+    next_mad(&mut active);
+    drop(active);
+    // Gone before its RTU: the REJ of that REP, then the DREQ.
+    let (rej, dreq) = rej_then_dreq(&mut new_peer);
+    assert_eq!(
+        (rej.local_comm_id, rej.remote_comm_id),
+        (ours, answer.local_comm_id)
+    );
+    assert_eq!(
+        (dreq.local_comm_id, dreq.remote_comm_id, dreq.remote_qpn),
+        (ours, answer.local_comm_id, answer.local_qpn)
     );
 }
 
