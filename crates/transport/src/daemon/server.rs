@@ -226,11 +226,12 @@ fn still_held(pid: i32, socket: &std::net::UdpSocket) -> bool {
 /// `/proc/PID/fd` shows none once the main thread has ended
 /// (`pthread_exit`) while others live on with them. And an ending thread
 /// shows none from the moment its table is detached, while the sockets
-/// it held are released only later in its exit, which a loaded host
-/// stretches to half a second: a steering group the daemon closed in
-/// between lived on with that process's member alone, and the next
-/// socket bound to the port joined it one index off, so that the
-/// address's packets went to nobody until the process was gone.
+/// it held are released only later in its exit (a descriptor at a time,
+/// the process preemptible between them): a steering group the daemon
+/// closed in between would live on with that process's member alone, and
+/// a context opening on that address meanwhile would share the port with
+/// it ([`Daemon::open`] finds the port taken and steers nothing) and lose
+/// packets to it until the process is gone.
 fn sockets_held(pid: i32) -> Option<HashSet<u64>> {
     use procfs::process::{FDTarget, Process, StatFlags};
     use procfs::ProcError;
