@@ -154,15 +154,40 @@ impl MrTable {
         offset: u64,
         data: &[u8],
     ) -> Result<(), LocalAccessError> {
-        let pieces = scatter_plan(self, pd, sges, offset, data.len() as u64)?;
-        let mut done = 0;
+        self.scatter_parts(mem, pd, sges, offset, &[data])
+    }
+
+    /// [`MrTable::scatter`] of `parts` one after the other, as one buffer
+    /// (a UD datagram's GRH, then its payload), with one look at the SGEs.
+    pub(crate) fn scatter_parts(
+        &self,
+        mem: &mut dyn HostMemory,
+        pd: PdId,
+        sges: &[Sge],
+        offset: u64,
+        parts: &[&[u8]],
+    ) -> Result<(), LocalAccessError> {
+        let len = parts.iter().map(|p| p.len() as u64).sum();
+        let pieces = scatter_plan(self, pd, sges, offset, len)?;
+        let mut rest = parts.iter().copied().filter(|p| !p.is_empty());
+        let mut part: &[u8] = &[];
         for piece in pieces {
-            // A fault part-way leaves the earlier pieces written, as a NIC's
-            // DMA does before it meets a translation fault.
-            let take = piece.len as usize;
-            mem.write(piece.addr, &data[done..done + take])
-                .map_err(|_| LocalAccessError::Protection)?;
-            done += take;
+            // A piece may take the end of one part and the start of the
+            // next.
+            let (mut addr, mut left) = (piece.addr, piece.len as usize);
+            while left > 0 {
+                if part.is_empty() {
+                    part = rest.next().ok_or(LocalAccessError::Length)?;
+                }
+                let (now, later) = part.split_at(left.min(part.len()));
+                // A fault part-way leaves the earlier pieces written, as a
+                // NIC's DMA does before it meets a translation fault.
+                mem.write(addr, now)
+                    .map_err(|_| LocalAccessError::Protection)?;
+                addr = addr.wrapping_add(now.len() as u64);
+                left -= now.len();
+                part = later;
+            }
         }
         Ok(())
     }
@@ -348,6 +373,43 @@ mod tests {
         assert_eq!(p, [(301, 7)]);
         assert_eq!(sge_pieces(&sges, 12, 1).count(), 0);
         assert_eq!(sge_total(&sges), 12);
+    }
+
+    /// Parts land one after the other across the SGEs' pieces, a piece
+    /// taking the end of one part and the start of the next; empty parts
+    /// and SGEs take nothing.
+    #[test]
+    fn parts_scatter_as_one_buffer() {
+        use crate::memory::FlatMemory;
+        let mut t = MrTable::default();
+        let mr = Mr {
+            pd: PdId::default(),
+            addr: 0x1000,
+            length: 64,
+            iova: 0x1000,
+            access: AccessFlags::LOCAL_WRITE,
+            key: 9,
+        };
+        t.insert(mr).unwrap();
+        let sge = |addr, length| Sge {
+            addr,
+            length,
+            lkey: 9,
+        };
+        let sges = [sge(0x1000, 3), sge(0x1010, 0), sge(0x1020, 16)];
+        let mut mem = FlatMemory::new(0x1000, 64);
+        let parts: [&[u8]; 3] = [b"grhgr", b"", b"payload"];
+        t.scatter_parts(&mut mem, PdId::default(), &sges, 1, &parts)
+            .unwrap();
+        let mut got = [0; 12];
+        mem.read(0x1001, &mut got[..2]).unwrap();
+        mem.read(0x1020, &mut got[2..]).unwrap();
+        assert_eq!(&got, b"grhgrpayload");
+        let too_much: [&[u8]; 2] = [&[1; 10], &[2; 10]];
+        assert_eq!(
+            t.scatter_parts(&mut mem, PdId::default(), &sges, 0, &too_much),
+            Err(LocalAccessError::Length)
+        );
     }
 
     #[test]

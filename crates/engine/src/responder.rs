@@ -869,17 +869,11 @@ impl RecvSide<'_> {
             ctx.dropped = true;
             return;
         };
-        // The GRH, then the datagram after it: two scatters, no buffer
-        // to join them in.
+        // The GRH, then the datagram after it, with no buffer to join
+        // them in.
         let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());
-        let scattered = ctx
-            .mrs
-            .scatter(mem, self.pd, &wqe.sg_list, 0, &grh)
-            .and_then(|()| {
-                let after_grh = GRH_LEN as u64;
-                ctx.mrs
-                    .scatter(mem, self.pd, &wqe.sg_list, after_grh, pkt.payload())
-            });
+        let parts = [&grh[..], pkt.payload()];
+        let scattered = ctx.mrs.scatter_parts(mem, self.pd, &wqe.sg_list, 0, &parts);
         if let Err(err) = scattered {
             self.fail_receive(ctx, &wqe, local_status(err));
             self.enter_error();
