@@ -1563,7 +1563,7 @@ impl Agent {
     fn handle_connected(&mut self, now: Nanos, src: IpAddr, dst: IpAddr, tid: u64, msg: CmMessage) {
         match msg {
             CmMessage::Req(req) => self.on_req(now, src, dst, tid, &req),
-            CmMessage::Rep(rep) => self.on_rep(src, dst, tid, &rep),
+            CmMessage::Rep(rep) => self.on_rep(src, &rep),
             CmMessage::Rtu(rtu) => {
                 let (ours, theirs) = (rtu.remote_comm_id, rtu.local_comm_id);
                 if let Some(h) = self.conn_in(src, ours, theirs, State::RepSent) {
@@ -2058,41 +2058,20 @@ impl Agent {
         }
     }
 
-    fn on_rep(&mut self, src: IpAddr, dst: IpAddr, tid: u64, rep: &CmRep) {
+    fn on_rep(&mut self, src: IpAddr, rep: &CmRep) {
         // The first REP finds our REQ's id; one sent again, the id it
         // made known.
         let ours = rep.remote_comm_id;
         let found = self
             .conn_of(src, ours, 0)
             .or_else(|| self.conn_of(src, ours, rep.local_comm_id));
-        let has_peer = || {
-            self.ids
-                .values()
-                .any(|i| i.conn.started && i.conn.local_comm_id == ours)
-        };
-        if found.is_none() && has_peer() {
-            // Our comm ID with another peer's: a stray or forged REP for
-            // a connection that has its peer. The kernel's CM drops it
-            // (`cm_dup_rep_handler` finds no id by both IDs); a REJ would
-            // tell the daemon the connection ended.
-            return;
-        }
         let Some(h) = found else {
-            // No connection of ours has that ID: the kernel's CM answers
-            // REJ "invalid communication ID" (cm_rep_handler), so the peer
-            // stops sending it and gives up its connection. Its local
-            // comm ID is the one the REP named, as the kernel's
-            // (`cm_issue_rej`), so that the peer finds its connection.
-            let rej = CmRej {
-                local_comm_id: rep.remote_comm_id,
-                remote_comm_id: rep.local_comm_id,
-                message_rejected: MessageKind::Rep,
-                reason: rej_reason::INVALID_COMM_ID,
-                ..CmRej::default()
-            };
-            if let Ok(mad) = mad_of(&CmMessage::Rej(rej), tid) {
-                self.send(dst, src, mad);
-            }
+            // No id of ours has that comm ID with that peer: a REP sent
+            // again after our id went (its REJ went first), stray, or
+            // forged. The kernel's CM drops it, with no answer
+            // (`cm_rep_handler` finds no id, `cm_dup_rep_handler` none by
+            // both IDs); a REJ for a comm ID that a live connection has
+            // with another peer would tell the daemon that it ended.
             return;
         };
         let Some(id) = self.ids.get_mut(&h) else {
