@@ -1304,7 +1304,7 @@ impl Agent {
             QPS_RTR => {
                 let peer = conn
                     .peer_ip
-                    .filter(|_| conn.remote_qpn != 0)
+                    .filter(|_| id.state.has_peer_qp())
                     .ok_or(EINVAL)?;
                 a.mask = qp_mask::STATE
                     | qp_mask::AV
@@ -1326,7 +1326,7 @@ impl Agent {
                 a.max_dest_rd_atomic = conn.responder_resources;
             }
             QPS_RTS => {
-                if conn.remote_qpn == 0 {
+                if !id.state.has_peer_qp() {
                     return Err(EINVAL);
                 }
                 a.mask = qp_mask::STATE | qp_mask::SQ_PSN;

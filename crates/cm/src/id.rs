@@ -36,6 +36,21 @@ pub(crate) enum State {
     Closed,
 }
 
+impl State {
+    /// Whether the connection's peer QP is known and the connection not
+    /// going down: where the kernel's CM gives a QP's RTR and RTS
+    /// attributes (`cm_init_qp_rtr_attr`). Any QP number counts, 0 too,
+    /// as there: a REQ naming QP 0 was accepted by the kernel and refused
+    /// here (INIT_QP_ATTR EINVAL, so the accept failed and the requester
+    /// heard nothing).
+    pub(crate) fn has_peer_qp(self) -> bool {
+        matches!(
+            self,
+            State::ReqRcvd | State::RepSent | State::RepRcvd | State::Established
+        )
+    }
+}
+
 /// A MAD the id sends again until it is answered.
 #[derive(Debug, Clone)]
 pub(crate) struct Retransmit {

@@ -381,6 +381,29 @@ fn requested(data: &[u8]) -> (Side, Side, u32, u32) {
     requested_between(server, Side::new("10.0.0.1", 0x10), data)
 }
 
+/// Rule (the kernel's `cm_init_qp_rtr_attr` asks the connection's state,
+/// not its QP number): a REQ naming QP 0 is accepted, the accepting QP
+/// pointed at QP 0, and the requester gets the REP.
+#[test]
+fn a_req_naming_qp_0_is_accepted() {
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let cid = client.create(200);
+    client.resolve(cid, "10.0.0.2:7471".parse().unwrap());
+    client.connect(cid, 0, &[]);
+    assert_eq!(exchange(&mut client, &mut server), 1, "one REQ");
+    let sid = server.event().id;
+    assert_eq!(get32(&server.qp_attr(sid, RTR), 32), 0, "dest QPN 0");
+    server.qp_attr(sid, RTS);
+    server.accept(sid, 300, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    let rep = client.event();
+    assert_eq!((rep.event, rep.id), (event::CONNECT_RESPONSE, cid));
+}
+
 #[test]
 fn connect_accept_establish_and_disconnect() {
     let (mut client, mut server, cid, sid) = requested(b"hello");
