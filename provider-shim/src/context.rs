@@ -10,6 +10,8 @@ use crate::process_memory::ProcessMemory;
 use softverbs_transport::{Driver, DriverConfig};
 use std::os::fd::IntoRawFd;
 use std::os::raw::{c_int, c_void};
+use std::ptr::addr_of;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The memory libibverbs callocs for a context: its `verbs_context`, then
@@ -19,7 +21,33 @@ use std::sync::Arc;
 pub struct SoftContext {
     /// Must be first; `ibv_context` sits inside it.
     pub vctx: verbs_context,
-    state: *mut ContextState,
+    /// NULL while alloc_context runs and once the context is closed.
+    state: AtomicPtr<ContextState>,
+    /// Verbs running on the context now, each holding a [`StateRef`]: the
+    /// state goes only once they have left.
+    in_verbs: AtomicUsize,
+}
+
+/// A context's state, held by a verb for its duration (see
+/// [`free_context`]).
+#[derive(Debug)]
+pub struct StateRef<'a> {
+    state: &'a ContextState,
+    in_verbs: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for StateRef<'_> {
+    type Target = ContextState;
+
+    fn deref(&self) -> &ContextState {
+        self.state
+    }
+}
+
+impl Drop for StateRef<'_> {
+    fn drop(&mut self) {
+        self.in_verbs.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// What a context owns besides its C structs.
@@ -87,7 +115,7 @@ pub unsafe extern "C" fn alloc_context(
                 unsafe {
                     (*raw).vctx.context.async_fd = async_reader;
                     (*raw).vctx.context.num_comp_vectors = 1;
-                    (*raw).state = Box::into_raw(Box::new(state));
+                    (*raw).state = AtomicPtr::new(Box::into_raw(Box::new(state)));
                     let ops = if softverbs_trace::on() {
                         &crate::trace_ops::TRACED_OPS
                     } else {
@@ -182,6 +210,16 @@ extern "C" fn flush_at_exit() {
 
 /// `verbs_context_ops.free_context` (`ibv_close_device`).
 ///
+/// Objects the application did not destroy keep pointing at the context
+/// (ibv_close_device(3) does not release them), and a program may call a
+/// verb on one afterwards, or while another thread closes the device: on
+/// a kernel provider that is an error, not a crash. So the state leaves
+/// the context first, is dropped once the verbs running on it have left
+/// (stopping the progress thread, closing the sockets: the device's side
+/// of every object ends, as the kernel's does when its file closes), and
+/// the context's memory, with libibverbs' part of it, stays while objects
+/// remain: their verbs then find no state and fail with EIO.
+///
 /// # Safety
 /// Called through libibverbs with the pointers its C contract promises
 /// (live objects of this provider, caller-owned buffers of the right size).
@@ -189,10 +227,40 @@ pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
     guard((), || {
         let raw = soft_context_ptr(context);
         // SAFETY: `context` came from alloc_context, so `raw` is our
-        // allocation; the state box is dropped once (stopping the progress
-        // thread) before libibverbs releases the rest and we free it.
+        // allocation, live (it is freed below only); the two atomics are
+        // only ever accessed atomically.
+        let (state, in_verbs) = unsafe { (&*addr_of!((*raw).state), &*addr_of!((*raw).in_verbs)) };
+        let state = state.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        // A verb entered before the swap holds the state: wait for it (an
+        // application closing a device another thread uses; no verb waits
+        // on the closing thread).
+        while in_verbs.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        if state.is_null() {
+            return; // closed before, with objects left
+        }
+        // SAFETY: the box alloc_context made; no verb holds it any more
+        // and none can reach it (the pointer is gone), so it drops once.
+        let state = unsafe { Box::from_raw(state) };
+        let objects_left = state
+            .driver
+            .try_with(|e, _| e.object_counts().iter().any(|&n| n > 0))
+            .unwrap_or(true);
+        drop(state);
+        if objects_left {
+            // SAFETY: the descriptors are the context's, closed once here
+            // instead of by verbs_uninit_context, which would also free
+            // libibverbs' part that the objects' verbs still go through.
+            unsafe {
+                libc::close((*raw).vctx.context.cmd_fd);
+                libc::close((*raw).vctx.context.async_fd);
+            }
+            return;
+        }
+        // SAFETY: no object points at the context any more: libibverbs
+        // releases its part, then we free the allocation.
         unsafe {
-            drop(Box::from_raw((*raw).state));
             verbs_uninit_context(&mut (*raw).vctx);
             libc::free(raw.cast());
         }
@@ -241,21 +309,50 @@ fn soft_context_ptr(context: *mut ibv_context) -> *mut SoftContext {
     (context as *mut u8).wrapping_sub(offset) as *mut SoftContext
 }
 
-/// The state of a context created by softverbs.
+/// The state of `raw`'s context, held until the [`StateRef`] drops;
+/// `None` while the context is being opened or once it is closed.
 ///
 /// # Safety
-/// `context` must be a live context of one of our devices.
-pub unsafe fn state<'a>(context: *mut ibv_context) -> &'a ContextState {
-    // SAFETY: per the caller's contract the SoftContext is live and its
-    // state was set in alloc_context before the context was returned.
-    unsafe { &*(*soft_context_ptr(context)).state }
+/// `raw` is a SoftContext alloc_context made and free_context has not
+/// freed (it frees none that objects still point at).
+unsafe fn enter<'a>(raw: *mut SoftContext) -> Option<StateRef<'a>> {
+    // SAFETY: per the contract `raw` is live; the atomics are only ever
+    // accessed atomically.
+    let (state, in_verbs) = unsafe { (&*addr_of!((*raw).state), &*addr_of!((*raw).in_verbs)) };
+    // SeqCst with free_context's swap then load: either it sees this
+    // verb counted, or this verb sees the state gone.
+    in_verbs.fetch_add(1, Ordering::SeqCst);
+    let held = state.load(Ordering::SeqCst);
+    if held.is_null() {
+        in_verbs.fetch_sub(1, Ordering::Release);
+        return None;
+    }
+    // SAFETY: a non-NULL state is the live box of alloc_context, which
+    // free_context drops only once no verb is counted.
+    Some(StateRef {
+        state: unsafe { &*held },
+        in_verbs,
+    })
 }
 
-/// The state of `context` if it is one of ours.
+/// The state of a context created by softverbs. A closed context's
+/// (objects outlive it) unwinds as a failed device does: the entry
+/// point's guard answers EIO.
+///
+/// # Safety
+/// `context` must be a context of one of our devices that objects of it,
+/// or the caller, still hold.
+pub unsafe fn state<'a>(context: *mut ibv_context) -> StateRef<'a> {
+    // SAFETY: per the caller's contract.
+    let held = unsafe { enter(soft_context_ptr(context)) };
+    held.unwrap_or_else(|| std::panic::resume_unwind(Box::new(softverbs_transport::DeviceFailed)))
+}
+
+/// The state of `context` if it is one of ours and open.
 ///
 /// # Safety
 /// `context` is NULL or a live context from libibverbs (any provider's).
-pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextState> {
+pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<StateRef<'a>> {
     if context.is_null() {
         return None;
     }
@@ -263,11 +360,9 @@ pub unsafe fn soft_state<'a>(context: *mut ibv_context) -> Option<&'a ContextSta
     let device = unsafe { (*context).device };
     soft(device)?;
     // SAFETY: a context of one of our devices was allocated by
-    // alloc_context; its state is NULL only while alloc_context runs
-    // (plugin mode's ioctl probe comes then).
-    let raw = unsafe { (*soft_context_ptr(context)).state };
-    // SAFETY: a non-NULL state is the live box set by alloc_context.
-    (!raw.is_null()).then(|| unsafe { &*raw })
+    // alloc_context (its state is NULL while alloc_context runs: plugin
+    // mode's ioctl probe comes then).
+    unsafe { enter(soft_context_ptr(context)) }
 }
 
 /// What an application's user needs to know when a device cannot open:

@@ -19,7 +19,7 @@
 //! command's event-descriptor or channel attribute names the kernel's
 //! descriptor again.
 
-use crate::context::{soft_state, ContextState};
+use crate::context::{soft_state, ContextState, StateRef};
 use crate::device::soft;
 use crate::events::EventPipe;
 use crate::ffi::{ibv_context, ibv_gid_entry};
@@ -288,18 +288,18 @@ unsafe fn serve(context: *mut ibv_context, cmd: *mut ibv_command_buffer) -> Resu
     let state = || unsafe { soft_state(context) }.ok_or(libc::EOPNOTSUPP);
     match (object, method) {
         (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_INVOKE_WRITE) => invoke_write(state, &attrs),
-        (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_GID_ENTRY) => gid_entry(state()?, &attrs),
-        (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_GID_TABLE) => gid_table(state()?, &attrs),
+        (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_GID_ENTRY) => gid_entry(&*state()?, &attrs),
+        (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_GID_TABLE) => gid_table(&*state()?, &attrs),
         _ => Err(libc::EOPNOTSUPP),
     }
 }
 
 fn invoke_write<'a>(
-    state: impl FnOnce() -> Result<&'a ContextState, c_int>,
+    state: impl FnOnce() -> Result<StateRef<'a>, c_int>,
     attrs: &Attrs,
 ) -> Result<(), c_int> {
     match attrs.value(UVERBS_ATTR_WRITE_CMD)? {
-        IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL => create_comp_channel(state()?, attrs),
+        IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL => create_comp_channel(&*state()?, attrs),
         // The probe libibverbs sends while the context is being set up
         // carries no request; the kernel rejects it as too short.
         _ if attrs.get(UVERBS_ATTR_CORE_IN).is_none() => Err(libc::ENOSPC),

@@ -6,7 +6,7 @@
 //! serves softverbs devices and contexts and passes everything else to the
 //! real function (`dlvsym(RTLD_NEXT, ...)`), so real devices keep working.
 
-use crate::context::{soft_state, ContextState};
+use crate::context::{soft_state, ContextState, StateRef};
 use crate::device::{self, soft};
 use crate::events::EventPipe;
 use crate::ffi::*;
@@ -19,7 +19,7 @@ use std::ptr::{addr_of, addr_of_mut};
 use std::sync::OnceLock;
 
 /// The soft state of a context passed to an entry point, if it is ours.
-fn ours<'a>(context: *mut ibv_context) -> Option<&'a ContextState> {
+fn ours<'a>(context: *mut ibv_context) -> Option<StateRef<'a>> {
     // SAFETY: the entry points receive NULL or live contexts from their
     // callers (the verbs API contract).
     unsafe { soft_state(context) }
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
             if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
                 return libc::EINVAL;
             }
-            match gid_entry(st, port, index) {
+            match gid_entry(&st, port, index) {
                 Ok(e) => {
                     // SAFETY: caller-provided output of at least this size.
                     unsafe { *entry = e };
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
                 return -(libc::EINVAL as isize);
             }
-            let valid = gid_table(st);
+            let valid = gid_table(&st);
             if valid.len() > max_entries {
                 return -(libc::EINVAL as isize);
             }

@@ -526,7 +526,7 @@ pub(crate) unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             let base = addr_of_mut!((*qp).qp_base);
             (state(addr_of!((*base).context).read()), qp_id(base))
         };
-        post_batch(st, id, batch)
+        post_batch(&st, id, batch)
     });
     batch.clear();
     // SAFETY: wr_start entered it on this thread.

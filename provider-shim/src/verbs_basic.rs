@@ -444,7 +444,7 @@ pub unsafe fn create_cq_locked(
         if !room_for(0) {
             return null(libc::ENOMEM);
         }
-        let writer = match crate::preload::channel_writer(st, channel) {
+        let writer = match crate::preload::channel_writer(&st, channel) {
             Ok(w) => w,
             Err(errno) => return null(errno),
         };

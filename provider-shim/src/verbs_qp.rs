@@ -89,7 +89,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
                 sq_sig_all: a.sq_sig_all != 0,
             }
         };
-        let created = match create_with_slots(st, pd_handle, &init) {
+        let created = match create_with_slots(&st, pd_handle, &init) {
             Ok(c) => c,
             Err(e) => return null(err(e)),
         };

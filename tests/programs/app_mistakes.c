@@ -23,7 +23,9 @@
  *    gets EIO (its polls took the parent's packets from the parent's
  *    socket, whose connections then ended in RETRY_EXC_ERR);
  *  - a SEND longer than its receive WR, on a QP connected to itself: the
- *    receive WR completes with IBV_WC_LOC_LEN_ERR.
+ *    receive WR completes with IBV_WC_LOC_LEN_ERR;
+ *  - ibv_close_device with a PD, CQ, QP and MR alive, a thread polling the
+ *    CQ meanwhile: verbs on them afterwards fail (EIO), where they crashed.
  * Prints "app mistakes ok".
  *
  * With the argument "late-fault-handler" (preload mode; see
@@ -34,6 +36,7 @@
  * the reporter never runs (it once did, and the process died). Prints
  * "late fault handler ok". */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -385,6 +388,56 @@ static void post_checks(void)
 	CHECK(!ibv_destroy_qp(qp) && !ibv_dereg_mr(mr), "destroy");
 }
 
+/* A thread polling a CQ whose device another thread closes. */
+static volatile int stop_polling;
+static void *poll_until_stopped(void *arg)
+{
+	struct ibv_cq *c = arg;
+	struct ibv_wc wc;
+	while (!stop_polling)
+		(void)ibv_poll_cq(c, 1, &wc);
+	return NULL;
+}
+
+/* ibv_close_device with objects alive (it does not release them), one
+ * CQ polled by another thread meanwhile: verbs on those objects
+ * afterwards fail, as a kernel provider's do once its file is closed,
+ * where they crashed (their context's memory was freed under them). */
+static void objects_outliving_their_context(void)
+{
+	struct ibv_context *c = open_device_named("softverbs0");
+	CHECK(c, "open a second context");
+	struct ibv_pd *p = ibv_alloc_pd(c);
+	struct ibv_cq *q = ibv_create_cq(c, 16, NULL, NULL, 0);
+	CHECK(p && q, "pd, cq of the second context");
+	struct ibv_qp_init_attr qa = { .send_cq = q, .recv_cq = q,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC };
+	struct ibv_qp *qp = ibv_create_qp(p, &qa);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(p, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(qp && mr, "qp, mr of the second context");
+	pthread_t poller;
+	CHECK(!pthread_create(&poller, NULL, poll_until_stopped, q), "poller");
+	CHECK(!ibv_close_device(c), "close with objects alive");
+	stop_polling = 1;
+	CHECK(!pthread_join(poller, NULL), "join");
+
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(q, 1, &wc) < 0, "poll_cq after close");
+	CHECK(ibv_req_notify_cq(q, 0) != 0, "req_notify_cq after close");
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey };
+	struct ibv_recv_wr rwr = { .sg_list = &sge, .num_sge = 1 }, *bad_rwr;
+	CHECK(ibv_post_recv(qp, &rwr, &bad_rwr) != 0, "post_recv after close");
+	struct ibv_send_wr swr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND }, *bad_swr;
+	CHECK(ibv_post_send(qp, &swr, &bad_swr) != 0, "post_send after close");
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	CHECK(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS) != 0, "modify_qp after close");
+	CHECK(ibv_destroy_qp(qp) != 0 && ibv_dereg_mr(mr) != 0 && ibv_destroy_cq(q) != 0 &&
+	      ibv_dealloc_pd(p) != 0, "destroys after close fail");
+}
+
 int main(int argc, char **argv)
 {
 	int late_handler = argc > 1 && !strcmp(argv[1], "late-fault-handler");
@@ -419,6 +472,7 @@ int main(int argc, char **argv)
 	a_forked_child_closes_its_copy();
 	a_forked_childs_verbs_fail();
 	a_send_longer_than_its_receive(); /* the parent's context after the children */
+	objects_outliving_their_context();
 
 	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");
 	puts("app mistakes ok");
