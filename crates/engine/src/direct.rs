@@ -117,6 +117,9 @@ pub struct DirectOp {
     /// path MTU): the responder's checks that the wire makes per packet
     /// keep their order.
     pub packets: u32,
+    /// The requester's path MTU in bytes: the payload of each of those
+    /// packets but the last.
+    pub mtu: u32,
     /// The solicited event bit of the last packet.
     pub solicited: bool,
     /// The requester's side of the data.
@@ -198,6 +201,8 @@ pub struct PeerQp {
     pub qkey: u32,
     /// Its incarnation (how many times it was reset, wrapping).
     pub incarnation: u16,
+    /// Its path MTU in bytes (0: not known, nothing checked).
+    pub mtu: u32,
 }
 
 /// The async event a target QP raises when a request fails there.
@@ -382,6 +387,26 @@ fn uc_fault(target: &mut dyn DirectTarget, qp: &PeerQp, fault: Fault) -> DirectO
     DirectOutcome::Done
 }
 
+/// The wire responder's packet length checks (IBTA ch. 9; rxe
+/// `check_length`), which fail a message at its first packet: an only
+/// packet carries at most the responder's path MTU, a first one exactly
+/// that. So ends that disagree on the path MTU fail every message longer
+/// than the smaller of the two, on the wire and here alike (the same-host
+/// path once moved it, and a program with that mistake worked on one
+/// host only).
+fn check_packet_sizes(op: &DirectOp, qp: &PeerQp) -> Result<(), Fault> {
+    let fits = match op.packets {
+        _ if qp.mtu == 0 => true,
+        1 => op.len <= qp.mtu,
+        _ => op.mtu == qp.mtu,
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(Fault::Invalid)
+    }
+}
+
 /// Whether the QP grants the remote right `need` (`qp_access_flags`).
 fn grants(qp: &PeerQp, need: AccessFlags) -> Result<(), Fault> {
     if AccessFlags::from_bits_truncate(qp.access_flags).contains(need) {
@@ -435,6 +460,7 @@ fn receive_send(
     imm: Option<u32>,
     inv: Option<u32>,
 ) -> Step {
+    check_packet_sizes(op, qp)?;
     let wqe = claim_recv(op, qp, target, true)?;
     let len = u64::from(op.len);
     let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {
@@ -607,6 +633,14 @@ fn write(
         // check_rkey), as on the wire; a longer one has its rkey checked
         // at its FIRST packet and wants a receive WR only at its LAST.
         return Err(not_ready(qp));
+    }
+    if let Err(fault) = check_packet_sizes(op, qp) {
+        if let (Some(_), 1, QpType::Rc) = (imm, op.packets, qp.qp_type) {
+            // Its receive WR taken first, as for a bad rkey below.
+            let wqe = claim_recv(op, qp, target, false)?;
+            deliver_failed(qp, target, &wqe, WcStatus::RemInvReqErr);
+        }
+        return Err(fault.into());
     }
     let dest = if op.len > 0 {
         let dest = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_WRITE);

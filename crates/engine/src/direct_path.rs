@@ -104,6 +104,7 @@ impl Engine {
             max_dest_rd_atomic: qp.attr.max_dest_rd_atomic,
             qkey: qp.attr.qkey,
             incarnation: qp.incarnation,
+            mtu: crate::qp::path_mtu(qp.qp_type, &qp.attr, qp.port_mtu),
         })
     }
 

@@ -153,6 +153,7 @@ impl SendSide<'_> {
                 e.len
             },
             packets: e.len.div_ceil(self.mtu().max(1)).max(1),
+            mtu: self.mtu(),
             solicited: w.send_flags & send_flags::SOLICITED != 0,
             payload,
             ud: self.ud_dest(ctx, idx)?,

@@ -803,3 +803,59 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
     });
     assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 90)]);
 }
+
+/// Rule (IBTA ch. 9 packet lengths; rxe `check_length`): ends that
+/// disagree on the path MTU fail a message longer than the smaller one
+/// with an invalid request, the responder's QP in error, on both paths
+/// (the same-host path once moved it): a's 4096 against b's 1024, whose
+/// only packet is too long, and a's 1024 against b's 4096, whose first
+/// packet is not b's MTU; a 500-byte message before it, which fits both,
+/// goes through.
+#[test]
+fn ends_that_disagree_on_the_path_mtu_fail_alike() {
+    let disagreements = [(Mtu::Mtu4096, Mtu::Mtu1024), (Mtu::Mtu1024, Mtu::Mtu4096)];
+    for (mtu_a, mtu_b) in disagreements {
+        for opcode in [
+            send_opcode::RDMA_WRITE,
+            send_opcode::SEND,
+            send_opcode::RDMA_WRITE_WITH_IMM,
+        ] {
+            let mut endings = Vec::new();
+            for same_host in [false, true] {
+                let mut p = Pair::on(same_host);
+                let (qa, qb) = (
+                    create(&mut p.a, QpType::Rc, None),
+                    create(&mut p.b, QpType::Rc, None),
+                );
+                let link = Link::default();
+                let (a, b) = (Link { mtu: mtu_a, ..link }, Link { mtu: mtu_b, ..link });
+                p.bring_up_each(QpType::Rc, (qa, a), (qb, b));
+                p.b.post_recv(qb, 7, 0x3000, 4096);
+                p.b.post_recv(qb, 8, 0x5000, 4096);
+                for (wr_id, len) in [(1, 500), (2, 3000)] {
+                    let sge = [p.a.sge(0, len)];
+                    let mut w = wr(wr_id, opcode, &sge);
+                    w.rdma = RdmaTarget {
+                        remote_addr: MEM_BASE + 0x1000,
+                        rkey: p.b.key,
+                    };
+                    p.a.e.post_send(qa, &w).unwrap();
+                }
+                p.run(100_000);
+                endings.push(ending(&mut p, qa, qb));
+            }
+            let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+            assert_eq!(
+                wire, host,
+                "{mtu_a:?}/{mtu_b:?} op {opcode}: wire (left) and same host (right) differ"
+            );
+            let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
+            assert_eq!(
+                statuses,
+                [(1, WcStatus::Success), (2, WcStatus::RemInvReqErr)],
+                "{mtu_a:?}/{mtu_b:?} op {opcode}"
+            );
+            assert_eq!(host.states.1, QpState::Err as u32);
+        }
+    }
+}

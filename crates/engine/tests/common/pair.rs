@@ -212,11 +212,38 @@ impl Pair {
     }
 
     pub fn bring_up(&mut self, ty: QpType, qa: QpId, qb: QpId, link: Link) {
+        self.bring_up_each(ty, (qa, link), (qb, link));
+    }
+
+    /// [`Pair::bring_up`] with each end's own link settings (a's, then
+    /// b's; the PSNs are a's): ends that disagree, as a program's mistake
+    /// makes them.
+    pub fn bring_up_each(&mut self, ty: QpType, a: (QpId, Link), b: (QpId, Link)) {
+        let ((qa, link_a), (qb, link_b)) = (a, b);
         let na = self.a.e.qp_num(qa).unwrap();
         let nb = self.b.e.qp_num(qb).unwrap();
         let (ga, gb) = (self.a.gid, self.b.gid);
-        up(&mut self.a.e, qa, ty, nb, gb, link.psn_b, link.psn_a, link);
-        up(&mut self.b.e, qb, ty, na, ga, link.psn_a, link.psn_b, link);
+        let link = link_a;
+        up(
+            &mut self.a.e,
+            qa,
+            ty,
+            nb,
+            gb,
+            link.psn_b,
+            link.psn_a,
+            link_a,
+        );
+        up(
+            &mut self.b.e,
+            qb,
+            ty,
+            na,
+            ga,
+            link.psn_a,
+            link.psn_b,
+            link_b,
+        );
         if self.same_host {
             self.a.e.set_direct(qa, true).unwrap();
             self.b.e.set_direct(qb, true).unwrap();

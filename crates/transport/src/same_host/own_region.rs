@@ -291,7 +291,7 @@ impl OwnRegion {
             access_flags: q.access_flags,
             dest_qpn: q.dest_qpn,
             qkey: q.qkey,
-            mtu: 0,
+            mtu: q.mtu,
             rq: self.ring_of(engine, id, qpn).map(|r| r.at),
         };
         match self.view.qps().publish(&info) {

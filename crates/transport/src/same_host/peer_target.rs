@@ -173,6 +173,7 @@ impl DirectTarget for PeerTarget<'_> {
             max_dest_rd_atomic: q.max_dest_rd_atomic,
             qkey: q.qkey,
             incarnation: q.incarnation,
+            mtu: q.mtu,
         })
     }
 
