@@ -465,7 +465,10 @@ fn receive_send(
     let len = u64::from(op.len);
     let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {
         Ok(to) => to,
-        Err(err) => return Err(fail_receive(qp, target, &wqe, local_status(err)).into()),
+        Err(err) => {
+            let err = first_packet_error(op, qp, target, &wqe).unwrap_or(err);
+            return Err(fail_receive(qp, target, &wqe, local_status(err)).into());
+        }
     };
     match target.write(&op.payload, &to) {
         Ok(()) => {}
@@ -482,6 +485,25 @@ fn receive_send(
         return Err(Fault::Invalid.into());
     }
     complete_receive(op, qp, target, &wqe, WcOpcode::Recv, imm)
+}
+
+/// The error the wire responder meets first for a SEND whose receive WR
+/// cannot take it: it scatters packet by packet, so the first packet
+/// that reaches an unusable SGE (a protection error) or the end of the
+/// list (a length error) decides, where the whole message's plan would
+/// name the length first.
+fn first_packet_error(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &dyn DirectTarget,
+    wqe: &RecvWqe,
+) -> Option<LocalAccessError> {
+    let (len, mtu) = (u64::from(op.len), u64::from(op.mtu.max(1)));
+    (0..len.div_ceil(mtu)).find_map(|p| {
+        let start = p * mtu;
+        let packet = mtu.min(len - start);
+        scatter_plan(target, qp.pd, &wqe.sg_list, start, packet).err()
+    })
 }
 
 /// Claims the receive WR a message goes to, before a byte is written

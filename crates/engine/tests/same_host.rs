@@ -859,3 +859,31 @@ fn ends_that_disagree_on_the_path_mtu_fail_alike() {
         }
     }
 }
+
+/// A SEND whose receive WR has both faults, an SGE past its MR inside
+/// the first packet and too little room in all: the wire responder
+/// scatters packet by packet and meets the protection error first (the
+/// receive WR IBV_WC_LOC_PROT_ERR, the requester IBV_WC_REM_OP_ERR); the
+/// same-host path, which plans the whole message, once named the length.
+#[test]
+fn a_receive_wr_with_two_faults_fails_with_the_first_packets_alike() {
+    let end = both_paths_of(QpType::Rc, Link::default(), |p, qa, qb| {
+        let outside = Sge {
+            addr: MEM_BASE + MEM_LEN as u64 - 100,
+            length: 1000,
+            lkey: p.b.key,
+        };
+        let sges = [p.b.sge(0x3000, 64), outside];
+        let recv = RecvWr {
+            wr_id: 7,
+            sg_list: &sges,
+        };
+        p.b.e.post_recv(qb, &recv).unwrap();
+        let sge = [p.a.sge(0, 3000)];
+        p.a.e
+            .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+            .unwrap();
+    });
+    assert_eq!(end.b[0].1, WcStatus::LocProtErr);
+    assert_eq!(end.a[0].1, WcStatus::RemOpErr);
+}
