@@ -231,14 +231,18 @@ pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
         // only ever accessed atomically.
         let (state, in_verbs) = unsafe { (&*addr_of!((*raw).state), &*addr_of!((*raw).in_verbs)) };
         let state = state.swap(std::ptr::null_mut(), Ordering::SeqCst);
-        // A verb entered before the swap holds the state: wait for it (an
-        // application closing a device another thread uses; no verb waits
-        // on the closing thread).
-        while in_verbs.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
         if state.is_null() {
             return; // closed before, with objects left
+        }
+        // SAFETY: the box alloc_context made, not dropped yet (below only,
+        // by the one caller that took it out of the context).
+        let forked_child = !unsafe { &*state }.driver.of_this_process();
+        // A verb entered before the swap holds the state: wait for it (an
+        // application closing a device another thread uses; no verb waits
+        // on the closing thread). In a forked child no other thread runs,
+        // and the count may be a parent thread's, copied mid-verb.
+        while !forked_child && in_verbs.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
         }
         // SAFETY: the box alloc_context made; no verb holds it any more
         // and none can reach it (the pointer is gone), so it drops once.

@@ -25,7 +25,9 @@
  *  - a SEND longer than its receive WR, on a QP connected to itself: the
  *    receive WR completes with IBV_WC_LOC_LEN_ERR;
  *  - ibv_close_device with a PD, CQ, QP and MR alive, a thread polling the
- *    CQ meanwhile: verbs on them afterwards fail (EIO), where they crashed.
+ *    CQ meanwhile: verbs on them afterwards fail (EIO), where they crashed;
+ *    and forked children closing their copy while a parent thread polls:
+ *    each close returns.
  * Prints "app mistakes ok".
  *
  * With the argument "late-fault-handler" (preload mode; see
@@ -399,6 +401,30 @@ static void *poll_until_stopped(void *arg)
 	return NULL;
 }
 
+/* Forked children close the context they inherited while a parent
+ * thread polls it, so that some fork copies the poller mid-verb: each
+ * child's close returns (the close waits for the verbs running on the
+ * context, and a child's copy of a parent's count is no verb of its). */
+static void forked_children_close_while_a_parent_thread_polls(void)
+{
+	stop_polling = 0;
+	pthread_t poller;
+	CHECK(!pthread_create(&poller, NULL, poll_until_stopped, cq), "poller");
+	for (int i = 0; i < 50; i++) {
+		pid_t child = fork();
+		CHECK(child >= 0, "fork");
+		if (child == 0) {
+			alarm(20); /* a close that never returns ends the child */
+			_exit(ibv_close_device(ctx) == 0 ? 0 : 1);
+		}
+		int status;
+		CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "child %d's close (status %#x)", i, status);
+	}
+	stop_polling = 1;
+	CHECK(!pthread_join(poller, NULL), "join");
+}
+
 /* ibv_close_device with objects alive (it does not release them), one
  * CQ polled by another thread meanwhile: verbs on those objects
  * afterwards fail, as a kernel provider's do once its file is closed,
@@ -472,6 +498,7 @@ int main(int argc, char **argv)
 	a_forked_child_closes_its_copy();
 	a_forked_childs_verbs_fail();
 	a_send_longer_than_its_receive(); /* the parent's context after the children */
+	forked_children_close_while_a_parent_thread_polls();
 	objects_outliving_their_context();
 
 	CHECK(!ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx), "close");

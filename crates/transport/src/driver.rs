@@ -554,6 +554,12 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         }
     }
 
+    /// Whether this process opened the context (false in a child made by
+    /// `fork`, where no thread of the parent runs).
+    pub fn of_this_process(&self) -> bool {
+        self.shared.of_this_process().is_ok()
+    }
+
     /// A CQ was armed for an event: its thread may sleep in
     /// `ibv_get_cq_event` now, so the progress thread takes the socket
     /// back if it lent it.
