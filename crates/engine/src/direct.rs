@@ -460,7 +460,14 @@ fn receive_send(
     imm: Option<u32>,
     inv: Option<u32>,
 ) -> Step {
-    check_packet_sizes(op, qp)?;
+    if let Err(fault) = check_packet_sizes(op, qp) {
+        if qp.qp_type == QpType::Rc {
+            // Its receive WR taken first (RNR without), as on the wire.
+            let wqe = claim_recv(op, qp, target, false)?;
+            deliver_failed(qp, target, &wqe, WcStatus::RemInvReqErr);
+        }
+        return Err(fault.into());
+    }
     let wqe = claim_recv(op, qp, target, true)?;
     let len = u64::from(op.len);
     let to = match scatter_plan(target, qp.pd, &wqe.sg_list, 0, len) {

@@ -464,7 +464,9 @@ impl RecvSide<'_> {
         lead: u32,
     ) -> Result<u32, Fault> {
         let opcode = pkt.opcode();
-        self.check_payload_size(opcode, pkt.payload().len())?;
+        if let Err(fault) = self.check_payload_size(opcode, pkt.payload().len()) {
+            return Err(self.refuse_send_length(ctx, fault));
+        }
         let (wqe, offset) = match self.resp.msg.take() {
             Some(InProgress::Send { wqe, offset }) => (wqe, offset),
             _ => (self.take_recv_wqe(ctx).ok_or(Fault::NotReady)?, lead),
@@ -492,6 +494,29 @@ impl RecvSide<'_> {
         }
         ctx.complete(self.recv_cq, wc, pkt.bth().solicited);
         Ok(1)
+    }
+
+    /// A SEND packet of the wrong length (the ends disagree on the path
+    /// MTU): RC takes the message's receive WR first, as rxe looks for one
+    /// (an RNR NAK without) before it checks the length, and completes it
+    /// with IBV_WC_REM_INV_REQ_ERR (`do_class_ac_error`); UC drops the
+    /// message.
+    fn refuse_send_length(&mut self, ctx: &mut Ctx<'_>, fault: Fault) -> Fault {
+        if self.qp_type != QpType::Rc {
+            return fault;
+        }
+        let wqe = match self.resp.msg.take() {
+            Some(InProgress::Send { wqe, .. }) => wqe,
+            other => {
+                self.resp.msg = other;
+                match self.take_recv_wqe(ctx) {
+                    Some(wqe) => wqe,
+                    None => return Fault::NotReady,
+                }
+            }
+        };
+        self.fail_receive(ctx, &wqe, WcStatus::RemInvReqErr);
+        fault
     }
 
     /// A receive WR could not take a SEND's data. On UC a message too long

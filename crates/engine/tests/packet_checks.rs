@@ -133,9 +133,9 @@ fn outcome(p: &mut Pair, qb: QpId) -> Outcome {
 
 /// An RC request rejected for its length: NAK Invalid Request at the
 /// offending (last) packet's PSN, IBV_EVENT_QP_REQ_ERR, the QP in ERR and
-/// the receive WR not filled: flushed, or, when earlier packets of the
-/// SEND had taken it, completed with the NAK's error (rxe's
-/// `do_class_ac_error`).
+/// the receive WR not filled: a SEND's completed with the NAK's error (it
+/// takes the WR before its length is checked: rxe's `check_resource`,
+/// then `check_length` and `do_class_ac_error`), a WRITE's flushed.
 fn assert_rc_rejected(pieces: &[Piece], dma_len: u32) {
     let o = deliver(QpType::Rc, pieces, dma_len);
     let psn = Link::default().psn_a + pieces.len() as u32 - 1;
@@ -151,11 +151,9 @@ fn assert_rc_rejected(pieces: &[Piece], dma_len: u32) {
             .any(|e| matches!(e, AsyncEvent::QpReqErr(_))),
         "{pieces:?}: {o:?}"
     );
-    let taken = pieces.len() > 1 && pieces[0].0 == Opcode::RcSendFirst;
-    let status = if taken {
-        WcStatus::RemInvReqErr
-    } else {
-        WcStatus::WrFlushErr
+    let status = match pieces[0].0 {
+        Opcode::RcSendFirst | Opcode::RcSendOnly => WcStatus::RemInvReqErr,
+        _ => WcStatus::WrFlushErr,
     };
     assert_eq!(o.completions, [(status, 0)], "{pieces:?}");
 }

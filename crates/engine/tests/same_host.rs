@@ -810,7 +810,9 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
 /// (the same-host path once moved it): a's 4096 against b's 1024, whose
 /// only packet is too long, and a's 1024 against b's 4096, whose first
 /// packet is not b's MTU; a 500-byte message before it, which fits both,
-/// goes through.
+/// goes through. A SEND's receive WR, and a one-packet WRITE_WITH_IMM's,
+/// completes with IBV_WC_REM_INV_REQ_ERR (rxe takes it before it checks
+/// the length); the others are flushed.
 #[test]
 fn ends_that_disagree_on_the_path_mtu_fail_alike() {
     let disagreements = [(Mtu::Mtu4096, Mtu::Mtu1024), (Mtu::Mtu1024, Mtu::Mtu4096)];
@@ -856,6 +858,21 @@ fn ends_that_disagree_on_the_path_mtu_fail_alike() {
                 "{mtu_a:?}/{mtu_b:?} op {opcode}"
             );
             assert_eq!(host.states.1, QpState::Err as u32);
+            // A SEND's receive WR is taken before its length is looked
+            // at, and a WRITE_WITH_IMM's when it is one packet (a longer
+            // one takes it at its LAST): completed with the error.
+            let only_packet = mtu_a == Mtu::Mtu4096;
+            let taken = match opcode {
+                send_opcode::SEND => true,
+                send_opcode::RDMA_WRITE_WITH_IMM => only_packet,
+                _ => false,
+            };
+            let status = if taken {
+                WcStatus::RemInvReqErr
+            } else {
+                WcStatus::WrFlushErr
+            };
+            assert_eq!((host.b[1].0, host.b[1].1), (8, status), "{host:?}");
         }
     }
 }
