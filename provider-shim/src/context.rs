@@ -115,7 +115,7 @@ pub unsafe extern "C" fn alloc_context(
                 unsafe {
                     (*raw).vctx.context.async_fd = async_reader;
                     (*raw).vctx.context.num_comp_vectors = 1;
-                    (*raw).state = AtomicPtr::new(Box::into_raw(Box::new(state)));
+                    (*raw).state.store(Box::into_raw(Box::new(state)), Ordering::SeqCst);
                     let ops = if softverbs_trace::on() {
                         &crate::trace_ops::TRACED_OPS
                     } else {
@@ -247,10 +247,12 @@ pub unsafe extern "C" fn free_context(context: *mut ibv_context) {
         // SAFETY: the box alloc_context made; no verb holds it any more
         // and none can reach it (the pointer is gone), so it drops once.
         let state = unsafe { Box::from_raw(state) };
-        let objects_left = state
-            .driver
-            .try_with(|e, _| e.object_counts().iter().any(|&n| n > 0))
-            .unwrap_or(true);
+        // Completion channels point at the context too.
+        let objects_left = !state.channels.lock().is_empty()
+            || state
+                .driver
+                .try_with(|e, _| e.object_counts().iter().any(|&n| n > 0))
+                .unwrap_or(true);
         drop(state);
         if objects_left {
             // SAFETY: the descriptors are the context's, closed once here

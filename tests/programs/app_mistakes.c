@@ -434,8 +434,9 @@ static void objects_outliving_their_context(void)
 	struct ibv_context *c = open_device_named("softverbs0");
 	CHECK(c, "open a second context");
 	struct ibv_pd *p = ibv_alloc_pd(c);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(c);
 	struct ibv_cq *q = ibv_create_cq(c, 16, NULL, NULL, 0);
-	CHECK(p && q, "pd, cq of the second context");
+	CHECK(p && ch && q, "pd, channel, cq of the second context");
 	struct ibv_qp_init_attr qa = { .send_cq = q, .recv_cq = q,
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC };
@@ -462,6 +463,9 @@ static void objects_outliving_their_context(void)
 			    IBV_QP_ACCESS_FLAGS) != 0, "modify_qp after close");
 	CHECK(ibv_destroy_qp(qp) != 0 && ibv_dereg_mr(mr) != 0 && ibv_destroy_cq(q) != 0 &&
 	      ibv_dealloc_pd(p) != 0, "destroys after close fail");
+	/* libibverbs' own destroy, once the context has no state: it releases
+	 * the channel. */
+	CHECK(!ibv_destroy_comp_channel(ch), "destroy_comp_channel after close");
 }
 
 int main(int argc, char **argv)
