@@ -39,6 +39,7 @@
  * "late fault handler ok". */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -392,13 +393,28 @@ static void post_checks(void)
 
 /* A thread polling a CQ whose device another thread closes. */
 static volatile int stop_polling;
+static volatile long polls;
 static void *poll_until_stopped(void *arg)
 {
 	struct ibv_cq *c = arg;
 	struct ibv_wc wc;
-	while (!stop_polling)
+	while (!stop_polling) {
 		(void)ibv_poll_cq(c, 1, &wc);
+		polls++;
+	}
 	return NULL;
+}
+
+/* Starts a thread polling `c` and returns once it polls. */
+static pthread_t start_polling(struct ibv_cq *c)
+{
+	stop_polling = 0;
+	polls = 0;
+	pthread_t poller;
+	CHECK(!pthread_create(&poller, NULL, poll_until_stopped, c), "poller");
+	while (polls < 100)
+		sched_yield();
+	return poller;
 }
 
 /* Forked children close the context they inherited while a parent
@@ -407,9 +423,7 @@ static void *poll_until_stopped(void *arg)
  * context, and a child's copy of a parent's count is no verb of its). */
 static void forked_children_close_while_a_parent_thread_polls(void)
 {
-	stop_polling = 0;
-	pthread_t poller;
-	CHECK(!pthread_create(&poller, NULL, poll_until_stopped, cq), "poller");
+	pthread_t poller = start_polling(cq);
 	for (int i = 0; i < 50; i++) {
 		pid_t child = fork();
 		CHECK(child >= 0, "fork");
@@ -444,8 +458,7 @@ static void objects_outliving_their_context(void)
 	static char buf[64];
 	struct ibv_mr *mr = ibv_reg_mr(p, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(qp && mr, "qp, mr of the second context");
-	pthread_t poller;
-	CHECK(!pthread_create(&poller, NULL, poll_until_stopped, q), "poller");
+	pthread_t poller = start_polling(q);
 	CHECK(!ibv_close_device(c), "close with objects alive");
 	stop_polling = 1;
 	CHECK(!pthread_join(poller, NULL), "join");
