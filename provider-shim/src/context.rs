@@ -115,7 +115,9 @@ pub unsafe extern "C" fn alloc_context(
                 unsafe {
                     (*raw).vctx.context.async_fd = async_reader;
                     (*raw).vctx.context.num_comp_vectors = 1;
-                    (*raw).state.store(Box::into_raw(Box::new(state)), Ordering::SeqCst);
+                    (*raw)
+                        .state
+                        .store(Box::into_raw(Box::new(state)), Ordering::SeqCst);
                     let ops = if softverbs_trace::on() {
                         &crate::trace_ops::TRACED_OPS
                     } else {
