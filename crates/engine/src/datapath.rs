@@ -108,12 +108,17 @@ impl Engine {
                 qp.requester_receive(ctx, now, pkt, mem);
                 return Ok(false);
             }
+            let duplicates = ctx.recovery.rx_duplicates;
             qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
             if ctx.dropped {
                 return Err(Rejected::DroppedByQp);
             }
+            // A duplicate (resent for an ACK the requester lost) brings the
+            // application no new data.
+            let new = ctx.recovery.rx_duplicates == duplicates;
             let opcode = pkt.opcode();
-            Ok(opcode.kind() == OpKind::Write
+            Ok(new
+                && opcode.kind() == OpKind::Write
                 && matches!(opcode.position(), Position::Last | Position::Only))
         });
         match verdict {
@@ -219,10 +224,12 @@ pub struct DatapathStats {
     /// Q_Key, no receive WR or one too short, a UC message outside its MR
     /// or cut short by a lost packet), or by a QP not ready to receive.
     pub rx_dropped_by_qp: u64,
-    /// Last or only packets of RDMA WRITEs handed to a responder: the
-    /// ends of data an application may learn of only from its memory
-    /// (`ib_write_lat` spins on its buffer), for the embedder to see
-    /// which of its receives took such data in.
+    /// Last or only packets of RDMA WRITEs handed to a responder, not
+    /// duplicates: the ends of data an application may learn of only from
+    /// its memory (`ib_write_lat` spins on its buffer), for the embedder
+    /// to see which of its receives took such data in. (A duplicate
+    /// counted once made the embedder keep its ACK for an answer the
+    /// application had already sent.)
     pub rx_write_ends: u64,
     /// Packets the embedder handed in marked, its receive queue filling
     /// ([`Engine::handle_arrival`]).

@@ -523,3 +523,48 @@ fn a_repeated_read_is_served_only_inside_the_read_it_repeats() {
     // The connection goes on: the next READ is served.
     assert_eq!(read_answers(&mut p, qb, psn + 3, va, 8, key), [psn + 3]);
 }
+
+/// A WRITE's end handed in again (a duplicate: the requester resends for
+/// an ACK it did not get) brings the application no new data, so it is no
+/// new WRITE end (`rx_write_ends`): an embedder that keeps the ACK of a
+/// WRITE for the application's answer (the transport's `WriteAnswers`)
+/// would keep the duplicate's for an answer already sent. It is
+/// acknowledged again.
+#[test]
+fn a_duplicate_write_end_is_no_new_write_end() {
+    let mut p = Pair::new();
+    let (_, qb) = p.connect(QpType::Rc, Link::default());
+    let qpn = p.b.e.qp_num(qb).unwrap();
+    let reth = Reth {
+        va: MEM_BASE + WRITE_AT,
+        rkey: p.b.key,
+        dma_len: 64,
+    };
+    let psn = Link::default().psn_a;
+    let bytes = packet(Opcode::RcWriteOnly, qpn, psn, 64, Some(reth));
+    // With AckReq, as a requester sets it on a message's last packet.
+    let v = PacketView::parse(&bytes).unwrap();
+    let asking = PacketBuilder {
+        bth: Bth {
+            ack_req: true,
+            ..*v.bth()
+        },
+        ext: *v.ext(),
+        payload: v.payload(),
+    };
+    let mut bytes = vec![0u8; bytes.len()];
+    let n = asking.build_unsealed(&mut bytes).unwrap();
+    bytes.truncate(n);
+    let mut acks = Vec::new();
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    for _ in 0..2 {
+        p.b.e
+            .handle_packet(0, p.a.gid, p.b.gid, &bytes, &mut p.b.mem);
+        while let Some(t) = p.b.e.poll_transmit(0, &p.b.mem, &mut buf) {
+            acks.push(PacketView::parse(&buf[..t.len]).unwrap().psn().get());
+        }
+    }
+    assert_eq!(p.b.e.stats().rx_write_ends, 1);
+    assert_eq!(p.b.e.stats().recovery.rx_duplicates, 1);
+    assert_eq!(acks, [psn, psn], "the duplicate acknowledged again");
+}
