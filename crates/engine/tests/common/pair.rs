@@ -223,27 +223,9 @@ impl Pair {
         let na = self.a.e.qp_num(qa).unwrap();
         let nb = self.b.e.qp_num(qb).unwrap();
         let (ga, gb) = (self.a.gid, self.b.gid);
-        let link = link_a;
-        up(
-            &mut self.a.e,
-            qa,
-            ty,
-            nb,
-            gb,
-            link.psn_b,
-            link.psn_a,
-            link_a,
-        );
-        up(
-            &mut self.b.e,
-            qb,
-            ty,
-            na,
-            ga,
-            link.psn_a,
-            link.psn_b,
-            link_b,
-        );
+        let (psn_a, psn_b) = (link_a.psn_a, link_a.psn_b);
+        up(&mut self.a.e, qa, ty, nb, gb, psn_b, psn_a, link_a);
+        up(&mut self.b.e, qb, ty, na, ga, psn_a, psn_b, link_b);
         if self.same_host {
             self.a.e.set_direct(qa, true).unwrap();
             self.b.e.set_direct(qb, true).unwrap();
