@@ -2467,9 +2467,17 @@ mod tests {
         let direct = hello(&mut daemon, 2);
         // The holder inherits client 2's member (dup: no CLOEXEC).
         let inherited = rustix::io::dup(&direct).unwrap();
-        let mut holder = spawn_holder();
+        // Killed at the end, and if an assertion fails before.
+        struct Holder(std::process::Child);
+        impl Drop for Holder {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let holder = Holder(spawn_holder());
         drop((inherited, direct));
-        let pid = holder.id() as i32;
+        let pid = holder.0.id() as i32;
         daemon
             .clients
             .get_mut(&2)
@@ -2481,8 +2489,7 @@ mod tests {
         daemon.remove(2);
         let _third = hello(&mut daemon, 3);
         assert_eq!(members(&daemon), 3, "the retired member serves nobody");
-        holder.kill().unwrap();
-        holder.wait().unwrap();
+        drop(holder);
         let _fourth = hello(&mut daemon, 4);
         assert_eq!(
             members(&daemon),
