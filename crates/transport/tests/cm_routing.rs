@@ -836,11 +836,11 @@ fn messages_naming_a_connection_with_another_peer_change_nothing() {
     );
 }
 
-/// Rule (the kernel's `cm_issue_drep` answers a DREQ that names no
-/// connection of its id; a REJ may answer a stray REP): a client telling
-/// the daemon of a DREP or REJ it sent that names its comm ID with another
-/// peer's ends none of its connections: its death still brings its peer
-/// the DREQ.
+/// Rule (the kernel's CM finds a connection by both comm IDs): a client
+/// telling the daemon of a DREP (the kernel's `cm_issue_drep` answers a
+/// DREQ that names no connection of its id) or a REJ it sent that names
+/// its comm ID with another peer's ends none of its connections: its
+/// death still brings its peer the DREQ.
 #[test]
 fn a_client_answering_a_stray_message_keeps_its_connection() {
     let h = host();
