@@ -463,8 +463,7 @@ fn receive_send(
     if let Err(fault) = check_packet_sizes(op, qp) {
         if qp.qp_type == QpType::Rc {
             // Its receive WR taken first (RNR without), as on the wire.
-            let wqe = claim_recv(op, qp, target, false)?;
-            deliver_failed(qp, target, &wqe, WcStatus::RemInvReqErr);
+            fail_claimed(op, qp, target, WcStatus::RemInvReqErr)?;
         }
         return Err(fault.into());
     }
@@ -583,6 +582,20 @@ fn fail_receive(
     Fault::Receive(status)
 }
 
+/// Claims the receive WR a request takes before it is checked (RNR
+/// without one) and completes it with the `status` the request fails
+/// with, as the wire responder's `fail_taken_receive` does.
+fn fail_claimed(
+    op: &DirectOp,
+    qp: &PeerQp,
+    target: &mut dyn DirectTarget,
+    status: WcStatus,
+) -> Result<(), Stop> {
+    let wqe = claim_recv(op, qp, target, false)?;
+    deliver_failed(qp, target, &wqe, status);
+    Ok(())
+}
+
 /// Completes a claimed receive WR with `status`.
 fn deliver_failed(qp: &PeerQp, target: &mut dyn DirectTarget, wqe: &RecvWqe, status: WcStatus) {
     let wc = WorkCompletion {
@@ -666,8 +679,7 @@ fn write(
     if let Err(fault) = check_packet_sizes(op, qp) {
         if let (Some(_), 1, QpType::Rc) = (imm, op.packets, qp.qp_type) {
             // Its receive WR taken first, as for a bad rkey below.
-            let wqe = claim_recv(op, qp, target, false)?;
-            deliver_failed(qp, target, &wqe, WcStatus::RemInvReqErr);
+            fail_claimed(op, qp, target, WcStatus::RemInvReqErr)?;
         }
         return Err(fault.into());
     }
@@ -677,8 +689,7 @@ fn write(
             // As on the wire, an RC WRITE_ONLY_WITH_IMM has taken its
             // receive WR before its rkey is looked at: the WR fails with
             // it. (UC drops the message and keeps the WR.)
-            let wqe = claim_recv(op, qp, target, false)?;
-            deliver_failed(qp, target, &wqe, WcStatus::RemAccessErr);
+            fail_claimed(op, qp, target, WcStatus::RemAccessErr)?;
             return Err((*fault).into());
         }
         Some(dest?)

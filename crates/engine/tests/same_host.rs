@@ -904,3 +904,44 @@ fn a_receive_wr_with_two_faults_fails_with_the_first_packets_alike() {
     assert_eq!(end.b[0].1, WcStatus::LocProtErr);
     assert_eq!(end.a[0].1, WcStatus::RemOpErr);
 }
+
+/// A SEND too long for the responder's path MTU that finds no receive WR
+/// is refused for want of one first (an RNR NAK, as rxe's
+/// `check_resource` comes before `check_length`), on both paths: with
+/// `rnr_retry` 1 the requester ends in IBV_WC_RNR_RETRY_EXC_ERR, not in
+/// an invalid request.
+#[test]
+fn a_send_too_long_for_the_mtu_without_a_receive_wr_is_rnr_first_alike() {
+    let mut endings = Vec::new();
+    for same_host in [false, true] {
+        let mut p = Pair::on(same_host);
+        let (qa, qb) = (
+            create(&mut p.a, QpType::Rc, None),
+            create(&mut p.b, QpType::Rc, None),
+        );
+        let link = Link {
+            rnr_retry: 1,
+            ..Link::default()
+        };
+        let (a, b) = (
+            Link {
+                mtu: Mtu::Mtu4096,
+                ..link
+            },
+            Link {
+                mtu: Mtu::Mtu1024,
+                ..link
+            },
+        );
+        p.bring_up_each(QpType::Rc, (qa, a), (qb, b));
+        let sge = [p.a.sge(0, 3000)];
+        p.a.e
+            .post_send(qa, &wr(1, send_opcode::SEND, &sge))
+            .unwrap();
+        p.run(100_000);
+        endings.push(ending(&mut p, qa, qb));
+    }
+    let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+    assert_eq!(wire, host, "wire (left) and same host (right) differ");
+    assert_eq!(host.a[0].1, WcStatus::RnrRetryExcErr, "{host:?}");
+}
