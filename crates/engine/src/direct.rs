@@ -109,6 +109,8 @@ pub struct DirectOp {
     pub qp_type: QpType,
     /// The WR's first PSN: names the operation in [`crate::Engine::handle_direct`].
     pub psn: u32,
+    /// The PSN the requester started at (`sq_psn`, 24 bits).
+    pub sq_psn: u32,
     /// What it does.
     pub kind: DirectKind,
     /// Bytes moved (8 for atomics).
@@ -203,6 +205,8 @@ pub struct PeerQp {
     pub incarnation: u16,
     /// Its path MTU in bytes (0: not known, nothing checked).
     pub mtu: u32,
+    /// The PSN its responder started at (`rq_psn`, 24 bits).
+    pub rq_psn: u32,
 }
 
 /// The async event a target QP raises when a request fails there.
@@ -356,13 +360,21 @@ fn run_request(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Ste
 /// The checks every packet passes before the responder looks at it: the
 /// QP receives (RTR and after), the transport matches, and a connected QP
 /// takes requests only from the QP it is connected to.
+///
+/// An RC responder also takes only the PSN it expects. On the same-host
+/// path no packet carries one, and both ends move in step, so the ends
+/// agree for good exactly when the requester started at the PSN the
+/// responder was started at. Where they do not, every packet on the wire
+/// is a duplicate or out of sequence and nothing executes (the requester
+/// ends in RETRY_EXC_ERR): so here. UC takes a new message at any PSN.
 fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
     let receiving = matches!(
         qp.state,
         QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
     );
     let connected = qp.qp_type == QpType::Ud || qp.dest_qpn == op.src_qpn;
-    receiving && qp.qp_type == op.qp_type && connected
+    let in_sequence = qp.qp_type != QpType::Rc || qp.rq_psn == op.sq_psn;
+    receiving && qp.qp_type == op.qp_type && connected && in_sequence
 }
 
 /// A fatal RC request error: the NAK, the event, the error state.

@@ -105,6 +105,7 @@ impl Engine {
             qkey: qp.attr.qkey,
             incarnation: qp.incarnation,
             mtu: crate::qp::path_mtu(qp.qp_type, &qp.attr, qp.port_mtu),
+            rq_psn: qp.attr.rq_psn,
         })
     }
 

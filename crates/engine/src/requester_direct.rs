@@ -146,6 +146,7 @@ impl SendSide<'_> {
             dest_qpn: self.dest_qpn_of(e),
             qp_type: self.qp_type,
             psn: e.first_psn.get(),
+            sq_psn: self.attr.sq_psn,
             kind,
             len: if e.op.is_rd_atomic() && e.op != ReqOp::Read {
                 8

@@ -804,6 +804,59 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
     assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 90)]);
 }
 
+/// A responder started at another PSN than its requester (a program that
+/// swapped the PSNs it exchanged) takes nothing on the wire: every packet
+/// is a duplicate or out of sequence, and the requester ends in
+/// RETRY_EXC_ERR. So on the same-host path, for a responder expecting a
+/// PSN before the requester's and one after it. UC takes a new message
+/// at any PSN, on both paths.
+#[test]
+fn a_responder_expecting_another_psn_takes_nothing_alike() {
+    for (ty, b_expects) in [(QpType::Rc, 50), (QpType::Rc, 150), (QpType::Uc, 50)] {
+        let mut endings = Vec::new();
+        for same_host in [false, true] {
+            let mut p = Pair::on(same_host);
+            let (qa, qb) = (create(&mut p.a, ty, None), create(&mut p.b, ty, None));
+            let link = Link::default();
+            let b_link = Link {
+                psn_a: b_expects,
+                ..link
+            };
+            p.bring_up_each(ty, (qa, link), (qb, b_link));
+            p.b.post_recv(qb, 7, 0x3000, 4096);
+            for (wr_id, opcode) in [(1, send_opcode::RDMA_WRITE), (2, send_opcode::SEND)] {
+                let sge = [p.a.sge(0, 100)];
+                let mut w = wr(wr_id, opcode, &sge);
+                w.rdma = RdmaTarget {
+                    remote_addr: MEM_BASE + 0x1000,
+                    rkey: p.b.key,
+                };
+                p.a.e.post_send(qa, &w).unwrap();
+            }
+            p.run(100_000);
+            endings.push(ending(&mut p, qa, qb));
+        }
+        let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+        assert_eq!(
+            wire, host,
+            "{ty:?}, b expects {b_expects}: wire (left) and same host (right) differ"
+        );
+        let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
+        let b_took: Vec<_> = host.b.iter().map(|w| (w.0, w.1)).collect();
+        if ty == QpType::Rc {
+            assert_eq!(
+                statuses,
+                [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)],
+                "{host:?}"
+            );
+            assert_eq!(b_took, [], "{host:?}");
+        } else {
+            assert_eq!(statuses, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+            assert_eq!(b_took, [(7, WcStatus::Success)]);
+        }
+    }
+}
+
 /// Rule (IBTA ch. 9 packet lengths; rxe `check_length`): ends that
 /// disagree on the path MTU fail a message longer than the smaller one
 /// with an invalid request, the responder's QP in error, on both paths

@@ -216,16 +216,18 @@ impl Pair {
     }
 
     /// [`Pair::bring_up`] with each end's own link settings (a's, then
-    /// b's; the PSNs are a's): ends that disagree, as a program's mistake
-    /// makes them.
+    /// b's, each end's PSNs included): ends that disagree, as a program's
+    /// mistake makes them.
     pub fn bring_up_each(&mut self, ty: QpType, a: (QpId, Link), b: (QpId, Link)) {
         let ((qa, link_a), (qb, link_b)) = (a, b);
         let na = self.a.e.qp_num(qa).unwrap();
         let nb = self.b.e.qp_num(qb).unwrap();
         let (ga, gb) = (self.a.gid, self.b.gid);
-        let (psn_a, psn_b) = (link_a.psn_a, link_a.psn_b);
-        up(&mut self.a.e, qa, ty, nb, gb, psn_b, psn_a, link_a);
-        up(&mut self.b.e, qb, ty, na, ga, psn_a, psn_b, link_b);
+        // Each end receives from the PSN its link says the other sends.
+        let (a_rq, a_sq) = (link_a.psn_b, link_a.psn_a);
+        let (b_rq, b_sq) = (link_b.psn_a, link_b.psn_b);
+        up(&mut self.a.e, qa, ty, nb, gb, a_rq, a_sq, link_a);
+        up(&mut self.b.e, qb, ty, na, ga, b_rq, b_sq, link_b);
         if self.same_host {
             self.a.e.set_direct(qa, true).unwrap();
             self.b.e.set_direct(qb, true).unwrap();

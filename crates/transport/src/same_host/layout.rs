@@ -30,7 +30,7 @@ use super::Words;
 /// The first word of every region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SVSHREG\x01");
 /// The layout version this code reads and writes.
-pub const VERSION: u64 = 5;
+pub const VERSION: u64 = 6;
 /// Words of the header.
 pub const HEADER_WORDS: usize = 32;
 

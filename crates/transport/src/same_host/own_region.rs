@@ -291,7 +291,9 @@ impl OwnRegion {
             access_flags: q.access_flags,
             dest_qpn: q.dest_qpn,
             qkey: q.qkey,
-            mtu: q.mtu,
+            // A path MTU is 256 to 4096 bytes.
+            mtu: u16::try_from(q.mtu).unwrap_or(u16::MAX),
+            rq_psn: q.rq_psn,
             rq: self.ring_of(engine, id, qpn).map(|r| r.at),
         };
         match self.view.qps().publish(&info) {

@@ -173,7 +173,8 @@ impl DirectTarget for PeerTarget<'_> {
             max_dest_rd_atomic: q.max_dest_rd_atomic,
             qkey: q.qkey,
             incarnation: q.incarnation,
-            mtu: q.mtu,
+            mtu: u32::from(q.mtu),
+            rq_psn: q.rq_psn,
         })
     }
 

@@ -55,9 +55,13 @@ const FIELDS: usize = 6;
 /// The state word follows the fields, so a seqlocked read covers both.
 const STATE: usize = 1 + FIELDS;
 /// Where in the fields the state the owner last published lies (the
-/// word of the MTU, above its other bits).
+/// word of the MTU and receive PSN, above them).
 const PUBLISHED_STATE_FIELD: usize = 3;
 const PUBLISHED_STATE_SHIFT: u32 = 40;
+/// In that word: the receive PSN above the MTU, and above the state
+/// whether the QP has a receive queue of its own.
+const RQ_PSN_SHIFT: u32 = 16;
+const HAS_RQ_SHIFT: u32 = 48;
 
 const TAG_EMPTY: u64 = 0;
 const TAG_LIVE: u64 = 1;
@@ -103,8 +107,11 @@ pub struct QpInfo {
     pub dest_qpn: u32,
     /// Q_Key (UD).
     pub qkey: u32,
-    /// Path MTU in bytes.
-    pub mtu: u32,
+    /// Path MTU in bytes (at most 4096).
+    pub mtu: u16,
+    /// The PSN its responder was started at (`rq_psn` at RTR; 24 bits):
+    /// a requester's first PSN must be this one, as on the wire.
+    pub rq_psn: u32,
     /// Its own receive queue (`None`: it has none, or uses an SRQ).
     pub rq: Option<RingRef>,
 }
@@ -122,8 +129,9 @@ impl QpInfo {
             self.pd,
             u64::from(self.dest_qpn) | u64::from(self.qkey) << 32,
             u64::from(self.mtu)
-                | u64::from(self.rq.is_some()) << 32
-                | u64::from(self.state) << PUBLISHED_STATE_SHIFT,
+                | u64::from(self.rq_psn & 0xFF_FFFF) << RQ_PSN_SHIFT
+                | u64::from(self.state) << PUBLISHED_STATE_SHIFT
+                | u64::from(self.rq.is_some()) << HAS_RQ_SHIFT,
             rq.offset,
             u64::from(rq.capacity) | u64::from(rq.max_sge) << 32,
         ]
@@ -131,7 +139,7 @@ impl QpInfo {
 
     fn decode(qpn: u32, word: u64, fields: &[u64; FIELDS]) -> Self {
         let [small, pd, dest_qkey, mtu_rq, rq_offset, rq_sizes] = *fields;
-        let rq = (mtu_rq >> 32 & 1 == 1).then_some(RingRef {
+        let rq = (mtu_rq >> HAS_RQ_SHIFT & 1 == 1).then_some(RingRef {
             offset: rq_offset,
             capacity: rq_sizes as u32,
             max_sge: (rq_sizes >> 32) as u32,
@@ -148,7 +156,8 @@ impl QpInfo {
             access_flags: (small >> 32) as u32,
             dest_qpn: dest_qkey as u32,
             qkey: (dest_qkey >> 32) as u32,
-            mtu: mtu_rq as u32,
+            mtu: mtu_rq as u16,
+            rq_psn: (mtu_rq >> RQ_PSN_SHIFT) as u32 & 0xFF_FFFF,
             rq,
         }
     }
@@ -512,6 +521,7 @@ mod tests {
             dest_qpn: qpn ^ 0xFF,
             qkey: 0x1111_2222,
             mtu: 4096,
+            rq_psn: 0xAB_CDEF,
             rq: Some(RingRef {
                 offset: 64,
                 capacity: 128,
@@ -620,7 +630,8 @@ mod tests {
             state: if n.is_multiple_of(2) { RTR } else { RTS },
             pd: n,
             dest_qpn: n as u32,
-            mtu: n as u32,
+            mtu: n as u16,
+            rq_psn: n as u32 & 0xFF_FFFF,
             rq: Some(rq),
             ..qp(42, 0)
         }
@@ -648,7 +659,8 @@ mod tests {
                     let info = table.lookup(42).expect("always published");
                     let n = info.pd;
                     assert_eq!(u64::from(info.dest_qpn), n & 0xFFFF_FFFF, "{info:?}");
-                    assert_eq!(u64::from(info.mtu), n & 0xFFFF_FFFF, "{info:?}");
+                    assert_eq!(u64::from(info.mtu), n & 0xFFFF, "{info:?}");
+                    assert_eq!(u64::from(info.rq_psn), n & 0xFF_FFFF, "{info:?}");
                     assert_eq!(info.rq.map(|r| r.offset), Some(n), "{info:?}");
                     if was_errored {
                         assert_eq!(info.state, ERR);
