@@ -1,0 +1,103 @@
+//! The threads softverbs started in this process, and whether every
+//! thread of the application has ended.
+//!
+//! A process lives while any of its threads does. A kernel provider
+//! starts none, so a program whose main thread ends with `pthread_exit`
+//! ends when its last other thread does: glibc then calls `exit(0)`.
+//! softverbs' own threads (each context's progress thread, the rdma_cm
+//! service's) would keep such a process alive for ever. So each of them
+//! is named here while it runs, and a progress thread with no verb to
+//! serve looks now and then whether any other thread still runs
+//! ([`application_ended`]); if none does, it ends the process as glibc
+//! would have (`driver.rs`).
+
+use parking_lot::Mutex;
+use procfs::process::Process;
+use procfs::ProcError;
+
+/// The thread ids of softverbs' running threads.
+static OWN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// This thread counted as softverbs' own until dropped, which the thread
+/// does before it ends (so an application thread given its id later is
+/// never taken for one).
+#[must_use = "the thread counts as softverbs' own only while this lives"]
+#[derive(Debug)]
+pub struct OwnThread {
+    tid: i32,
+}
+
+impl OwnThread {
+    /// Counts the calling thread as softverbs' own.
+    pub fn register() -> OwnThread {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        OWN.lock().push(tid);
+        OwnThread { tid }
+    }
+}
+
+impl Drop for OwnThread {
+    fn drop(&mut self) {
+        let mut own = OWN.lock();
+        if let Some(i) = own.iter().position(|&t| t == self.tid) {
+            own.swap_remove(i);
+        }
+    }
+}
+
+/// Whether every thread of this process that softverbs did not start has
+/// ended (is a zombie, or gone). False whenever that cannot be told: the
+/// process then lives on, as it did before.
+pub fn application_ended() -> bool {
+    let Ok(me) = Process::myself() else {
+        return false;
+    };
+    // The main thread running is the usual answer, in one read: the
+    // process's own stat is its main thread's.
+    match me.stat() {
+        Ok(stat) if ended(stat.state) => {}
+        _ => return false,
+    }
+    let Ok(tasks) = me.tasks() else {
+        return false;
+    };
+    let own = OWN.lock().clone();
+    for task in tasks {
+        let stat = match task.and_then(|t| t.stat()) {
+            Ok(stat) => stat,
+            Err(ProcError::NotFound(_)) => continue, // gone since the listing
+            Err(_) => return false,
+        };
+        if !ended(stat.state) && !own.contains(&stat.pid) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a thread in `state` (`/proc/.../stat`) has ended.
+fn ended(state: char) -> bool {
+    matches!(state, 'Z' | 'X' | 'x')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test's own threads run: the application has not ended, whoever
+    /// counts as softverbs'.
+    #[test]
+    fn a_running_main_thread_is_a_running_application() {
+        let _own = OwnThread::register();
+        assert!(!application_ended());
+    }
+
+    #[test]
+    fn a_thread_counts_as_own_until_its_registration_drops() {
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        let own = OwnThread::register();
+        assert!(OWN.lock().contains(&tid));
+        drop(own);
+        assert!(!OWN.lock().contains(&tid));
+    }
+}
