@@ -164,6 +164,10 @@ pub enum DirectOutcome {
     Dropped,
     /// The requester's own memory could not be reached during the copy.
     LocalFault,
+    /// Executed, but the answer is not what the requester expects: a
+    /// READ's responses cut at the target's path MTU, where the
+    /// requester's differs (IBV_WC_BAD_RESP_ERR).
+    BadResponse,
     /// Not executed: a UD datagram whose destination is not on this host
     /// (or not reachable directly); the requester sends it as a packet.
     Wire,
@@ -736,6 +740,9 @@ fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va
         return Ok(DirectOutcome::Done);
     }
     let from = translate(qp, target, rkey, va, op.len, AccessFlags::REMOTE_READ)?;
+    if !responses_fit(op, qp) {
+        return Ok(DirectOutcome::BadResponse);
+    }
     let Payload::Memory(to) = &op.payload else {
         return Ok(DirectOutcome::LocalFault); // the response finds no place
     };
@@ -743,6 +750,16 @@ fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va
         .read(from, to)
         .map_err(|f| copy_stop(f, Fault::Access))?;
     Ok(DirectOutcome::Done)
+}
+
+/// Whether the READ responses the target would send, one per its path
+/// MTU, are those the requester takes, one per its own: the first is
+/// then as long as it expects, and an ONLY where it expects one. They are
+/// unless the ends disagree on the MTU and the READ is longer than the
+/// smaller; then the requester fails the first response (BAD_RESP_ERR,
+/// rxe's completer too), which left the target's memory unread.
+fn responses_fit(op: &DirectOp, qp: &PeerQp) -> bool {
+    qp.mtu == 0 || op.mtu == qp.mtu || op.len <= op.mtu.min(qp.mtu)
 }
 
 /// READs and atomics need a responder resource (IBTA 9.4.4). Each one

@@ -296,6 +296,11 @@ impl SendSide<'_> {
                 self.fail_requester(ctx, idx, WcStatus::LocProtErr);
                 false
             }
+            DirectOutcome::BadResponse => {
+                self.ack_through(first.wrapping_sub(1));
+                self.fail_requester(ctx, idx, WcStatus::BadRespErr);
+                false
+            }
             DirectOutcome::Wire if self.qp_type == QpType::Ud => {
                 let e = &mut self.req.inflight[idx];
                 e.wire = true;

@@ -804,6 +804,61 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
     assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 90)]);
 }
 
+/// A READ longer than the smaller of two disagreeing path MTUs: the
+/// target cuts its responses at its own MTU, which the requester does not
+/// take (IBV_WC_BAD_RESP_ERR, its QP in error, the WR behind flushed; the
+/// target stays in RTS), on both paths alike. A READ that fits both
+/// completes.
+#[test]
+fn a_read_between_ends_that_disagree_on_the_path_mtu_fails_alike() {
+    let disagreements = [(Mtu::Mtu4096, Mtu::Mtu1024), (Mtu::Mtu1024, Mtu::Mtu4096)];
+    for (mtu_a, mtu_b) in disagreements {
+        let mut endings = Vec::new();
+        for same_host in [false, true] {
+            let mut p = Pair::on(same_host);
+            let (qa, qb) = (
+                create(&mut p.a, QpType::Rc, None),
+                create(&mut p.b, QpType::Rc, None),
+            );
+            let link = Link::default();
+            let (a, b) = (Link { mtu: mtu_a, ..link }, Link { mtu: mtu_b, ..link });
+            p.bring_up_each(QpType::Rc, (qa, a), (qb, b));
+            let ops = [
+                (1, send_opcode::RDMA_READ, 500),
+                (2, send_opcode::RDMA_READ, 3000),
+                (3, send_opcode::RDMA_WRITE, 100),
+            ];
+            for (wr_id, opcode, len) in ops {
+                let sge = [p.a.sge(0, len)];
+                let mut w = wr(wr_id, opcode, &sge);
+                w.rdma = RdmaTarget {
+                    remote_addr: MEM_BASE + 0x1000,
+                    rkey: p.b.key,
+                };
+                p.a.e.post_send(qa, &w).unwrap();
+            }
+            p.run(100_000);
+            endings.push(ending(&mut p, qa, qb));
+        }
+        let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
+        assert_eq!(
+            wire, host,
+            "{mtu_a:?}/{mtu_b:?}: wire (left) and same host (right) differ"
+        );
+        let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
+        assert_eq!(
+            statuses,
+            [
+                (1, WcStatus::Success),
+                (2, WcStatus::BadRespErr),
+                (3, WcStatus::WrFlushErr)
+            ],
+            "{mtu_a:?}/{mtu_b:?}"
+        );
+        assert_eq!(host.states, (QpState::Err as u32, QpState::Rts as u32));
+    }
+}
+
 /// A responder started at another PSN than its requester (a program that
 /// swapped the PSNs it exchanged) takes nothing on the wire: every packet
 /// is a duplicate or out of sequence, and the requester ends in
