@@ -15,6 +15,9 @@ pub mod cap_flags {
     pub const AUTO_PATH_MIG: u32 = 1 << 4;
     /// IBV_DEVICE_CURR_QP_STATE_MOD: IBV_QP_CUR_STATE is honoured.
     pub const CURR_QP_STATE_MOD: u32 = 1 << 7;
+    /// IBV_DEVICE_PORT_ACTIVE_EVENT: a port whose link comes back up
+    /// raises IBV_EVENT_PORT_ACTIVE.
+    pub const PORT_ACTIVE_EVENT: u32 = 1 << 10;
     /// IBV_DEVICE_SYS_IMAGE_GUID: sys_image_guid is meaningful.
     pub const SYS_IMAGE_GUID: u32 = 1 << 11;
     /// IBV_DEVICE_RC_RNR_NAK_GEN: the responder sends RNR NAKs.
@@ -352,6 +355,7 @@ impl DeviceConfig {
 
     /// The capability flags this engine honours.
     pub const CAP_FLAGS: u32 = cap_flags::CURR_QP_STATE_MOD
+        | cap_flags::PORT_ACTIVE_EVENT
         | cap_flags::SYS_IMAGE_GUID
         | cap_flags::RC_RNR_NAK_GEN
         | cap_flags::SRQ_RESIZE;

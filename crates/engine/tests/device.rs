@@ -79,6 +79,9 @@ fn a_link_gone_reads_down_and_raises_port_err_once() {
 #[test]
 fn the_port_follows_the_carrier_with_port_err_and_port_active() {
     let mut e = engine();
+    // Advertised, as the events below are raised.
+    let flags = e.query_device().device_cap_flags;
+    assert_ne!(flags & cap_flags::PORT_ACTIVE_EVENT, 0);
     e.set_carrier(true);
     assert_eq!(e.poll_event(), None, "no change, no event");
     e.set_carrier(false);
