@@ -56,10 +56,11 @@ pub struct LookupRefused {
     pub reason: String,
 }
 
+/// The daemon's words alone: they say why, where the errno's text (No
+/// such file or directory) read as a fault.
 impl fmt::Display for LookupRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let errno = io::Error::from_raw_os_error(self.errno);
-        write!(f, "{} ({errno})", self.reason)
+        f.write_str(&self.reason)
     }
 }
 

@@ -867,7 +867,10 @@ impl Daemon {
             return refused(libc::EPERM, why);
         }
         let Some(published) = &owner.published else {
-            let why = format!("the context holding QP {qpn:#x} published no region");
+            let why = format!(
+                "the context holding QP {qpn:#x} shares no memory on this host (its process \
+                 runs with SOFTVERBS_SHM=0, or could not share it)"
+            );
             return refused(libc::ENOENT, why);
         };
         let copies = (published.region.try_clone(), published.doorbell.try_clone());
