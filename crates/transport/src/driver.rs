@@ -1589,7 +1589,6 @@ fn wait_for_events(
 mod tests {
     use super::*;
     use softverbs_engine::FlatMemory;
-    use std::net::Ipv4Addr;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -1655,7 +1654,7 @@ mod tests {
 
     /// A driver on a loopback address and a daemon of its own.
     fn test_driver(notify: Arc<dyn Notify>) -> Driver<FlatMemory> {
-        let ip = Ipv4Addr::new(127, 0, fastrand::u8(1..255), fastrand::u8(1..255));
+        let ip = crate::test_loopback_address();
         let (daemon, _) = crate::daemon::server::start_thread(crate::daemon::DaemonConfig {
             socket: format!("softverbs-test-{}-{ip}", std::process::id()),
             idle_exit: Duration::from_millis(200),

@@ -622,10 +622,7 @@ mod tests {
     /// the test's own (which captures, and so steers nothing, if
     /// `capture`).
     fn endpoint(capture: bool) -> Endpoint {
-        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let host = (std::process::id() as u8).wrapping_add(n) % 254 + 1;
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, host));
+        let ip = IpAddr::V4(crate::test_loopback_address());
         let config = crate::daemon::DaemonConfig {
             socket: format!("softverbs-test-{}-{ip}-{capture}", std::process::id()),
             idle_exit: std::time::Duration::from_millis(200),

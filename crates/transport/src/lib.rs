@@ -48,3 +48,18 @@ mod udp_segment;
 pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify, Polled};
 pub use io_step::IoStats;
+
+/// A loopback address of its own for a unit test's daemon and contexts:
+/// no two calls in this process give the same one. Random ones met now
+/// and then, two tests binding UDP 4791 on one address at once
+/// (AddrInUse). The second octet varies with the process.
+#[cfg(test)]
+pub(crate) fn test_loopback_address() -> std::net::Ipv4Addr {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let process = (std::process::id() % 100) as u8;
+    let high = u8::try_from(n / 254).expect("fewer than 65,024 test addresses");
+    let low = (n % 254) as u8 + 1;
+    std::net::Ipv4Addr::new(127, 100 + process, high, low)
+}

@@ -2061,7 +2061,7 @@ mod tests {
     /// A connection to a daemon of the test's own, on a loopback address
     /// of its own.
     fn connect_to_test_daemon() -> (OwnedFd, IpAddr) {
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 9, fastrand::u8(1..255)));
+        let ip = IpAddr::V4(crate::test_loopback_address());
         let name = format!("softverbs-test-{}-{ip}", std::process::id());
         let config = DaemonConfig {
             socket: name.clone(),
@@ -2382,7 +2382,7 @@ mod tests {
     fn groups_beyond_the_most_are_enomem() {
         let mut daemon = idle_daemon();
         daemon.max_groups = 2;
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 12, fastrand::u8(1..255)));
+        let ip = IpAddr::V4(crate::test_loopback_address());
         let uid = daemon.uid;
         for id in [1, 2] {
             add_client(&mut daemon, id, Some(uid));
@@ -2448,7 +2448,7 @@ mod tests {
     /// has ended.
     fn retired_until_the_holder_ends(spawn_holder: impl FnOnce() -> std::process::Child) {
         let mut daemon = idle_daemon();
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 11, fastrand::u8(1..255)));
+        let ip = IpAddr::V4(crate::test_loopback_address());
         let uid = daemon.uid;
         let hello = |daemon: &mut Daemon, id: usize| {
             add_client(daemon, id, Some(uid));
@@ -2701,7 +2701,7 @@ mod tests {
     #[test]
     fn a_device_address_closes_with_its_last_context() {
         let mut daemon = idle_daemon();
-        let ip = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 10, fastrand::u8(1..255)));
+        let ip = IpAddr::V4(crate::test_loopback_address());
         let uid = daemon.uid;
         for id in [1, 2] {
             add_client(&mut daemon, id, Some(uid));
