@@ -9,7 +9,7 @@
  * with no verb for longer than softverbs waits before it looks whether
  * the application has ended, so a look sees it alive: the process must
  * not end before the worker says it is done. Exit handlers run as at any
- * exit(0). With "cm", an rdma_cm event channel and id live too (the
+ * exit(0): this one closes the device. With "cm", an rdma_cm event channel and id live too (the
  * rdma_cm service's thread runs); link with -lrdmacm then.
  *
  * Usage: main_thread_exit [cm]. Prints "main thread exit ok" at exit once
@@ -26,6 +26,7 @@
 #include "test_util.h"
 
 static atomic_int worker_done;
+static struct ibv_context *ctx;
 static struct ibv_cq *cq;
 
 static double seconds(void)
@@ -50,8 +51,12 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* Closes the device as a careful program's exit handler does: softverbs
+ * may run it on its own thread, the one that ends the process. */
 static void at_exit(void)
 {
+	CHECK(!ibv_destroy_cq(cq), "ibv_destroy_cq at exit failed");
+	CHECK(!ibv_close_device(ctx), "ibv_close_device at exit failed");
 	if (atomic_load(&worker_done))
 		printf("main thread exit ok\n");
 	else
@@ -61,7 +66,7 @@ static void at_exit(void)
 
 int main(int argc, char **argv)
 {
-	struct ibv_context *ctx = open_device_named("softverbs0");
+	ctx = open_device_named("softverbs0");
 	CHECK(ctx, "ibv_open_device failed");
 	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	CHECK(cq, "ibv_create_cq failed");

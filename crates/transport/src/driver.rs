@@ -850,6 +850,13 @@ impl<M: HostMemory + Send + 'static> Drop for Driver<M> {
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.shared.waker.wake();
         if let Some(thread) = self.thread.take() {
+            if thread.thread().id() == std::thread::current().id() {
+                // Dropped by the progress thread itself, in the exit it
+                // made (own_threads.rs) when an exit handler closes the
+                // device: it cannot wait for itself, and exit ends it.
+                std::mem::forget(thread);
+                return;
+            }
             let _ = thread.join();
         }
     }
