@@ -15,8 +15,9 @@ use parking_lot::Mutex;
 use procfs::process::Process;
 use procfs::ProcError;
 
-/// The thread ids of softverbs' running threads.
-static OWN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// softverbs' running threads: the process and thread ids (a child made
+/// by `fork` inherits its parent's list, whose threads are not its own).
+static OWN: Mutex<Vec<(u32, i32)>> = Mutex::new(Vec::new());
 
 /// This thread counted as softverbs' own until dropped, which the thread
 /// does before it ends (so an application thread given its id later is
@@ -24,25 +25,29 @@ static OWN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 #[must_use = "the thread counts as softverbs' own only while this lives"]
 #[derive(Debug)]
 pub struct OwnThread {
-    tid: i32,
+    id: (u32, i32),
 }
 
 impl OwnThread {
     /// Counts the calling thread as softverbs' own.
     pub fn register() -> OwnThread {
-        let tid = rustix::thread::gettid().as_raw_nonzero().get();
-        OWN.lock().push(tid);
-        OwnThread { tid }
+        let id = (std::process::id(), this_thread());
+        OWN.lock().push(id);
+        OwnThread { id }
     }
 }
 
 impl Drop for OwnThread {
     fn drop(&mut self) {
         let mut own = OWN.lock();
-        if let Some(i) = own.iter().position(|&t| t == self.tid) {
+        if let Some(i) = own.iter().position(|&t| t == self.id) {
             own.swap_remove(i);
         }
     }
+}
+
+fn this_thread() -> i32 {
+    rustix::thread::gettid().as_raw_nonzero().get()
 }
 
 /// Whether every thread of this process that softverbs did not start has
@@ -61,7 +66,13 @@ pub fn application_ended() -> bool {
     let Ok(tasks) = me.tasks() else {
         return false;
     };
-    let own = OWN.lock().clone();
+    let pid = std::process::id();
+    let own: Vec<i32> = OWN
+        .lock()
+        .iter()
+        .filter(|&&(p, _)| p == pid)
+        .map(|&(_, tid)| tid)
+        .collect();
     for task in tasks {
         let stat = match task.and_then(|t| t.stat()) {
             Ok(stat) => stat,
@@ -94,10 +105,10 @@ mod tests {
 
     #[test]
     fn a_thread_counts_as_own_until_its_registration_drops() {
-        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        let id = (std::process::id(), this_thread());
         let own = OwnThread::register();
-        assert!(OWN.lock().contains(&tid));
+        assert!(OWN.lock().contains(&id));
         drop(own);
-        assert!(!OWN.lock().contains(&tid));
+        assert!(!OWN.lock().contains(&id));
     }
 }
