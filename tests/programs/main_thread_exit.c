@@ -9,8 +9,9 @@
  * with no verb for longer than softverbs waits before it looks whether
  * the application has ended, so a look sees it alive: the process must
  * not end before the worker says it is done. Exit handlers run as at any
- * exit(0): this one closes the device. With "cm", an rdma_cm event channel and id live too (the
- * rdma_cm service's thread runs); link with -lrdmacm then.
+ * exit(0): this one closes the device. With "cm", an rdma_cm event
+ * channel and id live too (the rdma_cm service's thread runs); build with
+ * -DWITH_RDMA_CM and link with -lrdmacm then.
  *
  * Usage: main_thread_exit [cm]. Prints "main thread exit ok" at exit once
  * the worker has finished. */

@@ -757,7 +757,7 @@ fn read(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget, rkey: u32, va
 /// then as long as it expects, and an ONLY where it expects one. They are
 /// unless the ends disagree on the MTU and the READ is longer than the
 /// smaller; then the requester fails the first response (BAD_RESP_ERR,
-/// rxe's completer too), which left the target's memory unread.
+/// `completer.rs`), before it places any of it in its memory.
 fn responses_fit(op: &DirectOp, qp: &PeerQp) -> bool {
     qp.mtu == 0 || op.mtu == qp.mtu || op.len <= op.mtu.min(qp.mtu)
 }

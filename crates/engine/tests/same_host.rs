@@ -57,10 +57,20 @@ fn both_paths(link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
 
 /// [`both_paths`] for QPs of type `ty`.
 fn both_paths_of(ty: QpType, link: Link, scenario: impl Fn(&mut Pair, QpId, QpId)) -> Ending {
+    both_paths_between("", |p| p.connect(ty, link), scenario)
+}
+
+/// [`both_paths`] for the QPs `connect` makes and brings up on each pair
+/// (ends that disagree, say); `what` names the case if they differ.
+fn both_paths_between(
+    what: &str,
+    connect: impl Fn(&mut Pair) -> (QpId, QpId),
+    scenario: impl Fn(&mut Pair, QpId, QpId),
+) -> Ending {
     let mut endings = Vec::new();
     for same_host in [false, true] {
         let mut p = Pair::on(same_host);
-        let (qa, qb) = p.connect(ty, link);
+        let (qa, qb) = connect(&mut p);
         assert_eq!(p.a.e.is_direct(qa), same_host);
         scenario(&mut p, qa, qb);
         p.run(100_000);
@@ -68,7 +78,10 @@ fn both_paths_of(ty: QpType, link: Link, scenario: impl Fn(&mut Pair, QpId, QpId
     }
     let host = endings.pop().unwrap();
     let wire = endings.pop().unwrap();
-    assert_eq!(wire, host, "wire (left) and same host (right) differ");
+    assert_eq!(
+        wire, host,
+        "{what}: wire (left) and same host (right) differ"
+    );
     host
 }
 
@@ -804,6 +817,32 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
     assert_eq!(end.b, [(7, WcStatus::Success, WcOpcode::Recv, 90)]);
 }
 
+/// QPs of type `ty` brought up with each end's own link settings (a's,
+/// then b's): ends that disagree, as a program's mistake makes them.
+fn connect_each(p: &mut Pair, ty: QpType, a: Link, b: Link) -> (QpId, QpId) {
+    let (qa, qb) = (create(&mut p.a, ty, None), create(&mut p.b, ty, None));
+    p.bring_up_each(ty, (qa, a), (qb, b));
+    (qa, qb)
+}
+
+/// Links that differ in their path MTU only (a's, then b's).
+fn mtus(mtu_a: Mtu, mtu_b: Mtu) -> (Link, Link) {
+    let link = Link::default();
+    (Link { mtu: mtu_a, ..link }, Link { mtu: mtu_b, ..link })
+}
+
+/// Posts a's WR `wr_id`: `opcode` over a's first `len` bytes, a WRITE or
+/// READ aimed at b's memory 0x1000 on.
+fn post_at_b(p: &mut Pair, qa: QpId, wr_id: u64, opcode: u32, len: u32) {
+    let sge = [p.a.sge(0, len)];
+    let mut w = wr(wr_id, opcode, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x1000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+}
+
 /// A READ longer than the smaller of two disagreeing path MTUs: the
 /// target cuts its responses at its own MTU, which the requester does not
 /// take (IBV_WC_BAD_RESP_ERR, its QP in error, the WR behind flushed; the
@@ -813,38 +852,19 @@ fn ud_remote_qpn_is_taken_to_24_bits_alike() {
 fn a_read_between_ends_that_disagree_on_the_path_mtu_fails_alike() {
     let disagreements = [(Mtu::Mtu4096, Mtu::Mtu1024), (Mtu::Mtu1024, Mtu::Mtu4096)];
     for (mtu_a, mtu_b) in disagreements {
-        let mut endings = Vec::new();
-        for same_host in [false, true] {
-            let mut p = Pair::on(same_host);
-            let (qa, qb) = (
-                create(&mut p.a, QpType::Rc, None),
-                create(&mut p.b, QpType::Rc, None),
-            );
-            let link = Link::default();
-            let (a, b) = (Link { mtu: mtu_a, ..link }, Link { mtu: mtu_b, ..link });
-            p.bring_up_each(QpType::Rc, (qa, a), (qb, b));
+        let (a, b) = mtus(mtu_a, mtu_b);
+        let what = format!("{mtu_a:?}/{mtu_b:?}");
+        let connect = |p: &mut Pair| connect_each(p, QpType::Rc, a, b);
+        let host = both_paths_between(&what, connect, |p, qa, _| {
             let ops = [
                 (1, send_opcode::RDMA_READ, 500),
                 (2, send_opcode::RDMA_READ, 3000),
                 (3, send_opcode::RDMA_WRITE, 100),
             ];
             for (wr_id, opcode, len) in ops {
-                let sge = [p.a.sge(0, len)];
-                let mut w = wr(wr_id, opcode, &sge);
-                w.rdma = RdmaTarget {
-                    remote_addr: MEM_BASE + 0x1000,
-                    rkey: p.b.key,
-                };
-                p.a.e.post_send(qa, &w).unwrap();
+                post_at_b(p, qa, wr_id, opcode, len);
             }
-            p.run(100_000);
-            endings.push(ending(&mut p, qa, qb));
-        }
-        let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
-        assert_eq!(
-            wire, host,
-            "{mtu_a:?}/{mtu_b:?}: wire (left) and same host (right) differ"
-        );
+        });
         let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
         assert_eq!(
             statuses,
@@ -868,34 +888,19 @@ fn a_read_between_ends_that_disagree_on_the_path_mtu_fails_alike() {
 #[test]
 fn a_responder_expecting_another_psn_takes_nothing_alike() {
     for (ty, b_expects) in [(QpType::Rc, 50), (QpType::Rc, 150), (QpType::Uc, 50)] {
-        let mut endings = Vec::new();
-        for same_host in [false, true] {
-            let mut p = Pair::on(same_host);
-            let (qa, qb) = (create(&mut p.a, ty, None), create(&mut p.b, ty, None));
-            let link = Link::default();
-            let b_link = Link {
-                psn_a: b_expects,
-                ..link
-            };
-            p.bring_up_each(ty, (qa, link), (qb, b_link));
+        let link = Link::default();
+        let b_link = Link {
+            psn_a: b_expects,
+            ..link
+        };
+        let what = format!("{ty:?}, b expects {b_expects}");
+        let connect = |p: &mut Pair| connect_each(p, ty, link, b_link);
+        let host = both_paths_between(&what, connect, |p, qa, qb| {
             p.b.post_recv(qb, 7, 0x3000, 4096);
             for (wr_id, opcode) in [(1, send_opcode::RDMA_WRITE), (2, send_opcode::SEND)] {
-                let sge = [p.a.sge(0, 100)];
-                let mut w = wr(wr_id, opcode, &sge);
-                w.rdma = RdmaTarget {
-                    remote_addr: MEM_BASE + 0x1000,
-                    rkey: p.b.key,
-                };
-                p.a.e.post_send(qa, &w).unwrap();
+                post_at_b(p, qa, wr_id, opcode, 100);
             }
-            p.run(100_000);
-            endings.push(ending(&mut p, qa, qb));
-        }
-        let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
-        assert_eq!(
-            wire, host,
-            "{ty:?}, b expects {b_expects}: wire (left) and same host (right) differ"
-        );
+        });
         let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
         let b_took: Vec<_> = host.b.iter().map(|w| (w.0, w.1)).collect();
         if ty == QpType::Rc {
@@ -930,35 +935,16 @@ fn ends_that_disagree_on_the_path_mtu_fail_alike() {
             send_opcode::SEND,
             send_opcode::RDMA_WRITE_WITH_IMM,
         ] {
-            let mut endings = Vec::new();
-            for same_host in [false, true] {
-                let mut p = Pair::on(same_host);
-                let (qa, qb) = (
-                    create(&mut p.a, QpType::Rc, None),
-                    create(&mut p.b, QpType::Rc, None),
-                );
-                let link = Link::default();
-                let (a, b) = (Link { mtu: mtu_a, ..link }, Link { mtu: mtu_b, ..link });
-                p.bring_up_each(QpType::Rc, (qa, a), (qb, b));
+            let (a, b) = mtus(mtu_a, mtu_b);
+            let what = format!("{mtu_a:?}/{mtu_b:?} op {opcode}");
+            let connect = |p: &mut Pair| connect_each(p, QpType::Rc, a, b);
+            let host = both_paths_between(&what, connect, |p, qa, qb| {
                 p.b.post_recv(qb, 7, 0x3000, 4096);
                 p.b.post_recv(qb, 8, 0x5000, 4096);
                 for (wr_id, len) in [(1, 500), (2, 3000)] {
-                    let sge = [p.a.sge(0, len)];
-                    let mut w = wr(wr_id, opcode, &sge);
-                    w.rdma = RdmaTarget {
-                        remote_addr: MEM_BASE + 0x1000,
-                        rkey: p.b.key,
-                    };
-                    p.a.e.post_send(qa, &w).unwrap();
+                    post_at_b(p, qa, wr_id, opcode, len);
                 }
-                p.run(100_000);
-                endings.push(ending(&mut p, qa, qb));
-            }
-            let (host, wire) = (endings.pop().unwrap(), endings.pop().unwrap());
-            assert_eq!(
-                wire, host,
-                "{mtu_a:?}/{mtu_b:?} op {opcode}: wire (left) and same host (right) differ"
-            );
+            });
             let statuses: Vec<_> = host.a.iter().map(|w| (w.0, w.1)).collect();
             assert_eq!(
                 statuses,
