@@ -102,7 +102,6 @@ impl Hooked {
 
     /// Fires each timed rule when its time comes, unless stopped first.
     fn run_alarm(&self, stop: &(Mutex<bool>, Condvar), due: Vec<(Option<u32>, Duration)>) {
-        let _own = softverbs_transport::own_threads::OwnThread::register();
         for (filter, at) in due {
             let when = self.opened + at;
             let mut stopped = stop.0.lock();

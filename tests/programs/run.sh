@@ -166,20 +166,6 @@ else
   bad "thread cancel (compile)" "$log/cc"
 fi
 
-# A program whose main thread ends with pthread_exit while a worker works
-# on: the process ends, status 0 and exit handlers run, once the worker
-# ends, not before, as glibc ends it at its last thread; softverbs' own
-# threads (progress, and rdma_cm's with "cm") do not keep it alive.
-if cc -O1 -pthread -DWITH_RDMA_CM -o "$log/main_thread_exit" "$here/main_thread_exit.c" \
-  -lrdmacm -libverbs 2> "$log/cc"; then
-  one "main thread ends with pthread_exit: the process ends with its last thread" \
-    "main thread exit ok" "$log/main_thread_exit"
-  one "main thread ends with pthread_exit, rdma_cm in use: the process ends too" \
-    "main thread exit ok" "$log/main_thread_exit" cm
-else
-  bad "main thread exit (compile)" "$log/cc"
-fi
-
 # A client that exits right after its last poll, without clean-up, against
 # ibv_rc_pingpong's server: the ACK of the server's last SEND, which the
 # last poll may keep for a next verb on the wire path, leaves at exit, and

@@ -558,7 +558,6 @@ impl Service {
     /// The thread: waits for MADs (on every session's data descriptor),
     /// the next CM timer, or a wake-up.
     fn serve(&self) {
-        let _own = softverbs_transport::own_threads::OwnThread::register();
         loop {
             let (timeout, watched, data) = {
                 let inner = self.inner.lock();
