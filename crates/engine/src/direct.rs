@@ -370,7 +370,9 @@ fn run_request(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Ste
 /// agree for good exactly when the requester started at the PSN the
 /// responder was started at. Where they do not, every packet on the wire
 /// is a duplicate or out of sequence and nothing executes (the requester
-/// ends in RETRY_EXC_ERR): so here. UC takes a new message at any PSN.
+/// ends in RETRY_EXC_ERR): so here. UC takes a new message at any PSN,
+/// as rxe's `check_psn` resyncs at a FIRST or ONLY (this engine's wire
+/// responder resyncs only ahead: conformance.md).
 fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
     let receiving = matches!(
         qp.state,
