@@ -205,11 +205,11 @@ impl CrossProcessAccess {
     /// Whose byte failed a one-byte copy, found by reading the source
     /// byte alone into a scratch byte of ours (a read changes nothing on
     /// either side): a readable source means the destination faulted.
-    /// Writing, the source is ours (probed on our own pid); reading, it is
+    /// Writing, the source is ours (probed through our own id); reading, it is
     /// the peer's. Where both sides are bad, the source is blamed.
     fn blame(&self, pid: i32, local: u64, remote: u64, dir: Direction) -> PeerFault {
         let (source_pid, source, source_side, dest_side) = match dir {
-            Direction::Write => (own_pid(), local, PeerFault::Local, PeerFault::Remote),
+            Direction::Write => (own_id(), local, PeerFault::Local, PeerFault::Remote),
             Direction::Read => (pid, remote, PeerFault::Remote, PeerFault::Local),
         };
         let mut scratch = [0u8; 1];
@@ -222,9 +222,10 @@ impl CrossProcessAccess {
     }
 }
 
-fn own_pid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
+/// The id our own memory is reached through: the calling thread's
+/// (own_memory.rs says why).
+fn own_id() -> i32 {
+    crate::own_memory::own_tid()
 }
 
 /// What a failed call's errno means, EFAULT aside (its side is found by
@@ -237,10 +238,43 @@ fn fault_of(errno: i32) -> PeerFault {
     }
 }
 
-/// One `process_vm_readv` or `process_vm_writev`: the bytes copied, or
-/// the errno.
+/// One `process_vm_readv` or `process_vm_writev` into process `pid`: the
+/// bytes copied, or the errno. A process whose main thread has ended
+/// (`pthread_exit`) while others work on answers ESRCH to its pid, which
+/// names that zombie thread with no memory: the call is made again on
+/// one of its live threads, which names the same memory. (The listing
+/// and the call are not atomic: a thread that ends in between gives
+/// ESRCH again; its id reused by another process in those microseconds
+/// would need the whole pid space to wrap.)
 fn vm_call(
     pid: i32,
+    local: &[libc::iovec],
+    remote: &[libc::iovec],
+    dir: Direction,
+) -> Result<u64, i32> {
+    match vm_call_on(pid, local, remote, dir) {
+        Err(libc::ESRCH) => match live_thread_of(pid) {
+            Some(tid) => vm_call_on(tid, local, remote, dir),
+            None => Err(libc::ESRCH),
+        },
+        done => done,
+    }
+}
+
+/// A thread of process `pid` other than its main one, from
+/// `/proc/PID/task` (None: the process is gone, or its main thread is
+/// all it has).
+fn live_thread_of(pid: i32) -> Option<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&tid| tid != pid)
+}
+
+/// [`vm_call`] on exactly the task `id` names (a process's or a
+/// thread's id).
+fn vm_call_on(
+    id: i32,
     local: &[libc::iovec],
     remote: &[libc::iovec],
     dir: Direction,
@@ -254,14 +288,14 @@ fn vm_call(
         // fault of ours. The local ranges are application memory named by
         // address (the trait's contract, as for `HostMemory`) or a slice
         // we hold borrowed: the kernel only reads them.
-        Direction::Write => unsafe { libc::process_vm_writev(pid, lp, ln, rp, rn, 0) },
+        Direction::Write => unsafe { libc::process_vm_writev(id, lp, ln, rp, rn, 0) },
         // SAFETY: the kernel writes our local ranges: application memory
         // named by address, which no Rust reference covers (the trait's
         // contract: registered memory; an application thread touching it
         // meanwhile races as it would with a NIC's DMA), or a scratch
         // buffer we hold the only borrow of. A range that is unmapped or
         // read-only is EFAULT, not a fault.
-        Direction::Read => unsafe { libc::process_vm_readv(pid, lp, ln, rp, rn, 0) },
+        Direction::Read => unsafe { libc::process_vm_readv(id, lp, ln, rp, rn, 0) },
     };
     if n < 0 {
         Err(errno())
@@ -576,14 +610,14 @@ mod tests {
             let local = segs_in(&mut src, 3, &local_sizes, 1);
             let remote = segs_in(&mut dst, 0, &remote_sizes, 2);
             let again = segs_in(&mut back, 1, &local_sizes, 1);
-            x.write_peer(own_pid(), &local, &remote).unwrap();
+            x.write_peer(own_id(), &local, &remote).unwrap();
             assert_eq!(gather(&dst, &remote), gather(&src, &local));
-            x.read_peer(own_pid(), &remote, &again).unwrap();
+            x.read_peer(own_id(), &remote, &again).unwrap();
             assert_eq!(gather(&back, &again), gather(&src, &local));
         }
         let mut dst = [0u8; 16];
         let remote = segs_in(&mut dst, 2, &[5, 6], 1);
-        x.write_peer_bytes(own_pid(), b"hello world", &remote)
+        x.write_peer_bytes(own_id(), b"hello world", &remote)
             .unwrap();
         assert_eq!(gather(&dst, &remote), b"hello world");
     }
@@ -643,7 +677,7 @@ mod tests {
                 addr: b.as_mut_ptr() as u64,
                 len: 1,
             }];
-            x.read_peer(own_pid(), &[Seg { addr, len: 1 }], &local)
+            x.read_peer(own_id(), &[Seg { addr, len: 1 }], &local)
                 .unwrap();
             b[0]
         }
@@ -668,7 +702,7 @@ mod tests {
             addr: buf.as_mut_ptr() as u64,
             len: 64,
         };
-        let pid = own_pid();
+        let pid = own_id();
         let hole = p.across_hole(40, 24);
         assert_eq!(x.write_peer(pid, &[ours], &[hole]), Err(PeerFault::Remote));
         assert_eq!(p.byte(hole.addr + 39), 0x5a, "copied up to the hole");
@@ -709,7 +743,26 @@ mod tests {
         };
         assert_eq!(x.write_peer(nobody, &[seg], &[seg]), Err(PeerFault::Gone));
         assert_eq!(x.read_peer(nobody, &[seg], &[seg]), Err(PeerFault::Gone));
-        assert_eq!(cross_memory_allowed(own_pid()), Ok(()));
+        assert_eq!(cross_memory_allowed(own_id()), Ok(()));
+        assert_eq!(live_thread_of(nobody), None);
+    }
+
+    /// A process's threads other than its main one are found (the test
+    /// runs on one of them), each a way into the process's memory.
+    #[test]
+    fn a_thread_other_than_the_main_one_is_found() {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let tid = live_thread_of(pid).expect("the test's own thread");
+        assert_ne!(tid, pid);
+        let word = [7u8];
+        let mut out = [0u8];
+        let (local, remote) = (
+            [iovec(out.as_mut_ptr() as u64, 1)],
+            [iovec(word.as_ptr() as u64, 1)],
+        );
+        assert_eq!(vm_call_on(tid, &local, &remote, Direction::Read), Ok(1));
+        assert_eq!(out, [7]);
     }
 
     /// Another user's process is Denied. As root, a child that became
@@ -731,7 +784,7 @@ mod tests {
             }
             return;
         }
-        let parent = own_pid();
+        let parent = own_id();
         // SAFETY: the child runs only async-signal-safe system calls
         // (setuid by raw syscall, so only this thread changes: it is the
         // only one the child has; process_vm_readv; _exit) and never

@@ -17,12 +17,10 @@ use procfs::process::{MMPermissions, MMapPath, MemoryMap, Process};
 /// pass suffices; a process that cannot open it (out of descriptors:
 /// EMFILE) gets that error, not EFAULT, for its memory is not at fault.
 pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
-    let maps = Process::myself()
-        .and_then(|p| p.maps())
-        .map_err(|e| match e {
-            procfs::ProcError::Io(e, _) => e.raw_os_error().unwrap_or(libc::EFAULT),
-            _ => libc::EFAULT,
-        })?;
+    let maps = this_thread().and_then(|p| p.maps()).map_err(|e| match e {
+        procfs::ProcError::Io(e, _) => e.raw_os_error().unwrap_or(libc::EFAULT),
+        _ => libc::EFAULT,
+    })?;
     let need = if write {
         MMPermissions::WRITE
     } else {
@@ -52,6 +50,19 @@ pub fn check(addr: u64, len: u64, write: bool) -> Result<(), i32> {
         }
     }
     Err(libc::EFAULT)
+}
+
+/// The calling thread's `/proc` directory (`/proc/thread-self`, named by
+/// the ids it links to), whose `maps` are the process's. Not
+/// `/proc/self`'s: once the main thread has ended (`pthread_exit`) while
+/// others work on, that directory is the zombie main thread's, whose
+/// `maps` are empty. Kernels before 3.17 have no `thread-self`: there,
+/// `/proc/self`.
+fn this_thread() -> procfs::ProcResult<Process> {
+    match std::fs::read_link("/proc/thread-self") {
+        Ok(ids) => Process::new_with_root(std::path::Path::new("/proc").join(ids)),
+        Err(_) => Process::myself(),
+    }
 }
 
 /// `Err(EFAULT)` if the byte at `addr`, in a readable file mapping,

@@ -1,10 +1,16 @@
 //! Copies between the provider and memory of its own process at addresses
 //! an application gave, through `process_vm_readv`/`process_vm_writev` on
-//! our own pid: the kernel checks the range against the page tables and
-//! fails where a load or store would fault (SIGSEGV, or SIGBUS past a
-//! file's end), as `copy_from_user` and `copy_to_user` do for a kernel
-//! verb. No Rust reference to the application's memory is formed.
+//! the calling thread's id: the kernel checks the range against the page
+//! tables and fails where a load or store would fault (SIGSEGV, or SIGBUS
+//! past a file's end), as `copy_from_user` and `copy_to_user` do for a
+//! kernel verb. No Rust reference to the application's memory is formed.
+//!
+//! The thread's id, not the process's: once the main thread has ended
+//! with `pthread_exit` while others work on, the process's id names a
+//! zombie thread with no memory, and the calls answer ESRCH; a running
+//! thread's id names the same memory for as long as it runs.
 
+use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
@@ -15,21 +21,49 @@ use std::sync::Once;
 static PID: AtomicI32 = AtomicI32::new(0);
 static FORGET_IN_CHILDREN: Once = Once::new();
 
-/// A forked child has another pid: the next copy asks again.
-extern "C" fn forget_pid() {
-    PID.store(0, Ordering::Relaxed);
+thread_local! {
+    /// The calling thread's id once asked (0: not yet, or forgotten in a
+    /// forked child, whose one thread has another id).
+    static TID: Cell<libc::pid_t> = const { Cell::new(0) };
 }
 
-/// Our pid, in a forked child too: the copies name it, and the same-host
-/// path's shared words.
-pub(crate) fn own_pid() -> libc::pid_t {
+/// A forked child has another pid, and its one thread (the one that
+/// forked) another id: the next copy asks again.
+extern "C" fn forget_pid() {
+    PID.store(0, Ordering::Relaxed);
+    TID.with(|tid| tid.set(0));
+}
+
+/// Registers [`forget_pid`] to run in forked children, once.
+fn forget_in_children() {
     FORGET_IN_CHILDREN.call_once(|| {
         // SAFETY: registers a child handler that only stores to an atomic
-        // static, which is all a handler may do after a fork; it runs in
-        // the child before fork returns there, so no copy of the child
-        // sees the parent's pid.
+        // static and to the forking thread's own thread-local cell (no
+        // allocation: its initialiser is const), which is all a handler
+        // may do after a fork; it runs in the child before fork returns
+        // there, so no copy of the child sees the parent's ids.
         unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
     });
+}
+
+/// The calling thread's id, in a forked child too: the copies name it.
+pub(crate) fn own_tid() -> libc::pid_t {
+    forget_in_children();
+    TID.with(|cached| match cached.get() {
+        0 => {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            cached.set(tid);
+            tid
+        }
+        tid => tid,
+    })
+}
+
+/// Our pid, in a forked child too: the same-host path's shared words name
+/// it.
+pub(crate) fn own_pid() -> libc::pid_t {
+    forget_in_children();
     match PID.load(Ordering::Relaxed) {
         0 => {
             // SAFETY: getpid has no preconditions.
@@ -63,7 +97,7 @@ pub fn read_into(addr: u64, dst: &mut [u8]) -> Result<(), i32> {
     // call, from our own process's range at `addr`, checked against the
     // page tables (EFAULT, not a fault). A concurrent write by the
     // application to that range is a racing read, as a NIC's DMA makes.
-    let n = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_readv(own_tid(), &local, 1, &remote, 1, 0) };
     done(n, dst.len())
 }
 
@@ -80,7 +114,7 @@ pub fn write(addr: u64, bytes: &[u8]) -> Result<(), i32> {
     // SAFETY: the kernel only reads `bytes` (borrowed for the call) and
     // writes our own process's range at `addr`, checked as in `read`; the
     // application owns that memory and no reference to it is formed.
-    let n = unsafe { libc::process_vm_writev(own_pid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_writev(own_tid(), &local, 1, &remote, 1, 0) };
     done(n, bytes.len())
 }
 
@@ -117,15 +151,19 @@ mod tests {
     }
 
     #[test]
-    fn a_forked_child_copies_with_its_own_pid() {
-        // SAFETY: getpid has no preconditions.
-        assert_eq!(own_pid(), unsafe { libc::getpid() });
-        // SAFETY: the child only loads and stores atomics, asks its pid
-        // and leaves with _exit (no allocation, no lock another thread of
-        // the test harness could hold); the parent reaps it.
+    fn a_forked_child_copies_with_its_own_ids() {
+        // SAFETY: getpid and gettid have no preconditions.
+        let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+        assert_eq!((own_pid(), own_tid()), (pid, tid));
+        // SAFETY: the child only loads and stores atomics and a
+        // thread-local cell, asks its ids and leaves with _exit (no
+        // allocation, no lock another thread of the test harness could
+        // hold); the parent reaps it.
         let status = unsafe {
             match libc::fork() {
-                0 => libc::_exit(i32::from(own_pid() != libc::getpid())),
+                0 => libc::_exit(i32::from(
+                    own_pid() != libc::getpid() || own_tid() != libc::gettid(),
+                )),
                 child => {
                     let mut status = 0;
                     libc::waitpid(child, &mut status, 0);
@@ -133,6 +171,23 @@ mod tests {
                 }
             }
         };
-        assert_eq!(status, 0, "the child copied with its parent's pid");
+        assert_eq!(status, 0, "the child copied with its parent's ids");
+    }
+
+    /// Each thread copies with its own id (the process's may name a
+    /// main thread that has ended).
+    #[test]
+    fn each_thread_copies_with_its_own_id() {
+        let main = own_tid();
+        let other = std::thread::spawn(|| {
+            let word = [5u8];
+            (own_tid(), read(word.as_ptr() as u64, 1))
+        })
+        .join()
+        .unwrap();
+        // SAFETY: gettid has no preconditions.
+        assert_eq!(main, unsafe { libc::gettid() });
+        assert_ne!(other.0, main);
+        assert_eq!(other.1, Ok(vec![5]));
     }
 }

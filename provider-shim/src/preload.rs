@@ -401,7 +401,7 @@ pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
 /// Whether `fd` is (a duplicate of) a softverbs context's `cmd_fd`.
 fn is_softverbs_cmd_fd(fd: c_int) -> bool {
     let want = format!("/memfd:{} ", crate::context::CMD_FD_NAME.to_string_lossy());
-    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+    std::fs::read_link(format!("/proc/thread-self/fd/{fd}"))
         .is_ok_and(|target| target.to_string_lossy().starts_with(&want))
 }
 

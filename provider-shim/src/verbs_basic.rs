@@ -324,7 +324,7 @@ fn check_mapped(addr: u64, length: u64, access: u32) -> Result<(), VerbsError> {
         },
         errno => VerbsError {
             kind: softverbs_engine::ErrorKind::Chosen(errno),
-            reason: "the MR's memory could not be checked (/proc/self/maps)",
+            reason: "the MR's memory could not be checked (/proc/thread-self/maps)",
         },
     })
 }

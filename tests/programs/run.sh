@@ -166,6 +166,20 @@ else
   bad "thread cancel (compile)" "$log/cc"
 fi
 
+# A process whose main thread ended with pthread_exit while another thread
+# goes on: ibv_reg_mr, rdma_cm and a peer's WRITE and READ into it work,
+# on both paths (softverbs named its own memory by the process's id, which
+# then answers nothing: ibv_reg_mr failed EFAULT).
+if cc -O1 -pthread -DWITH_RDMA_CM -o "$log/main_thread_ended" "$here/main_thread_ended.c" \
+    -libverbs -lrdmacm 2> "$log/cc"; then
+  one "verbs and rdma_cm after the main thread ended, same host" "main thread ended ok" \
+    "$log/main_thread_ended"
+  one "verbs and rdma_cm after the main thread ended, wire" "main thread ended ok" \
+    env SOFTVERBS_SHM=0 "$log/main_thread_ended"
+else
+  bad "main thread ended (compile)" "$log/cc"
+fi
+
 # A client that exits right after its last poll, without clean-up, against
 # ibv_rc_pingpong's server: the ACK of the server's last SEND, which the
 # last poll may keep for a next verb on the wire path, leaves at exit, and

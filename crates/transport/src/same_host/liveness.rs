@@ -24,28 +24,39 @@ pub fn is_gone(pid: i32) -> bool {
 /// True when `pid` names no process (see [`is_gone`]) or a zombie: a
 /// process that has exited, whose parent has not reaped it yet. A zombie
 /// has no memory and runs nothing, but `kill(pid, 0)` still finds it.
-/// Reads `/proc/PID/stat` where the process exists.
+/// Reads `/proc/PID/stat` where the process exists. A process whose main
+/// thread alone has ended (`pthread_exit`) reads as a zombie there too,
+/// but counts its other threads, which run on: it has not ended.
 pub fn has_ended(pid: i32) -> bool {
     if is_gone(pid) {
         return true;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so
-    // the state follows the last ')'.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    matches!(state, Some('Z' | 'X'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat_has_ended(&stat))
 }
 
-/// Our pid namespace, as the inode of `/proc/self/ns/pid` (0: unknown).
-/// Pids in shared words are compared within one namespace only.
+/// [`has_ended`] for a process whose `/proc/PID/stat` reads `stat`.
+fn stat_has_ended(stat: &str) -> bool {
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses,
+    // so the fields after it follow the last ')'; the thread count is
+    // the 20th field, the 18th after COMM.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_ascii_whitespace();
+    let zombie = matches!(fields.next(), Some("Z" | "X"));
+    let threads = fields.nth(16).and_then(|n| n.parse::<u32>().ok());
+    zombie && !matches!(threads, Some(n) if n > 1)
+}
+
+/// Our pid namespace, as the inode of `/proc/thread-self/ns/pid` (0:
+/// unknown). Pids in shared words are compared within one namespace
+/// only. The calling thread's, not `/proc/self`'s: once the main thread
+/// has ended (`pthread_exit`) while others work on, `/proc/self` is that
+/// zombie thread's, with no namespaces left to read.
 pub fn own_pid_namespace() -> u64 {
     use std::os::unix::fs::MetadataExt;
     static NAMESPACE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NAMESPACE.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino()))
+    *NAMESPACE.get_or_init(|| std::fs::metadata("/proc/thread-self/ns/pid").map_or(0, |m| m.ino()))
 }
 
 /// Our own pid, as it is written in shared words.
@@ -88,6 +99,22 @@ mod tests {
         assert!(!is_gone(pid), "kill still finds the zombie");
         child.wait().expect("wait for true");
         assert!(!has_ended(own_pid()));
+    }
+
+    /// Lines as Linux 6.18 wrote them: a process whose main thread ended
+    /// with `pthread_exit` while a second thread ran, then one that
+    /// ended whole, and one running.
+    #[test]
+    fn a_zombie_main_thread_with_threads_left_has_not_ended() {
+        let tail = "25156 25156 13771 0 -1 4227084 95 0 0 0 0 0 0 0 20 0";
+        let line = |state: &str, threads: u32| {
+            format!("25170 (a) b) {state} {tail} {threads} 0 6101532 0 0")
+        };
+        assert!(!stat_has_ended(&line("Z", 2)));
+        assert!(stat_has_ended(&line("Z", 1)));
+        assert!(!stat_has_ended(&line("S", 1)));
+        assert!(stat_has_ended("25170 (a) Z"), "no thread count: ended");
+        assert!(!stat_has_ended("garbage"));
     }
 
     #[test]
