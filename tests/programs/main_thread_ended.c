@@ -8,7 +8,7 @@
  * then names a zombie thread with no memory: ibv_reg_mr failed EFAULT,
  * rdma_create_event_channel failed, and a same-host peer could not reach
  * the process). The working thread ends the process with exit(0) itself
- * (softverbs' own threads would keep it alive: docs/supported.md).
+ * (main_thread_exit.c tests a process that ends with its last thread).
  *
  * The target is a forked child; the parent is its peer, and prints
  * "main thread ended ok" once both sides have checked every byte. */

@@ -180,6 +180,23 @@ else
   bad "main thread ended (compile)" "$log/cc"
 fi
 
+# A program whose main thread ends with pthread_exit ends with its last
+# thread (softverbs' own threads kept it alive for ever), and not before:
+# a worker idle for longer than softverbs waits between its looks, with an
+# rdma_cm channel open too, threads that start one another, and an exit
+# handler whose verbs on 4 contexts complete; each on both paths.
+if cc -O1 -pthread -DWITH_RDMA_CM -o "$log/main_thread_exit" "$here/main_thread_exit.c" \
+    -libverbs -lrdmacm 2> "$log/cc"; then
+  for mode in plain cm relay handlers; do
+    one "pthread_exit in main: the process ends with its last thread ($mode), same host" \
+      "main thread exit ok" "$log/main_thread_exit" $mode
+    one "pthread_exit in main: the process ends with its last thread ($mode), wire" \
+      "main thread exit ok" env SOFTVERBS_SHM=0 "$log/main_thread_exit" $mode
+  done
+else
+  bad "main thread exit (compile)" "$log/cc"
+fi
+
 # A client that exits right after its last poll, without clean-up, against
 # ibv_rc_pingpong's server: the ACK of the server's last SEND, which the
 # last poll may keep for a next verb on the wire path, leaves at exit, and

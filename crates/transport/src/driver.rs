@@ -30,6 +30,7 @@ use crate::io_step::{Io, IoStats, Outgoing, Sending, StepBy, Stepped};
 use crate::kept_packets::{kept_after, Verb, WriteAnswers, KEEP_AT_MOST};
 use crate::link_watch::LinkWatch;
 use crate::outbox::{Open, Outbox};
+use crate::own_threads::{self, OwnThread};
 use crate::packet_faults::PacketFaults;
 use crate::receive_owner::{AppPolls, Change, Owner, HANDBACK};
 pub use crate::same_host::host::ExecLock;
@@ -70,6 +71,9 @@ const LINGER_STEPS_PER_LOOK: u32 = 16;
 /// No verb for this long: the application is not polling, so the
 /// progress thread is the only one to take packets in.
 const APP_IDLE: Nanos = 50_000;
+/// How often a progress thread looks whether the application's threads
+/// have all ended (`own_threads.rs`).
+const APP_END_LOOK: Nanos = 1_000_000_000;
 /// Polls in a row that may find the driver held and return at once
 /// ([`Driver::poll_unless_busy`]) before one waits for it.
 const BUSY_POLLS_AT_MOST: u32 = 64;
@@ -1258,6 +1262,7 @@ fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
     faults.add(Signal::SIGSEGV);
     faults.add(Signal::SIGBUS);
     let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&faults), None);
+    let _own = OwnThread::register();
     let exec_lock = shared.doorbell.as_ref().map(DoorbellAnswer::exec_lock);
     shared.notify.progress_thread_started(exec_lock.as_ref());
     let run = catch_unwind(AssertUnwindSafe(|| progress_loop(shared, poll)));
@@ -1406,6 +1411,8 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
     let mut took_back = false;
     // Steps made without a look at the poller, while lingering.
     let mut steps_unlooked: u32 = 0;
+    // When to look next whether the application has ended.
+    let mut end_look_at: Nanos = shared.clock.now().saturating_add(APP_END_LOOK);
     while !shared.stop.load(Ordering::Acquire) {
         let by = if steps_unlooked > 0 {
             StepBy::Linger
@@ -1494,10 +1501,10 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 (Some(std::time::Duration::ZERO), lingering)
             } else {
                 let look = owner.look_again_at();
-                let wake = match (deadline, look) {
-                    (Some(d), Some(l)) => Some(d.min(l)),
-                    (d, l) => d.or(l),
-                };
+                let wake = [deadline, look, Some(end_look_at)]
+                    .into_iter()
+                    .flatten()
+                    .min();
                 (wake.map(|at| shared.clock.until(at)), false)
             }
         };
@@ -1506,6 +1513,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             continue;
         }
         steps_unlooked = 0;
+        end_process_if_the_application_ended(shared, &mut end_look_at);
         let lent = owner.look_again_at().is_some();
         if !wait_for_events(
             &shared.stream_waiting,
@@ -1525,6 +1533,22 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
         if let Some(doorbell) = &shared.doorbell {
             doorbell.awake();
         }
+    }
+}
+
+/// Ends the process, as glibc ends it when its last thread ends, once
+/// the application's threads have all ended (its main thread with
+/// `pthread_exit`) and only softverbs' own are left, which would keep it
+/// alive for ever (`own_threads.rs`): looked at when `look_at` has come,
+/// then a second later.
+fn end_process_if_the_application_ended<M: HostMemory>(shared: &Shared<M>, look_at: &mut Nanos) {
+    let now = shared.clock.now();
+    if now < *look_at {
+        return;
+    }
+    *look_at = now.saturating_add(APP_END_LOOK);
+    if own_threads::application_ended() {
+        own_threads::end_process();
     }
 }
 

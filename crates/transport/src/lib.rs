@@ -33,6 +33,7 @@ mod kept_packets;
 pub mod link_watch;
 pub mod netif;
 mod outbox;
+pub mod own_threads;
 mod packet_faults;
 mod queue_watch;
 mod receive_cost;

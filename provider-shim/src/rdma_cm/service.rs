@@ -22,15 +22,20 @@ use softverbs_cm::abi::{cmd, Command};
 use softverbs_cm::{Agent, Device, PortSpace, Reply};
 use softverbs_transport::clock::Clock;
 use softverbs_transport::endpoint::{Endpoint, Receiver};
+use softverbs_transport::own_threads::{self, OwnThread};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// How long `Service::still_channel` tries for the lock.
-const STILL_CHANNEL_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+const STILL_CHANNEL_WAIT: Duration = Duration::from_millis(10);
+/// How often the service looks whether the application's threads have all
+/// ended (`own_threads.rs`).
+const APP_END_LOOK: Duration = Duration::from_secs(1);
 
 /// One channel's descriptors.
 #[derive(Debug)]
@@ -558,6 +563,8 @@ impl Service {
     /// The thread: waits for MADs (on every session's data descriptor),
     /// the next CM timer, or a wake-up.
     fn serve(&self) {
+        let _own = OwnThread::register();
+        let mut end_look_at = Instant::now() + APP_END_LOOK;
         loop {
             let (timeout, watched, data) = {
                 let inner = self.inner.lock();
@@ -567,10 +574,16 @@ impl Service {
                     inner.live_sessions(),
                 )
             };
+            // At least once a second: whether the application has ended.
+            let look_ms = end_look_at
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                + 1;
             let ms = match timeout {
-                Some(at) => i32::try_from(self.clock.until(at).as_millis() + 1).unwrap_or(i32::MAX),
-                None => -1,
+                Some(at) => self.clock.until(at).as_millis() + 1,
+                None => look_ms,
             };
+            let ms = i32::try_from(ms.min(look_ms)).unwrap_or(i32::MAX);
             let mut polled: Vec<libc::pollfd> = data
                 .iter()
                 .chain(std::iter::once(&self.wake.as_raw_fd()))
@@ -585,6 +598,14 @@ impl Service {
             let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
             if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 return;
+            }
+            if Instant::now() >= end_look_at {
+                end_look_at = Instant::now() + APP_END_LOOK;
+                // As a progress thread would (`own_threads.rs`): a process
+                // with an rdma_cm channel and no context has only this one.
+                if own_threads::application_ended() {
+                    own_threads::end_process();
+                }
             }
             let mut buf = [0u8; 8];
             let _ = nix::unistd::read(&self.wake, &mut buf);

@@ -1,0 +1,174 @@
+//! The threads softverbs starts in a process, counted, and whether the
+//! application's own threads have all ended.
+//!
+//! A process lives while any of its threads does. A kernel provider starts
+//! none, so a program whose main thread ends with `pthread_exit` ends when
+//! its last other thread does: glibc then calls `exit(0)`. softverbs' own
+//! threads (each context's progress thread, the rdma_cm service's) would
+//! keep such a process alive for ever. So each counts itself while it runs
+//! ([`OwnThread`]), and a progress thread looks now and then whether the
+//! main thread has ended and the process's thread count is exactly ours
+//! ([`application_ended`]); if so it ends the process as glibc would have
+//! ([`end_process`]).
+//!
+//! The look is race-free because it never lists threads: the kernel's
+//! count of the process's threads, read once, is compared with ours, which
+//! is never above the number of our threads that exist (a thread counts
+//! itself once it runs and uncounts itself before it ends), and is read
+//! before and after unchanged. Equality then means that no thread of the
+//! application existed at that read; and once none exists none can start
+//! again (only a thread starts a thread, and ours start only ours).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Our running threads and how many have ended, with the process they are
+/// counted for: the process id in the high 32 bits, the running count in
+/// the next 16, the ended count (wrapping) in the low 16. One word, changed
+/// by compare-and-swap: a child that `fork` made while another thread held
+/// a lock would wait for it for ever; a word inherited from the parent
+/// names the parent's pid, and counts nothing of the child's.
+static COUNTS: AtomicU64 = AtomicU64::new(0);
+
+/// Set by the one thread that ends the process.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// A thread softverbs started, counted as such until dropped, which the
+/// thread does before it ends.
+#[must_use = "the thread counts as softverbs' own only while this lives"]
+#[derive(Debug)]
+pub struct OwnThread {
+    pid: u32,
+}
+
+impl OwnThread {
+    /// Counts the calling thread, which softverbs started (so it exists
+    /// whenever it is counted).
+    pub fn register() -> OwnThread {
+        let pid = std::process::id();
+        update(|(counted_for, running, ended)| {
+            let running = if counted_for == pid { running } else { 0 };
+            (pid, running.saturating_add(1), ended)
+        });
+        OwnThread { pid }
+    }
+}
+
+impl Drop for OwnThread {
+    fn drop(&mut self) {
+        let pid = self.pid;
+        update(|(counted_for, running, ended)| match counted_for == pid {
+            true => (pid, running.saturating_sub(1), ended.wrapping_add(1)),
+            false => (counted_for, running, ended),
+        });
+    }
+}
+
+/// Applies `change` to [`COUNTS`] atomically.
+fn update(change: impl Fn((u32, u16, u16)) -> (u32, u16, u16)) {
+    let _ = COUNTS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+        Some(encode(change(decode(word))))
+    });
+}
+
+fn decode(word: u64) -> (u32, u16, u16) {
+    ((word >> 32) as u32, (word >> 16) as u16, word as u16)
+}
+
+fn encode((pid, running, ended): (u32, u16, u16)) -> u64 {
+    u64::from(pid) << 32 | u64::from(running) << 16 | u64::from(ended)
+}
+
+/// Whether the main thread has ended and every thread left in the process
+/// is one of softverbs' (see the module's comment for why this cannot be
+/// fooled by threads starting and ending meanwhile). False whenever that
+/// cannot be told: the process then lives on, as it did before.
+pub fn application_ended() -> bool {
+    let before = COUNTS.load(Ordering::SeqCst);
+    let Some((main_ended, threads)) = main_thread_stat() else {
+        return false;
+    };
+    let after = COUNTS.load(Ordering::SeqCst);
+    let (pid, running, _) = decode(before);
+    // The ended main thread is in the kernel's count until the process
+    // ends.
+    before == after && pid == std::process::id() && main_ended && threads == u64::from(running) + 1
+}
+
+/// Whether the main thread has ended, and the process's thread count,
+/// from `/proc/self/stat`, the main thread's, read once into the stack:
+/// it is asked once a second of an idle process and allocates nothing
+/// (run.sh counts allocations).
+fn main_thread_stat() -> Option<(bool, u64)> {
+    use std::io::Read;
+    let mut buf = [0u8; 1024];
+    let len = std::fs::File::open("/proc/self/stat")
+        .and_then(|mut file| file.read(&mut buf))
+        .ok()?;
+    stat_fields(&buf[..len])
+}
+
+/// [`main_thread_stat`] of a `stat` line: "PID (COMM) STATE PPID ...", the
+/// thread count its 20th field. COMM may hold anything, so the fields
+/// follow the last ')'.
+fn stat_fields(stat: &[u8]) -> Option<(bool, u64)> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let ended = matches!(fields.next()?, "Z" | "X" | "x");
+    let threads = fields.nth(16)?.parse().ok()?;
+    Some((ended, threads))
+}
+
+/// Ends the process with `exit(0)`, as glibc does after its last thread,
+/// once: its exit handlers run as at any exit, on a thread of their own,
+/// so that verbs they make are served by the progress threads, which run
+/// on until the handlers close their contexts.
+pub fn end_process() {
+    if ENDING.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("softverbs-exit".into())
+        .spawn(|| std::process::exit(0));
+    if spawned.is_err() {
+        ENDING.store(false, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test's main thread runs: the application has not ended, and
+    /// each registration counts until dropped.
+    #[test]
+    fn a_running_main_thread_is_a_running_application() {
+        let own = OwnThread::register();
+        let (pid, running, _) = decode(COUNTS.load(Ordering::SeqCst));
+        assert_eq!(pid, std::process::id());
+        assert!(running >= 1);
+        assert!(!application_ended());
+        let ended = decode(COUNTS.load(Ordering::SeqCst)).2;
+        drop(own);
+        assert_ne!(decode(COUNTS.load(Ordering::SeqCst)).2, ended);
+    }
+
+    /// Lines as Linux 6.18 wrote them: a process whose main thread ended
+    /// with `pthread_exit` while a second thread ran, and a running one.
+    #[test]
+    fn the_stat_line_says_whether_the_main_thread_ended_and_the_thread_count() {
+        let tail = "25156 25156 13771 0 -1 4227084 95 0 0 0 0 0 0 0 20 0";
+        let ended = format!("25170 (a) b) Z {tail} 2 0 6101532 0");
+        assert_eq!(stat_fields(ended.as_bytes()), Some((true, 2)));
+        let running = format!("25170 (a) S {tail} 5 0 6101532 0");
+        assert_eq!(stat_fields(running.as_bytes()), Some((false, 5)));
+        assert_eq!(stat_fields(b"25170 (a) Z 1"), None);
+        assert_eq!(main_thread_stat().map(|s| s.0), Some(false));
+    }
+
+    #[test]
+    fn the_counts_round_trip_through_the_word() {
+        let word = encode((1, 7, 3));
+        assert_eq!(decode(word), (1, 7, 3));
+    }
+}
