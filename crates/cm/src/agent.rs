@@ -48,6 +48,7 @@ const SID_PS_MASK: u64 = 0xFFFF_FFFF_FFFF_0000;
 const QPS_INIT: u32 = 1;
 const QPS_RTR: u32 = 2;
 const QPS_RTS: u32 = 3;
+const QPS_ERR: u32 = 6;
 /// IBV_ACCESS_*.
 const REMOTE_WRITE: u32 = 2;
 const REMOTE_READ: u32 = 4;
@@ -1268,82 +1269,37 @@ impl Agent {
         }
     }
 
+    /// INIT_QP_ATTR, as the kernel's `rdma_init_qp_attr`: a UD id, and an
+    /// id with no CM id yet (no REQ sent or received, not listening), get
+    /// the INIT attributes whatever state is asked (`cma_ib_init_qp_attr`;
+    /// the modify that follows refuses them for a later state); an id
+    /// with a CM id gets each state's from the connection, in the states
+    /// of it the kernel's CM answers (`ib_cm_init_qp_attr`), else EINVAL.
     fn init_qp_attr(&mut self, c: &Command<'_>) -> Result<Reply, i32> {
         room_for(c, abi::QP_ATTR_LEN)?;
         let response = c.u64(8)?;
         let id = self.id(c.u32(16)?)?;
         let qp_state = c.u32(20)?;
         let d = id.device.and_then(|d| self.devices.get(d)).ok_or(EINVAL)?;
+        if qp_state > QPS_ERR {
+            return Err(EINVAL);
+        }
         let conn = &id.conn;
         let mut a = QpAttr {
             qp_state,
             port_num: 1,
             ..QpAttr::default()
         };
-        match qp_state {
-            QPS_INIT => {
-                a.mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT;
-                if id.qp_type == UD {
-                    a.mask |= qp_mask::QKEY;
-                    a.qkey = UDP_QKEY;
-                } else {
-                    a.mask |= qp_mask::ACCESS_FLAGS;
-                    if conn.started {
-                        a.access_flags = REMOTE_WRITE;
-                        if conn.responder_resources > 0 {
-                            a.access_flags |= REMOTE_READ | REMOTE_ATOMIC;
-                        }
-                    }
-                }
+        let has_cm_id = conn.started || id.state == State::Listening;
+        if id.qp_type == UD || !has_cm_id {
+            init_attributes(&mut a, id);
+        } else {
+            match qp_state {
+                QPS_INIT if id.state.connecting() => init_attributes(&mut a, id),
+                QPS_RTR if id.state.has_peer_qp() => rtr_attributes(&mut a, id, d)?,
+                QPS_RTS if id.state.has_peer_qp() => rts_attributes(&mut a, id),
+                _ => return Err(EINVAL),
             }
-            QPS_RTR if id.qp_type == UD => a.mask = qp_mask::STATE,
-            QPS_RTS if id.qp_type == UD => {
-                a.mask = qp_mask::STATE | qp_mask::SQ_PSN;
-                a.sq_psn = conn.seq_num;
-            }
-            QPS_RTR => {
-                let peer = conn
-                    .peer_ip
-                    .filter(|_| id.state.has_peer_qp())
-                    .ok_or(EINVAL)?;
-                a.mask = qp_mask::STATE
-                    | qp_mask::AV
-                    | qp_mask::PATH_MTU
-                    | qp_mask::DEST_QPN
-                    | qp_mask::RQ_PSN;
-                if id.qp_type == RC {
-                    // UC has no responder resources and no RNR NAKs.
-                    a.mask |= qp_mask::MAX_DEST_RD_ATOMIC | qp_mask::MIN_RNR_TIMER;
-                }
-                a.dgid = abi::gid_of(peer);
-                a.sgid_index = SGID_INDEX;
-                a.hop_limit = HOP_LIMIT;
-                a.traffic_class = id.tos.unwrap_or(0);
-                a.is_global = true;
-                a.path_mtu = u32::from(query::path_mtu(id, d));
-                a.dest_qp_num = conn.remote_qpn;
-                a.rq_psn = conn.seq_num;
-                a.max_dest_rd_atomic = conn.responder_resources;
-            }
-            QPS_RTS => {
-                if !id.state.has_peer_qp() {
-                    return Err(EINVAL);
-                }
-                a.mask = qp_mask::STATE | qp_mask::SQ_PSN;
-                if id.qp_type == RC {
-                    // UC neither retransmits nor reads.
-                    a.mask |= qp_mask::TIMEOUT
-                        | qp_mask::RETRY_CNT
-                        | qp_mask::RNR_RETRY
-                        | qp_mask::MAX_QP_RD_ATOMIC;
-                }
-                a.sq_psn = conn.remote_psn;
-                a.timeout = id.ack_timeout.unwrap_or(ACK_TIMEOUT);
-                a.retry_cnt = conn.retry_count;
-                a.rnr_retry = conn.rnr_retry_count;
-                a.max_rd_atomic = conn.initiator_depth;
-            }
-            _ => return Err(EINVAL),
         }
         let len = usize::from(c.out).min(abi::QP_ATTR_LEN);
         Ok(Reply::Respond {
@@ -2450,6 +2406,61 @@ fn named_handle(c: &Command<'_>) -> Option<u32> {
 fn join_head(c: &Command<'_>) -> Result<(u64, u64), i32> {
     room_for(c, 4)?;
     Ok((c.u64(8)?, c.u64(16)?))
+}
+
+/// The INIT attributes of `id`'s QP: its port and P_Key index, and the
+/// Q_Key of a UD id or the access a connection grants (none before it).
+fn init_attributes(a: &mut QpAttr, id: &CmId) {
+    a.mask = qp_mask::STATE | qp_mask::PKEY_INDEX | qp_mask::PORT;
+    if id.qp_type == UD {
+        a.mask |= qp_mask::QKEY;
+        a.qkey = UDP_QKEY;
+    } else {
+        a.mask |= qp_mask::ACCESS_FLAGS;
+        if id.conn.started {
+            a.access_flags = REMOTE_WRITE;
+            if id.conn.responder_resources > 0 {
+                a.access_flags |= REMOTE_READ | REMOTE_ATOMIC;
+            }
+        }
+    }
+}
+
+/// The RTR attributes of a connected `id`'s QP (RC or UC).
+fn rtr_attributes(a: &mut QpAttr, id: &CmId, d: &Device) -> Result<(), i32> {
+    let conn = &id.conn;
+    let peer = conn.peer_ip.ok_or(EINVAL)?;
+    a.mask = qp_mask::STATE | qp_mask::AV | qp_mask::PATH_MTU | qp_mask::DEST_QPN | qp_mask::RQ_PSN;
+    if id.qp_type == RC {
+        // UC has no responder resources and no RNR NAKs.
+        a.mask |= qp_mask::MAX_DEST_RD_ATOMIC | qp_mask::MIN_RNR_TIMER;
+    }
+    a.dgid = abi::gid_of(peer);
+    a.sgid_index = SGID_INDEX;
+    a.hop_limit = HOP_LIMIT;
+    a.traffic_class = id.tos.unwrap_or(0);
+    a.is_global = true;
+    a.path_mtu = u32::from(query::path_mtu(id, d));
+    a.dest_qp_num = conn.remote_qpn;
+    a.rq_psn = conn.seq_num;
+    a.max_dest_rd_atomic = conn.responder_resources;
+    Ok(())
+}
+
+/// The RTS attributes of a connected `id`'s QP (RC or UC).
+fn rts_attributes(a: &mut QpAttr, id: &CmId) {
+    let conn = &id.conn;
+    a.mask = qp_mask::STATE | qp_mask::SQ_PSN;
+    if id.qp_type == RC {
+        // UC neither retransmits nor reads.
+        a.mask |=
+            qp_mask::TIMEOUT | qp_mask::RETRY_CNT | qp_mask::RNR_RETRY | qp_mask::MAX_QP_RD_ATOMIC;
+    }
+    a.sq_psn = conn.remote_psn;
+    a.timeout = id.ack_timeout.unwrap_or(ACK_TIMEOUT);
+    a.retry_cnt = conn.retry_count;
+    a.rnr_retry = conn.rnr_retry_count;
+    a.max_rd_atomic = conn.initiator_depth;
 }
 
 /// The kernel's first check of a command with a response: its `out`

@@ -43,6 +43,13 @@ impl State {
     /// as there: a REQ naming QP 0 was accepted by the kernel and refused
     /// here (INIT_QP_ATTR EINVAL, so the accept failed and the requester
     /// heard nothing).
+    /// Whether a REQ went or came and the connection is not going down:
+    /// where the kernel's CM gives a QP's INIT attributes
+    /// (`cm_init_qp_init_attr`).
+    pub(crate) fn connecting(self) -> bool {
+        self == State::ReqSent || self.has_peer_qp()
+    }
+
     pub(crate) fn has_peer_qp(self) -> bool {
         matches!(
             self,

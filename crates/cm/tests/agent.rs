@@ -381,6 +381,65 @@ fn requested(data: &[u8]) -> (Side, Side, u32, u32) {
     requested_between(server, Side::new("10.0.0.1", 0x10), data)
 }
 
+/// INIT_QP_ATTR's answer for `id` in `state`: the mask and the access
+/// flags, or the errno.
+fn qp_attr_mask(side: &mut Side, id: u32, state: u32) -> Result<(u32, u32), i32> {
+    let mut b = cmd_buf(cmd::INIT_QP_ATTR, 24, 144);
+    put64(&mut b, 8, 0x2000);
+    put32(&mut b, 16, id);
+    put32(&mut b, 20, state);
+    match side.run(&b)? {
+        Reply::Respond { bytes, .. } => Ok((get32(&bytes, 0), get32(&bytes, 36))),
+        other => panic!("INIT_QP_ATTR answered {other:?}"),
+    }
+}
+
+/// Rule (the kernel's `rdma_init_qp_attr`): an id with no CM id yet (no
+/// REQ sent or received) gets its QP's INIT attributes, no access
+/// granted, whatever state is asked up to ERR (`cma_ib_init_qp_attr`);
+/// a listening id, which has one, gets EINVAL, as an id going down
+/// does for every state (`ib_cm_init_qp_attr` answers only a connection
+/// being made or made); a state past ERR is EINVAL.
+#[test]
+fn qp_attributes_follow_whether_the_id_has_a_cm_id() {
+    let init = 1 | 8 | 16 | 32; // STATE, ACCESS_FLAGS, PKEY_INDEX, PORT
+    let mut client = Side::new("10.0.0.1", 0x10);
+    let id = client.create(200);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    for state in [0, 1, 2, 3, 4, 5, 6] {
+        assert_eq!(
+            qp_attr_mask(&mut client, id, state),
+            Ok((init, 0)),
+            "{state}"
+        );
+    }
+    assert_eq!(qp_attr_mask(&mut client, id, 7), Err(EINVAL));
+    let mut server = Side::new("10.0.0.2", 0x20);
+    let listener = server.create(100);
+    server.bind(listener, "0.0.0.0:7471").unwrap();
+    server.listen(listener);
+    assert_eq!(qp_attr_mask(&mut server, listener, 1), Err(EINVAL));
+    let (mut client, mut server, cid, sid) = established();
+    let (mask, access) = qp_attr_mask(&mut client, cid, 1).unwrap();
+    // REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC (responder resources).
+    assert_eq!(
+        (mask, access),
+        (init, 2 | 4 | 8),
+        "a connection grants remote access"
+    );
+    assert!(qp_attr_mask(&mut server, sid, 3).is_ok());
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    for state in [1, 2, 3] {
+        assert_eq!(
+            qp_attr_mask(&mut client, cid, state),
+            Err(EINVAL),
+            "{state}"
+        );
+    }
+    assert_eq!(qp_attr_mask(&mut client, cid, 0), Err(EINVAL), "RESET");
+    exchange(&mut client, &mut server);
+}
+
 /// Rule (the kernel's `cm_init_qp_rtr_attr` asks the connection's state,
 /// not its QP number): a REQ naming QP 0 is accepted, the accepting QP
 /// pointed at QP 0, and the requester gets the REP.
@@ -1614,7 +1673,9 @@ fn a_ud_id_learns_the_peers_qp_and_qkey_through_sidr() {
     // param.ud's private data at 60, its length at 316.
     assert_eq!(&bytes[60..68], b"ud world");
     assert_eq!(bytes[316], 136, "a SIDR_REP's whole private data");
-    assert_eq!(get32(&client.qp_attr(cid, 2), 0), 1, "RTR: the state alone");
+    // The kernel answers a UD id with its INIT attributes, whatever the
+    // state (`cma_ib_init_qp_attr`): STATE, PKEY_INDEX, PORT, QKEY.
+    assert_eq!(get32(&client.qp_attr(cid, 2), 0), 1 | 16 | 32 | 64, "RTR");
 }
 
 /// [`ud_pair`] with a listener, the client's SIDR_REQ taken; returns
