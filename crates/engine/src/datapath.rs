@@ -98,6 +98,9 @@ impl Engine {
             if transport_of(qp.qp_type) != pkt.opcode().transport() {
                 return Err(Rejected::WrongTransport);
             }
+            if qp.peer_direct {
+                return Err(Rejected::PeerOnSameHost);
+            }
             if !pkey_matches(pkt.bth().pkey, Bth::DEFAULT_PKEY) {
                 return Err(Rejected::BadPkey);
             }
@@ -124,6 +127,7 @@ impl Engine {
         match verdict {
             Some(Err(Rejected::WrongTransport)) => self.stats.rx_wrong_transport += 1,
             Some(Err(Rejected::WrongAddress)) => self.stats.rx_wrong_address += 1,
+            Some(Err(Rejected::PeerOnSameHost)) => self.stats.rx_peer_on_same_host += 1,
             Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
             Some(Err(Rejected::DroppedByQp)) => self.stats.rx_dropped_by_qp += 1,
             Some(Ok(write_end)) => {
@@ -217,6 +221,10 @@ pub struct DatapathStats {
     /// An RC/UC packet whose addresses are not those of the QP's
     /// connection.
     pub rx_wrong_address: u64,
+    /// An RC/UC packet for a QP whose connection runs on the same-host
+    /// path at both ends, which sends nothing on the wire: forged or
+    /// stale ([`Engine::set_peer_direct`]).
+    pub rx_peer_on_same_host: u64,
     /// A BTH P_Key that does not match the QP's (IBTA 9.6.1.1: dropped
     /// silently, counted).
     pub rx_bad_pkey: u64,
@@ -283,6 +291,7 @@ impl RecoveryStats {
 enum Rejected {
     WrongTransport,
     WrongAddress,
+    PeerOnSameHost,
     BadPkey,
     DroppedByQp,
 }

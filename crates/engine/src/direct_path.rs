@@ -35,8 +35,25 @@ impl Engine {
             }
         }
         qp.direct = on;
+        qp.peer_direct &= on;
         self.schedule.set_direct(id, on);
         self.schedule.wake(id);
+        Ok(())
+    }
+
+    /// Says that the peer of QP `id`, an RC or UC QP on the same-host
+    /// path, is on it too: the peer then sends it nothing on the wire (a
+    /// QP leaves the path only before anything executed), so the packets
+    /// of this connection that arrive are forged, by anyone on the host
+    /// who can send from its address, or stale, and are dropped and
+    /// counted (`rx_peer_on_same_host`). A NIC would take only those at
+    /// the PSN its responder expects, which the same-host path, carrying
+    /// no PSNs, does not move; so at none. Cleared when the QP leaves the
+    /// path. A target whose peer keeps the wire (its requester decided
+    /// so) takes its packets as any QP does.
+    pub fn set_peer_direct(&mut self, id: QpId) -> VerbsResult<()> {
+        let qp = self.qps.get_mut(id).ok_or(einval("unknown QP"))?;
+        qp.peer_direct = qp.direct && qp.qp_type != crate::qp_state::QpType::Ud;
         Ok(())
     }
 

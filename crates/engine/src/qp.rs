@@ -45,6 +45,11 @@ pub(crate) struct Qp {
     /// On the same-host path: the requester hands out whole operations
     /// instead of packets (`requester_direct.rs`).
     pub(crate) direct: bool,
+    /// On the same-host path, and so is the peer QP (an RC or UC QP's):
+    /// nothing of this connection comes on the wire, and a packet that
+    /// claims to is forged (or stale) and dropped
+    /// ([`crate::Engine::set_peer_direct`]).
+    pub(crate) peer_direct: bool,
     /// Which life of its QP number this is: set at creation (the engine
     /// numbers them) and counted up at every RESET (wrapping), so a
     /// same-host peer's fault, which names the incarnation it found,
@@ -96,6 +101,7 @@ impl Qp {
             req,
             resp: Responder::default(),
             direct: false,
+            peer_direct: false,
             incarnation: 0,
             charged: 0,
             peer_seen: None,

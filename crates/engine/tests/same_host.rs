@@ -1046,3 +1046,53 @@ fn a_send_too_long_for_the_mtu_without_a_receive_wr_is_rnr_first_alike() {
     assert_eq!(wire, host, "wire (left) and same host (right) differ");
     assert_eq!(host.a[0].1, WcStatus::RnrRetryExcErr, "{host:?}");
 }
+
+/// Rule (a NIC takes a request only at the PSN its responder expects,
+/// which every message moves): a connection on the same-host path at
+/// both ends sends nothing on the wire, and carries no PSNs, so a packet
+/// that arrives for it is forged (by anyone on the host who can send from
+/// the peer's address) or stale, and is dropped and counted, after the
+/// connection's traffic as before it; a forged SEND at the PSN the
+/// responder started at once took a receive WR (a helper's attack). A
+/// target whose peer keeps the wire (its requester decided so) takes the
+/// packet, as any QP does.
+#[test]
+fn a_connection_on_the_same_host_path_at_both_ends_takes_no_packets() {
+    // The forger's packet: a's first SEND, as a wire pair's a sends it.
+    let mut wire = Pair::new();
+    let (wa, _) = wire.connect(QpType::Rc, Link::default());
+    let sge = [wire.a.sge(0, 16)];
+    wire.a
+        .e
+        .post_send(wa, &wr(1, send_opcode::SEND, &sge))
+        .unwrap();
+    let mut buf = vec![0u8; MAX_PACKET_LEN];
+    let t = wire.a.e.poll_transmit(0, &wire.a.mem, &mut buf).unwrap();
+    let forged = buf[..t.len].to_vec();
+    for peer_direct in [true, false] {
+        let mut p = Pair::same_host();
+        let (qa, qb) = p.connect(QpType::Rc, Link::default());
+        assert_eq!(p.a.e.qp_num(qa), wire.a.e.qp_num(wa), "the same QP numbers");
+        if peer_direct {
+            p.a.e.set_peer_direct(qa).unwrap();
+            p.b.e.set_peer_direct(qb).unwrap();
+        }
+        p.b.post_recv(qb, 7, 0x3000, 100);
+        p.b.post_recv(qb, 8, 0x3000, 100);
+        let legit = [p.a.sge(0, 16)];
+        p.a.e
+            .post_send(qa, &wr(1, send_opcode::SEND, &legit))
+            .unwrap();
+        p.run(1000);
+        assert_eq!(p.b.poll().len(), 1, "the connection's own SEND");
+        p.b.e
+            .handle_packet(0, t.src_gid, t.dst_gid, &forged, &mut p.b.mem);
+        let taken = p.b.poll().len();
+        let counted = p.b.e.stats().rx_peer_on_same_host;
+        if peer_direct {
+            assert_eq!((taken, counted), (0, 1), "forged");
+        } else {
+            assert_eq!((taken, counted), (1, 0), "a requester on the wire");
+        }
+    }
+}

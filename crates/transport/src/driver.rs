@@ -1117,6 +1117,7 @@ impl<M> State<M> {
             + e.rx_unknown_qp
             + e.rx_wrong_transport
             + e.rx_wrong_address
+            + e.rx_peer_on_same_host
             + e.rx_bad_pkey
             + e.rx_dropped_by_qp;
         format!(

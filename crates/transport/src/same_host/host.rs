@@ -168,6 +168,9 @@ pub struct SameHost {
     /// Whether an IP address is this network namespace's (UD datagrams
     /// ask for every destination; interfaces are listed once per address).
     local_ips: HashMap<IpAddr, bool>,
+    /// Our RC and UC QPs on the path whose peer QP's path is not known
+    /// yet ([`SameHost::confirm_peers`]).
+    unconfirmed: Vec<QpId>,
 }
 
 impl std::fmt::Debug for SameHost {
@@ -206,6 +209,7 @@ impl SameHost {
             device_ip,
             comm_est_told: HashSet::new(),
             local_ips: HashMap::new(),
+            unconfirmed: Vec::new(),
         })
     }
 
@@ -247,6 +251,7 @@ impl SameHost {
             let p = self.decide(engine, endpoint, id);
             self.own.set_path(engine, id, qpn, p);
         }
+        self.confirm_peers(engine, endpoint);
         while let Some(op) = engine.poll_direct(now) {
             if let Some(outcome) = self.run(engine, endpoint, &op) {
                 // What the target did comes first, as a responder's
@@ -394,10 +399,54 @@ impl SameHost {
     fn decide(&mut self, engine: &mut Engine, endpoint: &mut Endpoint, id: QpId) -> u8 {
         let p = self.choose(engine, endpoint, id);
         let _ = engine.set_direct(id, p == path::SAME_HOST);
+        if p == path::SAME_HOST && !self.unconfirmed.contains(&id) {
+            self.unconfirmed.push(id);
+        }
         if let Ok(qpn) = engine.qp_num(id) {
             self.comm_est_told.retain(|&(_, _, ours)| ours != qpn);
         }
         p
+    }
+
+    /// Tells the engine which of our RC and UC QPs on the path have a peer
+    /// QP on it too, as its record says once it has decided: that peer
+    /// sends nothing on the wire, so packets claiming to come from it are
+    /// dropped (`Engine::set_peer_direct`). A peer that keeps the wire (a
+    /// target that never sends stays on the path while its requester,
+    /// which decided otherwise, sends it packets) leaves our QP taking
+    /// them. Asked at each step until the peer has decided.
+    fn confirm_peers(&mut self, engine: &mut Engine, endpoint: &Endpoint) {
+        if self.unconfirmed.is_empty() {
+            return;
+        }
+        let (peers, own) = (&self.peers, &self.own);
+        self.unconfirmed.retain(|&id| {
+            let Ok((attr, init)) = engine.query_qp(id) else {
+                return false;
+            };
+            if !engine.is_direct(id) || QpType::from_raw(init.qp_type) == Some(QpType::Ud) {
+                return false;
+            }
+            let dest = attr.dest_qp_num;
+            let path = if endpoint.slots().contains(&slot_of(dest)) {
+                Some(own.path_of(dest))
+            } else {
+                match peers.get(&slot_of(dest)) {
+                    Some(Found::Peer(p)) => p.region.qps().lookup(dest).map(|q| q.path),
+                    _ => None,
+                }
+            };
+            match path {
+                Some(path::SAME_HOST) => {
+                    let _ = engine.set_peer_direct(id);
+                    false
+                }
+                // Not at RTR yet: asked again at the next step.
+                Some(path::UNDECIDED) => true,
+                // The wire, or a peer gone.
+                _ => false,
+            }
+        });
     }
 
     /// [`SameHost::decide`] without the engine's side. A UD QP takes the
