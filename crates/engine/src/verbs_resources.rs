@@ -167,7 +167,7 @@ impl Engine {
 
     /// `ibv_create_cq`: 1 <= cqe <= max_cqe and comp_vector below
     /// num_comp_vectors, else EINVAL (the pyverbs suite checks both).
-    /// Returns the CQ and its actual size (as requested).
+    /// Returns the CQ and its actual size, [`actual_cqe`] of the request.
     pub fn create_cq(&mut self, cqe: u32, comp_vector: u32) -> VerbsResult<(CqId, u32)> {
         self.check_cqe(cqe)?;
         ensure(
@@ -175,6 +175,7 @@ impl Engine {
             einval("comp_vector not below num_comp_vectors"),
         )?;
         below_limit(self.cqs.len(), self.config.limits.max_cq, "max_cq reached")?;
+        let cqe = actual_cqe(cqe, self.config.limits.max_cqe);
         let cq = Cq::new(cqe, comp_vector)?;
         room::slot(&mut self.cqs)?;
         Ok((self.cqs.insert(cq), cqe))
@@ -189,14 +190,17 @@ impl Engine {
     }
 
     /// `ibv_resize_cq`: the new size must be valid and hold the
-    /// completions not yet polled. Returns the actual size.
+    /// completions not yet polled. Returns the actual size, as
+    /// [`Engine::create_cq`]'s.
     pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> VerbsResult<u32> {
         self.check_cqe(cqe)?;
+        let max_cqe = self.config.limits.max_cqe;
         let c = self.cqs.get_mut(cq).ok_or(einval("unknown CQ"))?;
         ensure(
             cqe as usize >= c.entries.len(),
             einval("cqe below the number of completions in the CQ"),
         )?;
+        let cqe = actual_cqe(cqe, max_cqe);
         c.entries.make_room(cqe)?;
         c.cqe = cqe;
         Ok(cqe)
@@ -280,4 +284,16 @@ fn check_mr_range(addr: u64, length: u64, iova: u64, max_mr_size: u64) -> VerbsR
         einval("MR range wraps around the address space"),
     )?;
     ensure(length <= max_mr_size, einval("MR length above max_mr_size"))
+}
+
+/// The size of a CQ asked for `cqe` entries: one less than the power of
+/// two above `cqe` (2 gives 3, 4 gives 7), as rxe's and mlx5's providers
+/// size their rings, so a program that asked for too few entries and
+/// worked on them keeps the same room here; at most `max_cqe`.
+pub(crate) fn actual_cqe(cqe: u32, max_cqe: u32) -> u32 {
+    let slots = u64::from(cqe) + 1;
+    let rounded = slots.next_power_of_two() - 1;
+    u32::try_from(rounded)
+        .unwrap_or(u32::MAX)
+        .min(max_cqe.max(cqe))
 }

@@ -579,10 +579,7 @@ impl Service {
                 .saturating_duration_since(Instant::now())
                 .as_millis()
                 + 1;
-            let ms = match timeout {
-                Some(at) => self.clock.until(at).as_millis() + 1,
-                None => look_ms,
-            };
+            let ms = timeout.map_or(look_ms, |at| self.clock.until(at).as_millis() + 1);
             let ms = i32::try_from(ms.min(look_ms)).unwrap_or(i32::MAX);
             let mut polled: Vec<libc::pollfd> = data
                 .iter()
