@@ -1246,12 +1246,7 @@ impl Agent {
         }
         match id.state {
             State::Established | State::RepSent | State::RepRcvd => {
-                let mad = self.dreq_mad(&id)?;
-                let (src, dst) = endpoints(&id)?;
-                self.send(src, dst, mad);
-                self.id_mut(handle)?.state = State::DreqSent;
-                let every = 2 * iba_time(PACKET_LIFE_TIME);
-                self.arm(handle, mad, now, every, MAX_CM_RETRIES);
+                self.start_disconnect(now, &id)?;
                 Ok(Reply::Done)
             }
             State::DreqRcvd => {
@@ -1913,6 +1908,9 @@ impl Agent {
             }
             return;
         }
+        if let Some(old) = self.live_conn_to_qp(req.local_ca_guid, req.local_qpn.get()) {
+            return self.refuse_stale(now, src, dst, tid, req, old);
+        }
         let Ok((hdr, user)) = CmaHdr::split(&req.private_data) else {
             return self.refuse(src, dst, tid, req, REJ_CONSUMER);
         };
@@ -1997,8 +1995,55 @@ impl Agent {
             },
             ud: None,
         };
-        let _ = now;
         self.queue(listener.channel, ev, listener.handle);
+    }
+
+    /// Our connection, not yet going down, whose peer is QP `qpn` of the
+    /// CA `guid`: the kernel's CM keeps each such pair from the REQ (or
+    /// the REP) until the connection enters timewait or is rejected
+    /// (`cm_insert_remote_qpn`, `cm_remove_remote`).
+    fn live_conn_to_qp(&self, guid: u64, qpn: u32) -> Option<u32> {
+        self.ids
+            .values()
+            .find(|i| {
+                let live = matches!(
+                    i.state,
+                    State::ReqRcvd
+                        | State::RepSent
+                        | State::RepRcvd
+                        | State::Established
+                        | State::DreqSent
+                        | State::DreqRcvd
+                );
+                live && i.qp_type != UD
+                    && i.conn.started
+                    && i.conn.peer_ca_guid == guid
+                    && i.conn.remote_qpn == qpn
+            })
+            .map(|i| i.handle)
+    }
+
+    /// A REQ from a QP a live connection `old` of ours already has as its
+    /// peer: rejected as a stale connection (10), before any listener
+    /// hears of it, and `old`, if established, is ended with a DREQ, as
+    /// the kernel's `cm_match_req` does (a program that connects one QP
+    /// twice learns it at once).
+    fn refuse_stale(
+        &mut self,
+        now: Nanos,
+        src: IpAddr,
+        dst: IpAddr,
+        tid: u64,
+        req: &CmReq,
+        old: u32,
+    ) {
+        self.refuse(src, dst, tid, req, rej_reason::STALE_CONN);
+        let Some(old) = self.ids.get(&old).cloned() else {
+            return;
+        };
+        if old.state == State::Established {
+            let _ = self.start_disconnect(now, &old);
+        }
     }
 
     /// Answers a REQ with a REJ without an id (no listener, a bad header).
@@ -2255,6 +2300,18 @@ impl Agent {
             ..CmDreq::default()
         };
         mad_of(&CmMessage::Dreq(dreq), id.conn.tid)
+    }
+
+    /// Sends `id`'s DREQ, and again until answered: the id is then in
+    /// DREQ_SENT.
+    fn start_disconnect(&mut self, now: Nanos, id: &CmId) -> Result<(), i32> {
+        let mad = self.dreq_mad(id)?;
+        let (src, dst) = endpoints(id)?;
+        self.send(src, dst, mad);
+        self.id_mut(id.handle)?.state = State::DreqSent;
+        let every = 2 * iba_time(PACKET_LIFE_TIME);
+        self.arm(id.handle, mad, now, every, MAX_CM_RETRIES);
+        Ok(())
     }
 
     fn send_dreq(&mut self, id: &CmId) {

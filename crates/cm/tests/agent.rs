@@ -440,6 +440,42 @@ fn qp_attributes_follow_whether_the_id_has_a_cm_id() {
     exchange(&mut client, &mut server);
 }
 
+/// Rule (the kernel's `cm_match_req`): a REQ from a QP that a live
+/// connection already has as its peer (same CA GUID and QP number) is
+/// rejected as a stale connection (10) before any listener hears of it,
+/// and the established connection is ended with a DREQ; once that one is
+/// in timewait, the QP may connect again.
+#[test]
+fn a_req_from_a_qp_already_connected_is_rejected_as_stale() {
+    let (mut client, mut server, cid, sid) = established();
+    let again = client.create(201);
+    client.resolve(again, "10.0.0.2:7471".parse().unwrap());
+    client.connect(again, 0x111, b"");
+    exchange(&mut client, &mut server);
+    let rej = client.event();
+    assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 10, 201));
+    let old = client.event();
+    assert_eq!(
+        (old.event, old.id),
+        (event::DISCONNECTED, cid),
+        "a DREQ ended it"
+    );
+    assert!(server.try_event().is_none(), "no CONNECT_REQUEST");
+    client.simple(cmd::DISCONNECT, cid).unwrap();
+    exchange(&mut client, &mut server);
+    let ended = server.event();
+    assert_eq!((ended.event, ended.id), (event::DISCONNECTED, sid));
+    let third = client.create(202);
+    client.resolve(third, "10.0.0.2:7471".parse().unwrap());
+    client.connect(third, 0x111, b"");
+    exchange(&mut client, &mut server);
+    assert_eq!(
+        server.event().event,
+        event::CONNECT_REQUEST,
+        "timewait: not stale"
+    );
+}
+
 /// Rule (the kernel's `cm_init_qp_rtr_attr` asks the connection's state,
 /// not its QP number): a REQ naming QP 0 is accepted, the accepting QP
 /// pointed at QP 0, and the requester gets the REP.
@@ -2233,7 +2269,8 @@ fn requests_beyond_the_backlog_wait_for_the_application_to_read() {
     for uid in 0..11 {
         let id = client.create(200 + uid);
         client.resolve(id, "10.0.0.2:7471".parse().unwrap());
-        client.connect(id, 0x111, b"");
+        // A QP each: two requests from one QP would be a stale one.
+        client.connect(id, 0x111 + uid as u32, b"");
     }
     assert_eq!(exchange(&mut client, &mut server), 11, "11 REQs, no REJ");
     let mut read = 0;
@@ -2265,7 +2302,7 @@ fn a_backlog_of_zero_is_the_maximum() {
     for uid in 1..=1025 {
         let id = client.create(uid);
         client.resolve(id, "10.0.0.2:7471".parse().unwrap());
-        client.connect(id, 0x111, b"");
+        client.connect(id, 0x1000 + uid as u32, b"");
     }
     exchange(&mut client, &mut server);
     let mut read = 0;
