@@ -371,8 +371,9 @@ fn run_request(op: &DirectOp, qp: &PeerQp, target: &mut dyn DirectTarget) -> Ste
 /// responder was started at. Where they do not, every packet on the wire
 /// is a duplicate or out of sequence and nothing executes (the requester
 /// ends in RETRY_EXC_ERR): so here. UC takes a new message at any PSN,
-/// as the wire responder (and rxe's `check_psn`) resyncs at a FIRST or
-/// ONLY.
+/// as rxe's `check_psn` resyncs at a FIRST or ONLY (this engine's wire
+/// responder resyncs only ahead, taking a packet behind for a duplicate:
+/// conformance.md).
 fn accepts(qp: &PeerQp, op: &DirectOp) -> bool {
     let receiving = matches!(
         qp.state,

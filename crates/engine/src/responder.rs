@@ -803,14 +803,18 @@ impl RecvSide<'_> {
 
     fn uc_receive(&mut self, ctx: &mut Ctx<'_>, pkt: &PacketView<'_>, mem: &mut dyn HostMemory) {
         let psn = pkt.psn();
+        let d = self.resp.epsn.distance(psn);
+        if d < 0 {
+            // A duplicate (a network may deliver a packet twice): not
+            // executed again, and no message in progress is lost for it.
+            // UC has no retransmission to answer.
+            ctx.dropped = true;
+            return;
+        }
         let opcode = pkt.opcode();
-        if psn != self.resp.epsn || self.resp.uc_dropping {
-            // Out of sequence, ahead or behind (UC retransmits nothing,
-            // so nothing behind is a duplicate to answer): whatever
-            // message was open is lost, and a new message's first packet
-            // resynchronises at its PSN (IBTA ch. 9, the UC responder;
-            // rxe `check_psn`). So a requester started behind the PSN
-            // this end expects is heard, as on the same-host path.
+        if d > 0 || self.resp.uc_dropping {
+            // A gap: whatever message was open is lost; only a new
+            // message's first packet resynchronises.
             self.uc_abandon(ctx);
             self.resp.uc_dropping = !matches!(opcode.position(), Position::First | Position::Only);
             self.resp.epsn = psn.wrapping_add(1);

@@ -1331,6 +1331,31 @@ fn uc_gap_drops_the_rest_of_the_message_only() {
     assert_eq!(p.a.poll().len(), 2);
 }
 
+/// Rule (UC retransmits nothing, but a network may deliver a packet
+/// twice): a UC packet behind the PSN the responder expects is a
+/// duplicate, dropped: a duplicated ONLY packet does not take a second
+/// receive WR, and a duplicated FIRST or MIDDLE does not lose its message
+/// (a resync at any PSN, as rxe's `check_psn`, did both; conformance.md).
+#[test]
+fn uc_duplicates_are_dropped_not_executed_again() {
+    for len in [64, 3000] {
+        let mut p = Pair::new();
+        let (qa, qb) = p.connect(QpType::Uc, Link::default());
+        for i in 0..4 {
+            p.b.post_recv(qb, i, 0x4000 + i * 0x1000, 4096);
+        }
+        for i in 0..2 {
+            p.a.e
+                .post_send(qa, &wr(i, send_opcode::SEND, &[p.a.sge(0, len)]))
+                .unwrap();
+        }
+        p.filter = Box::new(|_, _| Fate::Duplicate);
+        p.run(100);
+        let rx: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.byte_len)).collect();
+        assert_eq!(rx, [(0, len), (1, len)], "{len} bytes");
+    }
+}
+
 #[test]
 fn inline_send_carries_the_bytes_given_at_post_time() {
     let mut p = Pair::new();
