@@ -15,10 +15,17 @@
  *            the one that started it;
  *   handlers 4 contexts; the exit handler moves data through an RC QP
  *            connected to itself on each (its verbs must complete: the
- *            progress threads still run) and closes them all.
+ *            progress threads still run) and closes them all;
+ *   signal   2 contexts; the worker signals the process, whose handler
+ *            must run on the worker (softverbs' threads block the
+ *            application's signals) and to its end before the process
+ *            ends (run on a progress thread, it was cut short when the
+ *            worker ended).
  * The exit handler prints "main thread exit ok" once the workers finished
  * (and the handler's verbs succeeded). */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,9 +40,12 @@
 
 static atomic_int workers_done;
 static atomic_int handler_failed;
+static atomic_int signal_handled;
+static atomic_int signal_on_softverbs;
 static struct ibv_context *ctx[CONTEXTS];
 static struct ibv_cq *cq[CONTEXTS];
 static int contexts = 1;
+static int signal_mode;
 static double relay_until;
 
 static double seconds(void)
@@ -56,6 +66,29 @@ static void *worker(void *arg)
 	 * thread alive. */
 	struct timespec pause = { .tv_sec = 2, .tv_nsec = 500000000 };
 	nanosleep(&pause, NULL);
+	atomic_store(&workers_done, 1);
+	return NULL;
+}
+
+/* The application's handler: long enough that the worker ends first
+ * if it runs elsewhere. */
+static void on_signal(int sig)
+{
+	(void)sig;
+	char name[16] = "";
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strncmp(name, "softverbs", 9))
+		atomic_store(&signal_on_softverbs, 1);
+	struct timespec pause = { .tv_sec = 1, .tv_nsec = 500000000 };
+	nanosleep(&pause, NULL);
+	atomic_store(&signal_handled, 1);
+}
+
+/* Signals the process and ends. */
+static void *signaller(void *arg)
+{
+	(void)arg;
+	CHECK(!kill(getpid(), SIGUSR1), "kill");
 	atomic_store(&workers_done, 1);
 	return NULL;
 }
@@ -120,13 +153,17 @@ static int write_through_itself(int i)
 static void at_exit(void)
 {
 	for (int i = 0; i < contexts; i++) {
-		if (contexts > 1 && !write_through_itself(i))
+		if (contexts == CONTEXTS && !write_through_itself(i))
 			atomic_store(&handler_failed, 1);
 		ibv_destroy_cq(cq[i]);
 		ibv_close_device(ctx[i]);
 	}
 	if (!atomic_load(&workers_done))
 		printf("the process ended before its workers\n");
+	else if (signal_mode && !atomic_load(&signal_handled))
+		printf("the process ended in a signal handler\n");
+	else if (atomic_load(&signal_on_softverbs))
+		printf("the signal handler ran on a thread of softverbs'\n");
 	else if (atomic_load(&handler_failed))
 		printf("a verb of the exit handler failed\n");
 	else
@@ -154,6 +191,12 @@ int main(int argc, char **argv)
 	const char *mode = argc > 1 ? argv[1] : "plain";
 	if (!strcmp(mode, "handlers"))
 		contexts = CONTEXTS;
+	signal_mode = !strcmp(mode, "signal");
+	if (signal_mode) {
+		contexts = 2;
+		struct sigaction sa = { .sa_handler = on_signal };
+		CHECK(!sigaction(SIGUSR1, &sa, NULL), "sigaction");
+	}
 	for (int i = 0; i < contexts; i++) {
 		ctx[i] = open_device_named("softverbs0");
 		CHECK(ctx[i], "ibv_open_device failed");
@@ -167,6 +210,8 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "relay")) {
 		relay_until = seconds() + 3;
 		CHECK(!pthread_create(&t, NULL, runner, NULL), "pthread_create failed");
+	} else if (signal_mode) {
+		CHECK(!pthread_create(&t, NULL, signaller, NULL), "pthread_create failed");
 	} else {
 		CHECK(!pthread_create(&t, NULL, worker, NULL), "pthread_create failed");
 	}

@@ -183,11 +183,12 @@ fi
 # A program whose main thread ends with pthread_exit ends with its last
 # thread (softverbs' own threads kept it alive for ever), and not before:
 # a worker idle for longer than softverbs waits between its looks, with an
-# rdma_cm channel open too, threads that start one another, and an exit
-# handler whose verbs on 4 contexts complete; each on both paths.
+# rdma_cm channel open too, threads that start one another, an exit
+# handler whose verbs on 4 contexts complete, and a signal handler that
+# must run on the application's thread, to its end; each on both paths.
 if cc -O1 -pthread -DWITH_RDMA_CM -o "$log/main_thread_exit" "$here/main_thread_exit.c" \
     -libverbs -lrdmacm 2> "$log/cc"; then
-  for mode in plain cm relay handlers; do
+  for mode in plain cm relay handlers signal; do
     one "pthread_exit in main: the process ends with its last thread ($mode), same host" \
       "main thread exit ok" "$log/main_thread_exit" $mode
     one "pthread_exit in main: the process ends with its last thread ($mode), wire" \

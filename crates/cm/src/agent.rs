@@ -1998,7 +1998,7 @@ impl Agent {
         self.queue(listener.channel, ev, listener.handle);
     }
 
-    /// Our connection, not yet going down, whose peer is QP `qpn` of the
+    /// Our connection, not yet in timewait, whose peer is QP `qpn` of the
     /// CA `guid`: the kernel's CM keeps each such pair from the REQ (or
     /// the REP) until the connection enters timewait or is rejected
     /// (`cm_insert_remote_qpn`, `cm_remove_remote`).

@@ -40,7 +40,6 @@ use crate::same_host::CrossProcess;
 use crate::spin_yield;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 use softverbs_engine::{
     AsyncEvent, CqId, CqRing, DeviceConfig, Engine, Gid, HostMemory, Membership, Nanos, QpId,
@@ -1255,14 +1254,8 @@ fn start_same_host(
 
 /// The progress thread: the loop, and the device's failure if it panics.
 fn progress_thread<M: HostMemory>(shared: &Shared<M>, poll: Poll) {
-    // The thread inherits the mask of the application thread that opened
-    // the device, which may block every signal. Faults must reach the
-    // provider's handler here (it turns a fault on an unmapped MR buffer
-    // into an error), or a blocked SIGSEGV kills the process.
-    let mut faults = SigSet::empty();
-    faults.add(Signal::SIGSEGV);
-    faults.add(Signal::SIGBUS);
-    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&faults), None);
+    // Also sets the thread's signal mask: the application's signals go to
+    // its own threads, faults reach the provider's handler here.
     let _own = OwnThread::register();
     let exec_lock = shared.doorbell.as_ref().map(DoorbellAnswer::exec_lock);
     shared.notify.progress_thread_started(exec_lock.as_ref());

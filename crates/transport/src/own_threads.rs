@@ -42,8 +42,10 @@ pub struct OwnThread {
 
 impl OwnThread {
     /// Counts the calling thread, which softverbs started (so it exists
-    /// whenever it is counted).
+    /// whenever it is counted), and blocks the application's signals on it
+    /// ([`block_application_signals`]).
     pub fn register() -> OwnThread {
+        block_application_signals();
         let pid = std::process::id();
         update(|(counted_for, running, ended)| {
             let running = if counted_for == pid { running } else { 0 };
@@ -61,6 +63,34 @@ impl Drop for OwnThread {
             false => (counted_for, running, ended),
         });
     }
+}
+
+/// Blocks every signal on the calling thread but the faults it may raise
+/// itself. A signal sent to the process then goes to a thread of the
+/// application, and its handler runs there, as with a kernel provider,
+/// which starts no thread: run on one of softverbs' threads, a handler
+/// runs application code where the count above takes it for softverbs'
+/// (the process was ended under a handler still running, a helper found),
+/// and may find the driver locked by the code it interrupted. The thread
+/// inherits the mask of the application thread that started it, which
+/// may block a fault: a fault on an unmapped MR buffer must reach the
+/// provider's handler (which turns it into an error), or a blocked
+/// SIGSEGV kills the process. glibc keeps its own two signals unblocked.
+fn block_application_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let mut blocked = SigSet::all();
+    let faults = [
+        Signal::SIGSEGV,
+        Signal::SIGBUS,
+        Signal::SIGFPE,
+        Signal::SIGILL,
+        Signal::SIGTRAP,
+        Signal::SIGSYS,
+    ];
+    for fault in faults {
+        blocked.remove(fault);
+    }
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&blocked), None);
 }
 
 /// Applies `change` to [`COUNTS`] atomically.
@@ -129,7 +159,16 @@ pub fn end_process() {
     }
     let spawned = std::thread::Builder::new()
         .name("softverbs-exit".into())
-        .spawn(|| std::process::exit(0));
+        .spawn(|| {
+            // The exit handlers are the application's code: its signals
+            // reach them, as they would its last thread.
+            let _ = nix::sys::signal::pthread_sigmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&nix::sys::signal::SigSet::empty()),
+                None,
+            );
+            std::process::exit(0)
+        });
     if spawned.is_err() {
         ENDING.store(false, Ordering::SeqCst);
     }
