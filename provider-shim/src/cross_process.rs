@@ -242,10 +242,10 @@ fn fault_of(errno: i32) -> PeerFault {
 /// bytes copied, or the errno. A process whose main thread has ended
 /// (`pthread_exit`) while others work on answers ESRCH to its pid, which
 /// names that zombie thread with no memory: the call is made again on
-/// one of its live threads, which names the same memory. (The listing
-/// and the call are not atomic: a thread that ends in between gives
-/// ESRCH again; its id reused by another process in those microseconds
-/// would need the whole pid space to wrap.)
+/// its other threads, each of which names the same memory, until one
+/// answers (one that ended since the listing answers ESRCH too; its id
+/// reused by another process in those microseconds would need the whole
+/// pid space to wrap).
 fn vm_call(
     pid: i32,
     local: &[libc::iovec],
@@ -253,22 +253,26 @@ fn vm_call(
     dir: Direction,
 ) -> Result<u64, i32> {
     match vm_call_on(pid, local, remote, dir) {
-        Err(libc::ESRCH) => match live_thread_of(pid) {
-            Some(tid) => vm_call_on(tid, local, remote, dir),
-            None => Err(libc::ESRCH),
-        },
+        Err(libc::ESRCH) => other_threads_of(pid)
+            .into_iter()
+            .map(|tid| vm_call_on(tid, local, remote, dir))
+            .find(|done| *done != Err(libc::ESRCH))
+            .unwrap_or(Err(libc::ESRCH)),
         done => done,
     }
 }
 
-/// A thread of process `pid` other than its main one, from
-/// `/proc/PID/task` (None: the process is gone, or its main thread is
+/// The threads of process `pid` other than its main one, from
+/// `/proc/PID/task` (none: the process is gone, or its main thread is
 /// all it has).
-fn live_thread_of(pid: i32) -> Option<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
+fn other_threads_of(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&tid| tid != pid)
+        .filter(|&tid| tid != pid)
+        .collect()
 }
 
 /// [`vm_call`] on exactly the task `id` names (a process's or a
@@ -744,7 +748,7 @@ mod tests {
         assert_eq!(x.write_peer(nobody, &[seg], &[seg]), Err(PeerFault::Gone));
         assert_eq!(x.read_peer(nobody, &[seg], &[seg]), Err(PeerFault::Gone));
         assert_eq!(cross_memory_allowed(own_id()), Ok(()));
-        assert_eq!(live_thread_of(nobody), None);
+        assert!(other_threads_of(nobody).is_empty());
     }
 
     /// A process's threads other than its main one are found (the test
@@ -753,7 +757,9 @@ mod tests {
     fn a_thread_other_than_the_main_one_is_found() {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        let tid = live_thread_of(pid).expect("the test's own thread");
+        let tid = *other_threads_of(pid)
+            .first()
+            .expect("the test's own thread");
         assert_ne!(tid, pid);
         let word = [7u8];
         let mut out = [0u8];
