@@ -67,7 +67,7 @@ fn this_thread() -> procfs::ProcResult<Process> {
 
 /// `Err(EFAULT)` if the byte at `addr`, in a readable file mapping,
 /// cannot be read: its page lies past the end of the file. Read through
-/// the kernel (`process_vm_readv` on our own pid), which reports the
+/// the kernel (`process_vm_readv` on our own thread), which reports the
 /// fault as EFAULT where a load would raise SIGBUS. Where the kernel
 /// refuses cross-memory attach (a seccomp policy) the page is taken as
 /// there: the check is then what it was before it (accesses to such a
