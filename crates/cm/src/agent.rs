@@ -2046,6 +2046,27 @@ impl Agent {
         }
     }
 
+    /// A REP from a QP a live connection of ours already has as its peer:
+    /// rejected as stale (10), as the kernel's `cm_rep_handler` does; our
+    /// id stays in REQ_SENT, its REQ sent again until it gives up.
+    fn refuse_stale_rep(&mut self, h: u32, rep: &CmRep) {
+        let Some(id) = self.ids.get(&h).cloned() else {
+            return;
+        };
+        let rej = CmRej {
+            local_comm_id: id.conn.local_comm_id,
+            remote_comm_id: rep.local_comm_id,
+            message_rejected: MessageKind::Rep,
+            reason: rej_reason::STALE_CONN,
+            ..CmRej::default()
+        };
+        if let (Ok(mad), Ok((src, dst))) =
+            (mad_of(&CmMessage::Rej(rej), id.conn.tid), endpoints(&id))
+        {
+            self.send(src, dst, mad);
+        }
+    }
+
     /// Answers a REQ with a REJ without an id (no listener, a bad header).
     fn refuse(&mut self, src: IpAddr, dst: IpAddr, tid: u64, req: &CmReq, reason: u16) {
         let rej = CmRej {
@@ -2093,6 +2114,15 @@ impl Agent {
             }
             _ => return,
         }
+        if self
+            .live_conn_to_qp(rep.local_ca_guid, rep.local_qpn.get())
+            .is_some()
+        {
+            return self.refuse_stale_rep(h, rep);
+        }
+        let Some(id) = self.ids.get_mut(&h) else {
+            return;
+        };
         id.retransmit = None;
         id.state = State::RepRcvd;
         id.conn.remote_comm_id = rep.local_comm_id;

@@ -476,6 +476,29 @@ fn a_req_from_a_qp_already_connected_is_rejected_as_stale() {
     );
 }
 
+/// Rule (the kernel's `cm_rep_handler`): a REP from a QP that a live
+/// connection already has as its peer (a server that accepted twice with
+/// one QP) is rejected as stale (10): the server's new connection hears
+/// REJECTED, the client's id no CONNECT_RESPONSE (its REQ goes unanswered).
+#[test]
+fn a_rep_from_a_qp_already_connected_is_rejected_as_stale() {
+    let (mut client, mut server, _, _) = established();
+    let again = client.create(201);
+    client.resolve(again, "10.0.0.2:7471".parse().unwrap());
+    client.connect(again, 0x112, b"");
+    exchange(&mut client, &mut server);
+    let req = server.event();
+    assert_eq!(req.event, event::CONNECT_REQUEST);
+    server.accept(req.id, 301, 0x222, &[], true).unwrap();
+    exchange(&mut client, &mut server);
+    let rej = server.event();
+    assert_eq!(
+        (rej.event, rej.status, rej.id),
+        (event::REJECTED, 10, req.id)
+    );
+    assert!(client.try_event().is_none(), "no CONNECT_RESPONSE");
+}
+
 /// Rule (the kernel's `cm_init_qp_rtr_attr` asks the connection's state,
 /// not its QP number): a REQ naming QP 0 is accepted, the accepting QP
 /// pointed at QP 0, and the requester gets the REP.
