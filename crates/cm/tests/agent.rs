@@ -440,6 +440,15 @@ fn qp_attributes_follow_whether_the_id_has_a_cm_id() {
     exchange(&mut client, &mut server);
 }
 
+/// The client's new id `uid` requests a connection to the server's
+/// listener from QP `qpn`, the MADs exchanged.
+fn another_request(client: &mut Side, server: &mut Side, uid: u64, qpn: u32) {
+    let id = client.create(uid);
+    client.resolve(id, "10.0.0.2:7471".parse().unwrap());
+    client.connect(id, qpn, b"");
+    exchange(client, server);
+}
+
 /// Rule (the kernel's `cm_match_req`): a REQ from a QP that a live
 /// connection already has as its peer (same CA GUID and QP number) is
 /// rejected as a stale connection (10) before any listener hears of it,
@@ -448,10 +457,7 @@ fn qp_attributes_follow_whether_the_id_has_a_cm_id() {
 #[test]
 fn a_req_from_a_qp_already_connected_is_rejected_as_stale() {
     let (mut client, mut server, cid, sid) = established();
-    let again = client.create(201);
-    client.resolve(again, "10.0.0.2:7471".parse().unwrap());
-    client.connect(again, 0x111, b"");
-    exchange(&mut client, &mut server);
+    another_request(&mut client, &mut server, 201, 0x111);
     let rej = client.event();
     assert_eq!((rej.event, rej.status, rej.uid), (event::REJECTED, 10, 201));
     let old = client.event();
@@ -465,10 +471,7 @@ fn a_req_from_a_qp_already_connected_is_rejected_as_stale() {
     exchange(&mut client, &mut server);
     let ended = server.event();
     assert_eq!((ended.event, ended.id), (event::DISCONNECTED, sid));
-    let third = client.create(202);
-    client.resolve(third, "10.0.0.2:7471".parse().unwrap());
-    client.connect(third, 0x111, b"");
-    exchange(&mut client, &mut server);
+    another_request(&mut client, &mut server, 202, 0x111);
     assert_eq!(
         server.event().event,
         event::CONNECT_REQUEST,
@@ -483,10 +486,7 @@ fn a_req_from_a_qp_already_connected_is_rejected_as_stale() {
 #[test]
 fn a_rep_from_a_qp_already_connected_is_rejected_as_stale() {
     let (mut client, mut server, _, _) = established();
-    let again = client.create(201);
-    client.resolve(again, "10.0.0.2:7471".parse().unwrap());
-    client.connect(again, 0x112, b"");
-    exchange(&mut client, &mut server);
+    another_request(&mut client, &mut server, 201, 0x112);
     let req = server.event();
     assert_eq!(req.event, event::CONNECT_REQUEST);
     server.accept(req.id, 301, 0x222, &[], true).unwrap();

@@ -36,16 +36,25 @@ pub fn has_ended(pid: i32) -> bool {
 
 /// [`has_ended`] for a process whose `/proc/PID/stat` reads `stat`.
 fn stat_has_ended(stat: &str) -> bool {
-    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses,
-    // so the fields after it follow the last ')'; the thread count is
-    // the 20th field, the 18th after COMM.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return false;
-    };
+    match main_thread_and_threads(stat.as_bytes()) {
+        Some((ended, threads)) => ended && !matches!(threads, Some(n) if n > 1),
+        None => false,
+    }
+}
+
+/// From a `/proc/PID/stat` line, whether its main thread has ended (a
+/// zombie: the process's state is its main thread's) and, where the line
+/// has it, the process's thread count. "PID (COMM) STATE PPID ...": COMM
+/// may hold anything, so the fields follow the last ')'; the thread count
+/// is the 20th field, the 18th after COMM. Reads bytes, so that a caller
+/// may read the line into the stack (`own_threads.rs` allocates nothing).
+pub(crate) fn main_thread_and_threads(stat: &[u8]) -> Option<(bool, Option<u64>)> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     let mut fields = rest.split_ascii_whitespace();
-    let zombie = matches!(fields.next(), Some("Z" | "X"));
-    let threads = fields.nth(16).and_then(|n| n.parse::<u32>().ok());
-    zombie && !matches!(threads, Some(n) if n > 1)
+    let ended = matches!(fields.next(), Some("Z" | "X" | "x"));
+    let threads = fields.nth(16).and_then(|n| n.parse().ok());
+    Some((ended, threads))
 }
 
 /// Our pid namespace, as the inode of `/proc/thread-self/ns/pid` (0:
