@@ -159,6 +159,13 @@ done
 one "SOFTVERBS_UDP_PORT=abc: said, and 4791 used" "SOFTVERBS_UDP_PORT=abc is not a UDP port; using 4791" \
   env SOFTVERBS_UDP_PORT=abc SOFTVERBS_DAEMON_SOCKET="softverbs-badport-$$" SOFTVERBS_DAEMON_IDLE_EXIT=1 \
   ibv_devinfo -d softverbs0
+# That daemon receives on the device address's UDP 4791 until its idle
+# second has passed: the next test's daemon could not (a fresh-clone run
+# once started it in that second).
+deadline=$((SECONDS + 15))
+while pgrep -f -- "daemon.*--socket softverbs-badport-$$" > /dev/null && [ $SECONDS -lt $deadline ]; do
+  sleep 0.1 # poll interval; the loop ends on the condition
+done
 
 # 7. The daemon dies (kill -9) while an rdma_cm server listens: that
 #    process lets go of the dead daemon's steering group (it says so),

@@ -32,6 +32,7 @@ pub fn run(
         return start_detached(&socket, idle_exit, pcap.as_deref());
     }
     close_inherited_descriptors();
+    unblock_inherited_signals();
     raise_descriptor_limit();
     let config = DaemonConfig {
         socket: socket.clone(),
@@ -96,6 +97,16 @@ fn close_inherited_descriptors() {
         // The listing's own descriptor is closed by now: EBADF, ignored.
         let _ = nix::unistd::close(fd);
     }
+}
+
+/// Unblocks every signal: the daemon inherited the signal mask of the
+/// thread that started it, which may be one of softverbs' own (they block
+/// the application's signals, `own_threads.rs`) or an application thread
+/// that blocks SIGTERM; a daemon that outlives them must still end on
+/// `kill` as any service does.
+fn unblock_inherited_signals() {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 }
 
 /// Raises the soft limit on descriptors to the hard one. The daemon holds
