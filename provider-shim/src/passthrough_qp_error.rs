@@ -88,9 +88,11 @@ impl Hooked {
         due.sort_by_key(|d| d.1);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stopper = Arc::clone(&stop);
-        let spawned = std::thread::Builder::new()
-            .name("softverbs-alarm".into())
-            .spawn(move || self.run_alarm(&stopper, due));
+        let spawned = softverbs_transport::own_threads::spawning(|| {
+            std::thread::Builder::new()
+                .name("softverbs-alarm".into())
+                .spawn(move || self.run_alarm(&stopper, due))
+        });
         match spawned {
             Ok(thread) => *q.alarm.lock() = Some(Alarm { stop, thread }),
             Err(e) => softverbs_transport::say!(
@@ -102,6 +104,9 @@ impl Hooked {
 
     /// Fires each timed rule when its time comes, unless stopped first.
     fn run_alarm(&self, stop: &(Mutex<bool>, Condvar), due: Vec<(Option<u32>, Duration)>) {
+        // One of softverbs' threads: counted as such, the application's
+        // signals blocked (own_threads.rs).
+        let _own = softverbs_transport::own_threads::OwnThread::register();
         for (filter, at) in due {
             let when = self.opened + at;
             let mut stopped = stop.0.lock();

@@ -373,17 +373,19 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         open.push((std::process::id(), Arc::downgrade(&flushed)));
         drop(open);
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("softverbs-progress".into())
-            .spawn(move || progress_thread(&thread_shared, poll))
-            .map_err(|e| {
-                // pthread_create's EAGAIN most often means no memory for
-                // the stack (`RLIMIT_AS`), which a kernel provider's
-                // ibv_open_device reports as ENOMEM; and it is not the
-                // daemon's silence that EAGAIN tells the user elsewhere.
-                crate::say!("softverbs: cannot start a context's progress thread: {e}");
-                io::Error::from_raw_os_error(libc::ENOMEM)
-            })?;
+        let thread = own_threads::spawning(|| {
+            std::thread::Builder::new()
+                .name("softverbs-progress".into())
+                .spawn(move || progress_thread(&thread_shared, poll))
+        })
+        .map_err(|e| {
+            // pthread_create's EAGAIN most often means no memory for
+            // the stack (`RLIMIT_AS`), which a kernel provider's
+            // ibv_open_device reports as ENOMEM; and it is not the
+            // daemon's silence that EAGAIN tells the user elsewhere.
+            crate::say!("softverbs: cannot start a context's progress thread: {e}");
+            io::Error::from_raw_os_error(libc::ENOMEM)
+        })?;
         Ok(Driver {
             shared,
             thread: Some(thread),

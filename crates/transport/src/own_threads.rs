@@ -4,9 +4,10 @@
 //! A process lives while any of its threads does. A kernel provider starts
 //! none, so a program whose main thread ends with `pthread_exit` ends when
 //! its last other thread does: glibc then calls `exit(0)`. softverbs' own
-//! threads (each context's progress thread, the rdma_cm service's) would
-//! keep such a process alive for ever. So each counts itself while it runs
-//! ([`OwnThread`]), and a progress thread looks now and then whether the
+//! threads (each context's progress thread, the rdma_cm service's, a
+//! pass-through device's fault alarm) would keep such a process alive for
+//! ever. So each counts itself while it runs ([`OwnThread`]), and a
+//! progress thread (or the rdma_cm service) looks now and then whether the
 //! main thread has ended and the process's thread count is exactly ours
 //! ([`application_ended`]); if so it ends the process as glibc would have
 //! ([`end_process`]).
@@ -78,7 +79,35 @@ impl Drop for OwnThread {
 /// provider's handler (which turns it into an error), or a blocked
 /// SIGSEGV kills the process. glibc keeps its own two signals unblocked.
 fn block_application_signals() {
-    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+    let _ = swap_signal_mask(&application_signals());
+}
+
+/// Runs `spawn`, which starts one of softverbs' threads, with the
+/// application's signals blocked on the calling thread, then gives it its
+/// mask back: the new thread inherits the blocked mask from its first
+/// instruction. Blocked by [`OwnThread::register`] alone, a signal sent
+/// before the new thread ran that far ran the application's handler on
+/// it (a loaded fresh run of main_thread_exit.c's signal mode).
+pub fn spawning<R>(spawn: impl FnOnce() -> R) -> R {
+    let old = swap_signal_mask(&application_signals());
+    let spawned = spawn();
+    if let Some(old) = old {
+        let _ = swap_signal_mask(&old);
+    }
+    spawned
+}
+
+/// Sets the calling thread's signal mask to `mask`; the mask it had.
+fn swap_signal_mask(mask: &nix::sys::signal::SigSet) -> Option<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(mask), Some(&mut old)).ok()?;
+    Some(old)
+}
+
+/// Every signal but the faults a thread raises itself.
+fn application_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
     let mut blocked = SigSet::all();
     let faults = [
         Signal::SIGSEGV,
@@ -91,7 +120,7 @@ fn block_application_signals() {
     for fault in faults {
         blocked.remove(fault);
     }
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&blocked), None);
+    blocked
 }
 
 /// Applies `change` to [`COUNTS`] atomically.

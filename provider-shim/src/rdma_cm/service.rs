@@ -280,9 +280,11 @@ impl Service {
             return;
         }
         let me = Arc::clone(self);
-        let _ = std::thread::Builder::new()
-            .name("softverbs-cm".into())
-            .spawn(move || me.serve());
+        let _ = own_threads::spawning(|| {
+            std::thread::Builder::new()
+                .name("softverbs-cm".into())
+                .spawn(move || me.serve())
+        });
     }
 
     /// A new channel: the descriptor the application gets, non-blocking
