@@ -41,6 +41,7 @@
 pub mod aeth;
 pub mod bth;
 pub mod cm;
+pub mod cnp;
 mod cursor;
 pub mod error;
 pub mod ext;
@@ -56,6 +57,7 @@ pub mod u24;
 
 pub use aeth::{rnr_timer_micros, Aeth, NakCode, Syndrome};
 pub use bth::Bth;
+pub use cnp::{cnp_dest_qp, is_cnp, write_cnp, CNP_LEN};
 pub use error::{HeaderKind, WireError};
 pub use ext::{AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth};
 pub use header::Header;
