@@ -421,6 +421,7 @@ impl SendSide<'_> {
 
     /// Timer expiry: the end of an RNR wait, or the local ACK timeout.
     pub(crate) fn timeout(&mut self, ctx: &mut Ctx<'_>, now: Nanos) {
+        self.req.pacer.release(now);
         if let Some((at, psn)) = self.req.rnr_resume {
             if at <= now {
                 self.req.rnr_resume = None;

@@ -27,20 +27,33 @@
 //!   responses of one asked for.
 //!
 //! UC and UD have no window to shrink and no responses to carry a
-//! notice: marks on them change nothing.
+//! notice: a marked UC or UD request is answered with a CNP, which caps
+//! its sender's rate (`cnp.rs`, `pacing.rs`).
 
 use crate::ctx::Ctx;
+use crate::gid::Gid;
 use crate::qp_state::QpType;
 use crate::recv_side::RecvSide;
 use crate::send_side::SendSide;
 use softverbs_wire::PacketView;
 
 impl RecvSide<'_> {
-    /// A request arrived, marked if the embedder found its queue filling:
-    /// the next response carries BECN.
-    pub(crate) fn note_congestion(&mut self, ctx: &Ctx<'_>) {
-        if ctx.congestion && self.qp_type == QpType::Rc {
-            self.resp.becn_due = true;
+    /// A request arrived from `from` (its source and destination GIDs),
+    /// marked if the embedder found its queue filling: an RC QP's next
+    /// response carries BECN, a UC or UD QP owes its sender a CNP
+    /// (`cnp.rs`).
+    pub(crate) fn note_congestion(
+        &mut self,
+        ctx: &Ctx<'_>,
+        pkt: &PacketView<'_>,
+        from: (Gid, Gid),
+    ) {
+        if !ctx.congestion {
+            return;
+        }
+        match self.qp_type {
+            QpType::Rc => self.resp.becn_due = true,
+            QpType::Uc | QpType::Ud => self.owe_notice(ctx, pkt, from),
         }
     }
 }

@@ -52,6 +52,9 @@ impl Engine {
     ) {
         self.stats.rx_marked += u64::from(arrival.marked);
         self.note_fault_time(now);
+        if softverbs_wire::is_cnp(packet) {
+            return self.handle_cnp(now, arrival, packet);
+        }
         let Ok(pkt) = PacketView::parse(packet) else {
             self.stats.rx_malformed += 1;
             return;
@@ -134,6 +137,43 @@ impl Engine {
                 self.stats.rx_write_ends += u64::from(write_end);
                 self.schedule.wake(id);
                 self.schedule.wake_transmit(id);
+                self.sync_timer(id);
+            }
+            None => {}
+        }
+        if self.qps.get(id).is_some_and(|qp| qp.resp.notices.is_due()) {
+            // Owed even by a datagram its QP dropped (`cnp.rs`).
+            self.schedule.wake_transmit(id);
+        }
+    }
+
+    /// A CNP arrived: the QP it names sends less (`cnp.rs`), if it is
+    /// this engine's, of the CNP's partition, and, connected, the CNP
+    /// came from its peer.
+    fn handle_cnp(&mut self, now: Nanos, arrival: Arrival, packet: &[u8]) {
+        let Some((qpn, pkey)) = softverbs_wire::cnp_dest_qp(packet) else {
+            self.stats.rx_malformed += 1;
+            return;
+        };
+        let Some(id) = self.qp_by_num(qpn.get()) else {
+            self.stats.rx_unknown_qp += 1;
+            return;
+        };
+        let verdict = self.with_qp(id, |qp, ctx| {
+            if !pkey_matches(pkey, Bth::DEFAULT_PKEY) {
+                return Err(Rejected::BadPkey);
+            }
+            if !from_the_peer(qp, ctx, arrival.src_gid, arrival.dst_gid) {
+                return Err(Rejected::WrongAddress);
+            }
+            qp.on_cnp(ctx, now);
+            Ok(())
+        });
+        match verdict {
+            Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
+            Some(Err(_)) => self.stats.rx_wrong_address += 1,
+            Some(Ok(())) => {
+                self.stats.rx_cnp += 1;
                 self.sync_timer(id);
             }
             None => {}
@@ -244,6 +284,12 @@ pub struct DatapathStats {
     pub rx_marked: u64,
     /// Packets that carried BECN (a responder's congestion notice).
     pub rx_becn: u64,
+    /// CNPs sent: UC and UD requests that arrived marked, answered at
+    /// most one per receiving QP every 50 us (`cnp.rs`).
+    pub tx_cnp: u64,
+    /// CNPs received for a QP of this engine, each capping a UC or UD
+    /// QP's rate or halving an RC QP's loss window.
+    pub rx_cnp: u64,
     /// How the RC QPs recovered from packets lost, delayed or reordered.
     pub recovery: RecoveryStats,
 }

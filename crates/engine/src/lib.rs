@@ -14,6 +14,7 @@
 mod access;
 mod ah_attr;
 mod attr_mask;
+mod cnp;
 mod completer;
 mod completion_events;
 mod congestion;
@@ -40,6 +41,7 @@ mod memory;
 mod mr_table;
 mod mtu;
 mod objects;
+mod pacing;
 mod packet_cost;
 mod post;
 mod qp;

@@ -15,6 +15,7 @@ use crate::gid::Gid;
 use crate::loss_window::LossWindow;
 use crate::memory::HostMemory;
 use crate::mr_table::{sge_total, LocalAccessError};
+use crate::pacing::Pacer;
 use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
 use crate::rnr_probe::RnrProbe;
@@ -168,6 +169,9 @@ pub(crate) struct Requester {
     /// After an RNR wait, the first packet sent again goes alone until
     /// answered (`rnr_probe.rs`; on the wire only).
     pub(crate) probe: RnrProbe,
+    /// A UC or UD QP told of congestion sends at a capped rate
+    /// (`pacing.rs`).
+    pub(crate) pacer: Pacer,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
     /// Same-host path: the operation handed out and not yet answered
@@ -224,10 +228,15 @@ impl Requester {
     /// The earliest timer of the requester.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
         let rnr = self.rnr_resume.map(|(at, _)| at);
-        [self.retransmit_at, rnr, self.early.due_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.retransmit_at,
+            rnr,
+            self.early.due_at(),
+            self.pacer.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether a send WR is still in progress (`sq_draining`).
@@ -338,6 +347,10 @@ impl SendSide<'_> {
         if !self.within_window(ctx, idx) {
             return None;
         }
+        let paced = self.qp_type != QpType::Rc;
+        if paced && self.req.pacer.hold(now).is_some() {
+            return None;
+        }
         let Some(gids) = request_gids(self, ctx, idx) else {
             self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
             return None;
@@ -345,6 +358,9 @@ impl SendSide<'_> {
         match self.build_request(ctx, idx, mem, gids, sink) {
             Ok(sent) => {
                 self.after_transmit(ctx, idx, now, sent.asked_ack);
+                if paced {
+                    self.req.pacer.sent(now, sent.transmit.len);
+                }
                 Some(sent)
             }
             Err(status) => {

@@ -9,6 +9,7 @@
 //! Q_Key and delivers whole datagrams with a GRH.
 
 use crate::access::AccessFlags;
+use crate::cnp::Notices;
 use crate::ctx::Ctx;
 use crate::event::AsyncEvent;
 use crate::gid::Gid;
@@ -162,6 +163,9 @@ pub(crate) struct Responder {
     /// A request arrived marked: the next response carries BECN
     /// (`congestion.rs`).
     pub(crate) becn_due: bool,
+    /// UC and UD: a CNP owed to the sender of a marked request
+    /// (`cnp.rs`).
+    pub(crate) notices: Notices,
 }
 
 impl Responder {
@@ -278,7 +282,7 @@ impl RecvSide<'_> {
             self.resp.comm_est = true;
             ctx.event(AsyncEvent::CommEst(self.id));
         }
-        self.note_congestion(ctx);
+        self.note_congestion(ctx, pkt, (src_gid, dst_gid));
         match self.qp_type {
             QpType::Rc => self.rc_receive(ctx, pkt, mem),
             QpType::Uc => self.uc_receive(ctx, pkt, mem),

@@ -151,7 +151,7 @@ pub(crate) fn emit<E>(
 impl Engine {
     /// The next packet to send, if any, written into `buf` (at least
     /// [`MAX_PACKET_LEN`] bytes) with its ICRC field zero. QPs take turns,
-    /// responses first within a QP.
+    /// congestion notices and responses first within a QP.
     pub fn poll_transmit(
         &mut self,
         now: Nanos,
@@ -162,7 +162,8 @@ impl Engine {
     }
 
     /// The next packet to send, if any, written into `sink` (see the
-    /// module docs). QPs take turns, responses first within a QP.
+    /// module docs). QPs take turns, congestion notices and responses
+    /// first within a QP.
     pub fn poll_transmit_to(
         &mut self,
         now: Nanos,
@@ -197,9 +198,14 @@ impl Engine {
         mem: &dyn HostMemory,
         sink: &mut dyn PacketSink,
     ) -> (Option<Transmit>, bool) {
-        let (mut resent_now, mut asked_ack) = (0, false);
+        let (mut resent_now, mut asked_ack, mut cnp) = (0, false, false);
         let sent = self.with_qp(id, |qp, ctx| {
-            // Responses first; a READ stream whose MR went away turns into
+            // A congestion notice before anything (`cnp.rs`).
+            if let Some(sent) = qp.resp.notices.transmit(now, sink) {
+                cnp = true;
+                return Some(sent);
+            }
+            // Responses; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
             while qp.responder_pending() {
                 let gids = response_gids(&qp.attr, ctx);
@@ -217,6 +223,7 @@ impl Engine {
             Some(sent.transmit)
         });
         self.stats.tx_resent += resent_now;
+        self.stats.tx_cnp += u64::from(cnp);
         (sent.flatten(), asked_ack)
     }
 }

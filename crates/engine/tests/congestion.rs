@@ -7,6 +7,9 @@ mod common;
 use common::pair::*;
 use softverbs_engine::*;
 use softverbs_wire::{OpKind, PacketView, Psn};
+
+/// A receiving QP sends CNPs at least this far apart (`cnp.rs`).
+const CNP_INTERVAL: u64 = 50_000;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -60,6 +63,9 @@ fn watch(p: &mut Pair, first_psn: u32, mark: fn(bool, usize) -> bool) -> Rc<RefC
 /// nothing sent again.
 fn write_marked(ty: QpType, mark: fn(bool, usize) -> bool) -> (Pair, Rc<RefCell<Seen>>) {
     let mut p = Pair::with_window(WINDOW_PKTS as u32 * 1024);
+    // A UC requester has no window to wait on: it would send all before
+    // the responder's turn.
+    p.interleaved = ty == QpType::Uc;
     let link = Link::default();
     let (qa, _) = p.connect(ty, link);
     let data: Vec<u8> = (0..LEN as usize)
@@ -171,14 +177,117 @@ fn once_the_marks_stop_the_window_grows_back() {
     assert_eq!(most_ahead(last), WINDOW_PKTS);
 }
 
-/// UC has no responses to carry a notice and no window: marks change
-/// nothing, and the WRITE arrives whole.
+/// UC has no responses to carry a notice and no window: a marked UC
+/// request is answered with a CNP (at most one per 50 us), and the
+/// requester sends at a capped rate, halved at each CNP down to its least
+/// (`cnp.rs`, `pacing.rs`); the WRITE arrives whole, slower.
 #[test]
-fn marks_on_uc_change_nothing() {
+fn marked_uc_requests_bring_cnps_and_the_sender_slows() {
+    let (unmarked, _) = write_marked(QpType::Uc, |_, _| false);
     let (p, seen) = write_marked(QpType::Uc, |_, _| true);
+    assert!(p.interleaved);
     let s = seen.borrow();
     assert_eq!(s.becn_responses, 0);
     assert_eq!(p.b.e.stats().rx_marked, s.ahead.len() as u64);
+    let cnps = p.b.e.stats().tx_cnp;
+    assert!(cnps > 1, "{cnps}");
+    assert!(cnps <= p.now / CNP_INTERVAL + 1, "{cnps} in {} ns", p.now);
+    assert_eq!(p.a.e.stats().rx_cnp, cnps);
+    assert_eq!(unmarked.b.e.stats().tx_cnp, 0);
+    // Unpaced, the pair moves a packet a microsecond; the least rate,
+    // 32 MiB/s, is a 1 KiB packet in about 32.
+    assert!(
+        p.now > 10 * unmarked.now,
+        "paced {} ns, unpaced {} ns",
+        p.now,
+        unmarked.now
+    );
+}
+
+/// Once the CNPs stop, the cap rises back and is lifted: a WRITE sent
+/// after a quiet while goes as fast as one never paced.
+#[test]
+fn after_the_cnps_stop_a_uc_sender_is_unpaced_again() {
+    let mut p = Pair::new();
+    p.interleaved = true;
+    let (qa, _) = p.connect(QpType::Uc, Link::default());
+    let write = |p: &mut Pair, id: u64| {
+        let sge = [p.a.sge(0, LEN)];
+        let mut w = wr(id, send_opcode::RDMA_WRITE, &sge);
+        w.rdma = RdmaTarget {
+            remote_addr: MEM_BASE + 0x8_0000,
+            rkey: p.b.key,
+        };
+        p.a.e.post_send(qa, &w).unwrap();
+        let start = p.now;
+        p.run(100_000);
+        assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+        p.now - start
+    };
+    let unpaced = write(&mut p, 1);
+    p.filter = Box::new(|from_a, _| if from_a { Fate::Mark } else { Fate::Deliver });
+    let paced = write(&mut p, 2);
+    assert!(
+        paced > 10 * unpaced,
+        "paced {paced} ns, unpaced {unpaced} ns"
+    );
+    p.filter = Box::new(|_, _| Fate::Deliver);
+    // From the least rate, the cap's target grows past 16 GiB/s in about
+    // 1.6 s (`pacing.rs`).
+    p.now += 2_000_000_000;
+    let after = write(&mut p, 3);
+    assert!(
+        after <= unpaced + 10_000,
+        "{after} ns after the quiet, {unpaced} ns never paced"
+    );
+}
+
+/// A marked UD datagram is answered with a CNP to the QP in its DETH.
+#[test]
+fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
+    let mut p = Pair::new();
+    p.interleaved = true;
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    let target = Some(p.ud_target(qb));
+    for id in 0..8 {
+        p.b.post_recv(qb, id, 0x10000 * (id + 1), 1024);
+        let sge = [p.a.sge(0, 512)];
+        let s = SendWr {
+            ud: target,
+            ..wr(id, send_opcode::SEND, &sge)
+        };
+        p.a.e.post_send(qa, &s).unwrap();
+    }
+    p.filter = Box::new(|from_a, _| if from_a { Fate::Mark } else { Fate::Deliver });
+    p.run(1_000);
+    assert_eq!(p.b.poll().len(), 8, "every datagram arrived");
+    assert!(p.b.e.stats().tx_cnp >= 1);
+    assert_eq!(p.a.e.stats().rx_cnp, p.b.e.stats().tx_cnp);
+}
+
+/// A CNP for a UC QP from an address that is not its peer's changes
+/// nothing (counted as a wrong address); one for a QP that does not exist
+/// is counted as such.
+#[test]
+fn a_cnp_from_a_stranger_is_dropped() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Uc, Link::default());
+    let qpn = p.a.e.qp_num(qa).unwrap();
+    let mut cnp = [0u8; softverbs_wire::CNP_LEN];
+    softverbs_wire::write_cnp(&mut cnp, softverbs_wire::Qpn::new_masked(qpn), 0xFFFF).unwrap();
+    let stranger = Gid::from_ipv4(std::net::Ipv4Addr::new(10, 9, 9, 9));
+    let a_gid = p.a.gid;
+    p.a.e.handle_packet(0, stranger, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_wrong_address, 1);
+    assert_eq!(p.a.e.stats().rx_cnp, 0);
+    assert_eq!(p.a.e.poll_timeout(), None, "nothing held");
+    softverbs_wire::write_cnp(&mut cnp, softverbs_wire::Qpn::new_masked(qpn + 1), 0xFFFF).unwrap();
+    let b_gid = p.b.gid;
+    p.a.e.handle_packet(0, b_gid, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_unknown_qp, 1);
+    softverbs_wire::write_cnp(&mut cnp, softverbs_wire::Qpn::new_masked(qpn), 0xFFFF).unwrap();
+    p.a.e.handle_packet(0, b_gid, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_cnp, 1, "from its peer");
 }
 
 /// Unmarked, READs are asked for up to a window of responses ahead of

@@ -101,6 +101,9 @@ pub struct Pair {
     /// A hook run before each same-host operation executes; false drops
     /// it (the target's process is gone).
     pub reachable: Box<dyn FnMut(bool) -> bool>,
+    /// Each side sends one packet a round, as two hosts send at once (by
+    /// default each sends all it has before the other's turn).
+    pub interleaved: bool,
 }
 
 /// Per-QP settings of a connection.
@@ -165,6 +168,7 @@ impl Pair {
             same_host: false,
             reachable: Box::new(|_| true),
             ud_via_wire: false,
+            interleaved: false,
         }
     }
 
@@ -330,6 +334,9 @@ impl Pair {
                     dst.e.handle_arrival(self.now, arrival, pkt, &mut dst.mem);
                 }
                 self.now += 1_000;
+                if self.interleaved {
+                    break;
+                }
             }
         }
         moved
