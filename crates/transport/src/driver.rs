@@ -982,6 +982,11 @@ impl<M: HostMemory> Shared<M> {
         with_wire_memory(mem, same_host.as_ref(), |mem| {
             io.receive(engine, mem, now, by)
         });
+        if io.endpoint.more_waiting() {
+            // Its poller reports no datagram already waiting: the
+            // progress thread takes in the rest, after what is owed left.
+            let _ = self.waker.wake();
+        }
     }
 
     /// One progress step, then the reports; on a verb's step, the progress
@@ -1125,7 +1130,7 @@ impl<M> State<M> {
             "softverbs: {} (pid {}): {} packets sent (in {} system calls{}), {} received, \
              {} resent, {} not sent, \
              {} dropped on receipt ({} with a bad ICRC, {} refused by the engine), \
-             {} waits for socket room{}{}{}",
+             {} waits for socket room{}{}{}{}",
             self.engine.config().name,
             std::process::id(),
             io.tx,
@@ -1150,6 +1155,10 @@ impl<M> State<M> {
                 (marked, becn) => format!(
                     ", {marked} marked in a filling queue, {becn} congestion notices received"
                 ),
+            },
+            match (e.tx_cnp, e.rx_cnp) {
+                (0, 0) => String::new(),
+                (sent, received) => format!(", CNPs: {sent} sent, {received} received"),
             },
             recovery_summary(&e.recovery),
         )
@@ -1452,6 +1461,9 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 }
             }
             let took_in = state.io.stats.rx != received;
+            // The step stopped receiving before the socket was empty
+            // (`Endpoint::more_waiting`): the poller would not say so.
+            let more_waiting = state.io.endpoint.more_waiting();
             // What the step wrote leaves now, with the driver unlocked
             // (`outbox.rs`), ahead of the thread's reckoning below: sent
             // after it, a READ's response waited 0.3 us longer.
@@ -1493,7 +1505,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
                 !lingering && state.same_host.as_ref().is_some_and(|sh| !sh.may_sleep());
             // What found no room in the socket waits for the next step, at
             // once, which then waits for room as for any batch.
-            if blocked || delivered || change == Some(Change::TakeBack) || linger {
+            if blocked || delivered || more_waiting || change == Some(Change::TakeBack) || linger {
                 (Some(std::time::Duration::ZERO), lingering)
             } else {
                 let look = owner.look_again_at();

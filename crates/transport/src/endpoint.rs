@@ -45,6 +45,9 @@ pub struct Endpoint {
     cmsg: Vec<u8>,
     /// How full the steered socket's queue is (`queue_watch.rs`).
     queue: QueueWatch,
+    /// The last receive stopped before the steered socket was empty, to
+    /// let what it owes the senders leave (`MARKED_AT_MOST`).
+    more_waiting: bool,
     /// The daemon's stream has frames a poll should read.
     stream_waiting: Arc<StreamWaiting>,
     /// The context's own sockets on the multicast groups it is in
@@ -97,6 +100,7 @@ impl Endpoint {
             direct_buf: vec![0; 1 << 16],
             cmsg: cmsg_buffer(),
             queue: QueueWatch::default(),
+            more_waiting: false,
             stream_waiting: Arc::default(),
             groups: GroupSockets::new()?,
         })
@@ -315,9 +319,9 @@ impl Endpoint {
     /// thread after a look at its poller, or there is no steered socket,
     /// or frames were noted on the stream ([`StreamWaiting`]). Each comes
     /// with whether it is marked: the steered socket's queue was filling
-    /// with several senders' data (`queue_watch.rs`). Whether it read the
-    /// stream because frames were noted on it (for a receiver that would
-    /// not have read it otherwise).
+    /// with several senders' data or UC or UD data (`queue_watch.rs`).
+    /// Whether it read the stream because frames were noted on it (for a
+    /// receiver that would not have read it otherwise).
     pub fn receive(
         &mut self,
         by: Receiver,
@@ -336,7 +340,15 @@ impl Endpoint {
         Ok(noted && !reads_anyway)
     }
 
+    /// Whether the last receive left datagrams on the steered socket for
+    /// the next, so that what the engine owes the senders (CNPs, ACKs with
+    /// BECN) could leave first: its caller steps again at once.
+    pub fn more_waiting(&self) -> bool {
+        self.more_waiting
+    }
+
     fn receive_direct(&mut self, by: Receiver, frame: &mut impl FnMut(FrameHeader, &[u8], bool)) {
+        self.more_waiting = false;
         let Some(socket) = self.session.direct() else {
             return;
         };
@@ -346,12 +358,21 @@ impl Endpoint {
         let dst = SocketAddr::new(self.local.ip(), crate::daemon::udp_port());
         let (buf, cmsg, queue) = (&mut self.direct_buf, &mut self.cmsg, &mut self.queue);
         let one = by == Receiver::Poll;
-        let emptied = read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
-            let marked = queue.read(socket, src, bytes.len(), usize::from(segment));
+        // While the queue fills faster than it is read, reading until it
+        // is empty never ends, and the congestion notices owed for what
+        // was read never leave: stop after a while of marked packets.
+        let mut marked_bytes = 0;
+        let read = read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
+            let opcode = bytes.first().copied().unwrap_or_default();
+            let marked = queue.read(socket, src, bytes.len(), (usize::from(segment), opcode));
             frame(FrameHeader { src, dst, segment }, bytes, marked);
+            marked_bytes += if marked { bytes.len() } else { 0 };
+            marked_bytes < MARKED_AT_MOST
         });
-        if emptied {
-            queue.emptied();
+        match read {
+            Read::Emptied => queue.emptied(),
+            Read::Stopped => self.more_waiting = true,
+            Read::Ended => {}
         }
     }
 
@@ -364,36 +385,55 @@ impl Endpoint {
             let dst = SocketAddr::new(group, crate::daemon::udp_port());
             read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
                 frame(FrameHeader { src, dst, segment }, bytes, false);
+                true
             });
         });
     }
 }
 
+/// Bytes of marked datagrams one receive reads at most from the steered
+/// socket: at 4 GB/s, 64 us.
+const MARKED_AT_MOST: usize = 256 << 10;
+
+/// How [`read_datagrams`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// It found the socket empty.
+    Emptied,
+    /// Its caller asked it to stop, with datagrams perhaps left.
+    Stopped,
+    /// It read the one asked for, or receiving kept failing.
+    Ended,
+}
+
 /// Reads the datagrams waiting on `socket` (just one if `one`) into `buf`,
-/// handing each to `got` with its sender and segment size (UDP GRO);
-/// whether it found the socket empty.
+/// handing each to `got` with its sender and segment size (UDP GRO),
+/// until `got` says to stop (returns false).
 fn read_datagrams(
     socket: &std::net::UdpSocket,
     buf: &mut [u8],
     cmsg: &mut [u8],
     one: bool,
-    mut got: impl FnMut(&[u8], SocketAddr, u16),
-) -> bool {
+    mut got: impl FnMut(&[u8], SocketAddr, u16) -> bool,
+) -> Read {
     let mut errors = 0;
     loop {
         match recv_segments(socket, buf, cmsg) {
             Ok((n, src, segment)) => {
                 let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
-                got(&buf[..n], src, segment);
+                let go_on = got(&buf[..n], src, segment);
                 if one {
-                    return false;
+                    return Read::Ended;
+                }
+                if !go_on {
+                    return Read::Stopped;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read::Emptied,
             // A failed receive usually consumed its datagram; one that
             // keeps failing must not hold the driver lock forever.
             Err(_) if errors < 64 => errors += 1,
-            Err(_) => return false,
+            Err(_) => return Read::Ended,
         }
     }
 }

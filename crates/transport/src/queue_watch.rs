@@ -1,14 +1,16 @@
 //! Whether the steered socket's receive queue is filling with more than
-//! one sender's data, so that what arrives is marked for the engine
-//! (`softverbs_engine::Arrival::marked`, the engine's
-//! `congestion.rs`).
+//! one sender's data, or with UC or UD data, so that what arrives is
+//! marked for the engine (`softverbs_engine::Arrival::marked`, the
+//! engine's `congestion.rs` and `cnp.rs`).
 //!
-//! One sender's window fits this socket's buffer by construction
+//! One sender's RC window fits this socket's buffer by construction
 //! (`Endpoint::send_window`); two or more senders each keep a window in
 //! flight and together overflow it (several processes writing into one,
-//! `tests/programs/fan_in.c`). So the queue is looked at only while data
-//! came from more than one sender since it was last found empty, and
-//! then by how full the kernel says it is (`SO_MEMINFO`: one system call
+//! `tests/programs/fan_in.c`), and UC and UD keep no window at all: one
+//! sender faster than this reader overflows it (a wire UC `ib_send_bw
+//! -a` lost 1,084 datagrams in one run). So the queue is looked at only
+//! while data came from more than one sender, or UC or UD data came,
+//! since it was last found empty, and then by how full the kernel says it is (`SO_MEMINFO`: one system call
 //! per eighth of the buffer's size read in datagram bytes, none
 //! otherwise; what the kernel counts includes memory of datagrams already
 //! read that it has not yet given back). More than a quarter counts as
@@ -39,6 +41,8 @@ pub(crate) struct QueueWatch {
     data_from: Option<SocketAddr>,
     /// Another sender's data came too.
     several: bool,
+    /// UC or UD data came, which no window bounds.
+    unbounded: bool,
     /// `read` at which the queue is looked at next.
     next_look: usize,
     /// The last look found it filling.
@@ -52,14 +56,15 @@ impl QueueWatch {
     }
 
     /// A datagram of `len` bytes from `src` was read from `socket`, in
-    /// packets of `segment` bytes (several when GRO coalesced them):
-    /// whether its packets are to be marked.
+    /// packets of `segment` bytes (several when GRO coalesced them), the
+    /// first starting with `opcode`: whether its packets are to be
+    /// marked.
     pub(crate) fn read(
         &mut self,
         socket: &impl AsFd,
         src: SocketAddr,
         len: usize,
-        segment: usize,
+        (segment, opcode): (usize, u8),
     ) -> bool {
         self.read += len;
         let data = segment >= DATA_BYTES;
@@ -68,8 +73,9 @@ impl QueueWatch {
                 None => self.data_from = Some(src),
                 Some(first) => self.several |= first != src,
             }
+            self.unbounded |= unbounded(opcode);
         }
-        if self.several && self.read >= self.next_look {
+        if (self.several || self.unbounded) && self.read >= self.next_look {
             let (filling, buffer) = fill_of(socket);
             self.filling = filling;
             let step = match buffer {
@@ -80,6 +86,12 @@ impl QueueWatch {
         }
         self.filling && data
     }
+}
+
+/// Whether a packet of `opcode` is UC or UD (the opcode's top three bits:
+/// UC 001, UD 011).
+fn unbounded(opcode: u8) -> bool {
+    matches!(opcode >> 5, 1 | 3)
 }
 
 /// Whether the socket holds more than a quarter of its buffer, and the
@@ -132,7 +144,7 @@ mod tests {
         let mut marked = 0;
         loop {
             match rx.recv_from(&mut buf) {
-                Ok((n, src)) => marked += usize::from(watch.read(rx, src, n, n)),
+                Ok((n, src)) => marked += usize::from(watch.read(rx, src, n, (n, buf[0]))),
                 Err(_) => {
                     watch.emptied();
                     return marked;
@@ -141,10 +153,21 @@ mod tests {
         }
     }
 
+    /// RC SEND_ONLY and UC SEND_ONLY.
+    const RC: u8 = 0x04;
+    const UC: u8 = 0x24;
+
     fn fill(rx: &UdpSocket, from: &[&UdpSocket], datagrams: usize, len: usize) {
+        fill_with(rx, from, datagrams, len, RC);
+    }
+
+    /// Datagrams of `len` bytes whose first is `opcode`.
+    fn fill_with(rx: &UdpSocket, from: &[&UdpSocket], datagrams: usize, len: usize, opcode: u8) {
         let to = rx.local_addr().unwrap();
+        let mut datagram = vec![0; len];
+        datagram[0] = opcode;
         for i in 0..datagrams {
-            from[i % from.len()].send_to(&vec![0; len], to).unwrap();
+            from[i % from.len()].send_to(&datagram, to).unwrap();
         }
     }
 
@@ -160,7 +183,25 @@ mod tests {
     }
 
     #[test]
-    fn one_sender_is_never_marked_however_full() {
+    fn one_uc_sender_filling_the_queue_is_marked() {
+        let (rx, a, _) = sockets();
+        let mut watch = QueueWatch::default();
+        fill_with(&rx, &[&a], 40, 1024, UC);
+        assert!(drain(&rx, &mut watch) > 0);
+    }
+
+    #[test]
+    fn a_short_uc_queue_is_not_marked() {
+        let (rx, a, _) = sockets();
+        let mut watch = QueueWatch::default();
+        for _ in 0..20 {
+            fill_with(&rx, &[&a], 4, 1024, UC);
+            assert_eq!(drain(&rx, &mut watch), 0);
+        }
+    }
+
+    #[test]
+    fn one_rc_sender_is_never_marked_however_full() {
         let (rx, a, _) = sockets();
         let mut watch = QueueWatch::default();
         fill(&rx, &[&a], 40, 1024);
