@@ -88,7 +88,18 @@ struct Cap {
 impl Pacer {
     /// A CNP arrived for this requester at `now`.
     pub(crate) fn notice(&mut self, now: Nanos) {
-        match &mut self.cap {
+        // A cap that quiet has raised past lifting (nothing was sent to
+        // find out) counts as lifted.
+        let lifted = self.cap.as_mut().is_none_or(|cap| cap.raise(now));
+        match self.cap.as_mut().filter(|_| !lifted) {
+            Some(cap) => {
+                if now.saturating_sub(cap.cut_at) >= CUT_INTERVAL {
+                    cap.target = cap.rate;
+                    cap.set_rate(now, (cap.rate / 2).max(MIN_RATE));
+                    cap.cut_at = now;
+                    cap.changed_at = now;
+                }
+            }
             None => {
                 let target = self.recent_rate(now).max(MIN_RATE);
                 let rate = (target / 2).max(MIN_RATE);
@@ -101,15 +112,6 @@ impl Pacer {
                     changed_at: now,
                     drained_at: now + time_for(BURST, rate),
                 });
-            }
-            Some(cap) => {
-                cap.raise(now);
-                if now.saturating_sub(cap.cut_at) >= CUT_INTERVAL {
-                    cap.target = cap.rate;
-                    cap.set_rate(now, (cap.rate / 2).max(MIN_RATE));
-                    cap.cut_at = now;
-                    cap.changed_at = now;
-                }
             }
         }
     }
@@ -320,6 +322,18 @@ mod tests {
         assert_eq!(p.hold(15_400 * RAISE_INTERVAL), None);
         assert_eq!(p.cap(), None);
         assert_eq!(p.deadline(), None);
+    }
+
+    #[test]
+    fn a_notice_after_a_quiet_long_enough_to_lift_starts_afresh() {
+        let mut p = Pacer::default();
+        p.notice(0);
+        // Nothing sent, nothing held: the cap was never looked at, and
+        // is not cut from the 16 GiB/s quiet raised it to, but set from
+        // what was sent, nothing: the least rate.
+        let later = 20_000 * RAISE_INTERVAL;
+        p.notice(later);
+        assert_eq!(p.cap(), Some(MIN_RATE));
     }
 
     #[test]
