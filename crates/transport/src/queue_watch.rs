@@ -10,11 +10,12 @@
 //! sender faster than this reader overflows it (a wire UC `ib_send_bw
 //! -a` lost 1,084 datagrams in one run). So the queue is looked at only
 //! while data came from more than one sender, or UC or UD data came,
-//! since it was last found empty, and then by how full the kernel says it is (`SO_MEMINFO`: one system call
-//! per eighth of the buffer's size read in datagram bytes, none
-//! otherwise; what the kernel counts includes memory of datagrams already
-//! read that it has not yet given back). More than a quarter counts as
-//! filling, and the data packets read then are marked, as a switch marks packets above a threshold of
+//! since it was last found empty, and then by how full the kernel says
+//! it is (`SO_MEMINFO`: one system call per eighth of the buffer's size
+//! read in datagram bytes, none otherwise; what the kernel counts
+//! includes memory of datagrams already read that it has not yet given
+//! back). More than a quarter counts as filling, and the data packets
+//! read then are marked, as a switch marks packets above a threshold of
 //! its queue: the senders learn of it a round trip later, and what they
 //! send meanwhile must still fit. Sixteen processes writing into one at
 //! Debian's default buffer size (`tests/programs/fan_in.c`, 1,000 WRITEs
