@@ -40,6 +40,8 @@ log=$(mktemp -d)
 pass=0; fail=0
 
 cleanup() {
+  # (A receiver stopped by the last case dies stopped too.)
+  [ -n "${uc_server:-}" ] && kill -9 $uc_server 2>/dev/null
   kill -9 $(jobs -p) 2>/dev/null
   pkill -9 -f "wire-load-busy-$$" 2>/dev/null
   remove_two_hosts "$a" "$b"
@@ -265,15 +267,26 @@ fi
 # stream end well. (What the stopped receiver's kernel dropped is lost,
 # as UC loses it: after the drop check above.)
 dropped_before=$(fan_drops)
-pair uc_cnp "$a" "$ip_a" "$a" "$ip_a" 18705 ib_write_bw -x 1 -F -c UC -s 65536 -D 4 && c=$cli || c=""
+# Line-buffered, so that the client's heading and row reach the file as
+# printed.
+pair uc_cnp "$a" "$ip_a" "$a" "$ip_a" 18705 stdbuf -oL ib_write_bw -x 1 -F -c UC -s 65536 -D 4 && c=$cli || c=""
 # Once the stream runs (the client prints its results' heading as it
-# starts) and not before: stopped in the connection's exchange, the
-# server would hold the client there.
-until grep -q '#bytes' "$log/uc_cnp.cli" || ! kill -0 "$c" 2>/dev/null; do sleep 0.01; done
-uc_server=$(pgrep -f -- "^ib_write_bw .*-c UC -s 65536 -D 4 -p 18705$")
+# starts, its row when it ends) and not before: stopped in the
+# connection's exchange, the server would hold the client there.
+deadline=$((SECONDS + 60))
+until grep -q '#bytes' "$log/uc_cnp.cli" || ! kill -0 "$c" 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.01; done
+uc_server=$(pgrep -f -- "^ib_write_bw .*-p 18705$")
+stopped=no
 if [ -n "$c" ] && [ -n "$uc_server" ] && kill -STOP $uc_server; then
-  until [ "$(fan_drops)" -gt "$dropped_before" ] || ! kill -0 "$c" 2>/dev/null; do sleep 0.01; done
+  until [ "$(fan_drops)" -gt "$dropped_before" ] || ! kill -0 "$c" 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.01; done
+  if [ "$(fan_drops)" -gt "$dropped_before" ] && ! grep -qE '^ *65536 ' "$log/uc_cnp.cli"; then
+    stopped=yes
+  fi
   kill -CONT $uc_server
+fi
+if [ $stopped = no ]; then
+  echo "the receiver was not stopped while the stream ran until its kernel dropped a datagram" > "$log/uc_stop"
+  bad "a UC receiver stopped during the stream until its kernel dropped" "$log/uc_stop"
 fi
 verdict "a UC stream into a receiver stopped, then continued" $c
 said=$(grep -h 'softverbs: softverbs0 (pid' "$log/stats" | tail -n 2)

@@ -160,6 +160,9 @@ impl Engine {
             return;
         };
         let verdict = self.with_qp(id, |qp, ctx| {
+            if qp.peer_direct {
+                return Err(Rejected::PeerOnSameHost);
+            }
             if !pkey_matches(pkey, Bth::DEFAULT_PKEY) {
                 return Err(Rejected::BadPkey);
             }
@@ -170,6 +173,7 @@ impl Engine {
             Ok(())
         });
         match verdict {
+            Some(Err(Rejected::PeerOnSameHost)) => self.stats.rx_peer_on_same_host += 1,
             Some(Err(Rejected::BadPkey)) => self.stats.rx_bad_pkey += 1,
             Some(Err(_)) => self.stats.rx_wrong_address += 1,
             Some(Ok(())) => {

@@ -48,7 +48,8 @@ pub(crate) const BURST: u64 = 64 << 10;
 const MIN_RATE: u64 = 32 << 20;
 /// The rate assumed before anything was measured.
 const UNMEASURED_RATE: u64 = 1 << 30;
-/// Sending is measured over windows at least this long.
+/// Sending is measured over windows at least this long (and at most
+/// twice as long: a longer one was mostly idle).
 const MEASURE_WINDOW: Nanos = 1_000_000;
 /// A window shorter than this is too short to measure by: the rate
 /// of the window before stands for it.
@@ -138,7 +139,9 @@ impl Pacer {
         }
         let window = now.saturating_sub(self.since);
         if window >= MEASURE_WINDOW {
-            self.last_rate = Some(rate_of(self.sent, window));
+            // A window stretched by idleness (or the first, from time 0)
+            // says nothing of the rate a burst after it sends at.
+            self.last_rate = (window < 2 * MEASURE_WINDOW).then(|| rate_of(self.sent, window));
             (self.sent, self.since) = (0, now);
         }
         self.sent += len;
@@ -184,10 +187,12 @@ impl Cap {
                 return true;
             }
             self.target += RAISE_STEP;
-            rate = rate.midpoint(self.target);
+            rate = (rate + self.target) / 2;
             self.changed_at += RAISE_INTERVAL;
         }
-        self.set_rate(now, rate);
+        if rate != self.rate {
+            self.set_rate(now, rate);
+        }
         false
     }
 
@@ -266,6 +271,20 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_after_idleness_is_not_taken_for_a_slow_sender() {
+        let mut p = Pacer::default();
+        let mut now = 10 * MS;
+        // 4 KiB every 4096 ns for 50 us, after 10 ms of nothing (and a
+        // first window from time 0).
+        while now < 10 * MS + 50_000 {
+            p.sent(now, 4096);
+            now += 4096;
+        }
+        p.notice(now);
+        assert_eq!(p.cap(), Some(UNMEASURED_RATE / 2));
+    }
+
+    #[test]
     fn a_capped_sender_keeps_to_its_cap_after_a_burst() {
         let mut p = Pacer::default();
         p.notice(0);
@@ -310,7 +329,7 @@ mod tests {
         assert_eq!(cap, UNMEASURED_RATE / 2);
         assert_eq!(p.hold(RAISE_INTERVAL), None);
         let target = UNMEASURED_RATE + RAISE_STEP;
-        assert_eq!(p.cap(), Some(cap.midpoint(target)));
+        assert_eq!(p.cap(), Some((cap + target) / 2));
         // A millisecond adds 10 MiB/s to the target: the cap stays near
         // it, nowhere near unbounded.
         assert_eq!(p.hold(11 * RAISE_INTERVAL), None);
@@ -344,7 +363,7 @@ mod tests {
         p.notice(CUT_INTERVAL);
         assert_eq!(p.cap(), Some(first / 2));
         p.hold(CUT_INTERVAL + RAISE_INTERVAL);
-        assert_eq!(p.cap(), Some((first / 2).midpoint(first + RAISE_STEP)));
+        assert_eq!(p.cap(), Some((first / 2 + first + RAISE_STEP) / 2));
     }
 
     #[test]

@@ -982,7 +982,7 @@ impl<M: HostMemory> Shared<M> {
         with_wire_memory(mem, same_host.as_ref(), |mem| {
             io.receive(engine, mem, now, by)
         });
-        if io.endpoint.more_waiting() {
+        if io.more_waiting() {
             // Its poller reports no datagram already waiting: the
             // progress thread takes in the rest, after what is owed left.
             let _ = self.waker.wake();
@@ -1463,7 +1463,7 @@ fn progress_loop<M: HostMemory>(shared: &Shared<M>, mut poll: Poll) {
             let took_in = state.io.stats.rx != received;
             // The step stopped receiving before the socket was empty
             // (`Endpoint::more_waiting`): the poller would not say so.
-            let more_waiting = state.io.endpoint.more_waiting();
+            let more_waiting = state.io.more_waiting();
             // What the step wrote leaves now, with the driver unlocked
             // (`outbox.rs`), ahead of the thread's reckoning below: sent
             // after it, a READ's response waited 0.3 us longer.

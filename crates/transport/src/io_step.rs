@@ -323,6 +323,13 @@ impl Io {
             .and_then(PacketFaults::next_deadline)
     }
 
+    /// Whether the last receive left datagrams for the next
+    /// (`Endpoint::more_waiting`); never once the link is down, when
+    /// nothing is received any more.
+    pub(crate) fn more_waiting(&self) -> bool {
+        !self.link_down && self.endpoint.more_waiting()
+    }
+
     /// When the part-filled batch a post of sends left leaves at the
     /// latest, if there is one.
     pub(crate) fn corked_until(&self) -> Option<Nanos> {
