@@ -47,6 +47,7 @@ static struct ibv_cq *cq[CONTEXTS];
 static int contexts = 1;
 static int signal_mode;
 static double relay_until;
+static pthread_t main_thread;
 
 static double seconds(void)
 {
@@ -84,10 +85,17 @@ static void on_signal(int sig)
 	atomic_store(&signal_handled, 1);
 }
 
-/* Signals the process and ends. */
+/* Signals the process once the main thread has ended, and ends. (Sent
+ * while the main thread was still ending, the kernel could pick it, and
+ * once it had ended hand the signal on to no thread, the worker having
+ * ended meanwhile: the process's last thread then takes it, which with
+ * softverbs is its thread that calls exit. So the main thread is waited
+ * for, and the worker, the only thread of the application left, must
+ * take it.) */
 static void *signaller(void *arg)
 {
 	(void)arg;
+	CHECK(!pthread_join(main_thread, NULL), "pthread_join of the main thread");
 	CHECK(!kill(getpid(), SIGUSR1), "kill");
 	atomic_store(&workers_done, 1);
 	return NULL;
@@ -206,6 +214,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "cm"))
 		open_cm();
 	CHECK(!atexit(at_exit), "atexit failed");
+	main_thread = pthread_self();
 	pthread_t t;
 	if (!strcmp(mode, "relay")) {
 		relay_until = seconds() + 3;
