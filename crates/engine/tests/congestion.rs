@@ -290,6 +290,27 @@ fn a_cnp_from_a_stranger_is_dropped() {
     assert_eq!(p.a.e.stats().rx_cnp, 1, "from its peer");
 }
 
+/// A CNP of another partition, and one for a QP whose connection runs on
+/// the same-host path at both ends (which sends nothing on the wire), are
+/// dropped and counted as such; neither holds the QP back.
+#[test]
+fn a_cnp_of_another_partition_or_for_a_same_host_connection_is_dropped() {
+    let mut p = Pair::same_host();
+    let (qa, _) = p.connect(QpType::Uc, Link::default());
+    let qpn = softverbs_wire::Qpn::new_masked(p.a.e.qp_num(qa).unwrap());
+    let (a_gid, b_gid) = (p.a.gid, p.b.gid);
+    let mut cnp = [0u8; softverbs_wire::CNP_LEN];
+    softverbs_wire::write_cnp(&mut cnp, qpn, 0x1234).unwrap();
+    p.a.e.handle_packet(0, b_gid, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_bad_pkey, 1);
+    p.a.e.set_peer_direct(qa).unwrap();
+    softverbs_wire::write_cnp(&mut cnp, qpn, 0xFFFF).unwrap();
+    p.a.e.handle_packet(0, b_gid, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_peer_on_same_host, 1);
+    assert_eq!(p.a.e.stats().rx_cnp, 0);
+    assert_eq!(p.a.e.poll_timeout(), None, "nothing held");
+}
+
 /// Unmarked, READs are asked for up to a window of responses ahead of
 /// the last that arrived: the last response a READ asks for lies within
 /// the window.

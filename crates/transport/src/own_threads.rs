@@ -181,11 +181,7 @@ pub fn end_process() {
         .spawn(|| {
             // The exit handlers are the application's code: its signals
             // reach them, as they would its last thread.
-            let _ = nix::sys::signal::pthread_sigmask(
-                nix::sys::signal::SigmaskHow::SIG_SETMASK,
-                Some(&nix::sys::signal::SigSet::empty()),
-                None,
-            );
+            let _ = swap_signal_mask(&nix::sys::signal::SigSet::empty());
             std::process::exit(0)
         });
     if spawned.is_err() {
