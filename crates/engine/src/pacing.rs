@@ -161,7 +161,7 @@ impl Pacer {
 
     /// The rate capped, bytes a second, if it is.
     #[cfg(test)]
-    fn cap(&self) -> Option<u64> {
+    pub(crate) fn cap(&self) -> Option<u64> {
         self.cap.as_ref().map(|c| c.rate)
     }
 

@@ -214,13 +214,17 @@ impl Requester {
     }
 
     /// After a UC/UD send error flushed every WR: nothing is in flight,
-    /// and sending resumes (SQE -> RTS) from the next PSN.
+    /// and sending resumes (SQE -> RTS) from the next PSN, at the rate
+    /// the congestion it was told of allows (a WR's error leaves the
+    /// path as congested as it was).
     pub(crate) fn restart_after_send_error(&mut self) {
+        let pacer = std::mem::take(&mut self.pacer);
         self.start_from(Requester {
             next_psn: self.next_psn,
             acked: self.next_psn.wrapping_sub(1),
             sent_end: self.next_psn,
             resent: self.resent,
+            pacer,
             ..Requester::default()
         });
     }

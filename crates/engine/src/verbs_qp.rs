@@ -288,6 +288,18 @@ mod tests {
         assert!(room(&e) >= 4, "RESET, ERR");
     }
 
+    /// A UC or UD QP's send error keeps the cap CNPs set: SQE -> RTS
+    /// resumes at the congested path's rate, not unpaced.
+    #[test]
+    fn a_send_error_keeps_the_rate_cap() {
+        let (mut e, qp) = qp_in_sqe(QpType::Ud);
+        e.qps[qp].req.pacer.notice(0);
+        let cap = e.qps[qp].req.pacer.cap();
+        assert!(cap.is_some());
+        e.qps[qp].req.restart_after_send_error();
+        assert_eq!(e.qps[qp].req.pacer.cap(), cap);
+    }
+
     #[test]
     fn sqe_only_goes_to_rts_reset_or_err() {
         for next in [QpState::Init, QpState::Rtr, QpState::Sqd, QpState::Sqe] {
