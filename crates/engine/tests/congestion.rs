@@ -265,6 +265,45 @@ fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
     assert_eq!(p.a.e.stats().rx_cnp, p.b.e.stats().tx_cnp);
 }
 
+/// A CNP to an RC QP (a RoCE receiver sends them for marked RC requests
+/// too; softverbs answers those with BECN) halves its window as BECN
+/// does, sending nothing again.
+#[test]
+fn a_cnp_to_an_rc_requester_halves_its_window() {
+    let mut p = Pair::with_window(WINDOW_PKTS as u32 * 1024);
+    let link = Link::default();
+    let (qa, _) = p.connect(QpType::Rc, link);
+    let sge = [p.a.sge(0, LEN)];
+    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+    let seen = watch(&mut p, link.psn_a, |_, _| false);
+    p.run(4 * WINDOW_PKTS as usize);
+    let before = seen.borrow().ahead.len();
+    assert_eq!(
+        most_ahead(&seen.borrow().ahead),
+        WINDOW_PKTS,
+        "a full window"
+    );
+    let mut cnp = [0u8; softverbs_wire::CNP_LEN];
+    let qpn = softverbs_wire::Qpn::new_masked(p.a.e.qp_num(qa).unwrap());
+    softverbs_wire::write_cnp(&mut cnp, qpn, 0xFFFF).unwrap();
+    let (a_gid, b_gid) = (p.a.gid, p.b.gid);
+    p.a.e.handle_packet(p.now, b_gid, a_gid, &cnp, &mut p.a.mem);
+    assert_eq!(p.a.e.stats().rx_cnp, 1);
+    p.run(100_000);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.e.stats().tx_resent, 0, "a CNP is not a loss");
+    let s = seen.borrow();
+    // The next window's worth of packets, before growth (a few packets
+    // per window acknowledged) brings it back.
+    let next = &s.ahead[before..before + WINDOW_PKTS as usize];
+    assert!(most_ahead(next) <= WINDOW_PKTS / 2, "{next:?}");
+}
+
 /// A CNP for a UC QP from an address that is not its peer's changes
 /// nothing (counted as a wrong address); one for a QP that does not exist
 /// is counted as such.
