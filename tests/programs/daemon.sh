@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The host daemon (softverbs daemon, UDP 4791) as programs meet it: the
-# first program starts it without its descriptors, it outlives that
+# first program starts it without its descriptors or blocked signals, it outlives that
 # program, several programs share it, a `kill -9` of one program disturbs
 # no other's traffic (even mid-transfer), it leaves once idle, a
 # daemon killed under a listening rdma_cm program is replaced (its
@@ -56,14 +56,15 @@ victim() {
 # 1. Nothing runs; the first program starts the daemon. That program
 #    holds a descriptor open without close-on-exec (9, on a file of the
 #    test's), which the daemon, which outlives it, must not keep; and its
-#    soft descriptor limit is low, which the daemon, serving every
-#    program, must not keep either.
+#    soft descriptor limit is low, and it blocks SIGTERM, which the
+#    daemon, serving every program and ended by `kill` as any service,
+#    must not keep either.
 [ "$(daemons)" = 0 ] || bad "no daemon of this test's socket before the test"
 next_port p1
 exec 9> "$log/inherited"
 soft_files=$(ulimit -Sn)
 ulimit -Sn 64
-if server s1 "$p1" ibv_rc_pingpong -d softverbs0 -g 0 && [ "$(daemons)" = 1 ]; then
+if server s1 "$p1" env --block-signal=TERM ibv_rc_pingpong -d softverbs0 -g 0 && [ "$(daemons)" = 1 ]; then
   ok "the first program starts the daemon"
 else
   bad "the first program starts the daemon" "$log/s1"
@@ -84,6 +85,14 @@ if [ -n "$daemon_pid" ] && [ "$(echo $limits | awk '{print $4}')" = "$(echo $lim
 else
   echo "$limits" > "$log/limits"
   bad "the daemon's descriptor limit is the hard one, not its starter's 64" "$log/limits"
+fi
+
+blocked=$(grep SigBlk /proc/${daemon_pid:-self}/status 2>&1)
+if [ -n "$daemon_pid" ] && [ "$(echo $blocked | awk '{print $2}')" = 0000000000000000 ]; then
+  ok "the daemon blocks no signal, though its starter blocked SIGTERM"
+else
+  echo "$blocked" > "$log/blocked"
+  bad "the daemon blocks no signal, though its starter blocked SIGTERM" "$log/blocked"
 fi
 
 # An ibv_rc_pingpong client to the server listening on port $2 (pid $3),

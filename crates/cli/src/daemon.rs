@@ -105,8 +105,7 @@ fn close_inherited_descriptors() {
 /// that blocks SIGTERM; a daemon that outlives them must still end on
 /// `kill` as any service does.
 fn unblock_inherited_signals() {
-    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    softverbs_transport::own_threads::unblock_all_signals();
 }
 
 /// Raises the soft limit on descriptors to the hard one. The daemon holds

@@ -97,6 +97,11 @@ pub fn spawning<R>(spawn: impl FnOnce() -> R) -> R {
     spawned
 }
 
+/// Unblocks every signal on the calling thread.
+pub fn unblock_all_signals() {
+    let _ = swap_signal_mask(&nix::sys::signal::SigSet::empty());
+}
+
 /// Sets the calling thread's signal mask to `mask`; the mask it had.
 fn swap_signal_mask(mask: &nix::sys::signal::SigSet) -> Option<nix::sys::signal::SigSet> {
     use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
@@ -181,7 +186,7 @@ pub fn end_process() {
         .spawn(|| {
             // The exit handlers are the application's code: its signals
             // reach them, as they would its last thread.
-            let _ = swap_signal_mask(&nix::sys::signal::SigSet::empty());
+            unblock_all_signals();
             std::process::exit(0)
         });
     if spawned.is_err() {
