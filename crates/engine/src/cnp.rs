@@ -6,9 +6,10 @@
 //! request is answered with a CNP (`softverbs_wire::cnp`) to the QP that
 //! sent it: for UC the QP's destination, for UD the source QP of the
 //! datagram's DETH. A receiving QP sends at most one every
-//! [`CNP_INTERVAL`] (the sender cuts its rate at most that often, and its
-//! cut shows a round trip later); for UD, whose datagrams come from many
-//! senders, the sender of the latest marked datagram is the one told.
+//! [`CNP_INTERVAL`] to each sender (the sender cuts its rate at most that
+//! often, and its cut shows a round trip later). A UD QP's datagrams come
+//! from many senders: each of the last [`SENDERS_TOLD`] marked is told,
+//! so that every sender of a fan-in slows, not only the latest.
 //!
 //! A CNP that arrives caps the rate of a UC or UD QP (`pacing.rs`) and
 //! halves an RC QP's loss window as BECN does. Any RoCE peer may send
@@ -26,18 +27,31 @@ use crate::transmit::{PacketSink, Reservation, Route, Transmit};
 use softverbs_wire::cnp::CNP_COVERED_LEN;
 use softverbs_wire::{write_cnp, Bth, PacketView, Qpn, CNP_LEN};
 
-/// A receiving QP sends CNPs at least this far apart.
+/// A receiving QP sends CNPs to one sender at least this far apart.
 pub(crate) const CNP_INTERVAL: Nanos = 50_000;
 
-/// The CNPs a receiving QP owes and sent.
+/// The senders a receiving QP keeps track of (UC has one; a UD QP in a
+/// fan-in many): a sender marked while all are owed a CNP goes untold
+/// until its next marked datagram.
+pub(crate) const SENDERS_TOLD: usize = 8;
+
+/// The CNPs a receiving QP owes and sent, per sender.
 #[derive(Debug, Default)]
 pub(crate) struct Notices {
-    due: Option<Notice>,
+    senders: [Option<Sender>; SENDERS_TOLD],
+}
+
+/// A sender of marked requests.
+#[derive(Debug, Clone, Copy)]
+struct Sender {
+    to: Notice,
+    /// A CNP waits to be sent to it.
+    due: bool,
     last_sent: Option<Nanos>,
 }
 
 /// Where a CNP goes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Notice {
     /// Our GID, then the sender's.
     gids: (Gid, Gid),
@@ -47,49 +61,82 @@ struct Notice {
 impl Notices {
     /// Whether a CNP waits to be sent.
     pub(crate) fn is_due(&self) -> bool {
-        self.due.is_some()
+        self.senders.iter().flatten().any(|s| s.due)
     }
 
-    /// Writes the CNP due into `sink`, unless the last one left less than
-    /// [`CNP_INTERVAL`] before `now` (it is then not owed any more: the
-    /// next marked request owes one again).
-    pub(crate) fn transmit(&mut self, now: Nanos, sink: &mut dyn PacketSink) -> Option<Transmit> {
-        let notice = self.due.take()?;
-        if self
-            .last_sent
-            .is_some_and(|at| now.saturating_sub(at) < CNP_INTERVAL)
-        {
-            return None;
+    /// `to` sent a marked request: it is owed a CNP.
+    fn owe(&mut self, to: Notice) {
+        if let Some(known) = self.senders.iter_mut().flatten().find(|s| s.to == to) {
+            known.due = true;
+        } else if let Some(place) = self.place_for_new() {
+            *place = Some(Sender {
+                to,
+                due: true,
+                last_sent: None,
+            });
         }
-        let (src_gid, dst_gid) = notice.gids;
-        let route = Route {
-            src_gid,
-            dst_gid,
-            dest_qpn: notice.dest_qpn,
-        };
-        let Reservation { buf, icrc } = sink.reserve(&route, CNP_LEN);
-        if buf.len() < CNP_LEN {
-            return None;
-        }
-        let qpn = Qpn::new_masked(notice.dest_qpn);
-        let covered = write_cnp(buf, qpn, Bth::DEFAULT_PKEY)?;
-        let sum = match icrc {
-            Some(icrc) => {
-                icrc.roce_headers(covered).ok()?;
-                icrc.finish()
-            }
-            None => 0,
-        };
-        buf[CNP_COVERED_LEN..CNP_LEN].copy_from_slice(&sum.to_le_bytes());
-        sink.commit();
-        self.last_sent = Some(now);
-        Some(Transmit {
-            len: CNP_LEN,
-            src_gid,
-            dst_gid,
-            dest_qpn: notice.dest_qpn,
-        })
     }
+
+    /// A free place for a sender, or that of the one told longest ago
+    /// and owed nothing.
+    fn place_for_new(&mut self) -> Option<&mut Option<Sender>> {
+        self.senders
+            .iter_mut()
+            .filter(|s| s.is_none_or(|s| !s.due))
+            .min_by_key(|s| s.and_then(|s| s.last_sent))
+    }
+
+    /// Writes the next CNP due into `sink`. One due to a sender told less
+    /// than [`CNP_INTERVAL`] before `now` is not owed any more (its next
+    /// marked request owes one again).
+    pub(crate) fn transmit(&mut self, now: Nanos, sink: &mut dyn PacketSink) -> Option<Transmit> {
+        for sender in self.senders.iter_mut().flatten() {
+            if !std::mem::take(&mut sender.due) {
+                continue;
+            }
+            if sender
+                .last_sent
+                .is_some_and(|at| now.saturating_sub(at) < CNP_INTERVAL)
+            {
+                continue;
+            }
+            let sent = write_notice(sender.to, sink)?;
+            sender.last_sent = Some(now);
+            return Some(sent);
+        }
+        None
+    }
+}
+
+/// Writes a CNP to `to` into `sink`.
+fn write_notice(to: Notice, sink: &mut dyn PacketSink) -> Option<Transmit> {
+    let (src_gid, dst_gid) = to.gids;
+    let route = Route {
+        src_gid,
+        dst_gid,
+        dest_qpn: to.dest_qpn,
+    };
+    let Reservation { buf, icrc } = sink.reserve(&route, CNP_LEN);
+    if buf.len() < CNP_LEN {
+        return None;
+    }
+    let qpn = Qpn::new_masked(to.dest_qpn);
+    let covered = write_cnp(buf, qpn, Bth::DEFAULT_PKEY)?;
+    let sum = match icrc {
+        Some(icrc) => {
+            icrc.roce_headers(covered).ok()?;
+            icrc.finish()
+        }
+        None => 0,
+    };
+    buf[CNP_COVERED_LEN..CNP_LEN].copy_from_slice(&sum.to_le_bytes());
+    sink.commit();
+    Some(Transmit {
+        len: CNP_LEN,
+        src_gid,
+        dst_gid,
+        dest_qpn: to.dest_qpn,
+    })
 }
 
 impl RecvSide<'_> {
@@ -106,8 +153,8 @@ impl RecvSide<'_> {
                 dest_qpn: deth.src_qp.get(),
             }),
         };
-        if notice.is_some() {
-            self.resp.notices.due = notice;
+        if let Some(notice) = notice {
+            self.resp.notices.owe(notice);
         }
     }
 }
@@ -124,5 +171,65 @@ impl Qp {
                 side.on_loss(ctx, oldest);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transmit::BufferSink;
+    use std::net::Ipv4Addr;
+
+    fn sender(host: u8, dest_qpn: u32) -> Notice {
+        Notice {
+            gids: (
+                Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+                Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host)),
+            ),
+            dest_qpn,
+        }
+    }
+
+    /// The QPs the CNPs sent at `now` went to, in order.
+    fn sent_at(n: &mut Notices, now: Nanos) -> Vec<u32> {
+        let mut buf = [0u8; CNP_LEN];
+        std::iter::from_fn(|| n.transmit(now, &mut BufferSink { buf: &mut buf }))
+            .map(|t| t.dest_qpn)
+            .collect()
+    }
+
+    /// Senders marked together (a UD fan-in) are each told, each at most
+    /// once per interval.
+    #[test]
+    fn every_marked_sender_is_told_once_per_interval() {
+        let mut n = Notices::default();
+        for _ in 0..3 {
+            n.owe(sender(2, 20));
+            n.owe(sender(3, 30));
+            n.owe(sender(2, 20));
+        }
+        assert_eq!(sent_at(&mut n, 0), [20, 30]);
+        n.owe(sender(3, 30));
+        assert!(n.is_due());
+        assert!(sent_at(&mut n, CNP_INTERVAL - 1).is_empty(), "too soon");
+        assert!(!n.is_due(), "not owed any more");
+        n.owe(sender(3, 30));
+        assert_eq!(sent_at(&mut n, CNP_INTERVAL), [30]);
+    }
+
+    /// Past [`SENDERS_TOLD`] senders owed at once, a new one goes untold;
+    /// once they were told, it takes the place of the one told longest
+    /// ago.
+    #[test]
+    fn a_sender_past_the_table_waits_for_a_place() {
+        let mut n = Notices::default();
+        let qpns: Vec<u32> = (1..=SENDERS_TOLD as u32).collect();
+        for &q in &qpns {
+            n.owe(sender(2, q));
+        }
+        n.owe(sender(9, 99));
+        assert_eq!(sent_at(&mut n, 0), qpns);
+        n.owe(sender(9, 99));
+        assert_eq!(sent_at(&mut n, 1), [99]);
     }
 }

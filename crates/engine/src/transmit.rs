@@ -78,8 +78,8 @@ pub trait PacketSink {
 /// A sink of one packet in a caller's buffer, with its ICRC field left
 /// zero: [`Engine::poll_transmit`], for embedders that seal packets
 /// themselves or need no ICRC (the simulator, tests).
-struct BufferSink<'a> {
-    buf: &'a mut [u8],
+pub(crate) struct BufferSink<'a> {
+    pub(crate) buf: &'a mut [u8],
 }
 
 impl PacketSink for BufferSink<'_> {

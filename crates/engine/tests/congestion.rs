@@ -265,6 +265,33 @@ fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
     assert_eq!(p.a.e.stats().rx_cnp, p.b.e.stats().tx_cnp);
 }
 
+/// Two UD QPs sending into one, marked: each is told within the same
+/// interval (one CNP per sender, not per receiving QP).
+#[test]
+fn each_sender_of_a_ud_fan_in_is_told() {
+    let mut p = Pair::new();
+    p.interleaved = true;
+    let (qa1, qb) = p.connect(QpType::Ud, Link::default());
+    let (qa2, _) = p.connect(QpType::Ud, Link::default());
+    let target = Some(p.ud_target(qb));
+    for id in 0..8 {
+        p.b.post_recv(qb, id, 0x10000 * (id + 1), 1024);
+        let sge = [p.a.sge(0, 512)];
+        let s = SendWr {
+            ud: target,
+            ..wr(id, send_opcode::SEND, &sge)
+        };
+        p.a.e.post_send([qa1, qa2][id as usize % 2], &s).unwrap();
+    }
+    p.filter = Box::new(|from_a, _| if from_a { Fate::Mark } else { Fate::Deliver });
+    let start = p.now;
+    p.run(1_000);
+    assert_eq!(p.b.poll().len(), 8, "every datagram arrived");
+    assert!(p.now - start < CNP_INTERVAL, "one interval");
+    assert_eq!(p.b.e.stats().tx_cnp, 2, "one to each sender");
+    assert_eq!(p.a.e.stats().rx_cnp, 2);
+}
+
 /// A CNP to an RC QP (a RoCE receiver sends them for marked RC requests
 /// too; softverbs answers those with BECN) halves its window as BECN
 /// does, sending nothing again.
