@@ -120,6 +120,9 @@ pub(crate) struct Stepped<'o> {
     /// Its last batch, handed over (`Outgoing::hand_over`), to send once
     /// the driver is unlocked.
     pub(crate) handoff: Option<Open<'o>>,
+    /// It raised a completion event: an application thread waiting on a
+    /// completion channel was woken.
+    pub(crate) raised_completion_event: bool,
 }
 
 /// Who makes a step.
@@ -220,6 +223,7 @@ impl Io {
         Stepped {
             sent: send,
             handoff,
+            raised_completion_event: false,
         }
     }
 
