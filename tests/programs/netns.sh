@@ -2,7 +2,8 @@
 # softverbs between hosts: two network namespaces joined by a veth pair,
 # each with its own address and its own softverbs device configuration,
 # run ibv_rc_pingpong and ib_write_bw across the link, over GID index 0
-# (link-local) and 1 (the address), with IPv4 and with IPv6 device
+# (link-local) and 1 (the address) (the GRH traffic class on the veth, as
+# tshark captures it, too), with IPv4 and with IPv6 device
 # addresses, UD multicast, and rdma_cm (rping, udaddy, ucmatose,
 # rdma_server/rdma_client, rdma_xserver/rdma_xclient, cmtime,
 # ib_write_bw -z, rstream and riostream, iperf through rdma-core's
@@ -81,7 +82,39 @@ across "ib_write_bw between namespaces" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw
 across "ibv_rc_pingpong -g 1 between namespaces" "[0-9]+ iters in" ibv_rc_pingpong -d softverbs0 -g 1
 across "ibv_ud_pingpong -g 1 between namespaces" "[0-9]+ iters in" ibv_ud_pingpong -d softverbs0 -g 1
 across "ib_write_bw -x 1 between namespaces" "^ +[0-9]+ +[0-9]+ +[0-9.]+" ib_write_bw -d softverbs0 -x 1
+
+# The GRH traffic class leaves as the IP header's TOS (IPv4) or traffic
+# class (IPv6), as rxe and the NICs send it: ib_write_bw --tclass=96 (both
+# ends) across the link, the veth captured in B; every RoCE packet
+# either way carries 96 (0x60). tclass_across NAME GID_INDEX FIELD, FIELD
+# the tshark field of the class.
+tclass_across() {
+  local name=$1 gid=$2 field=$3 pcap="$log/tclass.pcap" classes
+  if ! command -v tshark > /dev/null; then
+    fail=$((fail + 1)); echo "FAIL $name: tshark is not installed (make deps installs it)"
+    return
+  fi
+  rm -f "$pcap"
+  ip netns exec "$b" tshark -i "${tag}y" -f "udp port 4791" -w "$pcap" > "$log/tshark" 2>&1 &
+  local capture=$!
+  if ! wait_output "$log/tshark" "Capturing on" $capture 2>> "$log/tshark"; then
+    bad "$name" "$log/tshark"; kill $capture 2>/dev/null; return
+  fi
+  across "$name: the transfer" "^ +[0-9]+ +[0-9]+ +[0-9.]+" \
+    ib_write_bw -d softverbs0 -x "$gid" --tclass=96 -n 200
+  kill -INT $capture; wait $capture
+  classes=$(tshark -n -r "$pcap" -T fields -e "$field" 2> "$log/tshark.read" | sort | uniq -c)
+  echo "$classes" > "$log/classes"
+  if [ "$(echo "$classes" | wc -l)" = 1 ] && echo "$classes" | grep -Eq "^ *[0-9]+ 0x0*60$"; then
+    ok "$name: every packet carries it ($(echo $classes))"
+  else
+    bad "$name: every packet carries it" "$log/classes"
+  fi
+}
+tclass_across "traffic class 96 between namespaces, IPv4" 1 ip.dsfield
+
 dev_a=$ip6_a; dev_b=$ip6_b
+tclass_across "traffic class 96 between namespaces, IPv6" 1 ipv6.tclass
 for g in 0 1; do
   across "ibv_rc_pingpong -g $g between namespaces, IPv6 devices" "[0-9]+ iters in" \
     ibv_rc_pingpong -d softverbs0 -g $g

@@ -21,7 +21,7 @@ use crate::gid::Gid;
 use crate::qp::Qp;
 use crate::qp_state::QpType;
 use crate::recv_side::RecvSide;
-use crate::requester::response_gids;
+use crate::requester::{response_path, Path};
 use crate::time::Nanos;
 use crate::transmit::{PacketSink, Reservation, Route, Transmit};
 use softverbs_wire::cnp::CNP_COVERED_LEN;
@@ -53,8 +53,10 @@ struct Sender {
 /// Where a CNP goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Notice {
-    /// Our GID, then the sender's.
-    gids: (Gid, Gid),
+    /// From our GID to the sender's; for UC with the traffic class of
+    /// the QP's path, for UD (whose datagram's class is not known here)
+    /// 0.
+    path: Path,
     dest_qpn: u32,
 }
 
@@ -110,11 +112,12 @@ impl Notices {
 
 /// Writes a CNP to `to` into `sink`.
 fn write_notice(to: Notice, sink: &mut dyn PacketSink) -> Option<Transmit> {
-    let (src_gid, dst_gid) = to.gids;
+    let (src_gid, dst_gid) = to.path.gids;
     let route = Route {
         src_gid,
         dst_gid,
         dest_qpn: to.dest_qpn,
+        traffic_class: to.path.traffic_class,
     };
     let Reservation { buf, icrc } = sink.reserve(&route, CNP_LEN);
     if buf.len() < CNP_LEN {
@@ -136,6 +139,7 @@ fn write_notice(to: Notice, sink: &mut dyn PacketSink) -> Option<Transmit> {
         src_gid,
         dst_gid,
         dest_qpn: to.dest_qpn,
+        traffic_class: to.path.traffic_class,
     })
 }
 
@@ -144,12 +148,15 @@ impl RecvSide<'_> {
     pub(crate) fn owe_notice(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>, from: (Gid, Gid)) {
         let notice = match self.qp_type {
             QpType::Rc => return,
-            QpType::Uc => response_gids(self.attr, ctx).map(|gids| Notice {
-                gids,
+            QpType::Uc => response_path(self.attr, ctx).map(|path| Notice {
+                path,
                 dest_qpn: self.attr.dest_qp_num,
             }),
             QpType::Ud => pkt.deth().map(|deth| Notice {
-                gids: (from.1, from.0),
+                path: Path {
+                    gids: (from.1, from.0),
+                    traffic_class: 0,
+                },
                 dest_qpn: deth.src_qp.get(),
             }),
         };
@@ -182,10 +189,13 @@ mod tests {
 
     fn sender(host: u8, dest_qpn: u32) -> Notice {
         Notice {
-            gids: (
-                Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
-                Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host)),
-            ),
+            path: Path {
+                gids: (
+                    Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+                    Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, host)),
+                ),
+                traffic_class: 0,
+            },
             dest_qpn,
         }
     }

@@ -16,6 +16,7 @@ use crate::qp::Qp;
 use crate::qp_attr::QpAttr;
 use crate::qp_state::{QpState, QpType};
 use crate::recv_queue::RecvQueue;
+use crate::requester::Path;
 use crate::responder::Responder;
 use crate::transmit::{PacketSink, Transmit};
 use softverbs_wire::PacketView;
@@ -94,10 +95,10 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
-        gids: Option<(Gid, Gid)>,
+        path: Option<Path>,
         sink: &mut dyn PacketSink,
     ) -> Option<Transmit> {
-        self.with_recv_side(ctx, |side, ctx| side.transmit(ctx, mem, gids, sink))
+        self.with_recv_side(ctx, |side, ctx| side.transmit(ctx, mem, path, sink))
     }
 }
 

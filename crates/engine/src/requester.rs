@@ -355,11 +355,11 @@ impl SendSide<'_> {
         if paced && self.req.pacer.hold(now).is_some() {
             return None;
         }
-        let Some(gids) = request_gids(self, ctx, idx) else {
+        let Some(path) = request_path(self, ctx, idx) else {
             self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
             return None;
         };
-        match self.build_request(ctx, idx, mem, gids, sink) {
+        match self.build_request(ctx, idx, mem, path, sink) {
             Ok(sent) => {
                 self.after_transmit(ctx, idx, now, sent.asked_ack);
                 if paced {
@@ -556,7 +556,7 @@ impl SendSide<'_> {
         ctx: &Ctx<'_>,
         idx: usize,
         mem: &dyn HostMemory,
-        gids: (Gid, Gid),
+        path: Path,
         sink: &mut dyn PacketSink,
     ) -> Result<SentRequest, WcStatus> {
         let request = self.plan_request(ctx, idx)?;
@@ -579,7 +579,7 @@ impl SendSide<'_> {
             )
         };
         let transmit =
-            emit(sink, gids, &builder, request.payload_len, fill).map_err(|e| match e {
+            emit(sink, path, &builder, request.payload_len, fill).map_err(|e| match e {
                 EmitError::Build => WcStatus::GeneralErr,
                 EmitError::Fill(status) => status,
             })?;
@@ -754,9 +754,24 @@ fn gather_payload(
         .map_err(local_status)
 }
 
+/// Where a packet goes: the GIDs it leaves from and goes to, and the
+/// traffic class of its IP header (the address vector's GRH
+/// `traffic_class`, the IPv4 TOS or IPv6 traffic class, as rxe and the
+/// NICs send it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Path {
+    pub(crate) gids: (Gid, Gid),
+    pub(crate) traffic_class: u8,
+}
+
 /// Source and destination GIDs of a request: the QP's path, or for UD the
 /// WR's address handle (which must still exist).
 pub(crate) fn request_gids(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
+    request_path(qp, ctx, idx).map(|path| path.gids)
+}
+
+/// The path of a request ([`request_gids`], and its traffic class).
+pub(crate) fn request_path(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Option<Path> {
     let av = match qp.qp_type {
         QpType::Ud => ctx.ahs.get(qp.req.inflight.get(idx)?.wqe.ud?.ah)?.attr,
         _ => qp.attr.ah_attr,
@@ -767,15 +782,27 @@ pub(crate) fn request_gids(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Opti
         av.port_num
     };
     let sgid = ctx.config.gid(port, u32::from(av.grh.sgid_index))?;
-    Some((sgid, av.grh.dgid))
+    Some(Path {
+        gids: (sgid, av.grh.dgid),
+        traffic_class: av.grh.traffic_class,
+    })
 }
 
 /// Source and destination GIDs of a response: back along the QP's path
 /// (`attr`, the QP's attributes).
 pub(crate) fn response_gids(attr: &QpAttr, ctx: &Ctx<'_>) -> Option<(Gid, Gid)> {
+    response_path(attr, ctx).map(|path| path.gids)
+}
+
+/// The path of a response ([`response_gids`], and the traffic class of
+/// the QP's path, as rxe's responder sends with).
+pub(crate) fn response_path(attr: &QpAttr, ctx: &Ctx<'_>) -> Option<Path> {
     let av = attr.ah_attr;
     let sgid = ctx.config.gid(av.port_num, u32::from(av.grh.sgid_index))?;
-    Some((sgid, av.grh.dgid))
+    Some(Path {
+        gids: (sgid, av.grh.dgid),
+        traffic_class: av.grh.traffic_class,
+    })
 }
 
 /// The completion status of a local access error.

@@ -12,12 +12,11 @@ use crate::access::AccessFlags;
 use crate::cnp::Notices;
 use crate::ctx::Ctx;
 use crate::event::AsyncEvent;
-use crate::gid::Gid;
 use crate::memory::{HostMemory, MemResult};
 use crate::mr_table::{sge_total, LocalAccessError};
 use crate::qp_state::{QpState, QpType};
 use crate::recv_side::RecvSide;
-use crate::requester::local_status;
+use crate::requester::{local_status, Path};
 use crate::transmit::{emit, EmitError, PacketSink, Transmit};
 use crate::wc::{wc_flags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
@@ -964,16 +963,16 @@ impl RecvSide<'_> {
     }
 
     /// Writes the next response packet into `sink`, sent back along the
-    /// QP's path (`gids`; without them the response is dropped).
+    /// QP's `path` (without one the response is dropped).
     pub(crate) fn transmit(
         &mut self,
         ctx: &mut Ctx<'_>,
         mem: &dyn HostMemory,
-        gids: Option<(Gid, Gid)>,
+        path: Option<Path>,
         sink: &mut dyn PacketSink,
     ) -> Option<Transmit> {
         let response = self.resp.out.pop_front()?;
-        let gids = gids?;
+        let path = path?;
         let dest_qp = Qpn::new_masked(self.attr.dest_qp_num);
         let msn = self.resp.msn();
         let ack = |syndrome| Aeth { syndrome, msn };
@@ -1061,7 +1060,7 @@ impl RecvSide<'_> {
             landed(payload);
             Ok(())
         };
-        match emit(sink, gids, &builder, payload_len, fill) {
+        match emit(sink, path, &builder, payload_len, fill) {
             Ok(sent) => Some(sent),
             Err(EmitError::Fill(_)) => {
                 self.read_access_lost(ctx, psn);

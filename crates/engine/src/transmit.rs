@@ -16,7 +16,7 @@ use crate::gid::Gid;
 use crate::handles::QpId;
 use crate::memory::HostMemory;
 use crate::qp_state::QpType;
-use crate::requester::response_gids;
+use crate::requester::{response_path, Path};
 use crate::time::Nanos;
 use softverbs_wire::{packet_len, Icrc, PacketBuilder, ICRC_LEN};
 
@@ -34,6 +34,9 @@ pub struct Route {
     pub dst_gid: Gid,
     /// The QP number in its BTH.
     pub dest_qpn: u32,
+    /// The traffic class of its IP header (IPv4 TOS, IPv6 traffic
+    /// class): its address vector's GRH `traffic_class`.
+    pub traffic_class: u8,
 }
 
 /// A packet the engine wrote.
@@ -47,6 +50,8 @@ pub struct Transmit {
     pub dst_gid: Gid,
     /// The QP number in its BTH.
     pub dest_qpn: u32,
+    /// The traffic class of its IP header.
+    pub traffic_class: u8,
 }
 
 /// Room for one packet in a [`PacketSink`].
@@ -110,22 +115,25 @@ pub(crate) enum EmitError<E> {
 /// nothing is committed.
 pub(crate) fn emit<E>(
     sink: &mut dyn PacketSink,
-    (src_gid, dst_gid): (Gid, Gid),
+    path: Path,
     builder: &PacketBuilder<'_>,
     payload_len: usize,
     fill: impl FnOnce(&mut [u8], &mut dyn FnMut(&[u8])) -> Result<(), E>,
 ) -> Result<Transmit, EmitError<E>> {
     let opcode = builder.bth.opcode;
+    let (src_gid, dst_gid) = path.gids;
     let sent = Transmit {
         len: packet_len(opcode, payload_len),
         src_gid,
         dst_gid,
         dest_qpn: builder.bth.dest_qp.get(),
+        traffic_class: path.traffic_class,
     };
     let route = Route {
         src_gid,
         dst_gid,
         dest_qpn: sent.dest_qpn,
+        traffic_class: path.traffic_class,
     };
     let Reservation { buf, icrc } = sink.reserve(&route, sent.len);
     let len = builder
@@ -208,8 +216,8 @@ impl Engine {
             // Responses; a READ stream whose MR went away turns into
             // a NAK queued in its place, so keep asking.
             while qp.responder_pending() {
-                let gids = response_gids(&qp.attr, ctx);
-                if let Some(sent) = qp.responder_transmit(ctx, mem, gids, sink) {
+                let path = response_path(&qp.attr, ctx);
+                if let Some(sent) = qp.responder_transmit(ctx, mem, path, sink) {
                     return Some(sent);
                 }
             }

@@ -441,7 +441,10 @@ impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
     fn reserve(&mut self, route: &Route, len: usize) -> Reservation<'_> {
         let dst = crate::gid_addr::socket_addr(route.dst_gid, self.local, udp_port());
         let block = crate::slots::slot_of(route.dest_qpn);
-        let (sent, reservation) = self.batch.reserve(self.socket, self.local, dst, block, len);
+        let class = route.traffic_class;
+        let (sent, reservation) =
+            self.batch
+                .reserve(self.socket, self.local, dst, block, class, len);
         self.stats.count(sent);
         reservation
     }

@@ -41,9 +41,9 @@ mod receive_owner;
 pub mod same_host;
 pub mod say;
 mod send_batch;
+mod send_control;
 pub mod slots;
 mod spin_yield;
-mod udp_segment;
 
 pub use daemon::{udp_port, DaemonAddress, ROCE_PORT};
 pub use driver::{DeviceFailed, Driver, DriverConfig, Notify, Polled};

@@ -33,7 +33,7 @@
 //! ([`SendBatch::blocked`]). Dropping it would cost a local ACK timeout
 //! per batch.
 
-use crate::udp_segment;
+use crate::send_control::Control;
 use socket2::{MsgHdr, SockAddr, SockRef};
 use softverbs_engine::{Reservation, MAX_PACKET_LEN};
 use softverbs_wire::{Flow, Icrc, IcrcStarts, Opcode};
@@ -49,29 +49,61 @@ const MAX_BATCH_BYTES: usize = 65_535 - 40 - 8;
 /// Where a batch's datagrams go: a UDP socket, or a test's stand-in.
 pub(crate) trait DatagramOut {
     /// One `sendmsg` of `buf` that the kernel cuts into `segment`-byte
-    /// datagrams (the last may be shorter).
-    fn send_segmented(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize>;
-    /// One datagram.
-    fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize>;
+    /// datagrams (the last may be shorter), with traffic class `class`.
+    fn send_segmented(
+        &self,
+        buf: &[u8],
+        segment: usize,
+        dst: SocketAddr,
+        class: u8,
+    ) -> io::Result<usize>;
+    /// One datagram, with traffic class `class`.
+    fn send_one(&self, packet: &[u8], dst: SocketAddr, class: u8) -> io::Result<usize>;
 }
 
 impl DatagramOut for SockRef<'_> {
-    fn send_segmented(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
+    fn send_segmented(
+        &self,
+        buf: &[u8],
+        segment: usize,
+        dst: SocketAddr,
+        class: u8,
+    ) -> io::Result<usize> {
         let segment =
             u16::try_from(segment).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let control = udp_segment::control(segment);
-        let addr = SockAddr::from(dst);
-        let bufs = [IoSlice::new(buf)];
-        let msg = MsgHdr::new()
-            .with_addr(&addr)
-            .with_buffers(&bufs)
-            .with_control(&control);
-        self.sendmsg(&msg, 0)
+        let control = Control::new()
+            .segment(segment)
+            .traffic_class(dst.is_ipv6(), class);
+        send_with(self, buf, dst, &control)
     }
 
-    fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize> {
-        self.send_to(packet, &SockAddr::from(dst))
+    fn send_one(&self, packet: &[u8], dst: SocketAddr, class: u8) -> io::Result<usize> {
+        if class == 0 {
+            return self.send_to(packet, &SockAddr::from(dst));
+        }
+        send_with(
+            self,
+            packet,
+            dst,
+            &Control::new().traffic_class(dst.is_ipv6(), class),
+        )
     }
+}
+
+/// One `sendmsg` of `buf` to `dst` with the messages of `control`.
+fn send_with(
+    socket: &SockRef<'_>,
+    buf: &[u8],
+    dst: SocketAddr,
+    control: &Control,
+) -> io::Result<usize> {
+    let addr = SockAddr::from(dst);
+    let bufs = [IoSlice::new(buf)];
+    let msg = MsgHdr::new()
+        .with_addr(&addr)
+        .with_buffers(&bufs)
+        .with_control(control.bytes());
+    socket.sendmsg(&msg, 0)
 }
 
 /// Packets waiting to leave together, written in place by the engine
@@ -92,6 +124,8 @@ pub(crate) struct SendBatch {
     /// The flow of the queued packets, to seal them again if GSO is
     /// refused.
     flow: Option<Flow>,
+    /// The traffic class of the queued packets (one per send).
+    class: u8,
     segment: usize,
     count: usize,
     /// GSO refused once (old kernel, odd route): send one by one from then on.
@@ -127,13 +161,14 @@ pub(crate) struct SendBatch {
     refusal_said: bool,
 }
 
-/// A packet's length and where it goes.
+/// A packet's length, where it goes, and its traffic class.
 #[derive(Debug, Clone, Copy)]
 struct Packet {
     len: usize,
     dst: SocketAddr,
     block: u16,
     flow: Flow,
+    class: u8,
 }
 
 /// Where the packet being written goes when committed.
@@ -170,6 +205,7 @@ impl SendBatch {
             dst: None,
             block: None,
             flow: None,
+            class: 0,
             segment: 0,
             count: 0,
             gso_off: false,
@@ -210,10 +246,11 @@ impl SendBatch {
 
     /// Room for the next packet, `len` bytes (BTH through ICRC) from the
     /// socket's address `src` to `dst` (`None`: no address, dropped) and
-    /// QP-number block `block`, with its ICRC started for the IPv4
-    /// identification its place gives it (see the module docs). If the
-    /// packet cannot join the queued ones (another destination or block,
-    /// longer than the segment, the batch full), they are sent first; if
+    /// QP-number block `block`, with traffic class `class`, its ICRC
+    /// started for the IPv4 identification its place gives it (see the
+    /// module docs; the ICRC leaves the traffic class out). If the packet
+    /// cannot join the queued ones (another destination, block or traffic
+    /// class, longer than the segment, the batch full), they are sent first; if
     /// they cannot leave for want of room, the packet is held after them
     /// until they have, and the batch is [`SendBatch::blocked`].
     pub(crate) fn reserve(
@@ -222,6 +259,7 @@ impl SendBatch {
         src: SocketAddr,
         dst: Option<SocketAddr>,
         block: u16,
+        class: u8,
         len: usize,
     ) -> (Sent, Reservation<'_>) {
         debug_assert!(self.held.is_none(), "reserved while blocked");
@@ -235,6 +273,7 @@ impl SendBatch {
             dst,
             block,
             flow,
+            class,
         };
         let mut sent = Sent::default();
         let ahead = self.goes_ahead(&packet);
@@ -300,6 +339,7 @@ impl SendBatch {
             self.dst = Some(packet.dst);
             self.block = Some(packet.block);
             self.flow = Some(packet.flow);
+            self.class = packet.class;
             self.segment = packet.len;
         }
         self.count += 1;
@@ -329,6 +369,7 @@ impl SendBatch {
             && self.dst == Some(packet.dst)
             && self.block == Some(packet.block)
             && self.flow == Some(packet.flow)
+            && self.class == packet.class
             && packet.len > self.segment
             && self.len + packet.len <= MAX_BATCH_BYTES
     }
@@ -353,6 +394,7 @@ impl SendBatch {
         self.count == 0
             || (self.dst == Some(packet.dst)
                 && self.block == Some(packet.block)
+                && self.class == packet.class
                 && packet.len <= self.segment
                 && self.count < MAX_SEGMENTS
                 && self.len + packet.len <= MAX_BATCH_BYTES)
@@ -389,7 +431,8 @@ impl SendBatch {
         self.blocked = false;
         let gso = count > 1 && !self.gso_off;
         let queued = &self.buf[..self.len];
-        match gso.then(|| socket.send_segmented(queued, self.segment, dst)) {
+        let class = self.class;
+        match gso.then(|| socket.send_segmented(queued, self.segment, dst, class)) {
             Some(Ok(_)) => {
                 sent.packets = count;
                 sent.calls = 1;
@@ -439,7 +482,7 @@ impl SendBatch {
         let mut sent = Sent::default();
         let mut refused = None;
         for packet in self.buf[self.sent_bytes..self.len].chunks(self.segment) {
-            match socket.send_one(packet, dst) {
+            match socket.send_one(packet, dst, self.class) {
                 Ok(_) => {
                     sent.packets += 1;
                     sent.calls += 1;
@@ -520,9 +563,21 @@ pub(crate) fn push(
     src: SocketAddr,
     dst: SocketAddr,
 ) -> Sent {
+    push_classed(batch, socket, packet, (src, dst), 0)
+}
+
+#[cfg(test)]
+/// [`push`] of a packet with traffic class `class`.
+pub(crate) fn push_classed(
+    batch: &mut SendBatch,
+    socket: &impl DatagramOut,
+    packet: &[u8],
+    (src, dst): (SocketAddr, SocketAddr),
+    class: u8,
+) -> Sent {
     let qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
     let block = crate::slots::slot_of(qpn);
-    let (mut sent, room) = batch.reserve(socket, src, Some(dst), block, packet.len());
+    let (mut sent, room) = batch.reserve(socket, src, Some(dst), block, class, packet.len());
     let covered = packet.len() - 4;
     if let Some(icrc) = room.icrc {
         room.buf[..covered].copy_from_slice(&packet[..covered]);
@@ -731,6 +786,8 @@ mod tests {
         no_gso: bool,
         unreachable: bool,
         datagrams: std::cell::RefCell<Vec<(SocketAddr, Vec<u8>)>>,
+        /// The traffic class of each datagram, in order.
+        classes: std::cell::RefCell<Vec<u8>>,
     }
 
     impl Room {
@@ -750,25 +807,67 @@ mod tests {
     }
 
     impl DatagramOut for Room {
-        fn send_segmented(&self, buf: &[u8], seg: usize, dst: SocketAddr) -> io::Result<usize> {
+        fn send_segmented(
+            &self,
+            buf: &[u8],
+            seg: usize,
+            dst: SocketAddr,
+            class: u8,
+        ) -> io::Result<usize> {
             if self.no_gso {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             self.take(buf.len().div_ceil(seg))?;
             let mut d = self.datagrams.borrow_mut();
             d.extend(buf.chunks(seg).map(|p| (dst, p.to_vec())));
+            let n = buf.len().div_ceil(seg);
+            self.classes
+                .borrow_mut()
+                .extend(std::iter::repeat_n(class, n));
             Ok(buf.len())
         }
 
-        fn send_one(&self, packet: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        fn send_one(&self, packet: &[u8], dst: SocketAddr, class: u8) -> io::Result<usize> {
             self.take(1)?;
             self.datagrams.borrow_mut().push((dst, packet.to_vec()));
+            self.classes.borrow_mut().push(class);
             Ok(packet.len())
         }
     }
 
     fn unsealed(d: &(SocketAddr, Vec<u8>)) -> (SocketAddr, Vec<u8>) {
         (d.0, d.1[..d.1.len() - 4].to_vec())
+    }
+
+    /// Packets of two traffic classes to one destination never share a
+    /// send (its control message gives all its datagrams one class), and
+    /// each leaves with its own, GSO or not.
+    #[test]
+    fn a_batch_holds_packets_of_one_traffic_class() {
+        let src: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        for no_gso in [false, true] {
+            let room = Room {
+                no_gso,
+                ..Room::default()
+            };
+            let mut batch = SendBatch::new();
+            let mut sent = Sent::default();
+            for (i, class) in [(1, 0x60), (2, 0x60), (3, 0), (4, 0xb8)] {
+                sent.add(push_classed(
+                    &mut batch,
+                    &room,
+                    &packet(i, 500),
+                    (src, dst),
+                    class,
+                ));
+            }
+            sent.add(batch.flush(&room));
+            assert_eq!(sent.packets, 4);
+            assert_eq!(*room.classes.borrow(), [0x60, 0x60, 0, 0xb8]);
+            let batches = if no_gso { 4 } else { 3 };
+            assert_eq!(sent.calls, batches, "no_gso {no_gso}");
+        }
     }
 
     /// Datagrams the host refuses (no route: an IPv6 group on `lo`) are
@@ -888,7 +987,7 @@ mod tests {
         );
         let long = packet(1, MAX_PACKET_LEN + 1);
         assert_eq!(push(&mut batch, sock, &long, src, src), Sent::dropped(1));
-        let (sent, room) = batch.reserve(sock, src, None, 1, 100);
+        let (sent, room) = batch.reserve(sock, src, None, 1, 0, 100);
         assert!(room.icrc.is_none());
         assert_eq!(sent, Sent::default());
         assert_eq!(batch.commit(sock), Sent::dropped(1));

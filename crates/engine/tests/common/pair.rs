@@ -104,6 +104,8 @@ pub struct Pair {
     /// Each side sends one packet a round, as two hosts send at once (by
     /// default each sends all it has before the other's turn).
     pub interleaved: bool,
+    /// The traffic class of every packet sent, with whether a sent it.
+    pub classes: Vec<(bool, u8)>,
 }
 
 /// Per-QP settings of a connection.
@@ -118,6 +120,8 @@ pub struct Link {
     pub min_rnr_timer: u8,
     pub rd_atomic: u8,
     pub access: AccessFlags,
+    /// The GRH traffic class of the QP's path.
+    pub traffic_class: u8,
 }
 
 impl Default for Link {
@@ -134,6 +138,7 @@ impl Default for Link {
             access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
+            traffic_class: 0,
         }
     }
 }
@@ -169,6 +174,7 @@ impl Pair {
             reachable: Box::new(|_| true),
             ud_via_wire: false,
             interleaved: false,
+            classes: Vec::new(),
         }
     }
 
@@ -316,6 +322,7 @@ impl Pair {
             };
             while let Some(t) = src.e.poll_transmit_to(self.now, &src.mem, &mut sink) {
                 moved += 1;
+                self.classes.push((from_a, t.traffic_class));
                 let pkt = sink.sealed(&t);
                 let fate =
                     PacketView::parse(pkt).map_or(Fate::Deliver, |v| (self.filter)(from_a, &v));
@@ -395,6 +402,7 @@ fn up(
     let (a, m) = rtr_step(ty);
     let mut av = a.ah_attr;
     av.grh.dgid = dgid;
+    av.grh.traffic_class = link.traffic_class;
     let a = QpAttr {
         path_mtu: link.mtu as u32,
         dest_qp_num: remote,
