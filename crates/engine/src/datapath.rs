@@ -34,6 +34,7 @@ impl Engine {
             src_gid,
             dst_gid,
             marked: false,
+            traffic_class: 0,
         };
         self.handle_arrival(now, arrival, packet, mem);
     }
@@ -95,6 +96,7 @@ impl Engine {
             src_gid,
             dst_gid,
             marked,
+            ..
         } = arrival;
         let verdict = self.with_qp(id, |qp, ctx| {
             ctx.congestion = marked;
@@ -115,7 +117,7 @@ impl Engine {
                 return Ok(false);
             }
             let duplicates = ctx.recovery.rx_duplicates;
-            qp.responder_receive(ctx, pkt, src_gid, dst_gid, mem);
+            qp.responder_receive(ctx, pkt, arrival, mem);
             if ctx.dropped {
                 return Err(Rejected::DroppedByQp);
             }
@@ -236,7 +238,8 @@ impl Engine {
     }
 }
 
-/// Where a packet came from and went to, and whether it arrived marked.
+/// Where a packet came from and went to, whether it arrived marked, and
+/// the traffic class of its IP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrival {
     /// The source address of its IP header, as a GID.
@@ -246,6 +249,10 @@ pub struct Arrival {
     /// The embedder's receive queue was filling when it arrived (its
     /// requester is asked to send less, `congestion.rs`).
     pub marked: bool,
+    /// The traffic class of its IP header (IPv4 TOS, IPv6 traffic
+    /// class), which a UD receive's GRH shows (0 where the embedder does
+    /// not know it).
+    pub traffic_class: u8,
 }
 
 /// Packets the engine dropped on receipt, by reason, and request packets

@@ -21,6 +21,7 @@ pub struct Seg {
 }
 
 use crate::access::AccessFlags;
+use crate::datapath::Arrival;
 use crate::gid::Gid;
 use crate::handles::{PdId, QpId};
 use crate::mr_table::{remote_addr, scatter_plan, sge_total, LocalAccessError};
@@ -142,6 +143,8 @@ pub struct UdDest {
     pub src_gid: Gid,
     /// The destination's address.
     pub dst_gid: Gid,
+    /// The traffic class of the sender's address handle.
+    pub traffic_class: u8,
 }
 
 /// What happened at the target, as the requester learns it.
@@ -638,7 +641,13 @@ fn receive_datagram(
     }
     let wqe = claim_recv(op, qp, target, true)?;
     let len = u64::from(op.len);
-    let grh = grh_bytes(ud.src_gid, ud.dst_gid, op.len as usize);
+    let arrival = Arrival {
+        src_gid: ud.src_gid,
+        dst_gid: ud.dst_gid,
+        marked: false,
+        traffic_class: ud.traffic_class,
+    };
+    let grh = grh_bytes(&arrival, op.len as usize);
     let planned = scatter_plan(target, qp.pd, &wqe.sg_list, 0, GRH_LEN as u64).and_then(|g| {
         let data = scatter_plan(target, qp.pd, &wqe.sg_list, GRH_LEN as u64, len)?;
         Ok((g, data))

@@ -9,7 +9,7 @@
 //! queue as always, and the responder does nothing more in that call.
 
 use crate::ctx::Ctx;
-use crate::gid::Gid;
+use crate::datapath::Arrival;
 use crate::handles::{CqId, PdId, QpId, SrqId};
 use crate::memory::HostMemory;
 use crate::qp::Qp;
@@ -75,13 +75,10 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketView<'_>,
-        src_gid: Gid,
-        dst_gid: Gid,
+        arrival: Arrival,
         mem: &mut dyn HostMemory,
     ) {
-        self.with_recv_side(ctx, |side, ctx| {
-            side.receive(ctx, pkt, src_gid, dst_gid, mem)
-        });
+        self.with_recv_side(ctx, |side, ctx| side.receive(ctx, pkt, arrival, mem));
     }
 
     /// Whether the responder has responses queued.

@@ -764,13 +764,8 @@ pub(crate) struct Path {
     pub(crate) traffic_class: u8,
 }
 
-/// Source and destination GIDs of a request: the QP's path, or for UD the
-/// WR's address handle (which must still exist).
-pub(crate) fn request_gids(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Option<(Gid, Gid)> {
-    request_path(qp, ctx, idx).map(|path| path.gids)
-}
-
-/// The path of a request ([`request_gids`], and its traffic class).
+/// The path of a request: the QP's path, or for UD the WR's address
+/// handle (which must still exist).
 pub(crate) fn request_path(qp: &SendSide<'_>, ctx: &Ctx<'_>, idx: usize) -> Option<Path> {
     let av = match qp.qp_type {
         QpType::Ud => ctx.ahs.get(qp.req.inflight.get(idx)?.wqe.ud?.ah)?.attr,

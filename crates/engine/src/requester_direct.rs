@@ -18,7 +18,7 @@ use crate::mcast::MULTICAST_QPN;
 use crate::memory::HostMemory;
 use crate::mr_table::gather_plan;
 use crate::qp_state::{QpState, QpType};
-use crate::requester::{local_status, request_gids, ReqOp};
+use crate::requester::{local_status, request_path, ReqOp};
 use crate::send_side::SendSide;
 use crate::time::Nanos;
 use crate::wc::WcStatus;
@@ -169,12 +169,14 @@ impl SendSide<'_> {
             return Ok(None);
         }
         let e = &self.req.inflight[idx];
-        let (sgid, dgid) = request_gids(self, ctx, idx).ok_or(WcStatus::LocQpOpErr)?;
+        let path = request_path(self, ctx, idx).ok_or(WcStatus::LocQpOpErr)?;
+        let (sgid, dgid) = path.gids;
         let local = ctx.config.address().unwrap_or_else(|| sgid.to_ip());
         Ok(Some(UdDest {
             qkey: self.deth_of(e).qkey,
             src_gid: Gid::from_ip(sgid.route(local)),
             dst_gid: Gid::from_ip(dgid.route(local)),
+            traffic_class: path.traffic_class,
         }))
     }
 

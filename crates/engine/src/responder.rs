@@ -11,6 +11,7 @@
 use crate::access::AccessFlags;
 use crate::cnp::Notices;
 use crate::ctx::Ctx;
+use crate::datapath::Arrival;
 use crate::event::AsyncEvent;
 use crate::memory::{HostMemory, MemResult};
 use crate::mr_table::{sge_total, LocalAccessError};
@@ -264,8 +265,7 @@ impl RecvSide<'_> {
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketView<'_>,
-        src_gid: crate::gid::Gid,
-        dst_gid: crate::gid::Gid,
+        arrival: Arrival,
         mem: &mut dyn HostMemory,
     ) {
         if !matches!(
@@ -281,11 +281,11 @@ impl RecvSide<'_> {
             self.resp.comm_est = true;
             ctx.event(AsyncEvent::CommEst(self.id));
         }
-        self.note_congestion(ctx, pkt, (src_gid, dst_gid));
+        self.note_congestion(ctx, pkt, (arrival.src_gid, arrival.dst_gid));
         match self.qp_type {
             QpType::Rc => self.rc_receive(ctx, pkt, mem),
             QpType::Uc => self.uc_receive(ctx, pkt, mem),
-            QpType::Ud => self.ud_receive(ctx, pkt, src_gid, dst_gid, mem),
+            QpType::Ud => self.ud_receive(ctx, pkt, arrival, mem),
         }
     }
 
@@ -873,8 +873,7 @@ impl RecvSide<'_> {
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &PacketView<'_>,
-        src_gid: crate::gid::Gid,
-        dst_gid: crate::gid::Gid,
+        arrival: Arrival,
         mem: &mut dyn HostMemory,
     ) {
         let Some(deth) = pkt.deth() else {
@@ -902,7 +901,7 @@ impl RecvSide<'_> {
         };
         // The GRH, then the datagram after it, with no buffer to join
         // them in.
-        let grh = grh_bytes(src_gid, dst_gid, pkt.payload().len());
+        let grh = grh_bytes(&arrival, pkt.payload().len());
         let parts = [&grh[..], pkt.payload()];
         let scattered = ctx.mrs.scatter_parts(mem, self.pd, &wqe.sg_list, 0, &parts);
         if let Err(err) = scattered {
@@ -913,7 +912,7 @@ impl RecvSide<'_> {
         let mut wc = self.recv_completion(&wqe, WcOpcode::Recv, needed as u32);
         wc.src_qp = deth.src_qp.get();
         wc.wc_flags |= wc_flags::GRH;
-        wc.sl = ud_sl(dst_gid);
+        wc.sl = ud_sl(arrival.dst_gid);
         if let Some(imm) = pkt.imm() {
             wc.imm_data_or_inv_rkey = imm;
             wc.wc_flags |= wc_flags::WITH_IMM;
@@ -1088,13 +1087,10 @@ impl RecvSide<'_> {
 
 /// The 40 bytes a RoCEv2 UD receive places before the data: the IPv6
 /// header, or for IPv4 20 zero bytes then the IPv4 header (as rxe and
-/// mlx5 do).
-pub(crate) fn grh_bytes(
-    src: crate::gid::Gid,
-    dst: crate::gid::Gid,
-    payload_len: usize,
-) -> [u8; GRH_LEN] {
+/// mlx5 do), with the addresses and traffic class it arrived with.
+pub(crate) fn grh_bytes(arrival: &Arrival, payload_len: usize) -> [u8; GRH_LEN] {
     use std::net::IpAddr;
+    let (src, dst) = (arrival.src_gid, arrival.dst_gid);
     let mut grh = [0u8; GRH_LEN];
     let roce_len = softverbs_wire::packet_len(Opcode::UdSendOnly, payload_len);
     let flow = match (src.to_ip(), dst.to_ip()) {
@@ -1104,6 +1100,7 @@ pub(crate) fn grh_bytes(
         (s, d) => softverbs_wire::Flow::v6(ipv6(s), ipv6(d), 0, softverbs_wire::ROCE_V2_UDP_PORT),
     };
     if let Ok(headers) = flow.headers(roce_len) {
+        let headers = headers.with_traffic_class(arrival.traffic_class);
         let ip = headers.ip();
         grh[GRH_LEN - ip.len()..].copy_from_slice(ip);
     }

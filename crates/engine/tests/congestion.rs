@@ -447,6 +447,7 @@ fn a_notice_whose_response_found_no_room_rides_on_the_next() {
         src_gid: t.src_gid,
         dst_gid: t.dst_gid,
         marked: true,
+        traffic_class: t.traffic_class,
     };
     p.b.e
         .handle_arrival(p.now, marked, sink.sealed(&t), &mut p.b.mem);

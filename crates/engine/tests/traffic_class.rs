@@ -37,16 +37,15 @@ fn rc_packets_carry_the_class_of_their_senders_path() {
     }
 }
 
-/// A UD datagram carries the class of its WR's address handle.
-#[test]
-fn a_ud_datagram_carries_its_address_handles_class() {
-    let mut p = Pair::new();
+/// Sends one UD datagram from a to b through an address handle of
+/// traffic class `class`; the GRH b's receive got.
+fn ud_datagram(p: &mut Pair, class: u8) -> Vec<u8> {
     let (qa, qb) = p.connect(QpType::Ud, Link::default());
     p.b.post_recv(qb, 1, 0x10000, 1024);
     let av = AhAttr {
         grh: GlobalRoute {
             dgid: p.b.gid,
-            traffic_class: 0xb8,
+            traffic_class: class,
             ..av().grh
         },
         ..av()
@@ -64,5 +63,27 @@ fn a_ud_datagram_carries_its_address_handles_class() {
     p.a.e.post_send(qa, &s).unwrap();
     p.run(100);
     assert_eq!(p.b.poll().len(), 1);
+    p.b.mem.slice(MEM_BASE + 0x10000, 40).to_vec()
+}
+
+/// A UD datagram carries the class of its WR's address handle, and the
+/// receive's GRH (20 zero bytes, then the IPv4 header) shows it as the
+/// TOS, as rxe copies the IP header there: `ibv_init_ah_from_wc` then
+/// answers with the same class.
+#[test]
+fn a_ud_datagram_carries_its_address_handles_class() {
+    let mut p = Pair::new();
+    let grh = ud_datagram(&mut p, 0xb8);
     assert_eq!(p.classes, [(true, 0xb8)]);
+    assert_eq!((grh[20], grh[21]), (0x45, 0xb8));
+}
+
+/// On the same-host path too, the GRH carries the class of the sender's
+/// address handle.
+#[test]
+fn a_same_host_ud_receive_shows_the_senders_class() {
+    let mut p = Pair::same_host();
+    let grh = ud_datagram(&mut p, 0x48);
+    assert!(p.classes.is_empty(), "no packets");
+    assert_eq!((grh[20], grh[21]), (0x45, 0x48));
 }

@@ -258,6 +258,8 @@ impl<'a> Sim<'a> {
                 src_gid: p.src,
                 dst_gid: p.dst,
                 marked: p.marked,
+                // The simulated network carries no IP header.
+                traffic_class: 0,
             };
             node.engine
                 .handle_arrival(self.now, arrival, &p.bytes, &mut node.mem);

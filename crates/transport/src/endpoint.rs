@@ -8,7 +8,9 @@ use crate::daemon::{DaemonAddress, LookupRefused, PeerRegion, Session};
 use crate::group_socket::GroupSockets;
 use crate::queue_watch::QueueWatch;
 use crate::slots::qpns_of;
-use nix::sys::socket::sockopt::{RcvBufForce, SndBufForce, UdpGroSegment};
+use nix::sys::socket::sockopt::{
+    IpRecvTos, Ipv6RecvTClass, RcvBufForce, SndBufForce, UdpGroSegment,
+};
 use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags, SockaddrStorage};
 use rustix::net::sockopt::{set_ip_mtu_discover, Ipv4PathMtuDiscovery};
 use socket2::Socket;
@@ -362,10 +364,16 @@ impl Endpoint {
         // is empty never ends, and the congestion notices owed for what
         // was read never leave: stop after a while of marked packets.
         let mut marked_bytes = 0;
-        let read = read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
+        let read = read_datagrams(socket, buf, cmsg, one, |bytes, src, (segment, class)| {
             let opcode = bytes.first().copied().unwrap_or_default();
             let marked = queue.read(socket, src, bytes.len(), (usize::from(segment), opcode));
-            frame(FrameHeader { src, dst, segment }, bytes, marked);
+            let header = FrameHeader {
+                src,
+                dst,
+                segment,
+                class,
+            };
+            frame(header, bytes, marked);
             marked_bytes += if marked { bytes.len() } else { 0 };
             marked_bytes < MARKED_AT_MOST
         });
@@ -383,8 +391,14 @@ impl Endpoint {
         let one = by == Receiver::Poll;
         self.groups.each_ready(one, |group, socket| {
             let dst = SocketAddr::new(group, crate::daemon::udp_port());
-            read_datagrams(socket, buf, cmsg, one, |bytes, src, segment| {
-                frame(FrameHeader { src, dst, segment }, bytes, false);
+            read_datagrams(socket, buf, cmsg, one, |bytes, src, (segment, class)| {
+                let header = FrameHeader {
+                    src,
+                    dst,
+                    segment,
+                    class,
+                };
+                frame(header, bytes, false);
                 true
             });
         });
@@ -407,21 +421,26 @@ enum Read {
 }
 
 /// Reads the datagrams waiting on `socket` (just one if `one`) into `buf`,
-/// handing each to `got` with its sender and segment size (UDP GRO),
-/// until `got` says to stop (returns false).
+/// handing each to `got` with its sender, segment size (UDP GRO) and
+/// traffic class, until `got` says to stop (returns false).
 fn read_datagrams(
     socket: &std::net::UdpSocket,
     buf: &mut [u8],
     cmsg: &mut [u8],
     one: bool,
-    mut got: impl FnMut(&[u8], SocketAddr, u16) -> bool,
+    mut got: impl FnMut(&[u8], SocketAddr, (u16, u8)) -> bool,
 ) -> Read {
     let mut errors = 0;
     loop {
         match recv_segments(socket, buf, cmsg) {
-            Ok((n, src, segment)) => {
-                let segment = segment.unwrap_or(n).min(usize::from(u16::MAX)) as u16;
-                let go_on = got(&buf[..n], src, segment);
+            Ok(Datagrams {
+                len,
+                src,
+                segment,
+                class,
+            }) => {
+                let segment = segment.unwrap_or(len).min(usize::from(u16::MAX)) as u16;
+                let go_on = got(&buf[..len], src, (segment, class));
                 if one {
                     return Read::Ended;
                 }
@@ -475,15 +494,28 @@ fn send_multicast_from(socket: &std::net::UdpSocket, ip: IpAddr) -> io::Result<(
     Ok(())
 }
 
-/// Receives one datagram from `socket` into `buf`: its length, its sender,
-/// and, when the kernel coalesced several packets of one flow into it (UDP
-/// GRO, which [`bind_udp`] turns on), the size of each but the last.
-/// `cmsg` is room for that control message ([`cmsg_buffer`]).
+/// What [`recv_segments`] received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagrams {
+    /// Bytes received.
+    pub len: usize,
+    /// The sender.
+    pub src: SocketAddr,
+    /// When the kernel coalesced several packets of one flow (UDP GRO,
+    /// which [`bind_udp`] turns on), the size of each but the last.
+    pub segment: Option<usize>,
+    /// The traffic class of their IP header (`IP_RECVTOS`,
+    /// `IPV6_RECVTCLASS`, which [`bind_udp`] turns on; 0 if not said).
+    pub class: u8,
+}
+
+/// Receives one datagram from `socket` into `buf`. `cmsg` is room for
+/// its control messages ([`cmsg_buffer`]).
 pub fn recv_segments(
     socket: &impl AsRawFd,
     buf: &mut [u8],
     cmsg: &mut [u8],
-) -> io::Result<(usize, SocketAddr, Option<usize>)> {
+) -> io::Result<Datagrams> {
     let mut iov = [IoSliceMut::new(buf)];
     let msg =
         recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(cmsg), MsgFlags::empty())
@@ -492,18 +524,27 @@ pub fn recv_segments(
         .address
         .and_then(|a| socket_addr(&a))
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))?;
-    let segment = msg.cmsgs().ok().and_then(|mut c| {
-        c.find_map(|m| match m {
-            ControlMessageOwned::UdpGroSegments(s) if s > 0 => Some(s as usize),
-            _ => None,
-        })
-    });
-    Ok((msg.bytes, from, segment))
+    let (mut segment, mut class) = (None, 0);
+    for message in msg.cmsgs().into_iter().flatten() {
+        match message {
+            ControlMessageOwned::UdpGroSegments(s) if s > 0 => segment = Some(s as usize),
+            ControlMessageOwned::Ipv4Tos(tos) => class = tos,
+            ControlMessageOwned::Ipv6TClass(tc) => class = tc as u8,
+            _ => {}
+        }
+    }
+    Ok(Datagrams {
+        len: msg.bytes,
+        src: from,
+        segment,
+        class,
+    })
 }
 
-/// Room for the UDP GRO control message [`Endpoint::recv_segments`] reads.
+/// Room for the control messages [`recv_segments`] reads: the UDP GRO
+/// segment size and the traffic class.
 pub fn cmsg_buffer() -> Vec<u8> {
-    nix::cmsg_space!(i32)
+    nix::cmsg_space!(i32, i32)
 }
 
 fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -587,6 +628,12 @@ fn bind_udp_as(addr: SocketAddr, reuse: Reuse) -> io::Result<std::net::UdpSocket
     // datagram (see recv_segments); a kernel without UDP GRO delivers them
     // one by one, which works too.
     let _ = setsockopt(&socket, UdpGroSegment, &true);
+    // Each datagram's traffic class, which a UD receive's GRH shows (as
+    // rxe copies the IP header there).
+    let _ = match addr.is_ipv4() {
+        true => setsockopt(&socket, IpRecvTos, &true),
+        false => setsockopt(&socket, Ipv6RecvTClass, &true),
+    };
     // DF on an unconnected socket: Linux then sends IP identification 0,
     // the value every ICRC is sealed and checked with (softverbs_wire::ip).
     // Without it the kernel numbers the datagrams and a peer that checks
@@ -872,7 +919,8 @@ mod tests {
     }
 
     /// A GSO batch comes back as the same packets, whether the kernel
-    /// coalesced them (GRO) or delivered them one by one.
+    /// coalesced them (GRO) or delivered them one by one, with the traffic
+    /// class it was sent with.
     #[test]
     fn packets_sent_as_one_batch_are_received_intact() {
         let rx = bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -885,7 +933,7 @@ mod tests {
         let sock = socket2::SockRef::from(&tx);
         for p in &sent {
             let (src, dst) = (tx.local_addr().unwrap(), rx.local_addr().unwrap());
-            crate::send_batch::push(&mut batch, &sock, p, src, dst);
+            crate::send_batch::push_classed(&mut batch, &sock, p, (src, dst), 0x48);
         }
         batch.flush(&sock);
         let mut got = Vec::new();
@@ -893,9 +941,11 @@ mod tests {
         let mut cmsg = cmsg_buffer();
         while got.len() < sent.len() {
             match recv_segments(&rx, &mut buf, &mut cmsg) {
-                Ok((n, from, segment)) => {
-                    assert_eq!(from, tx.local_addr().unwrap());
-                    got.extend(buf[..n].chunks(segment.unwrap_or(n)).map(<[u8]>::to_vec));
+                Ok(d) => {
+                    assert_eq!(d.src, tx.local_addr().unwrap());
+                    assert_eq!(d.class, 0x48);
+                    let segment = d.segment.unwrap_or(d.len);
+                    got.extend(buf[..d.len].chunks(segment).map(<[u8]>::to_vec));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
                 Err(e) => panic!("{e}"),

@@ -264,7 +264,7 @@ impl Io {
         } = self;
         let mut rx = Rx { stats, icrc_starts };
         let got = endpoint.receive(by, |frame, packets, marked| {
-            let Some(from) = Received::of(frame.src, frame.dst, marked) else {
+            let Some(from) = Received::of(frame.src, frame.dst, marked, frame.class) else {
                 rx.stats.rx_bad_icrc += 1;
                 return;
             };
@@ -274,7 +274,7 @@ impl Io {
                     deliver(engine, mem, &mut rx, &from, packet, now);
                     continue;
                 };
-                match faults.decide(now, frame.src, frame.dst, packet) {
+                match faults.decide(now, frame.src, frame.dst, frame.class, packet) {
                     Fate::Deliver(copies) => {
                         rx.stats.rx_dropped_by_rule += u64::from(copies == 0);
                         for _ in 0..copies {
@@ -286,7 +286,9 @@ impl Io {
                             // queue.
                             faults.delivered();
                             for held in faults.take_due(now) {
-                                if let Some(from) = Received::of(held.src, held.dst, false) {
+                                if let Some(from) =
+                                    Received::of(held.src, held.dst, false, held.class)
+                                {
                                     deliver(engine, mem, &mut rx, &from, &held.bytes, now);
                                 }
                             }
@@ -310,7 +312,7 @@ impl Io {
             return;
         };
         for held in faults.take_due(now) {
-            if let Some(from) = Received::of(held.src, held.dst, false) {
+            if let Some(from) = Received::of(held.src, held.dst, false, held.class) {
                 let mut rx = Rx {
                     stats: &mut self.stats,
                     icrc_starts: &mut self.icrc_starts,
@@ -455,7 +457,8 @@ impl<S: DatagramOut> PacketSink for BatchSink<'_, S> {
 }
 
 /// Where a datagram came from and went to: its flow (for the ICRC), and
-/// its GIDs and whether it arrived in a filling queue (for the engine).
+/// its GIDs, whether it arrived in a filling queue and its traffic class
+/// (for the engine).
 struct Received {
     flow: Flow,
     arrival: softverbs_engine::Arrival,
@@ -463,13 +466,14 @@ struct Received {
 
 impl Received {
     /// None for addresses RoCE cannot carry (mixed families).
-    fn of(src: SocketAddr, dst: SocketAddr, marked: bool) -> Option<Received> {
+    fn of(src: SocketAddr, dst: SocketAddr, marked: bool, class: u8) -> Option<Received> {
         Some(Received {
             flow: Flow::from_sockets(src, dst).ok()?,
             arrival: softverbs_engine::Arrival {
                 src_gid: Gid::from_ip(src.ip()),
                 dst_gid: Gid::from_ip(dst.ip()),
                 marked,
+                traffic_class: class,
             },
         })
     }

@@ -31,6 +31,8 @@ pub(crate) struct PacketFaults {
 pub(crate) struct HeldPacket {
     pub(crate) src: SocketAddr,
     pub(crate) dst: SocketAddr,
+    /// The traffic class it arrived with.
+    pub(crate) class: u8,
     pub(crate) bytes: Vec<u8>,
     /// When it is delivered at the latest.
     due: Nanos,
@@ -64,6 +66,7 @@ impl PacketFaults {
         now: Nanos,
         src: SocketAddr,
         dst: SocketAddr,
+        class: u8,
         packet: &[u8],
     ) -> Fate {
         let qp = dest_qp(packet);
@@ -74,6 +77,7 @@ impl PacketFaults {
         let hold = |due, after_next| HeldPacket {
             src,
             dst,
+            class,
             bytes: packet.to_vec(),
             due,
             after_next,
@@ -171,11 +175,11 @@ mod tests {
         let (a, b) = (A.parse().unwrap(), B.parse().unwrap());
         let mut f =
             faults("packet drop qp=7 nth=1; packet duplicate qp=7 nth=2; packet corrupt qp=8");
-        assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(0)));
-        assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(2)));
-        assert!(matches!(f.decide(0, a, b, &bth(7)), Fate::Deliver(1)));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(7)), Fate::Deliver(0)));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(7)), Fate::Deliver(2)));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(7)), Fate::Deliver(1)));
         for _ in 0..64 {
-            let Fate::Corrupted(bytes) = f.decide(0, a, b, &bth(8)) else {
+            let Fate::Corrupted(bytes) = f.decide(0, a, b, 0, &bth(8)) else {
                 panic!("not corrupted");
             };
             let want = bth(8);
@@ -184,16 +188,16 @@ mod tests {
             assert_ne!(changed[0], ICRC_MASKED_BYTE, "a byte the ICRC covers");
         }
         let mut f = faults("packet drop peer=10.0.0.2");
-        assert!(matches!(f.decide(0, a, b, &bth(1)), Fate::Deliver(1)));
-        assert!(matches!(f.decide(0, b, a, &bth(1)), Fate::Deliver(0)));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(1)), Fate::Deliver(1)));
+        assert!(matches!(f.decide(0, b, a, 0, &bth(1)), Fate::Deliver(0)));
     }
 
     #[test]
     fn delayed_and_reordered_packets_come_back_in_time() {
         let (a, b) = (A.parse().unwrap(), B.parse().unwrap());
         let mut f = faults("packet delay=2ms qp=3; packet reorder qp=2");
-        assert!(matches!(f.decide(0, a, b, &bth(3)), Fate::Held));
-        assert!(matches!(f.decide(0, a, b, &bth(2)), Fate::Held));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(3)), Fate::Held));
+        assert!(matches!(f.decide(0, a, b, 0, &bth(2)), Fate::Held));
         assert_eq!(f.next_deadline(), Some(REORDER_WAIT));
         assert!(f.take_due(10).is_empty());
         f.delivered();

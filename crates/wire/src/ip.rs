@@ -121,6 +121,25 @@ impl IpUdpHeaders {
             Self::V4 { udp, .. } | Self::V6 { udp, .. } => udp,
         }
     }
+
+    /// The headers with traffic class `class` (the IPv4 TOS, its header
+    /// checksum updated; the IPv6 traffic class). The ICRC masks the
+    /// field: a packet sealed under one class is sealed under any.
+    pub fn with_traffic_class(mut self, class: u8) -> Self {
+        match &mut self {
+            Self::V4 { ip, .. } => {
+                ip[1] = class;
+                ip[10..12].fill(0);
+                let sum = ipv4_checksum(ip).to_be_bytes();
+                ip[10..12].copy_from_slice(&sum);
+            }
+            Self::V6 { ip, .. } => {
+                ip[0] = 0x60 | (class >> 4);
+                ip[1] = (class << 4) | (ip[1] & 0x0F);
+            }
+        }
+        self
+    }
 }
 
 impl Flow {
@@ -524,6 +543,21 @@ mod tests {
             1234,
             4791,
         )
+    }
+
+    /// The traffic class lands in the IPv4 TOS (the header checksum still
+    /// right) and the IPv6 traffic class (version and flow label kept).
+    #[test]
+    fn the_traffic_class_is_the_tos_or_the_ipv6_class() {
+        let h = flow4().headers(32).unwrap().with_traffic_class(0x48);
+        let IpUdpHeaders::V4 { ip, .. } = h else {
+            panic!("not v4")
+        };
+        assert_eq!(ip[1], 0x48);
+        assert_eq!(ipv4_checksum(&ip), 0, "sums with itself to all ones");
+        let six = Flow::v6(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 1234, 4791);
+        let h = six.headers(32).unwrap().with_traffic_class(0xb8);
+        assert_eq!(&h.ip()[..4], &[0x6b, 0x80, 0, 0]);
     }
 
     #[test]

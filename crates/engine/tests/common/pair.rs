@@ -336,6 +336,7 @@ impl Pair {
                     src_gid: t.src_gid,
                     dst_gid: t.dst_gid,
                     marked: fate == Fate::Mark,
+                    traffic_class: t.traffic_class,
                 };
                 for _ in 0..copies {
                     dst.e.handle_arrival(self.now, arrival, pkt, &mut dst.mem);

@@ -61,8 +61,9 @@ pub const DEFAULT_SOCKET: &str = "softverbs";
 /// Version 2 added `Publish`, `Lookup` and `Peer`; version 3 `Reserve`,
 /// `Listen`, `Release` and `Port` (and the daemon's routing of QP1);
 /// version 4 `Requesting`; version 5 `Replying`; version 6 `Reserve`'s
-/// `afonly`; version 7 `Disconnecting`.
-pub const VERSION: u16 = 7;
+/// `afonly`; version 7 `Disconnecting`; version 8 the frame's traffic
+/// class.
+pub const VERSION: u16 = 8;
 
 const HELLO: u8 = 1;
 const MORE_QPNS: u8 = 2;
@@ -577,7 +578,8 @@ impl Reply {
 
 /// One data-channel frame: datagram bytes that arrived from `src` at
 /// `dst`, cut into packets of `segment` bytes (the last may be shorter)
-/// when the kernel coalesced several (UDP GRO).
+/// when the kernel coalesced several (UDP GRO), with the traffic class
+/// of their IP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
     /// The sender's address and port.
@@ -586,10 +588,13 @@ pub struct FrameHeader {
     pub dst: SocketAddr,
     /// Packet size within the bytes.
     pub segment: u16,
+    /// The traffic class of their IP header (IPv4 TOS, IPv6 traffic
+    /// class).
+    pub class: u8,
 }
 
 /// Bytes of a frame before its packets: length (u32), then the header.
-pub const FRAME_HEAD: usize = 4 + 2 * (17 + 2) + 2;
+pub const FRAME_HEAD: usize = 4 + 2 * (17 + 2) + 2 + 1;
 
 impl FrameHeader {
     /// Writes the frame head for `payload_len` bytes of packets.
@@ -601,6 +606,7 @@ impl FrameHeader {
             out.extend_from_slice(&a.port().to_le_bytes());
         }
         out.extend_from_slice(&self.segment.to_le_bytes());
+        out.push(self.class);
     }
 
     /// If `b` starts with a whole frame: its header, its packets and the
@@ -627,6 +633,7 @@ impl FrameHeader {
             src: addr(0)?,
             dst: addr(19)?,
             segment: u16::from_le_bytes([frame[38], frame[39]]),
+            class: frame[40],
         };
         Ok(Some((header, &frame[FRAME_HEAD - 4..], 4 + total)))
     }
@@ -755,6 +762,7 @@ mod tests {
             src: "10.0.0.1:50000".parse().unwrap(),
             dst: "[::1]:4791".parse().unwrap(),
             segment: 1024,
+            class: 0x48,
         };
         let mut b = Vec::new();
         h.encode(3, &mut b);

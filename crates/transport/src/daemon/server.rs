@@ -35,7 +35,7 @@ use super::record;
 use super::steering;
 use super::waiting_requests::{WaitingRequest, WaitingRequests};
 use crate::capture::Capture;
-use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments};
+use crate::endpoint::{bind_udp, bind_udp_shared, cmsg_buffer, recv_segments, Datagrams};
 use crate::gsi::{self, GsiRoute};
 use crate::slots::{slot_of, MAX_SLOT};
 use mio::unix::SourceFd;
@@ -789,7 +789,8 @@ impl Daemon {
         for request in self.waiting.take_if(now_for_it) {
             self.note_request(&request.mad, request.src, request.dst, id);
             let packet = &request.packet;
-            self.deliver(Some(id), packet, packet.len(), request.src, request.dst);
+            let size = (packet.len(), 0); // a MAD, sent with class 0
+            self.deliver(Some(id), packet, size, request.src, request.dst);
             self.stats.gsi_waited += 1;
         }
         Reply::Done
@@ -1340,7 +1341,12 @@ impl Daemon {
             };
             let dst = SocketAddr::new(receiver.local, udp_port());
             let got = recv_segments(socket, &mut self.buf, &mut self.cmsg);
-            let (n, src, segment) = match got {
+            let Datagrams {
+                len: n,
+                src,
+                segment,
+                class,
+            } = match got {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -1361,10 +1367,10 @@ impl Daemon {
             match members {
                 Some(members) => {
                     for m in members {
-                        self.deliver(Some(m), &bytes[..n], segment, src, dst);
+                        self.deliver(Some(m), &bytes[..n], (segment, class), src, dst);
                     }
                 }
-                None => self.route(i, &bytes[..n], segment, src, dst),
+                None => self.route(i, &bytes[..n], (segment, class), src, dst),
             }
             self.buf = bytes;
         }
@@ -1372,12 +1378,13 @@ impl Daemon {
 
     /// Passes on the packets that arrived at UDP socket `slot`, each run
     /// of packets for one context as one frame; packets to QP1 go where
-    /// their MAD says (or are answered, or dropped).
+    /// their MAD says (or are answered, or dropped). `segment` is the
+    /// packets' size, `class` their traffic class.
     fn route(
         &mut self,
         slot: usize,
         bytes: &[u8],
-        segment: usize,
+        (segment, class): (usize, u8),
         src: SocketAddr,
         dst: SocketAddr,
     ) {
@@ -1392,13 +1399,13 @@ impl Daemon {
             if to != run_to {
                 let run = &bytes[run_start..k * segment];
                 if let To::Client(owner) = run_to {
-                    self.deliver(owner, run, segment, src, dst);
+                    self.deliver(owner, run, (segment, class), src, dst);
                 }
                 (run_start, run_to) = (k * segment, to);
             }
         }
         if let To::Client(owner) = run_to {
-            self.deliver(owner, &bytes[run_start..], segment, src, dst);
+            self.deliver(owner, &bytes[run_start..], (segment, class), src, dst);
         }
     }
 
@@ -1912,7 +1919,7 @@ impl Daemon {
         &mut self,
         owner: Option<usize>,
         packets: &[u8],
-        segment: usize,
+        (segment, class): (usize, u8),
         src: SocketAddr,
         dst: SocketAddr,
     ) {
@@ -1935,6 +1942,7 @@ impl Daemon {
             src,
             dst,
             segment: segment.min(usize::from(u16::MAX)) as u16,
+            class,
         };
         let before = client.queued.len();
         header.encode(packets.len(), &mut client.queued);
@@ -2150,7 +2158,7 @@ mod tests {
             unread.push(pair.pop());
             daemon.clients.get_mut(&id).unwrap().data = pair.pop();
             for _ in 0..(MAX_QUEUED / packets.len()) {
-                daemon.deliver(Some(id), &packets, 1024, src, dst);
+                daemon.deliver(Some(id), &packets, (1024, 0), src, dst);
             }
         }
         let bound = MAX_QUEUED_TOTAL + sessions * (QUEUED_ANYWAY + packets.len());
