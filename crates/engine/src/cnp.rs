@@ -8,8 +8,8 @@
 //! datagram's DETH. A receiving QP sends at most one every
 //! [`CNP_INTERVAL`] to each sender (the sender cuts its rate at most that
 //! often, and its cut shows a round trip later). A UD QP's datagrams come
-//! from many senders: each of the last [`SENDERS_TOLD`] marked is told,
-//! so that every sender of a fan-in slows, not only the latest.
+//! from many senders: it keeps up to [`SENDERS_TOLD`] at a time, so that
+//! every sender of a fan-in slows, not only the latest.
 //!
 //! A CNP that arrives caps the rate of a UC or UD QP (`pacing.rs`) and
 //! halves an RC QP's loss window as BECN does. Any RoCE peer may send
@@ -17,7 +17,7 @@
 //! heeds them.
 
 use crate::ctx::Ctx;
-use crate::gid::Gid;
+use crate::datapath::Arrival;
 use crate::qp::Qp;
 use crate::qp_state::QpType;
 use crate::recv_side::RecvSide;
@@ -31,8 +31,10 @@ use softverbs_wire::{write_cnp, Bth, PacketView, Qpn, CNP_LEN};
 pub(crate) const CNP_INTERVAL: Nanos = 50_000;
 
 /// The senders a receiving QP keeps track of (UC has one; a UD QP in a
-/// fan-in many): a sender marked while all are owed a CNP goes untold
-/// until its next marked datagram.
+/// fan-in many). A sender's place is kept while it is owed a CNP and for
+/// [`CNP_INTERVAL`] after it was told (so that it is told no sooner); a
+/// sender marked while every place is kept goes untold until a marked
+/// datagram of its own finds one free.
 pub(crate) const SENDERS_TOLD: usize = 8;
 
 /// The CNPs a receiving QP owes and sent, per sender.
@@ -53,9 +55,8 @@ struct Sender {
 /// Where a CNP goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Notice {
-    /// From our GID to the sender's; for UC with the traffic class of
-    /// the QP's path, for UD (whose datagram's class is not known here)
-    /// 0.
+    /// From our GID to the sender's, with the traffic class of the QP's
+    /// path (UC) or of the datagram that owed it (UD).
     path: Path,
     dest_qpn: u32,
 }
@@ -66,11 +67,12 @@ impl Notices {
         self.senders.iter().flatten().any(|s| s.due)
     }
 
-    /// `to` sent a marked request: it is owed a CNP.
+    /// `to` sent a marked request: it is owed a CNP, unless it is new and
+    /// every place is kept.
     fn owe(&mut self, to: Notice) {
         if let Some(known) = self.senders.iter_mut().flatten().find(|s| s.to == to) {
             known.due = true;
-        } else if let Some(place) = self.place_for_new() {
+        } else if let Some(place) = self.senders.iter_mut().find(|s| s.is_none()) {
             *place = Some(Sender {
                 to,
                 due: true,
@@ -79,27 +81,19 @@ impl Notices {
         }
     }
 
-    /// A free place for a sender, or that of the one told longest ago
-    /// and owed nothing.
-    fn place_for_new(&mut self) -> Option<&mut Option<Sender>> {
-        self.senders
-            .iter_mut()
-            .filter(|s| s.is_none_or(|s| !s.due))
-            .min_by_key(|s| s.and_then(|s| s.last_sent))
-    }
-
     /// Writes the next CNP due into `sink`. One due to a sender told less
     /// than [`CNP_INTERVAL`] before `now` is not owed any more (its next
-    /// marked request owes one again).
+    /// marked request owes one again). First frees the places of senders
+    /// owed nothing and told at least that long ago.
     pub(crate) fn transmit(&mut self, now: Nanos, sink: &mut dyn PacketSink) -> Option<Transmit> {
-        for sender in self.senders.iter_mut().flatten() {
-            if !std::mem::take(&mut sender.due) {
-                continue;
+        let recent = |at: Nanos| now.saturating_sub(at) < CNP_INTERVAL;
+        for place in &mut self.senders {
+            if place.is_some_and(|s| !s.due && !s.last_sent.is_some_and(recent)) {
+                *place = None;
             }
-            if sender
-                .last_sent
-                .is_some_and(|at| now.saturating_sub(at) < CNP_INTERVAL)
-            {
+        }
+        for sender in self.senders.iter_mut().flatten() {
+            if !std::mem::take(&mut sender.due) || sender.last_sent.is_some_and(recent) {
                 continue;
             }
             let sent = write_notice(sender.to, sink)?;
@@ -145,7 +139,7 @@ fn write_notice(to: Notice, sink: &mut dyn PacketSink) -> Option<Transmit> {
 
 impl RecvSide<'_> {
     /// A UC or UD request arrived marked: its sender is owed a CNP.
-    pub(crate) fn owe_notice(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>, from: (Gid, Gid)) {
+    pub(crate) fn owe_notice(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>, from: &Arrival) {
         let notice = match self.qp_type {
             QpType::Rc => return,
             QpType::Uc => response_path(self.attr, ctx).map(|path| Notice {
@@ -154,8 +148,8 @@ impl RecvSide<'_> {
             }),
             QpType::Ud => pkt.deth().map(|deth| Notice {
                 path: Path {
-                    gids: (from.1, from.0),
-                    traffic_class: 0,
+                    gids: (from.dst_gid, from.src_gid),
+                    traffic_class: from.traffic_class,
                 },
                 dest_qpn: deth.src_qp.get(),
             }),
@@ -184,6 +178,7 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gid::Gid;
     use crate::transmit::BufferSink;
     use std::net::Ipv4Addr;
 
@@ -228,8 +223,10 @@ mod tests {
     }
 
     /// Past [`SENDERS_TOLD`] senders owed at once, a new one goes untold;
-    /// once they were told, it takes the place of the one told longest
-    /// ago.
+    /// so it does while they are kept for the interval after they were
+    /// told (a place freed then would tell its sender again too soon, and
+    /// a fan-in of many would bring a CNP per marked datagram); then it
+    /// finds a place.
     #[test]
     fn a_sender_past_the_table_waits_for_a_place() {
         let mut n = Notices::default();
@@ -240,6 +237,12 @@ mod tests {
         n.owe(sender(9, 99));
         assert_eq!(sent_at(&mut n, 0), qpns);
         n.owe(sender(9, 99));
-        assert_eq!(sent_at(&mut n, 1), [99]);
+        assert!(sent_at(&mut n, 1).is_empty(), "every place kept");
+        n.owe(sender(2, 1));
+        assert!(sent_at(&mut n, 2).is_empty(), "told 2 ns ago");
+        assert!(sent_at(&mut n, CNP_INTERVAL).is_empty(), "places freed");
+        n.owe(sender(9, 99));
+        n.owe(sender(2, 1));
+        assert_eq!(sent_at(&mut n, CNP_INTERVAL), [99, 1]);
     }
 }

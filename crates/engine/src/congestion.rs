@@ -31,23 +31,18 @@
 //! its sender's rate (`cnp.rs`, `pacing.rs`).
 
 use crate::ctx::Ctx;
-use crate::gid::Gid;
+use crate::datapath::Arrival;
 use crate::qp_state::QpType;
 use crate::recv_side::RecvSide;
 use crate::send_side::SendSide;
 use softverbs_wire::PacketView;
 
 impl RecvSide<'_> {
-    /// A request arrived from `from` (its source and destination GIDs),
+    /// A request arrived (`from`: its addresses and traffic class),
     /// marked if the embedder found its queue filling: an RC QP's next
     /// response carries BECN, a UC or UD QP owes its sender a CNP
     /// (`cnp.rs`).
-    pub(crate) fn note_congestion(
-        &mut self,
-        ctx: &Ctx<'_>,
-        pkt: &PacketView<'_>,
-        from: (Gid, Gid),
-    ) {
+    pub(crate) fn note_congestion(&mut self, ctx: &Ctx<'_>, pkt: &PacketView<'_>, from: &Arrival) {
         if !ctx.congestion {
             return;
         }

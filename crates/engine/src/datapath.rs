@@ -296,7 +296,7 @@ pub struct DatapathStats {
     /// Packets that carried BECN (a responder's congestion notice).
     pub rx_becn: u64,
     /// CNPs sent: UC and UD requests that arrived marked, answered at
-    /// most one per receiving QP every 50 us (`cnp.rs`).
+    /// most one per sender every 50 us (`cnp.rs`).
     pub tx_cnp: u64,
     /// CNPs received for a QP of this engine, each capping a UC or UD
     /// QP's rate or halving an RC QP's loss window.

@@ -281,7 +281,7 @@ impl RecvSide<'_> {
             self.resp.comm_est = true;
             ctx.event(AsyncEvent::CommEst(self.id));
         }
-        self.note_congestion(ctx, pkt, (arrival.src_gid, arrival.dst_gid));
+        self.note_congestion(ctx, pkt, &arrival);
         match self.qp_type {
             QpType::Rc => self.rc_receive(ctx, pkt, mem),
             QpType::Uc => self.uc_receive(ctx, pkt, mem),

@@ -789,7 +789,7 @@ impl Daemon {
         for request in self.waiting.take_if(now_for_it) {
             self.note_request(&request.mad, request.src, request.dst, id);
             let packet = &request.packet;
-            let size = (packet.len(), 0); // a MAD, sent with class 0
+            let size = (packet.len(), request.class);
             self.deliver(Some(id), packet, size, request.src, request.dst);
             self.stats.gsi_waited += 1;
         }
@@ -1392,7 +1392,7 @@ impl Daemon {
         let mut run_to = To::Handled;
         for (k, packet) in bytes.chunks(segment).enumerate() {
             let to = if packet.get(5..8) == Some(&[0, 0, 1]) {
-                self.route_gsi(slot, packet, src, dst)
+                self.route_gsi(slot, packet, (src, dst), class)
             } else {
                 To::Client(self.owner_of(packet))
             };
@@ -1413,7 +1413,13 @@ impl Daemon {
     /// listener of its service on the packet's destination address,
     /// answered here when there is none; any other CM message to the
     /// holder of its recipient's comm ID. The rest is dropped, counted.
-    fn route_gsi(&mut self, slot: usize, packet: &[u8], src: SocketAddr, dst: SocketAddr) -> To {
+    fn route_gsi(
+        &mut self,
+        slot: usize,
+        packet: &[u8],
+        (src, dst): (SocketAddr, SocketAddr),
+        class: u8,
+    ) -> To {
         let Some(mad) = gsi::parse_gsi(src, dst, packet) else {
             self.stats.gsi_dropped += 1;
             return To::Handled;
@@ -1441,6 +1447,7 @@ impl Daemon {
                     slot,
                     src,
                     dst,
+                    class,
                     packet: packet.to_vec(),
                     mad,
                 };

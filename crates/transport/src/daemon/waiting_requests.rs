@@ -36,10 +36,12 @@ pub(super) struct WaitingRequest {
     /// Whether it asks for an IPv4 address (its rdma_cm header says, else
     /// the address it came to), which decides the listeners that take it.
     pub ipv4: bool,
-    /// The UDP socket slot it arrived on, its source and destination.
+    /// The UDP socket slot it arrived on, its source and destination,
+    /// and its traffic class.
     pub slot: usize,
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    pub class: u8,
     /// The packet as it arrived, and its MAD.
     pub packet: Vec<u8>,
     pub mad: [u8; 256],
@@ -110,6 +112,7 @@ mod tests {
             slot: 0,
             src: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)), 4791),
             dst,
+            class: 0,
             packet: vec![n],
             mad: [n; 256],
         }
