@@ -58,6 +58,18 @@ fn watch(p: &mut Pair, first_psn: u32, mark: fn(bool, usize) -> bool) -> Rc<RefC
     seen
 }
 
+/// Posts on a's `qa` a WRITE `id` of `LEN` bytes from the start of a's
+/// memory into b's.
+fn post_long_write(p: &mut Pair, qa: QpId, id: u64) {
+    let sge = [p.a.sge(0, LEN)];
+    let mut w = wr(id, send_opcode::RDMA_WRITE, &sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8_0000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &w).unwrap();
+}
+
 /// Connects an RC (or `ty`) pair with a 32-packet window, runs one
 /// `LEN` WRITE marked as `mark` says, and checks it arrived whole with
 /// nothing sent again.
@@ -72,13 +84,7 @@ fn write_marked(ty: QpType, mark: fn(bool, usize) -> bool) -> (Pair, Rc<RefCell<
         .map(|i| (i * 13 + i / 509) as u8)
         .collect();
     p.a.mem.write(MEM_BASE, &data).unwrap();
-    let sge = [p.a.sge(0, LEN)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x8_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    post_long_write(&mut p, qa, 1);
     let seen = watch(&mut p, link.psn_a, mark);
     p.run(100_000);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
@@ -212,13 +218,7 @@ fn after_the_cnps_stop_a_uc_sender_is_unpaced_again() {
     p.interleaved = true;
     let (qa, _) = p.connect(QpType::Uc, Link::default());
     let write = |p: &mut Pair, id: u64| {
-        let sge = [p.a.sge(0, LEN)];
-        let mut w = wr(id, send_opcode::RDMA_WRITE, &sge);
-        w.rdma = RdmaTarget {
-            remote_addr: MEM_BASE + 0x8_0000,
-            rkey: p.b.key,
-        };
-        p.a.e.post_send(qa, &w).unwrap();
+        post_long_write(p, qa, id);
         let start = p.now;
         p.run(100_000);
         assert_eq!(p.a.poll()[0].status, WcStatus::Success);
@@ -242,12 +242,9 @@ fn after_the_cnps_stop_a_uc_sender_is_unpaced_again() {
     );
 }
 
-/// A marked UD datagram is answered with a CNP to the QP in its DETH.
-#[test]
-fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
-    let mut p = Pair::new();
-    p.interleaved = true;
-    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+/// Eight UD datagrams from a's QPs `senders` in turn to b's `qb`, every
+/// one marked, with a receive WR for each; runs until idle.
+fn marked_ud_sends(p: &mut Pair, senders: &[QpId], qb: QpId) {
     let target = Some(p.ud_target(qb));
     for id in 0..8 {
         p.b.post_recv(qb, id, 0x10000 * (id + 1), 1024);
@@ -256,10 +253,21 @@ fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
             ud: target,
             ..wr(id, send_opcode::SEND, &sge)
         };
-        p.a.e.post_send(qa, &s).unwrap();
+        p.a.e
+            .post_send(senders[id as usize % senders.len()], &s)
+            .unwrap();
     }
     p.filter = Box::new(|from_a, _| if from_a { Fate::Mark } else { Fate::Deliver });
     p.run(1_000);
+}
+
+/// A marked UD datagram is answered with a CNP to the QP in its DETH.
+#[test]
+fn a_marked_ud_datagram_brings_a_cnp_to_its_sender() {
+    let mut p = Pair::new();
+    p.interleaved = true;
+    let (qa, qb) = p.connect(QpType::Ud, Link::default());
+    marked_ud_sends(&mut p, &[qa], qb);
     assert_eq!(p.b.poll().len(), 8, "every datagram arrived");
     assert!(p.b.e.stats().tx_cnp >= 1);
     assert_eq!(p.a.e.stats().rx_cnp, p.b.e.stats().tx_cnp);
@@ -273,19 +281,8 @@ fn each_sender_of_a_ud_fan_in_is_told() {
     p.interleaved = true;
     let (qa1, qb) = p.connect(QpType::Ud, Link::default());
     let (qa2, _) = p.connect(QpType::Ud, Link::default());
-    let target = Some(p.ud_target(qb));
-    for id in 0..8 {
-        p.b.post_recv(qb, id, 0x10000 * (id + 1), 1024);
-        let sge = [p.a.sge(0, 512)];
-        let s = SendWr {
-            ud: target,
-            ..wr(id, send_opcode::SEND, &sge)
-        };
-        p.a.e.post_send([qa1, qa2][id as usize % 2], &s).unwrap();
-    }
-    p.filter = Box::new(|from_a, _| if from_a { Fate::Mark } else { Fate::Deliver });
     let start = p.now;
-    p.run(1_000);
+    marked_ud_sends(&mut p, &[qa1, qa2], qb);
     assert_eq!(p.b.poll().len(), 8, "every datagram arrived");
     assert!(p.now - start < CNP_INTERVAL, "one interval");
     assert_eq!(p.b.e.stats().tx_cnp, 2, "one to each sender");
@@ -300,13 +297,7 @@ fn a_cnp_to_an_rc_requester_halves_its_window() {
     let mut p = Pair::with_window(WINDOW_PKTS as u32 * 1024);
     let link = Link::default();
     let (qa, _) = p.connect(QpType::Rc, link);
-    let sge = [p.a.sge(0, LEN)];
-    let mut w = wr(1, send_opcode::RDMA_WRITE, &sge);
-    w.rdma = RdmaTarget {
-        remote_addr: MEM_BASE + 0x8_0000,
-        rkey: p.b.key,
-    };
-    p.a.e.post_send(qa, &w).unwrap();
+    post_long_write(&mut p, qa, 1);
     let seen = watch(&mut p, link.psn_a, |_, _| false);
     p.run(4 * WINDOW_PKTS as usize);
     let before = seen.borrow().ahead.len();
