@@ -11,7 +11,9 @@
 #     headers (so the captured IPv4 identification is the real one), and
 #     the UDP and IPv4 checksums are right;
 #   * each process's capture holds what it sent and what it received, and
-#     every packet the daemon captured is in a process's capture.
+#     every packet the daemon captured is in a process's capture;
+#   * a packet's IP header shows the traffic class it was sent with
+#     (ib_write_bw --tclass=96).
 # The programs use the wire path (SOFTVERBS_SHM=0): on one host the
 # same-host path sends no packets to capture. IPv4 runs on a loopback address and daemon socket of its own; IPv6 on
 # ::1 with the usual daemon. Prints one line per check and
@@ -121,6 +123,7 @@ pair ibv_ud_pingpong ibv_ud_pingpong -d softverbs0 -g 0 -s 1024 -n 20
 pair ib_write_bw ib_write_bw -d softverbs0 -x 0 -s 8192 -n 50
 pair ib_read_bw ib_read_bw -d softverbs0 -x 0 -s 8192 -n 50
 pair ib_atomic_bw ib_atomic_bw -d softverbs0 -x 0 -n 50
+pair ib_write_bw-tclass ib_write_bw -d softverbs0 -x 0 -s 8192 -n 50 --tclass=96
 pair ibv_rc_pingpong-IPv6 env -u SOFTVERBS_DAEMON_SOCKET SOFTVERBS_DEVICES=softverbs0=::1 \
   ibv_rc_pingpong -d softverbs0 -g 1 -s 4096 -n 20
 
@@ -251,9 +254,21 @@ check_file() {
   fi
 }
 
+# The traffic class a packet left or came with is in the IP header
+# written (until 2026-12-07 every capture showed 0): both sides of
+# --tclass=96 send their WRITEs and ACKs with it, and
+# the daemon took them in with it.
+tclasses=$(for f in "$pcaps"/ib_write_bw-tclass.*.pcap; do tshark -n -r "$f" -T fields -e ip.dsfield 2> /dev/null; done | sort | uniq -c | xargs)
+daemon_classes=$(tshark -n -r "$pcaps/daemon.pcap" -Y 'ip.dsfield == 0x60' 2> /dev/null | wc -l)
+if [[ "$tclasses" =~ ^[0-9]+\ 0x60$ ]] && [ "$daemon_classes" -gt 0 ]; then
+  ok "ib_write_bw --tclass=96: every captured packet shows TOS 0x60 ($daemon_classes in the daemon's capture)"
+else
+  bad "ib_write_bw --tclass=96: every captured packet shows TOS 0x60 (count and TOS: ${tclasses:-none}; daemon: $daemon_classes)"
+fi
+
 shopt -s nullglob
 files=("$pcaps"/*.pcap)
-[ ${#files[@]} -ge 17 ] || bad "a capture per process ($((${#files[@]} - 1)) process files, want 16)"
+[ ${#files[@]} -ge 19 ] || bad "a capture per process ($((${#files[@]} - 1)) process files, want 18)"
 for f in "${files[@]}"; do
   check_file "$f"
 done

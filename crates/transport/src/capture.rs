@@ -125,11 +125,14 @@ impl Capture {
     }
 
     /// Writes one RoCE packet (BTH through ICRC) of `flow`, which carried
-    /// IPv4 identification `identification` (ignored for IPv6).
-    pub fn packet(&self, flow: &Flow, identification: u16, roce: &[u8]) {
+    /// IPv4 identification `identification` (ignored for IPv6) and
+    /// traffic class `class` (the IPv4 TOS or IPv6 traffic class; the
+    /// ICRC does not cover it).
+    pub fn packet(&self, flow: &Flow, identification: u16, class: u8, roce: &[u8]) {
         let Ok(headers) = flow.headers_with_identification(roce.len(), identification) else {
             return; // longer than a datagram: it never went anywhere
         };
+        let headers = headers.with_traffic_class(class);
         let mut out = self.out.lock();
         if out.stopped {
             return;
@@ -158,11 +161,18 @@ impl Capture {
         }
     }
 
-    /// Writes the packets of one datagram as the daemon received it (UDP
-    /// GRO may have coalesced several): see [`Capture::packets`].
-    pub fn datagram(&self, src: SocketAddr, dst: SocketAddr, segment: usize, bytes: &[u8]) {
+    /// Writes the packets of one datagram of traffic class `class` as the
+    /// daemon received or sent it (UDP GRO may have coalesced several):
+    /// see [`Capture::packets`].
+    pub fn datagram(
+        &self,
+        (src, dst): (SocketAddr, SocketAddr),
+        class: u8,
+        segment: usize,
+        bytes: &[u8],
+    ) {
         if let Ok(flow) = Flow::from_sockets(src, dst) {
-            self.packets(&flow, segment, bytes);
+            self.packets(&flow, class, segment, bytes);
         } // else impossible: a socket receives from its own address family
     }
 
@@ -172,43 +182,45 @@ impl Capture {
     /// a packet sent alone or as segment *i* of a GSO send carries, and
     /// the one an arriving packet came with. A packet whose ICRC explains
     /// none is written with 0, and its ICRC does not check against the
-    /// header written, which is the truth.
-    pub fn packets(&self, flow: &Flow, segment: usize, bytes: &[u8]) {
+    /// header written, which is the truth. All carried traffic class
+    /// `class`.
+    pub fn packets(&self, flow: &Flow, class: u8, segment: usize, bytes: &[u8]) {
         for packet in bytes.chunks(segment.max(1)) {
             let identification = flow
                 .verify_recovering_identification(packet)
                 .ok()
                 .flatten()
                 .unwrap_or(0);
-            self.packet(flow, identification, packet);
+            self.packet(flow, identification, class, packet);
         }
     }
 }
 
-/// A packet a context accepted (its ICRC checked), if the process
-/// captures.
+/// A packet of traffic class `class` a context accepted (its ICRC
+/// checked), if the process captures.
 #[inline]
-pub fn received(flow: &Flow, packet: &[u8]) {
+pub fn received(flow: &Flow, class: u8, packet: &[u8]) {
     if let Some(capture) = process() {
-        capture.packets(flow, packet.len(), packet);
+        capture.packets(flow, class, packet.len(), packet);
     }
 }
 
-/// A CM MAD (a GSI packet, its ICRC checked) the process's rdma_cm
-/// accepted from `src` at `dst`, if the process captures: it comes from
-/// the daemon, past any context's receive path.
-pub fn received_mad(src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+/// A CM MAD (a GSI packet, its ICRC checked) of traffic class `class`
+/// the process's rdma_cm accepted from `src` at `dst`, if the process
+/// captures: it comes from the daemon, past any context's receive path.
+pub fn received_mad(src: SocketAddr, dst: SocketAddr, class: u8, packet: &[u8]) {
     if let (Some(capture), Ok(flow)) = (process(), Flow::from_sockets(src, dst)) {
-        capture.packets(&flow, packet.len(), packet);
+        capture.packets(&flow, class, packet.len(), packet);
     }
 }
 
 /// The sealed packets of `flow` a context hands to its socket at once
-/// (`segment` bytes each but the last), if the process captures.
+/// (`segment` bytes each but the last) with traffic class `class`, if the
+/// process captures.
 #[inline]
-pub fn sent(flow: Option<Flow>, segment: usize, bytes: &[u8]) {
+pub fn sent(flow: Option<Flow>, class: u8, segment: usize, bytes: &[u8]) {
     if let (Some(capture), Some(flow)) = (process(), flow) {
-        capture.packets(&flow, segment, bytes);
+        capture.packets(&flow, class, segment, bytes);
     }
 }
 
@@ -301,23 +313,31 @@ mod tests {
             4791,
         );
         let v6 = Flow::v6("::1".parse().unwrap(), "::1".parse().unwrap(), 4791, 40000);
-        let sent = [(v4, 3u16, 60usize), (v6, 0, 1037), (v4, 0, 28)];
-        for (flow, id, len) in sent {
-            capture.packet(&flow, id, &roce_packet(&flow, id, len));
+        let sent = [
+            (v4, 3u16, 0x60, 60usize),
+            (v6, 0, 0xb8, 1037),
+            (v4, 0, 0, 28),
+        ];
+        for (flow, id, class, len) in sent {
+            capture.packet(&flow, id, class, &roce_packet(&flow, id, len));
         }
         let file = File::open(capture.path()).unwrap();
         let mut reader = PcapReader::new(file).unwrap();
         let header = reader.header();
         assert_eq!(header.datalink, DataLink::RAW);
         assert_eq!(header.ts_resolution, TsResolution::NanoSecond);
-        for (flow, id, len) in sent {
+        for (flow, id, class, len) in sent {
             let record = reader.next_packet().unwrap().unwrap();
             let split = IpPacket::parse(&record.data).unwrap();
             assert_eq!(split.flow(), flow);
             assert_eq!(split.udp_payload.len(), len);
             if let IpPair::V4 { .. } = flow.addrs {
                 assert_eq!(&split.ip_header[4..6], &id.to_be_bytes());
+                assert_eq!(split.ip_header[1], class, "the TOS");
                 assert_eq!(internet_checksum::checksum(split.ip_header), [0, 0]);
+            } else {
+                let tclass = u16::from_be_bytes([split.ip_header[0], split.ip_header[1]]) >> 4;
+                assert_eq!(tclass as u8, class, "the traffic class");
             }
             assert!(udp_sum_ok(&flow, &record.data));
             assert_eq!(split.verify_icrc(), Ok(()));
@@ -344,12 +364,16 @@ mod tests {
             "10.0.0.1:1".parse().unwrap(),
             "10.0.0.2:4791".parse().unwrap(),
         );
-        capture.datagram(src, dst, 100, &bytes);
+        capture.datagram((src, dst), 0x48, 100, &bytes);
         let mut reader = PcapReader::new(File::open(&path).unwrap()).unwrap();
         for id in 0..3u16 {
             let record = reader.next_packet().unwrap().unwrap();
             let split = IpPacket::parse(&record.data).unwrap();
             assert_eq!(&split.ip_header[4..6], &id.to_be_bytes());
+            assert_eq!(
+                split.ip_header[1], 0x48,
+                "each packet has the datagram's TOS"
+            );
             assert_eq!(split.verify_icrc(), Ok(()));
         }
         std::fs::remove_file(&path).unwrap();

@@ -245,7 +245,7 @@ impl Endpoint {
         // Captured before it leaves: the answer it brings, captured by
         // another thread, must not come first in the file.
         if let Ok(flow) = softverbs_wire::Flow::from_sockets(self.local, to) {
-            crate::capture::sent(Some(flow), packet.len(), &packet);
+            crate::capture::sent(Some(flow), 0, packet.len(), &packet);
         }
         self.socket.send_to(&packet, to)?;
         Ok(())

@@ -503,7 +503,7 @@ fn deliver(
         rx.stats.rx_bad_icrc += 1;
         return;
     }
-    crate::capture::received(&from.flow, packet);
+    crate::capture::received(&from.flow, from.arrival.traffic_class, packet);
     engine.handle_arrival(now, from.arrival, packet, mem);
 }
 

@@ -426,7 +426,7 @@ impl SendBatch {
         let count = self.count as u64;
         let mut sent = Sent::default();
         if !std::mem::replace(&mut self.captured, true) {
-            crate::capture::sent(self.flow, self.segment, &self.buf[..self.len]);
+            crate::capture::sent(self.flow, self.class, self.segment, &self.buf[..self.len]);
         }
         self.blocked = false;
         let gso = count > 1 && !self.gso_off;

@@ -731,7 +731,9 @@ impl Inner {
                 for packet in bytes.chunks(seg) {
                     if let Some(mad) = softverbs_transport::gsi::parse_gsi(hdr.src, hdr.dst, packet)
                     {
-                        softverbs_transport::capture::received_mad(hdr.src, hdr.dst, packet);
+                        softverbs_transport::capture::received_mad(
+                            hdr.src, hdr.dst, hdr.class, packet,
+                        );
                         agent.handle_mad(now, hdr.src.ip(), hdr.dst.ip(), &mad);
                     }
                 }

@@ -1360,7 +1360,7 @@ impl Daemon {
             };
             let segment = segment.unwrap_or(n).max(1);
             if let Some(capture) = &self.capture {
-                capture.datagram(src, dst, segment, &self.buf[..n]);
+                capture.datagram((src, dst), class, segment, &self.buf[..n]);
             }
             let members = receiver.group.as_ref().map(|g| g.members.clone());
             let bytes = std::mem::take(&mut self.buf);
@@ -1898,7 +1898,7 @@ impl Daemon {
             (Some(packet), Some(socket)) => match socket.send_to(&packet, to) {
                 Ok(_) => {
                     if let Some(capture) = &self.capture {
-                        capture.datagram(dst, to, packet.len(), &packet);
+                        capture.datagram((dst, to), 0, packet.len(), &packet);
                     }
                     true
                 }
