@@ -41,6 +41,9 @@ pub(crate) const SENDERS_TOLD: usize = 8;
 #[derive(Debug, Default)]
 pub(crate) struct Notices {
     senders: [Option<Sender>; SENDERS_TOLD],
+    /// How many senders are owed a CNP: asked after every packet a QP
+    /// receives, so counted rather than found by a walk of the table.
+    due: usize,
 }
 
 /// A sender of marked requests.
@@ -64,20 +67,23 @@ struct Notice {
 impl Notices {
     /// Whether a CNP waits to be sent.
     pub(crate) fn is_due(&self) -> bool {
-        self.senders.iter().flatten().any(|s| s.due)
+        self.due > 0
     }
 
     /// `to` sent a marked request: it is owed a CNP, unless it is new and
     /// every place is kept.
     fn owe(&mut self, to: Notice) {
         if let Some(known) = self.senders.iter_mut().flatten().find(|s| s.to == to) {
-            known.due = true;
+            if !std::mem::replace(&mut known.due, true) {
+                self.due += 1;
+            }
         } else if let Some(place) = self.senders.iter_mut().find(|s| s.is_none()) {
             *place = Some(Sender {
                 to,
                 due: true,
                 last_sent: None,
             });
+            self.due += 1;
         }
     }
 
@@ -93,7 +99,11 @@ impl Notices {
             }
         }
         for sender in self.senders.iter_mut().flatten() {
-            if !std::mem::take(&mut sender.due) || sender.last_sent.is_some_and(recent) {
+            if !std::mem::take(&mut sender.due) {
+                continue;
+            }
+            self.due -= 1;
+            if sender.last_sent.is_some_and(recent) {
                 continue;
             }
             let sent = write_notice(sender.to, sink)?;
@@ -195,12 +205,17 @@ mod tests {
         }
     }
 
-    /// The QPs the CNPs sent at `now` went to, in order.
+    /// The QPs the CNPs sent at `now` went to, in order; the count of
+    /// senders owed one agrees with the table before and after.
     fn sent_at(n: &mut Notices, now: Nanos) -> Vec<u32> {
+        let owed = |n: &Notices| n.senders.iter().flatten().filter(|s| s.due).count();
+        assert_eq!(n.due, owed(n));
         let mut buf = [0u8; CNP_LEN];
-        std::iter::from_fn(|| n.transmit(now, &mut BufferSink { buf: &mut buf }))
+        let sent = std::iter::from_fn(|| n.transmit(now, &mut BufferSink { buf: &mut buf }))
             .map(|t| t.dest_qpn)
-            .collect()
+            .collect();
+        assert_eq!(n.due, owed(n));
+        sent
     }
 
     /// Senders marked together (a UD fan-in) are each told, each at most
