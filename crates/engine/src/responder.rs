@@ -307,6 +307,14 @@ impl RecvSide<'_> {
             return;
         }
         match self.execute(ctx, pkt, mem) {
+            // A message whose completion its CQ had no room for is not
+            // acknowledged: the QP enters ERR for the lost completion
+            // (`Engine::with_qp`), and its requester, answered no more,
+            // ends the WR in RETRY_EXC_ERR, as rxe's `do_complete` goes
+            // to its error state before it would acknowledge. (Every
+            // message asks for an ACK at its end, so those before it
+            // were acknowledged.)
+            Ok(()) if ctx.lost_completion => {}
             Ok(()) => {
                 self.resp.nak_sent = false;
                 if pkt.bth().ack_req && matches!(pkt.opcode().kind(), OpKind::Send | OpKind::Write)

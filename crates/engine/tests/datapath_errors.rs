@@ -678,3 +678,44 @@ fn packets_of_a_connection_from_or_to_other_addresses_are_dropped() {
         .handle_packet(0, t.src_gid, t.dst_gid, ack, &mut p.a.mem);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
+
+/// Rule: a completion lost to a receive CQ overrun puts its QP in ERR
+/// before the message is acknowledged, so its requester hears nothing
+/// more: the WR whose completion was lost ends in RETRY_EXC_ERR, not in
+/// success, and nothing after it executes (rxe `do_complete` returns
+/// RESPST_ERR_CQ_OVERFLOW ahead of RESPST_ACKNOWLEDGE; IBTA 11.4.2.1: an
+/// overrun CQ's QPs enter the error state); those before it succeed. The
+/// test sends a burst of two SENDs more than the receiver's CQ holds.
+#[test]
+fn a_message_whose_completion_overran_its_cq_is_not_acknowledged() {
+    let mut p = Pair::new();
+    let link = Link {
+        retry_cnt: 0,
+        ..Link::default()
+    };
+    let (qa, qb) = p.connect(QpType::Rc, link);
+    let room = p.b.e.resize_cq(p.b.cq, 6).unwrap();
+    let sends = u64::from(room) + 2;
+    for i in 0..sends {
+        p.b.post_recv(qb, 100 + i, 64 * i, 64);
+    }
+    for i in 0..sends {
+        let sge = [p.a.sge(8 * i, 8)];
+        p.a.e
+            .post_send(qa, &wr(i, send_opcode::SEND, &sge))
+            .unwrap();
+    }
+    p.run(1000);
+    let done: Vec<(u64, WcStatus)> = p.a.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    let mut want: Vec<(u64, WcStatus)> = (0..u64::from(room))
+        .map(|i| (i, WcStatus::Success))
+        .collect();
+    want.push((u64::from(room), WcStatus::RetryExcErr));
+    want.push((u64::from(room) + 1, WcStatus::WrFlushErr));
+    assert_eq!(done, want, "the overrun message and the one after it");
+    assert_eq!(state(&p.b, qb), QpState::Err);
+    assert_eq!(
+        p.b.events(),
+        [AsyncEvent::CqErr(p.b.cq), AsyncEvent::QpFatal(qb)]
+    );
+}
