@@ -423,7 +423,7 @@ wr_fn!(/// `ibv_wr_set_inline_data`: the bytes are copied now.
 wr_set_inline_data(addr: *mut c_void, length: usize) |qp, addr: *mut c_void, length: usize| {
     let buf = ibv_data_buf { addr, length };
     // SAFETY: as wr_send; the application passes `length` readable bytes.
-    unsafe { set(qp, |w, limits| set_inline(w, std::slice::from_ref(&buf), limits)) }
+    unsafe { set(qp, |w, limits| set_inline(w, [buf], limits)) }
 });
 wr_fn!(/// `ibv_wr_set_inline_data_list`: the bytes are copied now.
 wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs: *const ibv_data_buf| {
@@ -432,14 +432,16 @@ wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs
         unsafe { set(qp, |_, _| Err(einval("inline data list is NULL"))) };
         return;
     }
-    let bufs = if n == 0 {
-        &[][..]
-    } else {
-        // SAFETY: the application passes `n` buffers at `bufs` (ibv_wr_post(3)).
-        unsafe { std::slice::from_raw_parts(bufs, n) }
-    };
+    // Read one by one, as far as the limit lets the total go: a count
+    // larger than the array (an application's mistake) read no further
+    // than rxe and mlx5 read, where a slice of all `n` crashed.
+    // SAFETY: the application passes `n` buffers at `bufs` (ibv_wr_post(3));
+    // `set_inline` takes them in order and reads no further once the
+    // total exceeds max_inline_data. The array is the application's,
+    // only read.
+    let list = (0..n).map(|i| unsafe { bufs.add(i).read() });
     // SAFETY: as wr_send; each buffer's bytes are readable now.
-    unsafe { set(qp, |w, limits| set_inline(w, bufs, limits)) }
+    unsafe { set(qp, |w, limits| set_inline(w, list, limits)) }
 });
 wr_fn!(/// `ibv_wr_set_ud_addr`.
 wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn, remote_qkey| {
@@ -464,27 +466,34 @@ wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *m
 
 /// Copies inline data as `ibv_post_send` does (the same conversion, its
 /// total checked against max_inline_data before anything is copied: more
-/// is ENOMEM, as mlx5 answers it).
+/// is ENOMEM, as mlx5 answers it). The buffers are taken in order and
+/// none after the one that takes the total past the limit (rxe's and
+/// mlx5's setters stop there too).
 ///
 /// The buffers name readable application memory (the `ibv_wr_set_inline_*`
 /// contract).
-fn set_inline(w: &mut BuiltWr, bufs: &[ibv_data_buf], limits: &WrBuilder) -> VerbsResult<()> {
+fn set_inline(
+    w: &mut BuiltWr,
+    bufs: impl IntoIterator<Item = ibv_data_buf>,
+    limits: &WrBuilder,
+) -> VerbsResult<()> {
     let mut total = 0u64;
+    let mut list = SgeList::new();
     for b in bufs {
         total = total.saturating_add(b.length as u64);
+        if total > u64::from(limits.max_inline_data) {
+            return Err(no_room("inline data above max_inline_data"));
+        }
+        // The length fits u32 now; empty buffers add nothing.
+        if b.length > 0 {
+            list.try_reserve(1).map_err(|_| no_memory())?;
+            list.push(Sge {
+                addr: b.addr as u64,
+                length: b.length as u32,
+                lkey: 0,
+            });
+        }
     }
-    if total > u64::from(limits.max_inline_data) {
-        return Err(no_room("inline data above max_inline_data"));
-    }
-    // Every length fits u32 now; empty buffers add nothing.
-    let mut list = SgeList::new();
-    list.try_reserve_exact(bufs.len())
-        .map_err(|_| no_memory())?;
-    list.extend(bufs.iter().filter(|b| b.length > 0).map(|b| Sge {
-        addr: b.addr as u64,
-        length: b.length as u32,
-        lkey: 0,
-    }));
     w.inline = inline_bytes(&list, limits.max_inline_data)?;
     w.flags |= send_flags::INLINE;
     Ok(())
