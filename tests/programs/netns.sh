@@ -20,7 +20,7 @@
 set -u
 SO=$(readlink -f "$1")
 tag="sv$$"
-a="${tag}a"; b="${tag}b"; m="${tag}m"
+a="${tag}a"; b="${tag}b"; m="${tag}m"; n_lo="${tag}l"
 ip_a=10.231.0.1; ip_b=10.231.0.2
 ip6_a=fd00:e7::1; ip6_b=fd00:e7::2
 log=$(mktemp -d)
@@ -28,7 +28,7 @@ log=$(mktemp -d)
 
 cleanup() {
   kill $(jobs -p) 2>/dev/null
-  remove_two_hosts "$a" "$b" "$m"
+  remove_two_hosts "$a" "$b" "$m" "$n_lo"
   rm -rf "$log"
 }
 trap cleanup EXIT
@@ -488,6 +488,22 @@ dev_b=127.0.0.2
 SOFTVERBS_SHM=0 tcp_across "qperf -cm1 rc_bw on the wire between devices of two path MTUs" \
   "bw += +[0-9.]+ [KMG]B/sec" 7485 qperf -lp 7485 -- qperf -lp 7485 -cm1 -t 1 127.0.0.1 rc_bw
 a=${hosts[0]}; b=${hosts[1]}
+
+# A new namespace's loopback is down: 127.0.0.1 cannot be opened there,
+# and `softverbs devices` says so (it listed the device as usable while
+# the open failed with EADDRNOTAVAIL); once lo is up it says nothing.
+ip netns add "$n_lo"
+CLI=$(dirname "$SO")/softverbs
+said=$(ip netns exec "$n_lo" env -u SOFTVERBS_DEVICES -u LD_PRELOAD "$CLI" devices 2>&1)
+ip -n "$n_lo" link set lo up
+said_up=$(ip netns exec "$n_lo" env -u SOFTVERBS_DEVICES -u LD_PRELOAD "$CLI" devices 2>&1)
+if grep -q "not usable here: the loopback interface of this network namespace is down" <<< "$said" &&
+   ! grep -q "not usable" <<< "$said_up"; then
+  pass=$((pass + 1)); echo "ok   softverbs devices says 127.0.0.1 is not usable while lo is down"
+else
+  fail=$((fail + 1)); echo "FAIL softverbs devices says 127.0.0.1 is not usable while lo is down"
+  printf '%s\n--- lo up:\n%s\n' "$said" "$said_up" | sed 's/^/    /'
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

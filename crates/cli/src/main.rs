@@ -177,12 +177,8 @@ fn devices() -> Result<(), String> {
         let cfg = d.device_config(0);
         let mtu = cfg.ports[0].active_mtu.bytes();
         line(format!("{:<16} {:<40} {}", d.name, d.ip, mtu));
-        if !softverbs_transport::netif::is_local(d.ip) {
-            line(format!(
-                "    not usable here: no interface of this network namespace has {}, \
-                 so opening it fails (add the address, or change the configuration)",
-                d.ip
-            ));
+        if let Some(why) = unusable(d.ip) {
+            line(format!("    not usable here: {why}"));
         }
         for gid in gid_table::lines(d) {
             line(format!("    {gid}"));
@@ -212,6 +208,28 @@ fn devices() -> Result<(), String> {
     ));
     line(same_host_line());
     print_all(&out)
+}
+
+/// Why a device at `ip` cannot be opened here, if it cannot. A loopback
+/// address is local without being on any interface's list, but only
+/// while the loopback interface is up: a new network namespace's is
+/// down, and the open failed there (EADDRNOTAVAIL) while this command
+/// saw nothing wrong.
+fn unusable(ip: std::net::IpAddr) -> Option<String> {
+    use softverbs_transport::netif;
+    if !netif::is_local(ip) {
+        return Some(format!(
+            "no interface of this network namespace has {ip}, so opening it fails \
+             (add the address, or change the configuration)"
+        ));
+    }
+    let lo_up =
+        !ip.is_loopback() || netif::interface_of(ip).is_some() || netif::is_up("lo") == Some(true);
+    (!lo_up).then(|| {
+        "the loopback interface of this network namespace is down, so opening it fails \
+         (`ip link set lo up`)"
+            .to_string()
+    })
 }
 
 /// Writes `text` to standard output; a reader that went away (`softverbs
