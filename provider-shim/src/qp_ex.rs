@@ -422,8 +422,9 @@ wr_set_sge_list(n: usize, list: *const ibv_sge) |qp, n: usize, list: *const ibv_
 wr_fn!(/// `ibv_wr_set_inline_data`: the bytes are copied now.
 wr_set_inline_data(addr: *mut c_void, length: usize) |qp, addr: *mut c_void, length: usize| {
     let buf = ibv_data_buf { addr, length };
-    // SAFETY: as wr_send; the application passes `length` readable bytes.
-    unsafe { set(qp, |w, limits| set_inline(w, [buf], limits)) }
+    // SAFETY: as wr_send; the application passes `length` readable bytes;
+    // `buf` is one entry, read while the call runs.
+    unsafe { set(qp, |w, limits| set_inline(w, 1, &buf, limits)) }
 });
 wr_fn!(/// `ibv_wr_set_inline_data_list`: the bytes are copied now.
 wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs: *const ibv_data_buf| {
@@ -432,16 +433,9 @@ wr_set_inline_data_list(n: usize, bufs: *const ibv_data_buf) |qp, n: usize, bufs
         unsafe { set(qp, |_, _| Err(einval("inline data list is NULL"))) };
         return;
     }
-    // Read one by one, as far as the limit lets the total go: a count
-    // larger than the array (an application's mistake) read no further
-    // than rxe and mlx5 read, where a slice of all `n` crashed.
-    // SAFETY: the application passes `n` buffers at `bufs` (ibv_wr_post(3));
-    // `set_inline` takes them in order and reads no further once the
-    // total exceeds max_inline_data. The array is the application's,
-    // only read.
-    let list = (0..n).map(|i| unsafe { bufs.add(i).read() });
-    // SAFETY: as wr_send; each buffer's bytes are readable now.
-    unsafe { set(qp, |w, limits| set_inline(w, list, limits)) }
+    // SAFETY: as wr_send; the application passes `n` entries at `bufs`
+    // (ibv_wr_post(3)), each naming bytes readable now.
+    unsafe { set(qp, |w, limits| set_inline(w, n, bufs, limits)) }
 });
 wr_fn!(/// `ibv_wr_set_ud_addr`.
 wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn, remote_qkey| {
@@ -466,20 +460,28 @@ wr_set_ud_addr(ah: *mut ibv_ah, qpn: u32, qkey: u32) |qp: *mut ibv_qp_ex, ah: *m
 
 /// Copies inline data as `ibv_post_send` does (the same conversion, its
 /// total checked against max_inline_data before anything is copied: more
-/// is ENOMEM, as mlx5 answers it). The buffers are taken in order and
-/// none after the one that takes the total past the limit (rxe's and
-/// mlx5's setters stop there too).
+/// is ENOMEM, as mlx5 answers it). The entries are read in order and
+/// none after the one that takes the total past the limit, as rxe's and
+/// mlx5's setters read them: an application that overstates `n` is
+/// outside the contract, but then reads no further here than there
+/// (taking all `n` at once crashed).
 ///
-/// The buffers name readable application memory (the `ibv_wr_set_inline_*`
-/// contract).
-fn set_inline(
+/// # Safety
+/// `bufs` points to `n` readable `ibv_data_buf` entries, each naming
+/// readable application memory (the `ibv_wr_set_inline_*` contract).
+unsafe fn set_inline(
     w: &mut BuiltWr,
-    bufs: impl IntoIterator<Item = ibv_data_buf>,
+    n: usize,
+    bufs: *const ibv_data_buf,
     limits: &WrBuilder,
 ) -> VerbsResult<()> {
     let mut total = 0u64;
     let mut list = SgeList::new();
-    for b in bufs {
+    for i in 0..n {
+        // SAFETY: i < n, within the caller's array (this function's
+        // contract); a plain read of the application's entry, which
+        // nothing writes while the call runs.
+        let b = unsafe { bufs.add(i).read() };
         total = total.saturating_add(b.length as u64);
         if total > u64::from(limits.max_inline_data) {
             return Err(no_room("inline data above max_inline_data"));

@@ -256,8 +256,9 @@ check_file() {
 
 # The traffic class a packet left or came with is in the IP header
 # written (until 2026-12-07 every capture showed 0): both sides of
-# --tclass=96 send their WRITEs and ACKs with it, and
-# the daemon took them in with it.
+# --tclass=96 send their WRITEs and ACKs with it, and the daemon took
+# them in with it (and every daemon packet must match its process's
+# copy, class included: the "covered" check below).
 tclasses=$(for f in "$pcaps"/ib_write_bw-tclass.*.pcap; do tshark -n -r "$f" -T fields -e ip.dsfield 2> /dev/null; done | sort | uniq -c | xargs)
 daemon_classes=$(tshark -n -r "$pcaps/daemon.pcap" -Y 'ip.dsfield == 0x60' 2> /dev/null | wc -l)
 if [[ "$tclasses" =~ ^[0-9]+\ 0x60$ ]] && [ "$daemon_classes" -gt 0 ]; then

@@ -81,9 +81,12 @@ def check_icrc(path):
 
 
 def key(pkt):
+    """A datagram as both ends of a capture see it: addresses, ports,
+    traffic class (IPv4 TOS, IPv6 traffic class) and payload."""
     ip = pkt[IP] if IP in pkt else pkt[IPv6]
     udp = pkt[UDP]
-    return (ip.src, ip.dst, udp.sport, udp.dport, bytes(udp.payload))
+    tclass = ip.tos if IP in pkt else ip.tc
+    return (ip.src, ip.dst, udp.sport, udp.dport, tclass, bytes(udp.payload))
 
 
 def check_covered(daemon, processes):

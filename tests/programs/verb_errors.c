@@ -140,12 +140,14 @@ static void extended_qp_limits(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_
 	ibv_wr_set_inline_data_list(x, 2, halves);
 	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_inline_data_list above max_inline_data: not ENOMEM");
 	/* A count far beyond the array: the buffers are read in order and
-	 * none after the one past the limit (the second here), as rxe's and
+	 * none after the one that takes the total past the limit (the second
+	 * here: 8 bytes fit any inline size, 8 + 1016 none), as rxe's and
 	 * mlx5's setters read them; a provider that took all the count at
 	 * once read past the array and crashed. */
+	struct ibv_data_buf small_then_big[2] = { { big, 8 }, { big + 8, sizeof(big) - 8 } };
 	ibv_wr_start(x);
 	ibv_wr_send(x);
-	ibv_wr_set_inline_data_list(x, (size_t)1 << 40, halves);
+	ibv_wr_set_inline_data_list(x, (size_t)1 << 40, small_then_big);
 	CHECK(ibv_wr_complete(x) == ENOMEM, "ibv_wr_set_inline_data_list with a count past its array: not ENOMEM");
 	struct ibv_wc wc;
 	CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a completion for a refused WR");

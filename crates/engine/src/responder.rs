@@ -311,9 +311,10 @@ impl RecvSide<'_> {
             // acknowledged: the QP enters ERR for the lost completion
             // (`Engine::with_qp`), and its requester, answered no more,
             // ends the WR in RETRY_EXC_ERR, as rxe's `do_complete` goes
-            // to its error state before it would acknowledge. (Every
-            // message asks for an ACK at its end, so those before it
-            // were acknowledged.)
+            // to its error state before it would acknowledge. (softverbs'
+            // and rxe's requesters ask for an ACK at every message's
+            // end, so theirs before it were acknowledged; a peer that asks
+            // more seldom sees those fail too, as it would against rxe.)
             Ok(()) if ctx.lost_completion => {}
             Ok(()) => {
                 self.resp.nak_sent = false;
