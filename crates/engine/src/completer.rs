@@ -467,7 +467,7 @@ impl SendSide<'_> {
             self.req.send_idx = self.req.send_idx.saturating_sub(1);
             if e.wqe.signaled || e.status != WcStatus::Success {
                 let wc = self.send_completion(&e);
-                ctx.complete(self.send_cq, wc, false);
+                ctx.complete_carrying(self.send_cq, wc, false, e.len);
             }
         }
         if *self.state == QpState::Sqd && self.req.drain_notify && !self.req.busy() {

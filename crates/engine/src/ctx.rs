@@ -57,14 +57,28 @@ impl Ctx<'_> {
     /// Queues a completion ([`queue_completion`]) once the fault rules,
     /// if any, had their say; false if it was lost to an overrun (noted in
     /// `lost_completion`) or its CQ is gone.
-    pub(crate) fn complete(&mut self, cq: CqId, mut wc: WorkCompletion, solicited: bool) -> bool {
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
+        self.complete_carrying(cq, wc, solicited, wc.byte_len)
+    }
+
+    /// [`Ctx::complete`] for a WR that carried `carried` bytes: a send
+    /// completion says none in `byte_len` (as mlx5's), yet a fault rule's
+    /// `after_bytes=` counts what the WRs carried.
+    pub(crate) fn complete_carrying(
+        &mut self,
+        cq: CqId,
+        mut wc: WorkCompletion,
+        solicited: bool,
+        carried: u32,
+    ) -> bool {
         if let Some(faults) = self.faults.as_deref_mut() {
             if self.injected_error && wc.status == WcStatus::Success {
                 // This QP's WR already failed by a rule in this piece of
                 // work: later ones are flushed, as the error state would.
                 wc.status = WcStatus::WrFlushErr;
             }
-            let verdict = faults.on_completion(cq, &mut wc, solicited, &mut self.injected_error);
+            let verdict =
+                faults.on_completion(cq, &mut wc, carried, solicited, &mut self.injected_error);
             if verdict == Verdict::Held {
                 return true;
             }

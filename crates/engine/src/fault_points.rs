@@ -78,7 +78,8 @@ impl FaultState {
         held.chain(self.timed.iter().map(|t| t.1)).min()
     }
 
-    /// A completion about to be queued on `cq`: a successful one may be
+    /// A completion about to be queued on `cq`, of a WR that carried
+    /// `carried` bytes: a successful one may be
     /// rewritten to a rule's error status (`failed` then says so), and any
     /// may be held back: by a delay rule, or behind an earlier completion
     /// of its CQ that is held, so a CQ's order is kept.
@@ -86,13 +87,14 @@ impl FaultState {
         &mut self,
         cq: CqId,
         wc: &mut WorkCompletion,
+        carried: u32,
         solicited: bool,
         failed: &mut bool,
     ) -> Verdict {
         let mut delay = None;
         if wc.status == WcStatus::Success {
             let at = self.elapsed();
-            let f = (self.rules).completion(at, wc.qp_num, wc.opcode as u32, wc.byte_len);
+            let f = (self.rules).completion(at, wc.qp_num, wc.opcode as u32, carried);
             if let Some((status, vendor_err)) = f.fail {
                 wc.status = WcStatus::from_c(status).unwrap_or(WcStatus::GeneralErr);
                 wc.vendor_err = vendor_err;

@@ -111,6 +111,38 @@ fn a_failed_completion_puts_its_qp_in_error_and_flushes_the_rest() {
     );
 }
 
+/// A send completion says no `byte_len` (as mlx5's), but `after_bytes=`
+/// counts what its WRs carried: the SEND after 3 x 50 bytes fails (the
+/// rule never fired on send completions before 2026-12-07).
+#[test]
+fn after_bytes_counts_what_send_wrs_carried() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    rules(
+        &mut p.a,
+        p.now,
+        "completion opcode=SEND after_bytes=150 count=1 status=REM_OP_ERR",
+    );
+    let sge = [p.a.sge(0, 50)];
+    for id in 1..=4 {
+        recv(&mut p, qb, id).unwrap();
+        p.a.e
+            .post_send(qa, &wr(id, send_opcode::SEND, &sge))
+            .unwrap();
+    }
+    p.run(1000);
+    let got: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success),
+            (4, WcStatus::RemOpErr)
+        ]
+    );
+}
+
 #[test]
 fn a_delayed_completion_holds_back_later_ones_of_its_cq_and_their_event() {
     let mut p = Pair::new();
