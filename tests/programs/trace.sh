@@ -162,5 +162,22 @@ else
   bad "summarize refuses a line that is not a record, naming it" "$log/out"
 fi
 
+# Both sides given one file (no %p): the second to open writes the file
+# beside it, saying so, and both traces are whole (they overwrote each
+# other's records, and summarize refused the spliced lines).
+n=$((n + 1)); port=$((PORT_BASE + n))
+serve_then_connect $port env SOFTVERBS_TRACE="$log/shared.json" timeout 30 ibv_rc_pingpong -d softverbs0 -g 0 -n 50 -p $port \
+  --then env SOFTVERBS_TRACE="$log/shared.json" timeout 30 ibv_rc_pingpong -d softverbs0 -g 0 -n 50 -p $port 127.0.0.1
+shared=("$log"/shared*.json)
+if [ "$src" = 0 ] && [ "$crc" = 0 ] && [ ${#shared[@]} = 2 ] &&
+   cat "$log/srv" "$log/cli" | grep -q "shared.json is written by another process; this one writes .*shared-[0-9]*.json" &&
+   env -u LD_PRELOAD "$CLI" trace summarize "${shared[0]}" > "$log/out" 2>&1 &&
+   env -u LD_PRELOAD "$CLI" trace summarize "${shared[1]}" >> "$log/out" 2>&1; then
+  ok "two processes given one trace file each write a whole trace (the second beside it)"
+else
+  { echo "exits $src/$crc; files: ${shared[*]}"; cat "$log/srv" "$log/cli" "$log/out" 2> /dev/null; } > "$log/why"
+  bad "two processes given one trace file each write a whole trace (the second beside it)" "$log/why"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

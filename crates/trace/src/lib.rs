@@ -4,8 +4,10 @@
 //!
 //! * [`record`]: what a line holds;
 //! * [`writer`]: the process's trace file;
+//! * [`own_file`]: a process-wide output file one process writes alone;
 //! * [`summary`]: per-QP statistics of a trace.
 
+pub mod own_file;
 pub mod record;
 pub mod summary;
 pub mod writer;

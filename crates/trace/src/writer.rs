@@ -7,7 +7,6 @@
 use crate::record::{Line, Record};
 use parking_lot::Mutex;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::{self, LineWriter, Write};
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -27,7 +26,7 @@ pub struct TraceFile {
 
 #[derive(Debug)]
 struct Out {
-    file: LineWriter<File>,
+    file: LineWriter<crate::own_file::OwnFile>,
     /// A write failed: the trace stopped (said once on standard error).
     stopped: bool,
 }
@@ -65,15 +64,15 @@ pub fn write(dev: &str, record: Record) {
 }
 
 impl TraceFile {
-    /// Creates (or truncates) the file `template` names, `%p` replaced by
-    /// this process's id.
+    /// Creates (or empties) the file `template` names, `%p` replaced by
+    /// this process's id (or, if another process writes it, the one
+    /// beside it: [`crate::own_file`]).
     pub fn create(template: &OsStr) -> io::Result<TraceFile> {
-        let path = process_path(template, std::process::id());
-        let file = File::create(&path)?;
+        let own = crate::own_file::create(template)?;
         Ok(TraceFile {
-            path,
+            path: own.path.clone(),
             out: Mutex::new(Out {
-                file: LineWriter::new(file),
+                file: LineWriter::new(own),
                 stopped: false,
             }),
         })

@@ -6,7 +6,8 @@
 //! process writes into the one file); `softverbs daemon --pcap FILE` for a
 //! daemon. A `%p` in FILE is replaced by the process id, so several
 //! processes given the same setting each write their own file (without
-//! it, the last process to start truncates the others' file).
+//! it, a process that finds the file written by another writes its
+//! `NAME-PID.pcap` beside it: `softverbs_trace::own_file`).
 //!
 //! A UDP socket never shows the IP and UDP headers, so each packet is
 //! written with headers rebuilt from its addresses and ports
@@ -25,11 +26,11 @@ use internet_checksum::Checksum;
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::{DataLink, Endianness, TsResolution};
+#[cfg(test)]
 use softverbs_trace::process_path as expand;
 use softverbs_wire::ip::{IpPair, IpUdpHeaders, IPPROTO_UDP};
 use softverbs_wire::Flow;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ pub struct Capture {
 
 #[derive(Debug)]
 struct Out {
-    file: File,
+    file: softverbs_trace::own_file::OwnFile,
     /// The IP datagram being written, reused.
     datagram: Vec<u8>,
     /// Its pcap record, reused: written with one `write`.
@@ -93,11 +94,12 @@ pub fn process() -> Option<&'static Capture> {
 }
 
 impl Capture {
-    /// Creates (or truncates) the file `template` names, `%p` replaced by
-    /// this process's id, and writes the pcap header.
+    /// Creates (or empties) the file `template` names, `%p` replaced by
+    /// this process's id (or, if another process writes it, the one
+    /// beside it: `softverbs_trace::own_file`), and writes the pcap header.
     pub fn create(template: &OsStr) -> io::Result<Capture> {
-        let path = expand(template, std::process::id());
-        let mut file = File::create(&path)?;
+        let mut file = softverbs_trace::own_file::create(template)?;
+        let path = file.path.clone();
         let header = PcapHeader {
             snaplen: SNAPLEN,
             datalink: DataLink::RAW,
@@ -268,6 +270,7 @@ mod tests {
     use super::*;
     use pcap_file::pcap::PcapReader;
     use softverbs_wire::ip::IpPacket;
+    use std::fs::File;
 
     fn roce_packet(flow: &Flow, identification: u16, len: usize) -> Vec<u8> {
         let mut p: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
