@@ -45,9 +45,16 @@ impl FaultSpec {
         let Some(value) = std::env::var_os(ENV).filter(|v| !v.is_empty()) else {
             return Ok(None);
         };
-        let value = value.to_string_lossy().into_owned();
+        FaultSpec::from_value(&value.to_string_lossy()).map(Some)
+    }
+
+    /// The rules of a `SOFTVERBS_FAULTS` value: the rules it holds, or
+    /// those of the file it names.
+    pub fn from_value(value: &str) -> Result<FaultSpec, ParseError> {
+        let value = value.to_string();
         let path = std::path::Path::new(&value);
-        let text = if path.is_file() {
+        let names_a_file = path.is_file() || looks_like_a_path(&value);
+        let text = if names_a_file {
             std::fs::read_to_string(path).map_err(|e| ParseError {
                 line: 0,
                 text: value.clone(),
@@ -56,7 +63,7 @@ impl FaultSpec {
         } else {
             value
         };
-        FaultSpec::parse(&text).map(Some)
+        FaultSpec::parse(&text)
     }
 
     /// Parses rules from text.
@@ -95,6 +102,14 @@ impl FaultSpec {
     pub fn has_packet_rules(&self) -> bool {
         self.rules.iter().any(Rule::is_packet_rule)
     }
+}
+
+/// Whether a value that names no file was meant to: one word with a
+/// `/` and no `=` is no rule (a rule starts with its kind), so a rules
+/// file that is not there is said as such, not as an unknown rule kind.
+fn looks_like_a_path(value: &str) -> bool {
+    let value = value.trim();
+    value.contains('/') && !value.contains('=') && !value.contains(char::is_whitespace)
 }
 
 /// The rule kinds.
@@ -207,7 +222,15 @@ struct Builder {
 
 impl Builder {
     fn pair(&mut self, kind: &str, key: &str, value: &str) -> Result<(), String> {
-        let bad = || format!("bad value for {key}: `{value}`");
+        let hint = match key {
+            "delay" | "at" | "from" | "until" | "period" => {
+                " (a time with its unit: 500us, 5ms, 2s)"
+            }
+            "after_bytes" | "after" | "count" => " (a count, or bytes with K, M or G)",
+            "prob" => " (0.01 or 1%)",
+            _ => "",
+        };
+        let bad = || format!("bad value for {key}: `{value}`{hint}");
         match key {
             "device" => self.filter.device = Some(value.to_string()),
             "qp" => self.filter.qp = Some(parse_u32(value).ok_or_else(bad)?),
@@ -407,6 +430,15 @@ fn parse_duration(text: &str) -> Option<Duration> {
 mod tests {
     use super::*;
 
+    /// A value that names a file that is not there is said as such (it
+    /// was "unknown rule kind `/tmp/x.rules`").
+    #[test]
+    fn a_missing_rules_file_is_said_as_one() {
+        let e = FaultSpec::from_value("/no/such/dir/x.rules").unwrap_err();
+        assert!(e.to_string().contains("cannot read the file"), "{e}");
+        assert!(FaultSpec::from_value("packet drop prob=1%").is_ok());
+    }
+
     fn one(text: &str) -> Rule {
         let spec = FaultSpec::parse(text).unwrap();
         assert_eq!(spec.rules.len(), 1, "{text}");
@@ -518,6 +550,10 @@ mod tests {
             ("seed=x", "seed is not a number"),
             ("packet drop from=2s until=1s", "until= must come after"),
             ("packet drop period=0s", "bad value for period"),
+            (
+                "packet delay=5",
+                "bad value for delay: `5` (a time with its unit",
+            ),
             ("packet drop until=3s period=2s", "within period="),
             ("packet drop from=2s period=2s", "within period="),
         ] {

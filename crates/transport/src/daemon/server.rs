@@ -870,7 +870,8 @@ impl Daemon {
         let Some(published) = &owner.published else {
             let why = format!(
                 "the context holding QP {qpn:#x} shares no memory on this host (its process \
-                 runs with SOFTVERBS_SHM=0, or could not share it)"
+                 runs with SOFTVERBS_SHM=0, packet fault rules or SOFTVERBS_PCAP, which put \
+                 it on the wire, or could not share it)"
             );
             return refused(libc::ENOENT, why);
         };
