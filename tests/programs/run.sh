@@ -63,6 +63,9 @@ one "a pass-through device is listed" "sv-pt0" \
 one "softverbs devices says a pass-through device's real device is missing" \
   "not usable here: this host has no RDMA device no_such_dev" \
   env -u LD_PRELOAD SOFTVERBS_DEVICES="softverbs0=127.0.0.1 sv-pt0=passthrough:no_such_dev" "$CLI" devices
+one "softverbs devices says a fault rule names a device not configured" \
+  "SOFTVERBS_FAULTS rule 1 names device softverbs9, which is not configured: it never fires" \
+  env -u LD_PRELOAD SOFTVERBS_FAULTS="packet drop device=softverbs9" "$CLI" devices
 one "softverbs devices refuses a SOFTVERBS_FAULTS every open would refuse" "bad SOFTVERBS_FAULTS, which fails every device's open" \
   sh -c "SOFTVERBS_FAULTS=bogus env -u LD_PRELOAD '$CLI' devices 2>&1; test \$? -ne 0"
 one "a pass-through device whose real device is missing fails to open, saying why" \

@@ -164,7 +164,7 @@ fn run(program: &[String]) -> Result<(), String> {
 fn devices() -> Result<(), String> {
     let config = Config::load().map_err(|e| format!("bad configuration: {e}"))?;
     // Checked as a device's open checks it: the devices are not usable.
-    softverbs_faults::FaultSpec::from_env()
+    let faults = softverbs_faults::FaultSpec::from_env()
         .map_err(|e| format!("bad SOFTVERBS_FAULTS, which fails every device's open: {e}"))?;
     let mut out = String::new();
     let mut line = |text: String| {
@@ -172,6 +172,19 @@ fn devices() -> Result<(), String> {
         out.push('\n');
     };
     line(format!("configuration: {}", config.source));
+    // A rule for a device no program sees never fires, in silence.
+    let soft = config.devices.iter().map(|d| d.name.as_str());
+    let names: Vec<&str> = soft
+        .chain(config.passthrough.iter().map(|d| d.name.as_str()))
+        .collect();
+    for rule in faults.iter().flat_map(|f| &f.rules) {
+        if let Some(dev) = rule.filter.device.as_deref().filter(|d| !names.contains(d)) {
+            line(format!(
+                "SOFTVERBS_FAULTS rule {} names device {dev}, which is not configured: it never fires",
+                rule.line
+            ));
+        }
+    }
     line(format!("{:<16} {:<40} active MTU", "device", "address"));
     for d in &config.devices {
         let cfg = d.device_config(0);

@@ -1303,7 +1303,9 @@ impl<M: HostMemory + Send> AtExit for Shared<M> {
 
 /// Whether `SOFTVERBS_STATS` asks for the counters.
 fn stats_wanted() -> bool {
-    std::env::var_os(STATS_VAR).is_some_and(|v| v != "0")
+    // Unset, empty or 0: off (as SOFTVERBS_TRACE and SOFTVERBS_FAULTS
+    // take an empty value for unset).
+    std::env::var_os(STATS_VAR).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// Sends what each open context's last poll kept for a next verb (an ACK
