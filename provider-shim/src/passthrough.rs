@@ -280,7 +280,10 @@ unsafe extern "C" fn alloc_context(
         // SAFETY: a context libibverbs just opened; it sits at the end of
         // its provider's `verbs_context`.
         let vctx = unsafe { verbs_context_of(context) };
-        let rules = spec.and_then(|s| Faults::new(s, name, Part::Verbs));
+        let mut rules = spec.and_then(|s| Faults::new(s, name, Part::Verbs));
+        if let Some(rules) = &mut rules {
+            softverbs_trace::observe_faults(rules, name);
+        }
         if softverbs_trace::on() || rules.is_some() {
             // SAFETY: the context is not yet handed out.
             if let Err(why) = unsafe { hook(vctx, name, rules) } {

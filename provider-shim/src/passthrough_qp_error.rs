@@ -8,12 +8,13 @@ use crate::ffi::*;
 use crate::merged_fd::{Kind, MergedFd, Record};
 use crate::passthrough::Hooked;
 use parking_lot::{Condvar, Mutex};
+use softverbs_faults::TimedQpError;
 use std::io;
 use std::os::raw::c_int;
 use std::ptr::addr_of_mut;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a context with `qp_error` rules keeps to raise their events.
 #[derive(Debug)]
@@ -81,11 +82,11 @@ impl Hooked {
         let (Some(faults), Some(q)) = (&self.faults, &self.qp_errors) else {
             return;
         };
-        let mut due: Vec<(Option<u32>, Duration)> = faults.lock().timed_qp_errors().collect();
+        let mut due: Vec<TimedQpError> = faults.lock().timed_qp_errors().collect();
         if due.is_empty() {
             return;
         }
-        due.sort_by_key(|d| d.1);
+        due.sort_by_key(|d| d.at);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stopper = Arc::clone(&stop);
         let spawned = softverbs_transport::own_threads::spawning(|| {
@@ -103,12 +104,12 @@ impl Hooked {
     }
 
     /// Fires each timed rule when its time comes, unless stopped first.
-    fn run_alarm(&self, stop: &(Mutex<bool>, Condvar), due: Vec<(Option<u32>, Duration)>) {
+    fn run_alarm(&self, stop: &(Mutex<bool>, Condvar), due: Vec<TimedQpError>) {
         // One of softverbs' threads: counted as such, the application's
         // signals blocked (own_threads.rs).
         let _own = softverbs_transport::own_threads::OwnThread::register();
-        for (filter, at) in due {
-            let when = self.opened + at;
+        for rule in due {
+            let when = self.opened + rule.at;
             let mut stopped = stop.0.lock();
             while !*stopped {
                 let Some(left) = when.checked_duration_since(Instant::now()) else {
@@ -120,13 +121,21 @@ impl Hooked {
                 return;
             }
             drop(stopped);
-            self.fire_timed(filter);
+            let failed = self.fire_timed(rule.qp);
+            if let Some(faults) = &self.faults {
+                let mut faults = faults.lock();
+                failed
+                    .into_iter()
+                    .for_each(|n| faults.fired(rule.rule, Some(n)));
+            }
         }
     }
 
     /// A timed rule's time came: every QP it names (None: every QP) that
-    /// is in INIT, RTR, RTS, SQD or SQE fails, as on a soft device.
-    fn fire_timed(&self, filter: Option<u32>) {
+    /// is in INIT, RTR, RTS, SQD or SQE fails, as on a soft device. The
+    /// numbers of those that failed.
+    fn fire_timed(&self, filter: Option<u32>) -> Vec<u32> {
+        let mut failed = Vec::new();
         let qps = self.qps.lock();
         for (&num, &qp) in qps.iter() {
             if filter.is_some_and(|f| f != num) {
@@ -150,8 +159,10 @@ impl Hooked {
             if ret == 0 && (IBV_QPS_INIT..=IBV_QPS_SQE).contains(&attr.qp_state) {
                 self.to_err(qp);
                 self.raise_fatal(qp);
+                failed.push(num);
             }
         }
+        failed
     }
 
     /// A `qp_error after=N` rule fired for QP `qp_num`: it fails.

@@ -8,7 +8,8 @@
 #     ibv_poll_cq and ibv_start_poll): every SEND posted is traced and
 #     completes exactly once in the trace;
 #   * with fault rules: an error completion, a failed post and a
-#     QP_FATAL event appear in the summary;
+#     QP_FATAL event appear in the summary, each after the record of the
+#     rule that fired, as does a packet rule's firing on the wire path;
 #   * a trace file that cannot be created fails the open, saying why; a
 #     file that is not a trace is refused with its line number.
 # Prints one line per check and "N passed, M failed" last.
@@ -128,16 +129,21 @@ else
 fi
 
 traced_pair retry "completion opcode=SEND nth=3 status=RETRY_EXC_ERR" ibv_rc_pingpong -d softverbs0 -g 0 -n 20
-summary "an error completion from a fault rule is in the summary" "$(ls "$log"/retry-cli-*.json)" \
-  "error completions: RETRY_EXC_ERR 1"
+summary "an error completion from a fault rule is in the summary, and the rule's firing" "$(ls "$log"/retry-cli-*.json)" \
+  "error completions: RETRY_EXC_ERR 1" "fault rule 1 fired x1: completion opcode=SEND nth=3 status=RETRY_EXC_ERR"
 traced_pair nomem "post_send nth=2 errno=ENOMEM" ibv_rc_pingpong -d softverbs0 -g 0 -n 20
 summary "a failed post is in the summary with its errno" "$(ls "$log"/nomem-cli-*.json)" \
-  "verbs: [0-9]+, 1 failed; ibv_post_send ENOMEM x1"
+  "verbs: [0-9]+, 1 failed; ibv_post_send ENOMEM x1" "fault rule 1 fired x1: post_send nth=2 errno=ENOMEM"
+# A packet rule fires in the transport (the wire path): its firing is
+# recorded under the QP the packet was for, though the run succeeds.
+SOFTVERBS_SHM=0 traced_pair drop "packet drop nth=2" ibv_rc_pingpong -d softverbs0 -g 0 -n 20
+summary "a packet rule's firing is in the summary under its QP" "$(ls "$log"/drop-cli-*.json)" \
+  "^pid [0-9]+ softverbs0 QP 0x[0-9a-f]+:$" "fault rule 1 fired x1: packet drop nth=2"
 if cc -O1 -o "$log/fault_qp_error" "$here/fault_qp_error.c" -libverbs 2> "$log/cc"; then
   one "fault_qp_error runs traced" "qp_error ok" \
     env SOFTVERBS_TRACE="$log/fatal.json" SOFTVERBS_FAULTS="qp_error after=3" "$log/fault_qp_error" after
-  summary "an async event is in the summary under its QP" "$log/fatal.json" "events: QP_FATAL 1" \
-    "completions: 3 \(3 in error\)" "error completions: WR_FLUSH_ERR 3"
+  summary "an async event is in the summary under its QP, with the rule that fired" "$log/fatal.json" "events: QP_FATAL 1" \
+    "completions: 3 \(3 in error\)" "error completions: WR_FLUSH_ERR 3" "fault rule 1 fired x1: qp_error after=3"
 else
   bad "fault_qp_error (compile)" "$log/cc"
 fi

@@ -13,7 +13,7 @@ use crate::handles::{CqId, QpId};
 use crate::qp_state::QpState;
 use crate::time::Nanos;
 use crate::wc::{WcStatus, WorkCompletion};
-use softverbs_faults::{Faults, Queue};
+use softverbs_faults::{Faults, Queue, TimedQpError};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -23,8 +23,8 @@ pub(crate) struct FaultState {
     pub(crate) rules: Faults,
     /// Completions held back, in the order they were made.
     held: VecDeque<Held>,
-    /// `qp_error at=` rules that have not fired: QP filter and when.
-    timed: Vec<(Option<u32>, Nanos)>,
+    /// `qp_error at=` rules that have not fired, and when they fire.
+    timed: Vec<(TimedQpError, Nanos)>,
     /// The latest time the engine was given: a delay counts from it.
     pub(crate) now: Nanos,
     /// When the rules were set (the device opened): rule windows and
@@ -55,7 +55,7 @@ impl FaultState {
     pub(crate) fn new(rules: Faults, now: Nanos) -> FaultState {
         let timed = rules
             .timed_qp_errors()
-            .map(|(qp, at)| (qp, now.saturating_add(nanos(at))))
+            .map(|t| (t, now.saturating_add(nanos(t.at))))
             .collect();
         FaultState {
             rules,
@@ -136,12 +136,13 @@ impl FaultState {
         due
     }
 
-    /// The `qp_error at=` rules due at `now` (each fires once): their QP
-    /// filters.
-    pub(crate) fn take_timed(&mut self, now: Nanos) -> Vec<Option<u32>> {
+    /// The `qp_error at=` rules due at `now` (each fires once).
+    pub(crate) fn take_timed(&mut self, now: Nanos) -> Vec<TimedQpError> {
         let (due, kept) = self.timed.iter().partition(|t| t.1 <= now);
         self.timed = kept;
-        due.into_iter().map(|t: (Option<u32>, Nanos)| t.0).collect()
+        due.into_iter()
+            .map(|t: (TimedQpError, Nanos)| t.0)
+            .collect()
     }
 
     /// QP `qp_num` was reset or destroyed: its held completions on `cq`
@@ -242,28 +243,33 @@ impl Engine {
                 }
             }
         }
-        for filter in timed {
-            let hit: Vec<QpId> = (self.qps.iter())
-                .filter(|(_, qp)| filter.is_none_or(|n| n == qp.qp_num))
-                .map(|(id, _)| id)
+        for rule in timed {
+            let hit: Vec<(QpId, u32)> = (self.qps.iter())
+                .filter(|(_, qp)| rule.qp.is_none_or(|n| n == qp.qp_num))
+                .map(|(id, qp)| (id, qp.qp_num))
                 .collect();
-            for id in hit {
-                self.fail_qp(id);
+            for (id, qp_num) in hit {
+                if let (true, Some(f)) = (self.fail_qp(id), self.faults.as_deref_mut()) {
+                    f.rules.fired(rule.rule, Some(qp_num));
+                }
             }
         }
     }
 
     /// Moves QP `id` to ERR with IBV_EVENT_QP_FATAL, as a device does
     /// when it cannot go on with a QP; a QP in RESET or ERR has nothing
-    /// to fail.
-    fn fail_qp(&mut self, id: QpId) {
-        self.with_qp(id, |qp, ctx| {
-            if !matches!(qp.state, QpState::Reset | QpState::Err) {
+    /// to fail. Whether it failed.
+    fn fail_qp(&mut self, id: QpId) -> bool {
+        let failed = self.with_qp(id, |qp, ctx| {
+            let live = !matches!(qp.state, QpState::Reset | QpState::Err);
+            if live {
                 ctx.event(AsyncEvent::QpFatal(id));
                 qp.enter_error(ctx);
             }
+            live
         });
         self.schedule.wake(id);
         self.sync_timer(id);
+        failed == Some(true)
     }
 }

@@ -196,7 +196,17 @@ fn a_timed_rule_fails_the_qps_it_names_once_its_time_comes() {
     let (qa, qb) = p.connect(QpType::Rc, Link::default());
     let qpn = p.b.e.query_qp(qb).unwrap().0.dest_qp_num;
     let _ = qa;
-    rules(&mut p.a, p.now, &format!("qp_error qp={qpn} at=2ms"));
+    // Also a rule for a QP number no QP has: it fails nothing, and so is
+    // not said to fire.
+    let spec =
+        FaultSpec::parse(&format!("qp_error qp={qpn} at=2ms; qp_error qp=1 at=2ms")).unwrap();
+    let mut faults = Faults::new(&spec, &p.a.e.config().name, Part::Verbs).unwrap();
+    let fired = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = fired.clone();
+    faults.observe(Box::new(move |rule, qp| {
+        log.lock().unwrap().push((rule.line, qp))
+    }));
+    p.a.e.set_faults(faults, p.now);
     let at = p.a.e.poll_timeout().unwrap();
     assert_eq!(at, p.now + 2_000_000);
     p.a.e.handle_timeout(at - 1);
@@ -205,6 +215,11 @@ fn a_timed_rule_fails_the_qps_it_names_once_its_time_comes() {
     assert_eq!(p.a.events(), [AsyncEvent::QpFatal(qa)]);
     assert_eq!(state(&p.a, qa), ERR);
     assert_eq!(p.a.e.poll_timeout(), None, "it fires once");
+    assert_eq!(
+        *fired.lock().unwrap(),
+        [(1, Some(qpn))],
+        "the observer is told"
+    );
 }
 
 #[test]

@@ -16,6 +16,21 @@ pub struct Faults {
     rng: fastrand::Rng,
     /// WRs posted per QP number, for `qp_error after=N`.
     posted: HashMap<u32, u64>,
+    /// Told of each firing, if an embedder asked ([`Faults::observe`]).
+    observer: Option<Watching>,
+}
+
+/// What an embedder is told of each firing: the rule, and the QP it
+/// fired on (the local QP number; `None` for an SRQ's receive).
+pub type Observer = Box<dyn FnMut(&Rule, Option<u32>) + Send>;
+
+/// An observer, as a field of a `Debug` type.
+struct Watching(Observer);
+
+impl std::fmt::Debug for Watching {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 /// What the completion rules do to one completion.
@@ -25,6 +40,17 @@ pub struct CompletionFault {
     pub fail: Option<(u32, u32)>,
     /// Hold it back this long.
     pub delay: Option<Duration>,
+}
+
+/// A `qp_error at=TIME` rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedQpError {
+    /// Its index among [`Faults::rules`].
+    pub rule: usize,
+    /// The QP it names (None: every QP).
+    pub qp: Option<u32>,
+    /// When it fires, after the device was opened.
+    pub at: Duration,
 }
 
 /// A rule's matches and firings so far.
@@ -64,7 +90,23 @@ impl Faults {
             rules,
             rng: fastrand::Rng::with_seed(spec.seed ^ salt),
             posted: HashMap::new(),
+            observer: None,
         })
+    }
+
+    /// Tells `observer` of every firing from now on (the verbs trace
+    /// records them, so injected errors are told from genuine ones).
+    pub fn observe(&mut self, observer: Observer) {
+        self.observer = Some(Watching(observer));
+    }
+
+    /// Rule `index` (of [`Faults::rules`]) fired on QP `qp`.
+    pub fn fired(&mut self, index: usize, qp: Option<u32>) {
+        if let (Some(Watching(observe)), Some((rule, _))) =
+            (&mut self.observer, self.rules.get(index))
+        {
+            observe(rule, qp);
+        }
     }
 
     /// A WR of `bytes` is posted to `queue` of QP `qp`, `at` this long
@@ -78,7 +120,9 @@ impl Faults {
         opcode: Option<u32>,
         bytes: u64,
     ) -> Option<i32> {
-        self.first(at, bytes, |r| match r.action {
+        // An SRQ's receives (which no `qp=` names) come as u32::MAX.
+        let on = (qp != u32::MAX).then_some(qp);
+        self.first(at, bytes, on, |r| match r.action {
             Action::FailPost { queue: q, errno } if q == queue && on_qp(&r.filter, qp) => {
                 (r.filter.opcode.is_none() || r.filter.opcode == opcode).then_some(errno)
             }
@@ -112,9 +156,13 @@ impl Faults {
         let n = self.posted.entry(qp).or_default();
         *n += 1;
         let n = *n;
-        self.rules.iter().any(|(r, _)| {
+        let fires = self.rules.iter().position(|(r, _)| {
             r.action == Action::QpError(QpErrorWhen::AfterOps(n)) && on_qp(&r.filter, qp)
-        })
+        });
+        if let Some(index) = fires {
+            self.fired(index, Some(qp));
+        }
+        fires.is_some()
     }
 
     /// QP number `qp` was destroyed: a QP that gets its number again
@@ -134,13 +182,13 @@ impl Faults {
     ) -> CompletionFault {
         let bytes = u64::from(byte_len);
         let admits = |r: &Rule| on_qp(&r.filter, qp) && r.filter.opcode.is_none_or(|o| o == opcode);
-        let fail = self.first(at, bytes, |r| match r.action {
+        let fail = self.first(at, bytes, Some(qp), |r| match r.action {
             Action::FailCompletion { status, vendor_err } if admits(r) => {
                 Some((status, vendor_err))
             }
             _ => None,
         });
-        let delay = self.first(at, bytes, |r| match r.action {
+        let delay = self.first(at, bytes, Some(qp), |r| match r.action {
             Action::DelayCompletion(d) if admits(r) => Some(d),
             _ => None,
         });
@@ -148,10 +196,15 @@ impl Faults {
     }
 
     /// The `qp_error at=TIME` rules: which QP (None: every QP) and when,
-    /// after the device was opened.
-    pub fn timed_qp_errors(&self) -> impl Iterator<Item = (Option<u32>, Duration)> + '_ {
-        self.rules.iter().filter_map(|(r, _)| match r.action {
-            Action::QpError(QpErrorWhen::At(at)) => Some((r.filter.qp, at)),
+    /// after the device was opened, with the rule's index for
+    /// [`Faults::fired`].
+    pub fn timed_qp_errors(&self) -> impl Iterator<Item = TimedQpError> + '_ {
+        (self.rules.iter().enumerate()).filter_map(|(index, (r, _))| match r.action {
+            Action::QpError(QpErrorWhen::At(at)) => Some(TimedQpError {
+                rule: index,
+                qp: r.filter.qp,
+                at,
+            }),
             _ => None,
         })
     }
@@ -168,7 +221,7 @@ impl Faults {
         // A dual-stack socket reports an IPv4 peer as ::ffff:a.b.c.d; the
         // rules hold the IPv4 form (spec::parse_peer).
         let peer = peer.to_canonical();
-        self.first(at, len as u64, |r| match r.action {
+        self.first(at, len as u64, Some(qp), |r| match r.action {
             Action::Packet(a)
                 if on_qp(&r.filter, qp) && r.filter.peer.is_none_or(|p| p == peer) =>
             {
@@ -185,18 +238,19 @@ impl Faults {
     }
 
     /// The first rule whose filter `admits` the event (giving its value)
-    /// and whose selector fires at time `at` since the device opened.
-    /// Every admitting rule whose window holds `at` counts the event,
-    /// fired or not, so each rule's `every=` and `nth=` count its own
-    /// matches.
+    /// and whose selector fires at time `at` since the device opened; the
+    /// observer is told it fired on `qp`. Every admitting rule whose
+    /// window holds `at` counts the event, fired or not, so each rule's
+    /// `every=` and `nth=` count its own matches.
     fn first<T>(
         &mut self,
         at: Duration,
         bytes: u64,
+        qp: Option<u32>,
         mut admits: impl FnMut(&Rule) -> Option<T>,
     ) -> Option<T> {
         let mut out = None;
-        for (rule, count) in &mut self.rules {
+        for (index, (rule, count)) in self.rules.iter_mut().enumerate() {
             let Some(value) = admits(rule) else { continue };
             if rule.select.window.is_some_and(|w| !w.contains(at)) {
                 continue;
@@ -206,10 +260,12 @@ impl Faults {
             let chosen = selects(&rule.select, count, bytes, &mut self.rng);
             if chosen && out.is_none() {
                 count.fired += 1;
-                out = Some(value);
+                out = Some((index, value));
             }
         }
-        out
+        let (index, value) = out?;
+        self.fired(index, qp);
+        Some(value)
     }
 }
 
@@ -323,7 +379,15 @@ mod tests {
         assert!(!f.posted(1));
         assert!(f.posted(1));
         let timed: Vec<_> = f.timed_qp_errors().collect();
-        assert_eq!(timed, [(Some(9), Duration::from_secs(1))]);
+        let at = Duration::from_secs(1);
+        assert_eq!(
+            timed,
+            [TimedQpError {
+                rule: 1,
+                qp: Some(9),
+                at
+            }]
+        );
     }
 
     #[test]
@@ -389,5 +453,29 @@ mod tests {
         assert_eq!(f.packet(T0, 2, mapped, 10), Some(PacketAction::Drop));
         let other: IpAddr = "::ffff:127.0.0.38".parse().unwrap();
         assert_eq!(f.packet(T0, 2, other, 10), None);
+    }
+
+    #[test]
+    fn the_observer_is_told_each_firing_with_its_rule_and_qp() {
+        let mut f = faults(
+            "post_send nth=2 errno=ENOMEM\n# a comment\nqp_error after=1 qp=9; post_srq_recv errno=EIO",
+            Part::Verbs,
+        );
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        f.observe(Box::new(move |rule, qp| {
+            log.lock().unwrap().push((rule.line, rule.text.clone(), qp))
+        }));
+        assert_eq!(f.post(T0, Queue::Send, 7, Some(0), 8), None);
+        assert_eq!(f.post(T0, Queue::Send, 7, Some(0), 8), Some(12));
+        assert!(!f.posted(8));
+        assert!(f.posted(9));
+        assert_eq!(f.post(T0, Queue::SrqRecv, u32::MAX, None, 8), Some(5));
+        let want = [
+            (1, "post_send nth=2 errno=ENOMEM".to_string(), Some(7)),
+            (3, "qp_error after=1 qp=9".to_string(), Some(9)),
+            (4, "post_srq_recv errno=EIO".to_string(), None),
+        ];
+        assert_eq!(*seen.lock().unwrap(), want);
     }
 }

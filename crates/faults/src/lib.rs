@@ -14,6 +14,6 @@ pub mod names;
 pub mod rule;
 pub mod spec;
 
-pub use faults::{CompletionFault, Faults, Part};
+pub use faults::{CompletionFault, Faults, Observer, Part, TimedQpError};
 pub use rule::{Action, PacketAction, QpErrorWhen, Queue, Rule};
 pub use spec::{FaultSpec, ParseError};

@@ -9,6 +9,8 @@ use std::time::Duration;
 pub struct Rule {
     /// Its line (or `;`-separated item) in the text, counted from 1.
     pub line: usize,
+    /// Its text as written (a trace's fault records name it).
+    pub text: String,
     /// Which events it looks at.
     pub filter: Filter,
     /// Which of those fire.

@@ -149,6 +149,7 @@ fn parse_rule(line: usize, item: &str) -> Result<Rule, String> {
     let action = b.action(kind)?;
     Ok(Rule {
         line,
+        text: item.to_string(),
         filter: b.filter,
         select: b.select,
         action,

@@ -12,6 +12,6 @@ pub mod record;
 pub mod summary;
 pub mod writer;
 
-pub use record::{address, event_name, Completion, Event, Line, Record, Verb, Wr};
+pub use record::{address, event_name, Completion, Event, Fault, Line, Record, Verb, Wr};
 pub use summary::Summary;
-pub use writer::{on, open_from_env, process_path, write};
+pub use writer::{observe_faults, on, open_from_env, process_path, write};

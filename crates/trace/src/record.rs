@@ -5,6 +5,7 @@
 //! {"t":1234,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_post_send","qp":4096,"wrs":[{"wr_id":1,"opcode":"SEND","len":8}],"ret":0}
 //! {"t":1290,"pid":7,"tid":7,"dev":"softverbs0","kind":"completion","cq":"0x55d0c0","qp":4096,"wr_id":1,"status":"SUCCESS","opcode":"SEND","byte_len":8}
 //! {"t":1300,"pid":7,"tid":8,"dev":"softverbs0","kind":"event","event":"QP_FATAL","qp":4096}
+//! {"t":1250,"pid":7,"tid":8,"dev":"softverbs0","kind":"fault","rule":1,"text":"qp_error at=1s","qp":4096}
 //! ```
 //!
 //! Names are verbs.h's without their prefix (`RDMA_WRITE`, `RETRY_EXC_ERR`,
@@ -40,6 +41,8 @@ pub enum Record {
     Completion(Completion),
     /// An async event or a completion event was handed to it.
     Event(Event),
+    /// A fault rule (`SOFTVERBS_FAULTS`) fired.
+    Fault(Fault),
 }
 
 /// A verb, its arguments and its result.
@@ -145,6 +148,20 @@ pub struct Event {
     /// The port it names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u32>,
+}
+
+/// A fault rule's firing: what it did shows in the records that follow
+/// (a failed post, an error completion, an event) or, for packets, in
+/// what the QP does next.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Fault {
+    /// The rule's line (or `;`-separated item), counted from 1.
+    pub rule: usize,
+    /// The rule as written.
+    pub text: String,
+    /// The local QP it fired on (none for an SRQ's receive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qp: Option<u32>,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {

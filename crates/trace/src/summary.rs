@@ -44,6 +44,8 @@ struct Stats {
     verbs: u64,
     failed: BTreeMap<(String, i32), u64>,
     events: BTreeMap<String, u64>,
+    /// Fault rules that fired, by line and text.
+    faults: BTreeMap<(usize, String), u64>,
     send_latency: Vec<u64>,
     recv_latency: Vec<u64>,
     /// Post times of WRs not yet completed, by (receive?, wr_id).
@@ -134,6 +136,10 @@ impl Summary {
                 let st = self.qps.entry((pid, dev, e.qp)).or_default();
                 *st.events.entry(e.event).or_default() += 1;
             }
+            Record::Fault(fault) => {
+                let st = self.qps.entry((pid, dev, fault.qp)).or_default();
+                *st.faults.entry((fault.rule, fault.text)).or_default() += 1;
+            }
         }
     }
 }
@@ -186,6 +192,9 @@ impl Stats {
         if !self.events.is_empty() {
             writeln!(f, "  events: {}", counts(&self.events))?;
         }
+        for ((rule, text), n) in &self.faults {
+            writeln!(f, "  fault rule {rule} fired x{n}: {text}")?;
+        }
         Ok(())
     }
 }
@@ -229,6 +238,8 @@ mod tests {
 {"t":11000,"pid":7,"tid":7,"dev":"softverbs0","kind":"completion","cq":"0x10","qp":4096,"wr_id":9,"status":"SUCCESS","opcode":"RECV","byte_len":8}
 {"t":12000,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_post_send","qp":4096,"args":{"bad_wr":3},"ret":12,"errno":12}
 {"t":13000,"pid":7,"tid":8,"dev":"softverbs0","kind":"event","event":"QP_FATAL","qp":4096}
+{"t":8000,"pid":7,"tid":8,"dev":"softverbs0","kind":"fault","rule":2,"text":"completion opcode=RDMA_WRITE status=RETRY_EXC_ERR","qp":4096}
+{"t":8500,"pid":7,"tid":8,"dev":"softverbs0","kind":"fault","rule":1,"text":"post_srq_recv every=2 errno=ENOMEM"}
 {"t":500,"pid":7,"tid":7,"dev":"softverbs0","kind":"verb","verb":"ibv_reg_mr","args":{"length":4096},"ret":0,"errno":14}
 "#;
 
@@ -237,9 +248,10 @@ mod tests {
         let s = Summary::read(TRACE.as_bytes()).unwrap();
         let text = s.to_string();
         let want = [
-            "8 records, 1 QPs",
+            "10 records, 1 QPs",
             "pid 7 softverbs0, verbs naming no QP:",
             "  verbs: 1, 1 failed; ibv_reg_mr EFAULT x1",
+            "  fault rule 1 fired x1: post_srq_recv every=2 errno=ENOMEM",
             "pid 7 softverbs0 QP 0x001000:",
             "  posted: 4 WRs (RDMA_WRITE 1, RECV 1, SEND 2), 176 bytes",
             "  completions: 3 (1 in error), 16 bytes",
@@ -248,6 +260,7 @@ mod tests {
             "  receive completion latency (post to completion): 1 WRs, mean 10.0 us, p50 10.0 us, p99 10.0 us, max 10.0 us",
             "  verbs: 3, 1 failed; ibv_post_send ENOMEM x1",
             "  events: QP_FATAL 1",
+            "  fault rule 2 fired x1: completion opcode=RDMA_WRITE status=RETRY_EXC_ERR",
         ];
         assert_eq!(text.lines().collect::<Vec<_>>(), want, "{text}");
     }

@@ -56,6 +56,23 @@ pub fn on() -> bool {
     PROCESS.get().is_some_and(Option::is_some)
 }
 
+/// Makes `faults`, the rules of device `dev`, write a record of each
+/// firing, if the process traces.
+pub fn observe_faults(faults: &mut softverbs_faults::Faults, dev: &str) {
+    if on() {
+        let dev = dev.to_string();
+        faults.observe(Box::new(move |rule, qp| {
+            let text = rule.text.clone();
+            let fault = crate::record::Fault {
+                rule: rule.line,
+                text,
+                qp,
+            };
+            write(&dev, Record::Fault(fault));
+        }));
+    }
+}
+
 /// Writes `record` of device `dev`, if the process traces.
 pub fn write(dev: &str, record: Record) {
     if let Some(Some(trace)) = PROCESS.get() {

@@ -303,11 +303,14 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         io.link = link;
         if let Some(spec) = &faults {
             let name = engine.config().name.clone();
-            if let Some(rules) = Faults::new(spec, &name, Part::Verbs) {
+            if let Some(mut rules) = Faults::new(spec, &name, Part::Verbs) {
+                softverbs_trace::observe_faults(&mut rules, &name);
                 engine.set_faults(rules, clock.now());
             }
-            let rules = Faults::new(spec, &name, Part::Packets);
-            io.packet_faults = rules.map(|rules| PacketFaults::new(rules, clock.now()));
+            if let Some(mut rules) = Faults::new(spec, &name, Part::Packets) {
+                softverbs_trace::observe_faults(&mut rules, &name);
+                io.packet_faults = Some(PacketFaults::new(rules, clock.now()));
+            }
         }
         let endpoint = &mut io.endpoint;
         let process: Box<dyn Fn() -> u32 + Send + Sync> = match &cross {
