@@ -149,14 +149,17 @@ impl Qp {
         self.resp = Responder::default();
     }
 
-    /// What `ibv_query_qp` returns: every attribute, the current state and
-    /// the actual caps.
+    /// What `ibv_query_qp` returns: every attribute, the current state,
+    /// the actual caps, and the PSNs the requester and responder are at
+    /// (those set until each starts).
     pub(crate) fn query(&self) -> QpAttr {
         QpAttr {
             qp_state: self.state as u32,
             cur_qp_state: self.state as u32,
             cap: self.cap,
             sq_draining: u8::from(self.state == QpState::Sqd && self.req.busy()),
+            sq_psn: self.req.current_psn().unwrap_or(self.attr.sq_psn),
+            rq_psn: self.resp.current_psn().unwrap_or(self.attr.rq_psn),
             ..self.attr
         }
     }

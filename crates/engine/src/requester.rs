@@ -174,6 +174,8 @@ pub(crate) struct Requester {
     pub(crate) pacer: Pacer,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
+    /// Started (RTR->RTS) since the QP was created or reset.
+    started: bool,
     /// Same-host path: the operation handed out and not yet answered
     /// (its first PSN); one at a time, so operations execute in order.
     pub(crate) direct_pending: Option<Psn>,
@@ -209,8 +211,15 @@ impl Requester {
             resent: self.resent,
             retry_left: retry_cnt,
             rnr_left: rnr_retry,
+            started: true,
             ..Requester::default()
         });
+    }
+
+    /// The PSN its next new request packet takes, once started
+    /// (`ibv_query_qp`'s `sq_psn`, as rxe and mlx5 report it).
+    pub(crate) fn current_psn(&self) -> Option<u32> {
+        self.started.then_some(self.next_psn.get())
     }
 
     /// After a UC/UD send error flushed every WR: nothing is in flight,
@@ -225,6 +234,7 @@ impl Requester {
             sent_end: self.next_psn,
             resent: self.resent,
             pacer,
+            started: true,
             ..Requester::default()
         });
     }

@@ -166,6 +166,8 @@ pub(crate) struct Responder {
     /// UC and UD: a CNP owed to the sender of a marked request
     /// (`cnp.rs`).
     pub(crate) notices: Notices,
+    /// Started (INIT->RTR) since the QP was created or reset.
+    started: bool,
 }
 
 impl Responder {
@@ -173,8 +175,16 @@ impl Responder {
     pub(crate) fn start(&mut self, rq_psn: u32) {
         *self = Responder {
             epsn: Psn::new_masked(rq_psn),
+            started: true,
             ..Responder::default()
         };
+    }
+
+    /// The PSN it expects next, once started (`ibv_query_qp`'s `rq_psn`,
+    /// as rxe and mlx5 report it). On the same-host path requests carry
+    /// no PSN and it stays where it started.
+    pub(crate) fn current_psn(&self) -> Option<u32> {
+        self.started.then_some(self.epsn.get())
     }
 
     /// Notes the first request of the connection; true the first time

@@ -1882,3 +1882,37 @@ fn a_bad_lkey_fails_when_the_wr_executes() {
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::LocProtErr);
 }
+
+/// `ibv_query_qp` reports the PSNs the requester and responder are at, as
+/// rxe (`rxe_qp_to_attr`) and mlx5 do, not those set when the QP was
+/// brought up: a 3-packet WRITE and a SEND later, each end has moved 4.
+#[test]
+fn query_qp_reports_the_psns_each_side_is_at() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let (a0, b0) = (p.a.e.query_qp(qa).unwrap().0, p.b.e.query_qp(qb).unwrap().0);
+    assert_eq!(
+        (a0.sq_psn, a0.rq_psn, b0.sq_psn, b0.rq_psn),
+        (100, 200, 200, 100)
+    );
+    p.b.post_recv(qb, 9, 0x4000, 64);
+    let mut write = wr(1, send_opcode::RDMA_WRITE, &[]);
+    let sge = [p.a.sge(0, 3000)];
+    write.sg_list = &sge;
+    write.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + 0x8000,
+        rkey: p.b.key,
+    };
+    p.a.e.post_send(qa, &write).unwrap();
+    let sge = [p.a.sge(0, 10)];
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &sge))
+        .unwrap();
+    p.run(1000);
+    assert_eq!(p.a.poll().len(), 2);
+    let (a1, b1) = (p.a.e.query_qp(qa).unwrap().0, p.b.e.query_qp(qb).unwrap().0);
+    assert_eq!(
+        (a1.sq_psn, a1.rq_psn, b1.sq_psn, b1.rq_psn),
+        (104, 200, 200, 104)
+    );
+}
