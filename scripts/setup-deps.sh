@@ -5,7 +5,8 @@
 # rdma_cm, and iperf over rsockets through librspreload; iproute2 and ethtool set up the
 # network namespaces of root tests; tshark decodes the capture test's
 # pcap files; UCX, libfabric and Open MPI, and cmake and libclang for the
-# Rust bindings' build scripts, for `make ecosystem`), the Rust toolchain
+# Rust bindings' build scripts, for `make ecosystem`; gdb, which holds a
+# process in the middle of a system call for same_host.sh), the Rust toolchain
 # components and
 # a Python venv with scapy (the independent RoCE implementation the wire
 # crate is checked against). Idempotent.
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 packages="libibverbs-dev ibverbs-utils perftest rdma-core python3-pyverbs iproute2 ethtool tshark
   rdmacm-utils librdmacm-dev qperf iperf ucx-utils libfabric-bin openmpi-bin libopenmpi-dev
-  util-linux cmake libclang-dev"
+  util-linux cmake libclang-dev gdb"
 missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -312,6 +312,47 @@ same_host_c completion_order 120 "a receive completion is in the CQ once its SEN
 # writing after it (in 12 to 27 rounds of 100).
 same_host_c write_after_teardown 120 "no WRITE lands after the target's QP is destroyed or moved to ERR" 200
 
+# A writer stopped in the middle of its copy into the target (gdb holds
+# it at its process_vm_writev) keeps the target's ibv_dereg_mr waiting
+# until it runs on, saying so: nothing lands after the verb returns
+# (stopped_writer.c; until 2026-12-07 the target gave up after a second
+# and the copy landed in memory no longer registered).
+stopped_writer() {
+  local name="a writer stopped mid-copy keeps ibv_dereg_mr waiting, and nothing lands after it returns"
+  local out=$log/stopped.out err=$log/stopped.err go=$log/stopped.go done=$log/stopped.done
+  if ! cc -O1 -o "$log/stopped_writer" "$here/stopped_writer.c" -libverbs 2> "$log/cc"; then
+    bad "stopped_writer.c compiles" "$log/cc"; return
+  fi
+  if ! command -v gdb > /dev/null; then
+    echo "gdb is not installed (make deps installs it)" > "$err"; bad "$name" "$err"; return
+  fi
+  SOFTVERBS_SHM=1 timeout 120 "$log/stopped_writer" "$go" > "$out" 2> "$err" &
+  local prog=$!
+  if ! wait_output "$out" "^writer [0-9]+$" $prog 2>> "$err"; then
+    kill $prog 2> /dev/null; wait $prog; bad "$name" "$err"; return
+  fi
+  local writer
+  writer=$(sed -n 's/^writer //p' "$out")
+  # gdb stops the writer at its next process_vm_writev (its copy into the
+  # target's MR), says so by creating $go, and lets it go once $done is
+  # there (the poll interval is not a synchronization).
+  env -u LD_PRELOAD gdb -q -p "$writer" -batch -ex 'catch syscall process_vm_writev' -ex continue \
+    -ex "shell touch $go; while [ ! -e $done ]; do sleep 0.02; done" -ex detach > "$log/gdb.log" 2>&1 &
+  local gdb=$!
+  wait_output "$err" "process $writer is stopped \(or starved\) in the middle of a copy" $prog 2>> "$err"
+  local waited=$?
+  touch "$done"
+  wait $prog
+  local rc=$?
+  wait $gdb
+  if [ $waited = 0 ] && [ $rc = 0 ] && grep -q "^stopped_writer ok" "$out"; then
+    ok "$name"
+  else
+    cat "$out" "$log/gdb.log" >> "$err"; bad "$name" "$err"
+  fi
+}
+stopped_writer
+
 # A long-lived process meeting peer after peer (many_peers.c): its
 # descriptors and mappings of peers' regions stay flat (it kept every gone
 # peer's region).

@@ -147,62 +147,113 @@ impl<'a> Accessors<'a> {
     }
 
     /// Waits until every access that might have seen an MR withdrawn
-    /// before this call has ended or its process has died, at most
-    /// `timeout`; returns whether it did. Owner only, one call at a time.
-    pub fn wait_idle(&self, timeout: Duration) -> bool {
+    /// before this call has ended or its process has died. An access of
+    /// a live process of the owner's pid namespace is waited for however
+    /// long it takes: a process stopped in the middle of a copy (SIGSTOP,
+    /// a debugger) would otherwise write into the memory after the verb
+    /// that withdrew it returned, when the application may have reused
+    /// it. Past `patience`, `waiting` is told that process's pid (once)
+    /// and the looks slow down. An access the owner cannot judge (the
+    /// overflow word's, another pid namespace's) is waited for
+    /// `patience` at most. Returns whether every access ended. Owner
+    /// only, one call at a time.
+    pub fn wait_idle(&self, patience: Duration, waiting: &mut dyn FnMut(i32)) -> bool {
         fence(Ordering::SeqCst);
-        let deadline = Instant::now().checked_add(timeout);
+        let mut wait = Wait {
+            deadline: Instant::now().checked_add(patience),
+            waiting,
+            told: false,
+        };
         let Some(epoch) = self.words.get(EPOCH) else {
             return true;
         };
         let current = epoch.load(Ordering::SeqCst) & 1;
-        if !self.drained(current ^ 1, deadline) {
+        if !self.drained(current ^ 1, &mut wait) {
             return false;
         }
         epoch.fetch_xor(1, Ordering::SeqCst);
-        self.drained(current, deadline)
+        self.drained(current, &mut wait)
     }
 
     /// Waits for the counts of `epoch` to read zero, yielding between
-    /// looks, until the deadline (`None`: no deadline). From the second
-    /// look on, the slot of a process that died is freed (its accesses
-    /// ended with it).
-    fn drained(&self, epoch: u64, deadline: Option<Instant>) -> bool {
+    /// looks until the deadline, then (for a live holder) sleeping a
+    /// millisecond between them. From the second look on, the slot of a
+    /// process that died is freed (its accesses ended with it).
+    fn drained(&self, epoch: u64, wait: &mut Wait<'_>) -> bool {
         let mut first = true;
         loop {
-            if !self.busy(epoch, !first) {
+            let look = self.look(epoch, !first);
+            if !look.busy {
                 return true;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
+            if first || wait.deadline.is_none_or(|d| Instant::now() < d) {
+                std::thread::yield_now();
+            } else {
+                let Some(pid) = look.live else {
+                    return false;
+                };
+                if !std::mem::replace(&mut wait.told, true) {
+                    (wait.waiting)(pid);
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
             first = false;
-            std::thread::yield_now();
         }
     }
 
-    /// Whether an access counted under `epoch` may be in progress.
-    fn busy(&self, epoch: u64, free_the_dead: bool) -> bool {
+    /// Whether an access counted under `epoch` may be in progress, and
+    /// a live holder of one (from the second look, `judge`, on: a holder
+    /// that ended is freed instead).
+    fn look(&self, epoch: u64, judge: bool) -> Look {
         let shift = COUNT_BITS * epoch as u32;
         let counted = |word: u64| (word >> shift) & COUNT_MASK != 0;
         let overflow = self.words.get(OVERFLOW);
-        let mut busy = overflow.is_some_and(|w| counted(w.load(Ordering::SeqCst)));
+        let mut look = Look {
+            busy: overflow.is_some_and(|w| counted(w.load(Ordering::SeqCst))),
+            live: None,
+        };
         for slot in self.slots() {
             let word = slot[0].load(Ordering::SeqCst);
             if !counted(word) {
                 continue;
             }
             // The namespace was written before the count we see.
-            let freed = free_the_dead
-                && slot[1].load(Ordering::SeqCst) == own_pid_namespace()
-                && has_ended(holder(word))
+            let judged = judge && slot[1].load(Ordering::SeqCst) == own_pid_namespace();
+            let ended = judged && has_ended(holder(word));
+            let freed = ended
                 && slot[0]
                     .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok();
-            busy |= !freed;
+            if freed {
+                continue;
+            }
+            look.busy = true;
+            // An ended holder whose word changed meanwhile (counted again
+            // by a process given its pid, or taken over) is looked at
+            // again, as a live one.
+            if judged {
+                look.live = Some(holder(word));
+            }
         }
-        busy
+        look
     }
+}
+
+/// A wait of [`Accessors::wait_idle`].
+struct Wait<'w> {
+    /// Past it, only live holders are waited for.
+    deadline: Option<Instant>,
+    waiting: &'w mut dyn FnMut(i32),
+    /// `waiting` was told.
+    told: bool,
+}
+
+/// What one look at the counts found.
+struct Look {
+    /// An access may be in progress.
+    busy: bool,
+    /// A live process of the owner's pid namespace holds one.
+    live: Option<i32>,
 }
 
 /// Makes `slot`, reading `expected`, name the process whose word is
@@ -244,6 +295,11 @@ mod tests {
         (0..WORDS).map(|_| AtomicU64::new(0)).collect()
     }
 
+    /// `wait_idle` where no live holder may be waited for.
+    fn idle(accessors: &Accessors<'_>, patience: Duration) -> bool {
+        accessors.wait_idle(patience, &mut |pid| panic!("waited for live process {pid}"))
+    }
+
     /// Each slot's first word: its counts and pid.
     fn counts(words: &[AtomicU64]) -> impl Iterator<Item = u64> + '_ {
         words[FIRST_SLOT..]
@@ -264,16 +320,41 @@ mod tests {
     fn wait_idle_waits_for_accesses_in_progress() {
         let words = part();
         let accessors = Accessors::new(&words);
-        assert!(accessors.wait_idle(Duration::ZERO));
-        let access = accessors.begin(own_pid());
-        assert!(!accessors.wait_idle(Duration::from_millis(1)));
+        assert!(idle(&accessors, Duration::ZERO));
+        // Counted in the overflow word (no pid), so waited for its
+        // patience at most.
+        let access = accessors.begin(0);
+        assert!(!idle(&accessors, Duration::from_millis(1)));
         drop(access);
-        assert!(accessors.wait_idle(Duration::ZERO));
+        assert!(idle(&accessors, Duration::ZERO));
         // An access started after a flip is counted under the new epoch.
-        let access = accessors.begin(own_pid());
-        assert!(!accessors.wait_idle(Duration::from_millis(1)));
+        let access = accessors.begin(0);
+        assert!(!idle(&accessors, Duration::from_millis(1)));
         drop(access);
-        assert!(accessors.wait_idle(Duration::ZERO));
+        assert!(idle(&accessors, Duration::ZERO));
+    }
+
+    /// A live process's access is waited for to its end, however long
+    /// past the patience (a process stopped mid-copy must not write into
+    /// memory after the owner's verb returned), and the owner is told
+    /// its pid, once.
+    #[test]
+    fn a_live_holders_access_is_waited_for_to_its_end() {
+        let words = part();
+        let accessors = Accessors::new(&words);
+        let access = accessors.begin(own_pid());
+        let (told, waiting) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(move || {
+                let mut tell = |pid: i32| told.send(pid).unwrap();
+                accessors.wait_idle(Duration::from_millis(1), &mut tell)
+            });
+            assert_eq!(waiting.recv().unwrap(), own_pid());
+            assert!(!waiter.is_finished(), "the access is still held");
+            drop(access);
+            assert!(waiter.join().unwrap());
+        });
+        assert!(waiting.try_recv().is_err(), "told once");
     }
 
     /// A peer killed in the middle of a copy never ends its access: the
@@ -286,12 +367,9 @@ mod tests {
         let dead = gone_pid();
         std::mem::forget(accessors.begin(dead));
         let started = Instant::now();
-        assert!(accessors.wait_idle(Duration::from_secs(30)));
+        assert!(idle(&accessors, Duration::from_secs(30)));
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(counts(&words).all(|w| w == 0));
-        // A live process's access left open is still waited for.
-        std::mem::forget(accessors.begin(own_pid()));
-        assert!(!accessors.wait_idle(Duration::from_millis(10)));
     }
 
     #[test]
@@ -304,7 +382,7 @@ mod tests {
         let named: Vec<u64> = counts(&words).filter(|&w| w != 0).collect();
         assert_eq!(named, [u64::from(pid as u32) << 32 | 2]);
         drop((first, second));
-        assert!(accessors.wait_idle(Duration::ZERO));
+        assert!(idle(&accessors, Duration::ZERO));
     }
 
     /// With every slot named by a live process, an access counts in the
@@ -321,9 +399,9 @@ mod tests {
         let stranger = own_pid() + 1;
         let access = accessors.begin(stranger);
         assert_eq!(words[OVERFLOW].load(Ordering::SeqCst), 1);
-        assert!(!accessors.wait_idle(Duration::from_millis(1)));
+        assert!(!idle(&accessors, Duration::from_millis(1)));
         drop(access);
-        assert!(accessors.wait_idle(Duration::ZERO));
+        assert!(idle(&accessors, Duration::ZERO));
 
         let pid = own_pid() + 2;
         let first_probe = pid as usize % SLOTS;
@@ -345,9 +423,9 @@ mod tests {
         let words = part();
         let accessors = Accessors::new(&words);
         name_slot(&words, 0, gone_pid(), 1, own_pid_namespace() + 1);
-        assert!(!accessors.wait_idle(Duration::from_millis(10)));
+        assert!(!idle(&accessors, Duration::from_millis(10)));
         name_slot(&words, 0, gone_pid(), 1, own_pid_namespace());
-        assert!(accessors.wait_idle(Duration::from_secs(30)));
+        assert!(idle(&accessors, Duration::from_secs(30)));
     }
 
     /// A count goes only into a slot that still names the process: one
@@ -372,6 +450,6 @@ mod tests {
         let words = part();
         let accessors = Accessors::new(&words[..WORDS - 1]);
         drop(accessors.begin(own_pid()));
-        assert!(accessors.wait_idle(Duration::ZERO));
+        assert!(idle(&accessors, Duration::ZERO));
     }
 }

@@ -13,8 +13,9 @@
 //! before the withdrawal (see [`super::accessors`]; an access whose count
 //! the owner does not see is ordered after the withdrawal by the SeqCst
 //! fences on both sides, so its lookup misses the MR). A peer stopped
-//! mid-access keeps the owner waiting: `wait_idle` then times out, which
-//! the owner must treat as "possibly still in use".
+//! mid-access keeps the owner waiting until it runs on or dies; only an
+//! access whose process the owner cannot judge makes `wait_idle` give
+//! up, which the owner must treat as "possibly still in use".
 //!
 //! A withdrawal that leaves a page of slots empty gives the page back to
 //! the kernel (see [`super::vacant_pages`]).
@@ -221,10 +222,13 @@ impl<'a> MrTable<'a> {
     }
 
     /// Waits until every access that might have seen an MR withdrawn
-    /// before this call has ended (or its process died), at most
-    /// `timeout`; returns whether it did. Owner only, one call at a time.
-    pub fn wait_idle(&self, timeout: Duration) -> bool {
-        Accessors::new(self.part).wait_idle(timeout)
+    /// before this call has ended (or its process died): a live peer's
+    /// however long it takes (`waiting` is told its pid past `patience`),
+    /// one the owner cannot judge `patience` at most
+    /// ([`Accessors::wait_idle`]); returns whether all ended. Owner only,
+    /// one call at a time.
+    pub fn wait_idle(&self, patience: Duration, waiting: &mut dyn FnMut(i32)) -> bool {
+        Accessors::new(self.part).wait_idle(patience, waiting)
     }
 
     fn entry(&self, slot: usize) -> Option<(&'a AtomicU64, &'a [AtomicU64; FIELDS])> {
@@ -352,7 +356,7 @@ mod tests {
         assert_eq!(short.lookup(1), None);
         assert!(!short.withdraw(1).found);
         drop(short.begin_access(own_pid()));
-        assert!(short.wait_idle(Duration::ZERO));
+        assert!(short.wait_idle(Duration::ZERO, &mut |_| {}));
         // Garbage everywhere: lookups end, and find nothing sensible.
         for (i, w) in words.iter().enumerate() {
             w.store(0xDEAD_BEEF_0000_0000 | (i as u64 * 2), Ordering::Relaxed);
@@ -395,7 +399,7 @@ mod tests {
             }
             for key in 0..KEYS {
                 assert!(table.withdraw(key).found);
-                assert!(table.wait_idle(Duration::from_secs(30)));
+                assert!(table.wait_idle(Duration::from_secs(30), &mut |_| {}));
                 assert_eq!(in_use[key as usize].load(Ordering::SeqCst), 0, "key {key}");
             }
             done.store(true, Ordering::Relaxed);

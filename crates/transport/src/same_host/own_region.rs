@@ -43,9 +43,11 @@ pub const LAYOUT: RegionLayout = RegionLayout {
 };
 
 /// How long `ibv_dereg_mr`, `ibv_destroy_qp` and a move to ERR or RESET
-/// wait for a peer's copy into this context's memory to end (a copy is
-/// one system call; a peer stopped in the middle of one is the only way
-/// to reach this).
+/// wait for a peer's copy into this context's memory to end before
+/// saying so (a copy is one system call; a peer stopped or starved in
+/// the middle of one is the only way to reach this). A live peer's copy
+/// is waited for to its end after that; one of a process this one
+/// cannot judge (another pid namespace, past 64 peers) no longer.
 const DEREG_WAIT: Duration = Duration::from_secs(1);
 
 /// How far apart the index bases of two rings are (2^40 WRs a ring).
@@ -151,7 +153,7 @@ impl OwnRegion {
         let Some((_, mr)) = engine.mr_by_key(key) else {
             self.punch(mrs.withdraw(key));
             self.published_mrs.remove(&key);
-            idle_or_say(mrs.wait_idle(DEREG_WAIT));
+            wait_for_copies(&mrs);
             return;
         };
         let info = MrInfo {
@@ -167,7 +169,7 @@ impl OwnRegion {
             crate::say!("softverbs: same host: the MR table is full; MR {key:#x} is not published");
         }
         if existed {
-            idle_or_say(mrs.wait_idle(DEREG_WAIT));
+            wait_for_copies(&mrs);
         }
     }
 
@@ -234,7 +236,7 @@ impl OwnRegion {
     /// and none copies into this context's memory after the verb returns,
     /// as a NIC's responder stops before its destroy or modify returns.
     fn wait_for_accesses(&self) {
-        idle_or_say(self.view.mrs().wait_idle(DEREG_WAIT));
+        wait_for_copies(&self.view.mrs());
     }
 
     /// A ring for a receive queue of `capacity` WRs of `max_sge` SGEs.
@@ -341,9 +343,7 @@ impl OwnRegion {
         for key in std::mem::take(&mut self.published_mrs) {
             self.punch(mrs.withdraw(key));
         }
-        if !mrs.wait_idle(DEREG_WAIT) {
-            crate::say!("softverbs: same host: a peer's copy into this context did not end within {DEREG_WAIT:?}");
-        }
+        wait_for_copies(&mrs);
     }
 
     /// Applies what peers delivered since the last step; true if anything.
@@ -393,13 +393,20 @@ fn apply(engine: &mut Engine, record: &Record) {
     }
 }
 
-/// A withdrawn MR a peer is still copying into after the wait: a peer
-/// stopped (or killed) in the middle of a copy. Said, since the memory
-/// may be reused by the application meanwhile.
-fn idle_or_say(idle: bool) {
-    if !idle {
+/// Waits for the peers' copies into this context's memory that may have
+/// seen what it just withdrew: a live peer's to their end (its bytes must
+/// not land after the verb returns, when the application may reuse the
+/// memory), saying so past [`DEREG_WAIT`]; one of a process this one
+/// cannot judge for `DEREG_WAIT`, saying so if it did not end.
+fn wait_for_copies(mrs: &super::mr_slots::MrTable<'_>) {
+    let mut say_waiting = |pid: i32| {
         crate::say!(
-            "softverbs: same host: a peer's copy into this context's memory did not end within {DEREG_WAIT:?} (a peer stopped or killed mid-copy)"
+            "softverbs: same host: process {pid} is stopped (or starved) in the middle of a copy into this context's memory; waiting for it to end or exit, so that no byte lands after this verb returns"
+        )
+    };
+    if !mrs.wait_idle(DEREG_WAIT, &mut say_waiting) {
+        crate::say!(
+            "softverbs: same host: a peer's copy into this context's memory did not end within {DEREG_WAIT:?}, and its process cannot be looked at from here (another pid namespace, or past 64 peer processes)"
         );
     }
 }
