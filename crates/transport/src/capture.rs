@@ -26,8 +26,6 @@ use internet_checksum::Checksum;
 use parking_lot::Mutex;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::{DataLink, Endianness, TsResolution};
-#[cfg(test)]
-use softverbs_trace::process_path as expand;
 use softverbs_wire::ip::{IpPair, IpUdpHeaders, IPPROTO_UDP};
 use softverbs_wire::Flow;
 use std::ffi::OsStr;
@@ -269,6 +267,7 @@ fn udp_checksum(flow: &Flow, udp: &[u8; 8], payload: &[u8]) -> [u8; 2] {
 mod tests {
     use super::*;
     use pcap_file::pcap::PcapReader;
+    use softverbs_trace::process_path as expand;
     use softverbs_wire::ip::IpPacket;
     use std::fs::File;
 

@@ -78,9 +78,7 @@ impl DatagramOut for SockRef<'_> {
     }
 
     fn send_one(&self, packet: &[u8], dst: SocketAddr, class: u8) -> io::Result<usize> {
-        if class == 0 {
-            return self.send_to(packet, &SockAddr::from(dst));
-        }
+        // Class 0 writes no control message: a plain sendto.
         send_with(
             self,
             packet,
