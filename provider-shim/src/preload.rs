@@ -275,7 +275,9 @@ pub(crate) fn gid_table(st: &ContextState) -> Vec<ibv_gid_entry> {
     (0..len).filter_map(|i| gid_entry(st, 1, i).ok()).collect()
 }
 
-/// `ibv_query_gid_type`: every populated soft GID is RoCE v2.
+/// `ibv_query_gid_type`: every populated soft GID is RoCE v2; an empty
+/// entry reads as RoCE v1, as libibverbs answers for one (it keeps the
+/// API's answer from before `ibv_query_gid_ex`, which fails ENODATA).
 ///
 /// # Safety
 /// Called through libibverbs with the pointers its C contract promises
@@ -288,17 +290,24 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     kind: *mut u32,
 ) -> c_int {
     guard(-1, || match ours(context) {
-        Some(st) => match st.driver.with(|e, _| e.query_gid(port, index)) {
-            Ok(_) => {
-                // SAFETY: caller-provided output.
-                unsafe { *kind = IBV_GID_TYPE_SYSFS_ROCE_V2 };
-                0
+        Some(st) => {
+            let found = match gid_entry(&st, u32::from(port), index) {
+                Ok(_) => Ok(IBV_GID_TYPE_SYSFS_ROCE_V2),
+                Err(libc::ENODATA) => Ok(IBV_GID_TYPE_SYSFS_IB_ROCE_V1),
+                Err(errno) => Err(errno),
+            };
+            match found {
+                Ok(found) => {
+                    // SAFETY: caller-provided output.
+                    unsafe { *kind = found };
+                    0
+                }
+                Err(errno) => {
+                    set_errno(errno);
+                    -1
+                }
             }
-            Err(e) => {
-                set_errno(e.errno());
-                -1
-            }
-        },
+        }
         None => real_fn!(
             c"ibv_query_gid_type",
             c"IBVERBS_PRIVATE_34",

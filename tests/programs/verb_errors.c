@@ -2,7 +2,8 @@
  * a post list whose second WR is invalid returns EINVAL with bad_wr at
  * that WR while the first one is executed; a completion channel still
  * used by a CQ cannot be destroyed (EBUSY); a GID index past the table
- * makes ibv_query_gid fail; a completion event still unread when its CQ
+ * makes ibv_query_gid fail, and an empty entry's ibv_query_gid_type is
+ * RoCE v1, as libibverbs answers for one; a completion event still unread when its CQ
  * is destroyed is dropped, as the kernel drops it (reading it would hand
  * the freed CQ to the program); a UD WR whose AH is another context's is
  * EINVAL, through ibv_post_send and ibv_wr_* (it was sent to the address
@@ -35,6 +36,11 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 #include "test_util.h"
+
+/* libibverbs' private verb (IBVERBS_PRIVATE_34): type 0 is RoCE v1 (or
+ * IB), 1 RoCE v2 (enum ibv_gid_type_sysfs of infiniband/driver.h). */
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       int *type);
 
 /* A UD QP of `pd` in RTS. */
 static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *cq, int extended)
@@ -296,6 +302,14 @@ int main(void)
 	/* A GID index past the table. */
 	union ibv_gid gid;
 	CHECK(ibv_query_gid(ctx, 1, 100000, &gid) == -1, "query_gid past the table succeeded");
+	/* An empty entry's type reads RoCE v1 (0), as libibverbs answers for
+	 * one (ibv_query_gid_ex fails it ENODATA); it read v2 (1; found by a
+	 * helper). pyverbs and librdmacm call this private verb. */
+	int gid_type = 9;
+	CHECK(!ibv_query_gid_type(ctx, 1, 1, &gid_type) && gid_type == 1,
+	      "GID 1 is RoCE v2 (%d)", gid_type);
+	CHECK(!ibv_query_gid_type(ctx, 1, 15, &gid_type) && gid_type == 0,
+	      "an empty GID entry reads RoCE v1 (%d)", gid_type);
 
 	/* A post list: the first WR is good, the second has too many SGEs. */
 	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
