@@ -229,6 +229,7 @@ fn devices() -> Result<(), String> {
 /// down, and the open failed there (EADDRNOTAVAIL) while this command
 /// saw nothing wrong.
 fn unusable(ip: std::net::IpAddr) -> Option<String> {
+    use softverbs_engine::LinkState;
     use softverbs_transport::netif;
     if !netif::is_local(ip) {
         return Some(format!(
@@ -236,8 +237,9 @@ fn unusable(ip: std::net::IpAddr) -> Option<String> {
              (add the address, or change the configuration)"
         ));
     }
-    let lo_up =
-        !ip.is_loopback() || netif::interface_of(ip).is_some() || netif::is_up("lo") == Some(true);
+    let lo_up = !ip.is_loopback()
+        || netif::interface_of(ip).is_some()
+        || netif::link_of("lo") == Some(LinkState::Up);
     (!lo_up).then(|| {
         "the loopback interface of this network namespace is down, so opening it fails \
          (`ip link set lo up`)"

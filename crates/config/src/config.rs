@@ -141,7 +141,7 @@ impl SoftDevice {
             .unwrap_or(1500);
         cfg.ports = vec![PortConfig {
             gids: softverbs_engine::gids_of(self.ip),
-            active_mtu: Mtu::largest_fitting(link_mtu).unwrap_or(Mtu::Mtu256),
+            active_mtu: Mtu::largest_fitting(link_mtu, self.ip.is_ipv6()).unwrap_or(Mtu::Mtu256),
         }];
         cfg
     }
@@ -273,7 +273,7 @@ fn device(name: &str, addr: &str, link_mtu: Option<u32>) -> Result<SoftDevice, S
         .parse()
         .map_err(|_| format!("`{addr}` is not an IP address"))?;
     check_name(name)?;
-    if link_mtu.is_some_and(|m| Mtu::largest_fitting(m).is_none()) {
+    if link_mtu.is_some_and(|m| Mtu::largest_fitting(m, ip.is_ipv6()).is_none()) {
         return Err(format!(
             "link MTU {} is too small for RoCE",
             link_mtu.unwrap_or(0)

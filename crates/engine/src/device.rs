@@ -134,6 +134,21 @@ pub const PHYS_STATE_LINK_UP: u8 = 5;
 /// `ibv_port_attr.phys_state` value "Disabled", as rxe reports a port
 /// whose network device is down.
 pub const PHYS_STATE_DISABLED: u8 = 3;
+/// `ibv_port_attr.phys_state` value "Polling", as rxe reports a port
+/// whose network device is up without a carrier.
+pub const PHYS_STATE_POLLING: u8 = 2;
+
+/// The state of the network device the ports stand on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Up with a carrier: the ports are ACTIVE.
+    Up,
+    /// Up without a carrier (a cable out, a veth whose peer is down):
+    /// DOWN, physical state Polling.
+    NoCarrier,
+    /// Down (or gone): DOWN, physical state Disabled.
+    Down,
+}
 /// `ibv_port_cap_flags` bit IBV_PORT_IP_BASED_GIDS.
 pub const PORT_IP_BASED_GIDS: u32 = 1 << 26;
 /// `ibv_port_cap_flags` bit IBV_PORT_CM_SUP: the port runs the

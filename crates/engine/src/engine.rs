@@ -9,7 +9,10 @@
 use crate::completion_events::CompletionEvents;
 use crate::ctx::Ctx;
 use crate::datapath::{DatapathStats, RecoveryStats};
-use crate::device::{DeviceAttr, DeviceConfig, PortAttr, PHYS_STATE_DISABLED, PORT_DOWN};
+use crate::device::{
+    DeviceAttr, DeviceConfig, LinkState, PortAttr, PHYS_STATE_DISABLED, PHYS_STATE_POLLING,
+    PORT_DOWN,
+};
 use crate::error::{einval, VerbsResult};
 use crate::event::AsyncEvent;
 use crate::fault_points::FaultState;
@@ -64,9 +67,8 @@ pub struct Engine {
     pub(crate) faults: Option<Box<FaultState>>,
     /// The ports' link went down for good (`Engine::link_down`).
     pub(crate) link_down: bool,
-    /// The ports' network device is down or has no carrier
-    /// (`Engine::set_carrier`).
-    pub(crate) no_carrier: bool,
+    /// The ports' network device (`Engine::set_link`).
+    pub(crate) link: LinkState,
 }
 
 impl Engine {
@@ -88,7 +90,7 @@ impl Engine {
             qp_by_num: FxHashMap::default(),
             events: VecDeque::new(),
             link_down: false,
-            no_carrier: false,
+            link: LinkState::Up,
             comp_events: CompletionEvents::default(),
             schedule: Schedule::default(),
             stats: DatapathStats::default(),
@@ -200,13 +202,16 @@ impl Engine {
         let mut attr = self.config.port_attr(port).ok_or(einval("no such port"))?;
         if self.port_down() {
             attr.state = PORT_DOWN;
-            attr.phys_state = PHYS_STATE_DISABLED;
+            attr.phys_state = match self.link {
+                LinkState::NoCarrier if !self.link_down => PHYS_STATE_POLLING,
+                _ => PHYS_STATE_DISABLED,
+            };
         }
         Ok(attr)
     }
 
     fn port_down(&self) -> bool {
-        self.link_down || self.no_carrier
+        self.link_down || self.link != LinkState::Up
     }
 
     /// Raises `event` for every port.
@@ -216,14 +221,14 @@ impl Engine {
         }
     }
 
-    /// Whether the ports' network device is up with a carrier, as a
-    /// kernel RoCE port follows its netdev: a port that goes DOWN raises
+    /// The state of the ports' network device, as a kernel RoCE port
+    /// follows its netdev: a port that goes DOWN raises
     /// IBV_EVENT_PORT_ERR, one that comes back ACTIVE
     /// IBV_EVENT_PORT_ACTIVE (not after [`Engine::link_down`]). QPs are
     /// left as they are, as there.
-    pub fn set_carrier(&mut self, up: bool) {
+    pub fn set_link(&mut self, link: LinkState) {
         let was_down = self.port_down();
-        self.no_carrier = !up;
+        self.link = link;
         match (was_down, self.port_down()) {
             (false, true) => self.port_event(AsyncEvent::PortErr),
             (true, false) => self.port_event(AsyncEvent::PortActive),
@@ -231,10 +236,10 @@ impl Engine {
         }
     }
 
-    /// As [`Engine::set_carrier`], at open: no event (the state the
-    /// device was found in).
-    pub fn start_with_carrier(&mut self, up: bool) {
-        self.no_carrier = !up;
+    /// As [`Engine::set_link`], at open: no event (the state the device
+    /// was found in).
+    pub fn start_with_link(&mut self, link: LinkState) {
+        self.link = link;
     }
 
     /// The embedder's link is gone for good (softverbs: the host daemon

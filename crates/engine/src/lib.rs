@@ -75,9 +75,9 @@ pub use attr_mask::{QpAttrMask, SrqAttrMask};
 pub use cq_ring::CqRing;
 pub use datapath::{Arrival, DatapathStats, RecoveryStats};
 pub use device::{
-    cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, PortAttr, PortConfig,
-    LINK_LAYER_ETHERNET, PHYS_STATE_DISABLED, PHYS_STATE_LINK_UP, PORT_ACTIVE, PORT_CM_SUP,
-    PORT_DOWN, PORT_IP_BASED_GIDS,
+    cap_flags, AtomicCap, DeviceAttr, DeviceConfig, DeviceLimits, LinkState, PortAttr, PortConfig,
+    LINK_LAYER_ETHERNET, PHYS_STATE_DISABLED, PHYS_STATE_LINK_UP, PHYS_STATE_POLLING, PORT_ACTIVE,
+    PORT_CM_SUP, PORT_DOWN, PORT_IP_BASED_GIDS,
 };
 pub use direct_engine_target::EngineTarget;
 pub use engine::Engine;

@@ -34,12 +34,16 @@ impl Mtu {
         128 << (self as u32)
     }
 
-    /// The largest MTU whose packets fit in `link_payload` bytes of IP
-    /// payload once IP, UDP, BTH, the largest extension header and the
-    /// ICRC are added (as rxe derives its active MTU from the netdev MTU).
-    pub fn largest_fitting(link_mtu: u32) -> Option<Mtu> {
-        // IPv6 (40) + UDP (8) + BTH (12) + AtomicETH (28) + ICRC (4).
-        const OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
+    /// The largest MTU whose packets fit in a link of `link_mtu` bytes
+    /// (the IP packet) once the IP header (IPv6's when `ipv6`), UDP, BTH,
+    /// the largest extension headers a packet with a payload carries
+    /// (RETH and ImmDt) and the ICRC are added, and at least rxe's 80
+    /// bytes (`RXE_MAX_HDR_LENGTH`, as rxe derives its active MTU from the
+    /// netdev MTU), so that an IPv4 device reports what rxe reports.
+    pub fn largest_fitting(link_mtu: u32, ipv6: bool) -> Option<Mtu> {
+        const RXE_HEADERS: u32 = 80;
+        let ip = if ipv6 { 40 } else { 20 };
+        let overhead = RXE_HEADERS.max(ip + 8 + 12 + 16 + 4 + 4);
         [
             Mtu::Mtu4096,
             Mtu::Mtu2048,
@@ -48,6 +52,6 @@ impl Mtu {
             Mtu::Mtu256,
         ]
         .into_iter()
-        .find(|m| m.bytes() + OVERHEAD <= link_mtu)
+        .find(|m| m.bytes() + overhead <= link_mtu)
     }
 }

@@ -295,7 +295,7 @@ impl<M: HostMemory + Send + 'static> Driver<M> {
         if let Some(link) = &link {
             poll.registry()
                 .register(&mut SourceFd(&link.fd()), LINK, Interest::READABLE)?;
-            engine.start_with_carrier(link.up());
+            engine.start_with_link(link.link());
         }
         let stream_waiting = endpoint.stream_waiting();
         let outbox = Outbox::new(endpoint.socket().try_clone()?);
@@ -1064,8 +1064,8 @@ impl<M: HostMemory> Shared<M> {
         if self.link_changed.load(Ordering::Relaxed)
             && self.link_changed.swap(false, Ordering::Acquire)
         {
-            if let Some(up) = io.link.as_mut().and_then(LinkWatch::changed) {
-                engine.set_carrier(up);
+            if let Some(link) = io.link.as_mut().and_then(LinkWatch::changed) {
+                engine.set_link(link);
             }
         }
         while let Some(cq) = engine.poll_comp_event() {

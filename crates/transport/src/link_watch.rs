@@ -9,7 +9,8 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::netif::{interface_of, is_up};
+use crate::netif::{interface_of, link_of};
+use softverbs_engine::LinkState;
 
 /// rtnetlink's multicast group of link changes (RTMGRP_LINK).
 const LINK_GROUP: u32 = 1;
@@ -19,7 +20,7 @@ const LINK_GROUP: u32 = 1;
 pub struct LinkWatch {
     socket: Socket,
     interface: String,
-    up: bool,
+    link: LinkState,
 }
 
 impl LinkWatch {
@@ -32,17 +33,17 @@ impl LinkWatch {
         socket.bind(&SocketAddr::new(0, LINK_GROUP)).ok()?;
         socket.set_non_blocking(true).ok()?;
         let interface = interface_of(ip)?;
-        let up = is_up(&interface)?;
+        let link = link_of(&interface)?;
         Some(LinkWatch {
             socket,
             interface,
-            up,
+            link,
         })
     }
 
-    /// Whether the interface is up with a carrier, as last seen.
-    pub fn up(&self) -> bool {
-        self.up
+    /// The interface's state, as last seen.
+    pub fn link(&self) -> LinkState {
+        self.link
     }
 
     /// The descriptor that becomes readable when some interface changed.
@@ -53,11 +54,11 @@ impl LinkWatch {
     /// Reads the notifications waiting and looks at the interface again:
     /// its state if it changed. An interface gone (deleted, or moved to
     /// another namespace) is down.
-    pub fn changed(&mut self) -> Option<bool> {
+    pub fn changed(&mut self) -> Option<LinkState> {
         let mut buf = vec![0u8; 16 * 1024];
         while self.socket.recv(&mut &mut buf[..], 0).is_ok() {}
-        let up = is_up(&self.interface).unwrap_or(false);
-        (std::mem::replace(&mut self.up, up) != up).then_some(up)
+        let link = link_of(&self.interface).unwrap_or(LinkState::Down);
+        (std::mem::replace(&mut self.link, link) != link).then_some(link)
     }
 }
 
@@ -68,7 +69,7 @@ mod tests {
     #[test]
     fn loopback_is_watched_and_up() {
         let watch = LinkWatch::open("127.0.0.1".parse().unwrap()).expect("lo holds 127.0.0.1");
-        assert!(watch.up());
+        assert_eq!(watch.link(), LinkState::Up);
         assert!(watch.fd() >= 0);
         assert!(LinkWatch::open("192.0.2.77".parse().unwrap()).is_none());
     }

@@ -5,6 +5,7 @@
 
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
+use softverbs_engine::LinkState;
 use std::net::IpAddr;
 
 /// The MTU of the interface that has `ip`, if one does.
@@ -25,14 +26,18 @@ pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || interface_of(ip).is_some()
 }
 
-/// Whether interface `name` is up (IFF_UP) with a carrier (IFF_LOWER_UP);
-/// `None` if there is no such interface.
-pub fn is_up(name: &str) -> Option<bool> {
+/// Whether interface `name` is up (IFF_UP) with a carrier (IFF_LOWER_UP),
+/// up without one, or down; `None` if there is no such interface.
+pub fn link_of(name: &str) -> Option<LinkState> {
     let flags = getifaddrs()
         .ok()?
         .find(|ifa| ifa.interface_name == name)?
         .flags;
-    Some(flags.contains(InterfaceFlags::IFF_UP | InterfaceFlags::IFF_LOWER_UP))
+    Some(match flags.contains(InterfaceFlags::IFF_UP) {
+        false => LinkState::Down,
+        true if flags.contains(InterfaceFlags::IFF_LOWER_UP) => LinkState::Up,
+        true => LinkState::NoCarrier,
+    })
 }
 
 /// The name of the interface that has `ip`.
