@@ -103,6 +103,21 @@ else
   bad "verb error paths (compile)" "$log/cc"
 fi
 
+# Several devices are listed in the order configured (as rxe's, in the
+# kernel's index order): libibverbs lists them in the order readdir gives
+# the view's uverbs directory, which the file system chose (tmpfs newest
+# first, ext4 by a hash), so the first device, which ibv_devinfo and
+# perftest take without -d, was another (found by a helper).
+five=softverbs0=127.0.0.1,softverbs1=127.0.0.2,softverbs2=127.0.0.3,softverbs3=127.0.0.4,softverbs4=127.0.0.5
+listed=$(SOFTVERBS_DEVICES=$five timeout 20 ibv_devices 2>&1 | awk '$1 ~ /^softverbs/ {print $1}' | tr '\n' ' ')
+first=$(SOFTVERBS_DEVICES=$five timeout 20 ibv_devinfo 2>&1 | awk '$1 == "hca_id:" {print $2; exit}')
+if [ "$listed" = "softverbs0 softverbs1 softverbs2 softverbs3 softverbs4 " ] && [ "$first" = softverbs0 ]; then
+  ok "five devices are listed in the order configured; ibv_devinfo without -d shows the first"
+else
+  echo "listed: $listed; ibv_devinfo's first: $first" > "$log/order"
+  bad "five devices are listed in the order configured; ibv_devinfo without -d shows the first" "$log/order"
+fi
+
 # UD multicast between two processes: the receiver attaches to a group and
 # says "ready" (it has joined the group by then); the sender sends
 # three datagrams to it. Once with an IPv4 group, once with an

@@ -5,7 +5,9 @@
 //!
 //! The set is what stacks use to look at devices: the `open` family
 //! (with glibc's fortified `__open_2` variants, and `fopen`, whose
-//! internal open does not come back through these symbols), `opendir`,
+//! internal open does not come back through these symbols), `opendir`
+//! (with `readdir` and `closedir`, for the one directory read sorted:
+//! [`super::sorted_dir`]),
 //! the `stat` family (with the `__xstat` entry points of programs built
 //! against glibc before 2.33), `access`, `readlink` and `realpath` (with
 //! their fortified `_chk` variants) and the extended attribute lookups
@@ -15,6 +17,7 @@
 //! which ignores the descriptor. `open` also serves the rdma_cm device
 //! (`crate::rdma_cm`). The version script gives each glibc's version.
 
+use super::sorted_dir;
 use crate::libc_next::enosys;
 use crate::rdma_cm;
 use std::ffi::CStr;
@@ -191,10 +194,71 @@ redirecting!(
     fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char, path = path, fail = std::ptr::null_mut()
 );
 
-redirecting!(
-    /// `opendir(3)`.
-    fn opendir(path: *const c_char) -> *mut c_void, path = path, fail = std::ptr::null_mut()
-);
+type OpendirFn = unsafe extern "C-unwind" fn(*const c_char) -> *mut c_void;
+type ReaddirFn = unsafe extern "C-unwind" fn(*mut c_void) -> *mut libc::dirent64;
+type ClosedirFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
+
+/// `opendir(3)`: the view's directory for a path it stands in for; the
+/// uverbs directory libibverbs lists devices from is read whole and
+/// handed out sorted ([`super::sorted_dir`]).
+///
+/// # Safety
+/// libc's contract: `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn opendir(path: *const c_char) -> *mut c_void {
+    let Some(next) = crate::next_fn!(c"opendir", OpendirFn) else {
+        return enosys(std::ptr::null_mut());
+    };
+    // SAFETY: the caller's path, possibly the view's.
+    let dir = with_path(path, |path| unsafe { next(path) });
+    // SAFETY: libc's contract for a non-NULL path: NUL-terminated.
+    let devices = !path.is_null() && sorted_dir::lists_devices(unsafe { CStr::from_ptr(path) });
+    if devices && !dir.is_null() && super::get().is_some() {
+        // SAFETY: the stream glibc just opened, not yet read.
+        crate::guard::guard((), || unsafe { sorted_dir::take(dir) });
+    }
+    dir
+}
+
+/// `readdir(3)`: the next entry of a sorted stream, else glibc's.
+///
+/// # Safety
+/// libc's contract: `dir` is a live directory stream.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn readdir(dir: *mut c_void) -> *mut libc::dirent64 {
+    if let Some(entry) = crate::guard::guard(None, || sorted_dir::next(dir)) {
+        return entry;
+    }
+    let Some(next) = crate::next_fn!(c"readdir", ReaddirFn) else {
+        return enosys(std::ptr::null_mut());
+    };
+    // SAFETY: the caller's stream.
+    unsafe { next(dir) }
+}
+
+/// `readdir64(3)`: [`readdir`] (the same function on x86-64).
+///
+/// # Safety
+/// libc's contract: `dir` is a live directory stream.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn readdir64(dir: *mut c_void) -> *mut libc::dirent64 {
+    // SAFETY: the caller's stream, under the same contract.
+    unsafe { readdir(dir) }
+}
+
+/// `closedir(3)`: forgets a sorted stream's entries, then glibc's.
+///
+/// # Safety
+/// libc's contract: `dir` is a live directory stream.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn closedir(dir: *mut c_void) -> c_int {
+    crate::guard::guard((), || sorted_dir::forget(dir));
+    let Some(next) = crate::next_fn!(c"closedir", ClosedirFn) else {
+        return enosys(-1);
+    };
+    // SAFETY: the caller's stream.
+    unsafe { next(dir) }
+}
 redirecting!(
     /// `getxattr(2)`.
     fn getxattr(path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) -> isize, path = path, fail = -1

@@ -27,6 +27,7 @@
 
 pub mod interpose;
 mod location;
+mod sorted_dir;
 mod views_in_use;
 
 use softverbs_config::sysfs_tree;
