@@ -149,6 +149,7 @@ pub enum LinkState {
     /// Down (or gone): DOWN, physical state Disabled.
     Down,
 }
+
 /// `ibv_port_cap_flags` bit IBV_PORT_IP_BASED_GIDS.
 pub const PORT_IP_BASED_GIDS: u32 = 1 << 26;
 /// `ibv_port_cap_flags` bit IBV_PORT_CM_SUP: the port runs the
