@@ -6,7 +6,9 @@
  *    file's mapping past the file's end: EFAULT, EFAULT, EINVAL, EFAULT,
  *    EFAULT, EFAULT (the file's own pages register); of a mapping made with PROT_WRITE
  *    alone, with write access: accepted, as the kernel's pinning does, and
- *    a peer WRITE lands there;
+ *    a peer WRITE lands there; ibv_reg_mr_iova with an iova at another
+ *    offset within its page than the address: EINVAL, as the kernel's
+ *    ib_uverbs_reg_mr;
  *  - an MR whose buffer is unmapped while still registered: a peer RDMA
  *    WRITE, READ or atomic there completes with IBV_WC_REM_ACCESS_ERR and
  *    a SEND from it with IBV_WC_LOC_PROT_ERR, and the process lives on;
@@ -277,6 +279,15 @@ static void registration_checks(void)
 	munmap(ro, PAGE);
 	expect_reg_fails(vvar_page(), 8, 0, EFAULT, "the [vvar] page");
 	past_a_files_end();
+	void *buf = map(PROT_READ | PROT_WRITE);
+	errno = 0;
+	mr = ibv_reg_mr_iova(pd, buf, PAGE, 0x100005, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!mr && errno == EINVAL, "reg_mr_iova at another offset in the page: got %p errno %d, want NULL and EINVAL",
+	      (void *)mr, errno);
+	mr = ibv_reg_mr_iova(pd, buf, PAGE, 0x100000, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr, "reg_mr_iova at the address's offset in the page: errno %d", errno);
+	CHECK(!ibv_dereg_mr(mr), "dereg_mr");
+	munmap(buf, PAGE);
 }
 
 /* ibv_rereg_mr without flags, or moving to a NULL PD: libibverbs passes

@@ -803,8 +803,9 @@ fn atomic(
     }
     if at.addr % 8 != 0 {
         // The host word must be aligned too (rxe checks the translated
-        // address): an MR whose address and iova differ mod 8 cannot
-        // serve atomics.
+        // address). reg_mr keeps an iova at its address's offset within
+        // the page, so this holds already; checked again where the
+        // memory is touched.
         return Err(Fault::Invalid.into());
     }
     let orig = target

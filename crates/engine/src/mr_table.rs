@@ -225,25 +225,29 @@ pub(crate) fn remote_addr(
     Ok(mr.addr + (va - mr.iova))
 }
 
-/// Where `sge`'s bytes are, if it is inside a live MR of `pd` with `need`
-/// rights: what to add (wrapping) to an address of the SGE's for the
-/// process's. An lkey names its MR in the MR's iova space, as an rkey
-/// does (`ibv_reg_mr_iova`; the kernel's providers check and translate
-/// local and remote accesses alike); for an MR registered without an iova
-/// the two spaces are one. A zero-length SGE names no memory.
+/// Where the `len` bytes at `addr` of `sge` are, if they are inside the
+/// live MR of `pd` its lkey names, with `need` rights: what to add
+/// (wrapping) to an address of the SGE's for the process's. Only the
+/// bytes an operation moves are checked, not the whole SGE, as rxe's
+/// `copy_data` checks each piece it copies: a receive WR may be longer
+/// than its MR where the message that fills it is not, and an atomic's
+/// result SGE longer than the 8 bytes it gets. An lkey names its MR in
+/// the MR's iova space, as an rkey does (`ibv_reg_mr_iova`; the kernel's
+/// providers check and translate local and remote accesses alike); for
+/// an MR registered without an iova the two spaces are one. No bytes
+/// name no memory.
 pub(crate) fn local_sge_shift(
     mrs: &(impl MrLookup + ?Sized),
     pd: PdId,
     sge: &Sge,
+    (addr, len): (u64, u64),
     need: AccessFlags,
 ) -> Option<u64> {
-    if sge.length == 0 {
+    if len == 0 {
         return Some(0);
     }
     let mr = mrs.mr(sge.lkey)?;
-    let ok = mr.pd == pd
-        && mr.access.contains(need)
-        && range_inside(sge.addr, u64::from(sge.length), mr.iova, mr.length);
+    let ok = mr.pd == pd && mr.access.contains(need) && range_inside(addr, len, mr.iova, mr.length);
     ok.then(|| mr.addr.wrapping_sub(mr.iova))
 }
 
@@ -253,8 +257,8 @@ pub type SegPlan = SmallVec<[Seg; 4]>;
 
 /// The address ranges that `len` bytes written `offset` bytes into the
 /// buffer an SGE list describes land in, after checking that the list is
-/// long enough (Length) and every SGE touched is inside a live MR of `pd`
-/// with LOCAL_WRITE (Protection).
+/// long enough (Length) and the part of every SGE they land in is inside
+/// a live MR of `pd` with LOCAL_WRITE (Protection).
 pub(crate) fn scatter_plan(
     mrs: &(impl MrLookup + ?Sized),
     pd: PdId,
@@ -268,7 +272,8 @@ pub(crate) fn scatter_plan(
     let mut writable = true;
     let mut covered = 0;
     for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
-        let shift = local_sge_shift(mrs, pd, sge, AccessFlags::LOCAL_WRITE);
+        let piece = (addr, take as u64);
+        let shift = local_sge_shift(mrs, pd, sge, piece, AccessFlags::LOCAL_WRITE);
         writable = writable && shift.is_some();
         plan.push(Seg {
             addr: addr.wrapping_add(shift.unwrap_or(0)),
@@ -286,8 +291,9 @@ pub(crate) fn scatter_plan(
 }
 
 /// The address ranges of `len` bytes `offset` bytes into an SGE list,
-/// after checking that every SGE they touch is inside a live MR of `pd`
-/// with `need` rights (Protection) and that the list holds them (Length).
+/// after checking that the part of every SGE they take is inside a live
+/// MR of `pd` with `need` rights (Protection) and that the list holds
+/// them (Length).
 pub(crate) fn gather_plan(
     mrs: &(impl MrLookup + ?Sized),
     pd: PdId,
@@ -299,7 +305,8 @@ pub(crate) fn gather_plan(
     let mut out = SegPlan::new();
     let mut covered = 0;
     for (sge, addr, take) in sge_pieces(sges, offset, len as usize) {
-        let shift = local_sge_shift(mrs, pd, sge, need).ok_or(LocalAccessError::Protection)?;
+        let shift = local_sge_shift(mrs, pd, sge, (addr, take as u64), need)
+            .ok_or(LocalAccessError::Protection)?;
         out.push(Seg {
             addr: addr.wrapping_add(shift),
             len: take as u64,

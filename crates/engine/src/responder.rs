@@ -803,8 +803,9 @@ impl RecvSide<'_> {
         }
         if addr % 8 != 0 {
             // The host word must be aligned too (HostMemory's atomics need
-            // it; rxe checks the translated address): an MR whose address
-            // and iova differ mod 8 cannot serve atomics.
+            // it; rxe checks the translated address). reg_mr keeps an
+            // iova at its address's offset within the page, so this
+            // holds already; checked again where the memory is touched.
             return Err(Fault::Invalid);
         }
         let orig = if pkt.opcode().kind() == OpKind::CompareSwap {

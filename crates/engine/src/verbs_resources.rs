@@ -276,12 +276,22 @@ fn check_mr_access(raw: u32) -> VerbsResult<AccessFlags> {
     Ok(access)
 }
 
+/// The page within which an MR's address and iova must agree: the
+/// kernel compares them within its `PAGE_SIZE`, 4 KiB on x86-64.
+const MR_PAGE: u64 = 4096;
+
 /// The range rules of `ibv_reg_mr` and `ibv_rereg_mr`.
 fn check_mr_range(addr: u64, length: u64, iova: u64, max_mr_size: u64) -> VerbsResult<()> {
     ensure(length > 0, einval("MR of length 0"))?;
     ensure(
         addr.checked_add(length).is_some() && iova.checked_add(length).is_some(),
         einval("MR range wraps around the address space"),
+    )?;
+    // As the kernel's `ib_uverbs_reg_mr`, before any provider sees it:
+    // an iova maps pages, so its offset within one is the address's.
+    ensure(
+        (addr ^ iova).is_multiple_of(MR_PAGE),
+        einval("MR iova at another offset within its page than the address"),
     )?;
     ensure(length <= max_mr_size, einval("MR length above max_mr_size"))
 }

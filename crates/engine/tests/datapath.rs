@@ -1916,3 +1916,53 @@ fn query_qp_reports_the_psns_each_side_is_at() {
         (104, 200, 200, 104)
     );
 }
+/// Only the bytes an operation moves must be inside the SGE's MR, as rxe's
+/// `copy_data` checks each piece it copies: a 2 KiB receive WR on a 1 KiB
+/// MR takes a 100-byte SEND (and fails a 1,500-byte one), and an atomic's
+/// 16-byte result SGE on an 8-byte MR gets its 8 bytes.
+#[test]
+fn only_the_bytes_moved_must_be_inside_the_mr() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let small = |n: &mut Node, offset: u64, len: u64| {
+        let mr =
+            n.e.reg_mr(n.pd, MEM_BASE + offset, len, MEM_BASE + offset, 1);
+        Sge {
+            addr: MEM_BASE + offset,
+            length: 2 * len as u32,
+            lkey: mr.unwrap().key,
+        }
+    };
+    let long = [small(&mut p.b, 0x4000, 1024)];
+    for wr_id in [3, 4] {
+        let recv = RecvWr {
+            wr_id,
+            sg_list: &long,
+        };
+        p.b.e.post_recv(qb, &recv).unwrap();
+    }
+    p.a.mem.write(MEM_BASE, &[7; 100]).unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 100)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let got = p.b.poll();
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 100));
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x4000, 100), &[7; 100]);
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 1500)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.b.poll()[0].status, WcStatus::LocProtErr);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemOpErr);
+
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let result = [small(&mut p.a, 0x800, 8)];
+    let add = add_two(&mut p, &result);
+    p.a.e.post_send(qa, &add).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x800, 8), &40u64.to_ne_bytes());
+}
