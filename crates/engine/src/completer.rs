@@ -474,10 +474,17 @@ impl SendSide<'_> {
             self.req.drain_notify = false;
             ctx.event(crate::event::AsyncEvent::SqDrained(self.id));
         }
+        // A WR held by `fail_in_turn` fails once every WR before it ended.
+        if let Some(status) = self.req.inflight.front().and_then(|e| e.held) {
+            self.fail_requester(ctx, 0, status);
+        }
     }
 
     fn send_completion(&self, e: &InFlight) -> WorkCompletion {
+        // What arrived, on success only (as rxe's `make_send_cqe`): a
+        // flushed READ may have had its responses or not.
         let byte_len = match e.op {
+            _ if e.status != WcStatus::Success => 0,
             ReqOp::Read => e.len,
             ReqOp::CmpSwap | ReqOp::FetchAdd => 8,
             _ => 0,
@@ -503,6 +510,7 @@ impl SendSide<'_> {
             }
             e.done = true;
         }
+        self.req.holding = false;
         self.req.drain_notify = false;
         self.retire(ctx);
         if self.qp_type == QpType::Rc {

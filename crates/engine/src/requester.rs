@@ -97,6 +97,9 @@ pub(crate) struct InFlight {
     pub(crate) sent_once: bool,
     pub(crate) done: bool,
     pub(crate) status: WcStatus,
+    /// The WR failed here with this status while WRs before it were still
+    /// unanswered: it fails in its turn ([`SendSide::fail_in_turn`]).
+    pub(crate) held: Option<WcStatus>,
     /// A UD datagram of a QP on the same-host path whose destination is
     /// not on this host: it goes out as a packet (`requester_direct.rs`).
     pub(crate) wire: bool,
@@ -174,6 +177,8 @@ pub(crate) struct Requester {
     pub(crate) pacer: Pacer,
     /// Raise IBV_EVENT_SQ_DRAINED once the QP in SQD has nothing in flight.
     pub(crate) drain_notify: bool,
+    /// A WR in flight is `held`: nothing after it is sent or started.
+    pub(crate) holding: bool,
     /// Started (RTR->RTS) since the QP was created or reset.
     started: bool,
     /// Same-host path: the operation handed out and not yet answered
@@ -355,6 +360,9 @@ impl SendSide<'_> {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
+        if self.req.inflight[idx].held.is_some() {
+            return None;
+        }
         if self.req.probe.holds(self.req.inflight[idx].next_psn()) {
             return None;
         }
@@ -366,7 +374,7 @@ impl SendSide<'_> {
             return None;
         }
         let Some(path) = request_path(self, ctx, idx) else {
-            self.fail_requester(ctx, idx, WcStatus::LocQpOpErr);
+            self.fail_in_turn(ctx, idx, WcStatus::LocQpOpErr);
             return None;
         };
         match self.build_request(ctx, idx, mem, path, sink) {
@@ -378,10 +386,26 @@ impl SendSide<'_> {
                 Some(sent)
             }
             Err(status) => {
-                self.fail_requester(ctx, idx, status);
+                self.fail_in_turn(ctx, idx, status);
                 None
             }
         }
+    }
+
+    /// WR `idx` failed here (a local protection or length error, no path,
+    /// an invalidation refused): it fails now if every WR before it has
+    /// completed, and is held otherwise, nothing after it sent or started,
+    /// until they have ([`SendSide::retire`] fails it at the head). So the
+    /// WRs before it, which the peer executes, complete as they end, not
+    /// flushed, and the failed WR's is the first error completion, as
+    /// rxe's completer meets an errored WQE only at the head of its queue.
+    pub(crate) fn fail_in_turn(&mut self, ctx: &mut Ctx<'_>, idx: usize, status: WcStatus) {
+        if self.req.inflight.iter().take(idx).all(|e| e.done) {
+            self.fail_requester(ctx, idx, status);
+            return;
+        }
+        self.req.inflight[idx].held = Some(status);
+        self.req.holding = true;
     }
 
     /// The started WR with something left to send, starting the next
@@ -415,7 +439,7 @@ impl SendSide<'_> {
     /// Starts the next posted WR if the rules allow: only in RTS, within
     /// the PSN window, after a fence, and within max_rd_atomic.
     pub(crate) fn start_next(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        if *self.state != QpState::Rts {
+        if *self.state != QpState::Rts || self.req.holding {
             return false;
         }
         let Some(wqe) = self.sq.front() else {
@@ -478,6 +502,7 @@ impl SendSide<'_> {
             sent_once: false,
             done: false,
             status: WcStatus::Success,
+            held: None,
             wire: false,
         }
     }
@@ -486,23 +511,18 @@ impl SendSide<'_> {
     /// A key that cannot be invalidated (unknown, of another PD, or an
     /// ordinary MR: every MR here) is a local QP operation error, as rxe's
     /// `rxe_do_local_ops` reports every failed invalidation; the QP goes to
-    /// the error state.
+    /// the error state once the WRs before it have completed.
     fn local_invalidate(&mut self, ctx: &mut Ctx<'_>, mut entry: InFlight) {
         let key = entry.wqe.imm_data_or_inv_rkey;
         let ours = ctx.mrs.by_key(key).is_some_and(|(_, mr)| mr.pd == self.pd);
-        entry.done = true;
-        entry.status = if ours && ctx.mrs.invalidatable(key) {
-            WcStatus::Success
-        } else {
-            WcStatus::LocQpOpErr
-        };
-        let status = entry.status;
+        let invalidated = ours && ctx.mrs.invalidatable(key);
+        entry.done = invalidated;
         self.req.inflight.push_back(entry);
-        if status != WcStatus::Success {
-            let idx = self.req.inflight.len() - 1;
-            self.fail_requester(ctx, idx, status);
-        } else {
+        if invalidated {
             self.retire(ctx);
+        } else {
+            let idx = self.req.inflight.len() - 1;
+            self.fail_in_turn(ctx, idx, WcStatus::LocQpOpErr);
         }
     }
 

@@ -36,6 +36,9 @@ impl SendSide<'_> {
             return None;
         }
         let idx = self.next_to_send(ctx)?;
+        if self.req.inflight[idx].held.is_some() {
+            return None;
+        }
         if self.req.inflight[idx].wire {
             return None; // a datagram for the wire goes first
         }
@@ -56,7 +59,7 @@ impl SendSide<'_> {
                 Some(op)
             }
             Err(status) => {
-                self.fail_requester(ctx, idx, status);
+                self.fail_in_turn(ctx, idx, status);
                 None
             }
         }

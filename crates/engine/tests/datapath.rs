@@ -1252,6 +1252,64 @@ fn an_ordinary_mr_cannot_be_invalidated() {
     assert!(p.a.e.mr_by_key(local).is_some());
 }
 
+/// A WR that fails here (a bad lkey, a refused LOCAL_INV) while WRs
+/// before it still wait for their ACKs waits for them: they complete as
+/// they end (success: the peer executed them), then it fails, then the
+/// rest flush, as rxe's completer meets an errored WQE at the head of its
+/// queue. (It flushed those before it on the wire, an unsignaled one
+/// included, and made a FLUSH the first error completion.) On both paths,
+/// signaled and unsignaled.
+#[test]
+fn a_local_error_fails_its_wr_after_those_before_it_complete() {
+    for same_host in [false, true] {
+        for signaled in [true, false] {
+            for invalidate in [false, true] {
+                let mut p = Pair::on(same_host);
+                let (qa, qb) = p.connect(QpType::Rc, Link::default());
+                p.b.post_recv(qb, 7, 0x4000, 100);
+                let sge = [p.a.sge(0, 64)];
+                let mut send = wr(1, send_opcode::SEND, &sge);
+                send.send_flags = if signaled { send_flags::SIGNALED } else { 0 };
+                let bad = [Sge {
+                    lkey: p.a.key ^ 1,
+                    ..sge[0]
+                }];
+                let mut failing = if invalidate {
+                    let mut inv = wr(2, send_opcode::LOCAL_INV, &[]);
+                    inv.imm_data_or_inv_rkey = p.a.key;
+                    inv
+                } else {
+                    let mut write = wr(2, send_opcode::RDMA_WRITE, &bad);
+                    write.rdma = RdmaTarget {
+                        remote_addr: MEM_BASE + 0x8000,
+                        rkey: p.b.key,
+                    };
+                    write
+                };
+                failing.send_flags = send_flags::SIGNALED;
+                let after = wr(3, send_opcode::RDMA_WRITE, &[]);
+                for w in [&send, &failing, &after] {
+                    p.a.e.post_send(qa, w).unwrap();
+                }
+                p.run(100);
+                let got: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+                let error = if invalidate {
+                    WcStatus::LocQpOpErr
+                } else {
+                    WcStatus::LocProtErr
+                };
+                let mut want = vec![(2, error), (3, WcStatus::WrFlushErr)];
+                if signaled {
+                    want.insert(0, (1, WcStatus::Success));
+                }
+                let case = (same_host, signaled, invalidate);
+                assert_eq!(got, want, "same host, signaled, invalidate: {case:?}");
+                assert_eq!(p.b.poll()[0].status, WcStatus::Success, "{case:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn srq_limit_event_fires_once_when_the_srq_drains_below_it() {
     let mut p = Pair::new();
@@ -1881,6 +1939,57 @@ fn a_bad_lkey_fails_when_the_wr_executes() {
         .unwrap();
     p.run(100);
     assert_eq!(p.a.poll()[0].status, WcStatus::LocProtErr);
+}
+
+/// Only the bytes an operation moves must be inside the SGE's MR, as rxe's
+/// `copy_data` checks each piece it copies: a 2 KiB receive WR on a 1 KiB
+/// MR takes a 100-byte SEND (and fails a 1,500-byte one), and an atomic's
+/// 16-byte result SGE on an 8-byte MR gets its 8 bytes.
+#[test]
+fn only_the_bytes_moved_must_be_inside_the_mr() {
+    let mut p = Pair::new();
+    let (qa, qb) = p.connect(QpType::Rc, Link::default());
+    let small = |n: &mut Node, offset: u64, len: u64| {
+        let mr =
+            n.e.reg_mr(n.pd, MEM_BASE + offset, len, MEM_BASE + offset, 1);
+        Sge {
+            addr: MEM_BASE + offset,
+            length: 2 * len as u32,
+            lkey: mr.unwrap().key,
+        }
+    };
+    let long = [small(&mut p.b, 0x4000, 1024)];
+    for wr_id in [3, 4] {
+        let recv = RecvWr {
+            wr_id,
+            sg_list: &long,
+        };
+        p.b.e.post_recv(qb, &recv).unwrap();
+    }
+    p.a.mem.write(MEM_BASE, &[7; 100]).unwrap();
+    p.a.e
+        .post_send(qa, &wr(1, send_opcode::SEND, &[p.a.sge(0, 100)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    let got = p.b.poll();
+    assert_eq!((got[0].status, got[0].byte_len), (WcStatus::Success, 100));
+    assert_eq!(p.b.mem.slice(MEM_BASE + 0x4000, 100), &[7; 100]);
+    p.a.e
+        .post_send(qa, &wr(2, send_opcode::SEND, &[p.a.sge(0, 1500)]))
+        .unwrap();
+    p.run(100);
+    assert_eq!(p.b.poll()[0].status, WcStatus::LocProtErr);
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemOpErr);
+
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let result = [small(&mut p.a, 0x800, 8)];
+    let add = add_two(&mut p, &result);
+    p.a.e.post_send(qa, &add).unwrap();
+    p.run(100);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.mem.slice(MEM_BASE + 0x800, 8), &40u64.to_ne_bytes());
 }
 
 /// `ibv_query_qp` reports the PSNs the requester and responder are at, as

@@ -707,3 +707,54 @@ fn a_message_whose_completion_overran_its_cq_is_not_acknowledged() {
         [AsyncEvent::CqErr(p.b.cq), AsyncEvent::QpFatal(qb)]
     );
 }
+
+/// Rule: an error completion's `byte_len` is 0, as rxe's `make_send_cqe`
+/// fills it on success only: a READ and an atomic sent, then flushed
+/// behind a WRITE the peer refused, report 0 (they reported their length
+/// and 8, or 0 when flushed before they went out).
+#[test]
+fn a_flushed_read_or_atomic_reports_no_bytes() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let sge = [p.a.sge(0, 64)];
+    let mut refused = wr(1, send_opcode::RDMA_WRITE, &sge);
+    refused.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key ^ 1,
+    };
+    let mut read = wr(2, send_opcode::RDMA_READ, &sge);
+    read.rdma = RdmaTarget {
+        remote_addr: MEM_BASE,
+        rkey: p.b.key,
+    };
+    let result = [p.a.sge(0x100, 8)];
+    let mut add = wr(3, send_opcode::ATOMIC_FETCH_AND_ADD, &result);
+    add.atomic = AtomicTarget {
+        remote_addr: MEM_BASE,
+        compare_add: 1,
+        swap: 0,
+        rkey: p.b.key,
+    };
+    for w in [&refused, &read, &add] {
+        p.a.e.post_send(qa, w).unwrap();
+    }
+    let sent = drain(&mut p.a, 0);
+    assert_eq!(sent.len(), 3, "all three went out before the NAK");
+    for packet in &sent {
+        deliver(&mut p.b, 0, packet);
+    }
+    p.run(100);
+    let got: Vec<_> =
+        p.a.poll()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len))
+            .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::RemAccessErr, 0),
+            (2, WcStatus::WrFlushErr, 0),
+            (3, WcStatus::WrFlushErr, 0)
+        ]
+    );
+}
