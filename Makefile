@@ -61,6 +61,7 @@ sim:
 	$(SIM) --seeds 2000 --loss 0.1 --dup 0.05 --reorder 0.1
 	$(SIM) --seeds 1000 --loss 0.1 --dup 0.05 --reorder 0.1 --corrupt 0.02 --seed-base 1000000
 	$(SIM) --seeds 1000 --loss 0.05 --dup 0.05 --reorder 0.1 --mark 0.3 --seed-base 2000000
+	$(SIM) --seeds 1000 --loss 0.1 --dup 0.05 --reorder 0.1 --same-host --seed-base 3000000
 
 # The rdma-core provider: the Rust staticlib linked into a shared object
 # whose exported symbols carry libibverbs' symbol versions (rustc's cdylib

@@ -298,8 +298,28 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Hands out same-host operations and packets until neither comes:
+    /// a same-host UD QP sends a datagram for the wire as a packet, and
+    /// the operation after it is handed out only then (as the transport's
+    /// step runs the same-host path again after sending).
     fn transmit_all(&mut self) -> Result<(), String> {
-        self.execute_direct()?;
+        for round in 0.. {
+            if round > MAX_BURST {
+                return Err(format!(
+                    "over {MAX_BURST} rounds of operations and packets at one instant"
+                ));
+            }
+            let executed = self.execute_direct()?;
+            if executed + self.transmit_packets()? == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every packet the nodes emit now; how many.
+    fn transmit_packets(&mut self) -> Result<usize, String> {
+        let mut total = 0;
         for n in 0..self.world.nodes.len() {
             let mut sent = 0;
             loop {
@@ -332,13 +352,15 @@ impl<'a> Sim<'a> {
                     .map_err(|e| format!("node {n} emitted a packet that cannot be sealed: {e}"))?;
                 self.trace_fate(fate);
             }
+            total += sent;
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Executes the same-host operations every node hands out, each
-    /// against the node that owns its target QP.
-    fn execute_direct(&mut self) -> Result<(), String> {
+    /// against the node that owns its target QP; how many.
+    fn execute_direct(&mut self) -> Result<usize, String> {
+        let mut total = 0;
         for n in 0..self.world.nodes.len() {
             for done in 0.. {
                 if done > MAX_BURST {
@@ -361,9 +383,10 @@ impl<'a> Sim<'a> {
                 let node = &mut self.world.nodes[n];
                 node.engine
                     .handle_direct(self.now, &op, outcome, &mut node.mem);
+                total += 1;
             }
         }
-        Ok(())
+        Ok(total)
     }
 
     /// Runs `op` of node `n` against the other node, which owns its target.

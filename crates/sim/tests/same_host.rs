@@ -80,3 +80,26 @@ fn same_host_runs_pass_every_check() {
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A same-host UD QP whose datagram went to the wire (its outcome
+/// `Wire`) hands out the operation after it once that packet is sent:
+/// seed 223 over a lossy network posts a WR for the wire and one for the
+/// same host at one instant, and stalled with the second never handed
+/// out: the simulator did not ask for operations again after sending
+/// packets, as the transport's step does.
+#[test]
+fn an_operation_after_a_datagram_for_the_wire_is_handed_out() {
+    let cfg = RunConfig {
+        faults: Faults {
+            loss: 0.1,
+            dup: 0.05,
+            reorder: 0.1,
+            ..Faults::default()
+        },
+        limits: Limits::default(),
+        verbose: false,
+        same_host: true,
+    };
+    let report = &run_seeds(223, 1, &cfg, 1)[0];
+    assert!(report.passed(), "{:?}", report.failures);
+}
