@@ -465,6 +465,13 @@ impl SendSide<'_> {
         while self.req.inflight.front().is_some_and(|e| e.done) {
             let e = self.req.inflight.pop_front().expect("front checked");
             self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            if e.held.is_some() {
+                // Held when its packets could not be built again after a
+                // go-back, yet acknowledged: the peer executed it from
+                // the first sending. It succeeds, and the WRs after it
+                // may go.
+                self.req.holding = false;
+            }
             if e.wqe.signaled || e.status != WcStatus::Success {
                 let wc = self.send_completion(&e);
                 ctx.complete_carrying(self.send_cq, wc, false, e.len);

@@ -98,7 +98,9 @@ pub(crate) struct InFlight {
     pub(crate) done: bool,
     pub(crate) status: WcStatus,
     /// The WR failed here with this status while WRs before it were still
-    /// unanswered: it fails in its turn ([`SendSide::fail_in_turn`]).
+    /// unanswered: it fails in its turn ([`SendSide::fail_in_turn`]),
+    /// unless an ACK covers it first (its packets went out once before a
+    /// go-back could not build them again), when it succeeds.
     pub(crate) held: Option<WcStatus>,
     /// A UD datagram of a QP on the same-host path whose destination is
     /// not on this host: it goes out as a packet (`requester_direct.rs`).

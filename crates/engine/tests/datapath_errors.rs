@@ -758,3 +758,60 @@ fn a_flushed_read_or_atomic_reports_no_bytes() {
         ]
     );
 }
+
+/// Rule: a WR held because a go-back could not build its packets again
+/// (its source MR deregistered after it went out once) succeeds when an
+/// ACK covers it, since the peer executed it, and the WRs posted after it
+/// go on. (The requester stopped starting WRs for good: a WR posted after
+/// never completed, in RTS, with no timer armed; found by a helper.)
+#[test]
+fn a_held_wr_that_an_ack_covers_succeeds_and_later_wrs_go() {
+    let mut p = Pair::new();
+    let (qa, _) = p.connect(QpType::Rc, Link::default());
+    let local = (AccessFlags::LOCAL_WRITE).bits();
+    let src_b =
+        p.a.e
+            .reg_mr(p.a.pd, MEM_BASE + 0x3000, 64, MEM_BASE + 0x3000, local);
+    let key_b = src_b.unwrap().key;
+    let (sa, sc) = ([p.a.sge(0, 64)], [p.a.sge(0x100, 64)]);
+    let sb = [Sge {
+        addr: MEM_BASE + 0x3000,
+        length: 64,
+        lkey: key_b,
+    }];
+    let rkey = p.b.key;
+    for w in [
+        write_to(1, &sa, 0x8000, rkey),
+        write_to(2, &sb, 0x8100, rkey),
+        write_to(3, &sc, 0x8200, rkey),
+    ] {
+        p.a.e.post_send(qa, &w).unwrap();
+    }
+    for packet in drain(&mut p.a, 0) {
+        deliver(&mut p.b, 0, &packet);
+    }
+    let lost_acks = drain(&mut p.b, 0);
+    assert!(!lost_acks.is_empty());
+    dereg(&mut p.a, key_b);
+    let timeout = p.a.e.poll_timeout().expect("the local ACK timer");
+    p.a.e.handle_timeout(timeout);
+    p.now = timeout;
+    p.run(100);
+    p.a.e
+        .post_send(qa, &write_to(4, &sa, 0x8300, rkey))
+        .unwrap();
+    p.run(100);
+    let got: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    let ok = WcStatus::Success;
+    assert_eq!(got, [(1, ok), (2, ok), (3, ok), (4, ok)]);
+}
+
+/// A WRITE of `sge` to `at` in B's memory under `rkey`.
+fn write_to(wr_id: u64, sge: &[Sge], at: u64, rkey: u32) -> SendWr<'_> {
+    let mut w = wr(wr_id, send_opcode::RDMA_WRITE, sge);
+    w.rdma = RdmaTarget {
+        remote_addr: MEM_BASE + at,
+        rkey,
+    };
+    w
+}
